@@ -1,0 +1,56 @@
+// `llmtrain env`: what this machine and build offer — the first thing to paste into a bug report.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "common/host.h"
+#include "common/strings.h"
+#include "kernels/backend_info.h"
+#include "llmtrain_version.h"
+#include "parallel/backend_info.h"
+#include "parallel/launch_env.h"
+
+namespace llmtrain::cli {
+
+int cmd_env() {
+  HostInfo h = host_info();
+  std::printf("llmtrain %s (commit %s)\n", LLMTRAIN_VERSION, LLMTRAIN_GIT_COMMIT);
+  std::printf("host:      %s, %s\n", h.hostname.c_str(), h.os.c_str());
+  std::printf("cpu:       %s\n", h.cpu_model.empty() ? "unknown" : h.cpu_model.c_str());
+  std::printf("cores:     %d online, %d usable by this process\n", h.cores_online, h.cores_usable);
+  std::printf("memory:    %s total, %s available\n", format_bytes(double(h.memory_total)).c_str(),
+              format_bytes(double(h.memory_available)).c_str());
+  std::printf("openmp:    %d threads (OMP_NUM_THREADS=%s)\n", omp_get_max_threads(),
+              std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset");
+
+  kernels::BlasInfo b = kernels::blas_info();
+  std::printf("blas:      %s, threading %s, %d threads, kernel %s\n", b.name.c_str(), b.threading.c_str(), b.threads,
+              b.coretype.c_str());
+  std::printf("           config: %s\n", b.config.c_str());
+
+  std::printf("mpi:       %s\n", parallel::mpi_library_version().c_str());
+  parallel::LaunchEnv le = parallel::detect_launch_env();
+  std::printf("launched:  %s%s\n", le.world_source().c_str(),
+              le.in_slurm_allocation() ? (", inside Slurm job " + le.slurm_job_id).c_str() : "");
+
+  kernels::CudaInfo c = kernels::cuda_info();
+  if (!c.built) {
+    std::printf("cuda:      %s\n", c.unavailable_reason.c_str());
+  } else {
+    std::printf("cuda:      built for %s, runtime %d.%d, driver %s\n", c.built_archs.c_str(), c.runtime_version / 1000,
+                (c.runtime_version % 1000) / 10,
+                c.driver_version ? fmt::format("{}.{}", c.driver_version / 1000, (c.driver_version % 1000) / 10).c_str()
+                                 : "none");
+    if (c.devices.empty()) std::printf("devices:   none (%s)\n", c.unavailable_reason.c_str());
+    for (const auto& d : c.devices)
+      std::printf("device %d:  %s, compute capability %d.%d, %s, %d SMs\n", d.index, d.name.c_str(), d.cc_major,
+                  d.cc_minor, format_bytes(double(d.memory_total)).c_str(), d.multiprocessors);
+  }
+  std::printf("nccl:      %s\n", parallel::nccl_version().c_str());
+  return 0;
+}
+
+}  // namespace llmtrain::cli

@@ -1,0 +1,109 @@
+// `llmtrain run`: validate, plan the launch, and (unless --dry-run) train. The dry run prints
+// everything the real run would decide: resolved recipe, mesh, model size, batch arithmetic and
+// the exact launch command.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/recipe_parse.h"
+#include "common/error.h"
+#include "common/strings.h"
+#include "launcher/launch_plan.h"
+#include "parallel/mesh.h"
+#include "trainer/model_spec.h"
+
+namespace llmtrain::cli {
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("llmtrain") : p.string();
+}
+
+std::vector<std::string> rank_argv(const RecipeArgs& args) {
+  std::vector<std::string> argv{self_exe(), "run", std::filesystem::absolute(args.recipe).lexically_normal().string()};
+  for (const auto& o : args.overrides) argv.insert(argv.end(), {"--set", o});
+  return argv;
+}
+
+std::string groups_text(const parallel::MeshShape& shape, parallel::GroupKind kind) {
+  auto groups = parallel::Mesh::all_groups(shape, kind);
+  std::vector<std::string> parts;
+  const size_t limit = 16;
+  for (size_t i = 0; i < groups.size() && i < limit; ++i) {
+    std::vector<std::string> ranks;
+    for (int r : groups[i]) ranks.push_back(std::to_string(r));
+    parts.push_back("[" + join(ranks, " ") + "]");
+  }
+  std::string out = join(parts, " ");
+  if (groups.size() > limit) out += fmt::format(" ... ({} groups)", groups.size());
+  return out;
+}
+
+void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
+  const trainer::Recipe& r = loaded.recipe;
+  const auto& m = r.model;
+  parallel::MeshShape shape{r.parallel.tp, r.parallel.pp, r.parallel.dp};
+
+  std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
+  std::printf("# plan\n");
+  std::printf("world: %d ranks = %s (from %s)\n", shape.world(), parallel::Mesh::describe(shape).c_str(),
+              loaded.world.source.c_str());
+  std::printf("mesh order: rank = pp·(dp·tp) + dp·tp + tp (tp fastest)\n");
+  for (auto kind :
+       {parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp, parallel::GroupKind::model_parallel})
+    std::printf("  %-15s %s\n", (std::string(parallel::group_kind_name(kind)) + " groups:").c_str(),
+                groups_text(shape, kind).c_str());
+
+  int64_t params = trainer::count_parameters(m);
+  std::printf("model: %s, %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d (padded %d), seq_len %d\n",
+              trainer::to_string(m.family), m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab,
+              m.padded_vocab(), m.seq_len);
+  std::printf("parameters: %s (%lld)\n", format_count(double(params)).c_str(), static_cast<long long>(params));
+  double flops = trainer::training_flops_per_token(m);
+  std::printf("training FLOPs per token: %s (6N + 12·L·d·T, N = %s matmul parameters)\n", format_count(flops).c_str(),
+              format_count(double(trainer::count_matmul_parameters(m))).c_str());
+  int64_t tokens_per_step = int64_t(r.train.global_batch) * m.seq_len;
+  std::printf("batch: global %d sequences = micro_batch %d × dp %d × %d micro-batches per step; %s tokens per step\n",
+              r.train.global_batch, r.train.micro_batch, r.parallel.dp, r.grad_accum_steps(),
+              format_count(double(tokens_per_step)).c_str());
+  std::printf("training: %lld steps, %s tokens, %s FLOPs in all\n", static_cast<long long>(r.train.steps),
+              format_count(double(tokens_per_step) * double(r.train.steps)).c_str(),
+              format_count(flops * double(tokens_per_step) * double(r.train.steps)).c_str());
+  std::printf("launch: %s, %d rank(s) per node, %d thread(s) per rank\n", launcher::to_string(plan.mode),
+              plan.ranks_per_node, plan.threads_per_rank);
+  if (!plan.command.empty()) std::printf("launch command: %s\n", plan.command_line().c_str());
+  if (!plan.blocker.empty())
+    std::printf("cannot launch from here: %s (%s)\n", plan.blocker.c_str(), plan.blocker_hint.c_str());
+  std::printf("outputs: log %s, checkpoints %s\n", r.log.dir.c_str(), r.checkpoint.dir.c_str());
+  auto missing = trainer::unsupported_features(r);
+  for (const auto& f : missing) std::printf("not supported yet: %s\n", f.c_str());
+}
+
+}  // namespace
+
+int cmd_run(const RunArgs& args) {
+  LoadedRecipe loaded = recipe_load(args.recipe.recipe, args.recipe.overrides);
+  if (loaded.env.launcher == parallel::Launcher::srun_no_pmix)
+    throw Error(fmt::format("started by srun without PMIx: each of the {} processes would be a separate one-rank job",
+                            loaded.env.world_size),
+                "run `srun --mpi=pmix llmtrain run ...`, or set MpiDefault=pmix in slurm.conf");
+  launcher::LaunchPlan plan = launcher::plan_launch(loaded.recipe, loaded.env, rank_argv(args.recipe));
+  if (args.dry_run) {
+    print_plan(loaded, plan);
+    return kExitOk;
+  }
+  if (!plan.blocker.empty()) throw Error(plan.blocker, plan.blocker_hint);
+  auto missing = trainer::unsupported_features(loaded.recipe);
+  if (!missing.empty())
+    throw Error("not supported yet: " + join(missing, "; "),
+                "`llmtrain validate` accepts this recipe, but this build cannot run it; see docs/recipe.md for what "
+                "runs today");
+  return kExitOk;
+}
+
+}  // namespace llmtrain::cli

@@ -1,0 +1,43 @@
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "cli/recipe_parse.h"
+#include "launcher/launch_plan.h"
+
+namespace llmtrain::cli {
+
+RecipeError::RecipeError(std::vector<Diagnostic> diags)
+    : std::runtime_error(diags.empty() ? "invalid recipe" : diags.front().format()), diags_(std::move(diags)) {}
+
+std::string RecipeError::format() const {
+  std::string out;
+  for (const auto& d : diags_) out += "error: " + d.format() + "\n";
+  out += fmt::format("{} error{} in the recipe", diags_.size(), diags_.size() == 1 ? "" : "s");
+  return out;
+}
+
+LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>& overrides) {
+  namespace fs = std::filesystem;
+  ParsedRecipe parsed = recipe_parse(file, overrides);
+  if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
+
+  LoadedRecipe out;
+  out.recipe = std::move(parsed.recipe);
+  std::error_code ec;
+  out.recipe.source_file = fs::absolute(file, ec).lexically_normal().string();
+  out.env = parallel::detect_launch_env();
+  out.world = launcher::planned_world(out.recipe, out.env);
+
+  std::vector<Diagnostic> diags;
+  auto report = [&](const std::vector<trainer::RecipeProblem>& problems) {
+    for (const auto& p : problems)
+      diags.push_back({recipe_key_where(parsed.tree, file, p.key), p.key, p.message, p.hint});
+  };
+  report(trainer::recipe_resolve(out.recipe, out.world, fs::current_path().string()));
+  if (diags.empty()) report(trainer::recipe_check(out.recipe, out.world));
+  if (!diags.empty()) throw RecipeError(std::move(diags));
+  return out;
+}
+
+}  // namespace llmtrain::cli

@@ -1,0 +1,59 @@
+#include "common/host.h"
+
+#include <sched.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/strings.h"
+
+namespace llmtrain {
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+static int64_t meminfo_kib(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (starts_with(line, key + ":")) {
+      std::istringstream ss(line.substr(key.size() + 1));
+      int64_t v = 0;
+      ss >> v;
+      return v;
+    }
+  }
+  return 0;
+}
+
+HostInfo host_info() {
+  HostInfo h;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0) h.hostname = name;
+  utsname u{};
+  if (uname(&u) == 0) h.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  std::ifstream cpu("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpu, line)) {
+    if (starts_with(line, "model name")) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) h.cpu_model = trim(line.substr(colon + 1));
+      break;
+    }
+  }
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  h.cores_online = online > 0 ? static_cast<int>(online) : 1;
+  h.cores_usable = usable_cores();
+  h.memory_total = meminfo_kib("MemTotal") * 1024;
+  h.memory_available = meminfo_kib("MemAvailable") * 1024;
+  return h;
+}
+
+}  // namespace llmtrain

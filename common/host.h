@@ -1,0 +1,22 @@
+// Facts about this host that several parts need: usable cores, memory, names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llmtrain {
+
+struct HostInfo {
+  std::string hostname;
+  std::string os;         // "Linux 6.1.0 x86_64"
+  std::string cpu_model;  // from /proc/cpuinfo
+  int cores_online = 0;   // logical CPUs online
+  int cores_usable = 0;   // CPUs in this process's affinity mask (what threads can use)
+  int64_t memory_total = 0;
+  int64_t memory_available = 0;
+};
+
+HostInfo host_info();
+int usable_cores();
+
+}  // namespace llmtrain

@@ -1,0 +1,37 @@
+#include "common/log.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+namespace llmtrain {
+namespace {
+
+std::string g_prefix;
+LogLevel g_level = [] {
+  const char* env = std::getenv("LLMTRAIN_LOG");
+  if (env && std::string_view(env) == "debug") return LogLevel::debug;
+  return LogLevel::info;
+}();
+std::mutex g_mutex;
+
+}  // namespace
+
+void log_set_rank(int rank, int world_size) {
+  g_prefix = world_size > 1 ? fmt::format("[rank {}] ", rank) : std::string();
+}
+
+const std::string& log_prefix() { return g_prefix; }
+
+void log_set_level(LogLevel level) { g_level = level; }
+
+bool log_enabled(LogLevel level) { return level >= g_level; }
+
+void log_write(LogLevel level, const std::string& message) {
+  const char* tag = level == LogLevel::warn ? "warning: " : level == LogLevel::error ? "error: " : "";
+  std::lock_guard lock(g_mutex);
+  std::fprintf(stderr, "%s%s%s\n", g_prefix.c_str(), tag, message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace llmtrain

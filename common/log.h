@@ -1,0 +1,33 @@
+// Logging to stderr (stdout is for a command's result, e.g. the resolved recipe). Every line
+// carries the rank prefix once a job has more than one rank, so interleaved output stays readable.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+
+namespace llmtrain {
+
+enum class LogLevel { debug, info, warn, error };
+
+// Set once at rank start-up; "" for single-process commands.
+void log_set_rank(int rank, int world_size);
+const std::string& log_prefix();
+void log_set_level(LogLevel level);
+bool log_enabled(LogLevel level);
+void log_write(LogLevel level, const std::string& message);
+
+template <typename... Args>
+void log_info(fmt::format_string<Args...> f, Args&&... args) {
+  if (log_enabled(LogLevel::info)) log_write(LogLevel::info, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void log_warn(fmt::format_string<Args...> f, Args&&... args) {
+  if (log_enabled(LogLevel::warn)) log_write(LogLevel::warn, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void log_debug(fmt::format_string<Args...> f, Args&&... args) {
+  if (log_enabled(LogLevel::debug)) log_write(LogLevel::debug, fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,117 @@
+#include "common/strings.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+namespace llmtrain {
+
+int edit_distance(std::string_view a, std::string_view b) {
+  // Optimal string alignment: insertions, deletions, substitutions and adjacent transpositions
+  // ("gtp2" is one edit from "gpt2"), each costing one.
+  std::vector<int> prev2(b.size() + 1), prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      int sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) cur[j] = std::min(cur[j], prev2[j - 2] + 1);
+    }
+    std::swap(prev2, prev);
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  int best_d = 1 << 30;
+  for (const auto& c : candidates) {
+    int d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  // A typo: at most a third of the word wrong (and at least one edit allowed).
+  int limit = std::max<int>(1, static_cast<int>(word.size()) / 3);
+  if (best && best_d <= limit) return best;
+  return std::nullopt;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    out.emplace_back(s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+std::optional<double> parse_duration_seconds(std::string_view s) {
+  std::string t = trim(s);
+  if (t.empty()) return std::nullopt;
+  double scale = 1.0;
+  std::string_view num = t;
+  auto ends = [&](std::string_view suf) {
+    return num.size() > suf.size() && num.substr(num.size() - suf.size()) == suf;
+  };
+  if (ends("ms"))
+    scale = 1e-3, num.remove_suffix(2);
+  else if (ends("s"))
+    num.remove_suffix(1);
+  else if (ends("m"))
+    scale = 60, num.remove_suffix(1);
+  else if (ends("h"))
+    scale = 3600, num.remove_suffix(1);
+  double v = 0;
+  auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+  if (ec != std::errc() || p != num.data() + num.size() || !std::isfinite(v) || v < 0) return std::nullopt;
+  return v * scale;
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  if (seconds < 60) return fmt::format("{:.1f}s", seconds);
+  long s = std::lround(seconds);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m{:02}s", s / 3600, (s % 3600) / 60, s % 60);
+}
+
+std::string format_count(double n) {
+  const char* suffix[] = {"", "K", "M", "B", "T"};
+  if (std::fabs(n) >= 1e15) return fmt::format("{:.3g}", n);
+  int i = 0;
+  while (std::fabs(n) >= 1000 && i < 4) n /= 1000, ++i;
+  return i == 0 ? fmt::format("{:.0f}", n) : fmt::format("{:.2f}{}", n, suffix[i]);
+}
+
+std::string format_bytes(double bytes) {
+  const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (std::fabs(bytes) >= 1024 && i < 4) bytes /= 1024, ++i;
+  return i == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, suffix[i]);
+}
+
+}  // namespace llmtrain

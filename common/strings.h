@@ -1,0 +1,32 @@
+// Small string helpers shared by every part: suggestions for misspelt names, joining, and the
+// parsing of durations and byte sizes that recipes and flags use.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llmtrain {
+
+// Levenshtein distance between two ASCII strings.
+int edit_distance(std::string_view a, std::string_view b);
+
+// The candidate closest to `word`, if it is close enough to be a plausible typo.
+std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+std::vector<std::string> split(std::string_view s, char sep);
+std::string trim(std::string_view s);
+bool starts_with(std::string_view s, std::string_view prefix);
+
+// "300s", "5m", "1.5h", "250ms", or a bare number of seconds. nullopt when malformed.
+std::optional<double> parse_duration_seconds(std::string_view s);
+// Formats seconds as "1h02m03s" / "4m05s" / "12.3s".
+std::string format_duration(double seconds);
+// Formats a count with a suffix: 124.44M, 8.03B, 1.20T; beyond 1e15 in scientific notation.
+std::string format_count(double n);
+// Formats bytes with binary suffix: 1.5 GiB.
+std::string format_bytes(double bytes);
+
+}  // namespace llmtrain

@@ -1,0 +1,87 @@
+#include "parallel/mesh.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace llmtrain::parallel {
+
+const char* group_kind_name(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp:
+      return "tp";
+    case GroupKind::pp:
+      return "pp";
+    case GroupKind::dp:
+      return "dp";
+    case GroupKind::model_parallel:
+      return "model-parallel";
+  }
+  return "?";
+}
+
+Mesh::Mesh(MeshShape shape, int rank) : shape_(shape), rank_(rank), coord_(coord_of(shape, rank)) {}
+
+MeshCoord Mesh::coord_of(const MeshShape& s, int rank) {
+  LT_CHECK(s.tp > 0 && s.pp > 0 && s.dp > 0, "mesh {}", describe(s));
+  LT_CHECK(rank >= 0 && rank < s.world(), "rank {} outside mesh {}", rank, describe(s));
+  MeshCoord c;
+  c.tp = rank % s.tp;
+  c.dp = (rank / s.tp) % s.dp;
+  c.pp = rank / (s.tp * s.dp);
+  return c;
+}
+
+int Mesh::rank_of(const MeshShape& s, const MeshCoord& c) {
+  LT_CHECK(c.tp >= 0 && c.tp < s.tp && c.dp >= 0 && c.dp < s.dp && c.pp >= 0 && c.pp < s.pp);
+  return c.pp * (s.dp * s.tp) + c.dp * s.tp + c.tp;
+}
+
+std::vector<int> Mesh::group_of(const MeshShape& s, int rank, GroupKind kind) {
+  MeshCoord c = coord_of(s, rank);
+  std::vector<int> out;
+  switch (kind) {
+    case GroupKind::tp:
+      for (int i = 0; i < s.tp; ++i) out.push_back(rank_of(s, {c.pp, c.dp, i}));
+      break;
+    case GroupKind::pp:
+      for (int i = 0; i < s.pp; ++i) out.push_back(rank_of(s, {i, c.dp, c.tp}));
+      break;
+    case GroupKind::dp:
+      for (int i = 0; i < s.dp; ++i) out.push_back(rank_of(s, {c.pp, i, c.tp}));
+      break;
+    case GroupKind::model_parallel:
+      for (int p = 0; p < s.pp; ++p)
+        for (int t = 0; t < s.tp; ++t) out.push_back(rank_of(s, {p, c.dp, t}));
+      break;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int> Mesh::group(GroupKind kind) const { return group_of(shape_, rank_, kind); }
+
+int Mesh::index_in(GroupKind kind) const {
+  auto g = group(kind);
+  return static_cast<int>(std::find(g.begin(), g.end(), rank_) - g.begin());
+}
+
+std::vector<std::vector<int>> Mesh::all_groups(const MeshShape& s, GroupKind kind) {
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> seen(s.world(), false);
+  for (int r = 0; r < s.world(); ++r) {
+    if (seen[r]) continue;
+    auto g = group_of(s, r, kind);
+    for (int m : g) seen[m] = true;
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+std::string Mesh::describe(const MeshShape& s) {
+  return fmt::format("tp {} × pp {} × dp {} = {}", s.tp, s.pp, s.dp, s.world());
+}
+
+}  // namespace llmtrain::parallel

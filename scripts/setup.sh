@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Installs everything llmtrain needs to build, test and run its demo on Debian 12, idempotently.
+# Prints what it installs; installs nothing that is already present.
+#
+#   scripts/setup.sh            build + test dependencies (Debian packages, Python oracles)
+#   scripts/setup.sh --minimal  only what building and running llmtrain needs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+minimal=0
+[[ "${1:-}" == "--minimal" ]] && minimal=1
+
+# Library and tool dependencies. OpenBLAS is the OpenMP variant so that BLAS threads and
+# our own OpenMP threads share one pool instead of fighting over the cores.
+pkgs_build=(
+  build-essential cmake pkg-config git
+  libcli11-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libpcre2-dev zlib1g-dev
+  libgtest-dev libgmock-dev
+  openmpi-bin libopenmpi-dev libpmix-dev
+  libopenblas-openmp-dev
+)
+# Demo corpus: the English fortunes (real text from a Debian package).
+pkgs_demo=(fortunes-min fortunes)
+# Test-only: Debian's PyTorch as the reference model, Python venv for the HF oracles,
+# Slurm + munge and sshd for launcher tests, iproute2 for two-host network namespaces,
+# clang-format for the formatting check.
+pkgs_test=(
+  python3 python3-torch python3-numpy python3-venv
+  slurm-wlm munge openssh-server openssh-client iproute2 procps psmisc util-linux
+  clang-format
+)
+
+want=("${pkgs_build[@]}" "${pkgs_demo[@]}")
+[[ $minimal == 1 ]] || want+=("${pkgs_test[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) == 0 ]] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: Debian packages already installed"
+fi
+
+# Python oracles from PyPI (Hugging Face tokenizers/safetensors), in a venv that also sees
+# Debian's torch. Debian's /usr/bin/python3 is used on purpose: it is the one with torch.
+if [[ $minimal == 0 ]]; then
+  venv=.venv
+  if [[ ! -x $venv/bin/python ]]; then
+    echo "setup: creating Python venv $venv (with Debian's torch visible)"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+  fi
+  need_pip=()
+  for m in tokenizers safetensors; do
+    "$venv/bin/python" -c "import $m" 2>/dev/null || need_pip+=("$m")
+  done
+  if ((${#need_pip[@]})); then
+    echo "setup: installing from PyPI into $venv: ${need_pip[*]}"
+    "$venv/bin/pip" install -q --disable-pip-version-check "${need_pip[@]}"
+  else
+    echo "setup: Python oracles already installed (tokenizers, safetensors)"
+  fi
+fi
+echo "setup: done"

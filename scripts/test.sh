@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh), configures, builds and runs every test. README's test command;
+# CI (.ci/run) runs exactly this.
+#
+#   scripts/test.sh                 everything
+#   scripts/test.sh -R <regex>      only the ctest entries matching <regex> (ctest's own flags pass through)
+#
+# The CUDA parts are compiled for sm_90 only here, to keep the build short; GPU tests report
+# "skipped: no GPU" on machines without one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+build=${LLMTRAIN_BUILD_DIR:-build}
+jobs=${LLMTRAIN_JOBS:-$(nproc)}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DLLMTRAIN_TESTS=ON >/dev/null
+echo "test: building in $build with $jobs jobs"
+cmake --build "$build" -j "$jobs"
+cd "$build"
+ctest --output-on-failure -j "$jobs" "$@"

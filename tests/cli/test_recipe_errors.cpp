@@ -1,0 +1,247 @@
+// Every bad recipe a user can write gets a message that names the key, the line it is on, and
+// what is wrong. Each case edits one line of a valid base recipe and checks the first diagnostic
+// that names the expected key: its location is `<file>:<line>:` of the edited line, and its text
+// contains the expected phrase.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli/recipe_parse.h"
+
+using namespace llmtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kBase = R"(name: t
+model:
+  family: gpt2
+  layers: 4
+  hidden: 128
+  heads: 4
+  seq_len: 64
+data:
+  tokenizer: byte
+  train: [{path: data/x, weight: 1.0}]
+train:
+  device: cpu
+  steps: 10
+  micro_batch: 2
+  global_batch: 8
+optimizer:
+  lr: 1.0e-3
+parallel:
+  tp: 1
+launch:
+  procs_per_node: 1
+)";
+
+struct Case {
+  const char* name;
+  const char* find;        // a substring of one base line; "" appends `replace` at the end
+  const char* replace;     // replaces the whole line containing `find`
+  const char* key;         // the key the diagnostic must name
+  const char* locate;      // the diagnostic must point at the line of the edited text containing this
+  const char* phrase;      // ...and contain this (message or hint)
+  const char* find2 = "";  // an optional second line edit
+  const char* replace2 = "";
+  const char* set = "";  // an optional --set override (to give the job the ranks a layout needs)
+};
+
+std::string edit_line(const std::string& text, const std::string& find, const std::string& replace) {
+  if (find.empty()) return text + replace + "\n";
+  size_t pos = text.find(find);
+  if (pos == std::string::npos) return "";
+  size_t begin = text.rfind('\n', pos);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  size_t end = text.find('\n', pos);
+  return text.substr(0, begin) + replace + text.substr(end);
+}
+
+std::string edit(const Case& c) {
+  std::string text = edit_line(kBase, c.find, c.replace);
+  if (!text.empty() && *c.find2) text = edit_line(text, c.find2, c.replace2);
+  return text;
+}
+
+int line_of(const std::string& text, const std::string& needle) {
+  size_t pos = text.find(needle);
+  if (pos == std::string::npos) return -1;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + pos, '\n'));
+}
+
+class RecipeErrors : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RecipeErrors, NamesKeyLineAndProblem) {
+  const Case& c = GetParam();
+  std::string text = edit(c);
+  ASSERT_FALSE(text.empty()) << "case edits a line that is not in the base recipe: " << c.find;
+  fs::path file = fs::temp_directory_path() / ("llmtrain_recipe_" + std::to_string(getpid()) + "_" + c.name + ".yaml");
+  std::ofstream(file) << text;
+
+  std::vector<cli::Diagnostic> diags;
+  std::vector<std::string> sets;
+  if (*c.set) sets.push_back(c.set);
+  try {
+    cli::recipe_load(file.string(), sets);
+  } catch (const cli::RecipeError& e) {
+    diags = e.diagnostics();
+  }
+  fs::remove(file);
+  ASSERT_FALSE(diags.empty()) << "recipe was accepted:\n" << text;
+
+  std::string all;
+  for (const auto& d : diags) all += d.format() + "\n";
+  const cli::Diagnostic* hit = nullptr;
+  for (const auto& d : diags)
+    if (d.key == c.key) {
+      hit = &d;
+      break;
+    }
+  ASSERT_NE(hit, nullptr) << "no diagnostic names key " << c.key << "; got:\n" << all;
+
+  int line = line_of(text, c.locate);
+  ASSERT_GT(line, 0) << "case's locate text not found: " << c.locate;
+  std::string want_where = file.string() + ":" + std::to_string(line) + ":";
+  EXPECT_EQ(hit->where.rfind(want_where, 0), 0u) << "expected location " << want_where << ", got:\n" << all;
+  std::string both = hit->message + " / " + hit->hint;
+  EXPECT_NE(both.find(c.phrase), std::string::npos) << "expected \"" << c.phrase << "\" in:\n" << all;
+  EXPECT_FALSE(hit->hint.empty()) << "every diagnostic carries a hint:\n" << all;
+}
+
+const Case kCases[] = {
+    // Schema: unknown keys, with suggestions.
+    {"typo_key", "layers: 4", "  layres: 4", "model.layres", "layres", "did you mean model.layers"},
+    {"typo_section", "", "optimiser:\n  lr: 0.1", "optimiser", "optimiser", "did you mean optimizer"},
+    {"key_in_wrong_section", "micro_batch: 2", "  micro_batch: 2\n  warmup: 10", "train.warmup", "warmup",
+     "did you mean optimizer.warmup"},
+    {"unknown_key_no_match", "seq_len: 64", "  seq_len: 64\n  colour: blue", "model.colour", "colour",
+     "valid keys here"},
+    {"missing_required", "seq_len: 64", "  max_positions: 64", "model.seq_len", "model:", "missing required key"},
+    {"missing_name", "name: t", "# no name", "name", "# no name", "missing required key"},
+    {"section_not_map", "", "eval: 5", "eval", "eval: 5", "expected a map"},
+    // Types.
+    {"int_is_word", "layers: 4", "  layers: four", "model.layers", "four",
+     "expected a positive integer, found \"four\""},
+    {"int_is_float", "hidden: 128", "  hidden: 12.5", "model.hidden", "12.5", "found \"12.5\""},
+    {"int_quoted", "heads: 4", "  heads: \"4\"", "model.heads", "\"4\"", "remove the quotes"},
+    {"bool_yes", "seq_len: 64", "  seq_len: 64\n  tie_embeddings: yes", "model.tie_embeddings", "tie_embeddings",
+     "expected true or false"},
+    {"bool_bad", "tp: 1", "  tp: 1\n  sequence_parallel: maybe", "parallel.sequence_parallel", "maybe",
+     "expected true or false"},
+    {"float_is_word", "lr: 1.0e-3", "  lr: fast", "optimizer.lr", "fast", "expected a number"},
+    {"choice_typo", "family: gpt2", "  family: gtp2", "model.family", "gtp2", "did you mean gpt2"},
+    {"device_unknown", "device: cpu", "  device: tpu", "train.device", "tpu", "expected one of cpu | cuda"},
+    {"betas_wrong_length", "lr: 1.0e-3", "  lr: 1.0e-3\n  betas: [0.9]", "optimizer.betas", "betas", "two numbers"},
+    {"duration_bad", "tp: 1", "  tp: 1\n  timeout: soon", "parallel.timeout", "soon", "positive duration"},
+    {"slurm_time_bad", "procs_per_node: 1", "  procs_per_node: 1\n  slurm: {time: tomorrow}", "launch.slurm.time",
+     "slurm", "Slurm time limit"},
+    {"train_list_empty", "train: [{path", "  train: []", "data.train", "train: []", "empty list"},
+    {"name_with_space", "name: t", "name: my run", "name", "name:", "letters, digits"},
+    // Ranges.
+    {"int_zero", "layers: 4", "  layers: 0", "model.layers", "layers: 0", "expected a positive integer, found 0"},
+    {"int_negative", "steps: 10", "  steps: -3", "train.steps", "steps: -3", "found -3"},
+    {"zero_stage_out_of_range", "tp: 1", "  tp: 1\n  zero: 4", "parallel.zero", "zero: 4", "integer in 0..3"},
+    {"dropout_out_of_range", "seq_len: 64", "  seq_len: 64\n  dropout: 1.5", "model.dropout", "dropout", "[0, 1)"},
+    {"ssh_port_out_of_range", "procs_per_node: 1", "  procs_per_node: 1\n  ssh: {port: 70000}", "launch.ssh.port",
+     "ssh", "1..65535"},
+    {"not_yet_selective", "micro_batch: 2", "  micro_batch: 2\n  activation_checkpointing: selective",
+     "train.activation_checkpointing", "selective", "not supported yet"},
+    {"duplicate_key", "heads: 4", "  heads: 4\n  heads: 8", "model.heads", "heads: 8", "duplicate key"},
+    // Cross-field rules.
+    {"hidden_not_div_heads", "hidden: 128", "  hidden: 130", "model.heads", "heads: 4",
+     "hidden 130 is not divisible by heads 4"},
+    {"heads_not_div_kv", "family: gpt2", "  family: llama\n  kv_heads: 3", "model.kv_heads", "kv_heads",
+     "heads 4 is not divisible by kv_heads 3"},
+    {"gpt2_gqa", "heads: 4", "  heads: 4\n  kv_heads: 2", "model.kv_heads", "kv_heads",
+     "family gpt2 uses multi-head attention"},
+    {"rope_odd_head_dim", "family: gpt2", "  family: llama", "model.heads", "heads: 4", "RoPE needs an even head size",
+     "hidden: 128", "  hidden: 12"},
+    {"vocab_too_small", "seq_len: 64", "  seq_len: 64\n  vocab: 1", "model.vocab", "vocab: 1", "integer ≥ 2"},
+    {"tp_not_div_heads", "tp: 1", "  tp: 3", "parallel.tp", "tp: 3", "model.heads 4 is not divisible by tp 3", "", "",
+     "launch.procs_per_node=3"},
+    {"tp_not_div_kv_heads", "family: gpt2", "  family: llama\n  kv_heads: 1", "parallel.tp",
+     "tp:", "kv_heads 1 is not divisible", "tp: 1", "  tp: 2", "launch.procs_per_node=2"},
+    {"tp_not_div_ffn", "seq_len: 64", "  seq_len: 64\n  ffn_hidden: 511", "parallel.tp",
+     "tp:", "ffn_hidden 511 is not divisible by tp", "tp: 1", "  tp: 2", "launch.procs_per_node=2"},
+    {"tp_not_div_vocab", "seq_len: 64", "  seq_len: 64\n  vocab_pad: 2", "parallel.tp", "tp:", "padded vocabulary 258",
+     "tp: 1", "  tp: 4", "launch.procs_per_node=4"},
+    {"layers_not_div_pp", "tp: 1", "  pp: 3", "model.layers", "layers: 4", "layers 4 is not divisible by pp 3", "", "",
+     "launch.procs_per_node=3"},
+    {"virtual_without_interleaved", "tp: 1", "  tp: 1\n  virtual_stages: 2", "parallel.virtual_stages",
+     "virtual_stages", "needs pp_schedule: interleaved"},
+    {"batch_not_div", "global_batch: 8", "  global_batch: 7", "train.global_batch", "global_batch: 7",
+     "global_batch 7 is not divisible by micro_batch 2 × dp 1"},
+    {"world_size_mismatch", "tp: 1", "  dp: 2", "parallel.dp", "dp: 2",
+     "world size 1 (launch.nodes 1 × launch.procs_per_node 1) != tp 1 × pp 1 × dp 2 = 2"},
+    {"zero_with_pp", "tp: 1", "  zero: 2\n  pp: 2", "parallel.zero", "zero: 2", "cannot be combined with pipeline", "",
+     "", "launch.procs_per_node=2"},
+    {"precision_on_cpu", "device: cpu", "  device: cpu\n  precision: bf16", "train.precision", "precision",
+     "not supported on device cpu"},
+    {"seq_len_over_positions", "seq_len: 64", "  seq_len: 64\n  max_positions: 32", "model.seq_len", "seq_len",
+     "seq_len 64 exceeds max_positions 32"},
+    {"min_lr_over_lr", "lr: 1.0e-3", "  lr: 1.0e-3\n  min_lr: 0.1", "optimizer.min_lr", "min_lr", "larger than lr"},
+    {"warmup_over_decay", "lr: 1.0e-3", "  lr: 1.0e-3\n  warmup: 50", "optimizer.warmup", "warmup",
+     "longer than decay_steps 10"},
+    {"sequence_parallel_tp1", "tp: 1", "  tp: 1\n  sequence_parallel: true", "parallel.sequence_parallel",
+     "sequence_parallel", "tp is 1"},
+    {"tokenizer_missing", "tokenizer: byte", "  tokenizer: /nonexistent/tokenizer.json", "data.tokenizer",
+     "tokenizer:", "cannot read tokenizer file"},
+    {"weights_only_without_resume", "", "checkpoint: {resume: none, load_weights_only: true}",
+     "checkpoint.load_weights_only", "checkpoint:", "checkpoint.resume is none"},
+    {"hostfile_and_nodes", "procs_per_node: 1", "  procs_per_node: 1\n  hostfile: hosts.txt\n  nodes: 2",
+     "launch.nodes", "nodes: 2", "hostfile"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, RecipeErrors, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(RecipeErrorsSyntax, YamlSyntaxErrorNamesLine) {
+  fs::path file = fs::temp_directory_path() / ("llmtrain_syntax_" + std::to_string(getpid()) + ".yaml");
+  std::ofstream(file) << "name: t\nmodel:\n  layers: [4\n  hidden: 8\n";
+  std::vector<cli::Diagnostic> diags;
+  try {
+    cli::recipe_load(file.string(), {});
+  } catch (const cli::RecipeError& e) {
+    diags = e.diagnostics();
+  }
+  fs::remove(file);
+  ASSERT_EQ(diags.size(), 1u);
+  EXPECT_EQ(diags[0].where.rfind(file.string() + ":", 0), 0u) << diags[0].format();
+  EXPECT_NE(diags[0].message.find("YAML syntax error"), std::string::npos) << diags[0].format();
+}
+
+TEST(RecipeErrorsSyntax, UnreadableFileNamesPath) {
+  std::vector<cli::Diagnostic> diags;
+  try {
+    cli::recipe_load("/nonexistent/recipe.yaml", {});
+  } catch (const cli::RecipeError& e) {
+    diags = e.diagnostics();
+  }
+  ASSERT_EQ(diags.size(), 1u);
+  EXPECT_EQ(diags[0].where, "/nonexistent/recipe.yaml");
+  EXPECT_NE(diags[0].message.find("cannot read the recipe file"), std::string::npos);
+}
+
+TEST(RecipeErrorsSyntax, EveryProblemReportedAtOnce) {
+  fs::path file = fs::temp_directory_path() / ("llmtrain_many_" + std::to_string(getpid()) + ".yaml");
+  std::string text = kBase;
+  text.replace(text.find("layers: 4"), 9, "layers: x");
+  text.replace(text.find("steps: 10"), 9, "steps: -1");
+  std::ofstream(file) << text;
+  std::vector<cli::Diagnostic> diags;
+  try {
+    cli::recipe_load(file.string(), {});
+  } catch (const cli::RecipeError& e) {
+    diags = e.diagnostics();
+  }
+  fs::remove(file);
+  ASSERT_EQ(diags.size(), 2u);
+  EXPECT_EQ(diags[0].key, "model.layers");
+  EXPECT_EQ(diags[1].key, "train.steps");
+}
+
+}  // namespace

@@ -1,0 +1,40 @@
+#include <gtest/gtest.h>
+
+#include "common/strings.h"
+
+using namespace llmtrain;
+
+TEST(Strings, EditDistance) {
+  EXPECT_EQ(edit_distance("layers", "layers"), 0);
+  EXPECT_EQ(edit_distance("layer", "layers"), 1);
+  EXPECT_EQ(edit_distance("hiden", "hidden"), 1);
+  EXPECT_EQ(edit_distance("", "abc"), 3);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3);
+  EXPECT_EQ(edit_distance("gtp2", "gpt2"), 1);  // adjacent transposition is one edit
+}
+
+TEST(Strings, ClosestMatchOnlyForPlausibleTypos) {
+  std::vector<std::string> keys{"layers", "hidden", "heads", "kv_heads"};
+  EXPECT_EQ(closest_match("layrs", keys).value_or(""), "layers");
+  EXPECT_EQ(closest_match("kvheads", keys).value_or(""), "kv_heads");
+  EXPECT_FALSE(closest_match("optimizer", keys).has_value());
+}
+
+TEST(Strings, Durations) {
+  EXPECT_DOUBLE_EQ(*parse_duration_seconds("300s"), 300);
+  EXPECT_DOUBLE_EQ(*parse_duration_seconds("5m"), 300);
+  EXPECT_DOUBLE_EQ(*parse_duration_seconds("1.5h"), 5400);
+  EXPECT_DOUBLE_EQ(*parse_duration_seconds("250ms"), 0.25);
+  EXPECT_DOUBLE_EQ(*parse_duration_seconds("42"), 42);
+  EXPECT_FALSE(parse_duration_seconds("5 minutes").has_value());
+  EXPECT_FALSE(parse_duration_seconds("-3s").has_value());
+  EXPECT_FALSE(parse_duration_seconds("").has_value());
+  EXPECT_EQ(format_duration(3723), "1h02m03s");
+  EXPECT_EQ(format_duration(65), "1m05s");
+}
+
+TEST(Strings, Counts) {
+  EXPECT_EQ(format_count(124439808), "124.44M");
+  EXPECT_EQ(format_count(999), "999");
+  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+}

@@ -1,0 +1,77 @@
+// Mesh arithmetic for many shapes: the (pp, dp, tp) order with tp fastest, groups partition the
+// world, and every group's members agree on the group.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "parallel/mesh.h"
+
+using namespace llmtrain::parallel;
+
+TEST(Mesh, TpVariesFastestThenDpThenPp) {
+  MeshShape s{2, 2, 3};  // tp 2, pp 2, dp 3: 12 ranks
+  EXPECT_EQ(Mesh::coord_of(s, 0), (MeshCoord{0, 0, 0}));
+  EXPECT_EQ(Mesh::coord_of(s, 1), (MeshCoord{0, 0, 1}));
+  EXPECT_EQ(Mesh::coord_of(s, 2), (MeshCoord{0, 1, 0}));
+  EXPECT_EQ(Mesh::coord_of(s, 6), (MeshCoord{1, 0, 0}));
+  EXPECT_EQ(Mesh::coord_of(s, 11), (MeshCoord{1, 2, 1}));
+}
+
+TEST(Mesh, MegatronExampleGroups) {
+  // Megatron-LM's documented example: 16 ranks, tp 2, pp 4, dp 2.
+  MeshShape s{2, 4, 2};
+  auto tp = Mesh::all_groups(s, GroupKind::tp);
+  auto dp = Mesh::all_groups(s, GroupKind::dp);
+  auto pp = Mesh::all_groups(s, GroupKind::pp);
+  EXPECT_EQ(tp.size(), 8u);
+  EXPECT_EQ(tp[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(tp[7], (std::vector<int>{14, 15}));
+  EXPECT_EQ(dp.size(), 8u);
+  EXPECT_EQ(dp[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(dp[1], (std::vector<int>{1, 3}));
+  EXPECT_EQ(pp.size(), 4u);
+  EXPECT_EQ(pp[0], (std::vector<int>{0, 4, 8, 12}));
+  EXPECT_EQ(pp[3], (std::vector<int>{3, 7, 11, 15}));
+  auto mp = Mesh::all_groups(s, GroupKind::model_parallel);
+  EXPECT_EQ(mp.size(), 2u);
+  EXPECT_EQ(mp[0], (std::vector<int>{0, 1, 4, 5, 8, 9, 12, 13}));
+}
+
+TEST(Mesh, GroupsPartitionTheWorldForManyShapes) {
+  for (int tp : {1, 2, 3, 4, 8})
+    for (int pp : {1, 2, 3, 4})
+      for (int dp : {1, 2, 5}) {
+        MeshShape s{tp, pp, dp};
+        for (int r = 0; r < s.world(); ++r) EXPECT_EQ(Mesh::rank_of(s, Mesh::coord_of(s, r)), r);
+        struct Expect {
+          GroupKind kind;
+          int size;
+        };
+        for (auto [kind, size] : {Expect{GroupKind::tp, tp}, Expect{GroupKind::pp, pp}, Expect{GroupKind::dp, dp},
+                                  Expect{GroupKind::model_parallel, tp * pp}}) {
+          auto groups = Mesh::all_groups(s, kind);
+          std::set<int> seen;
+          for (const auto& g : groups) {
+            ASSERT_EQ(static_cast<int>(g.size()), size) << Mesh::describe(s) << " " << group_kind_name(kind);
+            for (int m : g) {
+              EXPECT_TRUE(seen.insert(m).second) << "rank in two groups";
+              EXPECT_EQ(Mesh::group_of(s, m, kind), g) << "members disagree";
+            }
+          }
+          EXPECT_EQ(static_cast<int>(seen.size()), s.world());
+        }
+        // A tp group is consecutive ranks (stays inside a node).
+        for (const auto& g : Mesh::all_groups(s, GroupKind::tp))
+          for (size_t i = 1; i < g.size(); ++i) EXPECT_EQ(g[i], g[i - 1] + 1);
+      }
+}
+
+TEST(Mesh, IndexInGroupMatchesCoordinate) {
+  MeshShape s{4, 2, 3};
+  for (int r = 0; r < s.world(); ++r) {
+    Mesh m(s, r);
+    EXPECT_EQ(m.index_in(GroupKind::tp), m.coord().tp);
+    EXPECT_EQ(m.index_in(GroupKind::dp), m.coord().dp);
+    EXPECT_EQ(m.index_in(GroupKind::pp), m.coord().pp);
+  }
+}
