@@ -1,0 +1,73 @@
+// Comm: one interface for every communication between ranks, over host buffers (MPI backend) and
+// device buffers (NCCL backend, with the CUDA work). A single-process run uses a one-rank Comm, so
+// the trainer never asks "am I distributed?" (DESIGN.md §3).
+//
+// Rules a reader could get wrong:
+//  - Every rank of a group calls the same collectives in the same order with the same element
+//    counts and dtypes; a mismatch is a bug of ours, not a user error.
+//  - Every wait is bounded by the communicator's timeout (parallel.timeout); a wait that runs out
+//    throws llmtrain::Error naming the operation, the group and, where there is one, the peer.
+//  - Buffers passed to an asynchronous call must stay alive and untouched until its wait() returns.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kernels/tensor.h"
+
+namespace llmtrain::parallel {
+
+using kernels::Tensor;
+
+enum class ReduceOp { sum, avg, max };
+const char* to_string(ReduceOp op);
+
+// A pending asynchronous operation.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation completes, or throws on timeout.
+  virtual void wait() = 0;
+  // True once the operation has completed (never blocks).
+  virtual bool done() = 0;
+};
+using WorkHandle = std::unique_ptr<Work>;
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The group's name for messages: "world", "tp", "dp", "pp", "model-parallel".
+  virtual const std::string& name() const = 0;
+
+  // In place: every rank ends with the reduction of every rank's `buf`.
+  virtual void all_reduce(Tensor buf, ReduceOp op) = 0;
+  // `in` holds size() equal chunks; rank r receives the reduction of every rank's chunk r in `out`.
+  virtual void reduce_scatter(Tensor in, Tensor out, ReduceOp op) = 0;
+  // `out` holds size() chunks of in.numel() elements; chunk r is rank r's `in`.
+  virtual void all_gather(Tensor in, Tensor out) = 0;
+  // Rank `root`'s `buf` is copied into every other rank's `buf`.
+  virtual void broadcast(Tensor buf, int root) = 0;
+  // Point-to-point within the group; `peer` is a rank of this group.
+  virtual void send(Tensor buf, int peer, int tag = 0) = 0;
+  virtual void recv(Tensor buf, int peer, int tag = 0) = 0;
+  // `in` and `out` hold size() equal chunks; chunk r of `in` goes to rank r, and chunk r of `out`
+  // comes from rank r.
+  virtual void all_to_all(Tensor in, Tensor out) = 0;
+  virtual void barrier() = 0;
+
+  // Asynchronous forms, for overlapping communication with computation.
+  virtual WorkHandle all_reduce_async(Tensor buf, ReduceOp op) = 0;
+  virtual WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) = 0;
+  virtual WorkHandle all_gather_async(Tensor in, Tensor out) = 0;
+  virtual WorkHandle send_async(Tensor buf, int peer, int tag = 0) = 0;
+  virtual WorkHandle recv_async(Tensor buf, int peer, int tag = 0) = 0;
+};
+
+// A communicator of one rank: reductions and gathers copy (or do nothing, in place), point-to-point
+// has no peer and is a bug. Single-process runs and trivial mesh groups use it.
+std::unique_ptr<Comm> make_local_comm(std::string name = "world");
+
+}  // namespace llmtrain::parallel

@@ -1,0 +1,80 @@
+// The one-rank communicator. Every collective over one rank is the identity, or a copy when input
+// and output are different buffers. Host buffers only; device buffers of a one-rank job go through
+// the NCCL backend, which handles one rank itself.
+#include <cstring>
+
+#include "parallel/comm.h"
+
+namespace llmtrain::parallel {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
+  }
+  return "?";
+}
+
+namespace {
+
+class DoneWork final : public Work {
+ public:
+  void wait() override {}
+  bool done() override { return true; }
+};
+
+void copy(Tensor in, Tensor out) {
+  LT_CHECK(in.bytes() == out.bytes() && in.dtype == out.dtype, "one-rank copy of {} {} into {} {}", in.numel(),
+           kernels::to_string(in.dtype), out.numel(), kernels::to_string(out.dtype));
+  LT_CHECK(in.device == kernels::Device::cpu && out.device == kernels::Device::cpu, "one-rank comm on device memory");
+  if (in.data != out.data && in.bytes() > 0) std::memmove(out.data, in.data, in.bytes());
+}
+
+class LocalComm final : public Comm {
+ public:
+  explicit LocalComm(std::string name) : name_(std::move(name)) {}
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+
+  void all_reduce(Tensor, ReduceOp) override {}
+  void reduce_scatter(Tensor in, Tensor out, ReduceOp) override { copy(in, out); }
+  void all_gather(Tensor in, Tensor out) override { copy(in, out); }
+  void broadcast(Tensor, int root) override { LT_CHECK(root == 0, "broadcast from rank {} in a one-rank group", root); }
+  void send(Tensor, int peer, int) override { LT_CHECK(false, "send to rank {} in one-rank group {}", peer, name_); }
+  void recv(Tensor, int peer, int) override { LT_CHECK(false, "recv from rank {} in one-rank group {}", peer, name_); }
+  void all_to_all(Tensor in, Tensor out) override { copy(in, out); }
+  void barrier() override {}
+
+  WorkHandle all_reduce_async(Tensor, ReduceOp) override { return std::make_unique<DoneWork>(); }
+  WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override {
+    reduce_scatter(in, out, op);
+    return std::make_unique<DoneWork>();
+  }
+  WorkHandle all_gather_async(Tensor in, Tensor out) override {
+    all_gather(in, out);
+    return std::make_unique<DoneWork>();
+  }
+  WorkHandle send_async(Tensor buf, int peer, int tag) override {
+    send(buf, peer, tag);
+    return nullptr;
+  }
+  WorkHandle recv_async(Tensor buf, int peer, int tag) override {
+    recv(buf, peer, tag);
+    return nullptr;
+  }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_local_comm(std::string name) { return std::make_unique<LocalComm>(std::move(name)); }
+
+}  // namespace llmtrain::parallel
