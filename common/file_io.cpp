@@ -1,0 +1,172 @@
+#include "common/file_io.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace llmtrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& path, int error) {
+  std::string hint;
+  if (error == ENOSPC || error == EDQUOT)
+    hint = "the disk is full: free space or point the output elsewhere";
+  else if (error == EACCES || error == EPERM || error == EROFS)
+    hint = "check the directory's permissions";
+  throw environment_error(fmt::format("{} {}: {}", op, path, std::strerror(error)), hint);
+}
+
+class PosixFile final : public WritableFile {
+ public:
+  explicit PosixFile(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot create", path_, errno);
+  }
+  ~PosixFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void append(const void* data, size_t size) override {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      ssize_t n = ::write(fd_, p, size);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("cannot write", path_, errno);
+      }
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+  }
+  void sync() override {
+    if (::fsync(fd_) != 0) fail("cannot fsync", path_, errno);
+  }
+  void close() override {
+    if (fd_ < 0) return;
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("cannot close", path_, errno);
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  std::unique_ptr<WritableFile> create(const std::string& path) override { return std::make_unique<PosixFile>(path); }
+  void rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) fail("cannot rename", from + " to " + to, errno);
+  }
+  void sync_dir(const std::string& dir) override {
+    int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) fail("cannot open directory", dir, errno);
+    int rc = ::fsync(fd);
+    int error = errno;
+    ::close(fd);
+    if (rc != 0) fail("cannot fsync directory", dir, error);
+  }
+  void make_dirs(const std::string& dir) override {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail("cannot create directory", dir, ec.value());
+  }
+  void remove_all(const std::string& path) override {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec) fail("cannot remove", path, ec.value());
+  }
+};
+
+// A file of a FaultyFileSystem: each call counts as one operation.
+class FaultyFile final : public WritableFile {
+ public:
+  FaultyFile(FaultyFileSystem& owner, std::unique_ptr<WritableFile> base) : owner_(owner), base_(std::move(base)) {}
+  void append(const void* data, size_t size) override {
+    owner_.tick("cannot write", base_->path());
+    base_->append(data, size);
+  }
+  void sync() override {
+    owner_.tick("cannot fsync", base_->path());
+    base_->sync();
+  }
+  void close() override { base_->close(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  FaultyFileSystem& owner_;
+  std::unique_ptr<WritableFile> base_;
+};
+
+}  // namespace
+
+FileSystem& default_file_system() {
+  static PosixFileSystem fs;
+  return fs;
+}
+
+void FaultyFileSystem::tick(const char* op, const std::string& path) {
+  ++ops_;
+  if (fail_at_ > 0 && ops_ == fail_at_) {
+    failed_ = true;
+    fail(op, path, error_);
+  }
+}
+
+std::unique_ptr<WritableFile> FaultyFileSystem::create(const std::string& path) {
+  tick("cannot create", path);
+  return std::make_unique<FaultyFile>(*this, base_.create(path));
+}
+
+void FaultyFileSystem::rename(const std::string& from, const std::string& to) {
+  tick("cannot rename", from + " to " + to);
+  base_.rename(from, to);
+}
+
+void FaultyFileSystem::sync_dir(const std::string& dir) {
+  tick("cannot fsync directory", dir);
+  base_.sync_dir(dir);
+}
+
+void FaultyFileSystem::make_dirs(const std::string& dir) {
+  tick("cannot create directory", dir);
+  base_.make_dirs(dir);
+}
+
+void write_file_atomic(FileSystem& fs, const std::string& path, std::string_view contents) {
+  std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  try {
+    auto f = fs.create(tmp);
+    f->append(contents.data(), contents.size());
+    f->sync();
+    f->close();
+    fs.rename(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fs.sync_dir(fs::path(path).parent_path().string());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read", path, errno);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,81 @@
+// File output behind a small interface (leveldb's Env, reduced to what we write): checkpoints,
+// run-directory files and anything else that must survive a crash go through FileSystem, so a test
+// can make the n-th operation fail (EIO, ENOSPC) and check that nothing already committed is lost.
+//
+// Rule a reader could get wrong: a file is committed only by write_file_atomic() or by writing a
+// temporary name, sync()ing it, renaming it and sync_dir()ing its directory, in that order. A
+// rename without the fsyncs around it can leave an empty or missing file after a power loss.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace llmtrain {
+
+// Every failure throws llmtrain::Error (environment kind) naming the operation, the path and the
+// system's reason.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual void append(const void* data, size_t size) = 0;
+  virtual void sync() = 0;   // fsync: data and metadata on stable storage
+  virtual void close() = 0;  // idempotent; the destructor closes without throwing
+  virtual const std::string& path() const = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  // Creates (or truncates) a file for writing.
+  virtual std::unique_ptr<WritableFile> create(const std::string& path) = 0;
+  // rename(2): atomically replaces `to` when it exists (a directory only when `to` is empty or absent).
+  virtual void rename(const std::string& from, const std::string& to) = 0;
+  // Makes a directory's entries (creations, renames) durable.
+  virtual void sync_dir(const std::string& dir) = 0;
+  // mkdir -p.
+  virtual void make_dirs(const std::string& dir) = 0;
+  // rm -rf; no error when absent.
+  virtual void remove_all(const std::string& path) = 0;
+};
+
+// The real file system.
+FileSystem& default_file_system();
+
+// A FileSystem that forwards to another and makes one chosen operation fail, for tests of
+// interrupted writes: the `fail_at`-th operation (1-based, counting create, append, sync, rename,
+// sync_dir and make_dirs) throws as if the system returned `error` (e.g. EIO, ENOSPC).
+class FaultyFileSystem final : public FileSystem {
+ public:
+  explicit FaultyFileSystem(FileSystem& base) : base_(base) {}
+
+  void fail_at(long op, int error) { fail_at_ = op, error_ = error; }
+  long operations() const { return ops_; }  // operations counted so far
+  bool failed() const { return failed_; }
+
+  std::unique_ptr<WritableFile> create(const std::string& path) override;
+  void rename(const std::string& from, const std::string& to) override;
+  void sync_dir(const std::string& dir) override;
+  void make_dirs(const std::string& dir) override;
+  void remove_all(const std::string& path) override { base_.remove_all(path); }
+
+  // Counts one operation and throws when it is the one chosen to fail.
+  void tick(const char* op, const std::string& path);
+
+ private:
+  FileSystem& base_;
+  long ops_ = 0;
+  long fail_at_ = 0;
+  int error_ = 0;
+  bool failed_ = false;
+};
+
+// Writes `contents` to `path` atomically: `<path>.tmp.<pid>`, fsync, rename over `path`, fsync the
+// directory. Readers see the old file or the new one, never a mix.
+void write_file_atomic(FileSystem& fs, const std::string& path, std::string_view contents);
+
+// Reads a whole file; throws llmtrain::Error naming the path.
+std::string read_file(const std::string& path);
+
+}  // namespace llmtrain
