@@ -1,0 +1,63 @@
+// What a run reports: `metrics.jsonl` in the run directory (one JSON object per logged step and one
+// per evaluation; fields in docs/metrics.md) and the console line every log.every steps, with a
+// progress bar when stderr is a terminal.
+//
+// Rule a reader could get wrong: a resumed run first drops the records of steps after the step it
+// resumes from (a killed run may have logged steps whose checkpoint never completed), so the file
+// always describes one consistent trajectory.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace llmtrain::trainer {
+
+struct StepMetrics {
+  int64_t step = 0;  // optimizer steps completed, 1-based
+  int64_t steps_total = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double tokens_per_s = 0;  // over the steps since the last record
+  double mfu = 0;           // fraction of log.peak_tflops × ranks
+  double elapsed_s = 0;     // since this process started training
+  double eta_s = 0;
+  int64_t tokens = 0;  // tokens consumed since step 0
+  int64_t skipped_steps = 0;
+};
+
+struct EvalMetrics {
+  int64_t step = 0;
+  double val_loss = 0;
+  double val_ppl = 0;
+  int64_t tokens = 0;
+};
+
+class MetricsLog {
+ public:
+  // Opens `<dir>/metrics.jsonl` for appending; with `resume_step` >= 0, first keeps only the records
+  // of steps <= resume_step. `dir` empty: no file (ranks other than the logging one).
+  MetricsLog(const std::string& dir, int64_t resume_step);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  void write(const StepMetrics& m);
+  void write(const EvalMetrics& m);
+  const std::string& path() const { return path_; }
+
+ private:
+  void append(const nlohmann::json& j);
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+// The console line for a step: "step 120/2000 | loss 2.3140 | lr 9.98e-04 | ...".
+std::string format_step_line(const StepMetrics& m);
+std::string format_eval_line(const EvalMetrics& m);
+// A progress bar of `width` characters for `done` of `total`.
+std::string progress_bar(int64_t done, int64_t total, int width);
+
+}  // namespace llmtrain::trainer
