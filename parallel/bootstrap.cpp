@@ -169,7 +169,10 @@ std::unique_ptr<Runtime> bootstrap(const LaunchEnv& env, const BootstrapOptions&
   info.mpi = true;
   info.mpi_thread_level = thread_level_name(provided);
   // Errors come back as codes (LT_MPI turns them into llmtrain::Error) instead of aborting.
+  // (MPI_COMM_SELF too: errors of calls without a communicator, e.g. datatype creation, are raised
+  // on one of the two depending on the MPI version.)
   LT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  LT_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
   LT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank));
   LT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &info.world_size));
   log_set_rank(info.rank, info.world_size);

@@ -120,7 +120,8 @@ class MpiWork final : public Work {
         group_(comm->name_),
         group_size_(comm->size_),
         group_rank_(comm->rank_),
-        timeout_s_(comm->timeout_s_) {}
+        timeout_s_(comm->timeout_s_),
+        owner_(comm->owner_) {}
 
   ~MpiWork() override {
     if (comm_) comm_->forget(this);
@@ -141,8 +142,18 @@ class MpiWork final : public Work {
   }
 
   void wait() override {
+    LT_CHECK(std::this_thread::get_id() == owner_,
+             "wait() for {} on group '{}' from a thread other than the one that started it (MPI runs at "
+             "MPI_THREAD_FUNNELED)",
+             describe(), group_);
     if (advance()) return;
-    const double waited = wait_poll([this] { return advance(); }, timeout_s_);
+    const double waited = wait_poll(
+        [this] {
+          const size_t before = next_;
+          if (advance()) return Poll::done;
+          return next_ > before ? Poll::progressed : Poll::pending;
+        },
+        timeout_s_, eager_seconds_for(static_cast<double>(largest_request_bytes_)));
     if (waited >= 0) return;
     std::string where = fmt::format("on group '{}'", group_);
     if (std::string_view(op_.kind) == "send" || std::string_view(op_.kind) == "recv")
@@ -186,9 +197,12 @@ class MpiWork final : public Work {
 
   bool complete() const { return complete_; }
 
-  MPI_Request* add_request(int64_t expect_bytes = -1) {
+  // A request moving `bytes` (per rank, for the wait's estimate of transfer time); a receive
+  // also says how many bytes it must bring (checked on completion).
+  MPI_Request* add_request(int64_t bytes, int64_t expect_bytes = -1) {
     requests_.push_back(MPI_REQUEST_NULL);
     expect_bytes_.push_back(expect_bytes);
+    largest_request_bytes_ = std::max(largest_request_bytes_, bytes);
     return &requests_.back();
   }
   template <typename T>
@@ -223,11 +237,13 @@ class MpiWork final : public Work {
   int group_size_;
   int group_rank_;
   double timeout_s_;
+  std::thread::id owner_;
   int peer_world_rank_ = -1;
   // A vector may reallocate while requests are added, but MPI keeps no pointer to a request
   // handle (MPI_Request is a value), so that is safe.
   std::vector<MPI_Request> requests_;
   std::vector<int64_t> expect_bytes_;  // per request: bytes a receive must bring, or -1
+  int64_t largest_request_bytes_ = 0;
   size_t next_ = 0;
   bool complete_ = false;
   std::function<void()> finish_;
@@ -290,6 +306,10 @@ void MpiComm::check_peer(int peer, const char* op) const {
 
 void MpiComm::forget(MpiWork* work) { std::erase(pending_, work); }
 
+int64_t MpiComm::piece_elements(size_t element_size) const {
+  return std::min<int64_t>(max_count_, std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(element_size)));
+}
+
 void MpiComm::progress() {
   check_thread("progress");
   for (size_t i = 0; i < pending_.size(); ++i) pending_[i]->advance();
@@ -336,10 +356,12 @@ WorkHandle MpiComm::all_reduce_async(Tensor buf, ReduceOp op) {
     widen(buf.data, buf.dtype, wide, n);
     target = wide, esz = sizeof(float), type = MPI_FLOAT;
   }
-  w->reserve(static_cast<size_t>((n + max_count_ - 1) / max_count_));
-  for (int64_t o = 0; o < n; o += max_count_) {
-    int k = static_cast<int>(std::min(max_count_, n - o));
-    LT_MPI(MPI_Iallreduce(MPI_IN_PLACE, at(target, o, esz), k, type, mpi_op(op), comm_, w->add_request()));
+  const int64_t piece = piece_elements(esz);
+  w->reserve(static_cast<size_t>((n + piece - 1) / piece));
+  for (int64_t o = 0; o < n; o += piece) {
+    const int k = static_cast<int>(std::min(piece, n - o));
+    LT_MPI(MPI_Iallreduce(MPI_IN_PLACE, at(target, o, esz), k, type, mpi_op(op), comm_,
+                          w->add_request(int64_t(k) * int64_t(esz))));
   }
   if (op == ReduceOp::avg || widened(buf.dtype)) {
     w->set_finish([buf, target, n, op, size = size_] {
@@ -387,7 +409,8 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
     dst = w->scratch<std::byte>(static_cast<int64_t>(out.bytes()));
 
   if (n <= max_count_) {
-    LT_MPI(MPI_Ireduce_scatter_block(src, dst, static_cast<int>(n), type, mpi_op(op), comm_, w->add_request()));
+    LT_MPI(MPI_Ireduce_scatter_block(src, dst, static_cast<int>(n), type, mpi_op(op), comm_,
+                                     w->add_request(n * size_ * int64_t(esz))));
   } else {
     // Pieces of k elements of every rank's block: pack each piece's blocks side by side so that
     // one reduce-scatter of k elements per rank reduces it.
@@ -398,7 +421,7 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
       for (int r = 0; r < size_; ++r)
         std::memcpy(at(piece, r * k, esz), at(src, r * n + o, esz), static_cast<size_t>(k) * esz);
       LT_MPI(MPI_Ireduce_scatter_block(piece, at(dst, o, esz), static_cast<int>(k), type, mpi_op(op), comm_,
-                                       w->add_request()));
+                                       w->add_request(k * size_ * int64_t(esz))));
     }
   }
   if (op == ReduceOp::avg || dst != out.data) {
@@ -440,13 +463,13 @@ WorkHandle MpiComm::all_gather_async(Tensor in, Tensor out) {
   const MPI_Datatype type = element_type(in.dtype);
   if (n <= max_count_) {
     LT_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, static_cast<int>(n), type, out.data, static_cast<int>(n),
-                          type, comm_, w->add_request()));
+                          type, comm_, w->add_request(n * size_ * int64_t(esz))));
   } else {
     for (int64_t o = 0; o < n; o += max_count_) {
       const int k = static_cast<int>(std::min(max_count_, n - o));
       MPI_Datatype block = strided_block(type, k, n, esz);
       LT_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : at(in.data, o, esz), k, type, at(out.data, o, esz), 1, block,
-                            comm_, w->add_request()));
+                            comm_, w->add_request(int64_t(k) * size_ * int64_t(esz))));
       LT_MPI(MPI_Type_free(&block));  // pending operations keep what they need
     }
   }
@@ -460,9 +483,11 @@ WorkHandle MpiComm::broadcast_async(Tensor buf, int root) {
   const size_t esz = kernels::dtype_size(buf.dtype);
   auto w = begin(Op{"broadcast", n, buf.dtype, std::nullopt, root});
   if (n == 0 || size_ == 1) return launch(std::move(w));
-  for (int64_t o = 0; o < n; o += max_count_) {
-    const int k = static_cast<int>(std::min(max_count_, n - o));
-    LT_MPI(MPI_Ibcast(at(buf.data, o, esz), k, element_type(buf.dtype), root, comm_, w->add_request()));
+  const int64_t piece = piece_elements(esz);
+  for (int64_t o = 0; o < n; o += piece) {
+    const int k = static_cast<int>(std::min(piece, n - o));
+    LT_MPI(MPI_Ibcast(at(buf.data, o, esz), k, element_type(buf.dtype), root, comm_,
+                      w->add_request(int64_t(k) * int64_t(esz))));
   }
   return launch(std::move(w));
 }
@@ -488,12 +513,14 @@ WorkHandle MpiComm::all_to_all_async(Tensor in, Tensor out) {
   }
   const MPI_Datatype type = element_type(in.dtype);
   if (n <= max_count_) {
-    LT_MPI(MPI_Ialltoall(src, static_cast<int>(n), type, out.data, static_cast<int>(n), type, comm_, w->add_request()));
+    LT_MPI(MPI_Ialltoall(src, static_cast<int>(n), type, out.data, static_cast<int>(n), type, comm_,
+                         w->add_request(n * size_ * int64_t(esz))));
   } else {
     for (int64_t o = 0; o < n; o += max_count_) {
       const int k = static_cast<int>(std::min(max_count_, n - o));
       MPI_Datatype block = strided_block(type, k, n, esz);
-      LT_MPI(MPI_Ialltoall(at(src, o, esz), 1, block, at(out.data, o, esz), 1, block, comm_, w->add_request()));
+      LT_MPI(MPI_Ialltoall(at(src, o, esz), 1, block, at(out.data, o, esz), 1, block, comm_,
+                           w->add_request(int64_t(k) * size_ * int64_t(esz))));
       LT_MPI(MPI_Type_free(&block));
     }
   }
@@ -502,7 +529,7 @@ WorkHandle MpiComm::all_to_all_async(Tensor in, Tensor out) {
 
 WorkHandle MpiComm::barrier_async() {
   auto w = begin(Op{"barrier"});
-  if (size_ > 1) LT_MPI(MPI_Ibarrier(comm_, w->add_request()));
+  if (size_ > 1) LT_MPI(MPI_Ibarrier(comm_, w->add_request(0)));
   return launch(std::move(w));
 }
 
@@ -516,9 +543,11 @@ WorkHandle MpiComm::send_async(Tensor buf, int peer, int tag) {
   auto w = begin(Op{"send", n, buf.dtype, std::nullopt, peer, tag});
   w->set_peer_world_rank(world_rank_of(peer));
   // Pieces between the same two ranks with the same tag arrive in order (MPI's non-overtaking rule).
-  for (int64_t o = 0; o < n; o += max_count_) {
-    const int k = static_cast<int>(std::min(max_count_, n - o));
-    LT_MPI(MPI_Isend(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_, w->add_request()));
+  const int64_t piece = piece_elements(esz);
+  for (int64_t o = 0; o < n; o += piece) {
+    const int k = static_cast<int>(std::min(piece, n - o));
+    LT_MPI(MPI_Isend(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_,
+                     w->add_request(int64_t(k) * int64_t(esz))));
   }
   return launch(std::move(w));
 }
@@ -530,10 +559,11 @@ WorkHandle MpiComm::recv_async(Tensor buf, int peer, int tag) {
   const size_t esz = kernels::dtype_size(buf.dtype);
   auto w = begin(Op{"recv", n, buf.dtype, std::nullopt, peer, tag});
   w->set_peer_world_rank(world_rank_of(peer));
-  for (int64_t o = 0; o < n; o += max_count_) {
-    const int k = static_cast<int>(std::min(max_count_, n - o));
-    LT_MPI(MPI_Irecv(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_,
-                     w->add_request(static_cast<int64_t>(k) * static_cast<int64_t>(esz))));
+  const int64_t piece = piece_elements(esz);
+  for (int64_t o = 0; o < n; o += piece) {
+    const int k = static_cast<int>(std::min(piece, n - o));
+    const int64_t bytes = int64_t(k) * int64_t(esz);
+    LT_MPI(MPI_Irecv(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_, w->add_request(bytes, bytes)));
   }
   return launch(std::move(w));
 }
@@ -558,7 +588,7 @@ std::unique_ptr<MpiComm> make_mpi_world_comm(double timeout_s, std::string name)
       [&] {
         int flag = 0;
         LT_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
-        return flag != 0;
+        return flag ? Poll::done : Poll::pending;
       },
       timeout_s);
   if (waited < 0)

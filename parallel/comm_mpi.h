@@ -3,10 +3,10 @@
 //
 // How it works, and the rules a reader could get wrong:
 //  - Every operation is nonblocking underneath: the blocking form is the asynchronous one plus
-//    wait(). A wait polls MPI_Test with a deadline (the communicator's timeout), yielding and then
-//    sleeping between polls (20 µs doubling to 1 ms) so a waiting rank does not take a core from a
-//    rank that computes. A wait that runs out throws llmtrain::Error naming the operation, the group,
-//    its size and, for send/recv, the peer.
+//    wait(). A wait polls MPI_Test with a deadline (the communicator's timeout): eagerly while
+//    data is expected to move, with short sleeps otherwise, so that a waiting rank does not take a
+//    core from a rank that computes (parallel/wait_poll.h). A wait that runs out throws
+//    llmtrain::Error naming the operation, the group, its size and, for send/recv, the peer.
 //  - Progress: Open MPI advances nonblocking collectives only inside MPI calls, and the job runs
 //    at MPI_THREAD_FUNNELED (no progress thread, see parallel/bootstrap.h). Overlap comes from
 //    polling: Comm::progress() tests every pending operation of this communicator; the gradient
@@ -16,8 +16,9 @@
 //    times on different ranks. Local finishing steps (avg's division, bf16 conversion, copies out
 //    of scratch buffers) run once the requests completed, from wait(), done() or progress().
 //  - Element counts beyond max_count() (INT_MAX, MPI's int counts) go in pieces: contiguous
-//    pieces for all-reduce, broadcast and send/recv, strided datatypes for all-gather and
-//    all-to-all, and a packed copy of the input for reduce-scatter.
+//    pieces for all-reduce, broadcast and send/recv (which go in 1 MiB pieces anyway, see
+//    kPieceBytes), strided datatypes for all-gather and all-to-all, and a packed copy of the
+//    input for reduce-scatter.
 //  - Reductions: fp32, int32, int64, uint8, uint16 reduce natively; bf16 and fp16 are widened to an
 //    fp32 scratch buffer, reduced in fp32 and rounded once at the end. avg is an MPI sum followed
 //    by a division by the group size in the reduction type (x / n, as torch's `/ world_size`);
@@ -40,6 +41,12 @@
 namespace llmtrain::parallel {
 
 class MpiWork;
+
+// All-reduce, broadcast and send/recv go in pieces of at most this many bytes, all started at
+// once. Each completed piece tells a wait that data is moving (parallel/wait_poll.h), and pieces
+// pipeline. Measured on 2 ranks (shared memory, no single-copy): a 16 MiB all-reduce in 1 MiB
+// pieces took 1.2-1.4× a blocking MPI_Allreduce, in one piece with the same waits 10×.
+inline constexpr int64_t kPieceBytes = int64_t(1) << 20;
 
 class MpiComm final : public Comm {
  public:
@@ -94,6 +101,8 @@ class MpiComm final : public Comm {
   void check_thread(const char* op) const;
   void check_peer(int peer, const char* op) const;
   void forget(MpiWork* work);
+  // Elements per MPI call for operations sent in progress pieces (see kPieceBytes).
+  int64_t piece_elements(size_t element_size) const;
 
   MPI_Comm comm_;
   std::string name_;

@@ -1,27 +1,32 @@
 #include "parallel/wait_poll.h"
 
 #include <algorithm>
-#include <chrono>
 #include <thread>
 
 namespace llmtrain::parallel {
 
-double wait_poll(const std::function<bool()>& done, double timeout_s) {
+double wait_poll(const std::function<Poll()>& poll, double timeout_s, double eager_s) {
   using Clock = std::chrono::steady_clock;
-  constexpr int kYieldPolls = 100;
-  constexpr auto kFirstNap = std::chrono::microseconds(20);
-  constexpr auto kLongestNap = std::chrono::microseconds(1000);
+  using Seconds = std::chrono::duration<double>;
   const auto start = Clock::now();
-  const auto limit = std::chrono::duration<double>(timeout_s);
-  auto nap = kFirstNap;
-  for (int polls = 0;; ++polls) {
-    if (done()) return std::chrono::duration<double>(Clock::now() - start).count();
-    if (Clock::now() - start >= limit) return -1.0;
-    if (polls < kYieldPolls) {
+  auto last_progress = start;
+  double eager = std::max(eager_s, kMinEagerSeconds);
+  for (;;) {
+    const Poll p = poll();
+    const auto now = Clock::now();
+    if (p == Poll::done) return Seconds(now - start).count();
+    if (Seconds(now - start).count() >= timeout_s) return -1.0;
+    if (p == Poll::progressed) {
+      last_progress = now;
+      eager = kMinEagerSeconds;
+    }
+    const Seconds idle = now - last_progress;
+    if (idle.count() < eager) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, kLongestNap);
+      auto nap = std::chrono::duration_cast<std::chrono::microseconds>(idle / kNapDivisor);
+      std::this_thread::sleep_for(
+          std::clamp(nap, std::chrono::microseconds(kShortestNap), std::chrono::microseconds(kLongestNap)));
     }
   }
 }

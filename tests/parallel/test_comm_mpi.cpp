@@ -399,6 +399,11 @@ TEST(MpiComm, NamesAndTimeoutsAreInherited) {
   EXPECT_EQ(s->rank(), c.rank());
   EXPECT_DOUBLE_EQ(s->timeout(), 7.5);
   EXPECT_EQ(d->world_rank_of(c.size() - 1), c.size() - 1);
+  // Errors come back as codes on derived communicators too (LT_MPI needs it).
+  MPI_Errhandler h;
+  MPI_Comm_get_errhandler(static_cast<MpiComm&>(*s).handle(), &h);
+  EXPECT_EQ(h, MPI_ERRORS_RETURN);
+  MPI_Errhandler_free(&h);
 }
 
 }  // namespace
