@@ -261,6 +261,16 @@ MpiComm::MpiComm(MPI_Comm comm, std::string name, double timeout_s)
       owner_(std::this_thread::get_id()) {
   LT_MPI(MPI_Comm_rank(comm_, &rank_));
   LT_MPI(MPI_Comm_size(comm_, &size_));
+  // World ranks of the members, once, for messages naming a peer.
+  std::vector<int> mine(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) mine[static_cast<size_t>(r)] = r;
+  world_ranks_.assign(static_cast<size_t>(size_), -1);
+  MPI_Group group, world;
+  LT_MPI(MPI_Comm_group(comm_, &group));
+  LT_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  LT_MPI(MPI_Group_translate_ranks(group, size_, mine.data(), world, world_ranks_.data()));
+  MPI_Group_free(&world);
+  MPI_Group_free(&group);
 }
 
 MpiComm::~MpiComm() {
@@ -272,15 +282,7 @@ MpiComm::~MpiComm() {
 }
 
 int MpiComm::world_rank_of(int rank) const {
-  MPI_Group mine, world;
-  int out = -1;
-  if (MPI_Comm_group(comm_, &mine) != MPI_SUCCESS) return -1;
-  if (MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
-    MPI_Group_translate_ranks(mine, 1, &rank, world, &out);
-    MPI_Group_free(&world);
-  }
-  MPI_Group_free(&mine);
-  return out;
+  return rank >= 0 && rank < size_ ? world_ranks_[static_cast<size_t>(rank)] : -1;
 }
 
 void MpiComm::set_max_count(int64_t elements) {

@@ -112,6 +112,7 @@ class MpiComm final : public Comm {
   int64_t max_count_;
   std::thread::id owner_;
   std::vector<MpiWork*> pending_;  // started, not yet seen complete; progress() polls them
+  std::vector<int> world_ranks_;   // MPI_COMM_WORLD rank of each member
 };
 
 // A duplicate of MPI_COMM_WORLD named `name`, so that our traffic never matches anyone else's.
