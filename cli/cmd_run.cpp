@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "launcher/launch_plan.h"
+#include "parallel/launch_env.h"
 #include "parallel/mesh.h"
 #include "trainer/model_spec.h"
 
@@ -88,10 +89,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
 
 int cmd_run(const RunArgs& args) {
   LoadedRecipe loaded = recipe_load(args.recipe.recipe, args.recipe.overrides);
-  if (loaded.env.launcher == parallel::Launcher::srun_no_pmix)
-    throw Error(fmt::format("started by srun without PMIx: each of the {} processes would be a separate one-rank job",
-                            loaded.env.world_size),
-                "run `srun --mpi=pmix llmtrain run ...`, or set MpiDefault=pmix in slurm.conf");
+  parallel::require_usable_launch(loaded.env);
   launcher::LaunchPlan plan = launcher::plan_launch(loaded.recipe, loaded.env, rank_argv(args.recipe));
   if (args.dry_run) {
     print_plan(loaded, plan);

@@ -8,6 +8,7 @@ namespace llmtrain {
 namespace {
 
 std::string g_prefix;
+int g_rank = -1;
 LogLevel g_level = [] {
   const char* env = std::getenv("LLMTRAIN_LOG");
   if (env && std::string_view(env) == "debug") return LogLevel::debug;
@@ -18,10 +19,13 @@ std::mutex g_mutex;
 }  // namespace
 
 void log_set_rank(int rank, int world_size) {
+  g_rank = rank;
   g_prefix = world_size > 1 ? fmt::format("[rank {}] ", rank) : std::string();
 }
 
 const std::string& log_prefix() { return g_prefix; }
+
+int log_rank() { return g_rank; }
 
 void log_set_level(LogLevel level) { g_level = level; }
 

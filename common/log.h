@@ -13,6 +13,8 @@ enum class LogLevel { debug, info, warn, error };
 // Set once at rank start-up; "" for single-process commands.
 void log_set_rank(int rank, int world_size);
 const std::string& log_prefix();
+// The rank given to log_set_rank, or -1 before (error messages name it).
+int log_rank();
 void log_set_level(LogLevel level);
 bool log_enabled(LogLevel level);
 void log_write(LogLevel level, const std::string& message);

@@ -8,10 +8,18 @@
 //  - Every wait is bounded by the communicator's timeout (parallel.timeout); a wait that runs out
 //    throws llmtrain::Error naming the operation, the group and, where there is one, the peer.
 //  - Buffers passed to an asynchronous call must stay alive and untouched until its wait() returns.
+//  - Asynchronous operations advance only while some call on the communicator runs (MPI progresses
+//    nonblocking collectives inside MPI calls only): code that overlaps communication with
+//    computation calls progress() between pieces of work, and every wait()/done() progresses too.
+//  - A Comm and its pending Work belong to the thread that created the Comm (MPI runs at
+//    MPI_THREAD_FUNNELED, see parallel/bootstrap.h); never call it from OpenMP workers.
+//  - A wait that timed out leaves the group unusable: the caller lets the error reach the rank's
+//    top level, which ends the job (abort_job).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/tensor.h"
 
@@ -21,6 +29,10 @@ using kernels::Tensor;
 
 enum class ReduceOp { sum, avg, max };
 const char* to_string(ReduceOp op);
+
+// Reductions every backend supports: sum and max on every dtype, avg on the floating-point ones
+// (fp32, bf16, fp16). Anything else is a bug of the caller (checked).
+bool reduce_supported(kernels::DType dtype, ReduceOp op);
 
 // A pending asynchronous operation.
 class Work {
@@ -42,6 +54,18 @@ class Comm {
   // The group's name for messages: "world", "tp", "dp", "pp", "model-parallel".
   virtual const std::string& name() const = 0;
 
+  // How long any one wait on this communicator may block, in seconds (parallel.timeout). New
+  // communicators made by split() inherit it.
+  virtual void set_timeout(double seconds) = 0;
+  virtual double timeout() const = 0;
+
+  // Advances every pending asynchronous operation of this communicator without blocking.
+  virtual void progress() = 0;
+
+  // Collective over this communicator: a new one of the ranks that passed the same `color` (>= 0),
+  // ranked by `key`, then by rank here. Mesh groups are made with it (parallel/mesh_comms.h).
+  virtual std::unique_ptr<Comm> split(int color, int key, std::string name) = 0;
+
   // In place: every rank ends with the reduction of every rank's `buf`.
   virtual void all_reduce(Tensor buf, ReduceOp op) = 0;
   // `in` holds size() equal chunks; rank r receives the reduction of every rank's chunk r in `out`.
@@ -58,16 +82,23 @@ class Comm {
   virtual void all_to_all(Tensor in, Tensor out) = 0;
   virtual void barrier() = 0;
 
-  // Asynchronous forms, for overlapping communication with computation.
+  // Asynchronous forms, for overlapping communication with computation. Each returns a handle
+  // whose wait() completes the operation (and any finishing step, e.g. the division of avg).
   virtual WorkHandle all_reduce_async(Tensor buf, ReduceOp op) = 0;
   virtual WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) = 0;
   virtual WorkHandle all_gather_async(Tensor in, Tensor out) = 0;
+  virtual WorkHandle broadcast_async(Tensor buf, int root) = 0;
   virtual WorkHandle send_async(Tensor buf, int peer, int tag = 0) = 0;
   virtual WorkHandle recv_async(Tensor buf, int peer, int tag = 0) = 0;
+  virtual WorkHandle all_to_all_async(Tensor in, Tensor out) = 0;
+  virtual WorkHandle barrier_async() = 0;
 };
 
 // A communicator of one rank: reductions and gathers copy (or do nothing, in place), point-to-point
 // has no peer and is a bug. Single-process runs and trivial mesh groups use it.
 std::unique_ptr<Comm> make_local_comm(std::string name = "world");
+
+// Waits for every handle in order (null handles are skipped), each wait bounded by its timeout.
+void wait_all(std::vector<WorkHandle>& works);
 
 }  // namespace llmtrain::parallel

@@ -19,6 +19,16 @@ const char* to_string(ReduceOp op) {
   return "?";
 }
 
+bool reduce_supported(kernels::DType dtype, ReduceOp op) {
+  using kernels::DType;
+  return op != ReduceOp::avg || dtype == DType::fp32 || dtype == DType::bf16 || dtype == DType::fp16;
+}
+
+void wait_all(std::vector<WorkHandle>& works) {
+  for (auto& w : works)
+    if (w) w->wait();
+}
+
 namespace {
 
 class DoneWork final : public Work {
@@ -42,8 +52,25 @@ class LocalComm final : public Comm {
   int size() const override { return 1; }
   const std::string& name() const override { return name_; }
 
-  void all_reduce(Tensor, ReduceOp) override {}
-  void reduce_scatter(Tensor in, Tensor out, ReduceOp) override { copy(in, out); }
+  void set_timeout(double seconds) override { timeout_s_ = seconds; }
+  double timeout() const override { return timeout_s_; }
+  void progress() override {}
+  std::unique_ptr<Comm> split(int color, int key, std::string name) override {
+    LT_CHECK(color >= 0, "split of one-rank group {} with color {}", name_, color);
+    auto c = make_local_comm(std::move(name));
+    c->set_timeout(timeout_s_);
+    return c;
+  }
+
+  void all_reduce(Tensor buf, ReduceOp op) override {
+    LT_CHECK(reduce_supported(buf.dtype, op), "{} of {} in group {}", to_string(op), kernels::to_string(buf.dtype),
+             name_);
+  }
+  void reduce_scatter(Tensor in, Tensor out, ReduceOp op) override {
+    LT_CHECK(reduce_supported(in.dtype, op), "{} of {} in group {}", to_string(op), kernels::to_string(in.dtype),
+             name_);
+    copy(in, out);
+  }
   void all_gather(Tensor in, Tensor out) override { copy(in, out); }
   void broadcast(Tensor, int root) override { LT_CHECK(root == 0, "broadcast from rank {} in a one-rank group", root); }
   void send(Tensor, int peer, int) override { LT_CHECK(false, "send to rank {} in one-rank group {}", peer, name_); }
@@ -51,7 +78,10 @@ class LocalComm final : public Comm {
   void all_to_all(Tensor in, Tensor out) override { copy(in, out); }
   void barrier() override {}
 
-  WorkHandle all_reduce_async(Tensor, ReduceOp) override { return std::make_unique<DoneWork>(); }
+  WorkHandle all_reduce_async(Tensor buf, ReduceOp op) override {
+    all_reduce(buf, op);
+    return std::make_unique<DoneWork>();
+  }
   WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override {
     reduce_scatter(in, out, op);
     return std::make_unique<DoneWork>();
@@ -60,6 +90,15 @@ class LocalComm final : public Comm {
     all_gather(in, out);
     return std::make_unique<DoneWork>();
   }
+  WorkHandle broadcast_async(Tensor buf, int root) override {
+    broadcast(buf, root);
+    return std::make_unique<DoneWork>();
+  }
+  WorkHandle all_to_all_async(Tensor in, Tensor out) override {
+    all_to_all(in, out);
+    return std::make_unique<DoneWork>();
+  }
+  WorkHandle barrier_async() override { return std::make_unique<DoneWork>(); }
   WorkHandle send_async(Tensor buf, int peer, int tag) override {
     send(buf, peer, tag);
     return nullptr;
@@ -71,6 +110,7 @@ class LocalComm final : public Comm {
 
  private:
   std::string name_;
+  double timeout_s_ = 300.0;
 };
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/error.h"
+
 namespace llmtrain::parallel {
 namespace {
 
@@ -45,6 +47,14 @@ LaunchEnv detect_launch_env() {
     e.world_size = env_int("SLURM_NTASKS", 1);
   }
   return e;
+}
+
+void require_usable_launch(const LaunchEnv& env) {
+  if (env.launcher != Launcher::srun_no_pmix) return;
+  throw Error(fmt::format("started by srun without PMIx: each of the {} processes (SLURM_NTASKS={}) would be a "
+                          "separate one-rank job",
+                          env.world_size, env.world_size),
+              "run `srun --mpi=pmix llmtrain run ...`, or set MpiDefault=pmix in slurm.conf");
 }
 
 std::string LaunchEnv::world_source() const {

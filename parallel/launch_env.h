@@ -30,4 +30,9 @@ struct LaunchEnv {
 
 LaunchEnv detect_launch_env();
 
+// Refuses, with the fix, a start that cannot make one job: a plain `srun` without PMIx (each
+// process would be a world of one). The one place this rule lives; `llmtrain run` and
+// parallel::bootstrap both call it.
+void require_usable_launch(const LaunchEnv& env);
+
 }  // namespace llmtrain::parallel

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Communication benchmark of the MPI backend (parallel/comm_mpi.h): all-reduce through MpiComm
+# (nonblocking + polled, bounded wait) against a plain MPI_Allreduce, and the gradient bucket
+# reducer's hidden vs exposed communication against no overlap, both measured in the same run.
+#
+#   scripts/bench/comm_mpi.sh [NP]      (default 2; needs a build in ${LLMTRAIN_BUILD_DIR:-build})
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+np=${1:-2}
+build=${LLMTRAIN_BUILD_DIR:-build}
+bin=$build/tests/bench_comm_mpi
+[[ -x $bin ]] || { echo "build first: cmake --build $build --target bench_comm_mpi" >&2; exit 1; }
+source tests/parallel/mpi_env.sh
+echo "# $(date -u +%FT%TZ) $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+mpi_run 300 "$np" "$bin"
