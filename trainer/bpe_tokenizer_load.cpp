@@ -3,7 +3,7 @@
 //
 // Rule a reader could get wrong: every part of a tokenizer.json that changes the ids is either
 // implemented or refused with "not supported yet" — never skipped. What is deliberately not
-// applied is documented in docs/tokenizers.md: the post-processor (BOS/EOS templates; prep
+// applied is documented in docs/data.md: the post-processor (BOS/EOS templates; prep
 // appends the end-of-document token itself), truncation and padding (batch settings, not part
 // of the tokenization), the decoder beyond byte-level (decode() returns the exact bytes).
 #include <fmt/format.h>

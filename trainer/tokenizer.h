@@ -1,7 +1,7 @@
 // Tokenizers: text <-> token ids, for `llmtrain prep` (documents -> indexed dataset), for
 // `model.vocab: auto`, and for generation (prompt in, ids out, ids back to text).
 //
-// Two kinds today (docs/tokenizers.md says exactly what each accepts):
+// Two kinds today (docs/data.md says exactly what each accepts):
 //  - "byte": ids 0..255 are the bytes of the text, 256 is <|endoftext|> (end of document). No
 //    files. Any bytes are accepted, valid UTF-8 or not.
 //  - byte-level BPE from a Hugging Face tokenizer.json (GPT-2, LLaMA-3, most current models) or
