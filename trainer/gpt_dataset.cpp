@@ -12,7 +12,7 @@ namespace llmtrain::trainer {
 
 namespace {
 
-constexpr int64_t kBlock = 64;  // documents per stored offset in an epoch index
+constexpr int64_t kBlock = 16;  // documents per stored offset in an epoch index
 constexpr size_t kCachedEpochs = 2;
 // Labels of what a key shuffles.
 constexpr uint64_t kShuffleDocuments = 1, kShuffleSamples = 2;
@@ -85,9 +85,16 @@ const GptDataset::EpochIndex& GptDataset::epoch_index(Source& s, int64_t epoch) 
   e.samples = Permutation(uint64_t(s.samples_per_epoch), derive_key(seed_, s.index, kShuffleSamples, uint64_t(epoch)));
   e.block_start.reserve(size_t(s.documents / kBlock + 1));
   int64_t offset = 0;
-  for (int64_t k = 0; k < s.documents; ++k) {
-    if (k % kBlock == 0) e.block_start.push_back(offset);
-    offset += s.data->document_length(int64_t(e.documents(uint64_t(k))));
+  constexpr int64_t kBatch = 64 * kBlock;
+  std::vector<int64_t> docs(kBatch), lengths(kBatch);
+  for (int64_t k0 = 0; k0 < s.documents; k0 += kBatch) {
+    int64_t n = std::min(kBatch, s.documents - k0);
+    for (int64_t i = 0; i < n; ++i) docs[size_t(i)] = int64_t(e.documents(uint64_t(k0 + i)));
+    s.data->document_lengths(docs.data(), size_t(n), lengths.data());
+    for (int64_t i = 0; i < n; ++i) {
+      if ((k0 + i) % kBlock == 0) e.block_start.push_back(offset);
+      offset += lengths[size_t(i)];
+    }
   }
   LT_CHECK(offset == s.tokens, "epoch stream of {} has {} tokens, expected {}", s.data->prefix(), offset, s.tokens);
   s.epochs.push_front(std::move(e));
@@ -154,17 +161,20 @@ void GptDataset::sample(int64_t index, int32_t* out) const {
   {
     std::lock_guard<std::mutex> lock(src.mu);
     const EpochIndex& e = epoch_index(src, loc.epoch);
-    // The shuffled position k whose document holds token_offset: a block by binary search, then a walk.
+    // The shuffled position k whose document holds token_offset: a block by binary search, then the
+    // block's documents and lengths in one batch (the lookups are random: batched, they overlap).
     auto it = std::upper_bound(e.block_start.begin(), e.block_start.end(), loc.token_offset);
     int64_t k = int64_t(it - e.block_start.begin() - 1) * kBlock;
     int64_t start = *(it - 1);
-    int64_t doc = int64_t(e.documents(uint64_t(k)));
-    int64_t len = data.document_length(doc);
-    while (start + len <= loc.token_offset) {
-      start += len;
-      doc = int64_t(e.documents(uint64_t(++k)));
-      len = data.document_length(doc);
-    }
+    int64_t docs[kBlock], lengths[kBlock];
+    int64_t n = std::min(kBlock, src.documents - k);
+    for (int64_t i = 0; i < n; ++i) docs[i] = int64_t(e.documents(uint64_t(k + i)));
+    data.document_lengths(docs, size_t(n), lengths);
+    int64_t i = 0;
+    while (start + lengths[i] <= loc.token_offset) start += lengths[i++];
+    k += i;
+    int64_t doc = docs[i];
+    int64_t len = lengths[i];
     int64_t in_doc = loc.token_offset - start;
     int64_t filled = 0;
     while (filled < need) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -211,6 +212,27 @@ void IndexedDataset::read_tokens(int64_t begin, int64_t n, int32_t* out) const {
       break;
     default:
       LT_CHECK(false, "unreachable dtype");
+  }
+}
+
+void IndexedDataset::document_lengths(const int64_t* docs, size_t n, int64_t* out) const {
+  constexpr size_t kBatch = 32;
+  int64_t first[kBatch], last[kBatch];
+  for (size_t b = 0; b < n; b += kBatch) {
+    size_t m = std::min(kBatch, n - b);
+    for (size_t i = 0; i < m; ++i) __builtin_prefetch(doc_indices_ + docs[b + i]);
+    for (size_t i = 0; i < m; ++i) {
+      first[i] = doc_indices_[docs[b + i]];
+      last[i] = doc_indices_[docs[b + i] + 1];
+      if (last[i] - first[i] == 1)
+        __builtin_prefetch(lengths_ + first[i]);
+      else if (last[i] > first[i])
+        __builtin_prefetch(pointers_ + first[i]);
+    }
+    for (size_t i = 0; i < m; ++i)
+      out[b + i] = last[i] - first[i] == 1 ? int64_t(lengths_[first[i]])
+                   : last[i] == first[i]   ? 0
+                                           : sequence_token(last[i]) - sequence_token(first[i]);
   }
 }
 

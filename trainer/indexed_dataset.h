@@ -81,6 +81,11 @@ class IndexedDataset {
   int64_t document_end(int64_t d) const { return sequence_token(doc_indices_[d + 1]); }
   int64_t document_length(int64_t d) const { return document_end(d) - document_begin(d); }
 
+  // Lengths in tokens of documents docs[0..n), into out. Documents are visited in shuffled order,
+  // so this batches the random index lookups (prefetching each stage) instead of paying one
+  // memory latency after another.
+  void document_lengths(const int64_t* docs, size_t n, int64_t* out) const;
+
   // Copies tokens [begin, begin + n) of the .bin into out, as int32.
   void read_tokens(int64_t begin, int64_t n, int32_t* out) const;
   std::vector<int32_t> sequence(int64_t i) const;
