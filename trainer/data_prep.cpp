@@ -70,6 +70,7 @@ class Pipeline {
     auto waited_since = std::chrono::steady_clock::now();
     for (;;) {
       if (failure_) std::rethrow_exception(failure_);
+      if (stopping()) throw Error("prep: interrupted; nothing was written");
       auto it = done_.find(next_seq_);
       if (it != done_.end()) {
         auto c = std::move(it->second);

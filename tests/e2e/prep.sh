@@ -130,6 +130,20 @@ run_cmd tiny-valid "$LLMTRAIN" prep -i latin1.txt -t byte -o tv/out --valid-frac
 expect_status 2; expect_out "gave no validation document: 1 documents × 0.5 < 1"
 no_output tiny-valid tv
 
+# 5. Interrupted (SIGINT) while reading: exit 130, nothing written. The input is a FIFO this script
+#    holds open, so prep is certainly still running when the signal comes.
+mkdir -p intr && mkfifo intr/in.txt
+"$LLMTRAIN" prep -i intr/in.txt -t byte -o intr/out --progress none >intr.log 2>&1 &
+pid=$!
+exec 3>intr/in.txt  # returns once prep has opened the FIFO (its signal handlers are installed by then)
+echo "some text" >&3
+kill -INT $pid
+sleep 0.3
+exec 3>&-
+wait $pid; status=$?; out=$(cat intr.log); last_name=interrupted
+expect_status 130; expect_out "interrupted; nothing was written"
+[[ $(ls intr) == in.txt ]] && pass "interrupted: no output left" || fail "interrupted: left $(ls intr)"
+
 run_cmd help "$LLMTRAIN" prep --help
 expect_status 0; expect_out "Examples:"; expect_out "--separator"
 
