@@ -1,3 +1,6 @@
+// `llmtrain prep`'s pipeline: reader thread -> tokenizer workers -> in-order writer on the calling
+// thread. Every thread hands its failure to the writer through an exception_ptr (nothing crosses a
+// thread boundary by unwinding), and every wait also watches the abort flag.
 #include "trainer/data_prep.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// GPT samples over indexed datasets: lazily built epoch indices, Feistel shuffles, greedy blending.
+// The sample-space layout (what must never change silently) is described in gpt_dataset.h.
 #include "trainer/gpt_dataset.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// Megatron MMIDIDX reader (mmap + validation of every count and offset) and streaming writer;
+// the layout and the rules live in indexed_dataset.h and docs/indexed-dataset-format.md.
 #include "trainer/indexed_dataset.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// Cutting input files (plain or gzip) into documents through a fixed buffer; see prep_input.h.
 #include "trainer/prep_input.h"
 
 #include <fmt/format.h>

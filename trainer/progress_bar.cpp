@@ -1,3 +1,4 @@
+// Terminal bar or plain periodic lines; see progress_bar.h.
 #include "trainer/progress_bar.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// PCRE2 (JIT) behind the pre-tokenizer regexes, and the Oniguruma -> PCRE2 pattern translation.
 #include "trainer/regex_splitter.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8

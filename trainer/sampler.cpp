@@ -1,3 +1,4 @@
+// The data-parallel sampler's index arithmetic; the contract is in sampler.h.
 #include "trainer/sampler.h"
 
 #include <fmt/format.h>

@@ -14,6 +14,7 @@ OUTDIR receives:
   gpt2/vocab.json, gpt2/merges.txt   GPT-2's two-file layout of the same model
   llama3.json       the same merges behind LLaMA-3's Split regex + ByteLevel(use_regex=false),
                     ignore_merges, 256 special tokens and a BOS post-processor
+  gpt4o.json        the same merges behind GPT-4o's (o200k) Split regex
   prefix.json       ByteLevel with add_prefix_space=true
   texts.bin         the documents: u32 count, then per document u32 length + bytes
   NAME.ids          per document: u32 count + i32 ids (add_special_tokens=False)
@@ -30,6 +31,10 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 
 FORTUNES = "/usr/share/games/fortunes"
 EMOJI = "/usr/share/unicode/emoji/emoji-test.txt"
+GPT4O_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+                 r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -187,6 +192,15 @@ def main():
     with open(os.path.join(args.out, "llama3.json"), "w", encoding="utf-8") as f:
         json.dump(j, f, ensure_ascii=False)
 
+    # GPT-4o's (o200k) layout: a regex with case classes and marks.
+    with open(os.path.join(args.out, "gpt2-plain.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": GPT4O_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    with open(os.path.join(args.out, "gpt4o.json"), "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+
     with open(os.path.join(args.out, "bpe.json"), encoding="utf-8") as f:
         j = json.load(f)
     j["pre_tokenizer"]["add_prefix_space"] = True
@@ -209,6 +223,7 @@ def main():
             "bpe_legacy": Tokenizer.from_file(os.path.join(args.out, "bpe_legacy.json")),
             "gpt2": gpt2,
             "llama3": Tokenizer.from_file(os.path.join(args.out, "llama3.json")),
+            "gpt4o": Tokenizer.from_file(os.path.join(args.out, "gpt4o.json")),
             "prefix": Tokenizer.from_file(os.path.join(args.out, "prefix.json"))}
     for name, t in refs.items():
         write_ids(os.path.join(args.out, name + ".ids"), t.encode_batch(docs, add_special_tokens=False))
