@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/data_prep.h"
+
 namespace llmtrain::cli {
 
 struct RecipeArgs {
@@ -21,5 +23,14 @@ struct RunArgs {
 int cmd_run(const RunArgs& args);
 
 int cmd_env();
+
+struct PrepArgs {
+  trainer::PrepOptions options;
+  std::string separator;
+  bool separator_given = false;
+  bool no_append_eod = false;
+  std::string progress = "auto";  // auto | bar | lines | none
+};
+int cmd_prep(const PrepArgs& args);
 
 }  // namespace llmtrain::cli

@@ -24,6 +24,70 @@ void add_recipe_args(CLI::App* cmd, llmtrain::cli::RecipeArgs& args) {
       ->allow_extra_args(false);
 }
 
+void add_prep_args(CLI::App* cmd, llmtrain::cli::PrepArgs& a) {
+  auto& o = a.options;
+  cmd->add_option("--input,-i", o.inputs,
+                  "Input files: text (one document per file, or per --separator line), JSONL (.jsonl/.json/.ndjson), "
+                  "either optionally .gz")
+      ->required()
+      ->type_name("FILE...");
+  cmd->add_option("--tokenizer,-t", o.tokenizer,
+                  "byte, a Hugging Face tokenizer.json, GPT-2's vocab.json (merges.txt beside it), or a directory "
+                  "holding them")
+      ->required()
+      ->type_name("byte|PATH");
+  cmd->add_option("--output,-o", o.output,
+                  "Output PREFIX: writes PREFIX.bin + PREFIX.idx (with --valid-fraction: PREFIX-train.* and "
+                  "PREFIX-valid.*). Ending in / it is a directory: DIR/train.* (and DIR/valid.*)")
+      ->required()
+      ->type_name("PREFIX");
+  cmd->add_option("--jsonl-key", o.jsonl_key, "JSONL: the key whose string is the document")
+      ->capture_default_str()
+      ->type_name("KEY");
+  cmd->add_option("--format", o.format, "Input format: auto (by file name), text or jsonl")
+      ->capture_default_str()
+      ->type_name("auto|text|jsonl");
+  cmd->add_option_function<std::string>(
+         "--separator",
+         [&a](const std::string& v) {
+           a.separator = v;
+           a.separator_given = true;
+         },
+         "Text: a line equal to LINE ends a document (fortune files: %; '' = blank lines). Default: one "
+         "document per file")
+      ->type_name("LINE");
+  cmd->add_flag("--no-append-eod", a.no_append_eod,
+                "Do not append the end-of-document token to each document (appended by default, as Megatron's "
+                "--append-eod)");
+  cmd->add_option("--workers,-j", o.workers, "Tokenizer threads (default: the usable cores)")->type_name("N");
+  cmd->add_option("--valid-fraction", o.valid_fraction,
+                  "Send this fraction of the documents (whole, evenly spread) to a validation dataset")
+      ->type_name("F");
+  cmd->add_flag("--skip-bad", o.skip_bad,
+                "Skip bad documents (malformed JSON, missing key, invalid UTF-8 for BPE, too large), count and "
+                "report them, instead of stopping at the first");
+  cmd->add_option("--max-doc-mib", o.max_document_mib, "Largest document accepted, in MiB (bounds memory)")
+      ->capture_default_str()
+      ->type_name("N");
+  cmd->add_option("--progress", a.progress,
+                  "auto: a progress bar on a terminal, plain lines otherwise; bar; lines; none")
+      ->capture_default_str()
+      ->type_name("auto|bar|lines|none");
+  cmd->add_option("--progress-interval", o.progress_interval_s, "Seconds between plain progress lines")
+      ->capture_default_str()
+      ->type_name("S");
+  cmd->footer(
+      "Output: Megatron-LM's indexed dataset (docs/indexed-dataset-format.md), uint16 tokens when the vocabulary\n"
+      "has fewer than 65500 ids, else int32; written under temporary names and renamed when complete, so a\n"
+      "failure leaves nothing behind. Same inputs give the same bytes for any --workers.\n"
+      "Examples:\n"
+      "  llmtrain prep --input corpus.jsonl.gz --tokenizer gpt2/tokenizer.json --output data/corpus\n"
+      "  llmtrain prep --input notes/*.txt --tokenizer byte --output data/notes/ --valid-fraction 0.05\n"
+      "  llmtrain prep --input /usr/share/games/fortunes/fortunes --separator % --tokenizer byte \\\n"
+      "      --output data/fortunes/ --valid-fraction 0.05\n"
+      "  llmtrain prep --input dump.jsonl --jsonl-key content --tokenizer llama3/ --output data/dump --skip-bad");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -37,6 +101,7 @@ int main(int argc, char** argv) {
       "  llmtrain validate recipes/tiny.yaml\n"
       "  llmtrain run recipes/tiny.yaml --dry-run --set train.steps=100\n"
       "  llmtrain env\n"
+      "  llmtrain prep --input corpus.jsonl --tokenizer byte --output data/corpus/ --valid-fraction 0.05\n"
       "Run `llmtrain <command> --help` for a command's options.");
 
   cli::RecipeArgs validate_args;
@@ -65,6 +130,11 @@ int main(int argc, char** argv) {
       app.add_subcommand("env", "Describe this machine and build: cores, memory, BLAS, MPI, CUDA devices, NCCL");
   env->footer("Example:\n  llmtrain env     # paste the output into bug reports");
 
+  cli::PrepArgs prep_args;
+  auto* prep = app.add_subcommand(
+      "prep", "Tokenize text or JSONL files into a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx)");
+  add_prep_args(prep, prep_args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -76,6 +146,7 @@ int main(int argc, char** argv) {
     if (*validate) return cli::cmd_validate(validate_args);
     if (*run) return cli::cmd_run(run_args);
     if (*env) return cli::cmd_env();
+    if (*prep) return cli::cmd_prep(prep_args);
   } catch (const cli::RecipeError& e) {
     std::fprintf(stderr, "%s\n", e.format().c_str());
     return kExitUserError;

@@ -22,10 +22,13 @@ pkgs_build=(
 # Demo corpus: the English fortunes (real text from a Debian package).
 pkgs_demo=(fortunes-min fortunes)
 # Test-only: Debian's PyTorch as the reference model, Python venv for the HF oracles,
+# real non-English text for the tokenizer parity tests (Chinese and Russian fortunes, Unicode's
+# emoji test file),
 # Slurm + munge and sshd for launcher tests, iproute2 for two-host network namespaces,
 # clang-format for the formatting check.
 pkgs_test=(
   python3 python3-torch python3-numpy python3-venv
+  fortunes-zh fortunes-ru unicode-data
   slurm-wlm munge openssh-server openssh-client iproute2 procps psmisc util-linux
   clang-format
 )

@@ -1,0 +1,98 @@
+// Tokenizers: text <-> token ids, for `llmtrain prep` (documents -> indexed dataset), for
+// `model.vocab: auto`, and for generation (prompt in, ids out, ids back to text).
+//
+// Two kinds today (docs/data.md says exactly what each accepts):
+//  - "byte": ids 0..255 are the bytes of the text, 256 is <|endoftext|> (end of document). No
+//    files. Any bytes are accepted, valid UTF-8 or not.
+//  - byte-level BPE from a Hugging Face tokenizer.json (GPT-2, LLaMA-3, most current models) or
+//    from GPT-2's vocab.json + merges.txt: pre-tokenizer regex (PCRE2), merges by rank, added and
+//    special tokens. Ids are those of Hugging Face `tokenizers` (tests/trainer/test_tokenizer_parity
+//    checks this). Other tokenizer files (SentencePiece/Metaspace, Unigram, WordPiece, normalizers)
+//    are refused with "not supported yet".
+//
+// Rules a reader could get wrong:
+//  - encode() never adds BOS/EOS or applies the file's post-processor: it returns the ids of the
+//    text itself (Megatron's GPT2BPETokenizer does the same); `prep` appends eod_id() per document.
+//  - Special tokens written in the text ("<|endoftext|>") become their ids with BPE tokenizers, as
+//    Hugging Face does by default; the byte tokenizer has no such matching (bytes are bytes).
+//  - A Tokenizer is immutable after loading; encode/decode may be called from many threads.
+//  - decode() returns bytes, not necessarily valid UTF-8 (a prefix of a multi-byte character is a
+//    valid thing for a model to generate): decode(encode(t)) == t for every text t the tokenizer
+//    accepts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llmtrain::trainer {
+
+// What a checkpoint records to rebuild a tokenizer without the original files.
+struct TokenizerSource {
+  std::string kind;    // kTokenizerKindByte | kTokenizerKindHfJson | kTokenizerKindGpt2Files
+  std::string bytes;   // the file's bytes ("" for byte; see load_tokenizer_from_bytes for gpt2)
+  std::string origin;  // the path it was loaded from ("byte" for byte), for messages
+};
+
+inline constexpr std::string_view kTokenizerKindByte = "byte";
+inline constexpr std::string_view kTokenizerKindHfJson = "hf-tokenizer-json";
+inline constexpr std::string_view kTokenizerKindGpt2Files = "gpt2-vocab-merges";
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // The ids of `text`. Thread-safe. Throws llmtrain::Error for text the tokenizer cannot take
+  // (BPE: invalid UTF-8, naming the byte offset).
+  std::vector<int32_t> encode(std::string_view text) const {
+    std::vector<int32_t> ids;
+    encode_append(text, ids);
+    return ids;
+  }
+  // Appends the ids of `text` to `ids` (what prep's workers call, reusing one vector).
+  virtual void encode_append(std::string_view text, std::vector<int32_t>& ids) const = 0;
+
+  // The bytes the ids stand for, concatenated; special tokens as their text. Throws
+  // llmtrain::Error for an id outside [0, vocab_size()) or one the vocabulary does not define.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+
+  // One more than the largest id (added tokens included): the rows an embedding needs.
+  virtual int32_t vocab_size() const = 0;
+  // End-of-document id, or -1 when the tokenizer has none (prep then needs --no-append-eod).
+  virtual int32_t eod_id() const = 0;
+  // Whether `id` is a special token (end of document, added special tokens).
+  virtual bool is_special(int32_t id) const = 0;
+  // One line: kind, origin, vocabulary size, end-of-document token, pre-tokenizer.
+  virtual std::string describe() const = 0;
+
+  // "byte", or the path the tokenizer was loaded from: what data.tokenizer said.
+  std::string spec() const { return source_.kind == kTokenizerKindByte ? "byte" : source_.origin; }
+  // Kind and file bytes, enough for load_tokenizer_from_bytes() to rebuild an identical tokenizer.
+  const TokenizerSource& source() const { return source_; }
+
+ protected:
+  explicit Tokenizer(TokenizerSource source) : source_(std::move(source)) {}
+
+ private:
+  TokenizerSource source_;
+};
+
+// "byte"; a Hugging Face tokenizer.json; a GPT-2 vocab.json (merges.txt beside it) or merges.txt
+// (vocab.json beside it); or a directory holding tokenizer.json or vocab.json + merges.txt.
+// Throws llmtrain::Error naming the file for anything unreadable, malformed or not supported.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec_or_path);
+
+// Rebuilds a tokenizer from TokenizerSource::kind and ::bytes (e.g. as stored in a checkpoint).
+// For kTokenizerKindGpt2Files the bytes are a JSON object {"vocab.json": TEXT, "merges.txt": TEXT}.
+// `origin` names the bytes in error messages ("checkpoint runs/x/ckpt/step_00000100").
+std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(std::string_view kind, std::string_view bytes,
+                                                     std::string_view origin);
+
+// The byte tokenizer's layout.
+inline constexpr int32_t kByteVocabSize = 257;
+inline constexpr int32_t kByteEodId = 256;
+
+}  // namespace llmtrain::trainer
