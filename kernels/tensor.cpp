@@ -34,6 +34,14 @@ Shape::Shape(std::initializer_list<int64_t> dims) {
   }
 }
 
+Shape::Shape(std::span<const int64_t> dims) {
+  LT_CHECK(dims.size() <= kMaxDims, "shape of rank {} exceeds {}", dims.size(), kMaxDims);
+  for (int64_t d : dims) {
+    LT_CHECK(d >= 0, "negative dimension {}", d);
+    dims_[rank_++] = d;
+  }
+}
+
 int64_t Shape::numel() const {
   int64_t n = 1;
   for (int i = 0; i < rank_; ++i) n *= dims_[i];
@@ -82,5 +90,6 @@ Tensor Tensor::flat(int64_t offset, int64_t count) const {
 Tensor host_tensor(float* data, Shape shape) { return Tensor(data, DType::fp32, shape); }
 Tensor host_tensor(const float* data, Shape shape) { return Tensor(const_cast<float*>(data), DType::fp32, shape); }
 Tensor host_tensor(int32_t* data, Shape shape) { return Tensor(data, DType::int32, shape); }
+Tensor host_tensor(const int32_t* data, Shape shape) { return Tensor(const_cast<int32_t*>(data), DType::int32, shape); }
 
 }  // namespace llmtrain::kernels

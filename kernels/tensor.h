@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 #include "common/error.h"
@@ -49,6 +50,7 @@ class Shape {
 
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims);
+  explicit Shape(std::span<const int64_t> dims);
 
   int rank() const { return rank_; }
   int64_t operator[](int i) const { return dims_[i]; }
@@ -75,6 +77,8 @@ struct Tensor {
   Tensor(void* data, DType dtype, Shape shape, Device device = Device::cpu)
       : data(data), dtype(dtype), device(device), shape(shape) {}
 
+  // An absent optional argument of an op is a default-constructed Tensor (no data).
+  bool defined() const { return data != nullptr; }
   int64_t numel() const { return shape.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   bool empty() const { return numel() == 0; }
@@ -95,6 +99,7 @@ struct Tensor {
 Tensor host_tensor(float* data, Shape shape);
 Tensor host_tensor(const float* data, Shape shape);  // callers promise not to write through it
 Tensor host_tensor(int32_t* data, Shape shape);
+Tensor host_tensor(const int32_t* data, Shape shape);  // callers promise not to write through it
 
 template <typename T>
 struct DTypeOf;

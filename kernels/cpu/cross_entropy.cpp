@@ -1,0 +1,88 @@
+// Softmax cross-entropy over the real vocabulary columns of (padded) logits, forward and
+// backward, one row per token, parallel over rows.
+//
+// Rules a reader could get wrong: padding columns [vocab, Vpad) take no part in the softmax and
+// get zero gradient; a row whose target is ignore_index has loss 0 and zero gradient; a row with
+// a NaN or infinite logit gets a NaN loss (the training loop's non-finite check relies on it,
+// and the max/exp below would otherwise hide a NaN).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace llmtrain::kernels::cpu {
+
+namespace {
+
+// log Σ exp(x[j]) over j < v, and whether every x[j] is finite. Sums in float blocks of 1024
+// added in double, so long rows keep full precision.
+double row_logsumexp(const float* x, int64_t v, bool* finite) {
+  float mx = -std::numeric_limits<float>::infinity(), probe = 0;
+#pragma omp simd reduction(max : mx) reduction(+ : probe)
+  for (int64_t j = 0; j < v; ++j) {
+    mx = std::max(mx, x[j]);
+    probe += x[j] * 0.0f;  // NaN if any x is NaN or ±inf
+  }
+  *finite = probe == 0.0f;
+  double sum = 0;
+  for (int64_t j0 = 0; j0 < v; j0 += 1024) {
+    const int64_t j1 = std::min(v, j0 + 1024);
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = j0; j < j1; ++j) s += exp_approx(x[j] - mx);
+    sum += s;
+  }
+  return double(mx) + std::log(sum);
+}
+
+}  // namespace
+
+void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  const int64_t vp = logits.shape[logits.shape.rank() - 1], n = logits.numel() / vp;
+  const float* x = logits.ptr<float>();
+  const int32_t* tgt = targets.ptr<int32_t>();
+  float *loss = losses.ptr<float>(), *ls = lse.ptr<float>();
+#pragma omp parallel for schedule(static) if (n * vp > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * vp;
+    bool finite = true;
+    const double l = row_logsumexp(xi, vocab, &finite);
+    ls[i] = float(l);
+    const int32_t t = tgt[i];
+    if (t == ignore_index) {
+      loss[i] = 0.0f;
+      continue;
+    }
+    LT_CHECK(t >= 0 && t < vocab, "target {} outside the vocabulary [0, {})", t, vocab);
+    loss[i] = finite ? float(l - double(xi[t])) : std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
+                            int32_t ignore_index, float dloss) {
+  const int64_t vp = logits.shape[logits.shape.rank() - 1], n = logits.numel() / vp;
+  const float* x = logits.ptr<float>();
+  const int32_t* tgt = targets.ptr<int32_t>();
+  const float* ls = lse.ptr<float>();
+  float* dx = dlogits.ptr<float>();
+#pragma omp parallel for schedule(static) if (n * vp > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * vp;
+    float* di = dx + i * vp;
+    const int32_t t = tgt[i];
+    if (t == ignore_index) {
+      std::fill(di, di + vp, 0.0f);
+      continue;
+    }
+    const float l = ls[i];
+#pragma omp simd
+    for (int64_t j = 0; j < vocab; ++j) di[j] = dloss * exp_approx(xi[j] - l);
+    for (int64_t j = vocab; j < vp; ++j) di[j] = 0.0f;
+    di[t] -= dloss;
+  }
+}
+
+}  // namespace llmtrain::kernels::cpu

@@ -1,0 +1,39 @@
+// SwiGLU gate of LLaMA's MLP over the fused [gate | up] projection rows:
+//   out = silu(g)·u,  silu(g) = g·σ(g)
+//   dg = dout·u·σ(g)·(1 + g·(1 - σ(g))),  du = dout·silu(g)
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace llmtrain::kernels::cpu {
+
+void swiglu_forward(Tensor out, Tensor in) {
+  const int64_t f = out.shape[out.shape.rank() - 1], n = out.numel() / f;
+  const float* x = in.ptr<float>();
+  float* y = out.ptr<float>();
+#pragma omp parallel for schedule(static) if (n * f > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float *g = x + i * 2 * f, *u = g + f;
+    float* yi = y + i * f;
+#pragma omp simd
+    for (int64_t j = 0; j < f; ++j) yi[j] = g[j] * sigmoid_approx(g[j]) * u[j];
+  }
+}
+
+void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
+  const int64_t f = dout.shape[dout.shape.rank() - 1], n = dout.numel() / f;
+  const float *x = in.ptr<float>(), *dy = dout.ptr<float>();
+  float* dx = din.ptr<float>();
+#pragma omp parallel for schedule(static) if (n * f > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float *g = x + i * 2 * f, *u = g + f, *dyi = dy + i * f;
+    float *dg = dx + i * 2 * f, *du = dg + f;
+#pragma omp simd
+    for (int64_t j = 0; j < f; ++j) {
+      const float gj = g[j], uj = u[j], s = sigmoid_approx(gj);  // loaded first: din may alias in
+      dg[j] = dyi[j] * uj * s * (1.0f + gj * (1.0f - s));
+      du[j] = dyi[j] * gj * s;
+    }
+  }
+}
+
+}  // namespace llmtrain::kernels::cpu

@@ -1,0 +1,295 @@
+// The one place where ops pick their backend: shapes, dtypes and devices are checked here (so
+// every backend sees the same validated arguments), then the tensors' device selects the
+// implementation. The CUDA backend adds its `case Device::cuda:` lines here and nowhere else.
+#include <initializer_list>
+#include <tuple>
+#include <utility>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+
+namespace llmtrain::kernels {
+
+namespace {
+
+[[noreturn]] void no_cuda(const char* op) {
+  throw Error(fmt::format("not supported yet: the CUDA implementation of {} (CUDA ops come with the CUDA backend)", op),
+              "use train.device: cpu");
+}
+
+// The device every defined tensor of one call shares.
+Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first) first = t;
+    LT_CHECK(t->device == first->device, "{}: tensors on {} and {}", op, to_string(first->device),
+             to_string(t->device));
+  }
+  return first ? first->device : Device::cpu;
+}
+
+void expect(const char* op, const char* what, const Tensor& t, DType dtype, int64_t numel) {
+  LT_CHECK(t.defined(), "{}: {} is missing", op, what);
+  LT_CHECK(t.dtype == dtype, "{}: {} is {}, expected {}", op, what, to_string(t.dtype), to_string(dtype));
+  LT_CHECK(t.numel() == numel, "{}: {} has shape {} ({} elements), expected {} elements", op, what, t.shape.str(),
+           t.numel(), numel);
+}
+void expect_f32(const char* op, const char* what, const Tensor& t, int64_t numel) {
+  expect(op, what, t, DType::fp32, numel);
+}
+// Rows and columns of a 2-D-or-more tensor viewed as [rows, last dim].
+int64_t cols(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
+int64_t rows(const Tensor& t) { return t.numel() / (cols(t) ? cols(t) : 1); }
+
+#define LT_DISPATCH(op, call, ...)            \
+  switch (device_of(#op, {__VA_ARGS__})) {    \
+    case Device::cpu:                         \
+      return cpu::call;                       \
+    case Device::cuda:                        \
+      no_cuda(#op);                           \
+  }                                           \
+  LT_CHECK(false, "{}: unknown device", #op); \
+  __builtin_unreachable()
+
+}  // namespace
+
+void fill_zero(Tensor x) { LT_DISPATCH(fill_zero, fill_zero(x), &x); }
+
+void convert(Tensor out, Tensor in) {
+  LT_CHECK(out.numel() == in.numel(), "convert: {} elements into {}", in.numel(), out.numel());
+  auto is_float = [](DType d) { return d == DType::fp32 || d == DType::bf16 || d == DType::fp16; };
+  LT_CHECK(out.dtype == in.dtype || (is_float(out.dtype) && is_float(in.dtype)), "convert: {} to {}",
+           to_string(in.dtype), to_string(out.dtype));
+  LT_DISPATCH(convert, convert(out, in), &out, &in);
+}
+
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) {
+  const int64_t n = tokens.numel(), c = cols(wte);
+  expect("embedding_forward", "tokens", tokens, DType::int32, n);
+  expect_f32("embedding_forward", "out", out, n * c);
+  LT_DISPATCH(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin), &out, &tokens, &wte);
+}
+
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin) {
+  const int64_t n = tokens.numel(), c = cols(dwte);
+  expect("embedding_backward", "tokens", tokens, DType::int32, n);
+  expect_f32("embedding_backward", "dout", dout, n * c);
+  LT_DISPATCH(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin), &dwte, &dout, &tokens);
+}
+
+void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
+  LT_CHECK(x.shape.rank() == 3 && wpe.shape.rank() == 2 && x.shape[2] == wpe.shape[1],
+           "position_embedding_forward: x {} wpe {}", x.shape.str(), wpe.shape.str());
+  LT_CHECK(pos_begin >= 0 && pos_begin + x.shape[1] <= wpe.shape[0],
+           "position_embedding_forward: positions [{}, {}) beyond the {} learned positions", pos_begin,
+           pos_begin + x.shape[1], wpe.shape[0]);
+  LT_DISPATCH(position_embedding_forward, position_embedding_forward(x, wpe, pos_begin), &x, &wpe);
+}
+
+void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
+  LT_CHECK(dx.shape.rank() == 3 && dwpe.shape.rank() == 2 && dx.shape[2] == dwpe.shape[1] &&
+               pos_begin + dx.shape[1] <= dwpe.shape[0],
+           "position_embedding_backward: dx {} dwpe {}", dx.shape.str(), dwpe.shape.str());
+  LT_DISPATCH(position_embedding_backward, position_embedding_backward(dwpe, dx, pos_begin), &dwpe, &dx);
+}
+
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps) {
+  const int64_t c = cols(in), n = rows(in);
+  for (auto [what, t, numel] : {std::tuple{"out", &out, n * c},
+                                {"mean", &mean, n},
+                                {"rstd", &rstd, n},
+                                {"weight", &weight, c},
+                                {"bias", &bias, c}})
+    expect_f32("layernorm_forward", what, *t, numel);
+  LT_DISPATCH(layernorm_forward, layernorm_forward(out, mean, rstd, in, weight, bias, eps), &out, &mean, &rstd, &in,
+              &weight, &bias);
+}
+
+void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                        Tensor rstd, Tensor dresidual) {
+  const int64_t c = cols(in), n = rows(in);
+  for (auto [what, t, numel] : {std::tuple{"din", &din, n * c},
+                                {"dweight", &dweight, c},
+                                {"dbias", &dbias, c},
+                                {"dout", &dout, n * c},
+                                {"weight", &weight, c},
+                                {"mean", &mean, n},
+                                {"rstd", &rstd, n}})
+    expect_f32("layernorm_backward", what, *t, numel);
+  if (dresidual.defined()) expect_f32("layernorm_backward", "dresidual", dresidual, n * c);
+  LT_DISPATCH(layernorm_backward, layernorm_backward(din, dweight, dbias, dout, in, weight, mean, rstd, dresidual),
+              &din, &dweight, &dbias, &dout, &in, &weight, &mean, &rstd, &dresidual);
+}
+
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
+  const int64_t c = cols(in), n = rows(in);
+  for (auto [what, t, numel] : {std::tuple{"out", &out, n * c}, {"rstd", &rstd, n}, {"weight", &weight, c}})
+    expect_f32("rmsnorm_forward", what, *t, numel);
+  LT_DISPATCH(rmsnorm_forward, rmsnorm_forward(out, rstd, in, weight, eps), &out, &rstd, &in, &weight);
+}
+
+void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd,
+                      Tensor dresidual) {
+  const int64_t c = cols(in), n = rows(in);
+  for (auto [what, t, numel] : {std::tuple{"din", &din, n * c},
+                                {"dweight", &dweight, c},
+                                {"dout", &dout, n * c},
+                                {"weight", &weight, c},
+                                {"rstd", &rstd, n}})
+    expect_f32("rmsnorm_backward", what, *t, numel);
+  if (dresidual.defined()) expect_f32("rmsnorm_backward", "dresidual", dresidual, n * c);
+  LT_DISPATCH(rmsnorm_backward, rmsnorm_backward(din, dweight, dout, in, weight, rstd, dresidual), &din, &dweight,
+              &dout, &in, &weight, &rstd, &dresidual);
+}
+
+void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  const int64_t i = cols(in), n = rows(in), o = weight.numel() / (i ? i : 1);
+  expect_f32("linear_forward", "weight", weight, o * i);
+  expect_f32("linear_forward", "out", out, n * o);
+  LT_CHECK(cols(out) == o || out.shape.rank() > 2, "linear_forward: out {} for weight [{}, {}]", out.shape.str(), o, i);
+  if (bias.defined()) expect_f32("linear_forward", "bias", bias, o);
+  LT_DISPATCH(linear_forward, linear_forward(out, in, weight, bias), &out, &in, &weight, &bias);
+}
+
+void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight) {
+  const int64_t i = cols(in), n = rows(in), o = weight.numel() / (i ? i : 1);
+  expect_f32("linear_backward", "weight", weight, o * i);
+  expect_f32("linear_backward", "dweight", dweight, o * i);
+  expect_f32("linear_backward", "dout", dout, n * o);
+  if (din.defined()) expect_f32("linear_backward", "din", din, n * i);
+  if (dbias.defined()) expect_f32("linear_backward", "dbias", dbias, o);
+  LT_DISPATCH(linear_backward, linear_backward(din, dweight, dbias, dout, in, weight), &din, &dweight, &dbias, &dout,
+              &in, &weight);
+}
+
+void gelu_forward(Tensor out, Tensor in) {
+  expect_f32("gelu_forward", "out", out, in.numel());
+  LT_DISPATCH(gelu_forward, gelu_forward(out, in), &out, &in);
+}
+
+void gelu_backward(Tensor din, Tensor dout, Tensor in) {
+  expect_f32("gelu_backward", "din", din, in.numel());
+  expect_f32("gelu_backward", "dout", dout, in.numel());
+  LT_DISPATCH(gelu_backward, gelu_backward(din, dout, in), &din, &dout, &in);
+}
+
+void swiglu_forward(Tensor out, Tensor in) {
+  const int64_t f = cols(in) / 2, n = rows(in);
+  LT_CHECK(cols(in) % 2 == 0, "swiglu_forward: input rows of {} are not [gate | up]", cols(in));
+  expect_f32("swiglu_forward", "out", out, n * f);
+  LT_DISPATCH(swiglu_forward, swiglu_forward(out, in), &out, &in);
+}
+
+void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
+  const int64_t f = cols(in) / 2, n = rows(in);
+  expect_f32("swiglu_backward", "din", din, n * 2 * f);
+  expect_f32("swiglu_backward", "dout", dout, n * f);
+  LT_DISPATCH(swiglu_backward, swiglu_backward(din, dout, in), &din, &dout, &in);
+}
+
+void rope_table(Tensor table, double theta) {
+  LT_CHECK(table.shape.rank() == 3 && table.shape[1] == 2 && table.dtype == DType::fp32, "rope_table: table {}",
+           table.shape.str());
+  LT_DISPATCH(rope_table, rope_table(table, theta), &table);
+}
+
+static void check_rope(const char* op, const Tensor& x, const Tensor& table, int64_t rotary_heads, int64_t pos_begin) {
+  LT_CHECK(x.shape.rank() == 4 && table.shape.rank() == 3 && table.shape[1] == 2 && x.shape[3] == 2 * table.shape[2],
+           "{}: x {} (expected [B, T, heads, D]) with table {}", op, x.shape.str(), table.shape.str());
+  LT_CHECK(rotary_heads >= 0 && rotary_heads <= x.shape[2], "{}: {} rotary heads of {}", op, rotary_heads, x.shape[2]);
+  LT_CHECK(pos_begin >= 0 && pos_begin + x.shape[1] <= table.shape[0], "{}: positions [{}, {}) beyond the table's {}",
+           op, pos_begin, pos_begin + x.shape[1], table.shape[0]);
+}
+
+void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
+  check_rope("rope_forward", x, table, rotary_heads, pos_begin);
+  LT_DISPATCH(rope_forward, rope_forward(x, table, rotary_heads, pos_begin), &x, &table);
+}
+
+void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
+  check_rope("rope_backward", dx, table, rotary_heads, pos_begin);
+  LT_DISPATCH(rope_backward, rope_backward(dx, table, rotary_heads, pos_begin), &dx, &table);
+}
+
+static void check_attention(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t heads,
+                            int64_t kv_heads) {
+  LT_CHECK(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, "{}: heads {} kv_heads {}", op, heads, kv_heads);
+  LT_CHECK(qkv.shape.rank() == 4 && qkv.shape[2] == heads + 2 * kv_heads,
+           "{}: qkv {} is not [B, T, heads {} + 2·kv_heads {}, D]", op, qkv.shape.str(), heads, kv_heads);
+  const int64_t b = qkv.shape[0], t = qkv.shape[1], d = qkv.shape[3];
+  expect_f32(op, "out", out, b * t * heads * d);
+  expect_f32(op, "lse", lse, b * heads * t);
+}
+
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
+  check_attention("attention_forward", qkv, out, lse, heads, kv_heads);
+  LT_DISPATCH(attention_forward, attention_forward(out, lse, qkv, heads, kv_heads), &out, &lse, &qkv);
+}
+
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads) {
+  check_attention("attention_backward", qkv, out, lse, heads, kv_heads);
+  expect_f32("attention_backward", "dqkv", dqkv, qkv.numel());
+  expect_f32("attention_backward", "dout", dout, out.numel());
+  LT_DISPATCH(attention_backward, attention_backward(dqkv, dout, qkv, out, lse, heads, kv_heads), &dqkv, &dout, &qkv,
+              &out, &lse);
+}
+
+void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
+  expect_f32("residual_forward", "a", a, out.numel());
+  expect_f32("residual_forward", "b", b, out.numel());
+  if (bias.defined()) {
+    expect_f32("residual_forward", "bias", bias, cols(out));
+  }
+  LT_DISPATCH(residual_forward, residual_forward(out, a, b, bias), &out, &a, &b, &bias);
+}
+
+void residual_backward(Tensor dbias, Tensor dout) {
+  expect_f32("residual_backward", "dbias", dbias, cols(dout));
+  LT_DISPATCH(residual_backward, residual_backward(dbias, dout), &dbias, &dout);
+}
+
+static void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                                int64_t vocab) {
+  const int64_t n = rows(logits);
+  LT_CHECK(vocab >= 1 && vocab <= cols(logits), "{}: vocab {} with logits {}", op, vocab, logits.shape.str());
+  expect(op, "targets", targets, DType::int32, n);
+  expect_f32(op, "lse", lse, n);
+  expect_f32(op, "logits", logits, n * cols(logits));
+}
+
+void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  check_cross_entropy("cross_entropy_forward", logits, lse, targets, vocab);
+  expect_f32("cross_entropy_forward", "losses", losses, rows(logits));
+  LT_DISPATCH(cross_entropy_forward, cross_entropy_forward(losses, lse, logits, targets, vocab, ignore_index), &losses,
+              &lse, &logits, &targets);
+}
+
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
+                            int32_t ignore_index, float dloss) {
+  check_cross_entropy("cross_entropy_backward", logits, lse, targets, vocab);
+  expect_f32("cross_entropy_backward", "dlogits", dlogits, logits.numel());
+  LT_DISPATCH(cross_entropy_backward, cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, dloss),
+              &dlogits, &logits, &lse, &targets);
+}
+
+void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
+  const int64_t n = params.numel();
+  for (auto [what, t] : {std::pair{"params", &params}, {"grads", &grads}, {"m", &m}, {"v", &v}})
+    expect_f32("adamw_update", what, *t, n);
+  LT_CHECK(s.step >= 1, "adamw_update: step {} (1-based)", s.step);
+  LT_DISPATCH(adamw_update, adamw_update(params, grads, m, v, s), &params, &grads, &m, &v);
+}
+
+double sum_squares(Tensor x) {
+  expect_f32("sum_squares", "x", x, x.numel());
+  LT_DISPATCH(sum_squares, sum_squares(x), &x);
+}
+
+void scale(Tensor x, float s) {
+  expect_f32("scale", "x", x, x.numel());
+  LT_DISPATCH(scale, scale(x, s), &x);
+}
+
+}  // namespace llmtrain::kernels

@@ -1,0 +1,147 @@
+// Every op of the transformer, declared once: a forward and a backward per op family. The device
+// of the tensors picks the implementation (kernels/dispatch.cpp is the one switch); the CPU ones
+// live in kernels/cpu/<stem>.cpp, forward and backward side by side. docs/model.md shows how the
+// model strings them together.
+//
+// Conventions (the rules a reader could get wrong):
+//  - Outputs come first, then inputs. All float tensors are fp32 and contiguous; token ids and
+//    targets are int32. All tensors of one call live on one device.
+//  - PARAMETER gradients ACCUMULATE (dweight += ...): gradient accumulation over micro-batches
+//    and tied weights rely on it; zero them once per optimizer step.
+//  - ACTIVATION gradients are OVERWRITTEN (din = ...). Where a gradient joins the residual stream,
+//    the op takes the stream's gradient as the input `dresidual` and writes
+//    din = dresidual + (its own contribution); din may alias dresidual (in place).
+//  - An optional argument is a default-constructed Tensor (no data): `Tensor{}`.
+//  - "N" is the number of token rows (batch · seq), "C" the channels of the residual stream.
+//    Row n of a [B, T, ...] tensor is token t = n % T of sequence b = n / T.
+//  - Ops never allocate per call beyond a per-thread scratch that reaches its high-water mark on
+//    the first step; no exception leaves an op (broken shapes are LT_CHECK failures).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/tensor.h"
+
+namespace llmtrain::kernels {
+
+// ---- memory --------------------------------------------------------------------------------
+
+void fill_zero(Tensor x);
+// out = in, converting between fp32, bf16 and fp16 (round to nearest even, dtype_convert.h), or
+// a plain copy when the dtypes match.
+void convert(Tensor out, Tensor in);
+
+// ---- embeddings (cpu/embedding.cpp) --------------------------------------------------------
+
+// out[n, :] = wte[tokens[n] - vocab_begin, :] when the token falls in this shard's rows
+// [vocab_begin, vocab_begin + V), else 0 (vocab-parallel embedding; vocab_begin = 0 unsharded).
+// out [N, C], tokens [N] int32, wte [V, C].
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin);
+// dwte[tokens[n] - vocab_begin, :] += dout[n, :] for the tokens in this shard.
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin);
+
+// Learned positions, added in place: x[b, t, :] += wpe[pos_begin + t, :]. x [B, T, C], wpe [P, C].
+void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin);
+// dwpe[pos_begin + t, :] += sum over b of dx[b, t, :].
+void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin);
+
+// ---- normalization (cpu/layernorm.cpp, cpu/rmsnorm.cpp) -------------------------------------
+
+// out = (in - mean) · rstd · weight + bias per row; saves mean [N] and rstd [N] for backward.
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps);
+// din = dresidual + d(in); dweight, dbias accumulate. dresidual is optional; din may alias it.
+void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                        Tensor rstd, Tensor dresidual);
+
+// out = in · rstd · weight with rstd = 1 / sqrt(mean(in²) + eps); saves rstd [N].
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps);
+void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd, Tensor dresidual);
+
+// ---- linear (cpu/linear.cpp) ---------------------------------------------------------------
+
+// out [N, O] = in [N, I] · weight [O, I]ᵀ (+ bias [O]). weight is nn.Linear's [out, in] layout.
+void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
+// din [N, I] = dout · weight (skipped when din is absent); dweight += doutᵀ · in; dbias += Σ rows
+// of dout (when present).
+void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight);
+
+// ---- activations (cpu/gelu.cpp, cpu/swiglu.cpp) --------------------------------------------
+
+// GELU with GPT-2's tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+void gelu_forward(Tensor out, Tensor in);
+// din may alias dout.
+void gelu_backward(Tensor din, Tensor dout, Tensor in);
+
+// LLaMA's MLP gate: in [N, 2F] holds [gate | up] per row (the fused gate_proj/up_proj output);
+// out [N, F] = silu(gate) · up.
+void swiglu_forward(Tensor out, Tensor in);
+// din [N, 2F] may alias in (the gate/up activations are dead after this).
+void swiglu_backward(Tensor din, Tensor dout, Tensor in);
+
+// ---- rotary position embedding (cpu/rope.cpp) ----------------------------------------------
+
+// table [P, 2, D/2]: row p holds cos(p·θ^(-2i/D)) for i < D/2, then the sines; computed in
+// double (D = head dim).
+void rope_table(Tensor table, double theta);
+// In place on x [B, T, heads, D]: rotates the first `rotary_heads` heads of every row (so a
+// packed [q | k | v] row rotates q and k and leaves v), position = pos_begin + t, in Hugging
+// Face's rotate-half convention (pairs (i, i + D/2)).
+void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin);
+// The inverse rotation, in place on the gradient.
+void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin);
+
+// ---- attention (cpu/attention.cpp) ---------------------------------------------------------
+
+// Causal self-attention with grouped-query heads over a packed projection:
+//   qkv [B, T, heads + 2·kv_heads, D] holds, per token, q heads, then k heads, then v heads
+//   (q head h reads kv head h / (heads / kv_heads)); softmax scale 1/√D.
+//   out [B, T, heads, D]; lse [B, heads, T] is each query row's log-sum-exp, saved for backward.
+// The CPU kernel is written over (pointer, row stride) views of q, k and v with a query position
+// offset, so a KV cache ([B, T_max, kv_heads, D] per layer) can call the same core later.
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads);
+// dqkv [B, T, heads + 2·kv_heads, D] is overwritten (q, k and v parts).
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads);
+
+// ---- residual stream (cpu/residual.cpp) ----------------------------------------------------
+
+// out [N, C] = a + b (+ bias [C], broadcast over rows; the bias of a row-parallel linear is added
+// here, after its all-reduce). out may alias a or b.
+void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias);
+// The gradients of a and b are dout itself (no copy is made); this only accumulates
+// dbias += Σ rows of dout.
+void residual_backward(Tensor dbias, Tensor dout);
+
+// ---- loss (cpu/cross_entropy.cpp) ----------------------------------------------------------
+
+// Softmax cross-entropy over the first `vocab` columns of logits [N, Vpad] (padding columns are
+// excluded from the softmax). losses [N] gets -log p(target) per row, or 0 where target ==
+// ignore_index; lse [N] is saved for backward. The caller takes the mean over counted rows.
+void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
+                           int32_t ignore_index);
+// dlogits = dloss · (softmax - onehot(target)) for counted rows, 0 for ignored rows and padding
+// columns. dloss is the gradient of the objective with respect to each counted row's loss (for a
+// mean: loss_scale / count). dlogits may alias logits (it is then overwritten in place).
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
+                            int32_t ignore_index, float dloss);
+
+// ---- optimizer (cpu/adamw.cpp, cpu/l2norm.cpp) ---------------------------------------------
+
+struct AdamWStep {
+  float lr = 0;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0;  // 0 for parameters that take none
+  int64_t step = 1;        // 1-based: the bias corrections use β^step
+  float grad_scale = 1;    // multiplies the gradient first (clipping factor, 1/loss-scale)
+};
+// PyTorch's AdamW on a range, in place on params, m and v (all the same length):
+//   g = grad_scale·grad;  p -= lr·wd·p;  m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²;
+//   p -= lr/(1-β1^t) · m / (√v/√(1-β2^t) + eps).
+void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s);
+
+// Σ x², accumulated in double. For the global gradient norm (the caller all-reduces the partial
+// sums over every group that splits parameters, then takes the square root).
+double sum_squares(Tensor x);
+// x *= s in place.
+void scale(Tensor x, float s);
+
+}  // namespace llmtrain::kernels

@@ -1,0 +1,37 @@
+// Tensor-parallel crossings as forward/backward pairs (Megatron-LM's tensor_parallel/mappings.py).
+// The model calls one pair at every point where activations enter or leave a tensor-parallel
+// region; with a one-rank tp communicator every function is the identity (or a copy between two
+// different buffers).
+//
+//   copy_to_tp_region       forward: identity          backward: all-reduce (sum)   ("f")
+//   reduce_from_tp_region   forward: all-reduce (sum)  backward: identity           ("g")
+//   gather_from_tp_region   forward: all-gather along the last dimension
+//                           backward: keep this rank's slice of the last dimension
+//   scatter_to_tp_region    forward: keep this rank's slice   backward: all-gather
+//
+// Rules a reader could get wrong:
+//  - "last dimension" gathers are of [rows, cols_local] slices into [rows, tp·cols_local] with rank
+//    r's columns at [r·cols_local, (r+1)·cols_local); Comm::all_gather concatenates along the
+//    FIRST dimension, so these functions rearrange through `scratch` (tp·rows·cols_local floats;
+//    may be absent when tp = 1).
+//  - A bias that is replicated across a row-parallel layer is added after reduce_from_tp_region,
+//    never before (it would be counted tp times).
+#pragma once
+
+#include "parallel/comm.h"
+
+namespace llmtrain::parallel {
+
+void copy_to_tp_region_forward(Comm& tp, Tensor x);
+void copy_to_tp_region_backward(Comm& tp, Tensor dx);
+
+void reduce_from_tp_region_forward(Comm& tp, Tensor x);
+void reduce_from_tp_region_backward(Comm& tp, Tensor dx);
+
+void gather_from_tp_region_forward(Comm& tp, Tensor local, Tensor full, Tensor scratch);
+void gather_from_tp_region_backward(Comm& tp, Tensor dfull, Tensor dlocal);
+
+void scatter_to_tp_region_forward(Comm& tp, Tensor full, Tensor local);
+void scatter_to_tp_region_backward(Comm& tp, Tensor dlocal, Tensor dfull, Tensor scratch);
+
+}  // namespace llmtrain::parallel

@@ -1,0 +1,129 @@
+"""An independent PyTorch implementation of llmtrain's two model families (GPT-2 and LLaMA), used as
+the reference by the parity tests (parity.py) and the CPU benchmark (scripts/bench/torch_step.py).
+
+Written from the published architectures and Hugging Face's conventions, not from llmtrain's C++:
+parameters are a dict {Hugging Face name: tensor} in llmtrain's layouts (docs/model.md): every
+linear weight is [out, in] (GPT-2's c_attn is [3, d, d]), embedding and head rows padded to the
+padded vocabulary. Attention is written by hand (torch 1.13 has no scaled_dot_product_attention),
+as are RMSNorm and RoPE (Hugging Face's rotate-half convention); the rest uses torch's own ops.
+Works in any float dtype: float64 for parity, float32 for benchmarks.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+
+
+def attention(q, k, v, mask):
+    """q [B, H, T, D], k/v [B, KV, T, D]; causal softmax(q kᵀ / √D) v with kv head h // (H / KV)."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    att = att.masked_fill(mask, float("-inf"))
+    return torch.softmax(att, dim=-1) @ v
+
+
+def causal_mask(t, device=None):
+    return torch.triu(torch.ones(t, t, dtype=torch.bool, device=device), diagonal=1)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_cos_sin(t, head_dim, theta, dtype):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def gpt2_logits(p, tokens, cfg):
+    b, t = tokens.shape
+    d, h, layers = cfg["hidden"], cfg["heads"], cfg["layers"]
+    hd, eps = d // h, cfg["norm_eps"]
+    mask = causal_mask(t)
+    x = p["transformer.wte.weight"][tokens] + p["transformer.wpe.weight"][:t]
+    for i in range(layers):
+        w = lambda s: p[f"transformer.h.{i}.{s}"]  # noqa: E731
+        y = F.layer_norm(x, (d,), w("ln_1.weight"), w("ln_1.bias"), eps)
+        qkv = F.linear(y, w("attn.c_attn.weight").reshape(3 * d, d), w("attn.c_attn.bias").reshape(3 * d))
+        q, k, v = (z.view(b, t, h, hd).transpose(1, 2) for z in qkv.split(d, dim=-1))
+        y = attention(q, k, v, mask).transpose(1, 2).reshape(b, t, d)
+        x = x + F.linear(y, w("attn.c_proj.weight"), w("attn.c_proj.bias"))
+        y = F.layer_norm(x, (d,), w("ln_2.weight"), w("ln_2.bias"), eps)
+        y = F.gelu(F.linear(y, w("mlp.c_fc.weight"), w("mlp.c_fc.bias")), approximate="tanh")
+        x = x + F.linear(y, w("mlp.c_proj.weight"), w("mlp.c_proj.bias"))
+    x = F.layer_norm(x, (d,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], eps)
+    head = p["transformer.wte.weight"] if cfg["tie_embeddings"] else p["lm_head.weight"]
+    return F.linear(x, head)
+
+
+def llama_logits(p, tokens, cfg):
+    b, t = tokens.shape
+    d, h, kv, layers = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["layers"]
+    hd, eps = d // h, cfg["norm_eps"]
+    mask = causal_mask(t)
+    x = p["model.embed_tokens.weight"][tokens]
+    cos, sin = rope_cos_sin(t, hd, cfg["rope_theta"], x.dtype)
+    for i in range(layers):
+        w = lambda s: p[f"model.layers.{i}.{s}"]  # noqa: E731
+        y = rms_norm(x, w("input_layernorm.weight"), eps)
+        q = F.linear(y, w("self_attn.q_proj.weight")).view(b, t, h, hd).transpose(1, 2)
+        k = F.linear(y, w("self_attn.k_proj.weight")).view(b, t, kv, hd).transpose(1, 2)
+        v = F.linear(y, w("self_attn.v_proj.weight")).view(b, t, kv, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        y = attention(q, k, v, mask).transpose(1, 2).reshape(b, t, h * hd)
+        x = x + F.linear(y, w("self_attn.o_proj.weight"))
+        y = rms_norm(x, w("post_attention_layernorm.weight"), eps)
+        y = F.silu(F.linear(y, w("mlp.gate_proj.weight"))) * F.linear(y, w("mlp.up_proj.weight"))
+        x = x + F.linear(y, w("mlp.down_proj.weight"))
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    head = p["model.embed_tokens.weight"] if cfg["tie_embeddings"] else p["lm_head.weight"]
+    return F.linear(x, head)
+
+
+def logits(p, tokens, cfg):
+    """[B, T, padded vocab] logits."""
+    return (llama_logits if cfg["family"] == "llama" else gpt2_logits)(p, tokens, cfg)
+
+
+def loss(p, tokens, targets, cfg):
+    """Mean cross-entropy over the real vocabulary (padding columns excluded), ignoring -100."""
+    z = logits(p, tokens, cfg)[..., : cfg["vocab"]]
+    return F.cross_entropy(z.reshape(-1, cfg["vocab"]), targets.reshape(-1).long(), ignore_index=IGNORE_INDEX)
+
+
+def takes_weight_decay(name, tensor):
+    """Matrices and embeddings decay; biases (GPT-2's [3, d] c_attn bias included) and norm
+    weights do not."""
+    return name.endswith(".weight") and tensor.dim() >= 2
+
+
+def lr_at(cfg, step):
+    """Linear warmup from lr/warmup, then cosine to min_lr at decay_steps (0-based steps)."""
+    lr, min_lr, warmup, decay = cfg["lr"], cfg["min_lr"], cfg["warmup"], cfg["decay_steps"]
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= decay:
+        return min_lr
+    progress = (step - warmup) / (decay - warmup)
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def adamw(params, cfg, **kwargs):
+    """torch.optim.AdamW with decay and no-decay groups."""
+    decay = [t for n, t in params.items() if takes_weight_decay(n, t)]
+    rest = [t for n, t in params.items() if not takes_weight_decay(n, t)]
+    groups = [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], **kwargs)

@@ -1,0 +1,190 @@
+#include "op_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace llmtrain::kernels::test {
+
+Tensor OpRun::t(const std::string& name) {
+  const Arg* a = args.at(name);
+  Shape shape(std::span<const int64_t>(a->shape));
+  if (a->role == Role::index) return Tensor(i.at(name).data(), DType::int32, shape);
+  return Tensor(f.at(name).data(), DType::fp32, shape);
+}
+
+Tensor OpRun::grad(const std::string& name) {
+  const Arg* a = args.at(name);
+  return Tensor(g.at(name).data(), DType::fp32, Shape(std::span<const int64_t>(a->shape)));
+}
+
+double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0, na = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    num += (a[k] - b[k]) * (a[k] - b[k]);
+    den += b[k] * b[k];
+    na += a[k] * a[k];
+  }
+  if (den == 0) return std::sqrt(na);
+  return std::sqrt(num / den);
+}
+
+namespace {
+
+// LLMTRAIN_OP_VERBOSE=1 prints every measured error (to see the margin under each tolerance).
+bool verbose() {
+  static const bool v = std::getenv("LLMTRAIN_OP_VERBOSE") != nullptr;
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+bool differentiable(Role r) { return r == Role::input || r == Role::param; }
+bool is_output(Role r) { return r == Role::output || r == Role::saved; }
+
+RefRun make_ref(const OpCase& c, OpRun& ours) {
+  RefRun ref;
+  for (const Arg& a : c.args) {
+    if (a.role == Role::index)
+      ref.idx[a.name] = ours.i.at(a.name);
+    else if (is_output(a.role))
+      ref.y[a.name].assign(size_t(numel(a.shape)), 0.0);
+    else
+      ref.x[a.name] = to_double(ours.f.at(a.name));
+  }
+  return ref;
+}
+
+// L = Σ over loss outputs of ⟨R, y⟩, from the reference.
+double ref_loss(const OpCase& c, RefRun& ref, const std::map<std::string, std::vector<double>>& r) {
+  for (auto& [name, y] : ref.y) std::fill(y.begin(), y.end(), 0.0);
+  c.reference(ref);
+  double l = 0;
+  for (const Arg& a : c.args)
+    if (a.role == Role::output) {
+      const auto& y = ref.y.at(a.name);
+      const auto& ra = r.at(a.name);
+      for (size_t k = 0; k < y.size(); ++k) l += ra[k] * y[k];
+    }
+  return l;
+}
+
+}  // namespace
+
+void run_case(const OpCase& c, uint64_t seed) {
+  SCOPED_TRACE("op case: " + c.name);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  OpRun ours;
+  for (const Arg& a : c.args) {
+    ours.args[a.name] = &a;
+    const size_t n = size_t(numel(a.shape));
+    if (a.role == Role::index) {
+      std::uniform_int_distribution<int32_t> pick(a.lo, a.hi - 1);
+      auto& v = ours.i[a.name];
+      v.resize(n);
+      for (auto& x : v) x = pick(rng);
+    } else {
+      auto& v = ours.f[a.name];
+      v.assign(n, 0.0f);
+      if (!is_output(a.role))
+        for (auto& x : v) x = float(a.scale) * normal(rng);
+    }
+  }
+  if (c.setup) c.setup(ours);
+
+  // Forward against the reference.
+  c.forward(ours);
+  RefRun ref = make_ref(c, ours);
+  c.reference(ref);
+  for (const Arg& a : c.args) {
+    if (!is_output(a.role)) continue;
+    double err = rel_error(to_double(ours.f.at(a.name)), ref.y.at(a.name));
+    if (verbose()) std::printf("%-60s forward %-10s %.2e\n", c.name.c_str(), a.name.c_str(), err);
+    EXPECT_LE(err, c.forward_tol) << "forward output " << a.name << " differs from the double reference";
+  }
+  if (!c.backward) return;
+
+  // Backward: R for outputs, NaN-filled input gradients, random-filled parameter gradients.
+  std::map<std::string, std::vector<double>> r;
+  std::map<std::string, std::vector<float>> start;
+  for (const Arg& a : c.args) {
+    const size_t n = size_t(numel(a.shape));
+    auto& g = ours.g[a.name];
+    if (a.role == Role::output) {
+      g.resize(n);
+      float u = normal(rng);
+      for (auto& x : g) x = a.uniform_dout ? u : normal(rng);
+      r[a.name] = to_double(g);
+    } else if (a.role == Role::input) {
+      g.assign(n, c.check_overwrite ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+    } else if (a.role == Role::param) {
+      g.resize(n);
+      for (auto& x : g) x = normal(rng);
+      start[a.name] = g;
+    }
+  }
+  c.backward(ours);
+
+  const double l0 = ref_loss(c, ref, r);
+  (void)l0;
+  for (const Arg& a : c.args) {
+    if (!differentiable(a.role)) continue;
+    SCOPED_TRACE("gradient of " + a.name);
+    std::vector<double> got = to_double(ours.g.at(a.name));
+    if (a.role == Role::param)
+      for (size_t k = 0; k < got.size(); ++k) got[k] -= start.at(a.name)[k];
+    for (double v : got) ASSERT_TRUE(std::isfinite(v)) << "gradient not fully written (or not finite)";
+
+    auto& x = ref.x.at(a.name);
+    const size_t n = x.size();
+    // A sample of single elements (all of them for small arguments).
+    std::vector<size_t> picks;
+    if (n <= 48) {
+      for (size_t k = 0; k < n; ++k) picks.push_back(k);
+    } else {
+      std::uniform_int_distribution<size_t> pick(0, n - 1);
+      for (int k = 0; k < 48; ++k) picks.push_back(pick(rng));
+    }
+    std::vector<double> fd, mine;
+    for (size_t k : picks) {
+      const double keep = x[k], h = 1e-5 * std::max(1.0, std::abs(keep));
+      x[k] = keep + h;
+      const double lp = ref_loss(c, ref, r);
+      x[k] = keep - h;
+      const double lm = ref_loss(c, ref, r);
+      x[k] = keep;
+      fd.push_back((lp - lm) / (2 * h));
+      mine.push_back(got[k]);
+    }
+    const double elem_err = rel_error(mine, fd);
+    EXPECT_LE(elem_err, c.grad_tol) << "element-wise finite differences disagree";
+
+    // One random direction over the whole argument.
+    std::vector<double> dir(n);
+    double dot = 0;
+    for (size_t k = 0; k < n; ++k) {
+      dir[k] = normal(rng);
+      dot += dir[k] * got[k];
+    }
+    const double h = 1e-5;
+    std::vector<double> keep = x;
+    for (size_t k = 0; k < n; ++k) x[k] = keep[k] + h * dir[k];
+    const double lp = ref_loss(c, ref, r);
+    for (size_t k = 0; k < n; ++k) x[k] = keep[k] - h * dir[k];
+    const double lm = ref_loss(c, ref, r);
+    x = keep;
+    const double fd_dir = (lp - lm) / (2 * h);
+    if (verbose())
+      std::printf("%-60s grad    %-10s %.2e  direction %.2e\n", c.name.c_str(), a.name.c_str(), elem_err,
+                  std::abs(dot - fd_dir) / std::max(1.0, std::abs(fd_dir)));
+    EXPECT_LE(std::abs(dot - fd_dir), c.grad_tol * std::max(1.0, std::abs(fd_dir)))
+        << "directional derivative: ours " << dot << ", finite differences " << fd_dir;
+  }
+}
+
+}  // namespace llmtrain::kernels::test

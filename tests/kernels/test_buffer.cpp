@@ -1,0 +1,45 @@
+// Owning buffers and the per-device allocators (kernels/buffer.h, kernels/allocator.h).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "kernels/allocator.h"
+#include "kernels/buffer.h"
+
+namespace llmtrain::kernels {
+
+TEST(Buffer, HostMemoryIsAlignedAndZeroed) {
+  for (int64_t n : {int64_t(1), int64_t(3), int64_t(1000), int64_t(1) << 21}) {
+    Buffer b(DType::fp32, {n});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kAlignment, 0u);
+    EXPECT_EQ(b.bytes(), size_t(n) * 4);
+    const float* p = b.ptr<float>();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(p[i], 0.0f);
+  }
+}
+
+TEST(Buffer, MoveKeepsTheMemory) {
+  Buffer a(DType::int32, {4, 5});
+  a.ptr<int32_t>()[7] = 42;
+  void* data = a.data();
+  Buffer b = std::move(a);
+  EXPECT_EQ(b.data(), data);
+  EXPECT_EQ(b.ptr<int32_t>()[7], 42);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(b.tensor().shape, (Shape{4, 5}));
+  Buffer c(DType::bf16, {2});
+  c = std::move(b);
+  EXPECT_EQ(c.data(), data);
+  EXPECT_EQ(c.dtype(), DType::int32);
+}
+
+TEST(Buffer, DeviceMemoryIsRejectedUntilTheCudaAllocatorExists) {
+  try {
+    Buffer b(DType::fp32, {16}, Device::cuda);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace llmtrain::kernels

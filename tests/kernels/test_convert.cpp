@@ -1,0 +1,116 @@
+// fp32 <-> bf16/fp16 conversions (kernels/dtype_convert.h, the `convert` op) against independent
+// references: the compiler's _Float16 (libgcc / F16C) for fp16, and exact nearest-even rounding
+// computed in double for bf16. Every fp16 pattern and a stride through all 2^32 fp32 patterns.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/dtype_convert.h"
+#include "kernels/ops.h"
+
+namespace llmtrain::kernels {
+
+namespace {
+
+// Nearest bf16 by comparing the two neighbouring candidates in double (ties to the even one).
+uint16_t reference_bf16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return uint16_t((x >> 16) | 0x40);
+  uint32_t lo = x & 0xffff0000u, hi = lo + 0x10000u;
+  auto value = [](uint32_t bits) {
+    // For rounding, the pattern after the largest finite value acts as 2^128 (IEEE's rule).
+    if ((bits & 0x7fffffffu) == 0x7f800000u)
+      return std::copysign(std::ldexp(1.0, 128), double(std::bit_cast<float>(bits)));
+    return double(std::bit_cast<float>(bits));
+  };
+  if ((x & 0x7fffffffu) == 0x7f800000u) return uint16_t(x >> 16);  // ±inf
+  const double d = f, dl = std::abs(d - value(lo)), dh = std::abs(value(hi) - d);
+  if (dl < dh) return uint16_t(lo >> 16);
+  if (dh < dl) return uint16_t(hi >> 16);
+  return ((lo >> 16) & 1) ? uint16_t(hi >> 16) : uint16_t(lo >> 16);
+}
+
+uint16_t reference_fp16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+float reference_fp16_to_fp32(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+
+bool same(float a, float b) {
+  return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+std::vector<float> probe_floats() {
+  std::vector<float> out;
+  for (uint64_t x = 0; x <= 0xffffffffull; x += 4093) out.push_back(std::bit_cast<float>(uint32_t(x)));
+  // Edges: ties, overflow thresholds, subnormals, signed zeros, infinities.
+  for (uint32_t x : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu,
+                     0x3f808000u, 0x3f818000u, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x33000000u, 0x33000001u,
+                     0x38800000u, 0x387fffffu, 0x33800000u, 0x34000000u, 0x00000001u, 0x3fc00000u})
+    out.push_back(std::bit_cast<float>(x));
+  return out;
+}
+
+}  // namespace
+
+TEST(DTypeConvert, Fp16ToFp32EveryPattern) {
+  for (uint32_t b = 0; b <= 0xffff; ++b)
+    ASSERT_TRUE(same(fp16_to_fp32(uint16_t(b)), reference_fp16_to_fp32(uint16_t(b)))) << std::hex << b;
+}
+
+TEST(DTypeConvert, Fp32ToFp16RoundsToNearestEven) {
+  for (float f : probe_floats()) {
+    uint16_t got = fp32_to_fp16(f), want = reference_fp16(f);
+    if (std::isnan(f))
+      ASSERT_TRUE(std::isnan(fp16_to_fp32(got))) << std::hex << std::bit_cast<uint32_t>(f);
+    else
+      ASSERT_EQ(got, want) << std::hex << std::bit_cast<uint32_t>(f) << " (" << f << ")";
+  }
+}
+
+TEST(DTypeConvert, Bf16RoundTripAndNearestEven) {
+  for (uint32_t b = 0; b <= 0xffff; ++b) {
+    float f = bf16_to_fp32(uint16_t(b));
+    if (!std::isnan(f)) {
+      ASSERT_EQ(fp32_to_bf16(f), b);  // exact values survive the round trip
+    }
+  }
+  for (float f : probe_floats()) {
+    uint16_t got = fp32_to_bf16(f), want = reference_bf16(f);
+    if (std::isnan(f))
+      ASSERT_TRUE(std::isnan(bf16_to_fp32(got)));
+    else
+      ASSERT_EQ(got, want) << std::hex << std::bit_cast<uint32_t>(f) << " (" << f << ")";
+  }
+}
+
+TEST(DTypeConvert, ConvertOpOverTensors) {
+  std::vector<float> x = {1.0f, -2.5f, 3.14159f, 65519.0f, 70000.0f, 1e-8f, -0.0f};
+  const int64_t n = int64_t(x.size());
+  std::vector<uint16_t> h(n), b(n);
+  std::vector<float> back(n);
+  convert(Tensor(h.data(), DType::fp16, {n}), host_tensor(x.data(), {n}));
+  convert(Tensor(b.data(), DType::bf16, {n}), host_tensor(x.data(), {n}));
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(h[i], reference_fp16(x[i]));
+    EXPECT_EQ(b[i], reference_bf16(x[i]));
+  }
+  convert(host_tensor(back.data(), {n}), Tensor(h.data(), DType::fp16, {n}));
+  for (int64_t i = 0; i < n; ++i) EXPECT_TRUE(same(back[i], reference_fp16_to_fp32(h[i])));
+  // fp16 -> bf16 goes through fp32 and rounds once.
+  std::vector<uint16_t> hb(n);
+  convert(Tensor(hb.data(), DType::bf16, {n}), Tensor(h.data(), DType::fp16, {n}));
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hb[i], reference_bf16(fp16_to_fp32(h[i])));
+}
+
+}  // namespace llmtrain::kernels

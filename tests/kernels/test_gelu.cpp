@@ -1,0 +1,38 @@
+// GELU, tanh approximation (kernels/cpu/gelu.cpp), through the op harness; inputs span the
+// saturated tails as well as the centre.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/ops.h"
+#include "op_harness.h"
+
+namespace llmtrain::kernels::test {
+
+TEST(Gelu, ForwardBackwardMatchReference) {
+  std::mt19937_64 rng(51);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t n = rand_dim(rng, 1, 3000);
+    OpCase oc{.name = "gelu n=" + std::to_string(n),
+              .args = {{"x", {n}, Role::input, 0, 0, trial < 2 ? 1.0 : 6.0}, {"y", {n}, Role::output}}};
+    oc.forward = [](OpRun& r) { gelu_forward(r.t("y"), r.t("x")); };
+    oc.backward = [](OpRun& r) { gelu_backward(r.grad("x"), r.grad("y"), r.t("x")); };
+    oc.reference = [=](RefRun& r) {
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = r.in("x")[i];
+        r.out("y")[i] = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+      }
+    };
+    run_case(oc, 600 + trial);
+  }
+}
+
+TEST(Gelu, BackwardInPlace) {
+  // din may alias dout.
+  std::vector<float> x = {-3.0f, -0.5f, 0.0f, 0.7f, 2.5f}, d = {1, 1, 1, 1, 1}, ref(5), in_place = d;
+  gelu_backward(host_tensor(ref.data(), {5}), host_tensor(d.data(), {5}), host_tensor(x.data(), {5}));
+  gelu_backward(host_tensor(in_place.data(), {5}), host_tensor(in_place.data(), {5}), host_tensor(x.data(), {5}));
+  EXPECT_EQ(ref, in_place);
+}
+
+}  // namespace llmtrain::kernels::test

@@ -1,0 +1,65 @@
+// AdamW over ranges of the flat parameter/gradient buffers, and the global gradient norm for
+// clipping. Under ZeRO a rank runs the same code on the range it owns.
+//
+// Rules a reader could get wrong:
+//  - Weight decay is decoupled (p -= lr·wd·p) and applies only to ranges whose parameters'
+//    ParamSpec says weight_decay (matrices and embeddings; not biases or norm weights).
+//  - The step count is the number of updates taken; the k-th update (k = 1, 2, ...) uses bias
+//    corrections 1 - β^k, exactly as torch.optim.AdamW.
+//  - Clipping multiplies the gradient inside the update (grad_scale); the gradient buffer itself
+//    is not modified.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/buffer.h"
+#include "trainer/model.h"
+#include "trainer/recipe.h"
+
+namespace llmtrain::trainer {
+
+// A contiguous range [begin, end) of the flat buffers whose parameters share one decay setting.
+struct DecayRange {
+  int64_t begin = 0, end = 0;
+  bool decay = false;
+};
+
+// The model's parameters as maximal decay ranges, in flat-buffer order, covering every element.
+std::vector<DecayRange> decay_ranges(const std::vector<ModelParam>& params);
+
+class AdamW {
+ public:
+  // Owns the moments of elements [begin, end) of the flat buffers; `ranges` describe the whole
+  // buffer (from decay_ranges).
+  AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, int64_t begin, int64_t end);
+
+  // One update of the owned range: params and grads are views of exactly [begin, end).
+  // grad_scale multiplies the gradients first (clip factor, or 1).
+  void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale);
+
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }           // when restoring a checkpoint
+  kernels::Tensor exp_avg() const { return m_.tensor(); }     // first moment, [end - begin]
+  kernels::Tensor exp_avg_sq() const { return v_.tensor(); }  // second moment
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+
+ private:
+  OptimizerConfig config_;
+  std::vector<DecayRange> ranges_;
+  int64_t begin_, end_, steps_ = 0;
+  kernels::Buffer m_, v_;
+};
+
+// Σ g² over this rank's gradients, counting each global parameter element once per model
+// replica: tensor-parallel replicated parameters only on tp rank 0, and the last stage's copy of
+// a tied embedding not at all (its gradient equals the first stage's after their all-reduce).
+// The caller all-reduces the sum over the tp and pp groups, then takes the square root.
+double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank);
+
+// PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6) when that is below 1, else 1. max_norm 0
+// means no clipping.
+float clip_factor(double norm, double max_norm);
+
+}  // namespace llmtrain::trainer
