@@ -12,9 +12,12 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "launcher/launch_plan.h"
+#include "parallel/bootstrap.h"
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
+#include "parallel/mesh_comms.h"
 #include "trainer/model_spec.h"
+#include "trainer/trainer.h"
 
 namespace llmtrain::cli {
 namespace {
@@ -85,6 +88,23 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   for (const auto& f : missing) std::printf("not supported yet: %s\n", f.c_str());
 }
 
+// This process is the whole job (one rank) or one rank of it: bootstrap, build the mesh's groups
+// and train.
+int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
+  const trainer::Recipe& r = loaded.recipe;
+  return parallel::rank_main(loaded.env, {.timeout_s = r.parallel.timeout_s}, [&](parallel::Runtime& rt) {
+    parallel::Mesh mesh({r.parallel.tp, r.parallel.pp, r.parallel.dp}, rt.info().rank);
+    parallel::MeshComms comms = parallel::make_mesh_comms(mesh, rt.take_world());
+    trainer::TrainContext ctx;
+    ctx.recipe = &r;
+    ctx.recipe_yaml = recipe_to_yaml(r);
+    ctx.mesh = &mesh;
+    ctx.comms = &comms;
+    ctx.threads = plan.threads_per_rank;
+    return trainer::train(ctx);
+  });
+}
+
 }  // namespace
 
 int cmd_run(const RunArgs& args) {
@@ -101,7 +121,11 @@ int cmd_run(const RunArgs& args) {
     throw Error("not supported yet: " + join(missing, "; "),
                 "`llmtrain validate` accepts this recipe, but this build cannot run it; see docs/recipe.md for what "
                 "runs today");
-  return kExitOk;
+  if (plan.mode != launcher::LaunchMode::in_process && plan.mode != launcher::LaunchMode::as_rank)
+    throw Error(fmt::format("not supported yet: launching ranks ({}); start them yourself with `{}`",
+                            launcher::to_string(plan.mode), plan.command_line()),
+                "mpirun -np N llmtrain run RECIPE runs each process as one rank");
+  return run_ranks(loaded, plan);
 }
 
 }  // namespace llmtrain::cli

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/error.h"
+
 namespace llmtrain {
 namespace {
 
@@ -15,6 +17,7 @@ LogLevel g_level = [] {
   return LogLevel::info;
 }();
 std::mutex g_mutex;
+std::FILE* g_file = nullptr;
 
 }  // namespace
 
@@ -36,6 +39,19 @@ void log_write(LogLevel level, const std::string& message) {
   std::lock_guard lock(g_mutex);
   std::fprintf(stderr, "%s%s%s\n", g_prefix.c_str(), tag, message.c_str());
   std::fflush(stderr);
+  if (g_file) {
+    std::fprintf(g_file, "%s%s%s\n", g_prefix.c_str(), tag, message.c_str());
+    std::fflush(g_file);
+  }
+}
+
+void log_open_file(const std::string& path) {
+  std::lock_guard lock(g_mutex);
+  if (g_file) std::fclose(g_file);
+  g_file = nullptr;
+  if (path.empty()) return;
+  g_file = std::fopen(path.c_str(), "a");
+  if (!g_file) throw environment_error(fmt::format("cannot open the log file {}", path), "check the run directory");
 }
 
 }  // namespace llmtrain

@@ -18,6 +18,9 @@ int log_rank();
 void log_set_level(LogLevel level);
 bool log_enabled(LogLevel level);
 void log_write(LogLevel level, const std::string& message);
+// Also appends every line written from now on to `path` (the run directory's log); "" stops.
+// Throws llmtrain::Error when the file cannot be opened.
+void log_open_file(const std::string& path);
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {

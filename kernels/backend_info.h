@@ -33,6 +33,9 @@ struct CudaInfo {
 };
 
 BlasInfo blas_info();
+// This process's sgemm rate in GFLOP/s with its current thread count (a square product of side
+// `n`, best of `reps` after a warm-up): the CPU "peak" that MFU is measured against.
+double measure_sgemm_gflops(int n = 1024, int reps = 4);
 CudaInfo cuda_info();
 
 }  // namespace llmtrain::kernels

@@ -201,8 +201,12 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
 
 std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
-  out.push_back("training (llmtrain run): the training loop is not built yet");
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
+  if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
+  if (r.parallel.tp > 1) out.push_back(fmt::format("tensor-parallel training (parallel.tp {})", r.parallel.tp));
+  if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
+  if (r.parallel.zero > 0) out.push_back(fmt::format("ZeRO stage {} (parallel.zero)", r.parallel.zero));
+  if (r.parallel.sequence_parallel) out.push_back("parallel.sequence_parallel");
   return out;
 }
 

@@ -1,0 +1,300 @@
+#include "trainer/trainer.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "kernels/backend_info.h"
+#include "trainer/checkpoint.h"
+#include "trainer/gpt_dataset.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/metrics.h"
+#include "trainer/model.h"
+#include "trainer/optimizer.h"
+#include "trainer/progress_bar.h"
+#include "trainer/sampler.h"
+#include "trainer/signals.h"
+#include "trainer/tokenizer.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace llmtrain::trainer {
+namespace fs = std::filesystem;
+using kernels::DType;
+using kernels::Tensor;
+using parallel::ReduceOp;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Token and target buffers of one micro-batch: samples are seq_len + 1 tokens; the model reads
+// the first seq_len as input and the last seq_len as next-token targets.
+class BatchBuffer {
+ public:
+  BatchBuffer(int micro_batch, int seq_len)
+      : b_(micro_batch),
+        t_(seq_len),
+        sample_(size_t(seq_len) + 1),
+        tokens_(size_t(micro_batch) * seq_len),
+        targets_(size_t(micro_batch) * seq_len),
+        indices_(size_t(micro_batch)) {}
+
+  int64_t* indices() { return indices_.data(); }
+
+  MicroBatch fill(const GptDataset& data) {
+    for (int b = 0; b < b_; ++b) {
+      data.sample(indices_[b], sample_.data());
+      std::copy(sample_.begin(), sample_.end() - 1, tokens_.begin() + size_t(b) * t_);
+      std::copy(sample_.begin() + 1, sample_.end(), targets_.begin() + size_t(b) * t_);
+    }
+    return {Tensor(tokens_.data(), DType::int32, {b_, t_}), Tensor(targets_.data(), DType::int32, {b_, t_})};
+  }
+
+ private:
+  int b_, t_;
+  std::vector<int32_t> sample_, tokens_, targets_;
+  std::vector<int64_t> indices_;
+};
+
+// The per-rank peak MFU is measured against, in FLOP/s.
+double peak_flops(const Recipe& r) {
+  if (r.log.peak_tflops > 0) return r.log.peak_tflops * 1e12;
+  return kernels::measure_sgemm_gflops() * 1e9;
+}
+
+}  // namespace
+
+int train(const TrainContext& ctx) {
+  const Recipe& r = *ctx.recipe;
+  const ModelConfig& mc = r.model;
+  const parallel::Mesh& mesh = *ctx.mesh;
+  parallel::MeshComms& comms = *ctx.comms;
+  FileSystem& fsys = ctx.fs ? *ctx.fs : default_file_system();
+  const bool root = comms.world->rank() == 0;
+  const int dp_rank = comms.dp->rank(), dp = comms.dp->size();
+
+  omp_set_num_threads(ctx.threads);
+  openblas_set_num_threads(ctx.threads);
+
+  // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
+  if (root) {
+    fsys.make_dirs(r.log.dir);
+    write_file_atomic(fsys, (fs::path(r.log.dir) / "recipe.yaml").string(), ctx.recipe_yaml);
+    log_open_file((fs::path(r.log.dir) / "train.log").string());
+  }
+  log_info("llmtrain run {}: {} rank(s) = {}, {} thread(s) per rank", r.name, comms.world->size(),
+           parallel::Mesh::describe(mesh.shape()), ctx.threads);
+
+  // Data.
+  auto tokenizer = load_tokenizer(r.data.tokenizer);
+  GptDataset train_data(r.data.train, mc.seq_len, r.train.seed, mc.vocab);
+  std::optional<GptDataset> valid_data;
+  if (!r.data.valid.empty())
+    valid_data.emplace(std::vector<DataSource>{{r.data.valid, 1.0}}, mc.seq_len, r.train.seed, mc.vocab);
+  log_info("data: {}", train_data.describe());
+  Sampler sampler(r.train.global_batch, r.train.micro_batch, dp_rank, dp);
+  const int accum = sampler.micro_batches_per_step();
+
+  // Model and optimizer.
+  ModelOptions mo;
+  mo.stage = pipeline_stage_layout(mc, mesh.coord().pp, mesh.shape().pp);
+  mo.micro_batch = r.train.micro_batch;
+  mo.seq_len = mc.seq_len;
+  mo.checkpointing = r.train.activation_checkpointing;
+  Model model(mc, mo, *comms.tp);
+  model.init_parameters(r.train.seed);
+  AdamW opt(r.optimizer, decay_ranges(model.parameters()), 0, model.numel());
+  log_info("model: {} parameters on this rank ({}), activations {}", format_count(double(model.numel())),
+           format_bytes(double(model.numel()) * 4 * 4), format_bytes(double(model.activation_bytes())));
+
+  // Resume.
+  int64_t step = 0, consumed = 0;
+  nlohmann::json extra = nlohmann::json::object();
+  const CheckpointConfig& cc = r.checkpoint;
+  if (cc.resume != ResumeMode::none) {
+    auto slices = checkpoint_slices(model, cc.load_weights_only ? nullptr : &opt, dp_rank, r.parallel.zero);
+    bool explicit_path = cc.resume == ResumeMode::path;
+    auto loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, *comms.world);
+    if (loaded && cc.load_weights_only) {
+      log_info("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
+    } else if (loaded) {
+      step = loaded->manifest.step;
+      consumed = loaded->manifest.consumed_samples;
+      extra = loaded->manifest.extra;
+      opt.set_steps(step - extra.value("skipped_total", int64_t(0)));
+      log_info("resuming from {} at step {} ({} samples consumed)", loaded->path, step, consumed);
+      if (consumed != step * r.train.global_batch)
+        throw Error(
+            fmt::format("{} was written with another global batch ({} samples after {} steps, this recipe "
+                        "consumes {} per step)",
+                        loaded->path, consumed, step, r.train.global_batch),
+            "resume with the train.global_batch it was written with, or set checkpoint.load_weights_only: true");
+    }
+  }
+  if (step >= r.train.steps) {
+    log_info("nothing to do: the checkpoint is at step {} and train.steps is {}", step, r.train.steps);
+    return kExitOk;
+  }
+
+  const double flops_per_token = training_flops_per_token(mc);
+  const double peak = peak_flops(r) * comms.world->size();
+  const int64_t tokens_per_step = int64_t(r.train.global_batch) * mc.seq_len;
+  log_info(
+      "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {:.3g} "
+      "TFLOP/s{}",
+      r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, peak / 1e12,
+      r.log.peak_tflops > 0 ? "" : " (measured sgemm rate)");
+
+  MetricsLog metrics(root ? r.log.dir : "", step);
+  BatchBuffer batch(r.train.micro_batch, mc.seq_len);
+  int64_t skipped_total = extra.value("skipped_total", int64_t(0));
+  int64_t skipped_in_a_row = extra.value("skipped_in_a_row", int64_t(0));
+  int64_t last_saved = -1, last_eval = -1;
+
+  auto evaluate = [&](int64_t at_step) {
+    if (!valid_data) return;
+    Sampler es(int64_t(r.train.micro_batch) * dp * r.eval.batches, r.train.micro_batch, dp_rank, dp);
+    double sum = 0;
+    for (int b = 0; b < r.eval.batches; ++b) {
+      es.micro_batch_indices(0, b, batch.indices());
+      sum += model.forward_loss(batch.fill(*valid_data));
+    }
+    float mean = float(sum / r.eval.batches);
+    comms.dp->all_reduce(Tensor(&mean, DType::fp32, {1}), ReduceOp::avg);
+    EvalMetrics em{at_step, mean, std::exp(double(mean)), at_step * tokens_per_step};
+    if (root) {
+      metrics.write(em);
+      log_info("{}", format_eval_line(em));
+    }
+    last_eval = at_step;
+  };
+  auto save = [&](int64_t at_step) {
+    CheckpointMeta meta;
+    meta.step = at_step;
+    meta.consumed_samples = consumed;
+    meta.rng = {{"seed", r.train.seed}};
+    meta.extra = {{"skipped_total", skipped_total}, {"skipped_in_a_row", skipped_in_a_row}};
+    meta.recipe_yaml = ctx.recipe_yaml;
+    meta.mesh = {r.parallel.tp, r.parallel.pp, r.parallel.dp, r.parallel.zero};
+    meta.tokenizer_kind = tokenizer->source().kind;
+    meta.tokenizer_bytes = tokenizer->source().bytes;
+    double t0 = now_s();
+    std::string path = checkpoint_save(fsys, cc.dir, meta, checkpoint_slices(model, &opt, dp_rank, r.parallel.zero),
+                                       *comms.world, cc.keep);
+    log_info("checkpoint {} written in {}", path, format_duration(now_s() - t0));
+    last_saved = at_step;
+  };
+
+  install_stop_handlers();
+  const bool terminal = root && isatty(STDERR_FILENO);
+  ProgressBar bar(stderr, terminal, 0, r.name);
+  const double start = now_s();
+  double interval_start = start;
+  int64_t interval_steps = 0;
+  double loss_sum_interval = 0;
+  int64_t loss_count_interval = 0;
+  int64_t start_step = step;
+
+  while (step < r.train.steps) {
+    model.zero_grads();
+    double loss = 0;
+    for (int m = 0; m < accum; ++m) {
+      sampler.micro_batch_indices(consumed, m, batch.indices());
+      loss += model.forward_backward(batch.fill(train_data), 1.0f / float(accum));
+    }
+    // Data-parallel gradient average (without overlap until the model reports per-parameter
+    // readiness) and the loss averaged over micro-batches and replicas.
+    float step_loss = float(loss / accum);
+    if (dp > 1) {
+      comms.dp->all_reduce(model.grads(), ReduceOp::avg);
+      comms.dp->all_reduce(Tensor(&step_loss, DType::fp32, {1}), ReduceOp::avg);
+    }
+    // Σg² over the model-parallel group (each element counted once per replica); fp32 is enough
+    // for a norm that only scales the update.
+    float sqf = float(grad_sum_squares(model.parameters(), comms.tp->rank()));
+    comms.mp->all_reduce(Tensor(&sqf, DType::fp32, {1}), ReduceOp::sum);
+    const double grad_norm = std::sqrt(double(sqf));
+    const double lr = lr_at(r.optimizer, step);
+
+    const bool finite = std::isfinite(step_loss) && std::isfinite(grad_norm);
+    if (!finite) {
+      if (r.train.on_nonfinite == NonFiniteAction::stop)
+        throw Error(fmt::format("non-finite {} at step {} (loss {}, grad norm {}); the last checkpoint is intact",
+                                std::isfinite(step_loss) ? "gradient" : "loss", step + 1, step_loss, grad_norm),
+                    "lower optimizer.lr, lengthen optimizer.warmup, set train.grad_clip, or set train.on_nonfinite: "
+                    "skip to skip such steps");
+      ++skipped_total;
+      if (++skipped_in_a_row > r.train.max_skipped_steps)
+        throw Error(fmt::format("{} non-finite steps in a row (up to step {}): stopping", skipped_in_a_row, step + 1),
+                    "the run diverged: lower optimizer.lr or resume from an earlier checkpoint");
+      log_warn("step {}: non-finite loss or gradient, update skipped ({} in a row)", step + 1, skipped_in_a_row);
+    } else {
+      skipped_in_a_row = 0;
+      opt.step(model.params(), model.grads(), lr, clip_factor(grad_norm, r.train.grad_clip));
+      loss_sum_interval += step_loss;
+      ++loss_count_interval;
+    }
+    consumed += r.train.global_batch;
+    ++step;
+    ++interval_steps;
+
+    // Report.
+    const bool last = step == r.train.steps;
+    if (root && (step % r.log.every == 0 || last)) {
+      double t = now_s();
+      double tps = double(interval_steps * tokens_per_step) / std::max(1e-9, t - interval_start);
+      double elapsed = t - start;
+      StepMetrics sm;
+      sm.step = step;
+      sm.steps_total = r.train.steps;
+      sm.loss = loss_count_interval ? loss_sum_interval / double(loss_count_interval) : double(step_loss);
+      sm.lr = lr;
+      sm.grad_norm = grad_norm;
+      sm.tokens_per_s = tps;
+      sm.mfu = flops_per_token * tps / peak;
+      sm.elapsed_s = elapsed;
+      sm.eta_s = elapsed / double(step - start_step) * double(r.train.steps - step);
+      sm.tokens = step * tokens_per_step;
+      sm.skipped_steps = skipped_total;
+      metrics.write(sm);
+      if (terminal) bar.finish();
+      log_info("{}", format_step_line(sm));
+      interval_start = t;
+      interval_steps = 0;
+      loss_sum_interval = 0;
+      loss_count_interval = 0;
+    }
+    if (terminal) bar.update(double(step) / double(r.train.steps), fmt::format("step {}/{}", step, r.train.steps));
+
+    if (r.eval.every > 0 && step % r.eval.every == 0 && !last) evaluate(step);
+    if (cc.every > 0 && step % cc.every == 0 && !last) save(step);
+
+    // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.
+    int32_t stop = stop_requested() ? 1 : 0;
+    comms.world->all_reduce(Tensor(&stop, DType::int32, {1}), ReduceOp::max);
+    if (stop && !last) {
+      if (terminal) bar.finish();
+      log_info("stop requested (signal): writing a checkpoint at step {}", step);
+      if (last_saved != step) save(step);
+      remove_stop_handlers();
+      log_info("interrupted at step {} of {}; resume with the same command", step, r.train.steps);
+      return kExitInterrupted;
+    }
+  }
+  if (terminal) bar.finish();
+  if (last_eval != step) evaluate(step);
+  if (last_saved != step) save(step);
+  remove_stop_handlers();
+  log_info("done: {} steps in {}", r.train.steps, format_duration(now_s() - start));
+  return kExitOk;
+}
+
+}  // namespace llmtrain::trainer
