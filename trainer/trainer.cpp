@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -193,6 +195,10 @@ int train(const TrainContext& ctx) {
     last_saved = at_step;
   };
 
+  const char* kill_env = std::getenv("LLMTRAIN_FAULT_KILL_AT_STEP");
+  const char* kill_rank_env = std::getenv("LLMTRAIN_FAULT_KILL_RANK");  // unset: every rank
+  const int64_t kill_at_step =
+      kill_env && (!kill_rank_env || std::atoi(kill_rank_env) == comms.world->rank()) ? std::atoll(kill_env) : 0;
   install_stop_handlers();
   const bool terminal = root && isatty(STDERR_FILENO);
   ProgressBar bar(stderr, terminal, 0, r.name);
@@ -276,6 +282,9 @@ int train(const TrainContext& ctx) {
 
     if (r.eval.every > 0 && step % r.eval.every == 0 && !last) evaluate(step);
     if (cc.every > 0 && step % cc.every == 0 && !last) save(step);
+
+    // Fault injection for the tests of crash recovery (docs/testing.md): die as from `kill -9`.
+    if (kill_at_step > 0 && step == kill_at_step) std::raise(SIGKILL);
 
     // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.
     int32_t stop = stop_requested() ? 1 : 0;

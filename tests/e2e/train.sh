@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# `llmtrain run` end to end on real text (Debian's fortunes): determinism, the run directory and
+# metrics, exact resume after SIGKILL, SIGTERM -> checkpoint + exit 75 -> resume, a second signal,
+# fine-tuning from weights only, non-finite losses, and a damaged checkpoint at resume.
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
+
+"$LLMTRAIN" prep --input $(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese) --separator % \
+  --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1 || { echo "FAIL: prep"; exit 1; }
+
+# A small, fast model; every step logged so losses can be compared step by step.
+cat >r.yaml <<'YAML'
+name: e2e
+model: {family: gpt2, layers: 2, hidden: 64, heads: 4, seq_len: 64}
+data: {tokenizer: byte, train: data/train, valid: data/valid}
+train: {steps: 60, micro_batch: 4, global_batch: 8, seed: 7}
+optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5}
+checkpoint: {every: 10, keep: 3}
+eval: {every: 20, batches: 2}
+log: {every: 1}
+YAML
+run() { "$LLMTRAIN" run r.yaml --set log.dir="$1" "${@:2}"; }
+# The "loss" of every step record, one per line: "step loss".
+losses() { $PY -c 'import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if "loss" in j: print(j["step"], repr(j["loss"]))' "$1/metrics.jsonl"; }
+
+# 1. A full run: exit 0, the run directory, metrics fields, checkpoints kept.
+run_cmd full run A
+expect_status 0
+expect_out "done: 60 steps"
+expect_out "eval at step 60"
+[[ -f A/recipe.yaml && -f A/train.log && -f A/metrics.jsonl ]] && pass "run directory has recipe.yaml, train.log, metrics.jsonl" ||
+  fail "run directory incomplete: $(ls A)"
+$PY - A/metrics.jsonl <<'PY' && pass "metrics.jsonl fields" || fail "metrics.jsonl fields"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if "loss" in r]
+evals = [r for r in recs if "val_loss" in r]
+assert [r["step"] for r in steps] == list(range(1, 61)), [r["step"] for r in steps]
+for r in steps:
+    for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "elapsed_s"):
+        assert k in r, (k, r)
+assert [r["step"] for r in evals] == [20, 40, 60], evals
+assert all(abs(r["val_ppl"] - __import__("math").exp(r["val_loss"])) < 1e-6 * r["val_ppl"] for r in evals)
+assert evals[-1]["val_loss"] < evals[0]["val_loss"], evals  # it learns
+PY
+[[ $(cat A/ckpt/latest) == step_00000060 ]] && pass "latest names step 60" || fail "latest: $(cat A/ckpt/latest)"
+[[ $(ls A/ckpt | grep -c '^step_') == 3 ]] && pass "keep: 3 checkpoints kept" || fail "kept: $(ls A/ckpt)"
+
+# 2. Determinism: the same recipe again gives bitwise the same losses.
+run_cmd again run A2
+expect_status 0
+diff <(losses A) <(losses A2) >/dev/null && pass "two runs log identical losses" || fail "runs differ: $(diff <(losses A) <(losses A2) | head -4)"
+
+# 3. SIGKILL after step 37 (checkpoint every 10), then resume: steps 31..60 bitwise as run A.
+run_cmd killed env LLMTRAIN_FAULT_KILL_AT_STEP=37 "$LLMTRAIN" run r.yaml --set log.dir=B
+expect_status 137
+[[ $(cat B/ckpt/latest) == step_00000030 ]] && pass "latest after the kill is step 30" || fail "latest: $(cat B/ckpt/latest)"
+run_cmd resumed run B
+expect_status 0
+expect_out "resuming from"
+expect_out "at step 30"
+diff <(losses A) <(losses B) >/dev/null && pass "resumed run's losses equal the uninterrupted run's at every step" ||
+  fail "resume diverged: $(diff <(losses A) <(losses B) | head -6)"
+
+# 4. SIGTERM: finish the step, checkpoint, exit 75; the same command resumes and finishes with
+#    the uninterrupted run's losses.
+"$LLMTRAIN" run r.yaml --set log.dir=C --set train.steps=400 --set checkpoint.every=1000 >C.out 2>&1 &
+pid=$!
+timeout 60 bash -c 'until [[ -f C/metrics.jsonl ]] && (( $(wc -l <C/metrics.jsonl) >= 5 )); do sleep 0.05; done'
+kill -TERM $pid
+wait $pid; status=$?; out=$(cat C.out); last_name=sigterm
+expect_status 75
+expect_out "stop requested (signal): writing a checkpoint"
+stopped=$(cat C/ckpt/latest 2>/dev/null)
+[[ -n $stopped && $stopped != step_00000400 ]] && pass "checkpoint written at the interrupted step ($stopped)" || fail "no checkpoint at the stop: $stopped"
+run_cmd sigterm-resume run C --set train.steps=400 --set checkpoint.every=1000
+expect_status 0
+run_cmd uninterrupted run D --set train.steps=400 --set checkpoint.every=1000
+expect_status 0
+diff <(losses C) <(losses D) >/dev/null && pass "after SIGTERM and resume, losses equal the uninterrupted run's" ||
+  fail "SIGTERM resume diverged: $(diff <(losses C) <(losses D) | head -6)"
+
+# 5. A second signal exits at once (128 + SIGTERM).
+#    (A larger model, so that a step outlasts the gap between the two signals.)
+"$LLMTRAIN" run r.yaml --set log.dir=E --set train.steps=100000 --set checkpoint.every=0 --set model.hidden=256 \
+  --set model.seq_len=256 --set train.micro_batch=8 --set train.global_batch=16 >E.out 2>&1 &
+pid=$!
+timeout 60 bash -c 'until [[ -f E/metrics.jsonl ]] && (( $(wc -l <E/metrics.jsonl) >= 1 )); do sleep 0.05; done'
+kill -TERM $pid; sleep 0.1; kill -TERM $pid
+wait $pid; status=$?; out=$(cat E.out); last_name=second-signal
+expect_status 143
+expect_out "second signal"
+
+# 6. Fine-tuning from weights only: step, optimizer and data position start fresh.
+run_cmd weights-only run F --set checkpoint.resume="$PWD/A/ckpt/step_00000060" --set checkpoint.load_weights_only=true \
+  --set train.steps=5
+expect_status 0
+expect_out "fine-tuning from the weights of"
+$PY - A F <<'PY' && pass "fine-tuning starts at step 1 from the trained weights" || fail "weights-only start"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"loss"' in l]
+f = [json.loads(l) for l in open(sys.argv[2] + "/metrics.jsonl") if '"loss"' in l]
+assert f[0]["step"] == 1
+assert f[0]["loss"] < a[0]["loss"] - 1.0, (f[0]["loss"], a[0]["loss"])
+PY
+
+# 7. Non-finite losses: stop (exit 2, the reason) or skip (counted, then stop after K in a row).
+run_cmd nonfinite-stop run G --set model.init_std=1e30 --set checkpoint.resume=none
+expect_status 2
+expect_out_re "non-finite (loss|gradient) at step 1"
+run_cmd nonfinite-skip run H --set model.init_std=1e30 --set checkpoint.resume=none --set train.on_nonfinite=skip \
+  --set train.max_skipped_steps=3
+expect_status 2
+expect_out "update skipped (3 in a row)"
+expect_out "4 non-finite steps in a row"
+
+# 8. A damaged newest checkpoint: resume: auto falls back to the previous one and says why.
+cp -r A I
+printf 'garbage' >I/ckpt/step_00000060/rank_00000.safetensors
+run_cmd damaged-fallback run I --set train.steps=70
+expect_status 0
+expect_out "skipping damaged checkpoint"
+expect_out "step_00000060/rank_00000.safetensors"
+expect_out "resuming from"
+expect_out "at step 50"
+
+# 9. Missing data is a user error before training starts.
+run_cmd missing-data run J --set data.train=nowhere/train
+expect_status 2
+expect_out "nowhere/train"
+
+finish
