@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "kernels/backend_info.h"
 #include "trainer/checkpoint.h"
+#include "trainer/fault_injection.h"
 #include "trainer/gpt_dataset.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -34,6 +35,13 @@ using kernels::Tensor;
 using parallel::ReduceOp;
 
 namespace {
+
+// Progress messages come from world rank 0 only; warnings and errors from every rank.
+bool g_say = true;
+template <typename... Args>
+void say(fmt::format_string<Args...> f, Args&&... args) {
+  if (g_say) log_info(f, std::forward<Args>(args)...);
+}
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -81,6 +89,7 @@ int train(const TrainContext& ctx) {
   parallel::MeshComms& comms = *ctx.comms;
   FileSystem& fsys = ctx.fs ? *ctx.fs : default_file_system();
   const bool root = comms.world->rank() == 0;
+  g_say = root;
   const int dp_rank = comms.dp->rank(), dp = comms.dp->size();
 
   omp_set_num_threads(ctx.threads);
@@ -92,8 +101,8 @@ int train(const TrainContext& ctx) {
     write_file_atomic(fsys, (fs::path(r.log.dir) / "recipe.yaml").string(), ctx.recipe_yaml);
     log_open_file((fs::path(r.log.dir) / "train.log").string());
   }
-  log_info("llmtrain run {}: {} rank(s) = {}, {} thread(s) per rank", r.name, comms.world->size(),
-           parallel::Mesh::describe(mesh.shape()), ctx.threads);
+  say("llmtrain run {}: {} rank(s) = {}, {} thread(s) per rank", r.name, comms.world->size(),
+      parallel::Mesh::describe(mesh.shape()), ctx.threads);
 
   // Data.
   auto tokenizer = load_tokenizer(r.data.tokenizer);
@@ -101,7 +110,7 @@ int train(const TrainContext& ctx) {
   std::optional<GptDataset> valid_data;
   if (!r.data.valid.empty())
     valid_data.emplace(std::vector<DataSource>{{r.data.valid, 1.0}}, mc.seq_len, r.train.seed, mc.vocab);
-  log_info("data: {}", train_data.describe());
+  say("data: {}", train_data.describe());
   Sampler sampler(r.train.global_batch, r.train.micro_batch, dp_rank, dp);
   const int accum = sampler.micro_batches_per_step();
 
@@ -114,8 +123,8 @@ int train(const TrainContext& ctx) {
   Model model(mc, mo, *comms.tp);
   model.init_parameters(r.train.seed);
   AdamW opt(r.optimizer, decay_ranges(model.parameters()), 0, model.numel());
-  log_info("model: {} parameters on this rank ({}), activations {}", format_count(double(model.numel())),
-           format_bytes(double(model.numel()) * 4 * 4), format_bytes(double(model.activation_bytes())));
+  say("model: {} parameters on this rank ({}), activations {}", format_count(double(model.numel())),
+      format_bytes(double(model.numel()) * 4 * 4), format_bytes(double(model.activation_bytes())));
 
   // Resume.
   int64_t step = 0, consumed = 0;
@@ -126,13 +135,13 @@ int train(const TrainContext& ctx) {
     bool explicit_path = cc.resume == ResumeMode::path;
     auto loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, *comms.world);
     if (loaded && cc.load_weights_only) {
-      log_info("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
+      say("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
     } else if (loaded) {
       step = loaded->manifest.step;
       consumed = loaded->manifest.consumed_samples;
       extra = loaded->manifest.extra;
       opt.set_steps(step - extra.value("skipped_total", int64_t(0)));
-      log_info("resuming from {} at step {} ({} samples consumed)", loaded->path, step, consumed);
+      say("resuming from {} at step {} ({} samples consumed)", loaded->path, step, consumed);
       if (consumed != step * r.train.global_batch)
         throw Error(
             fmt::format("{} was written with another global batch ({} samples after {} steps, this recipe "
@@ -142,15 +151,14 @@ int train(const TrainContext& ctx) {
     }
   }
   if (step >= r.train.steps) {
-    log_info("nothing to do: the checkpoint is at step {} and train.steps is {}", step, r.train.steps);
+    say("nothing to do: the checkpoint is at step {} and train.steps is {}", step, r.train.steps);
     return kExitOk;
   }
 
   const double flops_per_token = training_flops_per_token(mc);
   const double peak = peak_flops(r) * comms.world->size();
   const int64_t tokens_per_step = int64_t(r.train.global_batch) * mc.seq_len;
-  log_info(
-      "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {:.3g} "
+  say("{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {:.3g} "
       "TFLOP/s{}",
       r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, peak / 1e12,
       r.log.peak_tflops > 0 ? "" : " (measured sgemm rate)");
@@ -163,18 +171,20 @@ int train(const TrainContext& ctx) {
 
   auto evaluate = [&](int64_t at_step) {
     if (!valid_data) return;
-    Sampler es(int64_t(r.train.micro_batch) * dp * r.eval.batches, r.train.micro_batch, dp_rank, dp);
+    // eval.batches global batches of the validation set, split over data-parallel ranks as in
+    // training: the same samples (and the same loss) at any layout.
     double sum = 0;
-    for (int b = 0; b < r.eval.batches; ++b) {
-      es.micro_batch_indices(0, b, batch.indices());
-      sum += model.forward_loss(batch.fill(*valid_data));
-    }
-    float mean = float(sum / r.eval.batches);
+    for (int b = 0; b < r.eval.batches; ++b)
+      for (int m = 0; m < accum; ++m) {
+        sampler.micro_batch_indices(int64_t(b) * r.train.global_batch, m, batch.indices());
+        sum += model.forward_loss(batch.fill(*valid_data));
+      }
+    float mean = float(sum / (double(r.eval.batches) * accum));
     comms.dp->all_reduce(Tensor(&mean, DType::fp32, {1}), ReduceOp::avg);
     EvalMetrics em{at_step, mean, std::exp(double(mean)), at_step * tokens_per_step};
     if (root) {
       metrics.write(em);
-      log_info("{}", format_eval_line(em));
+      say("{}", format_eval_line(em));
     }
     last_eval = at_step;
   };
@@ -191,14 +201,11 @@ int train(const TrainContext& ctx) {
     double t0 = now_s();
     std::string path = checkpoint_save(fsys, cc.dir, meta, checkpoint_slices(model, &opt, dp_rank, r.parallel.zero),
                                        *comms.world, cc.keep);
-    log_info("checkpoint {} written in {}", path, format_duration(now_s() - t0));
+    say("checkpoint {} written in {}", path, format_duration(now_s() - t0));
     last_saved = at_step;
   };
 
-  const char* kill_env = std::getenv("LLMTRAIN_FAULT_KILL_AT_STEP");
-  const char* kill_rank_env = std::getenv("LLMTRAIN_FAULT_KILL_RANK");  // unset: every rank
-  const int64_t kill_at_step =
-      kill_env && (!kill_rank_env || std::atoi(kill_rank_env) == comms.world->rank()) ? std::atoll(kill_env) : 0;
+  const Fault fault = fault_from_env();
   install_stop_handlers();
   const bool terminal = root && isatty(STDERR_FILENO);
   ProgressBar bar(stderr, terminal, 0, r.name);
@@ -272,7 +279,7 @@ int train(const TrainContext& ctx) {
       sm.skipped_steps = skipped_total;
       metrics.write(sm);
       if (terminal) bar.finish();
-      log_info("{}", format_step_line(sm));
+      say("{}", format_step_line(sm));
       interval_start = t;
       interval_steps = 0;
       loss_sum_interval = 0;
@@ -283,18 +290,17 @@ int train(const TrainContext& ctx) {
     if (r.eval.every > 0 && step % r.eval.every == 0 && !last) evaluate(step);
     if (cc.every > 0 && step % cc.every == 0 && !last) save(step);
 
-    // Fault injection for the tests of crash recovery (docs/testing.md): die as from `kill -9`.
-    if (kill_at_step > 0 && step == kill_at_step) std::raise(SIGKILL);
+    fault_maybe_fire(fault, step, comms.world->rank());  // tests of failure handling only
 
     // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.
     int32_t stop = stop_requested() ? 1 : 0;
     comms.world->all_reduce(Tensor(&stop, DType::int32, {1}), ReduceOp::max);
     if (stop && !last) {
       if (terminal) bar.finish();
-      log_info("stop requested (signal): writing a checkpoint at step {}", step);
+      say("stop requested (signal): writing a checkpoint at step {}", step);
       if (last_saved != step) save(step);
       remove_stop_handlers();
-      log_info("interrupted at step {} of {}; resume with the same command", step, r.train.steps);
+      say("interrupted at step {} of {}; resume with the same command", step, r.train.steps);
       return kExitInterrupted;
     }
   }
@@ -302,7 +308,7 @@ int train(const TrainContext& ctx) {
   if (last_eval != step) evaluate(step);
   if (last_saved != step) save(step);
   remove_stop_handlers();
-  log_info("done: {} steps in {}", r.train.steps, format_duration(now_s() - start));
+  say("done: {} steps in {}", r.train.steps, format_duration(now_s() - start));
   return kExitOk;
 }
 

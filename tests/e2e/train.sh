@@ -56,7 +56,7 @@ expect_status 0
 diff <(losses A) <(losses A2) >/dev/null && pass "two runs log identical losses" || fail "runs differ: $(diff <(losses A) <(losses A2) | head -4)"
 
 # 3. SIGKILL after step 37 (checkpoint every 10), then resume: steps 31..60 bitwise as run A.
-run_cmd killed env LLMTRAIN_FAULT_KILL_AT_STEP=37 "$LLMTRAIN" run r.yaml --set log.dir=B
+run_cmd killed env LLMTRAIN_FAULT=kill@37 "$LLMTRAIN" run r.yaml --set log.dir=B
 expect_status 137
 [[ $(cat B/ckpt/latest) == step_00000030 ]] && pass "latest after the kill is step 30" || fail "latest: $(cat B/ckpt/latest)"
 run_cmd resumed run B

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Data parallelism under real `mpirun`: dp = 1, 2, 4 train to the same losses and parameters; a
+# checkpoint written at dp = 4 resumes at dp = 2 and dp = 1 on the same trajectory; and a rank that
+# is killed, crashes, exits, throws or stops responding ends the whole job promptly, named.
+source "$(dirname "$0")/lib.sh"
+source "$SRC/tests/parallel/mpi_env.sh"
+PY=$SRC/.venv/bin/python
+[[ -x $PY ]] || PY=/usr/bin/python3
+
+"$LLMTRAIN" prep --input $(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese) --separator % \
+  --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1 || { echo "FAIL: prep"; exit 1; }
+
+cat >r.yaml <<'YAML'
+name: dp
+model: {family: gpt2, layers: 2, hidden: 64, heads: 4, seq_len: 64}
+data: {tokenizer: byte, train: data/train, valid: data/valid}
+train: {steps: 20, micro_batch: 2, global_batch: 8, seed: 7, threads: 1}
+optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5}
+checkpoint: {every: 10, keep: 5}
+eval: {every: 10, batches: 1}
+log: {every: 1}
+YAML
+
+# compare A B [FIRST]: losses per step within 1e-5 (relative) from step FIRST, and the final
+# parameters within ||a-b||/||b|| <= 1e-5, read with Hugging Face's safetensors library.
+compare() {
+  $PY - "$1" "$2" "${3:-1}" <<'PY'
+import json, sys, glob
+import numpy as np
+a, b, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def losses(d):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r}
+la, lb = losses(a), losses(b)
+steps = [s for s in range(first, 21)]
+bad = [(s, la[s], lb[s]) for s in steps if abs(la[s] - lb[s]) > 1e-5 * abs(lb[s])]
+assert not bad, f"losses differ: {bad[:3]}"
+def params(d):
+    from safetensors.numpy import load_file
+    out = {}
+    for f in glob.glob(d + "/ckpt/step_00000020/rank_*.safetensors"):
+        out.update({k: v for k, v in load_file(f).items() if k.startswith("param/")})
+    return out
+pa, pb = params(a), params(b)
+assert pa.keys() == pb.keys() and pa, (sorted(pa)[:3], sorted(pb)[:3])
+# All parameters as one vector. (Per tensor, GPT-2's key bias differs more: its true gradient is
+# exactly zero — softmax ignores a constant added to a row of scores — so its gradient is pure
+# rounding noise, which differs with the summation order, and Adam scales noise to ±lr steps.)
+va = np.concatenate([pa[k].ravel() for k in sorted(pa)])
+vb = np.concatenate([pb[k].ravel() for k in sorted(pa)])
+rel = np.linalg.norm(va - vb) / np.linalg.norm(vb)
+assert rel <= 1e-5, f"parameters differ: {rel}"
+print(f"relative parameter difference {rel:.2e}")
+PY
+}
+
+for n in 1 2 4; do
+  run_cmd "dp$n" mpi_run 180 $n "$LLMTRAIN" run r.yaml --set log.dir=dp$n
+  expect_status 0
+done
+expect_out "[rank 0] done: 20 steps"
+for n in 2 4; do
+  out=$(compare dp$n dp1 2>&1) && pass "dp=$n matches dp=1: $out" || fail "dp=$n differs from dp=1: $out"
+done
+
+# A checkpoint written at dp = 4 resumes at dp = 2 and dp = 1 and continues dp = 4's trajectory.
+for n in 2 1; do
+  mkdir -p resume$n/ckpt
+  cp -r dp4/ckpt/step_00000010 resume$n/ckpt/
+  echo step_00000010 >resume$n/ckpt/latest
+  cp dp4/metrics.jsonl resume$n/
+  run_cmd "resume-dp$n" mpi_run 180 $n "$LLMTRAIN" run r.yaml --set log.dir=resume$n
+  expect_status 0
+  expect_out "at step 10"
+  out=$(compare resume$n dp4 11 2>&1) && pass "dp=4 checkpoint resumed at dp=$n: $out" ||
+    fail "dp=4 checkpoint resumed at dp=$n diverges: $out"
+done
+
+# Failures end the whole job, within 30 s, naming the rank and the cause.
+fault() {  # NAME FAULT EXPECTED-TEXT [extra run args]
+  local name=$1 spec=$2 text=$3
+  shift 3
+  local t0=$SECONDS
+  run_cmd "$name" env LLMTRAIN_FAULT=$spec bash -c "source '$SRC/tests/parallel/mpi_env.sh'; mpi_run 60 3 '$LLMTRAIN' run r.yaml \
+    --set log.dir=f-$name --set checkpoint.resume=none --set train.global_batch=6 $*"
+  local took=$((SECONDS - t0))
+  [[ $status != 0 && $status != 124 ]] && pass "$name: job failed (exit $status)" || fail "$name: exit $status
+$out"
+  ((took <= 30)) && pass "$name: ended in ${took}s" || fail "$name: took ${took}s"
+  expect_out_re "$text"
+}
+fault killed kill@3:1 "rank 1.*(signal 9|Killed)"
+fault segfault segv@3:1 "rank 1.*(Segmentation fault|signal 11|SIGSEGV)"
+fault exited exit@3:1 "rank 1.*(exit|3)"
+fault threw throw@3:1 "\[rank 1\] .*injected fault"
+fault hung hang@3:1 "timed out after 3.0s waiting for .* on group" --set parallel.timeout=3s
+
+finish

@@ -1,0 +1,28 @@
+// Fault injection for the tests of failure handling: `LLMTRAIN_FAULT=<kind>@<step>[:<rank>]` makes
+// the training loop fail right after completing step <step>, on world rank <rank> (every rank when
+// omitted), in one of these ways:
+//   kill   SIGKILL, as from `kill -9` or the OOM killer
+//   segv   SIGSEGV, a crash
+//   exit   exit(3) without finishing the job
+//   throw  an llmtrain::Error thrown from the step (an environment failure)
+//   hang   SIGSTOP: the rank stops responding; the others must hit parallel.timeout
+// Unset, nothing happens. docs/testing.md lists it; it is not meant for production runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llmtrain::trainer {
+
+struct Fault {
+  std::string kind;  // "" = none
+  int64_t step = 0;
+  int rank = -1;  // -1 = every rank
+};
+
+// Parses LLMTRAIN_FAULT; throws llmtrain::Error for a malformed value.
+Fault fault_from_env();
+// Fails as `fault` says when `step` and `rank` match it.
+void fault_maybe_fire(const Fault& fault, int64_t step, int rank);
+
+}  // namespace llmtrain::trainer
