@@ -73,6 +73,11 @@ TaggedLine parse_tagged_line(OutputTags tags, std::string_view line, bool from_s
     if (digits > i && digits < line.size() && line[digits] == ':' && parse_int(line.substr(i, digits - i), rank)) {
       std::string_view rest = line.substr(digits + 1);
       if (rest.starts_with(" ")) rest.remove_prefix(1);
+      // slurmstepd's notes about the step arrive labelled with task 0; they are the launcher's.
+      if (rest.starts_with("slurmstepd")) {
+        out.text = std::string(rest);
+        return out;
+      }
       out.rank = rank;
       out.text = std::string(rest);
       return out;
@@ -180,8 +185,10 @@ void RankOutput::flush() {
 }
 
 void RankOutput::launcher_message(const std::string& text) {
-  std::fprintf(stderr, "[launcher] %s\n", text.c_str());
-  std::fflush(stderr);
+  if (console_) {
+    std::fprintf(stderr, "[launcher] %s\n", text.c_str());
+    std::fflush(stderr);
+  }
   launcher_log(text);
 }
 

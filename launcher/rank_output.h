@@ -46,7 +46,7 @@ class RankOutput {
   void feed(bool is_stderr, std::string_view bytes);
   // Emits a partial last line of either stream.
   void flush();
-  // A message of the supervisor: "[launcher] text" on stderr and in launcher.log.
+  // A message of the supervisor: "[launcher] text" on stderr (with the console on) and in launcher.log.
   void launcher_message(const std::string& text);
   const std::string& launcher_log_path() const { return launcher_log_path_; }
 

@@ -44,7 +44,7 @@ std::string sbatch_script(const trainer::Recipe& r, const SbatchRequest& q) {
   s += fmt::format("# Written by `llmtrain sbatch` (llmtrain {}) for recipe '{}' ({}).\n", q.version, r.name, q.recipe);
   s += "#   submit:                       sbatch THIS_FILE   (or `llmtrain sbatch ... --submit`)\n";
   s += "#   checkpoint, stop and requeue: scancel --signal=TERM JOBID\n";
-  s += "#   checkpoint and stop for good: scancel JOBID\n";
+  s += "#   checkpoint and end:           scancel JOBID\n";
   s += fmt::format("# {} nodes × {} ranks = {} ranks, started by `srun --mpi=pmix` inside the job.\n", q.nodes, ppn,
                    q.nodes * ppn);
   s += fmt::format("#SBATCH --job-name={}\n", shell_quote("llmtrain-" + r.name));
@@ -88,9 +88,18 @@ while :; do
 done
 echo "[sbatch] llmtrain run exited $status at $(date -Is)"
 if ((status == 75)); then
-  echo "[sbatch] interrupted with a checkpoint written: requeueing job $SLURM_JOB_ID to resume"
-  scontrol requeue "$SLURM_JOB_ID" ||
-    echo "[sbatch] the requeue failed (a cancelled job is not requeued): submit this script again to resume"
+  # Requeue only a job that is still RUNNING: stopped by --signal=TERM@margin before its time limit,
+  # by `scancel --signal=TERM`, or by a SIGTERM for this script. A job Slurm is ending (scancel,
+  # the time limit itself, preemption) shows COMPLETING and stays ended.
+  state=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+  if [[ $state == RUNNING ]]; then
+    echo "[sbatch] interrupted with a checkpoint written: requeueing job $SLURM_JOB_ID to resume"
+    scontrol requeue "$SLURM_JOB_ID" ||
+      echo "[sbatch] the requeue failed: submit this script again to resume from the checkpoint"
+  else
+    echo "[sbatch] checkpoint written; not requeued: Slurm is ending job $SLURM_JOB_ID (JobState=${state:-unknown}:" \
+      "scancel, time limit or preemption); submit this script again to resume"
+  fi
 fi
 exit "$status"
 )SH";

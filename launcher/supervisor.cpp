@@ -356,6 +356,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
     }
     const std::vector<std::string> command = plan.command_with(extra);
     std::string header = fmt::format("attempt {} of {}", attempt, opt.max_restarts + 1);
+    if (opt.previous_restarts > 0) header += fmt::format(" (Slurm restart {})", opt.previous_restarts);
     if (is_restart)
       header += checkpoint.empty() ? ", from the beginning (no complete checkpoint)" : ", resuming from " + checkpoint;
     out.begin_attempt(header);

@@ -21,11 +21,13 @@
 #                                          waits until JOB is in STATE (a regex; with RESTARTS, also
 #                                          requeued that many times); prints the state reached;
 #                                          nonzero on timeout
-#   lt_sshd_start / lt_sshd_stop           sshd on 127.0.0.1:$LT_SSH_PORT (22022), root by key only;
-#                                          clients use `ssh -F $LT_SSH_DIR/ssh_config`
+#   lt_sshd_start / lt_sshd_stop           sshd on 127.0.0.1 and 127.0.0.2 (which Open MPI takes for
+#                                          another host), port $LT_SSH_PORT (22022), root by key only;
+#                                          clients use `ssh -F $LT_SSH_DIR/ssh_config`; log: sshd.log
 #   lt_hosts_start / lt_hosts_stop         namespaces lt-node1/lt-node2 at 10.200.0.1/.2, hostnames
 #                                          node1/node2, sshd on $LT_SSH_PORT in each (needs lt_sshd_start's keys)
-#   lt_in_node1 CMD...                     runs CMD in lt-node1 with hostname node1
+#   lt_exec_in_node1 CMD...                replaces the calling shell with CMD in lt-node1, hostname
+#                                          node1 (the pid stays CMD's: `bash -c '...; lt_exec_in_node1 CMD' &`)
 #   lt_lock NAME SECONDS                   takes a machine-wide lock (fd 9) so concurrent test runs
 #                                          (other worktrees) do not share daemons and ports
 #
@@ -57,15 +59,18 @@ lt_lock() {
   flock -w "$seconds" 9 || { lt_say "another test holds /tmp/llmtrain-$name.lock for more than ${seconds}s"; return 1; }
 }
 
-# lt_kill_pidfile FILE: stops the process a pid file names, by that pid only.
+# lt_kill_pidfile FILE...: stops the processes the pid files name, by those pids only (all at
+# once, then waits up to 5 s for them, then SIGKILL).
 lt_kill_pidfile() {
-  local f=$1 p
-  [[ -s $f ]] || { rm -f "$f"; return 0; }
-  p=$(<"$f")
-  if kill "$p" 2>/dev/null; then
+  local f p pids=()
+  for f in "$@"; do
+    [[ -s $f ]] && p=$(<"$f") && kill "$p" 2>/dev/null && pids+=("$p")
+    rm -f "$f"
+  done
+  for p in "${pids[@]}"; do
     lt_wait 5 bash -c "! kill -0 $p" || kill -KILL "$p" 2>/dev/null
-  fi
-  rm -f "$f"
+  done
+  return 0
 }
 
 lt_slurm_missing() {
@@ -83,10 +88,7 @@ lt_slurm_stop() {
     SLURM_CONF=$d/slurm.conf timeout 10 scancel --quiet --full --user=root 2>/dev/null
     lt_wait 10 bash -c "[[ -z \$(SLURM_CONF=$d/slurm.conf squeue -h -t running,completing 2>/dev/null) ]]"
   fi
-  lt_kill_pidfile "$d/slurmd.pid"
-  lt_kill_pidfile "$d/slurmctld.pid"
-  lt_kill_pidfile "$d/munge/munged.pid"
-  return 0
+  lt_kill_pidfile "$d/slurmd.pid" "$d/slurmctld.pid" "$d/munge/munged.pid"
 }
 
 lt_slurm_start() {
@@ -185,6 +187,7 @@ lt_sshd_start() {
   cat >"$d/sshd_config" <<CONF
 Port ${LT_SSH_PORT}
 ListenAddress 127.0.0.1
+ListenAddress 127.0.0.2
 HostKey $d/hostkey
 PidFile $d/sshd.pid
 AuthorizedKeysFile $d/authorized_keys
@@ -194,7 +197,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 UseDNS no
-LogLevel ERROR
+LogLevel INFO
 CONF
   cat >"$d/ssh_config" <<CONF
 Host *
@@ -213,10 +216,9 @@ CONF
 
 lt_hosts_stop() {
   local n
-  for n in 1 2; do
-    lt_kill_pidfile "$LT_SSH_DIR/sshd-node$n.pid"
-    ip netns del "lt-node$n" 2>/dev/null
-  done
+  lt_kill_pidfile "$LT_SSH_DIR/sshd-node1.pid" "$LT_SSH_DIR/sshd-node2.pid"
+  ip netns del lt-node1 2>/dev/null
+  ip netns del lt-node2 2>/dev/null
   return 0
 }
 
@@ -260,10 +262,10 @@ lt_hosts_start() {
     { lt_say "the namespace hosts do not answer ssh: $(tail -3 "$d"/sshd-node*.log)"; return 1; }
 }
 
-lt_in_node1() {
+lt_exec_in_node1() {
   local cmd
   printf -v cmd '%q ' "$@"
-  ip netns exec lt-node1 unshare --uts sh -c "hostname node1; exec $cmd"
+  exec ip netns exec lt-node1 unshare --uts sh -c "hostname node1; exec $cmd"
 }
 
 lt_stop_all() {

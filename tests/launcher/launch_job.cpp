@@ -120,6 +120,15 @@ void inject(const Options& o) {
   throw Error("launch_job: unknown --fail " + o.fail);
 }
 
+// The name of this process's parent: mpirun (local ranks), orted (ranks mpirun started over ssh),
+// slurmstepd (srun).
+std::string parent_name() {
+  std::ifstream in("/proc/" + std::to_string(getppid()) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name.empty() ? "?" : name;
+}
+
 int body(const Options& o, parallel::Runtime& rt) {
   const parallel::RankInfo& info = rt.info();
   auto world = rt.take_world();
@@ -127,10 +136,10 @@ int body(const Options& o, parallel::Runtime& rt) {
   const char* restart = std::getenv(launcher::kRestartCountEnv);
   std::string sets;
   for (const auto& s : o.sets) sets += " " + s;
-  std::printf("rank %d of %d: local %s of %s, host %s, pid %d, OMP_NUM_THREADS=%s, restart %s, sets:%s\n", info.rank,
-              info.world_size, std::getenv("LOCAL_RANK"), std::getenv("LOCAL_WORLD_SIZE"), info.hostname.c_str(),
-              static_cast<int>(getpid()), threads ? threads : "unset", restart ? restart : "unset",
-              sets.empty() ? " none" : sets.c_str());
+  std::printf("rank %d of %d: local %s of %s, host %s, pid %d, parent %s, OMP_NUM_THREADS=%s, restart %s, sets:%s\n",
+              info.rank, info.world_size, std::getenv("LOCAL_RANK"), std::getenv("LOCAL_WORLD_SIZE"),
+              info.hostname.c_str(), static_cast<int>(getpid()), parent_name().c_str(), threads ? threads : "unset",
+              restart ? restart : "unset", sets.empty() ? " none" : sets.c_str());
   std::fflush(stdout);
   int start = o.ckpt_dir.empty() ? 0 : newest_step(o.ckpt_dir);
   if (start > 0 && info.rank == 0) std::printf("resuming after step %d\n", start);

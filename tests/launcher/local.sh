@@ -16,7 +16,7 @@ expect_status 0
 for r in 0 1 2 3; do expect_out "[rank $r] rank $r of 4: local $r of 4"; done
 expect_out "[rank 0] finished 3 steps"
 threads=$(($(nproc) / 4)); ((threads < 1)) && threads=1
-expect_out "OMP_NUM_THREADS=$threads, restart 0, sets: none"
+expect_count 4 "parent mpirun, OMP_NUM_THREADS=$threads, restart 0, sets: none"
 expect_out "[launcher] attempt 1 of 1: mpirun -np 4"
 expect_out "--tag-output"
 expect_out "[launcher] the job finished (exit 0)"
