@@ -112,6 +112,8 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
 }  // namespace
 
 int cmd_run(const RunArgs& args) {
+  // A rank listens for the supervisor's stop request from its first moment (launcher/stop_relay.h).
+  if (parallel::detect_launch_env().is_rank()) launcher::install_stop_relay();
   RecipeArgs recipe_args = args.recipe;
   if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
   LoadedRecipe loaded = recipe_load(recipe_args.recipe, recipe_args.overrides);
@@ -140,8 +142,7 @@ int cmd_run(const RunArgs& args) {
     options.stop_grace_s = args.stop_grace_s;
     return launcher::supervise(plan, options);
   }
-  // This process is the one rank (in_process) or one of the ranks (as_rank).
-  if (plan.mode == launcher::LaunchMode::as_rank) launcher::install_stop_relay();
+  // This process is the one rank (in_process) or one of the ranks (as_rank): it trains.
   refuse_unsupported();
   return kExitOk;
 }

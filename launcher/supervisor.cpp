@@ -328,7 +328,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
   LT_CHECK(plan.spawns() && !plan.command.empty(), "supervise() needs a plan that starts ranks");
   const std::string program = plan.command.front();
   if (find_program(program).empty())
-    throw Error(fmt::format("{} was not found on PATH", program),
+    throw environment_error(fmt::format("{} was not found on PATH", program),
                 program == "srun" ? "install Slurm's client tools (Debian: apt-get install slurm-client)"
                                   : "install Open MPI (Debian: apt-get install openmpi-bin)");
   const std::string logs = opt.log_dir.empty() ? "" : opt.log_dir + "/logs";
