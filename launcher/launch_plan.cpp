@@ -79,7 +79,8 @@ PlanInputs plan_inputs(const parallel::LaunchEnv& env, bool rank_program) {
 
 trainer::WorldInfo planned_world(const trainer::Recipe& r, const parallel::LaunchEnv& env) {
   if (env.launcher != parallel::Launcher::none) return {env.world_size, env.world_source()};
-  if (!r.launch.hostfile.empty() && !env.in_slurm_allocation()) {
+  // (With launch.nodes > 1 as well, recipe_check reports the conflict; the file is not read.)
+  if (!r.launch.hostfile.empty() && !env.in_slurm_allocation() && r.launch.nodes == 1) {
     Hostfile hf = hostfile_read(r.launch.hostfile);
     int hosts = static_cast<int>(hf.hosts.size());
     return {hosts * r.launch.procs_per_node,

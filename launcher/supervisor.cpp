@@ -329,8 +329,8 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
   const std::string program = plan.command.front();
   if (find_program(program).empty())
     throw environment_error(fmt::format("{} was not found on PATH", program),
-                program == "srun" ? "install Slurm's client tools (Debian: apt-get install slurm-client)"
-                                  : "install Open MPI (Debian: apt-get install openmpi-bin)");
+                            program == "srun" ? "install Slurm's client tools (Debian: apt-get install slurm-client)"
+                                              : "install Open MPI (Debian: apt-get install openmpi-bin)");
   const std::string logs = opt.log_dir.empty() ? "" : opt.log_dir + "/logs";
   RankOutput out(logs, plan.mode == LaunchMode::slurm_srun ? OutputTags::srun_label : OutputTags::mpirun_tag_output,
                  opt.console);

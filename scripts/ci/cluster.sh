@@ -43,11 +43,12 @@ LT_NET=${LT_NET:-10.200.0}
 
 lt_say() { echo "[cluster] $*" >&2; }
 
-# lt_wait SECONDS CMD...: retries CMD every 0.1 s until it succeeds; nonzero after SECONDS.
+# lt_wait SECONDS CMD...: retries CMD (each try bounded to 5 s) every 0.1 s until it succeeds;
+# nonzero after SECONDS.
 lt_wait() {
   local seconds=$1 t0=$SECONDS
   shift
-  until "$@" >/dev/null 2>&1; do
+  until timeout -k 2 5 "$@" >/dev/null 2>&1; do
     ((SECONDS - t0 >= seconds)) && return 1
     sleep 0.1
   done
@@ -101,7 +102,7 @@ lt_slurm_start() {
   chmod 755 "$d" "$d/munge"  # munged insists on a socket folder everyone can traverse
   mungekey --create --keyfile="$d/munge/munge.key" >/dev/null 2>&1 || { lt_say "mungekey failed"; return 1; }
   chmod 400 "$d/munge/munge.key"
-  PATH=$PATH:/usr/sbin munged --socket="$d/munge/munge.sock" --key-file="$d/munge/munge.key" \
+  PATH=$PATH:/usr/sbin timeout 20 munged --socket="$d/munge/munge.sock" --key-file="$d/munge/munge.key" \
     --pid-file="$d/munge/munged.pid" --log-file="$d/munge/munged.log" --seed-file="$d/munge/munged.seed" ||
     { lt_say "munged did not start: $(tail -3 "$d/munge/munged.log" 2>/dev/null)"; return 1; }
   lt_wait 10 bash -c "munge -S $d/munge/munge.sock -n </dev/null | unmunge -S $d/munge/munge.sock" ||
@@ -141,21 +142,21 @@ NodeName=${host} NodeAddr=127.0.0.1 CPUs=${LT_SLURM_CPUS} RealMemory=1000 State=
 PartitionName=lt Nodes=${host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
   export SLURM_CONF=$d/slurm.conf
-  /usr/sbin/slurmctld -f "$SLURM_CONF" || { lt_say "slurmctld did not start: $(tail -3 "$d/log/slurmctld.log")"; return 1; }
-  /usr/sbin/slurmd -f "$SLURM_CONF" || { lt_say "slurmd did not start: $(tail -3 "$d/log/slurmd.log")"; return 1; }
+  timeout 20 /usr/sbin/slurmctld -f "$SLURM_CONF" || { lt_say "slurmctld did not start: $(tail -3 "$d/log/slurmctld.log")"; return 1; }
+  timeout 20 /usr/sbin/slurmd -f "$SLURM_CONF" || { lt_say "slurmd did not start: $(tail -3 "$d/log/slurmd.log")"; return 1; }
   lt_wait 20 bash -c "sinfo -h -N -o %T | grep -qxE 'idle|mixed|allocated'" || {
     lt_say "the node did not come up: $(sinfo -h -N -o '%N %T %E' 2>&1) $(tail -3 "$d/log/slurmd.log")"
     return 1
   }
 }
 
-lt_slurm_job_state() { scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
+lt_slurm_job_state() { timeout 10 scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
 
 lt_slurm_wait_state() {
   local job=$1 want=$2 seconds=$3 restarts=${4:-} t0=$SECONDS state r
   while :; do
     state=$(lt_slurm_job_state "$job")
-    r=$(scontrol show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
+    r=$(timeout 10 scontrol show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
     if [[ $state =~ ^($want)$ ]] && [[ -z $restarts || $r == "$restarts" ]]; then
       echo "$state"
       return 0
@@ -210,7 +211,7 @@ Host *
   BatchMode yes
   LogLevel ERROR
 CONF
-  /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log" || { lt_say "sshd did not start: $(tail -3 "$d/sshd.log")"; return 1; }
+  timeout 20 /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log" || { lt_say "sshd did not start: $(tail -3 "$d/sshd.log")"; return 1; }
   lt_wait 10 ssh -F "$d/ssh_config" 127.0.0.1 true || { lt_say "sshd does not answer: $(tail -3 "$d/sshd.log")"; return 1; }
 }
 

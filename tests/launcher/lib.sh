@@ -7,6 +7,7 @@
 #   finish_job NAME SECONDS      waits for the background job (killing it after SECONDS); sets
 #                                $status and $out like run_cmd
 #   rank_pid NAME RANK           the pid rank RANK of launch_job printed
+#   run_bounded NAME CMD...      run_cmd with CMD under `timeout` (90 s, then SIGKILL 10 s later)
 #   skip REASON                  reports the test as skipped (ctest SKIP_RETURN_CODE 77)
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 source "$SRC/scripts/ci/cluster.sh"
@@ -28,6 +29,14 @@ trap on_exit EXIT
 skip() {
   echo "SKIPPED: $*"
   exit 77
+}
+
+# --foreground: timeout signals only CMD (llmtrain's supervisor), once; without it, it would also
+# signal its own process group, so CMD would get every signal twice.
+run_bounded() {
+  local name=$1
+  shift
+  run_cmd "$name" timeout --foreground -k 10 90 "$@"
 }
 
 start_job() {

@@ -11,7 +11,7 @@ RUN_JOB=("$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN")  # an array, not a func
 reset_run() { rm -rf "$RUN"; }
 
 # --- a 4-rank job: tagged output, per-rank logs, settings -------------------------------------
-run_cmd ok-4 "${RUN_JOB[@]}" --nproc 4 -- "$JOB" --steps 3 --ckpt-dir "$CKPT"
+run_bounded ok-4 "${RUN_JOB[@]}" --nproc 4 -- "$JOB" --steps 3 --ckpt-dir "$CKPT"
 expect_status 0
 for r in 0 1 2 3; do expect_out "[rank $r] rank $r of 4: local $r of 4"; done
 expect_out "[rank 0] finished 3 steps"
@@ -29,13 +29,13 @@ grep -q "mpirun -np 4" "$RUN/logs/launcher.log" && grep -q "the job finished" "$
   pass "ok-4: launcher.log has the command and the outcome" || fail "ok-4: launcher.log: $(cat "$RUN/logs/launcher.log")"
 ls /dev/shm/llmtrain-launch.* >/dev/null 2>&1 && fail "ok-4: Open MPI scratch left in /dev/shm" || pass "ok-4: no scratch left"
 
-run_cmd dry-run-4 "$LLMTRAIN" run "$RECIPE" --nproc 4 --dry-run
+run_bounded dry-run-4 "$LLMTRAIN" run "$RECIPE" --nproc 4 --dry-run
 expect_status 0
 expect_out "launch: local mpirun, 4 rank(s) per node"
 [[ $(id -u) == 0 ]] && expect_out "launch environment: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
 (($(nproc) < 4)) && expect_out "--oversubscribe --bind-to none" && expect_out "oversubscribed, binding off"
 
-run_cmd dry-run-restartable-1 "$LLMTRAIN" run "$RECIPE" --set launch.max_restarts=2 --dry-run
+run_bounded dry-run-restartable-1 "$LLMTRAIN" run "$RECIPE" --set launch.max_restarts=2 --dry-run
 expect_status 0
 expect_out "launch command: mpirun -np 1"
 expect_out "one rank under mpirun so that the launcher can restart it"
@@ -59,7 +59,7 @@ grep -q -- "--- .* attempt 2 of 3, resuming from" "$RUN/logs/rank_00002.log" &&
 
 # A restart with no complete checkpoint starts over, without the resume overrides.
 reset_run
-run_cmd restart-no-checkpoint "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=1 -- "$JOB" --steps 3 --ckpt-dir "$CKPT" \
+run_bounded restart-no-checkpoint "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=1 -- "$JOB" --steps 3 --ckpt-dir "$CKPT" \
   --ckpt-every 1000 --fail-rank 1 --fail-at 2 --fail kill --fail-once
 expect_status 0
 expect_out "restart 1 of 1 in 1.0s, from the beginning (no complete checkpoint in $CKPT)"
@@ -105,7 +105,7 @@ expect_out "after the stop request (75 was expected"
 
 # --- failures that are not restarted, and restarts used up ---------------------------------------
 reset_run
-run_cmd user-error "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=3 -- "$JOB" --steps 5 --fail-rank 1 --fail-at 2 \
+run_bounded user-error "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=3 -- "$JOB" --steps 5 --fail-rank 1 --fail-at 2 \
   --fail user-error
 expect_status 2
 expect_out "[rank 1] error: injected user error"
@@ -113,7 +113,7 @@ expect_out "the job stopped on a user error (exit 2): not restarted"
 expect_no "attempt 2 of"
 
 reset_run
-run_cmd crash-exhausted "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=1 -- "$JOB" --steps 5 --fail-rank 1 --fail-at 1 \
+run_bounded crash-exhausted "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=1 -- "$JOB" --steps 5 --fail-rank 1 --fail-at 1 \
   --fail exit:3
 expect_status 3
 expect_out "[rank 1] fatal: rank 1 called exit(3) before the job finished"
@@ -121,42 +121,42 @@ expect_out "the job failed: exit 3; restart 1 of 1 in 1.0s"
 expect_out "the job failed: exit 3, and all 1 restart(s) (launch.max_restarts) are used up; giving up (rank logs: $RUN/logs/rank_*.log)"
 
 reset_run
-run_cmd crash-no-restarts "${RUN_JOB[@]}" --nproc 2 -- "$JOB" --steps 5 --fail-rank 0 --fail-at 1 --fail segv
+run_bounded crash-no-restarts "${RUN_JOB[@]}" --nproc 2 -- "$JOB" --steps 5 --fail-rank 0 --fail-at 1 --fail segv
 expect_status 139
 expect_out "the job failed: exit 139 (killed by signal 11, Segmentation fault); set launch.max_restarts to restart"
 
 # --- pre-flight: nothing starts ------------------------------------------------------------------
 reset_run
-run_cmd no-mpirun env PATH=/nonexistent "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 -- "$JOB"
+run_bounded no-mpirun env PATH=/nonexistent "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 -- "$JOB"
 expect_status 1
 expect_out "error: mpirun (Open MPI's launcher) was not found on PATH"
 expect_out "apt-get install openmpi-bin"
 
-run_cmd no-srun env PATH=/nonexistent SLURM_JOB_ID=4242 SLURM_JOB_NUM_NODES=1 "$LLMTRAIN" run "$RECIPE" \
+run_bounded no-srun env PATH=/nonexistent SLURM_JOB_ID=4242 SLURM_JOB_NUM_NODES=1 "$LLMTRAIN" run "$RECIPE" \
   --set log.dir="$RUN" --nproc 2 -- "$JOB"
 expect_status 1
 expect_out "error: srun (Slurm's launcher, needed inside an allocation) was not found on PATH"
 
 touch "$WORK/a-file"
-run_cmd ckpt-not-writable "${RUN_JOB[@]}" --nproc 2 --set checkpoint.dir="$WORK/a-file/ckpt" -- "$JOB"
+run_bounded ckpt-not-writable "${RUN_JOB[@]}" --nproc 2 --set checkpoint.dir="$WORK/a-file/ckpt" -- "$JOB"
 expect_status 1
 expect_out "error: checkpoint.dir $WORK/a-file/ckpt: cannot create it: Not a directory"
 expect_out "--set checkpoint.dir=PATH"
 
-run_cmd cuda-devices "${RUN_JOB[@]}" --nproc 4 --set train.device=cuda -- "$JOB"
+run_bounded cuda-devices "${RUN_JOB[@]}" --nproc 4 --set train.device=cuda -- "$JOB"
 expect_status 1
 expect_out "train.device is cuda and 4 rank(s) run on this host (launch.procs_per_node 4), but"
 expect_out "CUDA device(s) are visible"
 
-run_cmd no-program "${RUN_JOB[@]}" --nproc 2 -- no-such-program-here
+run_bounded no-program "${RUN_JOB[@]}" --nproc 2 -- no-such-program-here
 expect_status 2
 expect_out "error: the rank program no-such-program-here was not found on PATH"
 
-run_cmd nothing-after-dashes "$LLMTRAIN" run "$RECIPE" --nproc 2 --
+run_bounded nothing-after-dashes "$LLMTRAIN" run "$RECIPE" --nproc 2 --
 expect_status 2
 expect_out "nothing after \`--\`"
 
-run_cmd nodes-without-slurm "${RUN_JOB[@]}" --nproc 2 --set launch.nodes=2 -- "$JOB"
+run_bounded nodes-without-slurm "${RUN_JOB[@]}" --nproc 2 --set launch.nodes=2 -- "$JOB"
 expect_status 2
 expect_out "launch.nodes is 2 but this is one host, outside any Slurm allocation"
 [[ -d $RUN/logs ]] && fail "pre-flight failures started something: $(ls "$RUN/logs")" || pass "pre-flight: no logs, nothing started"

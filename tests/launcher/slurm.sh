@@ -21,7 +21,7 @@ CKPT=$RUN/ckpt
 SBATCH=("$LLMTRAIN" sbatch "$RECIPE" --nodes 1 --set log.dir="$RUN" --set launch.procs_per_node=4)
 
 # --- the script ----------------------------------------------------------------------------------
-run_cmd sbatch-print "${SBATCH[@]}" --time 00:30:00 -- "$JOB" --steps 5 --ckpt-dir "$CKPT"
+run_bounded sbatch-print "${SBATCH[@]}" --time 00:30:00 -- "$JOB" --steps 5 --ckpt-dir "$CKPT"
 expect_status 0
 for line in "#SBATCH --nodes=1" "#SBATCH --ntasks-per-node=4" "#SBATCH --exclusive" "#SBATCH --time=00:30:00" \
   "#SBATCH --signal=TERM@300" "#SBATCH --requeue" "#SBATCH --open-mode=append" "#SBATCH --output=$RUN/slurm-%j.out" \
@@ -32,7 +32,7 @@ for line in "#SBATCH --nodes=1" "#SBATCH --ntasks-per-node=4" "#SBATCH --exclusi
 done
 bash -n <(echo "$out" | grep -v '^# output') && pass "sbatch-print: the script is valid bash" || fail "sbatch-print: bash -n failed"
 
-run_cmd sbatch-gpus "${SBATCH[@]}" --set train.device=cuda --gpus-per-node 2 -- "$JOB"
+run_bounded sbatch-gpus "${SBATCH[@]}" --set train.device=cuda --gpus-per-node 2 -- "$JOB"
 expect_status 2
 expect_out "train.device is cuda with launch.procs_per_node 4 ranks per node, but --gpus-per-node is 2"
 
@@ -41,7 +41,7 @@ expect_out "train.device is cuda with launch.procs_per_node 4 ranks per node, bu
 submit() {
   local name=$1
   shift
-  job=$("${SBATCH[@]}" --submit "$@" 2>"$WORK/$name.err")
+  job=$(timeout -k 10 60 "${SBATCH[@]}" --submit "$@" 2>"$WORK/$name.err")
   status=$?
   out="$job
 $(cat "$WORK/$name.err")"
@@ -94,11 +94,11 @@ expect_out "not requeued: Slurm is ending job $job"
 expect_no "second signal"
 
 # --- inside an allocation that is too small: refused before srun ---------------------------------
-run_cmd small-allocation timeout 60 salloc -n 2 "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 4 -- "$JOB"
+run_bounded small-allocation salloc -n 2 "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 4 -- "$JOB"
 expect_status 2
 expect_out_re "the recipe needs 4 ranks \(launch.nodes 1 × launch.procs_per_node 4\) but Slurm job [0-9]+ has 2 task\(s\) \(SLURM_NTASKS=2\)"
 
-run_cmd too-few-cpus timeout 60 salloc -n 2 -c 2 "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 \
+run_bounded too-few-cpus salloc -n 2 -c 2 "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 \
   --set train.threads=4 -- "$JOB"
 expect_status 2
 expect_out "srun would wait for them forever"

@@ -17,7 +17,7 @@ RUN_SSH=("$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --set launch.hostfile="$
 
 accepted() { grep -c "Accepted publickey" "$LT_SSH_DIR/sshd.log"; }
 before=$(accepted)
-run_cmd ssh-1x2 timeout 120 "${RUN_SSH[@]}" --set launch.ssh.config="$CFG" -- "$JOB" --steps 3
+run_bounded ssh-1x2 "${RUN_SSH[@]}" --set launch.ssh.config="$CFG" -- "$JOB" --steps 3
 expect_status 0
 expect_out "--hostfile $WORK/hosts --map-by ppr:2:node --bind-to none --mca plm_rsh_agent 'ssh -o BatchMode=yes -F $CFG'"
 expect_count 2 "parent orted,"
@@ -25,37 +25,37 @@ expect_out "[rank 1] finished 3 steps"
 (($(accepted) >= before + 2)) && pass "ssh-1x2: sshd accepted the pre-flight probe and mpirun's daemon" ||
   fail "ssh-1x2: sshd accepted $(($(accepted) - before)) connection(s)"
 
-run_cmd ssh-dry-run "${RUN_SSH[@]}" --set launch.ssh.config="$CFG" --dry-run
+run_bounded ssh-dry-run "${RUN_SSH[@]}" --set launch.ssh.config="$CFG" --dry-run
 expect_status 0
 expect_out "launch: mpirun over ssh, 2 rank(s) per node"
 expect_out "world: 2 ranks"
 
 # --- pre-flight: nothing starts ------------------------------------------------------------------
 printf '127.0.0.2 slots=2\nnode2 slot=2\n' >"$WORK/hosts.bad"
-run_cmd bad-hostfile "${RUN_SSH[@]}" --set launch.hostfile="$WORK/hosts.bad" -- "$JOB"
+run_bounded bad-hostfile "${RUN_SSH[@]}" --set launch.hostfile="$WORK/hosts.bad" -- "$JOB"
 expect_status 2
 expect_out "error: $WORK/hosts.bad:2: unknown field 'slot=2' for host node2"
 expect_out "host [slots=N] [max_slots=N]"
 
-run_cmd missing-hostfile "${RUN_SSH[@]}" --set launch.hostfile="$WORK/nowhere" -- "$JOB"
+run_bounded missing-hostfile "${RUN_SSH[@]}" --set launch.hostfile="$WORK/nowhere" -- "$JOB"
 expect_status 2
 expect_out "error: $WORK/nowhere: cannot read launch.hostfile: No such file or directory"
 
 printf '127.0.0.2 slots=1\n' >"$WORK/hosts.small"
-run_cmd few-slots "${RUN_SSH[@]}" --set launch.hostfile="$WORK/hosts.small" -- "$JOB"
+run_bounded few-slots "${RUN_SSH[@]}" --set launch.hostfile="$WORK/hosts.small" -- "$JOB"
 expect_status 2
 expect_out "launch.procs_per_node is 2 (world 2 = 1 hosts × 2), but $WORK/hosts.small:1: host 127.0.0.2 has slots=1"
 
 mkdir -p "$WORK/with space" && cp "$CFG" "$WORK/with space/cfg"
-run_cmd space-in-config "${RUN_SSH[@]}" --set launch.ssh.config="$WORK/with space/cfg" -- "$JOB"
+run_bounded space-in-config "${RUN_SSH[@]}" --set launch.ssh.config="$WORK/with space/cfg" -- "$JOB"
 expect_status 2
 expect_out "contains a space, which Open MPI cannot pass to ssh"
 
-run_cmd no-identity "${RUN_SSH[@]}" --set launch.ssh.identity="$WORK/no-key" -- "$JOB"
+run_bounded no-identity "${RUN_SSH[@]}" --set launch.ssh.identity="$WORK/no-key" -- "$JOB"
 expect_status 2
 expect_out "launch.ssh.identity $WORK/no-key: cannot read it: No such file or directory"
 
-run_cmd refused "${RUN_SSH[@]}" --set launch.ssh.config="$CFG" --set launch.ssh.port=22099 -- "$JOB"
+run_bounded refused "${RUN_SSH[@]}" --set launch.ssh.config="$CFG" --set launch.ssh.port=22099 -- "$JOB"
 expect_status 1
 expect_out "1 of 1 host(s) in $WORK/hosts cannot be reached over ssh with the recipe's options:"
 expect_out_re "127.0.0.2: ssh exited 255: .*Connection refused"
@@ -63,7 +63,7 @@ expect_out "command: ssh -o BatchMode=yes -o ConnectTimeout=10 -p 22099 -F $CFG 
 expect_out "hint: the launcher needs key-based, non-interactive ssh to every host"
 
 # Port and identity without the config file: the host key is unknown and ssh will not ask.
-run_cmd host-key env HOME="$WORK" "${RUN_SSH[@]}" --set launch.ssh.port="$LT_SSH_PORT" \
+run_bounded host-key env HOME="$WORK" "${RUN_SSH[@]}" --set launch.ssh.port="$LT_SSH_PORT" \
   --set launch.ssh.identity="$LT_SSH_DIR/id" -- "$JOB"
 expect_status 1
 expect_out "Host key verification failed"

@@ -20,7 +20,7 @@ printf '%s.1 slots=2\n%s.2 slots=2\n' "$LT_NET" "$LT_NET" >"$WORK/hosts"
 RUN_2X2=(lt_exec_in_node1 "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --set launch.hostfile="$WORK/hosts" --nproc 2
   --set launch.ssh.config="$LT_SSH_DIR/ssh_config")
 
-run_cmd 2x2 timeout 120 bash -c "source '$SRC/scripts/ci/cluster.sh'; $(printf '%q ' "${RUN_2X2[@]}") -- '$JOB' --steps 3"
+run_bounded 2x2 bash -c "source '$SRC/scripts/ci/cluster.sh'; $(printf '%q ' "${RUN_2X2[@]}") -- '$JOB' --steps 3"
 expect_status 0
 expect_out "[launcher] attempt 1 of 1: mpirun -np 4 --hostfile $WORK/hosts --map-by ppr:2:node"
 for r in 0 1; do expect_out_re "\[rank $r\] rank $r of 4: local $r of 2, host node1, pid [0-9]+, parent mpirun,"; done
