@@ -8,6 +8,8 @@
 #    finishes;
 #  - plain `scancel`: the ranks get Slurm's own SIGTERM once (the supervisor does not add a
 #    second), checkpoint and exit 75, and the job is not requeued;
+#  - SIGTERM to `llmtrain run` in an salloc shell: the supervisor asks the ranks through srun
+#    (SIGUSR1, relayed to SIGTERM by each rank), since srun answers SIGTERM with SIGKILL;
 #  - an allocation smaller than the recipe's world is refused before srun starts.
 source "$(dirname "$0")/lib.sh"
 if missing=$(lt_slurm_missing); then skip "Slurm is not installed ($missing missing; scripts/setup.sh installs slurm-wlm munge)"; fi
@@ -92,6 +94,19 @@ expect_count 4 "stopping after step [0-9]+ \(signal 15\): checkpoint written, ex
 expect_out "[sbatch] llmtrain run exited 75"
 expect_out "not requeued: Slurm is ending job $job"
 expect_no "second signal"
+
+# --- SIGTERM to llmtrain run inside an allocation (salloc): relayed through srun as SIGUSR1 --------
+rm -rf "$RUN"
+start_job salloc-stop salloc -n 2 "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 -- "$JOB" --steps 500 \
+  --ckpt-dir "$CKPT"
+wait_out salloc-stop '\[rank 0\] step 2 done' 30
+supervisor=$(pgrep -P "$job_pid" -x llmtrain)
+[[ -n $supervisor ]] && kill -TERM "$supervisor" || fail "salloc-stop: no llmtrain under salloc $job_pid"
+finish_job salloc-stop 60
+expect_status 75
+expect_out "[launcher] SIGTERM received: asked every rank, through srun, to write a checkpoint and exit 75"
+expect_count 2 "stopping after step [0-9]+ \(signal 15\): checkpoint written, exit 75"
+expect_out "the job stopped: every rank wrote its checkpoint and exited 75"
 
 # --- inside an allocation that is too small: refused before srun ---------------------------------
 run_bounded small-allocation salloc -n 2 "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 4 -- "$JOB"
