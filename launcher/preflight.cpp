@@ -85,7 +85,6 @@ void check_slurm(const trainer::Recipe& r, const LaunchPlan& plan, const SlurmAl
                             std::getenv("SLURM_JOB_CPUS_PER_NODE") ? std::getenv("SLURM_JOB_CPUS_PER_NODE") : "?"),
                 r.train.threads > 0 ? "lower train.threads, or allocate more CPUs per task (--cpus-per-task)"
                                     : "allocate more CPUs per node (--cpus-per-task, or --exclusive)");
-  (void)r;
 }
 
 void check_ssh(const trainer::Recipe& r, const LaunchPlan& plan, const PreflightOptions& opt) {
