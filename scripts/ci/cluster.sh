@@ -31,6 +31,8 @@
 #   lt_lock NAME SECONDS                   takes a machine-wide lock (fd 9) so concurrent test runs
 #                                          (other worktrees) do not share daemons and ports
 #
+# The stop functions remove the state folders (logs included) unless LT_KEEP=1.
+#
 # Facts these rely on (measured): daemons start in ~0.3 s; `srun` waits forever for CPUs it cannot
 # get; scancel SIGTERMs the batch shell and every step; a requeued job waits cred_expire + 1 s.
 LT_SLURM_DIR=${LT_SLURM_DIR:-/tmp/llmtrain-slurm}
@@ -90,6 +92,7 @@ lt_slurm_stop() {
     lt_wait 10 bash -c "[[ -z \$(SLURM_CONF=$d/slurm.conf squeue -h -t running,completing 2>/dev/null) ]]"
   fi
   lt_kill_pidfile "$d/slurmd.pid" "$d/slurmctld.pid" "$d/munge/munged.pid"
+  [[ ${LT_KEEP:-0} == 1 ]] || rm -rf "$d"
 }
 
 lt_slurm_start() {
@@ -172,6 +175,8 @@ lt_slurm_wait_state() {
 
 lt_sshd_stop() {
   lt_kill_pidfile "$LT_SSH_DIR/sshd.pid"
+  # The keys and configs go too, once no namespace host's sshd uses them.
+  [[ ${LT_KEEP:-0} == 1 || -e $LT_SSH_DIR/sshd-node1.pid || -e $LT_SSH_DIR/sshd-node2.pid ]] || rm -rf "$LT_SSH_DIR"
   return 0
 }
 
