@@ -1,6 +1,11 @@
 // `llmtrain run`: validate, plan the launch, and (unless --dry-run) train. The dry run prints
 // everything the real run would decide: resolved recipe, mesh, model size, batch arithmetic and
 // the exact launch command.
+//
+// How a run starts (launcher/launch_plan.h): when the plan spawns ranks (local mpirun, srun inside
+// Slurm, mpirun over ssh), this process runs the pre-flight checks and then supervises the job
+// (launcher/supervisor.h) — it never trains itself; each rank is this binary again, started by
+// mpirun/srun, and takes the as_rank path. One rank with no launcher trains in this process.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -11,7 +16,11 @@
 #include "cli/recipe_parse.h"
 #include "common/error.h"
 #include "common/strings.h"
+#include "launcher/child_process.h"
 #include "launcher/launch_plan.h"
+#include "launcher/preflight.h"
+#include "launcher/stop_relay.h"
+#include "launcher/supervisor.h"
 #include "parallel/bootstrap.h"
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
@@ -31,6 +40,19 @@ std::string self_exe() {
 std::vector<std::string> rank_argv(const RecipeArgs& args) {
   std::vector<std::string> argv{self_exe(), "run", std::filesystem::absolute(args.recipe).lexically_normal().string()};
   for (const auto& o : args.overrides) argv.insert(argv.end(), {"--set", o});
+  return argv;
+}
+
+// `run RECIPE -- PROGRAM ARGS`: every rank runs PROGRAM (found now, so that every rank, on every
+// host, runs the same file).
+std::vector<std::string> program_argv(const std::vector<std::string>& command) {
+  std::vector<std::string> argv = command;
+  std::string found = launcher::find_program(argv[0]);
+  if (found.empty())
+    throw Error(fmt::format("the rank program {} was not found{}", argv[0],
+                            argv[0].find('/') == std::string::npos ? " on PATH" : ""),
+                "give its path, or put its folder on PATH");
+  argv[0] = std::filesystem::absolute(found).lexically_normal().string();
   return argv;
 }
 
@@ -81,6 +103,8 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   std::printf("launch: %s, %d rank(s) per node, %d thread(s) per rank\n", launcher::to_string(plan.mode),
               plan.ranks_per_node, plan.threads_per_rank);
   if (!plan.command.empty()) std::printf("launch command: %s\n", plan.command_line().c_str());
+  if (!plan.env.empty()) std::printf("launch environment: %s\n", plan.env_line().c_str());
+  for (const auto& note : plan.notes) std::printf("launch note: %s\n", note.c_str());
   if (!plan.blocker.empty())
     std::printf("cannot launch from here: %s (%s)\n", plan.blocker.c_str(), plan.blocker_hint.c_str());
   std::printf("outputs: log %s, checkpoints %s\n", r.log.dir.c_str(), r.checkpoint.dir.c_str());
@@ -108,23 +132,38 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
 }  // namespace
 
 int cmd_run(const RunArgs& args) {
-  LoadedRecipe loaded = recipe_load(args.recipe.recipe, args.recipe.overrides);
+  // A rank listens for the supervisor's stop request from its first moment (launcher/stop_relay.h).
+  if (parallel::detect_launch_env().is_rank()) launcher::install_stop_relay();
+  RecipeArgs recipe_args = args.recipe;
+  if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
+  LoadedRecipe loaded = recipe_load(recipe_args.recipe, recipe_args.overrides);
   parallel::require_usable_launch(loaded.env);
-  launcher::LaunchPlan plan = launcher::plan_launch(loaded.recipe, loaded.env, rank_argv(args.recipe));
+  const bool rank_program = !args.rank_command.empty();
+  launcher::LaunchPlan plan =
+      launcher::plan_launch(loaded.recipe, launcher::plan_inputs(loaded.env, rank_program),
+                            rank_program ? program_argv(args.rank_command) : rank_argv(recipe_args));
   if (args.dry_run) {
     print_plan(loaded, plan);
     return kExitOk;
   }
   if (!plan.blocker.empty()) throw Error(plan.blocker, plan.blocker_hint);
   auto missing = trainer::unsupported_features(loaded.recipe);
-  if (!missing.empty())
-    throw Error("not supported yet: " + join(missing, "; "),
-                "`llmtrain validate` accepts this recipe, but this build cannot run it; see docs/recipe.md for what "
-                "runs today");
-  if (plan.mode != launcher::LaunchMode::in_process && plan.mode != launcher::LaunchMode::as_rank)
-    throw Error(fmt::format("not supported yet: launching ranks ({}); start them yourself with `{}`",
-                            launcher::to_string(plan.mode), plan.command_line()),
-                "mpirun -np N llmtrain run RECIPE runs each process as one rank");
+  auto refuse_unsupported = [&] {
+    if (!missing.empty())
+      throw Error("not supported yet: " + join(missing, "; "),
+                  "`llmtrain validate` accepts this recipe, but this build cannot run it; see docs/recipe.md for what "
+                  "runs today");
+  };
+  if (plan.spawns()) {
+    // This process supervises; the ranks train (or run the given program).
+    if (!rank_program) refuse_unsupported();
+    launcher::preflight_check(loaded.recipe, plan);
+    launcher::SupervisorOptions options = launcher::supervisor_options(loaded.recipe);
+    options.stop_grace_s = args.stop_grace_s;
+    return launcher::supervise(plan, options);
+  }
+  // This process is the one rank (in_process) or one of the ranks (as_rank): it trains.
+  refuse_unsupported();
   return run_ranks(loaded, plan);
 }
 

@@ -19,8 +19,23 @@ int cmd_validate(const RecipeArgs& args);
 struct RunArgs {
   RecipeArgs recipe;
   bool dry_run = false;
+  int nproc = 0;                          // --nproc N: sets launch.procs_per_node
+  double stop_grace_s = 600.0;            // --stop-grace: time the ranks get to checkpoint after a stop
+  std::vector<std::string> rank_command;  // after `--`: the program every rank runs instead of training
 };
 int cmd_run(const RunArgs& args);
+
+struct SbatchArgs {
+  RecipeArgs recipe;
+  int nodes = 1;
+  int gpus_per_node = -1;
+  int cpus_per_task = 0;
+  std::string time, partition, account;
+  int signal_margin_s = 300;
+  bool submit = false;
+  std::vector<std::string> rank_command;  // after `--`, passed on to `llmtrain run ... --`
+};
+int cmd_sbatch(const SbatchArgs& args);
 
 int cmd_env();
 

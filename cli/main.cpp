@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  llmtrain validate recipes/tiny.yaml\n"
       "  llmtrain run recipes/tiny.yaml --dry-run --set train.steps=100\n"
+      "  llmtrain run recipes/tiny.yaml --nproc 4\n"
+      "  llmtrain sbatch recipes/gpt2-124m.yaml --nodes 2 --time 04:00:00 --submit\n"
       "  llmtrain env\n"
       "  llmtrain prep --input corpus.jsonl --tokenizer byte --output data/corpus/ --valid-fraction 0.05\n"
       "Run `llmtrain <command> --help` for a command's options.");
@@ -120,11 +122,59 @@ int main(int argc, char** argv) {
   run->add_flag("--dry-run", run_args.dry_run,
                 "Print the resolved recipe, mesh, parameter count, FLOPs per token, batch arithmetic and launch "
                 "command; start nothing");
+  run->add_option("--nproc", run_args.nproc, "Ranks on this host (sets launch.procs_per_node)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--stop-grace", run_args.stop_grace_s,
+                  "Seconds the ranks get to write a checkpoint and exit after SIGTERM/SIGINT before they are killed")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   run->footer(
+      "Usage: llmtrain run RECIPE [--set KEY=VALUE]... [--nproc N] [-- PROGRAM ARGS...]\n"
+      "After `--`, every rank runs PROGRAM instead of training (to check placement, environment or a cluster).\n"
+      "Exit status: 0 finished, 2 user error, 75 interrupted with a checkpoint written, other: the job failed\n"
+      "(after launch.max_restarts restarts). SIGTERM/SIGINT: every rank checkpoints and exits 75; Ctrl-C twice kills.\n"
       "Examples:\n"
       "  llmtrain run recipes/tiny.yaml\n"
+      "  llmtrain run recipes/tiny.yaml --nproc 4 --set launch.max_restarts=3\n"
       "  llmtrain run recipes/llama-8b.yaml --dry-run\n"
-      "  mpirun -np 4 llmtrain run recipes/tiny.yaml     # each process one rank");
+      "  llmtrain run recipes/tiny.yaml --nproc 2 --set launch.hostfile=hosts.txt -- hostname\n"
+      "  mpirun -np 4 llmtrain run recipes/tiny.yaml     # each process one rank\n"
+      "Details: docs/launching.md");
+
+  cli::SbatchArgs sbatch_args;
+  auto* sbatch = app.add_subcommand(
+      "sbatch",
+      "Write (or --submit) a Slurm batch script that runs the recipe with srun, checkpoints before the time "
+      "limit and requeues itself");
+  add_recipe_args(sbatch, sbatch_args.recipe);
+  sbatch->add_option("--nodes", sbatch_args.nodes, "Nodes (sets launch.nodes)")->required()->check(CLI::PositiveNumber);
+  sbatch
+      ->add_option("--gpus-per-node", sbatch_args.gpus_per_node,
+                   "GPUs per node (default: launch.procs_per_node with train.device cuda, none on CPU)")
+      ->check(CLI::NonNegativeNumber);
+  sbatch
+      ->add_option("--cpus-per-task", sbatch_args.cpus_per_task,
+                   "CPUs per rank (default: train.threads, or whole nodes with --exclusive)")
+      ->check(CLI::PositiveNumber);
+  sbatch->add_option("--time", sbatch_args.time, "Time limit, e.g. 04:00:00 (default: launch.slurm.time)");
+  sbatch->add_option("--partition", sbatch_args.partition, "Partition (default: launch.slurm.partition)");
+  sbatch->add_option("--account", sbatch_args.account, "Account (default: launch.slurm.account)");
+  sbatch
+      ->add_option("--signal-margin", sbatch_args.signal_margin_s,
+                   "Seconds before the time limit at which the ranks get SIGTERM to checkpoint")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sbatch->add_flag("--submit", sbatch_args.submit,
+                   "Save the script to <log.dir>/sbatch.sh and submit it with sbatch; print the job id");
+  sbatch->footer(
+      "Usage: llmtrain sbatch RECIPE --nodes N [options] [--set KEY=VALUE]... [-- PROGRAM ARGS...]\n"
+      "The script runs `llmtrain run` on the first node, which starts launch.procs_per_node ranks per node with\n"
+      "`srun --mpi=pmix`. `scancel --signal=TERM JOBID`: checkpoint, exit 75, requeue; `scancel JOBID`: checkpoint\n"
+      "and end. Output: <log.dir>/slurm-<jobid>.out.\n"
+      "Examples:\n"
+      "  llmtrain sbatch recipes/gpt2-124m.yaml --nodes 1 > job.sh && sbatch job.sh\n"
+      "  llmtrain sbatch recipes/llama-8b.yaml --nodes 2 --gpus-per-node 8 --time 1-00:00:00 --partition gpu --submit\n"
+      "Details: docs/launching.md");
 
   auto* env =
       app.add_subcommand("env", "Describe this machine and build: cores, memory, BLAS, MPI, CUDA devices, NCCL");
@@ -134,6 +184,25 @@ int main(int argc, char** argv) {
   auto* prep = app.add_subcommand(
       "prep", "Tokenize text or JSONL files into a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx)");
   add_prep_args(prep, prep_args);
+  // `run ... -- PROGRAM ARGS`: everything after the first `--` is the ranks' command.
+  std::vector<std::string> rank_command;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--") continue;
+    rank_command.assign(argv + i + 1, argv + argc);
+    argc = i;
+    std::string sub = argc > 1 ? argv[1] : "";
+    if (sub != "run" && sub != "sbatch") {
+      std::fprintf(stderr, "error: `-- PROGRAM` is for `llmtrain run` and `llmtrain sbatch` only\n");
+      return kExitUserError;
+    }
+    if (rank_command.empty()) {
+      std::fprintf(stderr, "error: nothing after `--`: give the program every rank runs\n");
+      return kExitUserError;
+    }
+    break;
+  }
+  run_args.rank_command = rank_command;
+  sbatch_args.rank_command = rank_command;
 
   try {
     app.parse(argc, argv);
@@ -145,6 +214,7 @@ int main(int argc, char** argv) {
   try {
     if (*validate) return cli::cmd_validate(validate_args);
     if (*run) return cli::cmd_run(run_args);
+    if (*sbatch) return cli::cmd_sbatch(sbatch_args);
     if (*env) return cli::cmd_env();
     if (*prep) return cli::cmd_prep(prep_args);
   } catch (const cli::RecipeError& e) {

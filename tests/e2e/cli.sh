@@ -8,7 +8,7 @@ expect_status 0; expect_out_re '^llmtrain [0-9]+\.[0-9]+\.[0-9]+ \(commit '
 
 run_cmd help "$LLMTRAIN" --help
 expect_status 0; expect_out "Examples:"
-for sub in validate run env; do
+for sub in validate run sbatch env; do
   run_cmd "help-$sub" "$LLMTRAIN" "$sub" --help
   expect_status 0; expect_out "Example"
 done

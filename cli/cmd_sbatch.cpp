@@ -1,0 +1,98 @@
+// `llmtrain sbatch`: writes the Slurm batch script for a recipe (launcher/sbatch_script.h), prints
+// it, or with --submit saves it to <log.dir>/sbatch.sh and submits it, printing the job id.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/recipe_parse.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/strings.h"
+#include "launcher/child_process.h"
+#include "launcher/preflight.h"
+#include "launcher/sbatch_script.h"
+#include "llmtrain_version.h"
+
+namespace llmtrain::cli {
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("llmtrain") : p.string();
+}
+
+}  // namespace
+
+int cmd_sbatch(const SbatchArgs& args) {
+  namespace fs = std::filesystem;
+  if (args.nodes < 1) throw Error(fmt::format("--nodes must be at least 1, found {}", args.nodes));
+  std::vector<std::string> overrides = args.recipe.overrides;
+  overrides.push_back(fmt::format("launch.nodes={}", args.nodes));
+  LoadedRecipe loaded = recipe_load(args.recipe.recipe, overrides);
+  const trainer::Recipe& r = loaded.recipe;
+
+  launcher::SbatchRequest q;
+  q.llmtrain = self_exe();
+  q.recipe = fs::absolute(args.recipe.recipe).lexically_normal().string();
+  q.workdir = fs::current_path().string();
+  q.overrides = args.recipe.overrides;
+  q.rank_command = args.rank_command;
+  if (!q.rank_command.empty()) {
+    std::string found = launcher::find_program(q.rank_command[0]);
+    if (found.empty())
+      throw Error(fmt::format("the rank program {} was not found", q.rank_command[0]),
+                  "give its path, or put its folder on PATH");
+    q.rank_command[0] = fs::absolute(found).lexically_normal().string();
+  }
+  q.nodes = args.nodes;
+  q.gpus_per_node = args.gpus_per_node;
+  q.cpus_per_task = args.cpus_per_task;
+  q.time = args.time;
+  q.partition = args.partition;
+  q.account = args.account;
+  q.signal_margin_s = args.signal_margin_s;
+  q.version = LLMTRAIN_VERSION;
+  const std::string script = launcher::sbatch_script(r, q);
+
+  // Slurm opens the output file before the script runs and does not create its folder.
+  launcher::check_writable_dir(r.log.dir, "log.dir");
+  auto missing = trainer::unsupported_features(r);
+  if (!args.submit) {
+    std::fputs(script.c_str(), stdout);
+    std::fprintf(stderr, "# output: %s (created %s)\n", launcher::sbatch_output_pattern(r).c_str(), r.log.dir.c_str());
+    if (args.rank_command.empty() && !missing.empty())
+      std::fprintf(stderr, "# note: this build cannot run the recipe yet (not supported yet: %s)\n",
+                   join(missing, "; ").c_str());
+    return kExitOk;
+  }
+  if (args.rank_command.empty() && !missing.empty())
+    throw Error("not supported yet: " + join(missing, "; "),
+                "`llmtrain validate` accepts this recipe, but this build cannot run it, so the job would fail");
+  if (launcher::find_program("sbatch").empty())
+    throw environment_error("sbatch was not found on PATH",
+                            "run this on a Slurm login node, or install Slurm's client tools (Debian: apt-get install "
+                            "slurm-client); without --submit the script is printed");
+  const std::string path = r.log.dir + "/sbatch.sh";
+  write_file_atomic(default_file_system(), path, script);
+  launcher::CommandResult res = launcher::run_command({"sbatch", "--parsable", path}, 60.0);
+  std::string said = trim(res.output);
+  if (res.status != 0)
+    throw environment_error(fmt::format("sbatch {} failed ({}): {}", path,
+                                        res.timed_out ? "no answer within 60s" : fmt::format("exit {}", res.status),
+                                        said.empty() ? res.start_error : said),
+                            "the script is saved there; fix what sbatch says (partition, account, limits) and submit "
+                            "it with `sbatch`");
+  // --parsable prints "<jobid>[;<cluster>]" on its last line.
+  std::string job = said.substr(said.rfind('\n') == std::string::npos ? 0 : said.rfind('\n') + 1);
+  job = job.substr(0, job.find(';'));
+  std::printf("%s\n", job.c_str());
+  std::string out_file = launcher::sbatch_output_pattern(r);
+  out_file.replace(out_file.find("%j"), 2, job);
+  std::fprintf(stderr, "submitted Slurm job %s: script %s, output %s\n", job.c_str(), path.c_str(), out_file.c_str());
+  return kExitOk;
+}
+
+}  // namespace llmtrain::cli

@@ -1,0 +1,31 @@
+#include "launcher/stop_relay.h"
+
+#include <unistd.h>
+
+#include <atomic>
+
+#include "trainer/signals.h"
+
+namespace llmtrain::launcher {
+namespace {
+
+std::atomic<bool> g_relayed{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void on_relay_signal(int) {
+  // Async-signal-safe: atomics and kill(2) only.
+  if (trainer::stop_requested() || g_relayed.exchange(true)) return;
+  ::kill(::getpid(), SIGTERM);
+}
+
+}  // namespace
+
+void install_stop_relay() {
+  struct sigaction sa {};
+  sa.sa_handler = on_relay_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(kStopRelaySignal, &sa, nullptr);
+}
+
+}  // namespace llmtrain::launcher

@@ -1,0 +1,432 @@
+#include "launcher/supervisor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "launcher/child_process.h"
+#include "launcher/rank_output.h"
+#include "launcher/restart_policy.h"
+#include "launcher/stop_relay.h"
+
+namespace llmtrain::launcher {
+namespace {
+
+constexpr int kTickMs = 200;
+constexpr double kDrainSeconds = 2.0;      // output still in the pipes after the launcher exited
+constexpr double kHardStopSeconds = 10.0;  // from a hard stop to SIGKILL of the whole group
+
+// --- signals: the handler only writes the signal number into a pipe the loop polls ---------
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_stop_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  const int saved = errno;
+  ssize_t ignored = ::write(g_signal_pipe[1], &b, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+class SignalCapture {
+ public:
+  SignalCapture() {
+    LT_CHECK(g_signal_pipe[0] < 0, "two supervisors in one process");
+    if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw environment_error(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &previous_[i]);
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &previous_pipe_);  // a closed console must not kill the supervisor
+  }
+  ~SignalCapture() {
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+    sigaction(SIGPIPE, &previous_pipe_, nullptr);
+    for (int& fd : g_signal_pipe) ::close(fd), fd = -1;
+  }
+  int fd() const { return g_signal_pipe[0]; }
+  // The next signal that arrived, or 0.
+  int take() {
+    unsigned char b = 0;
+    return ::read(g_signal_pipe[0], &b, 1) == 1 ? b : 0;
+  }
+
+ private:
+  static constexpr int kSignals[3] = {SIGTERM, SIGINT, SIGHUP};
+  struct sigaction previous_[3]{};
+  struct sigaction previous_pipe_ {};
+};
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+  }
+  return "a signal";
+}
+
+// The processes whose parent is `parent` (the ranks mpirun started on this host).
+std::vector<pid_t> child_pids(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* proc = opendir("/proc");
+  if (!proc) return out;
+  while (dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string text;
+    if (!std::getline(stat, text)) continue;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses; it ends at the last ')'.
+    auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(proc);
+  return out;
+}
+
+// The Slurm job's state as squeue reports it ("RUNNING", "CANCELLED", ...), "" when unknown.
+std::string slurm_job_state(const std::string& job_id) {
+  CommandResult r = run_command({"squeue", "-h", "-j", job_id, "-o", "%T"}, 5.0);
+  if (r.status != 0) return "";
+  return trim(r.output);
+}
+
+std::string make_scratch_dir() {
+  const char* tmpdir = std::getenv("TMPDIR");
+  for (const char* base : {"/dev/shm", tmpdir, "/tmp"}) {
+    if (!base || !*base) continue;
+    std::string templ = std::string(base) + "/llmtrain-launch.XXXXXX";
+    if (mkdtemp(templ.data())) return templ;
+  }
+  return "";
+}
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchPlan& plan, const SupervisorOptions& options, RankOutput& out)
+      : plan_(plan), opt_(options), out_(out) {}
+
+  bool stop_requested() const { return stop_signal_ != 0; }
+  int stop_signal() const { return stop_signal_; }
+  bool hard_stopped() const { return hard_stop_reason_ != HardStop::none; }
+  bool hard_stop_by_user() const { return hard_stop_reason_ == HardStop::user; }
+
+  // Runs one attempt to its end; returns its folded exit status.
+  int run_attempt(const std::vector<std::string>& command, const EnvList& env) {
+    ChildSpec spec;
+    spec.argv = command;
+    spec.env = env;
+    spec.parent_death_signal = SIGTERM;  // a supervisor killed by SIGKILL must not leave the job behind
+    Child child = Child::spawn(spec);
+    signalled_.clear();
+    double drain_until = 0;
+    int status = 0;
+    while (true) {
+      pollfd fds[3] = {{signals_.fd(), POLLIN, 0}, {child.stdout_fd(), POLLIN, 0}, {child.stderr_fd(), POLLIN, 0}};
+      int ready = ::poll(fds, 3, kTickMs);
+      if (ready > 0) {
+        if (fds[0].revents & POLLIN)
+          while (int sig = signals_.take()) on_signal(sig, child);
+        for (int i = 1; i < 3; ++i) {
+          if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          char buf[65536];
+          ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+          if (n > 0)
+            out_.feed(i == 2, std::string_view(buf, static_cast<size_t>(n)));
+          else if (n == 0 || errno != EINTR)
+            i == 1 ? child.close_stdout() : child.close_stderr();
+        }
+      }
+      const double now = monotonic_seconds();
+      if (child.exited()) {
+        // Output can trail the launcher's exit, or be held open by a straggling grandchild.
+        if ((child.stdout_fd() < 0 && child.stderr_fd() < 0) || now > drain_until) break;
+        continue;
+      }
+      if (child.poll_exit(status)) {
+        drain_until = now + kDrainSeconds;
+        continue;
+      }
+      tick(child, now);
+    }
+    out_.flush();
+    return child.status();
+  }
+
+  // Waits `seconds` unless a stop signal comes first; false when one did.
+  bool back_off(double seconds) {
+    const double until = monotonic_seconds() + seconds;
+    while (true) {
+      double left = until - monotonic_seconds();
+      if (left <= 0) return true;
+      pollfd fd{signals_.fd(), POLLIN, 0};
+      if (::poll(&fd, 1, static_cast<int>(left * 1000) + 1) > 0) {
+        if (int sig = signals_.take()) {
+          stop_signal_ = sig;
+          out_.launcher_message(fmt::format("{} received while waiting to restart: not restarting", signal_name(sig)));
+          return false;
+        }
+      }
+    }
+  }
+
+ private:
+  enum class HardStop { none, user, grace_expired };
+
+  void on_signal(int sig, Child& child) {
+    if (!stop_requested()) {
+      stop_signal_ = sig;
+      stop_deadline_ = monotonic_seconds() + opt_.stop_grace_s;
+      forward_stop(sig, child);
+      return;
+    }
+    if (sig == SIGINT && !hard_stopped()) {
+      out_.launcher_message("second SIGINT: killing the job now, without waiting for a checkpoint");
+      hard_stop(child, HardStop::user);
+      return;
+    }
+    out_.launcher_message(
+        fmt::format("{} received again: already stopping (Ctrl-C twice kills the job at once)", signal_name(sig)));
+  }
+
+  void forward_stop(int sig, Child& child) {
+    const std::string grace = format_duration(opt_.stop_grace_s);
+    switch (plan_.mode) {
+      case LaunchMode::local_mpirun: {
+        int n = signal_local_ranks(child);
+        out_.launcher_message(
+            fmt::format("{} received: sent SIGTERM to the {} rank process(es); each writes a "
+                        "checkpoint and exits 75 (they have {} before they are killed)",
+                        signal_name(sig), n, grace));
+        break;
+      }
+      case LaunchMode::slurm_srun: {
+        if (sig != SIGINT) {
+          const char* job = std::getenv("SLURM_JOB_ID");
+          std::string state = job ? slurm_job_state(job) : "";
+          if (state != "RUNNING") {
+            stop_forwarded_ = false;
+            out_.launcher_message(fmt::format(
+                "{} received while Slurm job {} is {}: Slurm signals the ranks itself, so the launcher does not "
+                "(a second SIGTERM would make them exit without a checkpoint); waiting up to {} for them to "
+                "checkpoint and exit",
+                signal_name(sig), job ? job : "?", state.empty() ? "in an unknown state" : state, grace));
+            return;
+          }
+        }
+        child.signal(kStopRelaySignal);
+        out_.launcher_message(
+            fmt::format("{} received: asked every rank, through srun, to write a checkpoint and "
+                        "exit 75 (they have {} before they are killed)",
+                        signal_name(sig), grace));
+        break;
+      }
+      case LaunchMode::ssh_mpirun:
+        child.signal(kStopRelaySignal);
+        out_.launcher_message(
+            fmt::format("{} received: asked every rank, through mpirun, to write a checkpoint and "
+                        "exit 75 (they have {} before they are killed)",
+                        signal_name(sig), grace));
+        break;
+      default:
+        LT_CHECK(false, "supervising a plan that spawns nothing");
+    }
+    stop_forwarded_ = true;
+  }
+
+  // SIGTERM to every rank mpirun started on this host that has not had one yet.
+  int signal_local_ranks(const Child& child) {
+    int n = 0;
+    for (pid_t pid : child_pids(child.pid())) {
+      if (!signalled_.insert(pid).second) continue;
+      if (::kill(pid, SIGTERM) == 0) ++n;
+    }
+    return n;
+  }
+
+  void hard_stop(Child& child, HardStop reason) {
+    hard_stop_reason_ = reason;
+    kill_deadline_ = monotonic_seconds() + kHardStopSeconds;
+    if (plan_.mode == LaunchMode::local_mpirun)
+      for (pid_t pid : child_pids(child.pid())) ::kill(pid, SIGKILL);
+    // mpirun kills its ranks on every host; srun SIGKILLs its step.
+    child.signal(SIGTERM);
+  }
+
+  void tick(Child& child, double now) {
+    if (!stop_requested()) return;
+    if (hard_stopped()) {
+      if (now > kill_deadline_) {
+        out_.launcher_message(fmt::format("{} did not end {}s after SIGTERM: killing its process group",
+                                          plan_.command.front(), kHardStopSeconds));
+        child.signal(SIGKILL, true);
+        kill_deadline_ = now + 3600;
+      }
+      return;
+    }
+    // Ranks mpirun started after the stop request get theirs too.
+    if (plan_.mode == LaunchMode::local_mpirun && stop_forwarded_) signal_local_ranks(child);
+    if (now > stop_deadline_) {
+      out_.launcher_message(
+          fmt::format("the ranks did not exit within {} of the stop request: killing the job "
+                      "(no checkpoint for the current step)",
+                      format_duration(opt_.stop_grace_s)));
+      hard_stop(child, HardStop::grace_expired);
+    }
+  }
+
+  const LaunchPlan& plan_;
+  const SupervisorOptions& opt_;
+  RankOutput& out_;
+  SignalCapture signals_;
+  int stop_signal_ = 0;
+  bool stop_forwarded_ = false;
+  double stop_deadline_ = 0;
+  HardStop hard_stop_reason_ = HardStop::none;
+  double kill_deadline_ = 0;
+  std::set<pid_t> signalled_;
+};
+
+}  // namespace
+
+SupervisorOptions supervisor_options(const trainer::Recipe& r) {
+  SupervisorOptions o;
+  o.log_dir = r.log.dir;
+  o.checkpoint_dir = r.checkpoint.dir;
+  o.max_restarts = r.launch.max_restarts;
+  if (const char* count = std::getenv("SLURM_RESTART_COUNT")) o.previous_restarts = std::atoi(count);
+  return o;
+}
+
+int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
+  LT_CHECK(plan.spawns() && !plan.command.empty(), "supervise() needs a plan that starts ranks");
+  const std::string program = plan.command.front();
+  if (find_program(program).empty())
+    throw environment_error(fmt::format("{} was not found on PATH", program),
+                            program == "srun" ? "install Slurm's client tools (Debian: apt-get install slurm-client)"
+                                              : "install Open MPI (Debian: apt-get install openmpi-bin)");
+  const std::string logs = opt.log_dir.empty() ? "" : opt.log_dir + "/logs";
+  RankOutput out(logs, plan.mode == LaunchMode::slurm_srun ? OutputTags::srun_label : OutputTags::mpirun_tag_output,
+                 opt.console);
+  Supervisor sup(plan, opt, out);
+  const std::string where_logs = logs.empty() ? "" : fmt::format(" (rank logs: {}/rank_*.log)", logs);
+
+  for (int attempt = 1, restarts = 0;; ++attempt) {
+    const bool is_restart = attempt > 1 || opt.previous_restarts > 0;
+    const std::string checkpoint = is_restart ? latest_complete_checkpoint(opt.checkpoint_dir) : "";
+    std::vector<std::string> extra;
+    if (!checkpoint.empty()) extra = resume_overrides();
+    EnvList env = plan.env;
+    env.push_back({kRestartCountEnv, std::to_string(opt.previous_restarts + attempt - 1)});
+    std::string scratch;
+    if (plan.mode == LaunchMode::local_mpirun && !std::getenv("OMPI_MCA_orte_tmpdir_base")) {
+      // Open MPI's session files and shared-memory segments of this attempt, removed afterwards:
+      // a killed job would otherwise leave them in /tmp and /dev/shm.
+      scratch = make_scratch_dir();
+      if (!scratch.empty()) {
+        env.push_back({"OMPI_MCA_orte_tmpdir_base", scratch});
+        env.push_back({"OMPI_MCA_btl_vader_backing_directory", scratch});
+      }
+    }
+    const std::vector<std::string> command = plan.command_with(extra);
+    std::string header = fmt::format("attempt {} of {}", attempt, opt.max_restarts + 1);
+    if (opt.previous_restarts > 0) header += fmt::format(" (Slurm restart {})", opt.previous_restarts);
+    if (is_restart)
+      header += checkpoint.empty() ? ", from the beginning (no complete checkpoint)" : ", resuming from " + checkpoint;
+    out.begin_attempt(header);
+    std::string line;
+    for (const auto& a : command) line += (line.empty() ? "" : " ") + shell_quote(a);
+    out.launcher_message(fmt::format("{}: {}", header, line));
+
+    int status = 0;
+    try {
+      status = sup.run_attempt(command, env);
+    } catch (...) {
+      if (!scratch.empty()) std::filesystem::remove_all(scratch);
+      throw;
+    }
+    if (!scratch.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(scratch, ec);
+    }
+
+    if (sup.stop_requested()) {
+      if (sup.hard_stop_by_user()) return 128 + SIGINT;
+      if (status == kExitInterrupted || status == kExitOk) {
+        out.launcher_message(status == kExitOk ? "the job finished before it could stop"
+                                               : "the job stopped: every rank wrote its checkpoint and exited 75; run "
+                                                 "the same command again to resume");
+        return status;
+      }
+      out.launcher_message(
+          fmt::format("the job ended with {} after the stop request (75 was expected: a rank did "
+                      "not write its checkpoint in time or failed){}; not restarting",
+                      describe_exit(status), where_logs));
+      return status == 0 ? kExitFailure : status;
+    }
+    switch (classify_exit(status)) {
+      case JobOutcome::finished:
+        out.launcher_message("the job finished (exit 0)");
+        return kExitOk;
+      case JobOutcome::user_error:
+        out.launcher_message(
+            fmt::format("the job stopped on a user error (exit 2): not restarted, since it would fail "
+                        "the same way; the error is above{}",
+                        where_logs));
+        return kExitUserError;
+      case JobOutcome::interrupted:
+        out.launcher_message(
+            "the job was interrupted (exit 75): its checkpoint is written; run the same command "
+            "again to resume");
+        return kExitInterrupted;
+      case JobOutcome::failed:
+        break;
+    }
+    if (restarts >= opt.max_restarts) {
+      out.launcher_message(
+          opt.max_restarts == 0
+              ? fmt::format("the job failed: {}; set launch.max_restarts to restart failed jobs automatically{}",
+                            describe_exit(status), where_logs)
+              : fmt::format("the job failed: {}, and all {} restart(s) (launch.max_restarts) are used up; giving up{}",
+                            describe_exit(status), opt.max_restarts, where_logs));
+      return status;
+    }
+    ++restarts;
+    const double wait = restart_backoff_s(restarts, opt.backoff_base_s, opt.backoff_max_s);
+    const std::string next = latest_complete_checkpoint(opt.checkpoint_dir);
+    out.launcher_message(
+        fmt::format("the job failed: {}; restart {} of {} in {}, {}", describe_exit(status), restarts, opt.max_restarts,
+                    format_duration(wait),
+                    next.empty() ? fmt::format("from the beginning (no complete checkpoint in {})", opt.checkpoint_dir)
+                                 : "resuming from " + next + " (checkpoint.resume=auto)"));
+    if (!sup.back_off(wait)) return kExitInterrupted;
+  }
+}
+
+}  // namespace llmtrain::launcher

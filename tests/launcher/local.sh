@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# `llmtrain run` on this host through the real mpirun, with tests/launcher/launch_job as the ranks'
+# program (`run RECIPE -- PROGRAM`): a 4-rank job with rank-tagged output and per-rank logs; a rank
+# SIGKILLed mid-run and the job restarted from its newest checkpoint; SIGTERM to `llmtrain run`
+# reaching every rank, which checkpoint and exit 75 (no restart); Ctrl-C twice; a rank that ignores
+# the stop; a user error and crashes (restarts used up); pre-flight failures.
+source "$(dirname "$0")/lib.sh"
+RUN=$WORK/run
+CKPT=$RUN/ckpt
+RUN_JOB=("$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN")  # an array, not a function: start_job's $! must be llmtrain
+reset_run() { rm -rf "$RUN"; }
+
+# --- a 4-rank job: tagged output, per-rank logs, settings -------------------------------------
+run_bounded ok-4 "${RUN_JOB[@]}" --nproc 4 -- "$JOB" --steps 3 --ckpt-dir "$CKPT"
+expect_status 0
+for r in 0 1 2 3; do expect_out "[rank $r] rank $r of 4: local $r of 4"; done
+expect_out "[rank 0] finished 3 steps"
+threads=$(($(nproc) / 4)); ((threads < 1)) && threads=1
+expect_count 4 "parent mpirun, OMP_NUM_THREADS=$threads, restart 0, sets: none"
+expect_out "[launcher] attempt 1 of 1: mpirun -np 4"
+expect_out "--tag-output"
+expect_out "[launcher] the job finished (exit 0)"
+for r in 0 1 2 3; do
+  f=$RUN/logs/rank_0000$r.log
+  grep -q "^rank $r of 4" "$f" && grep -q "^finished 3 steps" "$f" && pass "ok-4: $f holds rank $r's lines, unprefixed" ||
+    fail "ok-4: $f: $(cat "$f" 2>&1)"
+done
+grep -q "mpirun -np 4" "$RUN/logs/launcher.log" && grep -q "the job finished" "$RUN/logs/launcher.log" &&
+  pass "ok-4: launcher.log has the command and the outcome" || fail "ok-4: launcher.log: $(cat "$RUN/logs/launcher.log")"
+ls /dev/shm/llmtrain-launch.* >/dev/null 2>&1 && fail "ok-4: Open MPI scratch left in /dev/shm" || pass "ok-4: no scratch left"
+
+run_bounded dry-run-4 "$LLMTRAIN" run "$RECIPE" --nproc 4 --dry-run
+expect_status 0
+expect_out "launch: local mpirun, 4 rank(s) per node"
+[[ $(id -u) == 0 ]] && expect_out "launch environment: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+(($(nproc) < 4)) && expect_out "--oversubscribe --bind-to none" && expect_out "oversubscribed, binding off"
+
+run_bounded dry-run-restartable-1 "$LLMTRAIN" run "$RECIPE" --set launch.max_restarts=2 --dry-run
+expect_status 0
+expect_out "launch command: mpirun -np 1"
+expect_out "one rank under mpirun so that the launcher can restart it"
+
+# --- SIGKILL of one rank: restart from the newest checkpoint -------------------------------------
+reset_run
+start_job sigkill "${RUN_JOB[@]}" --nproc 4 --set launch.max_restarts=2 -- "$JOB" --steps 30 --ckpt-dir "$CKPT"
+wait_out sigkill '\[rank 0\] step 4 done' 30
+victim=$(rank_pid sigkill 2)
+[[ -n $victim ]] && kill -KILL "$victim"
+finish_job sigkill 60
+expect_status 0
+expect_out "exit 137 (killed by signal 9, Killed); restart 1 of 2 in 1.0s, resuming from $CKPT/step_000000"
+expect_out_re "attempt 2 of 3, resuming from $CKPT/step_[0-9]{8}: mpirun .* --set checkpoint.resume=auto --set checkpoint.load_weights_only=false"
+expect_out_re "\[rank 0\] resuming after step [0-9]+"
+expect_count 4 "restart 1, sets: checkpoint.resume=auto checkpoint.load_weights_only=false"
+expect_out "[rank 0] finished 30 steps"
+expect_out "[launcher] the job finished (exit 0)"
+grep -q -- "--- .* attempt 2 of 3, resuming from" "$RUN/logs/rank_00002.log" &&
+  pass "sigkill: rank 2's log marks the restart" || fail "sigkill: rank_00002.log: $(cat "$RUN/logs/rank_00002.log")"
+
+# A restart with no complete checkpoint starts over, without the resume overrides.
+reset_run
+run_bounded restart-no-checkpoint "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=1 -- "$JOB" --steps 3 --ckpt-dir "$CKPT" \
+  --ckpt-every 1000 --fail-rank 1 --fail-at 2 --fail kill --fail-once
+expect_status 0
+expect_out "restart 1 of 1 in 1.0s, from the beginning (no complete checkpoint in $CKPT)"
+expect_count 2 "restart 1, sets: none"
+
+# --- SIGTERM to llmtrain run: every rank checkpoints and exits 75; no restart ---------------------
+reset_run
+start_job sigterm "${RUN_JOB[@]}" --nproc 4 --set launch.max_restarts=2 -- "$JOB" --steps 500 --ckpt-dir "$CKPT" --ckpt-ms 500
+wait_out sigterm '\[rank 0\] step 3 done' 30
+kill -TERM "$job_pid"
+finish_job sigterm 60
+expect_status 75
+expect_out "[launcher] SIGTERM received: sent SIGTERM to the 4 rank process(es)"
+expect_count 4 "stopping after step [0-9]+ \(signal 15\): checkpoint written, exit 75"
+steps=$(grep -oE "stopping after step [0-9]+" <<<"$out" | sort -u | wc -l)
+[[ $steps == 1 ]] && pass "sigterm: every rank stopped after the same step" || fail "sigterm: ranks stopped at different steps"
+expect_out "the job stopped: every rank wrote its checkpoint and exited 75"
+expect_no "restart 1 of"
+stopped=$(grep -oE "stopping after step [0-9]+" <<<"$out" | head -1 | grep -oE '[0-9]+$')
+[[ $(cat "$CKPT/latest" 2>/dev/null) == "$(printf 'step_%08d' "$stopped")" ]] &&
+  pass "sigterm: the checkpoint of step $stopped is the latest" || fail "sigterm: latest is $(cat "$CKPT/latest")"
+
+# Ctrl-C twice: the second kills the job at once.
+reset_run
+start_job sigint2 "${RUN_JOB[@]}" --nproc 2 -- "$JOB" --steps 500 --ckpt-dir "$CKPT" --ckpt-ms 20000
+wait_out sigint2 '\[rank 0\] step 2 done' 30
+kill -INT "$job_pid"
+wait_out sigint2 'SIGINT received' 10
+kill -INT "$job_pid"
+finish_job sigint2 30
+expect_status 130
+expect_out "second SIGINT: killing the job now, without waiting for a checkpoint"
+
+# A rank that does not stop is killed after --stop-grace.
+reset_run
+start_job grace "${RUN_JOB[@]}" --nproc 2 --stop-grace 2 -- "$JOB" --steps 500 --ignore-stop
+wait_out grace '\[rank 0\] step 2 done' 30
+kill -TERM "$job_pid"
+finish_job grace 30
+[[ $status != 0 && $status != 75 ]] && pass "grace: exit $status" || fail "grace: exit $status"
+expect_out "the ranks did not exit within 2.0s of the stop request: killing the job"
+expect_out "after the stop request (75 was expected"
+
+# --- failures that are not restarted, and restarts used up ---------------------------------------
+reset_run
+run_bounded user-error "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=3 -- "$JOB" --steps 5 --fail-rank 1 --fail-at 2 \
+  --fail user-error
+expect_status 2
+expect_out "[rank 1] error: injected user error"
+expect_out "the job stopped on a user error (exit 2): not restarted"
+expect_no "attempt 2 of"
+
+reset_run
+run_bounded crash-exhausted "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=1 -- "$JOB" --steps 5 --fail-rank 1 --fail-at 1 \
+  --fail exit:3
+expect_status 3
+expect_out "[rank 1] fatal: rank 1 called exit(3) before the job finished"
+expect_out "the job failed: exit 3; restart 1 of 1 in 1.0s"
+expect_out "the job failed: exit 3, and all 1 restart(s) (launch.max_restarts) are used up; giving up (rank logs: $RUN/logs/rank_*.log)"
+
+reset_run
+run_bounded crash-no-restarts "${RUN_JOB[@]}" --nproc 2 -- "$JOB" --steps 5 --fail-rank 0 --fail-at 1 --fail segv
+expect_status 139
+expect_out "the job failed: exit 139 (killed by signal 11, Segmentation fault); set launch.max_restarts to restart"
+
+# --- pre-flight: nothing starts ------------------------------------------------------------------
+reset_run
+run_bounded no-mpirun env PATH=/nonexistent "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 -- "$JOB"
+expect_status 1
+expect_out "error: mpirun (Open MPI's launcher) was not found on PATH"
+expect_out "apt-get install openmpi-bin"
+
+run_bounded no-srun env PATH=/nonexistent SLURM_JOB_ID=4242 SLURM_JOB_NUM_NODES=1 "$LLMTRAIN" run "$RECIPE" \
+  --set log.dir="$RUN" --nproc 2 -- "$JOB"
+expect_status 1
+expect_out "error: srun (Slurm's launcher, needed inside an allocation) was not found on PATH"
+
+touch "$WORK/a-file"
+run_bounded ckpt-not-writable "${RUN_JOB[@]}" --nproc 2 --set checkpoint.dir="$WORK/a-file/ckpt" -- "$JOB"
+expect_status 1
+expect_out "error: checkpoint.dir $WORK/a-file/ckpt: cannot create it: Not a directory"
+expect_out "--set checkpoint.dir=PATH"
+
+run_bounded cuda-devices "${RUN_JOB[@]}" --nproc 4 --set train.device=cuda -- "$JOB"
+expect_status 1
+expect_out "train.device is cuda and 4 rank(s) run on this host (launch.procs_per_node 4), but"
+expect_out "CUDA device(s) are visible"
+
+run_bounded no-program "${RUN_JOB[@]}" --nproc 2 -- no-such-program-here
+expect_status 2
+expect_out "error: the rank program no-such-program-here was not found on PATH"
+
+run_bounded nothing-after-dashes "$LLMTRAIN" run "$RECIPE" --nproc 2 --
+expect_status 2
+expect_out "nothing after \`--\`"
+
+run_bounded nodes-without-slurm "${RUN_JOB[@]}" --nproc 2 --set launch.nodes=2 -- "$JOB"
+expect_status 2
+expect_out "launch.nodes is 2 but this is one host, outside any Slurm allocation"
+[[ -d $RUN/logs ]] && fail "pre-flight failures started something: $(ls "$RUN/logs")" || pass "pre-flight: no logs, nothing started"
+
+echo "launcher_local took $(elapsed)"
+finish

@@ -1,0 +1,82 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "launcher/rank_output.h"
+
+using namespace llmtrain::launcher;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(RankOutput, ParsesMpirunTags) {
+  TaggedLine l = parse_tagged_line(OutputTags::mpirun_tag_output, "[1,13]<stdout>:step 3: loss 2.5", false);
+  EXPECT_EQ(l.rank, 13);
+  EXPECT_FALSE(l.is_stderr);
+  EXPECT_EQ(l.text, "step 3: loss 2.5");
+  l = parse_tagged_line(OutputTags::mpirun_tag_output, "[1,0]<stderr>:[rank 0] error: x", false);
+  EXPECT_EQ(l.rank, 0);
+  EXPECT_TRUE(l.is_stderr);
+  EXPECT_EQ(l.text, "[rank 0] error: x");
+  l = parse_tagged_line(OutputTags::mpirun_tag_output, "[1,2]<stdout>:", false);
+  EXPECT_EQ(l.rank, 2);
+  EXPECT_EQ(l.text, "");
+  // mpirun's own messages are not tagged.
+  l = parse_tagged_line(OutputTags::mpirun_tag_output, "mpirun noticed that process rank 2 ...", true);
+  EXPECT_EQ(l.rank, -1);
+  EXPECT_TRUE(l.is_stderr);
+  l = parse_tagged_line(OutputTags::mpirun_tag_output, "[vm:01234] *** Process received signal ***", true);
+  EXPECT_EQ(l.rank, -1);
+}
+
+TEST(RankOutput, ParsesSrunLabels) {
+  TaggedLine l = parse_tagged_line(OutputTags::srun_label, "3: hello", false);
+  EXPECT_EQ(l.rank, 3);
+  EXPECT_EQ(l.text, "hello");
+  l = parse_tagged_line(OutputTags::srun_label, " 7: padded to the widest label", true);
+  EXPECT_EQ(l.rank, 7);
+  EXPECT_TRUE(l.is_stderr);
+  EXPECT_EQ(l.text, "padded to the widest label");
+  l = parse_tagged_line(OutputTags::srun_label, "srun: error: vm: tasks 0-3: Exited with exit code 75", true);
+  EXPECT_EQ(l.rank, -1);
+  l = parse_tagged_line(OutputTags::srun_label, "0: slurmstepd-vm: error: *** STEP 1.0 CANCELLED ***", true);
+  EXPECT_EQ(l.rank, -1);  // slurmstepd's note, not rank 0's output
+}
+
+TEST(RankOutput, WritesOneFilePerRankAcrossAttemptsAndPartialLines) {
+  std::string dir = ::testing::TempDir() + "rank_output_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  {
+    RankOutput out(dir, OutputTags::mpirun_tag_output, /*console=*/false);
+    out.begin_attempt("attempt 1 of 2");
+    out.feed(false, "[1,0]<stdout>:first li");
+    out.feed(false, "ne\n[1,1]<stdout>:[rank 1] own prefix\nplain mpirun line\n");
+    out.feed(true, "[1,1]<stderr>:an error\n[1,0]<stdout>:no newline at the end");
+    out.flush();
+    out.begin_attempt("attempt 2 of 2, resuming from ckpt/step_00000004");
+    out.feed(false, "[1,1]<stdout>:again\n");
+    out.launcher_message("the job finished (exit 0)");
+  }
+  std::string r0 = slurp(dir + "/rank_00000.log");
+  std::string r1 = slurp(dir + "/rank_00001.log");
+  std::string launcher = slurp(dir + "/launcher.log");
+  EXPECT_NE(r0.find("attempt 1 of 2 ---\nfirst line\nno newline at the end\n"), std::string::npos) << r0;
+  EXPECT_EQ(r0.find("attempt 2"), std::string::npos) << r0;  // rank 0 said nothing in attempt 2
+  EXPECT_NE(r1.find("attempt 1 of 2 ---\nown prefix\nan error\n--- "), std::string::npos) << r1;
+  EXPECT_NE(r1.find("attempt 2 of 2, resuming from ckpt/step_00000004 ---\nagain\n"), std::string::npos) << r1;
+  EXPECT_NE(launcher.find("plain mpirun line"), std::string::npos) << launcher;
+  EXPECT_NE(launcher.find("the job finished (exit 0)"), std::string::npos) << launcher;
+  EXPECT_EQ(rank_log_name(12345), "rank_12345.log");
+  std::filesystem::remove_all(dir);
+}

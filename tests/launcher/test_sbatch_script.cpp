@@ -1,0 +1,93 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "launcher/sbatch_script.h"
+
+using namespace llmtrain;
+using namespace llmtrain::launcher;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+trainer::Recipe recipe() {
+  trainer::Recipe r;
+  r.name = "gpt";
+  r.log.dir = "/runs/gpt";
+  r.launch.procs_per_node = 4;
+  return r;
+}
+
+SbatchRequest request() {
+  SbatchRequest q;
+  q.llmtrain = "/opt/llmtrain/bin/llmtrain";
+  q.recipe = "/home/u/gpt.yaml";
+  q.workdir = "/home/u";
+  q.overrides = {"train.steps=100", "log.every=5"};
+  q.nodes = 2;
+  q.version = "0.1.0";
+  return q;
+}
+
+}  // namespace
+
+TEST(SbatchScript, CpuJobTakesWholeNodesAndRequeuesOnInterruption) {
+  std::string s = sbatch_script(recipe(), request());
+  EXPECT_THAT(s, HasSubstr("#!/bin/bash\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --job-name=llmtrain-gpt\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --nodes=2\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --ntasks-per-node=4\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --exclusive"));
+  EXPECT_THAT(s, Not(HasSubstr("--gpus-per-node")));
+  EXPECT_THAT(s, Not(HasSubstr("--time")));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --signal=TERM@300 "));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --requeue\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --open-mode=append"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --output=/runs/gpt/slurm-%j.out\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --chdir=/home/u\n"));
+  EXPECT_THAT(s, HasSubstr("/opt/llmtrain/bin/llmtrain run /home/u/gpt.yaml \\\n    --set train.steps=100 \\\n    "
+                           "--set log.every=5 \\\n    --set launch.nodes=2 &\nchild=$!\n"));
+  EXPECT_THAT(s, HasSubstr("trap '"));
+  EXPECT_THAT(s, HasSubstr("if ((status == 75)); then"));
+  EXPECT_THAT(s, HasSubstr("scontrol requeue \"$SLURM_JOB_ID\""));
+  EXPECT_THAT(s, HasSubstr("exit \"$status\"\n"));
+}
+
+TEST(SbatchScript, GpuJobAsksOneGpuPerRankAndHonoursFlagsOverTheRecipe) {
+  trainer::Recipe r = recipe();
+  r.train.device = trainer::DeviceKind::cuda;
+  r.train.threads = 6;
+  r.launch.slurm.time = "01:00:00";
+  r.launch.slurm.partition = "gpu";
+  r.launch.slurm.account = "proj";
+  SbatchRequest q = request();
+  q.time = "2-00:00:00";
+  q.signal_margin_s = 600;
+  q.rank_command = {"/usr/bin/nvidia-smi", "-L"};
+  std::string s = sbatch_script(r, q);
+  EXPECT_THAT(s, HasSubstr("#SBATCH --gpus-per-node=4\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --cpus-per-task=6\n"));
+  EXPECT_THAT(s, Not(HasSubstr("--exclusive")));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --time=2-00:00:00\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --partition=gpu\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --account=proj\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --signal=TERM@600 "));
+  EXPECT_THAT(s, HasSubstr("--set launch.nodes=2 \\\n    -- /usr/bin/nvidia-smi -L &\n"));
+}
+
+TEST(SbatchScript, RefusesWhatCannotWork) {
+  trainer::Recipe r = recipe();
+  r.train.device = trainer::DeviceKind::cuda;
+  SbatchRequest q = request();
+  q.gpus_per_node = 2;
+  try {
+    sbatch_script(r, q);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("launch.procs_per_node 4 ranks per node, but --gpus-per-node is 2"));
+  }
+  r = recipe();
+  r.launch.hostfile = "/hosts";
+  EXPECT_THROW(sbatch_script(r, request()), Error);
+}
