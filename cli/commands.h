@@ -2,6 +2,7 @@
 // with CLI11 and turns llmtrain::Error / RecipeError into messages and exit status 2.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -47,5 +48,16 @@ struct PrepArgs {
   std::string progress = "auto";  // auto | bar | lines | none
 };
 int cmd_prep(const PrepArgs& args);
+
+struct GenerateArgs {
+  std::string checkpoint;  // a step directory, a checkpoint directory or a run directory
+  std::string prompt;
+  int64_t max_tokens = 200;
+  double temperature = 1.0;
+  int top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+};
+int cmd_generate(const GenerateArgs& args);
 
 }  // namespace llmtrain::cli

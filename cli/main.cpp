@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
       "  llmtrain sbatch recipes/gpt2-124m.yaml --nodes 2 --time 04:00:00 --submit\n"
       "  llmtrain env\n"
       "  llmtrain prep --input corpus.jsonl --tokenizer byte --output data/corpus/ --valid-fraction 0.05\n"
+      "  llmtrain generate runs/tiny --prompt \"Once upon a time\"\n"
       "Run `llmtrain <command> --help` for a command's options.");
 
   cli::RecipeArgs validate_args;
@@ -180,6 +181,26 @@ int main(int argc, char** argv) {
       app.add_subcommand("env", "Describe this machine and build: cores, memory, BLAS, MPI, CUDA devices, NCCL");
   env->footer("Example:\n  llmtrain env     # paste the output into bug reports");
 
+  cli::GenerateArgs gen_args;
+  auto* gen = app.add_subcommand("generate", "Sample text from a checkpoint (KV-cached, streamed as it is produced)");
+  gen->add_option("checkpoint", gen_args.checkpoint,
+                  "A checkpoint: step_<N>/ directory, a checkpoint directory (its newest), or a run directory")
+      ->required();
+  gen->add_option("--prompt", gen_args.prompt, "Text to continue (default: start a new document)");
+  gen->add_option("--max-tokens", gen_args.max_tokens, "Tokens to generate (default 200)")->check(CLI::PositiveNumber);
+  gen->add_option("--temperature", gen_args.temperature, "Softmax temperature; 0 = greedy (default 1.0)")
+      ->check(CLI::Range(0.0, 100.0));
+  gen->add_option("--top-k", gen_args.top_k, "Sample among the K likeliest tokens; 0 = all (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", gen_args.top_p, "Nucleus sampling: the smallest set of probability >= P (default 1.0)")
+      ->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--seed", gen_args.seed, "Random seed; the same seed gives the same text (default 0)");
+  gen->footer(
+      "Examples:\n"
+      "  llmtrain generate runs/tiny --prompt \"The meaning of life is\" --max-tokens 300\n"
+      "  llmtrain generate runs/tiny/ckpt/step_00002000 --prompt \"Q:\" --temperature 0.8 --top-k 40 --seed 1\n"
+      "The tokenizer is the one recorded in the checkpoint.");
+
   cli::PrepArgs prep_args;
   auto* prep = app.add_subcommand(
       "prep", "Tokenize text or JSONL files into a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx)");
@@ -217,6 +238,7 @@ int main(int argc, char** argv) {
     if (*sbatch) return cli::cmd_sbatch(sbatch_args);
     if (*env) return cli::cmd_env();
     if (*prep) return cli::cmd_prep(prep_args);
+    if (*gen) return cli::cmd_generate(gen_args);
   } catch (const cli::RecipeError& e) {
     std::fprintf(stderr, "%s\n", e.format().c_str());
     return kExitUserError;

@@ -15,7 +15,7 @@ struct SamplingParams {
 };
 
 // Picks a token id in [0, logits.size()) given `uniform` in [0, 1). Ties in greedy mode go to the
-// lowest id. Only the first `vocab` logits are candidates (the rest are vocabulary padding).
+// lowest id. Pass only the real vocabulary's logits (not the padding columns).
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, double uniform);
 
 }  // namespace llmtrain::trainer

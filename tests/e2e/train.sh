@@ -128,7 +128,22 @@ expect_out "step_00000060/rank_00000.safetensors"
 expect_out "resuming from"
 expect_out "at step 50"
 
-# 9. Missing data is a user error before training starts.
+# 9. Generation from a checkpoint: streamed after the prompt, reproducible with a seed; run
+#    directories, checkpoint directories and step directories all work.
+run_cmd generate "$LLMTRAIN" generate A --prompt "The meaning of life is" --max-tokens 40 --seed 3
+expect_status 0
+expect_out "The meaning of life is"
+expect_out "generating from A/ckpt/step_00000060 (step 60"
+first=$("$LLMTRAIN" generate A/ckpt --prompt "Q:" --max-tokens 40 --seed 3 2>/dev/null)
+again=$("$LLMTRAIN" generate A/ckpt/step_00000060 --prompt "Q:" --max-tokens 40 --seed 3 2>/dev/null)
+other=$("$LLMTRAIN" generate A/ckpt/step_00000060 --prompt "Q:" --max-tokens 40 --seed 4 2>/dev/null)
+[[ $first == "$again" && ${#first} -gt 3 ]] && pass "same seed, same text" || fail "generation not reproducible: [$first] vs [$again]"
+[[ $first != "$other" ]] && pass "another seed, another text" || fail "seed ignored"
+run_cmd generate-missing "$LLMTRAIN" generate nowhere --prompt x
+expect_status 2
+expect_out "nowhere does not exist"
+
+# 10. Missing data is a user error before training starts.
 run_cmd missing-data run J --set data.train=nowhere/train
 expect_status 2
 expect_out "nowhere/train"

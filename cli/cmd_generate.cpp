@@ -1,0 +1,106 @@
+// `llmtrain generate CKPT`: load a checkpoint's weights, recipe and tokenizer, and sample text from
+// it with a KV cache, streaming each token to stdout as it is produced.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/recipe_parse.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/log.h"
+#include "parallel/comm.h"
+#include "trainer/checkpoint.h"
+#include "trainer/generate.h"
+#include "trainer/model.h"
+#include "trainer/tokenizer.h"
+
+namespace llmtrain::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The step directories to try, newest first: the given one, or those of a checkpoint directory
+// (or of a run directory's ckpt/).
+std::vector<std::string> step_dirs(const std::string& path) {
+  if (fs::exists(fs::path(path) / trainer::kManifestFile)) return {path};
+  if (!fs::is_directory(path))
+    throw Error(fmt::format("{} does not exist", path),
+                "give a checkpoint: runs/<name>, runs/<name>/ckpt or a step_<N>/");
+  auto dirs = trainer::checkpoint_candidates(path);
+  if (dirs.empty() && fs::is_directory(fs::path(path) / "ckpt"))
+    dirs = trainer::checkpoint_candidates((fs::path(path) / "ckpt").string());
+  if (dirs.empty())
+    throw Error(fmt::format("{} holds no checkpoint (no manifest.json, no step_<N>/, no ckpt/)", path),
+                "give a checkpoint: runs/<name>, runs/<name>/ckpt or a step_<N>/");
+  return dirs;
+}
+
+}  // namespace
+
+int cmd_generate(const GenerateArgs& args) {
+  auto world = parallel::make_local_comm();
+  for (const std::string& dir : step_dirs(args.checkpoint)) {
+    // The recipe the checkpoint was trained with gives the model's shape.
+    std::string manifest_path = (fs::path(dir) / trainer::kManifestFile).string();
+    auto j = nlohmann::json::parse(read_file(manifest_path), nullptr, false);
+    if (j.is_discarded()) {
+      log_warn("skipping {}: {} is not valid JSON", dir, manifest_path);
+      continue;
+    }
+    trainer::Manifest manifest = trainer::manifest_from_json(j, manifest_path);
+    ParsedRecipe parsed = recipe_parse_text(manifest.recipe_yaml, manifest_path + " (recipe)", {});
+    if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
+    trainer::ModelConfig cfg = parsed.recipe.model;
+    trainer::ModelOptions opts;
+    opts.micro_batch = 1;
+    trainer::Model model(cfg, opts, *world);
+    try {
+      trainer::checkpoint_load(dir, trainer::checkpoint_slices(model, nullptr, 0, 0), *world);
+    } catch (const Error& e) {
+      log_warn("skipping damaged checkpoint {}: {}", dir, e.what());
+      continue;
+    }
+
+    std::unique_ptr<trainer::Tokenizer> tok;
+    if (manifest.tokenizer_kind == trainer::kTokenizerKindByte) {
+      tok = trainer::load_tokenizer("byte");
+    } else {
+      std::string file = (fs::path(dir) / manifest.tokenizer).string();
+      tok = trainer::load_tokenizer_from_bytes(manifest.tokenizer_kind, read_file(file), file);
+    }
+    std::vector<int32_t> prompt = tok->encode(args.prompt);
+    if (prompt.empty()) {
+      if (tok->eod_id() < 0)
+        throw Error("the prompt is empty and the tokenizer has no end-of-document token to start from",
+                    "give --prompt TEXT");
+      prompt.push_back(tok->eod_id());
+    }
+    const int64_t context = std::min<int64_t>(cfg.max_positions, int64_t(prompt.size()) + args.max_tokens);
+    if (int64_t(prompt.size()) >= cfg.max_positions)
+      throw Error(fmt::format("the prompt is {} tokens; the model's context is {} (model.max_positions)", prompt.size(),
+                              cfg.max_positions),
+                  "use a shorter prompt");
+    log_info("generating from {} (step {}, {} model of {} layers, tokenizer {})", dir, manifest.step,
+             trainer::to_string(cfg.family), cfg.layers, tok->describe());
+
+    trainer::KvCacheDecoder decoder(model, context);
+    trainer::GenerateOptions o;
+    o.max_tokens = args.max_tokens;
+    o.sampling = {args.temperature, args.top_k, args.top_p};
+    o.seed = args.seed;
+    std::fputs(args.prompt.c_str(), stdout);
+    std::fflush(stdout);
+    auto out = trainer::generate(decoder, prompt, tok->eod_id(), o, [&](int32_t id) {
+      std::string text = tok->decode(std::span<const int32_t>(&id, 1));
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputs("\n", stdout);
+    if (int64_t(out.size()) < args.max_tokens && decoder.position() >= decoder.capacity())
+      log_info("stopped at the model's context of {} tokens", cfg.max_positions);
+    return kExitOk;
+  }
+  throw Error(fmt::format("no intact checkpoint in {}", args.checkpoint), "see the warnings above");
+}
+
+}  // namespace llmtrain::cli
