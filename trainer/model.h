@@ -40,9 +40,9 @@ struct StageLayout {
 StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages);
 
 struct ModelOptions {
-  StageLayout stage;    // default: filled by the constructor as the whole model when layer_end == 0
-  int micro_batch = 1;  // the largest micro-batch (sequences) forward/backward will see
-  int seq_len = 0;      // the longest sequence; 0 = model.seq_len
+  StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0
+  int micro_batch = 1;     // the largest micro-batch (sequences) forward/backward will see
+  int seq_len = 0;         // the longest sequence; 0 = model.seq_len
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules)
 };

@@ -67,6 +67,8 @@ TEST(Attention, MultiHeadMatchesReference) {
 TEST(Attention, AcrossQueryBlocks) {
   run_case(attention_case(1, 130, 2, 2, 16), 1003);
   run_case(attention_case(2, 77, 1, 1, 32), 1004);
+  run_case(attention_case(1, 150, 2, 2, 64), 1007);  // GPT-2's head dim, keys not a multiple of 16
+  run_case(attention_case(1, 67, 1, 1, 40), 1008);   // head dim 32 + 8: both vector chunk widths
 }
 
 TEST(Attention, GroupedQueryHeads) {
