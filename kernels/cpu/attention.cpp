@@ -28,7 +28,7 @@ namespace llmtrain::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 64;  // query rows per block
+constexpr int64_t kBlock = 32;  // query rows per block
 
 struct HeadView {
   float* base;

@@ -1,5 +1,5 @@
 // Causal grouped-query attention (kernels/cpu/attention.cpp) through the op harness: sequence
-// lengths below, at and across the kernel's 64-row query blocks, multi-head and GQA layouts.
+// lengths below, at and across the kernel's 32-row query blocks, multi-head and GQA layouts.
 #include <gtest/gtest.h>
 
 #include <cmath>

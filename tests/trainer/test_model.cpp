@@ -4,12 +4,28 @@
 // its slice of the whole parameter, initialization statistics, and user errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <random>
 
 #include "parallel/comm.h"
 #include "trainer/model.h"
+
+// Counts C++ heap allocations while `g_counting` is set (this test binary replaces operator new;
+// GCC's new/delete pairing analysis cannot see that the replacements match).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<bool> g_counting{false};
+static std::atomic<long> g_allocations{0};
+void* operator new(size_t n) {
+  if (g_counting) ++g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace llmtrain::trainer {
 namespace {
@@ -231,6 +247,25 @@ TEST_P(ModelTest, RejectsTokensOutsideTheVocabulary) {
   }
   Batch big(m, 3, 11, 7);  // more sequences than the buffers hold
   EXPECT_THROW(model.forward_loss(big.mb()), Error);
+}
+
+TEST_P(ModelTest, AStepAllocatesNothingOnceWarm) {
+  const ModelConfig m = small(GetParam(), false);
+  auto tp = parallel::make_local_comm("tp");
+  Model model(m, ModelOptions{.micro_batch = 2, .checkpointing = ActivationCheckpointing::full}, *tp);
+  model.init_parameters(3);
+  Batch x(m, 2, 11, 8);
+  model.zero_grads();
+  model.forward_backward(x.mb(), 1.0f);  // warm: per-thread scratch reaches its high-water mark
+  g_allocations = 0;
+  g_counting = true;
+  model.zero_grads();
+  model.forward_backward(x.mb(), 1.0f);
+  model.forward_loss(x.mb());
+  model.forward_logits(x.mb().tokens);
+  g_counting = false;
+
+  EXPECT_EQ(g_allocations.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelTest, ::testing::Values(ModelFamily::gpt2, ModelFamily::llama),
