@@ -16,7 +16,8 @@
 # Both sides get PyTorch's best CPU environment: OMP_WAIT_POLICY=PASSIVE (OpenMP and BLAS threads
 # must not spin against each other on 2 cores) and glibc thresholds that stop freed activations
 # being unmapped every step. Timings on a shared machine are noisy: the load average is printed
-# before and after, and each figure is the median step.
+# before and after, each figure is the median step, and "CPU" is the process's CPU time per step
+# (all threads; on an otherwise idle machine it is about threads × step time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build steps=8 threads=$(nproc)
@@ -47,6 +48,9 @@ run_case() {  # name shape batch seq torch_steps
   local name=$1 shape=$2 batch=$3 seq=$4 tsteps=$5
   local ours ours_s ours_tps flops ceil_ours mfu_ours best_t="" best_line="" t line s
   ours=$(OMP_NUM_THREADS=$threads "$bench" step --shape "$shape" --batch "$batch" --seq "$seq" --steps "$steps" --warmup 2)
+  # One thread too: per-core efficiency, which a busy machine disturbs less than two-thread runs.
+  local ours1
+  ours1=$(OMP_NUM_THREADS=1 "$bench" step --shape "$shape" --batch "$batch" --seq "$seq" --steps "$tsteps" --warmup 2)
   ours_s=$(field median_s "$ours")
   ours_tps=$(field tokens_per_s "$ours")
   flops=$(field gflops_per_step "$ours")
@@ -66,10 +70,13 @@ run_case() {  # name shape batch seq torch_steps
   torch_tps=$(field tokens_per_s "$best_line")
   ceil_torch=${ceiling[$best_t]}
   awk -v n="$name" -v os="$ours_s" -v ot="$ours_tps" -v f="$flops" -v oc="$ceil_ours" -v th="$threads" \
-      -v ts="$torch_s" -v tt="$torch_tps" -v tc="$ceil_torch" -v tth="$best_t" -v fe="$(field foreach "$best_line")" 'BEGIN {
-    printf "  %-22s llmtrain: %7.1f ms/step %9.0f tokens/s  MFU %4.1f%% (%d threads, ceiling %.0f GFLOP/s)\n", n, os*1000, ot, 100*f/os/oc, th, oc
-    printf "  %-22s pytorch:  %7.1f ms/step %9.0f tokens/s  MFU %4.1f%% (%d threads, ceiling %.0f GFLOP/s, foreach=%d)\n", "", ts*1000, tt, 100*f/ts/tc, tth, tc, fe
+      -v ts="$torch_s" -v tt="$torch_tps" -v tc="$ceil_torch" -v tth="$best_t" -v fe="$(field foreach "$best_line")" \
+      -v ocpu="$(field cpu_s "$ours")" -v tcpu="$(field cpu_s "$best_line")" -v o1s="$(field median_s "$ours1")" \
+      -v o1cpu="$(field cpu_s "$ours1")" -v c1="${ceiling[1]}" 'BEGIN {
+    printf "  %-22s llmtrain: %7.1f ms/step %9.0f tokens/s  MFU %4.1f%% (%d threads, ceiling %.0f GFLOP/s; CPU %.0f ms/step)\n", n, os*1000, ot, 100*f/os/oc, th, oc, ocpu*1000
+    printf "  %-22s pytorch:  %7.1f ms/step %9.0f tokens/s  MFU %4.1f%% (%d threads, ceiling %.0f GFLOP/s; CPU %.0f ms/step, foreach=%d)\n", "", ts*1000, tt, 100*f/ts/tc, tth, tc, tcpu*1000, fe
     printf "  %-22s ratio llmtrain/pytorch tokens/s: %.2fx  (%.2f GFLOP per step)\n", "", ot/tt, f
+    printf "  %-22s (llmtrain on 1 thread: %.1f ms/step, MFU %.1f%% of %.0f GFLOP/s; CPU %.0f ms/step)\n", "", o1s*1000, 100*f/o1s/c1, c1, o1cpu*1000
   }'
 }
 
