@@ -118,7 +118,7 @@ class Model {
   void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale);
   kernels::Tensor stage_input_grad() const;  // [B, T, hidden] of the last backward, for the previous stage
 
-  // Bytes of activation buffers and of parameters + gradients, for memory reports.
+  // Bytes of the activation buffers (all slots and the backward's work buffers), for memory reports.
   size_t activation_bytes() const { return act_buf_.bytes(); }
 
  private:
