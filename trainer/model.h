@@ -78,8 +78,8 @@ void for_each_shard_run(const ModelParam& p, Fn&& fn);
 class Model {
  public:
   // `config` must be resolved (no auto fields). `tp` is this rank's tensor-parallel group
-  // (a one-rank comm when tp = 1); heads, kv_heads, ffn_hidden and the padded vocabulary must
-  // divide by its size.
+  // (a one-rank comm when tp = 1; it must outlive the model); heads, kv_heads, ffn_hidden and the
+  // padded vocabulary must divide by its size.
   Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp);
   ~Model();
   Model(const Model&) = delete;
