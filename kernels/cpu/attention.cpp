@@ -37,16 +37,22 @@ struct HeadView {
 };
 
 // ---- the block matrix products --------------------------------------------------------------
-// Head dims that are multiples of 8 (every real model) use the register-blocked kernels below,
-// written with GCC vector extensions (8 floats = one AVX2 register; FMAs under -ffp-contract=fast).
-// Others fall back to OpenBLAS. Both are single-threaded: they run inside the parallel loops.
+// Three products, each in a register-blocked vector form written with GCC vector extensions (FMAs
+// under -ffp-contract=fast), instantiated twice: W = 8 floats (AVX2, the build's baseline) and
+// W = 16 (AVX-512, compiled for that target and picked at run time when the CPU has it and the
+// head dim is a multiple of 16). Head dims that are not multiples of 8 use OpenBLAS. All run on
+// the calling thread: they execute inside the parallel loops.
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v8fu __attribute__((vector_size(32), aligned(4), may_alias));
-inline v8f load8(const float* p) { return *reinterpret_cast<const v8fu*>(p); }
-inline void store8(float* p, v8f v) { *reinterpret_cast<v8fu*>(p) = v; }
+template <int W>
+struct Vec {
+  typedef float type __attribute__((vector_size(W * 4)));
+  typedef float unaligned __attribute__((vector_size(W * 4), aligned(4), may_alias));
+};
+// Unaligned vector loads and stores of W floats (inside templates with W in scope).
+#define LT_VLOAD(v, p) ((v) = *reinterpret_cast<const typename Vec<W>::unaligned*>(p))
+#define LT_VSTORE(p, v) (*reinterpret_cast<typename Vec<W>::unaligned*>(p) = (v))
 
-inline int64_t padded16(int64_t n) { return (n + 15) / 16 * 16; }
+inline int64_t padded32(int64_t n) { return (n + 31) / 32 * 32; }
 
 // dst [d][ld] = srcᵀ for tokens [0, n) of a head, zero in columns [n, ld). In tiles of 16 tokens:
 // the 16 source rows stay in L1 while each destination row gets 16 contiguous floats.
@@ -71,135 +77,203 @@ struct Causal {
 };
 
 // c[r][j] = alpha · Σ_k a.row(r)[k] · bt[k][j] for r < rows and j < cols, where bt is [d][ld]
-// (ld % 16 == 0, zero-padded). Column tiles that no row of a 4-row group sees are skipped (their
-// entries are left unset: callers read only j < causal.limit(r)).
-void mm_abt(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols, int64_t d,
-            float alpha, Causal causal) {
-  if (d % 8 != 0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(d), alpha, a.base, int(a.stride),
-                bt, int(ld), 0.0f, c, int(ldc));
-    return;
-  }
-  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const float* ar[4];
-    for (int x = 0; x < 4; ++x) ar[x] = a.row(std::min(r0 + x, rows - 1));
-    const int64_t jend = std::min(cols, causal.limit(std::min(r0 + 3, rows - 1)));
-    for (int64_t j = 0; j < jend; j += 16) {
-      v8f acc[4][2] = {};
+// (ld % 32 == 0, zero-padded). Tiles of R rows × C·W columns; column tiles that no row of a group
+// sees are skipped (their entries are left unset: callers read only j < causal.limit(r)).
+template <int W, int R, int C>
+[[gnu::always_inline]] inline void abt_tiles(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt,
+                                             int64_t ld, int64_t cols, int64_t d, float alpha, Causal causal) {
+  using V = typename Vec<W>::type;
+  for (int64_t r0 = 0; r0 < rows; r0 += R) {
+    const float* ar[R];
+    for (int x = 0; x < R; ++x) ar[x] = a.row(std::min<int64_t>(r0 + x, rows - 1));
+    const int64_t jend = std::min(cols, causal.limit(std::min<int64_t>(r0 + R - 1, rows - 1)));
+    for (int64_t j = 0; j < jend; j += W * C) {
+      V acc[R][C] = {};
       for (int64_t k = 0; k < d; ++k) {
-        const v8f b0 = load8(bt + k * ld + j), b1 = load8(bt + k * ld + j + 8);
-        for (int x = 0; x < 4; ++x) {
-          acc[x][0] += ar[x][k] * b0;
-          acc[x][1] += ar[x][k] * b1;
+        V b[C];
+        for (int y = 0; y < C; ++y) LT_VLOAD(b[y], bt + k * ld + j + W * y);
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < C; ++y) acc[x][y] += ar[x][k] * b[y];
+      }
+      for (int x = 0; x < R && r0 + x < rows; ++x)
+        for (int y = 0; y < C; ++y) {
+          const V out = alpha * acc[x][y];
+          LT_VSTORE(c + (r0 + x) * ldc + j + W * y, out);
         }
-      }
-      for (int x = 0; x < 4 && r0 + x < rows; ++x) {
-        float* cr = c + (r0 + x) * ldc + j;
-        store8(cr, alpha * acc[x][0]);
-        store8(cr + 8, alpha * acc[x][1]);
-      }
     }
   }
 }
 
-// c.row(r)[k0 : k0 + 8·NV] = alpha · Σ_j p[r][j] · b.row(j)[k0 : ...] for two rows at a time.
-template <int NV>
-void ab_chunk(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t k0, float alpha,
-              const float* row_scale) {
-  for (int64_t r0 = 0; r0 < rows; r0 += 2) {
-    const int64_t r1 = std::min(r0 + 1, rows - 1);
-    const float* p0 = p + r0 * ldp;
-    const float* p1 = p + r1 * ldp;
-    // Row r0 sees one key fewer than r0 + 1 at most; its p entry there is zero by the callers.
-    const int64_t keys = causal.limit(r1);
-    v8f acc[2][NV] = {};
+// c.row(r)[k0 : k0 + W·NV] = alpha · row_scale[r] · Σ_j p[r][j] · b.row(j)[k0 : ...], R rows at a
+// time; each group runs over the keys its last row sees (p is zero past each row's own limit).
+template <int W, int R, int NV>
+[[gnu::always_inline]] inline void ab_chunk(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                            Causal causal, int64_t k0, float alpha, const float* row_scale) {
+  using V = typename Vec<W>::type;
+  for (int64_t r0 = 0; r0 < rows; r0 += R) {
+    const float* pr[R];
+    for (int x = 0; x < R; ++x) pr[x] = p + std::min<int64_t>(r0 + x, rows - 1) * ldp;
+    const int64_t keys = causal.limit(std::min<int64_t>(r0 + R - 1, rows - 1));
+    V acc[R][NV] = {};
     for (int64_t j = 0; j < keys; ++j) {
       const float* br = b.row(j) + k0;
-      const float s0 = p0[j], s1 = p1[j];
+      V bv[NV];
+      for (int v = 0; v < NV; ++v) LT_VLOAD(bv[v], br + W * v);
+      for (int x = 0; x < R; ++x)
+        for (int v = 0; v < NV; ++v) acc[x][v] += pr[x][j] * bv[v];
+    }
+    for (int x = 0; x < R && r0 + x < rows; ++x) {
+      const float s = row_scale ? alpha * row_scale[r0 + x] : alpha;
       for (int v = 0; v < NV; ++v) {
-        const v8f bv = load8(br + 8 * v);
-        acc[0][v] += s0 * bv;
-        acc[1][v] += s1 * bv;
+        const V out = s * acc[x][v];
+        LT_VSTORE(c.row(r0 + x) + k0 + W * v, out);
       }
     }
-    const float a0 = row_scale ? alpha * row_scale[r0] : alpha, a1 = row_scale ? alpha * row_scale[r1] : alpha;
-    for (int v = 0; v < NV; ++v) store8(c.row(r0) + k0 + 8 * v, a0 * acc[0][v]);
-    if (r0 + 1 < rows)
-      for (int v = 0; v < NV; ++v) store8(c.row(r0 + 1) + k0 + 8 * v, a1 * acc[1][v]);
   }
 }
 
-// c.row(r)[:d] = alpha · row_scale[r] · Σ_j p[r][j] · b.row(j)[:d] over the keys row r sees
-// (row_scale may be null). p must be zero in [causal.limit(r), causal.limit(r + 1)).
-void mm_ab(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha,
-           const float* row_scale) {
-  if (d % 8 != 0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(causal.limit(rows - 1)), alpha, p,
-                int(ldp), b.base, int(b.stride), 0.0f, c.base, int(c.stride));
-    if (row_scale)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < d; ++k) c.row(r)[k] *= row_scale[r];
-    return;
-  }
-  int64_t k0 = 0;
-  for (; k0 + 32 <= d; k0 += 32) ab_chunk<4>(c, p, ldp, rows, b, causal, k0, alpha, row_scale);
-  for (; k0 < d; k0 += 8) ab_chunk<1>(c, p, ldp, rows, b, causal, k0, alpha, row_scale);
-}
-
-// c.row(j)[k0 : k0 + 8·NV] += alpha · Σ_r p[r][j] · b.row(r)[k0 : ...] for two keys at a time.
-template <int NV>
-void atb_chunk(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t k0,
-               float alpha) {
+// c.row(j)[k0 : k0 + W·NV] += alpha · Σ_r p[r][j] · b.row(r)[k0 : ...], K keys at a time, over
+// the rows that see the group's first key (p is zero past each row's limit).
+template <int W, int K, int NV>
+[[gnu::always_inline]] inline void atb_chunk(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                             Causal causal, int64_t k0, float alpha) {
+  using V = typename Vec<W>::type;
   const int64_t keys = causal.limit(rows - 1);
-  for (int64_t j0 = 0; j0 < keys; j0 += 2) {
-    const int64_t j1 = std::min(j0 + 1, keys - 1);
-    v8f acc[2][NV] = {};
-    // Rows before first_row(j0) see neither key.
+  for (int64_t j0 = 0; j0 < keys; j0 += K) {
+    int64_t js[K];
+    for (int y = 0; y < K; ++y) js[y] = std::min<int64_t>(j0 + y, keys - 1);
+    V acc[K][NV] = {};
     for (int64_t r = causal.first_row(j0); r < rows; ++r) {
       const float* br = b.row(r) + k0;
-      const float s0 = p[r * ldp + j0], s1 = p[r * ldp + j1];
-      for (int v = 0; v < NV; ++v) {
-        const v8f bv = load8(br + 8 * v);
-        acc[0][v] += s0 * bv;
-        acc[1][v] += s1 * bv;
-      }
+      const float* prow = p + r * ldp;
+      V bv[NV];
+      for (int v = 0; v < NV; ++v) LT_VLOAD(bv[v], br + W * v);
+      for (int y = 0; y < K; ++y)
+        for (int v = 0; v < NV; ++v) acc[y][v] += prow[js[y]] * bv[v];
     }
-    for (int v = 0; v < NV; ++v) {
-      float* c0 = c.row(j0) + k0 + 8 * v;
-      store8(c0, load8(c0) + alpha * acc[0][v]);
-    }
-    if (j1 != j0)
+    for (int y = 0; y < K && j0 + y < keys; ++y)
       for (int v = 0; v < NV; ++v) {
-        float* c1 = c.row(j1) + k0 + 8 * v;
-        store8(c1, load8(c1) + alpha * acc[1][v]);
+        float* out = c.row(j0 + y) + k0 + W * v;
+        V cur;
+        LT_VLOAD(cur, out);
+        cur += alpha * acc[y][v];
+        LT_VSTORE(out, cur);
       }
   }
 }
 
-// c.row(j)[:d] += alpha · Σ_r p[r][j] · b.row(r)[:d] over the rows that see key j. p must be zero
-// beyond each row's causal limit.
-void mm_atb_acc(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
-                float alpha) {
-  if (d % 8 != 0) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(causal.limit(rows - 1)), int(d), int(rows), alpha, p,
-                int(ldp), b.base, int(b.stride), 1.0f, c.base, int(c.stride));
-    return;
+// One implementation of the three products.
+struct BlockProducts {
+  void (*abt)(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols, int64_t d,
+              float alpha, Causal causal);
+  // c.row(r)[:d] = alpha · row_scale[r] · Σ_j p[r][j] · b.row(j)[:d] (row_scale may be null)
+  void (*ab)(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha,
+             const float* row_scale);
+  // c.row(j)[:d] += alpha · Σ_r p[r][j] · b.row(r)[:d]
+  void (*atb)(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha);
+};
+
+// W-wide products: tiles and chunk widths sized to the register file (16 registers for AVX2,
+// 32 for AVX-512). The head dim must be a multiple of W.
+template <int W, int AR, int AC, int BR, int BNV, int TK, int TNV>
+struct VectorProducts {
+  [[gnu::always_inline]] static void abt(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld,
+                                         int64_t cols, int64_t d, float alpha, Causal causal) {
+    abt_tiles<W, AR, AC>(c, ldc, a, rows, bt, ld, cols, d, alpha, causal);
   }
-  int64_t k0 = 0;
-  for (; k0 + 32 <= d; k0 += 32) atb_chunk<4>(c, p, ldp, rows, b, causal, k0, alpha);
-  for (; k0 < d; k0 += 8) atb_chunk<1>(c, p, ldp, rows, b, causal, k0, alpha);
+  [[gnu::always_inline]] static void ab(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                        Causal causal, int64_t d, float alpha, const float* row_scale) {
+    int64_t k0 = 0;
+    for (; k0 + W * BNV <= d; k0 += W * BNV) ab_chunk<W, BR, BNV>(c, p, ldp, rows, b, causal, k0, alpha, row_scale);
+    for (; k0 < d; k0 += W) ab_chunk<W, BR, 1>(c, p, ldp, rows, b, causal, k0, alpha, row_scale);
+  }
+  [[gnu::always_inline]] static void atb(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                         Causal causal, int64_t d, float alpha) {
+    int64_t k0 = 0;
+    for (; k0 + W * TNV <= d; k0 += W * TNV) atb_chunk<W, TK, TNV>(c, p, ldp, rows, b, causal, k0, alpha);
+    for (; k0 < d; k0 += W) atb_chunk<W, TK, 1>(c, p, ldp, rows, b, causal, k0, alpha);
+  }
+};
+
+using Avx2Products = VectorProducts<8, 4, 2, 4, 2, 4, 2>;
+void abt_avx2(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols, int64_t d,
+              float alpha, Causal causal) {
+  Avx2Products::abt(c, ldc, a, rows, bt, ld, cols, d, alpha, causal);
+}
+void ab_avx2(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha,
+             const float* row_scale) {
+  Avx2Products::ab(c, p, ldp, rows, b, causal, d, alpha, row_scale);
+}
+void atb_avx2(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+              float alpha) {
+  Avx2Products::atb(c, p, ldp, rows, b, causal, d, alpha);
+}
+
+#if defined(__x86_64__)
+#define LT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+using Avx512Products = VectorProducts<16, 8, 2, 4, 2, 4, 2>;
+LT_AVX512 void abt_avx512(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols,
+                          int64_t d, float alpha, Causal causal) {
+  Avx512Products::abt(c, ldc, a, rows, bt, ld, cols, d, alpha, causal);
+}
+LT_AVX512 void ab_avx512(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+                         float alpha, const float* row_scale) {
+  Avx512Products::ab(c, p, ldp, rows, b, causal, d, alpha, row_scale);
+}
+LT_AVX512 void atb_avx512(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+                          float alpha) {
+  Avx512Products::atb(c, p, ldp, rows, b, causal, d, alpha);
+}
+#endif
+
+void abt_blas(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols, int64_t d,
+              float alpha, Causal) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(d), alpha, a.base, int(a.stride), bt,
+              int(ld), 0.0f, c, int(ldc));
+}
+void ab_blas(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha,
+             const float* row_scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(causal.limit(rows - 1)), alpha, p,
+              int(ldp), b.base, int(b.stride), 0.0f, c.base, int(c.stride));
+  if (row_scale)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < d; ++k) c.row(r)[k] *= row_scale[r];
+}
+void atb_blas(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+              float alpha) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(causal.limit(rows - 1)), int(d), int(rows), alpha, p,
+              int(ldp), b.base, int(b.stride), 1.0f, c.base, int(c.stride));
+}
+
+constexpr BlockProducts kBlas{abt_blas, ab_blas, atb_blas};
+constexpr BlockProducts kAvx2{abt_avx2, ab_avx2, atb_avx2};
+#if defined(__x86_64__)
+constexpr BlockProducts kAvx512{abt_avx512, ab_avx512, atb_avx512};
+#endif
+
+AttentionIsa g_isa = AttentionIsa::automatic;
+
+// The products for a head dim: the widest vector form that divides it, else BLAS.
+const BlockProducts& products_for(int64_t d) {
+  AttentionIsa isa = g_isa;
+  if (isa == AttentionIsa::automatic) isa = cpu_has_avx512() ? AttentionIsa::avx512 : AttentionIsa::avx2;
+#if defined(__x86_64__)
+  if (isa == AttentionIsa::avx512 && d % 16 == 0) return kAvx512;
+#endif
+  if (isa != AttentionIsa::blas && d % 8 == 0) return kAvx2;
+  return kBlas;
 }
 
 // ---- forward and backward of one block of query rows ----------------------------------------
 
 // Query rows [i0, i1) of one head: out rows and lse entries. kt is Kᵀ [d][ld] of the head's keys.
-void forward_block(HeadView q, const float* kt, int64_t ld, HeadView v, HeadView out, float* lse, int64_t i0,
-                   int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d, float scale) {
+void forward_block(const BlockProducts& mm, HeadView q, const float* kt, int64_t ld, HeadView v, HeadView out,
+                   float* lse, int64_t i0, int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d, float scale) {
   const Causal causal{q_pos + i0 + 1, kv_len};
-  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded16(keys);
+  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded32(keys);
   float* s = thread_scratch(2, size_t(kBlock) * size_t(lds) + kBlock);
   float* inv = s + kBlock * lds;
-  mm_abt(s, lds, HeadView{q.row(i0), q.stride}, rows, kt, ld, keys, d, scale, causal);
+  mm.abt(s, lds, HeadView{q.row(i0), q.stride}, rows, kt, ld, keys, d, scale, causal);
   for (int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * lds;
     const int64_t n = causal.limit(r);
@@ -219,22 +293,22 @@ void forward_block(HeadView q, const float* kt, int64_t ld, HeadView v, HeadView
     inv[r] = 1.0f / sum;
     lse[i0 + r] = mx + std::log(sum);
   }
-  mm_ab(HeadView{out.row(i0), out.stride}, s, lds, rows, v, causal, d, 1.0f, inv);
+  mm.ab(HeadView{out.row(i0), out.stride}, s, lds, rows, v, causal, d, 1.0f, inv);
 }
 
 // Backward of query rows [i0, i1) of one head: writes dq rows, adds into dk, dv rows [0, keys).
 // kt, vt are Kᵀ and Vᵀ [d][ld].
-void backward_block(HeadView q, const float* kt, const float* vt, int64_t ld, HeadView k, HeadView out, HeadView dout,
-                    const float* lse, HeadView dq, HeadView dk, HeadView dv, int64_t i0, int64_t i1, int64_t kv_len,
-                    int64_t q_pos, int64_t d, float scale) {
+void backward_block(const BlockProducts& mm, HeadView q, const float* kt, const float* vt, int64_t ld, HeadView k,
+                    HeadView out, HeadView dout, const float* lse, HeadView dq, HeadView dk, HeadView dv, int64_t i0,
+                    int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d, float scale) {
   const Causal causal{q_pos + i0 + 1, kv_len};
-  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded16(keys);
+  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded32(keys);
   float* p = thread_scratch(2, size_t(kBlock) * size_t(lds));
   float* dp = thread_scratch(3, size_t(kBlock) * size_t(lds));
   const HeadView qb{q.row(i0), q.stride}, dob{dout.row(i0), dout.stride};
   // P = exp(scale·Q·Kᵀ - lse); dP = dO·Vᵀ.
-  mm_abt(p, lds, qb, rows, kt, ld, keys, d, scale, causal);
-  mm_abt(dp, lds, dob, rows, vt, ld, keys, d, 1.0f, causal);
+  mm.abt(p, lds, qb, rows, kt, ld, keys, d, scale, causal);
+  mm.abt(dp, lds, dob, rows, vt, ld, keys, d, 1.0f, causal);
   for (int64_t r = 0; r < rows; ++r) {
     float *pr = p + r * lds, *dpr = dp + r * lds;
     const int64_t n = causal.limit(r);
@@ -253,9 +327,9 @@ void backward_block(HeadView q, const float* kt, const float* vt, int64_t ld, He
     }
     for (int64_t j = n; j < keys; ++j) pr[j] = dpr[j] = 0.0f;
   }
-  mm_atb_acc(dv, p, lds, rows, dob, causal, d, 1.0f);                                   // dV += Pᵀ·dO
-  mm_ab(HeadView{dq.row(i0), dq.stride}, dp, lds, rows, k, causal, d, scale, nullptr);  // dQ = scale·dS·K
-  mm_atb_acc(dk, dp, lds, rows, qb, causal, d, scale);                                  // dK += scale·dSᵀ·Q
+  mm.atb(dv, p, lds, rows, dob, causal, d, 1.0f);                                       // dV += Pᵀ·dO
+  mm.ab(HeadView{dq.row(i0), dq.stride}, dp, lds, rows, k, causal, d, scale, nullptr);  // dQ = scale·dS·K
+  mm.atb(dk, dp, lds, rows, qb, causal, d, scale);                                      // dK += scale·dSᵀ·Q
 }
 
 struct Packed {
@@ -270,11 +344,24 @@ struct Packed {
 
 }  // namespace
 
+void set_attention_isa(AttentionIsa isa) { g_isa = isa; }
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  return has;
+#else
+  return false;
+#endif
+}
+
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
   const Packed pk(qkv, heads, kv_heads);
   float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *l = lse.ptr<float>();
-  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded16(pk.t);
+  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(pk.t);
   const float scale = float(1.0 / std::sqrt(double(pk.d)));
+  const BlockProducts& mm = products_for(pk.d);
   // One unit per (sequence, kv head): Kᵀ is built once and serves every query head of the group.
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
@@ -284,8 +371,8 @@ void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
-        forward_block(pk.q(x, s, h), kt, ld, pk.v(x, s, g), pk.o(o, s, h), l + (s * heads + h) * pk.t, i0, i1, pk.t, 0,
-                      pk.d, scale);
+        forward_block(mm, pk.q(x, s, h), kt, ld, pk.v(x, s, g), pk.o(o, s, h), l + (s * heads + h) * pk.t, i0, i1, pk.t,
+                      0, pk.d, scale);
       }
   }
 }
@@ -294,8 +381,9 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
   const Packed pk(qkv, heads, kv_heads);
   float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *dx = dqkv.ptr<float>(), *dy = dout.ptr<float>();
   const float* l = lse.ptr<float>();
-  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded16(pk.t);
+  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(pk.t);
   const float scale = float(1.0 / std::sqrt(double(pk.d)));
+  const BlockProducts& mm = products_for(pk.d);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
     const int64_t g = u % kv_heads, s = u / kv_heads;
@@ -311,7 +399,7 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
-        backward_block(pk.q(x, s, h), kt, vt, ld, k, pk.o(o, s, h), pk.o(dy, s, h), l + (s * heads + h) * pk.t,
+        backward_block(mm, pk.q(x, s, h), kt, vt, ld, k, pk.o(o, s, h), pk.o(dy, s, h), l + (s * heads + h) * pk.t,
                        pk.q(dx, s, h), dk, dv, i0, i1, pk.t, 0, pk.d, scale);
       }
   }

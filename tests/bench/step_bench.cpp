@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "parallel/comm.h"
 #include "trainer/lr_schedule.h"
@@ -126,6 +127,11 @@ int run_attention(std::map<std::string, std::string>& f) {
   const int64_t b = f.count("batch") ? std::stoi(f["batch"]) : 8, t = f.count("seq") ? std::stoi(f["seq"]) : 256;
   const int64_t h = f.count("heads") ? std::stoi(f["heads"]) : 4, d = f.count("dim") ? std::stoi(f["dim"]) : 32;
   const int reps = f.count("reps") ? std::stoi(f["reps"]) : 20;
+  const std::string isa = f.count("isa") ? f["isa"] : "automatic";
+  kernels::cpu::set_attention_isa(isa == "blas"     ? kernels::cpu::AttentionIsa::blas
+                                  : isa == "avx2"   ? kernels::cpu::AttentionIsa::avx2
+                                  : isa == "avx512" ? kernels::cpu::AttentionIsa::avx512
+                                                    : kernels::cpu::AttentionIsa::automatic);
   std::vector<float> qkv(size_t(b * t * 3 * h * d)), dqkv(qkv.size()), out(size_t(b * t * h * d)), dout(out.size()),
       lse(size_t(b * h * t));
   std::mt19937 rng(1);
