@@ -2,6 +2,7 @@
 // global grad norm + clip, AdamW) of a model shape, or OpenBLAS sgemm for the MFU ceiling.
 //   step_bench step --shape tiny|gpt2-124m [--batch B] [--seq T] [--steps N] [--warmup W] [--ckpt 0|1]
 //   step_bench sgemm [--size N] [--reps R]
+//   step_bench attention [--batch B --seq T --heads H --dim D --reps R --isa automatic|blas|avx2|avx512]
 // Threads come from OMP_NUM_THREADS. Prints one line of key=value pairs. A benchmark tool, not a
 // user command.
 #include <cblas.h>
@@ -153,8 +154,9 @@ int run_attention(std::map<std::string, std::string>& f) {
   }
   const double causal = double(b * h) * double(t) * double(t + 1) / 2 * double(d) * 2;  // one causal matmul
   std::printf(
-      "attention threads=%d b=%lld t=%lld h=%lld d=%lld fwd_ms=%.3f bwd_ms=%.3f fwd_gflops=%.1f bwd_gflops=%.1f\n",
-      omp_get_max_threads(), (long long)b, (long long)t, (long long)h, (long long)d, fwd * 1e3, bwd * 1e3,
+      "attention isa=%s threads=%d b=%lld t=%lld h=%lld d=%lld fwd_ms=%.3f bwd_ms=%.3f fwd_gflops=%.1f "
+      "bwd_gflops=%.1f\n",
+      isa.c_str(), omp_get_max_threads(), (long long)b, (long long)t, (long long)h, (long long)d, fwd * 1e3, bwd * 1e3,
       2 * causal / fwd / 1e9, 4 * causal / bwd / 1e9);
   return 0;
 }
