@@ -1,7 +1,13 @@
 // The one place where ops pick their backend: shapes, dtypes and devices are checked here (so
 // every backend sees the same validated arguments), then the tensors' device selects the
 // implementation. The CUDA backend adds its `case Device::cuda:` lines here and nowhere else.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
+#include <map>
+#include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -42,9 +48,53 @@ void expect_f32(const char* op, const char* what, const Tensor& t, int64_t numel
 int64_t cols(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
 int64_t rows(const Tensor& t) { return t.numel() / (cols(t) ? cols(t) : 1); }
 
+// LLMTRAIN_OP_PROFILE=1: wall time per op, printed to stderr at exit (for finding what a step
+// spends its time on; off by default, and then it costs one branch per op).
+class OpProfile {
+ public:
+  static bool enabled() {
+    static const bool on = std::getenv("LLMTRAIN_OP_PROFILE") != nullptr;
+    return on;
+  }
+  struct Timer {
+    const char* op;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Timer() {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      instance().add(op, s);
+    }
+  };
+
+ private:
+  static OpProfile& instance() {
+    static OpProfile p;
+    return p;
+  }
+  void add(const char* op, double s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& e = totals_[op];
+    e.first += s;
+    e.second += 1;
+  }
+  ~OpProfile() {
+    double total = 0;
+    for (auto& [op, e] : totals_) total += e.first;
+    std::fprintf(stderr, "op profile (LLMTRAIN_OP_PROFILE): %.3f s in ops\n", total);
+    for (auto& [op, e] : totals_)
+      std::fprintf(stderr, "  %-30s %9.3f s  %5.1f%%  %8lld calls\n", op.c_str(), e.first, 100 * e.first / total,
+                   e.second);
+  }
+  std::mutex mu_;
+  std::map<std::string, std::pair<double, long long>> totals_;
+};
+
 #define LT_DISPATCH(op, call, ...)            \
   switch (device_of(#op, {__VA_ARGS__})) {    \
     case Device::cpu:                         \
+      if (OpProfile::enabled()) {             \
+        OpProfile::Timer timer{#op};          \
+        return cpu::call;                     \
+      }                                       \
       return cpu::call;                       \
     case Device::cuda:                        \
       no_cuda(#op);                           \

@@ -40,9 +40,9 @@ struct StageLayout {
 StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages);
 
 struct ModelOptions {
-  StageLayout stage;    // default: filled by the constructor as the whole model when layer_end == 0
-  int micro_batch = 1;  // the largest micro-batch (sequences) forward/backward will see
-  int seq_len = 0;      // the longest sequence; 0 = model.seq_len
+  StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0
+  int micro_batch = 1;     // the largest micro-batch (sequences) forward/backward will see
+  int seq_len = 0;         // the longest sequence; 0 = model.seq_len
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules)
 };
@@ -78,8 +78,8 @@ void for_each_shard_run(const ModelParam& p, Fn&& fn);
 class Model {
  public:
   // `config` must be resolved (no auto fields). `tp` is this rank's tensor-parallel group
-  // (a one-rank comm when tp = 1); heads, kv_heads, ffn_hidden and the padded vocabulary must
-  // divide by its size.
+  // (a one-rank comm when tp = 1; it must outlive the model); heads, kv_heads, ffn_hidden and the
+  // padded vocabulary must divide by its size.
   Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp);
   ~Model();
   Model(const Model&) = delete;
@@ -118,7 +118,7 @@ class Model {
   void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale);
   kernels::Tensor stage_input_grad() const;  // [B, T, hidden] of the last backward, for the previous stage
 
-  // Bytes of activation buffers and of parameters + gradients, for memory reports.
+  // Bytes of the activation buffers (all slots and the backward's work buffers), for memory reports.
   size_t activation_bytes() const { return act_buf_.bytes(); }
 
  private:

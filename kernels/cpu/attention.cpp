@@ -28,7 +28,7 @@ namespace llmtrain::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 64;  // query rows per block
+constexpr int64_t kBlock = 32;  // query rows per block
 
 struct HeadView {
   float* base;
@@ -36,19 +36,247 @@ struct HeadView {
   float* row(int64_t t) const { return base + t * stride; }
 };
 
-// The keys query row `i` of a block starting at query `i0` may see, given the query offset.
-inline int64_t visible_keys(int64_t q_pos, int64_t i, int64_t kv_len) { return std::min(kv_len, q_pos + i + 1); }
+// ---- the block matrix products --------------------------------------------------------------
+// Three products, each in a register-blocked vector form written with GCC vector extensions (FMAs
+// under -ffp-contract=fast), instantiated twice: W = 8 floats (AVX2, the build's baseline) and
+// W = 16 (AVX-512, compiled for that target and picked at run time when the CPU has it and the
+// head dim is a multiple of 16). Head dims that are not multiples of 8 use OpenBLAS. All run on
+// the calling thread: they execute inside the parallel loops.
 
-// One block of query rows [i0, i1) of one head: out rows and lse entries for those queries.
-void forward_block(HeadView q, HeadView k, HeadView v, HeadView out, float* lse, int64_t i0, int64_t i1, int64_t kv_len,
-                   int64_t q_pos, int64_t d, float scale) {
-  const int64_t rows = i1 - i0, keys = visible_keys(q_pos, i1 - 1, kv_len);
-  float* s = thread_scratch(2, size_t(kBlock) * size_t(keys));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d), scale, q.row(i0), int(q.stride),
-              k.base, int(k.stride), 0.0f, s, int(keys));
+template <int W>
+struct Vec {
+  typedef float type __attribute__((vector_size(W * 4)));
+  typedef float unaligned __attribute__((vector_size(W * 4), aligned(4), may_alias));
+};
+// Unaligned vector loads and stores of W floats (inside templates with W in scope).
+#define LT_VLOAD(v, p) ((v) = *reinterpret_cast<const typename Vec<W>::unaligned*>(p))
+#define LT_VSTORE(p, v) (*reinterpret_cast<typename Vec<W>::unaligned*>(p) = (v))
+
+inline int64_t padded32(int64_t n) { return (n + 31) / 32 * 32; }
+
+// dst [d][ld] = srcᵀ for tokens [0, n) of a head, zero in columns [n, ld). In tiles of 16 tokens:
+// the 16 source rows stay in L1 while each destination row gets 16 contiguous floats.
+void transpose(float* dst, int64_t ld, HeadView src, int64_t n, int64_t d) {
+  for (int64_t j0 = 0; j0 < ld; j0 += 16) {
+    const float* rows[16];
+    for (int64_t x = 0; x < 16; ++x) rows[x] = j0 + x < n ? src.row(j0 + x) : nullptr;
+    for (int64_t c = 0; c < d; ++c) {
+      float* out = dst + c * ld + j0;
+      for (int64_t x = 0; x < 16; ++x) out[x] = rows[x] ? rows[x][c] : 0.0f;
+    }
+  }
+}
+
+// Which keys the rows of a block see: row r (query q_pos + i0 + r) sees keys j < limit(r).
+struct Causal {
+  int64_t first;  // q_pos + i0 + 1: keys visible to row 0
+  int64_t kv_len;
+  int64_t limit(int64_t r) const { return std::min(kv_len, first + r); }
+  // The first row that sees key j.
+  int64_t first_row(int64_t j) const { return std::max<int64_t>(0, j + 1 - first); }
+};
+
+// c[r][j] = alpha · Σ_k a.row(r)[k] · bt[k][j] for r < rows and j < cols, where bt is [d][ld]
+// (ld % 32 == 0, zero-padded). Tiles of R rows × C·W columns; column tiles that no row of a group
+// sees are skipped (their entries are left unset: callers read only j < causal.limit(r)).
+template <int W, int R, int C>
+[[gnu::always_inline]] inline void abt_tiles(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt,
+                                             int64_t ld, int64_t cols, int64_t d, float alpha, Causal causal) {
+  using V = typename Vec<W>::type;
+  for (int64_t r0 = 0; r0 < rows; r0 += R) {
+    const float* ar[R];
+    for (int x = 0; x < R; ++x) ar[x] = a.row(std::min<int64_t>(r0 + x, rows - 1));
+    const int64_t jend = std::min(cols, causal.limit(std::min<int64_t>(r0 + R - 1, rows - 1)));
+    for (int64_t j = 0; j < jend; j += W * C) {
+      V acc[R][C] = {};
+      for (int64_t k = 0; k < d; ++k) {
+        V b[C];
+        for (int y = 0; y < C; ++y) LT_VLOAD(b[y], bt + k * ld + j + W * y);
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < C; ++y) acc[x][y] += ar[x][k] * b[y];
+      }
+      for (int x = 0; x < R && r0 + x < rows; ++x)
+        for (int y = 0; y < C; ++y) {
+          const V out = alpha * acc[x][y];
+          LT_VSTORE(c + (r0 + x) * ldc + j + W * y, out);
+        }
+    }
+  }
+}
+
+// c.row(r)[k0 : k0 + W·NV] = alpha · row_scale[r] · Σ_j p[r][j] · b.row(j)[k0 : ...], R rows at a
+// time; each group runs over the keys its last row sees (p is zero past each row's own limit).
+template <int W, int R, int NV>
+[[gnu::always_inline]] inline void ab_chunk(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                            Causal causal, int64_t k0, float alpha, const float* row_scale) {
+  using V = typename Vec<W>::type;
+  for (int64_t r0 = 0; r0 < rows; r0 += R) {
+    const float* pr[R];
+    for (int x = 0; x < R; ++x) pr[x] = p + std::min<int64_t>(r0 + x, rows - 1) * ldp;
+    const int64_t keys = causal.limit(std::min<int64_t>(r0 + R - 1, rows - 1));
+    V acc[R][NV] = {};
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* br = b.row(j) + k0;
+      V bv[NV];
+      for (int v = 0; v < NV; ++v) LT_VLOAD(bv[v], br + W * v);
+      for (int x = 0; x < R; ++x)
+        for (int v = 0; v < NV; ++v) acc[x][v] += pr[x][j] * bv[v];
+    }
+    for (int x = 0; x < R && r0 + x < rows; ++x) {
+      const float s = row_scale ? alpha * row_scale[r0 + x] : alpha;
+      for (int v = 0; v < NV; ++v) {
+        const V out = s * acc[x][v];
+        LT_VSTORE(c.row(r0 + x) + k0 + W * v, out);
+      }
+    }
+  }
+}
+
+// c.row(j)[k0 : k0 + W·NV] += alpha · Σ_r p[r][j] · b.row(r)[k0 : ...], K keys at a time, over
+// the rows that see the group's first key (p is zero past each row's limit).
+template <int W, int K, int NV>
+[[gnu::always_inline]] inline void atb_chunk(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                             Causal causal, int64_t k0, float alpha) {
+  using V = typename Vec<W>::type;
+  const int64_t keys = causal.limit(rows - 1);
+  for (int64_t j0 = 0; j0 < keys; j0 += K) {
+    int64_t js[K];
+    for (int y = 0; y < K; ++y) js[y] = std::min<int64_t>(j0 + y, keys - 1);
+    V acc[K][NV] = {};
+    for (int64_t r = causal.first_row(j0); r < rows; ++r) {
+      const float* br = b.row(r) + k0;
+      const float* prow = p + r * ldp;
+      V bv[NV];
+      for (int v = 0; v < NV; ++v) LT_VLOAD(bv[v], br + W * v);
+      for (int y = 0; y < K; ++y)
+        for (int v = 0; v < NV; ++v) acc[y][v] += prow[js[y]] * bv[v];
+    }
+    for (int y = 0; y < K && j0 + y < keys; ++y)
+      for (int v = 0; v < NV; ++v) {
+        float* out = c.row(j0 + y) + k0 + W * v;
+        V cur;
+        LT_VLOAD(cur, out);
+        cur += alpha * acc[y][v];
+        LT_VSTORE(out, cur);
+      }
+  }
+}
+
+// One implementation of the three products.
+struct BlockProducts {
+  void (*abt)(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols, int64_t d,
+              float alpha, Causal causal);
+  // c.row(r)[:d] = alpha · row_scale[r] · Σ_j p[r][j] · b.row(j)[:d] (row_scale may be null)
+  void (*ab)(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha,
+             const float* row_scale);
+  // c.row(j)[:d] += alpha · Σ_r p[r][j] · b.row(r)[:d]
+  void (*atb)(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha);
+};
+
+// W-wide products: tiles and chunk widths sized to the register file (16 registers for AVX2,
+// 32 for AVX-512). The head dim must be a multiple of W.
+template <int W, int AR, int AC, int BR, int BNV, int TK, int TNV>
+struct VectorProducts {
+  [[gnu::always_inline]] static void abt(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld,
+                                         int64_t cols, int64_t d, float alpha, Causal causal) {
+    abt_tiles<W, AR, AC>(c, ldc, a, rows, bt, ld, cols, d, alpha, causal);
+  }
+  [[gnu::always_inline]] static void ab(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                        Causal causal, int64_t d, float alpha, const float* row_scale) {
+    int64_t k0 = 0;
+    for (; k0 + W * BNV <= d; k0 += W * BNV) ab_chunk<W, BR, BNV>(c, p, ldp, rows, b, causal, k0, alpha, row_scale);
+    for (; k0 < d; k0 += W) ab_chunk<W, BR, 1>(c, p, ldp, rows, b, causal, k0, alpha, row_scale);
+  }
+  [[gnu::always_inline]] static void atb(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b,
+                                         Causal causal, int64_t d, float alpha) {
+    int64_t k0 = 0;
+    for (; k0 + W * TNV <= d; k0 += W * TNV) atb_chunk<W, TK, TNV>(c, p, ldp, rows, b, causal, k0, alpha);
+    for (; k0 < d; k0 += W) atb_chunk<W, TK, 1>(c, p, ldp, rows, b, causal, k0, alpha);
+  }
+};
+
+using Avx2Products = VectorProducts<8, 4, 2, 4, 2, 4, 2>;
+void abt_avx2(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols, int64_t d,
+              float alpha, Causal causal) {
+  Avx2Products::abt(c, ldc, a, rows, bt, ld, cols, d, alpha, causal);
+}
+void ab_avx2(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha,
+             const float* row_scale) {
+  Avx2Products::ab(c, p, ldp, rows, b, causal, d, alpha, row_scale);
+}
+void atb_avx2(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+              float alpha) {
+  Avx2Products::atb(c, p, ldp, rows, b, causal, d, alpha);
+}
+
+#if defined(__x86_64__)
+#define LT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+using Avx512Products = VectorProducts<16, 8, 2, 4, 2, 4, 2>;
+LT_AVX512 void abt_avx512(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols,
+                          int64_t d, float alpha, Causal causal) {
+  Avx512Products::abt(c, ldc, a, rows, bt, ld, cols, d, alpha, causal);
+}
+LT_AVX512 void ab_avx512(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+                         float alpha, const float* row_scale) {
+  Avx512Products::ab(c, p, ldp, rows, b, causal, d, alpha, row_scale);
+}
+LT_AVX512 void atb_avx512(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+                          float alpha) {
+  Avx512Products::atb(c, p, ldp, rows, b, causal, d, alpha);
+}
+#endif
+
+void abt_blas(float* c, int64_t ldc, HeadView a, int64_t rows, const float* bt, int64_t ld, int64_t cols, int64_t d,
+              float alpha, Causal) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(d), alpha, a.base, int(a.stride), bt,
+              int(ld), 0.0f, c, int(ldc));
+}
+void ab_blas(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d, float alpha,
+             const float* row_scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(causal.limit(rows - 1)), alpha, p,
+              int(ldp), b.base, int(b.stride), 0.0f, c.base, int(c.stride));
+  if (row_scale)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < d; ++k) c.row(r)[k] *= row_scale[r];
+}
+void atb_blas(HeadView c, const float* p, int64_t ldp, int64_t rows, HeadView b, Causal causal, int64_t d,
+              float alpha) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(causal.limit(rows - 1)), int(d), int(rows), alpha, p,
+              int(ldp), b.base, int(b.stride), 1.0f, c.base, int(c.stride));
+}
+
+constexpr BlockProducts kBlas{abt_blas, ab_blas, atb_blas};
+constexpr BlockProducts kAvx2{abt_avx2, ab_avx2, atb_avx2};
+#if defined(__x86_64__)
+constexpr BlockProducts kAvx512{abt_avx512, ab_avx512, atb_avx512};
+#endif
+
+AttentionIsa g_isa = AttentionIsa::automatic;
+
+// The products for a head dim: the widest vector form that divides it, else BLAS.
+const BlockProducts& products_for(int64_t d) {
+  AttentionIsa isa = g_isa;
+  if (isa == AttentionIsa::automatic) isa = cpu_has_avx512() ? AttentionIsa::avx512 : AttentionIsa::avx2;
+#if defined(__x86_64__)
+  if (isa == AttentionIsa::avx512 && d % 16 == 0) return kAvx512;
+#endif
+  if (isa != AttentionIsa::blas && d % 8 == 0) return kAvx2;
+  return kBlas;
+}
+
+// ---- forward and backward of one block of query rows ----------------------------------------
+
+// Query rows [i0, i1) of one head: out rows and lse entries. kt is Kᵀ [d][ld] of the head's keys.
+void forward_block(const BlockProducts& mm, HeadView q, const float* kt, int64_t ld, HeadView v, HeadView out,
+                   float* lse, int64_t i0, int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d, float scale) {
+  const Causal causal{q_pos + i0 + 1, kv_len};
+  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded32(keys);
+  float* s = thread_scratch(2, size_t(kBlock) * size_t(lds) + kBlock);
+  float* inv = s + kBlock * lds;
+  mm.abt(s, lds, HeadView{q.row(i0), q.stride}, rows, kt, ld, keys, d, scale, causal);
   for (int64_t r = 0; r < rows; ++r) {
-    float* sr = s + r * keys;
-    const int64_t n = visible_keys(q_pos, i0 + r, kv_len);
+    float* sr = s + r * lds;
+    const int64_t n = causal.limit(r);
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
@@ -59,56 +287,49 @@ void forward_block(HeadView q, HeadView k, HeadView v, HeadView out, float* lse,
       sr[j] = e;
       sum += e;
     }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) sr[j] *= inv;
+    // Unnormalized here; the output rows are scaled by 1/sum after the product. Zero beyond the
+    // causal edge: the products read a little past a row's limit (row pairs, BLAS).
     for (int64_t j = n; j < keys; ++j) sr[j] = 0.0f;
+    inv[r] = 1.0f / sum;
     lse[i0 + r] = mx + std::log(sum);
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(keys), 1.0f, s, int(keys), v.base,
-              int(v.stride), 0.0f, out.row(i0), int(out.stride));
+  mm.ab(HeadView{out.row(i0), out.stride}, s, lds, rows, v, causal, d, 1.0f, inv);
 }
 
-// Backward of one block of query rows of one head: writes dq rows [i0, i1), adds into dk, dv rows
-// [0, keys).
-void backward_block(HeadView q, HeadView k, HeadView v, HeadView out, HeadView dout, const float* lse, HeadView dq,
-                    HeadView dk, HeadView dv, int64_t i0, int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d,
-                    float scale) {
-  const int64_t rows = i1 - i0, keys = visible_keys(q_pos, i1 - 1, kv_len);
-  float* p = thread_scratch(2, size_t(kBlock) * size_t(keys));
-  float* dp = thread_scratch(3, size_t(kBlock) * size_t(keys));
-  // P = exp(scale·Q·Kᵀ - lse), zero beyond the causal edge.
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d), scale, q.row(i0), int(q.stride),
-              k.base, int(k.stride), 0.0f, p, int(keys));
+// Backward of query rows [i0, i1) of one head: writes dq rows, adds into dk, dv rows [0, keys).
+// kt, vt are Kᵀ and Vᵀ [d][ld].
+void backward_block(const BlockProducts& mm, HeadView q, const float* kt, const float* vt, int64_t ld, HeadView k,
+                    HeadView out, HeadView dout, const float* lse, HeadView dq, HeadView dk, HeadView dv, int64_t i0,
+                    int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d, float scale) {
+  const Causal causal{q_pos + i0 + 1, kv_len};
+  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded32(keys);
+  float* p = thread_scratch(2, size_t(kBlock) * size_t(lds));
+  float* dp = thread_scratch(3, size_t(kBlock) * size_t(lds));
+  const HeadView qb{q.row(i0), q.stride}, dob{dout.row(i0), dout.stride};
+  // P = exp(scale·Q·Kᵀ - lse); dP = dO·Vᵀ.
+  mm.abt(p, lds, qb, rows, kt, ld, keys, d, scale, causal);
+  mm.abt(dp, lds, dob, rows, vt, ld, keys, d, 1.0f, causal);
   for (int64_t r = 0; r < rows; ++r) {
-    float* pr = p + r * keys;
-    const int64_t n = visible_keys(q_pos, i0 + r, kv_len);
+    float *pr = p + r * lds, *dpr = dp + r * lds;
+    const int64_t n = causal.limit(r);
     const float l = lse[i0 + r];
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) pr[j] = exp_approx(pr[j] - l);
-    for (int64_t j = n; j < keys; ++j) pr[j] = 0.0f;
-  }
-  // dV += Pᵀ·dO
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(d), int(rows), 1.0f, p, int(keys), dout.row(i0),
-              int(dout.stride), 1.0f, dv.base, int(dv.stride));
-  // dP = dO·Vᵀ
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d), 1.0f, dout.row(i0),
-              int(dout.stride), v.base, int(v.stride), 0.0f, dp, int(keys));
-  // dS = P ∘ (dP - rowsum(dO ∘ O)), written over dp.
-  for (int64_t r = 0; r < rows; ++r) {
     const float *o = out.row(i0 + r), *dor = dout.row(i0 + r);
-    float delta = 0;
+    float delta = 0;  // rowsum(dO ∘ O)
 #pragma omp simd reduction(+ : delta)
     for (int64_t c = 0; c < d; ++c) delta += o[c] * dor[c];
-    float *pr = p + r * keys, *dpr = dp + r * keys;
+      // P and dS = P ∘ (dP - delta); zero beyond the causal edge (the products read a little past
+      // a row's limit: row pairs, BLAS).
 #pragma omp simd
-    for (int64_t j = 0; j < keys; ++j) dpr[j] = pr[j] * (dpr[j] - delta);
+    for (int64_t j = 0; j < n; ++j) {
+      const float pj = exp_approx(pr[j] - l);
+      pr[j] = pj;
+      dpr[j] = pj * (dpr[j] - delta);
+    }
+    for (int64_t j = n; j < keys; ++j) pr[j] = dpr[j] = 0.0f;
   }
-  // dQ = scale·dS·K;  dK += scale·dSᵀ·Q
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(keys), scale, dp, int(keys), k.base,
-              int(k.stride), 0.0f, dq.row(i0), int(dq.stride));
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(d), int(rows), scale, dp, int(keys), q.row(i0),
-              int(q.stride), 1.0f, dk.base, int(dk.stride));
+  mm.atb(dv, p, lds, rows, dob, causal, d, 1.0f);                                       // dV += Pᵀ·dO
+  mm.ab(HeadView{dq.row(i0), dq.stride}, dp, lds, rows, k, causal, d, scale, nullptr);  // dQ = scale·dS·K
+  mm.atb(dk, dp, lds, rows, qb, causal, d, scale);                                      // dK += scale·dSᵀ·Q
 }
 
 struct Packed {
@@ -123,18 +344,36 @@ struct Packed {
 
 }  // namespace
 
+void set_attention_isa(AttentionIsa isa) { g_isa = isa; }
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  return has;
+#else
+  return false;
+#endif
+}
+
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
   const Packed pk(qkv, heads, kv_heads);
   float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *l = lse.ptr<float>();
-  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock;
+  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(pk.t);
   const float scale = float(1.0 / std::sqrt(double(pk.d)));
-  // Later query blocks see more keys: dynamic scheduling, largest blocks first.
+  const BlockProducts& mm = products_for(pk.d);
+  // One unit per (sequence, kv head): Kᵀ is built once and serves every query head of the group.
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t u = 0; u < pk.b * heads * blocks; ++u) {
-    const int64_t blk = blocks - 1 - u % blocks, h = (u / blocks) % heads, s = u / (blocks * heads);
-    const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
-    forward_block(pk.q(x, s, h), pk.k(x, s, h / group), pk.v(x, s, h / group), pk.o(o, s, h),
-                  l + (s * heads + h) * pk.t, i0, i1, pk.t, 0, pk.d, scale);
+  for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
+    const int64_t g = u % kv_heads, s = u / kv_heads;
+    float* kt = thread_scratch(1, size_t(pk.d * ld));
+    transpose(kt, ld, pk.k(x, s, g), pk.t, pk.d);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
+        forward_block(mm, pk.q(x, s, h), kt, ld, pk.v(x, s, g), pk.o(o, s, h), l + (s * heads + h) * pk.t, i0, i1, pk.t,
+                      0, pk.d, scale);
+      }
   }
 }
 
@@ -142,12 +381,17 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
   const Packed pk(qkv, heads, kv_heads);
   float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *dx = dqkv.ptr<float>(), *dy = dout.ptr<float>();
   const float* l = lse.ptr<float>();
-  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock;
+  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(pk.t);
   const float scale = float(1.0 / std::sqrt(double(pk.d)));
+  const BlockProducts& mm = products_for(pk.d);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
     const int64_t g = u % kv_heads, s = u / kv_heads;
-    const HeadView dk = pk.k(dx, s, g), dv = pk.v(dx, s, g);
+    const HeadView k = pk.k(x, s, g), v = pk.v(x, s, g), dk = pk.k(dx, s, g), dv = pk.v(dx, s, g);
+    float* kt = thread_scratch(0, size_t(2 * pk.d * ld));
+    float* vt = kt + pk.d * ld;
+    transpose(kt, ld, k, pk.t, pk.d);
+    transpose(vt, ld, v, pk.t, pk.d);
     for (int64_t i = 0; i < pk.t; ++i) {
       std::fill(dk.row(i), dk.row(i) + pk.d, 0.0f);
       std::fill(dv.row(i), dv.row(i) + pk.d, 0.0f);
@@ -155,8 +399,8 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
-        backward_block(pk.q(x, s, h), pk.k(x, s, g), pk.v(x, s, g), pk.o(o, s, h), pk.o(dy, s, h),
-                       l + (s * heads + h) * pk.t, pk.q(dx, s, h), dk, dv, i0, i1, pk.t, 0, pk.d, scale);
+        backward_block(mm, pk.q(x, s, h), kt, vt, ld, k, pk.o(o, s, h), pk.o(dy, s, h), l + (s * heads + h) * pk.t,
+                       pk.q(dx, s, h), dk, dv, i0, i1, pk.t, 0, pk.d, scale);
       }
   }
 }

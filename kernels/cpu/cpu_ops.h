@@ -38,4 +38,11 @@ void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWSt
 double sum_squares(Tensor x);
 void scale(Tensor x, float s);
 
+// Which form attention's block products take: automatic picks the widest vector form the CPU and
+// the head dim allow (AVX-512 when the head dim is a multiple of 16, AVX2 for multiples of 8,
+// else OpenBLAS). Tests pin each form in turn; nothing else should call this.
+enum class AttentionIsa { automatic, blas, avx2, avx512 };
+void set_attention_isa(AttentionIsa isa);
+bool cpu_has_avx512();
+
 }  // namespace llmtrain::kernels::cpu

@@ -38,11 +38,6 @@ inline float exp_approx(float x) {
   return p * scale;
 }
 
-// tanh(x) = 1 - 2 / (1 + e^{2x}); absolute error ~1e-7 (relative error grows near 0, where
-// callers such as GELU only need absolute accuracy).
-#pragma omp declare simd notinbranch
-inline float tanh_approx(float x) { return 1.0f - 2.0f / (1.0f + exp_approx(2.0f * x)); }
-
 // 1 / (1 + e^{-x})
 #pragma omp declare simd notinbranch
 inline float sigmoid_approx(float x) { return 1.0f / (1.0f + exp_approx(-x)); }

@@ -1,9 +1,10 @@
 // Causal grouped-query attention (kernels/cpu/attention.cpp) through the op harness: sequence
-// lengths below, at and across the kernel's 64-row query blocks, multi-head and GQA layouts.
+// lengths below, at and across the kernel's 32-row query blocks, multi-head and GQA layouts.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "op_harness.h"
 
@@ -56,22 +57,51 @@ OpCase attention_case(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d) {
   return oc;
 }
 
+// Every case runs with each form of the block products this CPU has (OpenBLAS, AVX2, AVX-512):
+// head dims the vector forms do not divide fall back to OpenBLAS within the same run.
+class Attention : public ::testing::TestWithParam<cpu::AttentionIsa> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == cpu::AttentionIsa::avx512 && !cpu::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+    cpu::set_attention_isa(GetParam());
+  }
+  void TearDown() override { cpu::set_attention_isa(cpu::AttentionIsa::automatic); }
+};
+
 }  // namespace
 
-TEST(Attention, MultiHeadMatchesReference) {
+TEST_P(Attention, MultiHeadMatchesReference) {
   run_case(attention_case(2, 1, 2, 2, 4), 1000);   // one token
   run_case(attention_case(1, 13, 3, 3, 8), 1001);  // within one query block
-  run_case(attention_case(2, 64, 2, 2, 5), 1002);  // exactly one block, odd head dim
+  run_case(attention_case(2, 64, 2, 2, 5), 1002);  // exactly two blocks, odd head dim
 }
 
-TEST(Attention, AcrossQueryBlocks) {
+TEST_P(Attention, AcrossQueryBlocks) {
   run_case(attention_case(1, 130, 2, 2, 16), 1003);
   run_case(attention_case(2, 77, 1, 1, 32), 1004);
+  run_case(attention_case(1, 150, 2, 2, 64), 1007);  // GPT-2's head dim, keys not a multiple of 32
+  run_case(attention_case(1, 67, 1, 1, 40), 1008);   // head dim 32 + 8: every chunk width
+  run_case(attention_case(1, 45, 1, 1, 48), 1009);   // 48 = 3 AVX-512 vectors
 }
 
-TEST(Attention, GroupedQueryHeads) {
+TEST_P(Attention, GroupedQueryHeads) {
   run_case(attention_case(2, 70, 4, 2, 8), 1005);
   run_case(attention_case(1, 19, 6, 1, 6), 1006);  // multi-query
 }
+
+INSTANTIATE_TEST_SUITE_P(Forms, Attention,
+                         ::testing::Values(cpu::AttentionIsa::blas, cpu::AttentionIsa::avx2, cpu::AttentionIsa::avx512),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case cpu::AttentionIsa::blas:
+                               return std::string("blas");
+                             case cpu::AttentionIsa::avx2:
+                               return std::string("avx2");
+                             case cpu::AttentionIsa::avx512:
+                               return std::string("avx512");
+                             default:
+                               return std::string("automatic");
+                           }
+                         });
 
 }  // namespace llmtrain::kernels::test
