@@ -50,15 +50,17 @@ void MetricsLog::append(const json& j) {
 }
 
 void MetricsLog::write(const StepMetrics& m) {
-  append({{"step", m.step},
-          {"loss", number(m.loss)},
-          {"lr", m.lr},
-          {"grad_norm", number(m.grad_norm)},
-          {"tokens_per_s", number(m.tokens_per_s)},
-          {"mfu", number(m.mfu)},
-          {"elapsed_s", m.elapsed_s},
-          {"tokens", m.tokens},
-          {"skipped_steps", m.skipped_steps}});
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", number(m.loss)},
+                      {"lr", m.lr},
+                      {"grad_norm", number(m.grad_norm)},
+                      {"tokens_per_s", number(m.tokens_per_s)},
+                      {"mfu", number(m.mfu)},
+                      {"elapsed_s", m.elapsed_s},
+                      {"tokens", m.tokens},
+                      {"skipped_steps", m.skipped_steps}};
+  if (m.comm_exposed >= 0) j["comm_exposed"] = m.comm_exposed;
+  append(j);
 }
 
 void MetricsLog::write(const EvalMetrics& m) {
@@ -71,6 +73,7 @@ std::string format_step_line(const StepMetrics& m) {
                   m.step, m.steps_total, m.loss, m.lr, m.grad_norm, format_count(m.tokens_per_s), 100.0 * m.mfu,
                   format_duration(m.elapsed_s), format_duration(m.eta_s));
   if (m.skipped_steps) s += fmt::format(" | skipped {}", m.skipped_steps);
+  if (m.comm_exposed >= 0) s += fmt::format(" | comm exposed {:.1f}%", 100 * m.comm_exposed);
   return s;
 }
 

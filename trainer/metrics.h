@@ -26,6 +26,8 @@ struct StepMetrics {
   double eta_s = 0;
   int64_t tokens = 0;  // tokens consumed since step 0
   int64_t skipped_steps = 0;
+  double comm_exposed = -1;  // data parallelism: share of step time waiting for gradient all-reduces
+                             // that backward did not hide (-1 without data parallelism)
 };
 
 struct EvalMetrics {

@@ -387,6 +387,7 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   if (st.has_head) {
     LT_CHECK(s.has_targets, "backward of a forward without targets");
     head_backward(s, loss_scale);
+    if (grad_ready_) grad_ready_(ParamPlace::head, -1);
   } else {
     LT_CHECK(grad_output.defined() && grad_output.numel() == n * d, "stage grad_output {} for {} tokens",
              grad_output.shape.str(), n);
@@ -397,8 +398,12 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   for (int l = layers - 1; l >= 0; --l) {
     if (ckpt) block_forward(l, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true);
     block_backward(l, ckpt ? w.recompute : s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq);
+    if (grad_ready_) grad_ready_(ParamPlace::block, st.layer_begin + l);
   }
-  if (st.has_embedding) embed_backward(s);
+  if (st.has_embedding) {
+    embed_backward(s);
+    if (grad_ready_) grad_ready_(ParamPlace::embedding, -1);
+  }
   w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
 }
 

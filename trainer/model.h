@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -121,6 +122,15 @@ class Model {
   // Bytes of the activation buffers (all slots and the backward's work buffers), for memory reports.
   size_t activation_bytes() const { return act_buf_.bytes(); }
 
+  // ---- overlap of gradient communication with backward ----
+  // Called during stage_backward as soon as the gradients of a group of parameters are complete
+  // for that backward: (ParamPlace::head, -1) after the head, (ParamPlace::block, layer) after
+  // each block (global layer index, in decreasing order), (ParamPlace::embedding, -1) after the
+  // embedding — the tied word embedding is complete only then. Data parallelism launches its
+  // bucket all-reduces from it on the last micro-batch of a step. An empty function clears it.
+  using GradReadyHook = std::function<void(ParamPlace place, int layer)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+
  private:
   struct BlockWeights;
   struct LayerActs;
@@ -149,6 +159,7 @@ class Model {
   std::vector<BlockWeights> weights_, weight_grads_;  // per local layer
   std::unique_ptr<Work> work_;
   std::vector<Slot> slots_;
+  GradReadyHook grad_ready_;
 };
 
 template <typename Fn>

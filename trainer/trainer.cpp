@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "kernels/backend_info.h"
+#include "parallel/grad_buckets.h"
 #include "trainer/checkpoint.h"
 #include "trainer/fault_injection.h"
 #include "trainer/gpt_dataset.h"
@@ -163,6 +164,25 @@ int train(const TrainContext& ctx) {
       r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, peak / 1e12,
       r.log.peak_tflops > 0 ? "" : " (measured sgemm rate)");
 
+  // Data parallelism: gradients averaged in buckets launched during the last micro-batch's
+  // backward, as each group of parameters completes (trainer/model.h GradReadyHook).
+  std::vector<parallel::ParamRange> ranges;
+  std::vector<std::vector<int>> ready_groups(size_t(mc.layers) + 2);  // [0] head, [1 + layer], [last] embedding
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const ModelParam& p = model.parameters()[i];
+    ranges.push_back({p.offset, p.numel()});
+    size_t g = p.spec.place == ParamPlace::head    ? 0
+               : p.spec.place == ParamPlace::block ? size_t(1 + p.spec.layer)
+                                                   : ready_groups.size() - 1;
+    ready_groups[g].push_back(int(i));
+  }
+  std::optional<parallel::GradBuckets> buckets;
+  if (dp > 1) buckets.emplace(*comms.dp, model.grads(), ranges, r.parallel.bucket_mb);
+  auto on_ready = [&](ParamPlace place, int layer) {
+    size_t g = place == ParamPlace::head ? 0 : place == ParamPlace::block ? size_t(1 + layer) : ready_groups.size() - 1;
+    for (int i : ready_groups[g]) buckets->mark_ready(i);
+  };
+
   MetricsLog metrics(root ? r.log.dir : "", step);
   BatchBuffer batch(r.train.micro_batch, mc.seq_len);
   int64_t skipped_total = extra.value("skipped_total", int64_t(0));
@@ -215,19 +235,22 @@ int train(const TrainContext& ctx) {
   double loss_sum_interval = 0;
   int64_t loss_count_interval = 0;
   int64_t start_step = step;
+  double exposed_at_interval = 0;
 
   while (step < r.train.steps) {
     model.zero_grads();
     double loss = 0;
     for (int m = 0; m < accum; ++m) {
       sampler.micro_batch_indices(consumed, m, batch.indices());
+      if (buckets && m == accum - 1) model.set_grad_ready_hook(on_ready);
       loss += model.forward_backward(batch.fill(train_data), 1.0f / float(accum));
     }
-    // Data-parallel gradient average (without overlap until the model reports per-parameter
-    // readiness) and the loss averaged over micro-batches and replicas.
+    // The gradient average over data-parallel ranks completes, and the loss is averaged over
+    // micro-batches and replicas.
     float step_loss = float(loss / accum);
-    if (dp > 1) {
-      comms.dp->all_reduce(model.grads(), ReduceOp::avg);
+    if (buckets) {
+      model.set_grad_ready_hook({});
+      buckets->finish();
       comms.dp->all_reduce(Tensor(&step_loss, DType::fp32, {1}), ReduceOp::avg);
     }
     // Σg² over the model-parallel group (each element counted once per replica); fp32 is enough
@@ -277,6 +300,10 @@ int train(const TrainContext& ctx) {
       sm.eta_s = elapsed / double(step - start_step) * double(r.train.steps - step);
       sm.tokens = step * tokens_per_step;
       sm.skipped_steps = skipped_total;
+      if (buckets) {
+        sm.comm_exposed = (buckets->stats().exposed_s - exposed_at_interval) / std::max(1e-9, t - interval_start);
+        exposed_at_interval = buckets->stats().exposed_s;
+      }
       metrics.write(sm);
       if (terminal) bar.finish();
       say("{}", format_step_line(sm));
