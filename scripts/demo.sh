@@ -31,5 +31,5 @@ echo "demo: validation loss (nats per byte) during training:"
 sed -n 's/.*"step":\([0-9]*\).*"val_loss":\([0-9.e+-]*\).*/  step \1: \2/p' runs/tiny/metrics.jsonl
 echo
 echo "demo: a sample from the trained model:"
-"$llmtrain" generate runs/tiny/ckpt --prompt "The meaning of life is" --max-tokens 300 --temperature 0.8 --top-k 40 --seed 1
+"$llmtrain" generate runs/tiny/ckpt --prompt "The meaning of life is" --max-tokens 200 --temperature 0.8 --top-k 40 --seed 1
 echo
