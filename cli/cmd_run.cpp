@@ -164,6 +164,13 @@ int cmd_run(const RunArgs& args) {
   }
   // This process is the one rank (in_process) or one of the ranks (as_rank): it trains.
   refuse_unsupported();
+  // A one-rank run has no supervisor to run the pre-flight checks: without this, an unwritable
+  // checkpoint.dir surfaced only at the first checkpoint, after checkpoint.every steps of training.
+  // (Ranks under a launcher were checked by the supervisor, or by whoever ran mpirun/srun.)
+  if (plan.mode == launcher::LaunchMode::in_process) {
+    launcher::check_writable_dir(loaded.recipe.log.dir, "log.dir");
+    launcher::check_writable_dir(loaded.recipe.checkpoint.dir, "checkpoint.dir");
+  }
   return run_ranks(loaded, plan);
 }
 
