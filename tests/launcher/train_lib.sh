@@ -11,6 +11,10 @@
 #   rank_process SUP RANK        the pid of world rank RANK among the children of the mpirun that the
 #                                supervisor SUP started (read from each rank's OMPI_COMM_WORLD_RANK)
 #   wait_file FILE SECONDS       waits until FILE exists (fails the test on timeout)
+#   wait_ranks_listening SUP N SECONDS
+#                                waits until the N rank processes under SUP's mpirun catch SIGUSR1
+#                                (/proc/PID/status SigCgt): the stop relay, installed first thing in
+#                                a rank, is in place
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PY=/usr/bin/python3
 
@@ -71,5 +75,20 @@ wait_file() {
   until [[ -e $1 ]]; do
     ((SECONDS - t0 >= $2)) && { fail "$1 did not appear within $2s"; return 1; }
     sleep 0.02
+  done
+}
+
+wait_ranks_listening() {
+  local t0=$SECONDS mpirun pid n mask
+  while :; do
+    n=0
+    mpirun=$(pgrep -P "$1" -x mpirun | head -1)
+    for pid in $([[ -n $mpirun ]] && pgrep -P "$mpirun"); do
+      mask=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+      [[ -n $mask ]] && (((0x$mask >> 9) & 1)) && n=$((n + 1))  # bit 9: SIGUSR1 (10)
+    done
+    ((n >= $2)) && return 0
+    ((SECONDS - t0 >= $3)) && { fail "only $n of $2 ranks catch SIGUSR1 after $3s"; return 1; }
+    sleep 0.01
   done
 }

@@ -5,6 +5,8 @@
 #    says so, and the job finishes with the same losses, step for step after the resume point, and
 #    the same final loss as an uninterrupted 4-rank run (relative 1e-5); per-rank logs in
 #    <log.dir>/logs/ mark the restart;
+#  - SIGTERM to `llmtrain run` while the ranks are still starting up: they train one step,
+#    checkpoint it and exit 75 (they used to die of the signal: the trainer's handler came late);
 #  - user-visible failures with the training binary: an unwritable checkpoint.dir (before any step,
 #    launched and in-process), a layout that does not match the world, missing data under
 #    launch.max_restarts (a user error: not restarted).
@@ -54,6 +56,20 @@ grep -q "^done: 300 steps" "$RUN/logs/rank_00000.log" && pass "killed: rank 0's 
 grep -q "restart 1 of 1" "$RUN/logs/launcher.log" && pass "killed: launcher.log records the restart" ||
   fail "killed: launcher.log: $(cat "$RUN/logs/launcher.log")"
 echo "kill and restart done after $(elapsed)"
+
+# --- SIGTERM while the ranks start up, before their first step: checkpoint and 75, not death --------
+# (log.peak_tflops auto: each rank measures its sgemm rate before training, a longer start-up.)
+RUN=$WORK/early
+start_job early "${RUN4[@]}" --set log.dir="$RUN" --set log.peak_tflops=auto
+wait_ranks_listening "$job_pid" 4 60
+[[ -e $RUN/metrics.jsonl ]] && fail "early: the first step was already done when the ranks were ready (too late to test)"
+kill -TERM "$job_pid"
+finish_job early 60
+expect_status 75
+expect_out "[rank 0] stop requested (signal): writing a checkpoint at step 1"
+expect_out "[launcher] the job stopped: every rank wrote its checkpoint and exited 75"
+[[ $(cat "$RUN/ckpt/latest" 2>/dev/null) == step_00000001 ]] && pass "early: the checkpoint of step 1 is the latest" ||
+  fail "early: latest is $(cat "$RUN/ckpt/latest" 2>&1)"
 
 # --- failures a user can act on, with the training binary --------------------------------------------
 touch a-file
