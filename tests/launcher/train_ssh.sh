@@ -4,7 +4,8 @@
 # slots=2 and `--nproc 2` runs a 2 × 2-rank data-parallel job (ranks 2-3 reach node2 through ssh and
 # Open MPI's orted); its losses equal the one-rank run's within 1e-5 (relative) at every step —
 # the same model and global batch (8 = 2 × 4 ranks, or 2 × 4 accumulation steps on one rank), so
-# only the order of float sums differs. Then failures a user can act on, with the training binary:
+# only the order of float sums differs. The same job stopped by SIGTERM mid-run (every rank on
+# both hosts checkpoints, exit 75) and run again resumes on the same losses. Then failures a user can act on, with the training binary:
 # a host that cannot be reached (ssh's own error), too few slots for the world, and a layout that
 # does not match the hostfile's world. Skipped, with the reason, where the container does not
 # permit network namespaces.
@@ -50,6 +51,28 @@ res=$(compare_losses two one 2>&1) && pass "2x2: losses equal the one-rank run's
 for r in 0 1 2 3; do
   [[ -f two/logs/rank_0000$r.log ]] && pass "2x2: rank_0000$r.log exists" || fail "2x2: no two/logs/rank_0000$r.log"
 done
+
+# SIGTERM to `llmtrain run` mid-run: the supervisor asks mpirun (SIGUSR1, forwarded to both hosts;
+# each rank's relay makes it a SIGTERM); every rank checkpoints the same step and exits 75. The same
+# command then resumes on both hosts and finishes on the one-rank run's losses.
+cmd=(lt_exec_in_node1 "$LLMTRAIN" run r.yaml --nproc 2 --set launch.hostfile=hosts
+  --set launch.ssh.config="$LT_SSH_DIR/ssh_config" --set log.dir=stopped)
+start_job stop bash -c "source '$SRC/scripts/ci/cluster.sh'; $(printf '%q ' "${cmd[@]}")"  # becomes llmtrain
+t0=$SECONDS
+until (($(grep -c '"loss"' stopped/metrics.jsonl 2>/dev/null) >= 2)) || ((SECONDS - t0 > 60)); do sleep 0.01; done
+kill -TERM "$job_pid"
+finish_job stop 60
+expect_status 75
+expect_out "[launcher] SIGTERM received: asked every rank, through mpirun, to write a checkpoint and exit 75"
+stop=$(grep -oE "\[rank 0\] stop requested \(signal\): writing a checkpoint at step [0-9]+" <<<"$out" | grep -oE '[0-9]+$')
+((${stop:-30} >= 2 && ${stop:-30} < 30)) && pass "stop: the ranks stopped after step $stop of 30" || fail "stop: stop step '$stop'"
+expect_out "the job stopped: every rank wrote its checkpoint and exited 75"
+on_node1 resume hosts --set log.dir=stopped
+expect_status 0
+expect_out "[rank 0] resuming from $WORK/stopped/ckpt/step_$(printf %08d "${stop:-0}") at step $stop"
+expect_out "[rank 0] done: 30 steps"
+res=$(compare_losses stopped one 2>&1) && pass "stop+resume: losses equal the one-rank run's at every step: $res" ||
+  fail "stop+resume: $res"
 
 # --- failures a user can act on --------------------------------------------------------------------
 # No host answers at 10.200.0.3: ssh's "No route to host" after the ARP timeout (~3 s).
