@@ -174,7 +174,7 @@ int cmd_run(const RunArgs& args) {
   refuse_unsupported();
   // A one-rank run has no supervisor to run the pre-flight checks: without this, an unwritable
   // checkpoint.dir surfaced only at the first checkpoint, after checkpoint.every steps of training.
-  // (Ranks under a launcher were checked by the supervisor, or by whoever ran mpirun/srun.)
+  // (Ranks started by the supervisor were checked by it before they started.)
   if (plan.mode == launcher::LaunchMode::in_process) {
     launcher::check_writable_dir(loaded.recipe.log.dir, "log.dir");
     launcher::check_writable_dir(loaded.recipe.checkpoint.dir, "checkpoint.dir");
