@@ -26,6 +26,7 @@
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
 #include "trainer/model_spec.h"
+#include "trainer/signals.h"
 #include "trainer/trainer.h"
 
 namespace llmtrain::cli {
@@ -132,8 +133,15 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
 }  // namespace
 
 int cmd_run(const RunArgs& args) {
-  // A rank listens for the supervisor's stop request from its first moment (launcher/stop_relay.h).
-  if (parallel::detect_launch_env().is_rank()) launcher::install_stop_relay();
+  // A rank listens for stop requests from its first moment: the supervisor's SIGUSR1
+  // (launcher/stop_relay.h) and SIGTERM from it or from Slurm. The trainer's handlers go in before
+  // the relay and long before the training loop: a stop that arrives while the rank bootstraps,
+  // reads data or loads a checkpoint (minutes for a large model) must still end in a checkpoint and
+  // exit 75, not kill the rank (143) — under Slurm that would lose the requeue of a preempted job.
+  if (parallel::detect_launch_env().is_rank()) {
+    trainer::install_stop_handlers();
+    launcher::install_stop_relay();
+  }
   RecipeArgs recipe_args = args.recipe;
   if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
   LoadedRecipe loaded = recipe_load(recipe_args.recipe, recipe_args.overrides);
@@ -164,6 +172,14 @@ int cmd_run(const RunArgs& args) {
   }
   // This process is the one rank (in_process) or one of the ranks (as_rank): it trains.
   refuse_unsupported();
+  // A one-rank run has no supervisor to run the pre-flight checks: without this, an unwritable
+  // checkpoint.dir surfaced only at the first checkpoint, after checkpoint.every steps of training.
+  // (Ranks started by the supervisor were checked by it before they started.)
+  if (plan.mode == launcher::LaunchMode::in_process) {
+    launcher::check_writable_dir(loaded.recipe.log.dir, "log.dir");
+    launcher::check_writable_dir(loaded.recipe.checkpoint.dir, "checkpoint.dir");
+    trainer::install_stop_handlers();  // as for ranks above: Ctrl-C while loading stops after a step
+  }
   return run_ranks(loaded, plan);
 }
 

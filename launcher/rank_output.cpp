@@ -111,10 +111,11 @@ RankOutput::~RankOutput() {
   if (launcher_file_) std::fclose(launcher_file_);
 }
 
-void RankOutput::begin_attempt(const std::string& header) {
+void RankOutput::begin_attempt(const std::string& header, int ranks) {
   flush();
   ++attempt_;
   header_ = header;
+  for (int r = 0; r < ranks; ++r) rank_file(r);
 }
 
 std::FILE* RankOutput::rank_file(int rank) {

@@ -40,8 +40,10 @@ class RankOutput {
   RankOutput& operator=(const RankOutput&) = delete;
   ~RankOutput();
 
-  // Starts a new attempt: every rank file gets `header` before its next line.
-  void begin_attempt(const std::string& header);
+  // Starts a new attempt: every rank file gets `header` before its next line. With `ranks` > 0,
+  // the files of ranks 0..ranks-1 get it now, so every rank of the job has a log that shows each
+  // attempt, also a rank that prints nothing (llmtrain's ranks other than 0, on a healthy run).
+  void begin_attempt(const std::string& header, int ranks = 0);
   // Bytes read from the launcher program's stdout (is_stderr false) or stderr.
   void feed(bool is_stderr, std::string_view bytes);
   // Emits a partial last line of either stream.

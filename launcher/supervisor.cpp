@@ -359,7 +359,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
     if (opt.previous_restarts > 0) header += fmt::format(" (Slurm restart {})", opt.previous_restarts);
     if (is_restart)
       header += checkpoint.empty() ? ", from the beginning (no complete checkpoint)" : ", resuming from " + checkpoint;
-    out.begin_attempt(header);
+    out.begin_attempt(header, plan.world_size);
     std::string line;
     for (const auto& a : command) line += (line.empty() ? "" : " ") + shell_quote(a);
     out.launcher_message(fmt::format("{}: {}", header, line));

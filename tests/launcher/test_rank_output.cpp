@@ -80,3 +80,23 @@ TEST(RankOutput, WritesOneFilePerRankAcrossAttemptsAndPartialLines) {
   EXPECT_EQ(rank_log_name(12345), "rank_12345.log");
   std::filesystem::remove_all(dir);
 }
+
+TEST(RankOutput, EveryRankOfTheJobGetsALogWithEachAttempt) {
+  // llmtrain's ranks other than 0 print nothing on a healthy run: their logs must still exist and
+  // show each attempt they took part in.
+  std::string dir = ::testing::TempDir() + "rank_output_all_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  {
+    RankOutput out(dir, OutputTags::srun_label, /*console=*/false);
+    out.begin_attempt("attempt 1 of 2", 3);
+    out.feed(false, "0: step 1\n");
+    out.begin_attempt("attempt 2 of 2, resuming from ckpt/step_00000004", 3);
+  }
+  std::string r0 = slurp(dir + "/rank_00000.log");
+  std::string r2 = slurp(dir + "/rank_00002.log");
+  EXPECT_NE(r0.find("attempt 1 of 2 ---\nstep 1\n--- "), std::string::npos) << r0;
+  EXPECT_NE(r2.find("attempt 1 of 2 ---\n--- "), std::string::npos) << r2;
+  EXPECT_NE(r2.find("attempt 2 of 2, resuming from ckpt/step_00000004 ---\n"), std::string::npos) << r2;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/rank_00003.log"));
+  std::filesystem::remove_all(dir);
+}
