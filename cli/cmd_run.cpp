@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/recipe_parse.h"
 #include "common/error.h"
+#include "common/host.h"
 #include "common/strings.h"
 #include "launcher/child_process.h"
 #include "launcher/launch_plan.h"
@@ -32,14 +33,9 @@
 namespace llmtrain::cli {
 namespace {
 
-std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("llmtrain") : p.string();
-}
-
 std::vector<std::string> rank_argv(const RecipeArgs& args) {
-  std::vector<std::string> argv{self_exe(), "run", std::filesystem::absolute(args.recipe).lexically_normal().string()};
+  std::vector<std::string> argv{executable_path(), "run",
+                                std::filesystem::absolute(args.recipe).lexically_normal().string()};
   for (const auto& o : args.overrides) argv.insert(argv.end(), {"--set", o});
   return argv;
 }

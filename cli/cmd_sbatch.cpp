@@ -9,6 +9,7 @@
 #include "cli/recipe_parse.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/host.h"
 #include "common/strings.h"
 #include "launcher/child_process.h"
 #include "launcher/preflight.h"
@@ -16,15 +17,7 @@
 #include "llmtrain_version.h"
 
 namespace llmtrain::cli {
-namespace {
-
-std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("llmtrain") : p.string();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 int cmd_sbatch(const SbatchArgs& args) {
   namespace fs = std::filesystem;
@@ -35,7 +28,7 @@ int cmd_sbatch(const SbatchArgs& args) {
   const trainer::Recipe& r = loaded.recipe;
 
   launcher::SbatchRequest q;
-  q.llmtrain = self_exe();
+  q.llmtrain = executable_path();
   q.recipe = fs::absolute(args.recipe.recipe).lexically_normal().string();
   q.workdir = fs::current_path().string();
   q.overrides = args.recipe.overrides;

@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -31,6 +32,12 @@ static int64_t meminfo_kib(const std::string& key) {
     }
   }
   return 0;
+}
+
+std::string executable_path() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("llmtrain") : p.string();
 }
 
 HostInfo host_info() {

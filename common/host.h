@@ -18,5 +18,8 @@ struct HostInfo {
 
 HostInfo host_info();
 int usable_cores();
+// The absolute path of this program (/proc/self/exe), for re-running it as ranks; "llmtrain" when
+// it cannot be read.
+std::string executable_path();
 
 }  // namespace llmtrain

@@ -105,7 +105,9 @@ lt_slurm_start() {
   chmod 755 "$d" "$d/munge"  # munged insists on a socket folder everyone can traverse
   mungekey --create --keyfile="$d/munge/munge.key" >/dev/null 2>&1 || { lt_say "mungekey failed"; return 1; }
   chmod 400 "$d/munge/munge.key"
-  PATH=$PATH:/usr/sbin timeout 20 munged --socket="$d/munge/munge.sock" --key-file="$d/munge/munge.key" \
+  # Every daemon starts with fd 9 closed: it must not inherit the test's lock (lt_lock), or a daemon
+  # left behind by a killed test would hold the lock and block every later test.
+  PATH=$PATH:/usr/sbin timeout 20 munged 9>&- --socket="$d/munge/munge.sock" --key-file="$d/munge/munge.key" \
     --pid-file="$d/munge/munged.pid" --log-file="$d/munge/munged.log" --seed-file="$d/munge/munged.seed" ||
     { lt_say "munged did not start: $(tail -3 "$d/munge/munged.log" 2>/dev/null)"; return 1; }
   lt_wait 10 bash -c "munge -S $d/munge/munge.sock -n </dev/null | unmunge -S $d/munge/munge.sock" ||
@@ -145,8 +147,8 @@ NodeName=${host} NodeAddr=127.0.0.1 CPUs=${LT_SLURM_CPUS} RealMemory=1000 State=
 PartitionName=lt Nodes=${host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
   export SLURM_CONF=$d/slurm.conf
-  timeout 20 /usr/sbin/slurmctld -f "$SLURM_CONF" || { lt_say "slurmctld did not start: $(tail -3 "$d/log/slurmctld.log")"; return 1; }
-  timeout 20 /usr/sbin/slurmd -f "$SLURM_CONF" || { lt_say "slurmd did not start: $(tail -3 "$d/log/slurmd.log")"; return 1; }
+  timeout 20 /usr/sbin/slurmctld -f "$SLURM_CONF" 9>&- || { lt_say "slurmctld did not start: $(tail -3 "$d/log/slurmctld.log")"; return 1; }
+  timeout 20 /usr/sbin/slurmd -f "$SLURM_CONF" 9>&- || { lt_say "slurmd did not start: $(tail -3 "$d/log/slurmd.log")"; return 1; }
   lt_wait 20 bash -c "sinfo -h -N -o %T | grep -qxE 'idle|mixed|allocated'" || {
     lt_say "the node did not come up: $(sinfo -h -N -o '%N %T %E' 2>&1) $(tail -3 "$d/log/slurmd.log")"
     return 1
@@ -216,7 +218,7 @@ Host *
   BatchMode yes
   LogLevel ERROR
 CONF
-  timeout 20 /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log" || { lt_say "sshd did not start: $(tail -3 "$d/sshd.log")"; return 1; }
+  timeout 20 /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log" 9>&- || { lt_say "sshd did not start: $(tail -3 "$d/sshd.log")"; return 1; }
   lt_wait 10 ssh -F "$d/ssh_config" 127.0.0.1 true || { lt_say "sshd does not answer: $(tail -3 "$d/sshd.log")"; return 1; }
 }
 
@@ -260,7 +262,7 @@ lt_hosts_start() {
     # Its own hostname: Open MPI names shared-memory segments after it, so two "hosts" with one
     # name would collide.
     ip netns exec "lt-node$n" unshare --uts sh -c "hostname node$n; exec /usr/sbin/sshd -f $d/sshd_config \
-      -o ListenAddress=$LT_NET.$n -o PidFile=$d/sshd-node$n.pid -E $d/sshd-node$n.log" ||
+      -o ListenAddress=$LT_NET.$n -o PidFile=$d/sshd-node$n.pid -E $d/sshd-node$n.log" 9>&- ||
       { lt_say "sshd in lt-node$n did not start: $(tail -3 "$d/sshd-node$n.log")"; return 1; }
   done
   lt_wait 10 ip netns exec lt-node1 ssh -F "$d/ssh_config" "$LT_NET.2" true &&
