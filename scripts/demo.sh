@@ -28,7 +28,8 @@ rm -rf runs/tiny
 
 echo
 echo "demo: validation loss (nats per byte) during training:"
-sed -n 's/.*"step":\([0-9]*\).*"val_loss":\([0-9.e+-]*\).*/  step \1: \2/p' runs/tiny/metrics.jsonl
+sed -n 's/.*"step":\([0-9]*\).*"val_loss":\([0-9.e+-]*\).*/\1 \2/p' runs/tiny/metrics.jsonl |
+  while read -r step loss; do printf '  step %5d: %.3f\n' "$step" "$loss"; done
 echo
 echo "demo: a sample from the trained model:"
 "$llmtrain" generate runs/tiny/ckpt --prompt "The meaning of life is" --max-tokens 200 --temperature 0.8 --top-k 40 --seed 1

@@ -43,7 +43,7 @@ read -r t21 e21 < <(summary dp2t1)
 /usr/bin/python3 - "$t11" "$t12" "$t21" "$e21" <<'PY'
 import sys
 t11, t12, t21, e21 = map(float, sys.argv[1:])
-print(f"tiny, {sys.argv[0] and ''}global batch 32 × seq 256:")
+print("recipes/tiny.yaml (its global batch split over the ranks):")
 print(f"  dp=1, 1 thread      {t11:8.0f} tok/s")
 print(f"  dp=1, 2 threads     {t12:8.0f} tok/s   ({t12 / t11:.2f}× dp=1/1 thread)")
 print(f"  dp=2, 1 thread each {t21:8.0f} tok/s   ({t21 / t11:.2f}× dp=1/1 thread: scaling efficiency {t21 / (2 * t11):.0%})")
