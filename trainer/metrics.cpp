@@ -81,10 +81,4 @@ std::string format_eval_line(const EvalMetrics& m) {
   return fmt::format("eval at step {} | val loss {:.4f} | val ppl {:.2f}", m.step, m.val_loss, m.val_ppl);
 }
 
-std::string progress_bar(int64_t done, int64_t total, int width) {
-  double frac = total > 0 ? std::clamp(double(done) / double(total), 0.0, 1.0) : 0.0;
-  int fill = static_cast<int>(frac * width + 0.5);
-  return "[" + std::string(fill, '#') + std::string(width - fill, '.') + fmt::format("] {:3.0f}%", 100 * frac);
-}
-
 }  // namespace llmtrain::trainer

@@ -59,7 +59,5 @@ class MetricsLog {
 // The console line for a step: "step 120/2000 | loss 2.3140 | lr 9.98e-04 | ...".
 std::string format_step_line(const StepMetrics& m);
 std::string format_eval_line(const EvalMetrics& m);
-// A progress bar of `width` characters for `done` of `total`.
-std::string progress_bar(int64_t done, int64_t total, int width);
 
 }  // namespace llmtrain::trainer
