@@ -131,11 +131,22 @@ int train(const TrainContext& ctx) {
   int64_t step = 0, consumed = 0;
   nlohmann::json extra = nlohmann::json::object();
   const CheckpointConfig& cc = r.checkpoint;
+  // checkpoint.resume: <path> and load_weights_only say how a run STARTS; once the run has written
+  // checkpoints of its own, running the same command again (after exit 75, a crash or preemption)
+  // must continue from those, not start over from the given path.
+  bool weights_only = cc.load_weights_only;
+  bool explicit_path = cc.resume == ResumeMode::path;
+  if (explicit_path && !checkpoint_candidates(cc.dir).empty() &&
+      !fs::path(cc.resume_path).lexically_relative(cc.dir).string().starts_with("step_")) {
+    say("{} already holds this run's checkpoints: continuing from them (checkpoint.resume: {}{} applies to the "
+        "run's first start)",
+        cc.dir, cc.resume_path, weights_only ? " with load_weights_only" : "");
+    explicit_path = weights_only = false;
+  }
   if (cc.resume != ResumeMode::none) {
-    auto slices = checkpoint_slices(model, cc.load_weights_only ? nullptr : &opt, dp_rank, r.parallel.zero);
-    bool explicit_path = cc.resume == ResumeMode::path;
+    auto slices = checkpoint_slices(model, weights_only ? nullptr : &opt, dp_rank, r.parallel.zero);
     auto loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, *comms.world);
-    if (loaded && cc.load_weights_only) {
+    if (loaded && weights_only) {
       say("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
     } else if (loaded) {
       step = loaded->manifest.step;

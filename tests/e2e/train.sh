@@ -108,6 +108,13 @@ assert f[0]["step"] == 1
 assert f[0]["loss"] < a[0]["loss"] - 1.0, (f[0]["loss"], a[0]["loss"])
 PY
 
+# The same command again continues the fine-tuning run from its own checkpoint, not from A's.
+run_cmd weights-only-again run F --set checkpoint.resume="$PWD/A/ckpt/step_00000060" --set checkpoint.load_weights_only=true \
+  --set train.steps=8
+expect_status 0
+expect_out "already holds this run's checkpoints: continuing from them"
+expect_out "at step 5"
+
 # 7. Non-finite losses: stop (exit 2, the reason) or skip (counted, then stop after K in a row).
 run_cmd nonfinite-stop run G --set model.init_std=1e30 --set checkpoint.resume=none
 expect_status 2

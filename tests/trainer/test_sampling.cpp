@@ -61,10 +61,18 @@ TEST(Sampling, TopPKeepsTheSmallestNucleus) {
   EXPECT_EQ(f[2], 0.0);
 }
 
-TEST(Sampling, SameUniformSameToken) {
-  std::vector<float> l{0.1f, 0.2f, 0.3f, 0.4f};
-  for (double u : {0.0, 0.3, 0.7, 0.999999})
-    EXPECT_EQ(sample_token(l, {0.8, 3, 0.9}, u), sample_token(l, {0.8, 3, 0.9}, u));
+// The uniform number walks the cumulative distribution of the candidates in decreasing order of
+// probability, so a fixed uniform gives a fixed, predictable token (what makes --seed reproducible).
+TEST(Sampling, UniformWalksTheCumulativeDistribution) {
+  std::vector<float> l{0.1f, 0.4f, 0.3f, 0.2f};  // order by probability: 1, 2, 3, 0
+  double z = 0;
+  for (float x : l) z += std::exp(x);
+  const double p1 = std::exp(0.4) / z, p2 = std::exp(0.3) / z;
+  EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, 0.0), 1);
+  EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, p1 - 1e-6), 1);
+  EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, p1 + 1e-6), 2);
+  EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, p1 + p2 + 1e-6), 3);
+  EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, 0.999999), 0);
 }
 
 }  // namespace
