@@ -5,14 +5,15 @@
 
 #include "cli/commands.h"
 #include "cli/recipe_parse.h"
+#include "common/checkpoint_dir.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "parallel/comm.h"
-#include "trainer/checkpoint.h"
-#include "trainer/generate.h"
-#include "trainer/model.h"
-#include "trainer/tokenizer.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/model/generate.h"
+#include "trainer/model/model.h"
 
 namespace llmtrain::cli {
 namespace fs = std::filesystem;
@@ -22,13 +23,13 @@ namespace {
 // The step directories to try, newest first: the given one, or those of a checkpoint directory
 // (or of a run directory's ckpt/).
 std::vector<std::string> step_dirs(const std::string& path) {
-  if (fs::exists(fs::path(path) / trainer::kManifestFile)) return {path};
+  if (fs::exists(fs::path(path) / kManifestFile)) return {path};
   if (!fs::is_directory(path))
     throw Error(fmt::format("{} does not exist", path),
                 "give a checkpoint: runs/<name>, runs/<name>/ckpt or a step_<N>/");
-  auto dirs = trainer::checkpoint_candidates(path);
+  auto dirs = checkpoint_candidates(path);
   if (dirs.empty() && fs::is_directory(fs::path(path) / "ckpt"))
-    dirs = trainer::checkpoint_candidates((fs::path(path) / "ckpt").string());
+    dirs = checkpoint_candidates((fs::path(path) / "ckpt").string());
   if (dirs.empty())
     throw Error(fmt::format("{} holds no checkpoint (no manifest.json, no step_<N>/, no ckpt/)", path),
                 "give a checkpoint: runs/<name>, runs/<name>/ckpt or a step_<N>/");
@@ -41,7 +42,7 @@ int cmd_generate(const GenerateArgs& args) {
   auto world = parallel::make_local_comm();
   for (const std::string& dir : step_dirs(args.checkpoint)) {
     // The recipe the checkpoint was trained with gives the model's shape.
-    std::string manifest_path = (fs::path(dir) / trainer::kManifestFile).string();
+    std::string manifest_path = (fs::path(dir) / kManifestFile).string();
     auto j = nlohmann::json::parse(read_file(manifest_path), nullptr, false);
     if (j.is_discarded()) {
       log_warn("skipping {}: {} is not valid JSON", dir, manifest_path);
@@ -50,7 +51,7 @@ int cmd_generate(const GenerateArgs& args) {
     trainer::Manifest manifest = trainer::manifest_from_json(j, manifest_path);
     ParsedRecipe parsed = recipe_parse_text(manifest.recipe_yaml, manifest_path + " (recipe)", {});
     if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
-    trainer::ModelConfig cfg = parsed.recipe.model;
+    ModelConfig cfg = parsed.recipe.model;
     trainer::ModelOptions opts;
     opts.micro_batch = 1;
     trainer::Model model(cfg, opts, *world);
@@ -81,7 +82,7 @@ int cmd_generate(const GenerateArgs& args) {
                               cfg.max_positions),
                   "use a shorter prompt");
     log_info("generating from {} (step {}, {} model of {} layers, tokenizer {})", dir, manifest.step,
-             trainer::to_string(cfg.family), cfg.layers, tok->describe());
+             to_string(cfg.family), cfg.layers, tok->describe());
 
     trainer::KvCacheDecoder decoder(model, context);
     trainer::GenerateOptions o;

@@ -1,4 +1,4 @@
-// `llmtrain prep`: the command-line face of trainer/data_prep.h. Parses nothing itself (main.cpp
+// `llmtrain prep`: the command-line face of trainer/data/data_prep.h. Parses nothing itself (main.cpp
 // registers the flags with CLI11); decides the progress display and turns SIGINT/SIGTERM into a
 // clean stop that leaves no partial output.
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
-#include "trainer/data_prep.h"
+#include "trainer/data/data_prep.h"
 
 namespace llmtrain::cli {
 

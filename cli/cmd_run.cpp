@@ -13,9 +13,12 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/recipe_emit.h"
+#include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
 #include "common/error.h"
 #include "common/host.h"
+#include "common/signals.h"
 #include "common/strings.h"
 #include "launcher/child_process.h"
 #include "launcher/launch_plan.h"
@@ -26,8 +29,7 @@
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
-#include "trainer/model_spec.h"
-#include "trainer/signals.h"
+#include "trainer/model/model_spec.h"
 #include "trainer/trainer.h"
 
 namespace llmtrain::cli {
@@ -68,7 +70,7 @@ std::string groups_text(const parallel::MeshShape& shape, parallel::GroupKind ki
 }
 
 void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
-  const trainer::Recipe& r = loaded.recipe;
+  const Recipe& r = loaded.recipe;
   const auto& m = r.model;
   parallel::MeshShape shape{r.parallel.tp, r.parallel.pp, r.parallel.dp};
 
@@ -84,8 +86,8 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
 
   int64_t params = trainer::count_parameters(m);
   std::printf("model: %s, %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d (padded %d), seq_len %d\n",
-              trainer::to_string(m.family), m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab,
-              m.padded_vocab(), m.seq_len);
+              to_string(m.family), m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab, m.padded_vocab(),
+              m.seq_len);
   std::printf("parameters: %s (%lld)\n", format_count(double(params)).c_str(), static_cast<long long>(params));
   double flops = trainer::training_flops_per_token(m);
   std::printf("training FLOPs per token: %s (6N + 12·L·d·T, N = %s matmul parameters)\n", format_count(flops).c_str(),
@@ -105,14 +107,14 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   if (!plan.blocker.empty())
     std::printf("cannot launch from here: %s (%s)\n", plan.blocker.c_str(), plan.blocker_hint.c_str());
   std::printf("outputs: log %s, checkpoints %s\n", r.log.dir.c_str(), r.checkpoint.dir.c_str());
-  auto missing = trainer::unsupported_features(r);
+  auto missing = unsupported_features(r);
   for (const auto& f : missing) std::printf("not supported yet: %s\n", f.c_str());
 }
 
 // This process is the whole job (one rank) or one rank of it: bootstrap, build the mesh's groups
 // and train.
 int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
-  const trainer::Recipe& r = loaded.recipe;
+  const Recipe& r = loaded.recipe;
   return parallel::rank_main(loaded.env, {.timeout_s = r.parallel.timeout_s}, [&](parallel::Runtime& rt) {
     parallel::Mesh mesh({r.parallel.tp, r.parallel.pp, r.parallel.dp}, rt.info().rank);
     parallel::MeshComms comms = parallel::make_mesh_comms(mesh, rt.take_world());
@@ -135,7 +137,7 @@ int cmd_run(const RunArgs& args) {
   // reads data or loads a checkpoint (minutes for a large model) must still end in a checkpoint and
   // exit 75, not kill the rank (143) — under Slurm that would lose the requeue of a preempted job.
   if (parallel::detect_launch_env().is_rank()) {
-    trainer::install_stop_handlers();
+    install_stop_handlers();
     launcher::install_stop_relay();
   }
   RecipeArgs recipe_args = args.recipe;
@@ -151,7 +153,7 @@ int cmd_run(const RunArgs& args) {
     return kExitOk;
   }
   if (!plan.blocker.empty()) throw Error(plan.blocker, plan.blocker_hint);
-  auto missing = trainer::unsupported_features(loaded.recipe);
+  auto missing = unsupported_features(loaded.recipe);
   auto refuse_unsupported = [&] {
     if (!missing.empty())
       throw Error("not supported yet: " + join(missing, "; "),
@@ -174,7 +176,7 @@ int cmd_run(const RunArgs& args) {
   if (plan.mode == launcher::LaunchMode::in_process) {
     launcher::check_writable_dir(loaded.recipe.log.dir, "log.dir");
     launcher::check_writable_dir(loaded.recipe.checkpoint.dir, "checkpoint.dir");
-    trainer::install_stop_handlers();  // as for ranks above: Ctrl-C while loading stops after a step
+    install_stop_handlers();  // as for ranks above: Ctrl-C while loading stops after a step
   }
   return run_ranks(loaded, plan);
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
 #include "common/error.h"
 #include "common/file_io.h"
@@ -25,7 +26,7 @@ int cmd_sbatch(const SbatchArgs& args) {
   std::vector<std::string> overrides = args.recipe.overrides;
   overrides.push_back(fmt::format("launch.nodes={}", args.nodes));
   LoadedRecipe loaded = recipe_load(args.recipe.recipe, overrides);
-  const trainer::Recipe& r = loaded.recipe;
+  const Recipe& r = loaded.recipe;
 
   launcher::SbatchRequest q;
   q.llmtrain = executable_path();
@@ -52,7 +53,7 @@ int cmd_sbatch(const SbatchArgs& args) {
 
   // Slurm opens the output file before the script runs and does not create its folder.
   launcher::check_writable_dir(r.log.dir, "log.dir");
-  auto missing = trainer::unsupported_features(r);
+  auto missing = unsupported_features(r);
   if (!args.submit) {
     std::fputs(script.c_str(), stdout);
     std::fprintf(stderr, "# output: %s (created %s)\n", launcher::sbatch_output_pattern(r).c_str(), r.log.dir.c_str());

@@ -1,6 +1,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/recipe_emit.h"
+#include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
 
 namespace llmtrain::cli {

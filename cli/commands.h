@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/data_prep.h"
+#include "trainer/data/data_prep.h"
 
 namespace llmtrain::cli {
 

@@ -1,4 +1,6 @@
 // The resolved recipe as YAML, in the section and key order of docs/recipe.md.
+#include "cli/recipe_emit.h"
+
 #include <fmt/format.h>
 
 #include <regex>
@@ -28,8 +30,7 @@ std::string flag(bool b) { return b ? "true" : "false"; }
 
 }  // namespace
 
-std::string recipe_to_yaml(const trainer::Recipe& r) {
-  using namespace trainer;
+std::string recipe_to_yaml(const Recipe& r) {
   std::string y;
   auto line = [&](int indent, const std::string& key, const std::string& value) {
     y += std::string(indent, ' ') + key + ":" + (value.empty() ? "" : " " + value) + "\n";

@@ -1,9 +1,11 @@
+#include "cli/recipe_load.h"
+
 #include <fmt/format.h>
 
 #include <filesystem>
 
-#include "cli/recipe_parse.h"
 #include "launcher/launch_plan.h"
+#include "trainer/data/tokenizer_vocab.h"
 
 namespace llmtrain::cli {
 
@@ -30,12 +32,12 @@ LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>
   out.world = launcher::planned_world(out.recipe, out.env);
 
   std::vector<Diagnostic> diags;
-  auto report = [&](const std::vector<trainer::RecipeProblem>& problems) {
+  auto report = [&](const std::vector<RecipeProblem>& problems) {
     for (const auto& p : problems)
       diags.push_back({recipe_key_where(parsed.tree, file, p.key), p.key, p.message, p.hint});
   };
-  report(trainer::recipe_resolve(out.recipe, out.world, fs::current_path().string()));
-  if (diags.empty()) report(trainer::recipe_check(out.recipe, out.world));
+  report(recipe_resolve(out.recipe, out.world, fs::current_path().string(), trainer::tokenizer_vocab_size));
+  if (diags.empty()) report(recipe_check(out.recipe, out.world));
   if (!diags.empty()) throw RecipeError(std::move(diags));
   return out;
 }

@@ -1,5 +1,5 @@
 // Recipe schema: every key, its type, range and default, checked while converting the YAML tree
-// into trainer::Recipe. The schema is this file's code, one line per key; recipe_schema_keys()
+// into Recipe. The schema is this file's code, one line per key; recipe_schema_keys()
 // lists the keys by running the same code over an empty document, so docs/recipe.md can be
 // checked against it.
 #include "cli/recipe_parse.h"
@@ -13,13 +13,12 @@
 #include <regex>
 #include <set>
 
+#include "common/recipe/recipe_check.h"
 #include "common/strings.h"
-#include "trainer/recipe_check.h"
 
 namespace llmtrain::cli {
 namespace {
 
-using trainer::Recipe;
 using Kind = YamlValue::Kind;
 
 // Every key the schema mentions, collected as the parser runs; recipe_schema_keys() runs the
@@ -287,11 +286,10 @@ constexpr IntRule kNonNegative{0};
 constexpr FloatRule kPositiveFloat{0.0, true};
 constexpr FloatRule kNonNegativeFloat{0.0, false};
 
-void parse_model(Section s, trainer::ModelConfig& m) {
-  using trainer::ModelFamily;
+void parse_model(Section s, ModelConfig& m) {
   s.required("family");
   s.choice("family", m.family, {{"gpt2", ModelFamily::gpt2}, {"llama", ModelFamily::llama}});
-  m.tie_embeddings = trainer::default_tie_embeddings(m.family);
+  m.tie_embeddings = default_tie_embeddings(m.family);
   for (const char* k : {"layers", "hidden", "heads", "seq_len"}) s.required(k);
   s.integer("layers", m.layers, kPositive);
   s.integer("hidden", m.hidden, kPositive);
@@ -310,7 +308,7 @@ void parse_model(Section s, trainer::ModelConfig& m) {
   s.finish();
 }
 
-void parse_data_sources(Section& s, std::vector<trainer::DataSource>& out, std::vector<Diagnostic>& diags) {
+void parse_data_sources(Section& s, std::vector<DataSource>& out, std::vector<Diagnostic>& diags) {
   const YamlValue* v = s.get("train");
   known_keys().insert("data.train[].path");
   known_keys().insert("data.train[].weight");
@@ -335,7 +333,7 @@ void parse_data_sources(Section& s, std::vector<trainer::DataSource>& out, std::
     }
     if (item.kind != Kind::map) return bad(item, item.describe());
     Section entry(&item, fmt::format("data.train[{}]", i), item.where, diags);
-    trainer::DataSource src;
+    DataSource src;
     entry.required("path");
     entry.string("path", src.path, false);
     entry.number("weight", src.weight, kPositiveFloat);
@@ -344,7 +342,7 @@ void parse_data_sources(Section& s, std::vector<trainer::DataSource>& out, std::
   }
 }
 
-void parse_data(Section s, trainer::DataConfig& d, std::vector<Diagnostic>& diags) {
+void parse_data(Section s, DataConfig& d, std::vector<Diagnostic>& diags) {
   s.string("tokenizer", d.tokenizer, false);
   s.required("train");
   parse_data_sources(s, d.train, diags);
@@ -352,8 +350,7 @@ void parse_data(Section s, trainer::DataConfig& d, std::vector<Diagnostic>& diag
   s.finish();
 }
 
-void parse_train(Section s, trainer::TrainConfig& t) {
-  using namespace trainer;
+void parse_train(Section s, TrainConfig& t) {
   s.choice("device", t.device, {{"cpu", DeviceKind::cpu}, {"cuda", DeviceKind::cuda}});
   s.choice("precision", t.precision, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}});
   s.required("steps");
@@ -374,8 +371,7 @@ void parse_train(Section s, trainer::TrainConfig& t) {
   s.finish();
 }
 
-void parse_optimizer(Section s, trainer::OptimizerConfig& o) {
-  using trainer::LrSchedule;
+void parse_optimizer(Section s, OptimizerConfig& o) {
   s.number("lr", o.lr, kPositiveFloat);
   s.number("min_lr", o.min_lr, kNonNegativeFloat);
   s.integer("warmup", o.warmup, kNonNegative);
@@ -402,8 +398,7 @@ void parse_optimizer(Section s, trainer::OptimizerConfig& o) {
   s.finish();
 }
 
-void parse_parallel(Section s, trainer::ParallelConfig& p) {
-  using trainer::PipelineSchedule;
+void parse_parallel(Section s, ParallelConfig& p) {
   s.integer("tp", p.tp, kPositive);
   s.integer("pp", p.pp, kPositive);
   s.integer("dp", p.dp, kPositiveOrAuto);
@@ -426,40 +421,40 @@ void parse_parallel(Section s, trainer::ParallelConfig& p) {
   s.finish();
 }
 
-void parse_checkpoint(Section s, trainer::CheckpointConfig& c) {
+void parse_checkpoint(Section s, CheckpointConfig& c) {
   s.string_or_auto("dir", c.dir);
   s.integer("every", c.every, kNonNegative);
   s.integer("keep", c.keep, kPositive);
   std::string resume;
   if (s.string("resume", resume, false)) {
     if (resume == "auto")
-      c.resume = trainer::ResumeMode::automatic;
+      c.resume = ResumeMode::automatic;
     else if (resume == "none")
-      c.resume = trainer::ResumeMode::none;
+      c.resume = ResumeMode::none;
     else
-      c.resume = trainer::ResumeMode::path, c.resume_path = resume;
+      c.resume = ResumeMode::path, c.resume_path = resume;
   }
   s.boolean("load_weights_only", c.load_weights_only);
-  if (c.load_weights_only && c.resume == trainer::ResumeMode::none)
+  if (c.load_weights_only && c.resume == ResumeMode::none)
     s.error(s.where(), "checkpoint.load_weights_only", "load_weights_only is true but checkpoint.resume is none",
             "set checkpoint.resume to the checkpoint whose weights to start from");
   s.finish();
 }
 
-void parse_eval(Section s, trainer::EvalConfig& e) {
+void parse_eval(Section s, EvalConfig& e) {
   s.integer("every", e.every, kNonNegative);
   s.integer("batches", e.batches, kPositive);
   s.finish();
 }
 
-void parse_log(Section s, trainer::LogConfig& l) {
+void parse_log(Section s, LogConfig& l) {
   s.integer("every", l.every, kPositive);
   s.string_or_auto("dir", l.dir);
   s.number("peak_tflops", l.peak_tflops, {0.0, true, std::numeric_limits<double>::infinity(), false, true});
   s.finish();
 }
 
-void parse_launch(Section s, trainer::LaunchConfig& l, std::vector<Diagnostic>& diags) {
+void parse_launch(Section s, LaunchConfig& l, std::vector<Diagnostic>& diags) {
   s.integer("procs_per_node", l.procs_per_node, kPositive);
   s.integer("nodes", l.nodes, kPositive);
   s.string("hostfile", l.hostfile);

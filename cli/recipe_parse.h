@@ -1,5 +1,6 @@
-// Recipe loading for the CLI: YAML file + `--set` overrides -> trainer::Recipe, with every problem
-// (syntax, unknown key, type, range, cross-field rule) reported at once with its location.
+// Recipe parsing for the CLI: YAML file + `--set` overrides -> Recipe (schema, types, ranges), with
+// every problem reported at once with its location. Resolution and the cross-field rules come
+// after, in recipe_load (cli/recipe_load.h).
 #pragma once
 
 #include <stdexcept>
@@ -7,15 +8,13 @@
 #include <vector>
 
 #include "cli/yaml_tree.h"
-#include "parallel/launch_env.h"
-#include "trainer/recipe.h"
-#include "trainer/recipe_check.h"
+#include "common/recipe/recipe.h"
 
 namespace llmtrain::cli {
 
 struct ParsedRecipe {
-  trainer::Recipe recipe;  // not yet resolved: "auto" fields hold 0 / ""
-  YamlValue tree;          // the document after overrides, for error locations
+  Recipe recipe;   // not yet resolved: "auto" fields hold 0 / ""
+  YamlValue tree;  // the document after overrides, for error locations
   std::vector<Diagnostic> diags;
 };
 
@@ -31,7 +30,7 @@ std::vector<std::string> recipe_schema_keys();
 // its section's location with a note.
 std::string recipe_key_where(const YamlValue& root, const std::string& file, const std::string& key);
 
-// Thrown by recipe_load with every diagnostic.
+// Thrown with every diagnostic by recipe_load (cli/recipe_load.h) and by callers of recipe_parse.
 class RecipeError : public std::runtime_error {
  public:
   explicit RecipeError(std::vector<Diagnostic> diags);
@@ -41,18 +40,5 @@ class RecipeError : public std::runtime_error {
  private:
   std::vector<Diagnostic> diags_;
 };
-
-struct LoadedRecipe {
-  trainer::Recipe recipe;  // resolved: every auto filled, paths absolute
-  trainer::WorldInfo world;
-  parallel::LaunchEnv env;
-};
-
-// parse -> resolve (against the world size from the environment or the launch section) -> check.
-LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>& overrides);
-
-// The resolved recipe as YAML (every key, defaults filled in, paths absolute). Parsing this text
-// again gives the same recipe.
-std::string recipe_to_yaml(const trainer::Recipe& recipe);
 
 }  // namespace llmtrain::cli

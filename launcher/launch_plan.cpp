@@ -43,7 +43,7 @@ void add_mpirun_env(LaunchPlan& plan, const PlanInputs& in) {
   }
 }
 
-int auto_threads(const trainer::Recipe& r, int cores, int ranks_here) {
+int auto_threads(const Recipe& r, int cores, int ranks_here) {
   if (r.train.threads > 0) return r.train.threads;
   return std::max(1, cores / std::max(1, ranks_here));
 }
@@ -77,7 +77,7 @@ PlanInputs plan_inputs(const parallel::LaunchEnv& env, bool rank_program) {
   return in;
 }
 
-trainer::WorldInfo planned_world(const trainer::Recipe& r, const parallel::LaunchEnv& env) {
+WorldInfo planned_world(const Recipe& r, const parallel::LaunchEnv& env) {
   if (env.launcher != parallel::Launcher::none) return {env.world_size, env.world_source()};
   // (With launch.nodes > 1 as well, recipe_check reports the conflict; the file is not read.)
   if (!r.launch.hostfile.empty() && !env.in_slurm_allocation() && r.launch.nodes == 1) {
@@ -119,12 +119,11 @@ std::vector<std::string> LaunchPlan::command_with(const std::vector<std::string>
   return out;
 }
 
-LaunchPlan plan_launch(const trainer::Recipe& r, const parallel::LaunchEnv& env,
-                       const std::vector<std::string>& rank_argv) {
+LaunchPlan plan_launch(const Recipe& r, const parallel::LaunchEnv& env, const std::vector<std::string>& rank_argv) {
   return plan_launch(r, plan_inputs(env), rank_argv);
 }
 
-LaunchPlan plan_launch(const trainer::Recipe& r, const PlanInputs& in, const std::vector<std::string>& rank_argv) {
+LaunchPlan plan_launch(const Recipe& r, const PlanInputs& in, const std::vector<std::string>& rank_argv) {
   LaunchPlan plan;
   const parallel::LaunchEnv& env = in.env;
   plan.world_size = r.world_size();

@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/recipe/recipe.h"
+#include "common/recipe/recipe_check.h"
 #include "launcher/hostfile.h"
 #include "launcher/slurm_env.h"
 #include "parallel/launch_env.h"
-#include "trainer/recipe.h"
-#include "trainer/recipe_check.h"
 
 namespace llmtrain::launcher {
 
@@ -47,7 +47,7 @@ PlanInputs plan_inputs(const parallel::LaunchEnv& env, bool rank_program = false
 // The world size the job will have, known before the recipe is resolved (dp: auto needs it).
 // Reads launch.hostfile (relative to the current directory) when one is set and this process is
 // not a rank; throws llmtrain::Error when it is unreadable or malformed.
-trainer::WorldInfo planned_world(const trainer::Recipe& recipe, const parallel::LaunchEnv& env);
+WorldInfo planned_world(const Recipe& recipe, const parallel::LaunchEnv& env);
 
 using EnvList = std::vector<std::pair<std::string, std::string>>;
 
@@ -79,9 +79,8 @@ struct LaunchPlan {
 };
 
 // `rank_argv`: the arguments each rank runs (path of this executable, "run", the recipe, --set...).
-LaunchPlan plan_launch(const trainer::Recipe& resolved, const PlanInputs& inputs,
-                       const std::vector<std::string>& rank_argv);
-LaunchPlan plan_launch(const trainer::Recipe& resolved, const parallel::LaunchEnv& env,
+LaunchPlan plan_launch(const Recipe& resolved, const PlanInputs& inputs, const std::vector<std::string>& rank_argv);
+LaunchPlan plan_launch(const Recipe& resolved, const parallel::LaunchEnv& env,
                        const std::vector<std::string>& rank_argv);
 
 std::string shell_quote(const std::string& arg);

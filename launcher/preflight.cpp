@@ -46,8 +46,8 @@ void check_program(const std::string& program, const std::string& what, const st
         hint);
 }
 
-void check_devices(const trainer::Recipe& r, const LaunchPlan& plan) {
-  if (r.train.device != trainer::DeviceKind::cuda) return;
+void check_devices(const Recipe& r, const LaunchPlan& plan) {
+  if (r.train.device != DeviceKind::cuda) return;
   kernels::CudaInfo cuda = kernels::cuda_info();
   const int have = static_cast<int>(cuda.devices.size());
   if (have >= plan.ranks_per_node) return;
@@ -62,7 +62,7 @@ void check_devices(const trainer::Recipe& r, const LaunchPlan& plan) {
                               have));
 }
 
-void check_slurm(const trainer::Recipe& r, const LaunchPlan& plan, const SlurmAllocation& a) {
+void check_slurm(const Recipe& r, const LaunchPlan& plan, const SlurmAllocation& a) {
   const std::string job = fmt::format("Slurm job {}", a.job_id);
   const std::string world = fmt::format("{} ranks (launch.nodes {} × launch.procs_per_node {})", plan.world_size,
                                         plan.nodes, plan.ranks_per_node);
@@ -87,7 +87,7 @@ void check_slurm(const trainer::Recipe& r, const LaunchPlan& plan, const SlurmAl
                                     : "allocate more CPUs per node (--cpus-per-task, or --exclusive)");
 }
 
-void check_ssh(const trainer::Recipe& r, const LaunchPlan& plan, const PreflightOptions& opt) {
+void check_ssh(const Recipe& r, const LaunchPlan& plan, const PreflightOptions& opt) {
   const auto& ssh = r.launch.ssh;
   for (const auto& [key, path] : {std::pair{"launch.ssh.identity", ssh.identity}, {"launch.ssh.config", ssh.config}}) {
     if (path.empty()) continue;
@@ -190,7 +190,7 @@ void check_writable_dir(const std::string& dir, const std::string& key) {
   ::unlink(probe.c_str());
 }
 
-void preflight_check(const trainer::Recipe& r, const LaunchPlan& plan, const PreflightOptions& opt) {
+void preflight_check(const Recipe& r, const LaunchPlan& plan, const PreflightOptions& opt) {
   if (plan.spawns()) {
     const std::string& program = plan.command.front();
     if (program == "srun")

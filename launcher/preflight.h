@@ -12,8 +12,8 @@
 
 #include <string>
 
+#include "common/recipe/recipe.h"
 #include "launcher/launch_plan.h"
-#include "trainer/recipe.h"
 
 namespace llmtrain::launcher {
 
@@ -24,7 +24,7 @@ struct PreflightOptions {
 
 // Throws llmtrain::Error (user kind for a recipe or setup the user must change, environment kind
 // for a machine that is not ready) on the first problem class found, listing every instance of it.
-void preflight_check(const trainer::Recipe& resolved, const LaunchPlan& plan, const PreflightOptions& options = {});
+void preflight_check(const Recipe& resolved, const LaunchPlan& plan, const PreflightOptions& options = {});
 
 // The output-folder check alone (also for in-process runs): creates `dir` and writes a file in it.
 void check_writable_dir(const std::string& dir, const std::string& key);

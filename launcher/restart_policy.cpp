@@ -8,7 +8,6 @@
 #include <filesystem>
 
 #include "common/error.h"
-#include "trainer/checkpoint_format.h"
 
 namespace llmtrain::launcher {
 namespace fs = std::filesystem;
@@ -58,30 +57,6 @@ std::string describe_exit(int status) {
 double restart_backoff_s(int restart, double base_s, double cap_s) {
   if (restart < 1) return 0.0;
   return std::min(cap_s, base_s * std::ldexp(1.0, std::min(restart - 1, 30)));
-}
-
-namespace {
-
-bool complete(const fs::path& step_dir) {
-  std::error_code ec;
-  return fs::is_directory(step_dir, ec) && fs::is_regular_file(step_dir / trainer::kManifestFile, ec);
-}
-
-}  // namespace
-
-std::string latest_complete_checkpoint(const std::string& dir) {
-  // `latest` is replaced last (docs/checkpoint-format.md), so after a crash between the rename of
-  // a step directory and that replacement, the newest complete directory is newer than `latest`:
-  // the scan finds it either way.
-  std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return "";
-  int64_t best_step = -1;
-  std::string best;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    int64_t step = trainer::checkpoint_parse_step_dir(entry.path().filename().string());
-    if (step > best_step && complete(entry.path())) best_step = step, best = entry.path().string();
-  }
-  return best;
 }
 
 std::vector<std::string> resume_overrides() {

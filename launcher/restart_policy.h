@@ -29,12 +29,6 @@ std::string describe_exit(int status);
 // Seconds to wait before restart number `restart` (1-based): base × 2^(restart-1), at most cap.
 double restart_backoff_s(int restart, double base_s, double cap_s);
 
-// The newest complete checkpoint in `dir` (its path), or "" when there is none: the step directory
-// with the highest step that holds a manifest.json (the one `latest` names, or a newer one left by
-// a crash before `latest` was replaced).
-// `.partial` directories never count.
-std::string latest_complete_checkpoint(const std::string& dir);
-
 // The rank arguments a restart appends when a complete checkpoint exists.
 std::vector<std::string> resume_overrides();
 

@@ -7,9 +7,9 @@
 
 namespace llmtrain::launcher {
 
-std::string sbatch_output_pattern(const trainer::Recipe& r) { return r.log.dir + "/slurm-%j.out"; }
+std::string sbatch_output_pattern(const Recipe& r) { return r.log.dir + "/slurm-%j.out"; }
 
-std::string sbatch_script(const trainer::Recipe& r, const SbatchRequest& q) {
+std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
   if (!r.launch.hostfile.empty())
     throw Error(
         fmt::format("launch.hostfile is set ({}), but in a Slurm job Slurm chooses the nodes", r.launch.hostfile),
@@ -18,7 +18,7 @@ std::string sbatch_script(const trainer::Recipe& r, const SbatchRequest& q) {
   if (q.signal_margin_s < 1)
     throw Error(fmt::format("--signal-margin must be at least 1 second, found {}", q.signal_margin_s));
   const int ppn = r.launch.procs_per_node;
-  const bool cuda = r.train.device == trainer::DeviceKind::cuda;
+  const bool cuda = r.train.device == DeviceKind::cuda;
   int gpus = q.gpus_per_node >= 0 ? q.gpus_per_node : cuda ? ppn : 0;
   if (cuda && gpus < ppn)
     throw Error(fmt::format("train.device is cuda with launch.procs_per_node {} ranks per node, but --gpus-per-node "

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/recipe.h"
+#include "common/recipe/recipe.h"
 
 namespace llmtrain::launcher {
 
@@ -42,9 +42,9 @@ struct SbatchRequest {
 
 // The script's text. Throws llmtrain::Error for requests that cannot work (a hostfile recipe,
 // fewer GPUs per node than ranks per node with train.device cuda).
-std::string sbatch_script(const trainer::Recipe& resolved, const SbatchRequest& request);
+std::string sbatch_script(const Recipe& resolved, const SbatchRequest& request);
 
 // Where the job's output goes: <log.dir>/slurm-%j.out (Slurm fills in %j).
-std::string sbatch_output_pattern(const trainer::Recipe& resolved);
+std::string sbatch_output_pattern(const Recipe& resolved);
 
 }  // namespace llmtrain::launcher

@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "trainer/signals.h"
+#include "common/signals.h"
 
 namespace llmtrain::launcher {
 namespace {
@@ -14,7 +14,7 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 
 void on_relay_signal(int) {
   // Async-signal-safe: atomics and kill(2) only.
-  if (trainer::stop_requested() || g_relayed.exchange(true)) return;
+  if (stop_requested() || g_relayed.exchange(true)) return;
   ::kill(::getpid(), SIGTERM);
 }
 

@@ -2,7 +2,7 @@
 // SIGTERM on to the ranks — Open MPI's mpirun answers it by killing every rank a second later, and
 // Slurm's srun by SIGKILLing the step — but both forward SIGUSR1 to every rank on every host. So
 // the supervisor sends SIGUSR1 to mpirun/srun, and each rank turns it into a SIGTERM to itself,
-// which the trainer's stop handler (trainer/signals.h) answers with a checkpoint and exit 75.
+// which the trainer's stop handler (common/signals.h) answers with a checkpoint and exit 75.
 //
 // Rule a reader could get wrong: a rank must see one SIGTERM per stop — the trainer exits at once,
 // without a checkpoint, on a second one. So the relay sends SIGTERM at most once, and not at all

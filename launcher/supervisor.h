@@ -24,8 +24,8 @@
 
 #include <string>
 
+#include "common/recipe/recipe.h"
 #include "launcher/launch_plan.h"
-#include "trainer/recipe.h"
 
 namespace llmtrain::launcher {
 
@@ -44,7 +44,7 @@ struct SupervisorOptions {
 
 // The options `llmtrain run` uses: from the recipe (log.dir, checkpoint.dir, launch.max_restarts)
 // and the environment (SLURM_RESTART_COUNT).
-SupervisorOptions supervisor_options(const trainer::Recipe& resolved);
+SupervisorOptions supervisor_options(const Recipe& resolved);
 
 // Runs the job until it finishes, fails for good or is stopped. Returns 0 (finished), 2 (user
 // error: not restarted), 75 (interrupted with a checkpoint written), or the status of the last

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "trainer/recipe.h"
+#include "common/recipe/recipe.h"
 
 namespace llmtrain::trainer {
 

@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
-#include "trainer/model.h"
-#include "trainer/recipe.h"
+#include "trainer/model/model.h"
 
 namespace llmtrain::trainer {
 

@@ -12,20 +12,20 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/signals.h"
 #include "common/strings.h"
 #include "kernels/backend_info.h"
 #include "parallel/grad_buckets.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/data/gpt_dataset.h"
+#include "trainer/data/sampler.h"
+#include "trainer/data/tokenizer.h"
 #include "trainer/fault_injection.h"
-#include "trainer/gpt_dataset.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 #include "trainer/optimizer.h"
 #include "trainer/progress_bar.h"
-#include "trainer/sampler.h"
-#include "trainer/signals.h"
-#include "trainer/tokenizer.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -176,7 +176,7 @@ int train(const TrainContext& ctx) {
       r.log.peak_tflops > 0 ? "" : " (measured sgemm rate)");
 
   // Data parallelism: gradients averaged in buckets launched during the last micro-batch's
-  // backward, as each group of parameters completes (trainer/model.h GradReadyHook).
+  // backward, as each group of parameters completes (trainer/model/model.h GradReadyHook).
   std::vector<parallel::ParamRange> ranges;
   std::vector<std::vector<int>> ready_groups(size_t(mc.layers) + 2);  // [0] head, [1 + layer], [last] embedding
   for (size_t i = 0; i < model.parameters().size(); ++i) {

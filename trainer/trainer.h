@@ -14,9 +14,9 @@
 #include <string>
 
 #include "common/file_io.h"
+#include "common/recipe/recipe.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
-#include "trainer/recipe.h"
 
 namespace llmtrain::trainer {
 

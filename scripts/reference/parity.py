@@ -1,4 +1,4 @@
-"""Compares llmtrain (tests/trainer/parity_driver.cpp's output in DIR) with the PyTorch reference
+"""Compares llmtrain (tests/trainer/model/parity_driver.cpp's output in DIR) with the PyTorch reference
 (model.py) in float64: the same weights and batches must give the same logits, loss and
 parameter gradients, and the same losses and final weights after AdamW steps with gradient
 accumulation, warmup + cosine LR and clipping.

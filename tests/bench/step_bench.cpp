@@ -22,9 +22,10 @@
 #include "kernels/ops.h"
 #include "parallel/comm.h"
 #include "trainer/lr_schedule.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 #include "trainer/optimizer.h"
 
+using namespace llmtrain;
 using namespace llmtrain;
 using namespace llmtrain::trainer;
 using Clock = std::chrono::steady_clock;

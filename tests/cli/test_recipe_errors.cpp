@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
 
 using namespace llmtrain;

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/recipe_emit.h"
+#include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
 
 using namespace llmtrain;

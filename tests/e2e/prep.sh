@@ -63,7 +63,7 @@ $REF expect ref/riddles "$FORTUNES/riddles" --tokenizer tok.json --no-append-eod
 same_files bpe-text-one-document-per-file out/riddles ref/riddles
 
 # The files read back with numpy per the spec: the documents are the input text + EOD.
-$PY "$SRC/tests/trainer/indexed_dataset_ref.py" text out/fortunes/train --eod 256 >decoded.txt
+$PY "$SRC/tests/trainer/data/indexed_dataset_ref.py" text out/fortunes/train --eod 256 >decoded.txt
 grep -qF "$(sed -n 2p "$FORTUNES/riddles")" decoded.txt && pass "numpy reader sees the text" ||
   fail "numpy reader does not see the input text"
 

@@ -2,7 +2,7 @@
 """What `llmtrain prep` must write, computed independently: documents cut as docs/data.md says,
 tokenized by Hugging Face `tokenizers` (or as bytes), end-of-document appended, split between
 train and valid by the documented rule, and written by the reference indexed-dataset writer
-(tests/trainer/indexed_dataset_ref.py). tests/e2e/prep.sh compares prep's files with these.
+(tests/trainer/data/indexed_dataset_ref.py). tests/e2e/prep.sh compares prep's files with these.
 
     prep_ref.py train-tokenizer OUT.json VOCAB FILE...
     prep_ref.py expect OUTPUT --tokenizer byte|JSON [--separator LINE] [--jsonl-key K]
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "trainer"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "trainer", "data"))
 import indexed_dataset_ref  # noqa: E402
 
 

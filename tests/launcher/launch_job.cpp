@@ -24,14 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include "common/checkpoint_dir.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/signals.h"
 #include "launcher/launch_plan.h"
 #include "launcher/restart_policy.h"
 #include "launcher/stop_relay.h"
 #include "parallel/bootstrap.h"
-#include "trainer/checkpoint_format.h"
-#include "trainer/signals.h"
 
 using namespace llmtrain;
 namespace fs = std::filesystem;
@@ -92,16 +92,16 @@ Options parse(int argc, char** argv) {
 }
 
 int newest_step(const std::string& dir) {
-  std::string path = launcher::latest_complete_checkpoint(dir);
-  return path.empty() ? 0 : static_cast<int>(trainer::checkpoint_parse_step_dir(fs::path(path).filename().string()));
+  std::string path = checkpoint_newest_complete(dir);
+  return path.empty() ? 0 : static_cast<int>(checkpoint_parse_step_dir(fs::path(path).filename().string()));
 }
 
 void save_checkpoint(const std::string& dir, int step) {
   FileSystem& fs_ = default_file_system();
-  std::string name = trainer::checkpoint_step_dir(step);
+  std::string name = checkpoint_step_dir(step);
   fs_.make_dirs(dir + "/" + name);
-  write_file_atomic(fs_, dir + "/" + name + "/" + trainer::kManifestFile, "{\"step\": " + std::to_string(step) + "}\n");
-  write_file_atomic(fs_, dir + "/" + trainer::kLatestFile, name + "\n");
+  write_file_atomic(fs_, dir + "/" + name + "/" + kManifestFile, "{\"step\": " + std::to_string(step) + "}\n");
+  write_file_atomic(fs_, dir + "/" + kLatestFile, name + "\n");
 }
 
 void inject(const Options& o) {
@@ -146,7 +146,7 @@ int body(const Options& o, parallel::Runtime& rt) {
   for (int step = start + 1; step <= o.steps; ++step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
     if (info.rank == o.fail_rank && step == o.fail_at) inject(o);
-    float flags[2] = {1.0f, trainer::stop_requested() && !o.ignore_stop ? 1.0f : 0.0f};
+    float flags[2] = {1.0f, stop_requested() && !o.ignore_stop ? 1.0f : 0.0f};
     world->all_reduce(kernels::host_tensor(flags, {2}), parallel::ReduceOp::max);
     if (info.rank == 0) std::printf("step %d done\n", step);
     std::fflush(stdout);
@@ -155,7 +155,7 @@ int body(const Options& o, parallel::Runtime& rt) {
       if (info.rank == 0 && !o.ckpt_dir.empty()) save_checkpoint(o.ckpt_dir, step);
       world->barrier();
       std::printf("stopping after step %d (signal %d): checkpoint written, exit 75\n", step,
-                  trainer::stop_signal() ? trainer::stop_signal() : 0);
+                  stop_signal() ? stop_signal() : 0);
       std::fflush(stdout);
       return kExitInterrupted;
     }
@@ -172,7 +172,7 @@ int body(const Options& o, parallel::Runtime& rt) {
 int main(int argc, char** argv) {
   try {
     Options o = parse(argc, argv);
-    trainer::install_stop_handlers();
+    install_stop_handlers();
     launcher::install_stop_relay();
     parallel::LaunchEnv env = parallel::detect_launch_env();
     return parallel::rank_main(env, {.timeout_s = o.timeout_s}, [&](parallel::Runtime& rt) { return body(o, rt); });

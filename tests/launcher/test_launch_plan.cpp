@@ -13,8 +13,8 @@ using ::testing::HasSubstr;
 
 namespace {
 
-trainer::Recipe recipe(int procs_per_node, int nodes = 1) {
-  trainer::Recipe r;
+Recipe recipe(int procs_per_node, int nodes = 1) {
+  Recipe r;
   r.name = "t";
   r.launch.procs_per_node = procs_per_node;
   r.launch.nodes = nodes;
@@ -54,7 +54,7 @@ TEST(LaunchPlan, OneRankTrainsInProcess) {
 }
 
 TEST(LaunchPlan, OneRankGoesThroughMpirunWhenItMayBeRestartedOrRunsAProgram) {
-  trainer::Recipe r = recipe(1);
+  Recipe r = recipe(1);
   r.launch.max_restarts = 2;
   LaunchPlan p = plan_launch(r, machine(8), kArgv);
   EXPECT_EQ(p.mode, LaunchMode::local_mpirun);
@@ -84,7 +84,7 @@ TEST(LaunchPlan, LocalThreadsPerRankAreCoresOverRanks) {
   // One thread per rank and a core each: Open MPI's default binding (a core per rank) stays.
   p = plan_launch(recipe(8), machine(8), kArgv);
   EXPECT_THAT(joined(p.command), HasSubstr("mpirun -np 8 --tag-output -x OMP_NUM_THREADS=1"));
-  trainer::Recipe r = recipe(2);
+  Recipe r = recipe(2);
   r.train.threads = 3;
   EXPECT_THAT(joined(plan_launch(r, machine(16), kArgv).command), HasSubstr("OMP_NUM_THREADS=3"));
 }
@@ -118,14 +118,14 @@ TEST(LaunchPlan, InsideSlurmRanksStartWithSrunOverTheAllocation) {
   EXPECT_THAT(joined(plan_launch(recipe(4, 2), in, kArgv).command), HasSubstr("--cpus-per-task=3"));
   // One rank inside Slurm is still a step: Slurm's --signal reaches steps, not the batch shell.
   EXPECT_EQ(plan_launch(recipe(1), in, kArgv).mode, LaunchMode::slurm_srun);
-  trainer::Recipe r = recipe(4, 2);
+  Recipe r = recipe(4, 2);
   r.launch.hostfile = "/h";
   EXPECT_THAT(plan_launch(r, in, kArgv).blocker, HasSubstr("launch.hostfile is set (/h), but this runs inside Slurm"));
 }
 
 TEST(LaunchPlan, HostfileRunsMpirunOverSshWithTheRecipesOptions) {
   std::string hosts = write_hostfile("n1 slots=2\nn2 slots=2\n");
-  trainer::Recipe r = recipe(2);
+  Recipe r = recipe(2);
   r.parallel.dp = 4;
   r.launch.hostfile = hosts;
   r.launch.ssh.port = 2200;
@@ -143,9 +143,9 @@ TEST(LaunchPlan, HostfileRunsMpirunOverSshWithTheRecipesOptions) {
 }
 
 TEST(LaunchPlan, WorldWithAHostfileIsHostsTimesProcsPerNode) {
-  trainer::Recipe r = recipe(2);
+  Recipe r = recipe(2);
   r.launch.hostfile = write_hostfile("a\nb\nc\n");
-  trainer::WorldInfo w = planned_world(r, parallel::LaunchEnv{});
+  WorldInfo w = planned_world(r, parallel::LaunchEnv{});
   EXPECT_EQ(w.size, 6);
   EXPECT_EQ(w.source, "3 hosts in launch.hostfile × launch.procs_per_node 2");
   r.launch.hostfile = write_hostfile("a slot=1\n");

@@ -11,8 +11,8 @@ using ::testing::Not;
 
 namespace {
 
-trainer::Recipe recipe() {
-  trainer::Recipe r;
+Recipe recipe() {
+  Recipe r;
   r.name = "gpt";
   r.log.dir = "/runs/gpt";
   r.launch.procs_per_node = 4;
@@ -55,8 +55,8 @@ TEST(SbatchScript, CpuJobTakesWholeNodesAndRequeuesOnInterruption) {
 }
 
 TEST(SbatchScript, GpuJobAsksOneGpuPerRankAndHonoursFlagsOverTheRecipe) {
-  trainer::Recipe r = recipe();
-  r.train.device = trainer::DeviceKind::cuda;
+  Recipe r = recipe();
+  r.train.device = DeviceKind::cuda;
   r.train.threads = 6;
   r.launch.slurm.time = "01:00:00";
   r.launch.slurm.partition = "gpu";
@@ -77,8 +77,8 @@ TEST(SbatchScript, GpuJobAsksOneGpuPerRankAndHonoursFlagsOverTheRecipe) {
 }
 
 TEST(SbatchScript, RefusesWhatCannotWork) {
-  trainer::Recipe r = recipe();
-  r.train.device = trainer::DeviceKind::cuda;
+  Recipe r = recipe();
+  r.train.device = DeviceKind::cuda;
   SbatchRequest q = request();
   q.gpus_per_node = 2;
   try {

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "parallel/comm.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 #include "trainer/optimizer.h"
 
 namespace llmtrain::trainer {

@@ -1,0 +1,163 @@
+// The recipe: everything a training job is, as plain structs (DESIGN.md §6; every key is
+// documented in docs/recipe.md). cli/ parses YAML into these; nothing here knows about YAML.
+//
+// Rule a reader could get wrong: a field documented as "0 = auto" holds 0 only between parsing
+// and recipe_resolve(); after resolution every such field holds its concrete value. Parsing
+// rejects an explicit 0 for those fields, so 0 always means "the user said auto or nothing".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmtrain {
+
+enum class ModelFamily { gpt2, llama };
+enum class DeviceKind { cpu, cuda };
+enum class Precision { fp32, bf16, fp16 };
+enum class ActivationCheckpointing { none, full };
+enum class NonFiniteAction { stop, skip };
+enum class LrSchedule { cosine, linear, constant };
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
+enum class ResumeMode { automatic, none, path };
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::gpt2;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;     // 0 = auto: heads (multi-head attention)
+  int ffn_hidden = 0;   // 0 = auto: 4·hidden (gpt2); 8/3·hidden rounded up to 256 (llama)
+  int vocab = 0;        // 0 = auto: from the tokenizer
+  int vocab_pad = 128;  // embedding/head rows padded to a multiple of this
+  int seq_len = 0;
+  int max_positions = 0;  // 0 = auto: seq_len
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+  double dropout = 0.0;
+  bool tie_embeddings = true;  // default per family: true for gpt2, false for llama
+
+  int head_dim() const { return hidden / heads; }
+  int padded_vocab() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
+};
+
+struct DataSource {
+  std::string path;  // Megatron indexed dataset prefix (absolute after resolution)
+  double weight = 1.0;
+};
+
+struct DataConfig {
+  std::string tokenizer = "byte";  // "byte" or an absolute path to tokenizer.json / vocab.json
+  std::vector<DataSource> train;
+  std::string valid;  // "" = no validation set
+};
+
+struct TrainConfig {
+  DeviceKind device = DeviceKind::cpu;
+  Precision precision = Precision::fp32;
+  int64_t steps = 0;
+  int micro_batch = 0;
+  int global_batch = 0;    // 0 = auto: micro_batch · dp (no accumulation)
+  double grad_clip = 1.0;  // 0 = no clipping
+  uint64_t seed = 1234;
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;
+  NonFiniteAction on_nonfinite = NonFiniteAction::stop;
+  int max_skipped_steps = 10;  // on_nonfinite: skip stops after this many skipped steps in a row
+  int threads = 0;             // 0 = auto: usable cores / local ranks
+};
+
+struct OptimizerConfig {
+  double lr = 1e-3;
+  double min_lr = 0.0;
+  int64_t warmup = 0;
+  LrSchedule schedule = LrSchedule::cosine;
+  int64_t decay_steps = 0;  // 0 = auto: train.steps
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+struct ParallelConfig {
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;  // 0 = auto: world size / (tp · pp)
+  int zero = 0;
+  bool sequence_parallel = false;
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
+  int virtual_stages = 1;
+  double bucket_mb = 25.0;
+  double timeout_s = 300.0;
+};
+
+struct CheckpointConfig {
+  std::string dir;      // "" = auto: <log.dir>/ckpt
+  int64_t every = 200;  // 0 = only at the end
+  int keep = 3;
+  ResumeMode resume = ResumeMode::automatic;
+  std::string resume_path;  // when resume == path (absolute after resolution)
+  bool load_weights_only = false;
+};
+
+struct EvalConfig {
+  int64_t every = 200;  // 0 = only at the end
+  int batches = 20;
+};
+
+struct LogConfig {
+  int64_t every = 10;
+  std::string dir;           // "" = auto: runs/<name>
+  double peak_tflops = 0.0;  // 0 = auto: from the device (see docs/recipe.md)
+};
+
+struct SlurmConfig {
+  std::string partition;  // "" = cluster default
+  std::string account;
+  std::string time;  // "" = partition default; else [D-]HH:MM:SS or minutes
+};
+
+struct SshConfig {
+  int port = 22;
+  std::string identity;  // "" = ssh's default
+  std::string config;    // "" = ssh's default
+};
+
+struct LaunchConfig {
+  int procs_per_node = 1;
+  int nodes = 1;
+  std::string hostfile;  // "" = none
+  int max_restarts = 0;
+  SlurmConfig slurm;
+  SshConfig ssh;
+};
+
+struct Recipe {
+  std::string name;
+  std::string source_file;  // absolute path of the YAML file it came from
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  EvalConfig eval;
+  LogConfig log;
+  LaunchConfig launch;
+
+  int world_size() const { return parallel.tp * parallel.pp * parallel.dp; }
+  // Micro-batches each data-parallel rank runs per optimizer step.
+  int grad_accum_steps() const { return global_batch_per_dp() / train.micro_batch; }
+  int global_batch_per_dp() const { return train.global_batch / parallel.dp; }
+};
+
+// Names of enum values as they appear in recipes.
+const char* to_string(ModelFamily v);
+const char* to_string(DeviceKind v);
+const char* to_string(Precision v);
+const char* to_string(ActivationCheckpointing v);
+const char* to_string(NonFiniteAction v);
+const char* to_string(LrSchedule v);
+const char* to_string(PipelineSchedule v);
+
+}  // namespace llmtrain

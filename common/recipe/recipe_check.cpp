@@ -1,0 +1,213 @@
+#include "common/recipe/recipe_check.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "common/error.h"
+
+namespace llmtrain {
+namespace fs = std::filesystem;
+
+bool default_tie_embeddings(ModelFamily family) { return family == ModelFamily::gpt2; }
+
+namespace {
+
+std::string absolute_path(const std::string& p, const std::string& cwd) {
+  if (p.empty()) return p;
+  fs::path path(p);
+  if (path.is_relative()) path = fs::path(cwd) / path;
+  return path.lexically_normal().string();
+}
+
+// LLaMA's FFN width: 2/3 of 4·hidden, rounded up to a multiple of 256 (Meta's reference).
+int llama_default_ffn(int hidden) {
+  int f = (8 * hidden) / 3;
+  return (f + 255) / 256 * 256;
+}
+
+}  // namespace
+
+std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, const std::string& cwd,
+                                          const TokenizerVocabFn& tokenizer_vocab) {
+  std::vector<RecipeProblem> problems;
+  ModelConfig& m = r.model;
+
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  if (m.ffn_hidden == 0) m.ffn_hidden = m.family == ModelFamily::gpt2 ? 4 * m.hidden : llama_default_ffn(m.hidden);
+  if (m.max_positions == 0) m.max_positions = m.seq_len;
+
+  if (r.data.tokenizer != "byte") r.data.tokenizer = absolute_path(r.data.tokenizer, cwd);
+  for (auto& src : r.data.train) src.path = absolute_path(src.path, cwd);
+  r.data.valid = absolute_path(r.data.valid, cwd);
+  if (m.vocab == 0) {
+    try {
+      m.vocab = tokenizer_vocab(r.data.tokenizer);
+    } catch (const Error& e) {
+      problems.push_back({"data.tokenizer", fmt::format("model.vocab is auto, but {}", e.what()),
+                          "fix data.tokenizer, or set model.vocab explicitly"});
+      m.vocab = 1;  // keep resolving the rest; the problem above stops the run
+    }
+  }
+
+  ParallelConfig& p = r.parallel;
+  if (p.dp == 0) {
+    int tp_pp = p.tp * p.pp;
+    if (tp_pp > 0 && world.size % tp_pp == 0) {
+      p.dp = world.size / tp_pp;
+    } else {
+      problems.push_back(
+          {"parallel.dp",
+           fmt::format("parallel.dp is auto, but world size {} ({}) is not divisible by tp {} × pp {} = {}", world.size,
+                       world.source, p.tp, p.pp, tp_pp),
+           "make the number of ranks a multiple of tp × pp, or change tp/pp"});
+      p.dp = 1;
+    }
+  }
+  if (r.train.global_batch == 0) r.train.global_batch = r.train.micro_batch * p.dp;
+  if (r.optimizer.decay_steps == 0) r.optimizer.decay_steps = r.train.steps;
+
+  if (r.log.dir.empty()) r.log.dir = "runs/" + r.name;
+  r.log.dir = absolute_path(r.log.dir, cwd);
+  if (r.checkpoint.dir.empty()) r.checkpoint.dir = (fs::path(r.log.dir) / "ckpt").string();
+  r.checkpoint.dir = absolute_path(r.checkpoint.dir, cwd);
+  r.checkpoint.resume_path = absolute_path(r.checkpoint.resume_path, cwd);
+  r.launch.hostfile = absolute_path(r.launch.hostfile, cwd);
+  r.launch.ssh.identity = absolute_path(r.launch.ssh.identity, cwd);
+  r.launch.ssh.config = absolute_path(r.launch.ssh.config, cwd);
+  return problems;
+}
+
+std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world) {
+  std::vector<RecipeProblem> out;
+  auto problem = [&](std::string key, std::string msg, std::string hint) {
+    out.push_back({std::move(key), std::move(msg), std::move(hint)});
+  };
+  const ModelConfig& m = r.model;
+  const ParallelConfig& p = r.parallel;
+
+  // Model shape.
+  if (m.hidden % m.heads != 0)
+    problem("model.heads",
+            fmt::format("hidden {} is not divisible by heads {} (remainder {})", m.hidden, m.heads, m.hidden % m.heads),
+            "choose heads so that hidden / heads (the head size) is a whole number, e.g. hidden 768 with 12 heads");
+  if (m.heads % m.kv_heads != 0)
+    problem("model.kv_heads", fmt::format("heads {} is not divisible by kv_heads {}", m.heads, m.kv_heads),
+            "each key/value head serves heads / kv_heads query heads: pick a divisor of heads");
+  if (m.family == ModelFamily::gpt2 && m.kv_heads != m.heads)
+    problem("model.kv_heads",
+            fmt::format("family gpt2 uses multi-head attention, found kv_heads {} != heads {}", m.kv_heads, m.heads),
+            "remove model.kv_heads, or use family: llama for grouped-query attention");
+  if (m.family == ModelFamily::llama && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
+    problem(
+        "model.heads",
+        fmt::format("RoPE needs an even head size, found hidden {} / heads {} = {}", m.hidden, m.heads, m.head_dim()),
+        "choose heads so that hidden / heads is even");
+  if (m.seq_len > m.max_positions)
+    problem("model.seq_len", fmt::format("seq_len {} exceeds max_positions {}", m.seq_len, m.max_positions),
+            "raise model.max_positions or lower model.seq_len");
+  if (m.vocab_pad > 0 && m.vocab > 0 && m.padded_vocab() % m.vocab_pad != 0)
+    problem("model.vocab_pad", "internal: padded vocabulary not a multiple of vocab_pad", "report this as a bug");
+
+  // Tensor parallelism: every split dimension must divide by tp.
+  if (p.tp > 1) {
+    if (m.heads % p.tp != 0)
+      problem("parallel.tp", fmt::format("model.heads {} is not divisible by tp {}", m.heads, p.tp),
+              "tensor parallelism gives each rank heads / tp attention heads: choose tp dividing heads");
+    if (m.kv_heads % p.tp != 0)
+      problem("parallel.tp", fmt::format("model.kv_heads {} is not divisible by tp {}", m.kv_heads, p.tp),
+              "each tensor-parallel rank needs whole key/value heads: choose tp dividing kv_heads");
+    if (m.ffn_hidden % p.tp != 0)
+      problem("parallel.tp", fmt::format("model.ffn_hidden {} is not divisible by tp {}", m.ffn_hidden, p.tp),
+              "choose tp dividing ffn_hidden, or change ffn_hidden");
+    if (m.padded_vocab() % p.tp != 0)
+      problem("parallel.tp",
+              fmt::format("padded vocabulary {} (vocab {} rounded up to vocab_pad {}) is not divisible by tp {}",
+                          m.padded_vocab(), m.vocab, m.vocab_pad, p.tp),
+              "make model.vocab_pad a multiple of tp (e.g. 128)");
+  }
+  if (p.sequence_parallel && p.tp == 1)
+    problem("parallel.sequence_parallel", "sequence_parallel is true but tp is 1",
+            "sequence parallelism splits work across a tensor-parallel group: set tp > 1 or sequence_parallel: false");
+
+  // Pipeline parallelism.
+  if (m.layers % (p.pp * p.virtual_stages) != 0)
+    problem("model.layers",
+            fmt::format("layers {} is not divisible by pp {} × virtual_stages {} = {}", m.layers, p.pp,
+                        p.virtual_stages, p.pp * p.virtual_stages),
+            "every pipeline chunk must hold the same number of layers: choose pp and virtual_stages dividing layers");
+  if (p.virtual_stages > 1 && p.pp_schedule != PipelineSchedule::interleaved)
+    problem("parallel.virtual_stages",
+            fmt::format("virtual_stages {} needs pp_schedule: interleaved, found {}", p.virtual_stages,
+                        to_string(p.pp_schedule)),
+            "set parallel.pp_schedule: interleaved, or virtual_stages: 1");
+  if (p.pp_schedule == PipelineSchedule::interleaved && (p.pp == 1 || p.virtual_stages == 1))
+    problem(
+        "parallel.pp_schedule",
+        fmt::format("the interleaved schedule needs pp > 1 and virtual_stages > 1, found pp {} and virtual_stages {}",
+                    p.pp, p.virtual_stages),
+        "use pp_schedule: 1f1b, or set pp and virtual_stages above 1");
+
+  // ZeRO.
+  if (p.zero >= 2 && p.pp > 1)
+    problem("parallel.zero",
+            fmt::format("ZeRO stage {} cannot be combined with pipeline parallelism (pp {})", p.zero, p.pp),
+            "stage 2 and 3 shard gradients that pipeline stages accumulate over micro-batches: use zero: 1 with pp > 1 "
+            "(as DeepSpeed)");
+
+  // World size.
+  if (p.tp * p.pp * p.dp != world.size)
+    problem("parallel.dp",
+            fmt::format("world size {} ({}) != tp {} × pp {} × dp {} = {}", world.size, world.source, p.tp, p.pp, p.dp,
+                        p.tp * p.pp * p.dp),
+            "make tp × pp × dp equal the number of ranks, or set parallel.dp: auto");
+
+  // Batch arithmetic.
+  const TrainConfig& t = r.train;
+  if (t.global_batch % (t.micro_batch * p.dp) != 0)
+    problem("train.global_batch",
+            fmt::format("global_batch {} is not divisible by micro_batch {} × dp {} = {}", t.global_batch,
+                        t.micro_batch, p.dp, t.micro_batch * p.dp),
+            "global_batch must be a whole number of micro-batches on every data-parallel rank");
+  else if (p.pp_schedule == PipelineSchedule::interleaved && p.pp > 1 &&
+           (t.global_batch / (t.micro_batch * p.dp)) % p.pp != 0)
+    problem("train.global_batch",
+            fmt::format("the interleaved schedule needs micro-batches per step ({}) divisible by pp {}",
+                        t.global_batch / (t.micro_batch * p.dp), p.pp),
+            "raise global_batch or change micro_batch so that the micro-batch count is a multiple of pp");
+
+  // Precision vs device.
+  if (t.device == DeviceKind::cpu && t.precision != Precision::fp32)
+    problem("train.precision",
+            fmt::format("precision {} is not supported on device cpu (CPU math is fp32)", to_string(t.precision)),
+            "use precision: fp32 with device: cpu, or device: cuda for bf16/fp16");
+
+  // Optimizer schedule.
+  const OptimizerConfig& o = r.optimizer;
+  if (o.min_lr > o.lr)
+    problem("optimizer.min_lr", fmt::format("min_lr {} is larger than lr {}", o.min_lr, o.lr),
+            "min_lr is the floor the schedule decays to: keep it ≤ lr");
+  if (o.warmup > o.decay_steps)
+    problem("optimizer.warmup", fmt::format("warmup {} is longer than decay_steps {}", o.warmup, o.decay_steps),
+            "warmup steps count inside decay_steps: shorten warmup or lengthen decay_steps");
+
+  // Launch.
+  if (!r.launch.hostfile.empty() && r.launch.nodes > 1)
+    problem("launch.nodes", "launch.hostfile and launch.nodes > 1 both given",
+            "with a hostfile the hosts and their slots come from the file: remove launch.nodes");
+  return out;
+}
+
+std::vector<std::string> unsupported_features(const Recipe& r) {
+  std::vector<std::string> out;
+  if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
+  if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
+  if (r.parallel.tp > 1) out.push_back(fmt::format("tensor-parallel training (parallel.tp {})", r.parallel.tp));
+  if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
+  if (r.parallel.zero > 0) out.push_back(fmt::format("ZeRO stage {} (parallel.zero)", r.parallel.zero));
+  if (r.parallel.sequence_parallel) out.push_back("parallel.sequence_parallel");
+  return out;
+}
+
+}  // namespace llmtrain

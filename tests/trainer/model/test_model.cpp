@@ -1,0 +1,282 @@
+// The Model's structural properties (its numerics are checked against PyTorch by the parity
+// tests): activation checkpointing changes no gradient, pipeline stages compose to the whole
+// model, activation slots keep micro-batches apart, every tensor-parallel shard initializes to
+// its slice of the whole parameter, initialization statistics, and user errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <random>
+
+#include "parallel/comm.h"
+#include "trainer/model/model.h"
+
+// Counts C++ heap allocations while `g_counting` is set (this test binary replaces operator new;
+// GCC's new/delete pairing analysis cannot see that the replacements match).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<bool> g_counting{false};
+static std::atomic<long> g_allocations{0};
+void* operator new(size_t n) {
+  if (g_counting) ++g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace llmtrain::trainer {
+namespace {
+
+ModelConfig small(ModelFamily family, bool tied) {
+  ModelConfig m;
+  m.family = family;
+  m.layers = 4, m.hidden = 32, m.heads = 4, m.kv_heads = family == ModelFamily::llama ? 2 : 4;
+  m.ffn_hidden = family == ModelFamily::llama ? 96 : 128;
+  m.vocab = 70, m.vocab_pad = 32, m.seq_len = 11, m.max_positions = 16, m.init_std = 0.1;
+  m.tie_embeddings = tied;
+  return m;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  int b, t;
+  Batch(const ModelConfig& m, int b, int t, uint64_t seed) : b(b), t(t) {
+    std::mt19937 rng{uint32_t(seed)};
+    std::uniform_int_distribution<int32_t> tok(0, m.vocab - 1);
+    for (int i = 0; i < b * t; ++i) {
+      tokens.push_back(tok(rng));
+      targets.push_back(i % 7 == 3 ? kIgnoreIndex : tok(rng));
+    }
+  }
+  MicroBatch mb() {
+    return {kernels::host_tensor(tokens.data(), {b, t}), kernels::host_tensor(targets.data(), {b, t})};
+  }
+};
+
+std::vector<float> copy(kernels::Tensor t) { return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel()); }
+
+// A communicator that only knows its size and rank: enough to build and initialize a shard.
+class ShapeOnlyComm final : public parallel::Comm {
+ public:
+  ShapeOnlyComm(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(kernels::Tensor, parallel::ReduceOp) override { fail(); }
+  void reduce_scatter(kernels::Tensor, kernels::Tensor, parallel::ReduceOp) override { fail(); }
+  void all_gather(kernels::Tensor, kernels::Tensor) override { fail(); }
+  void broadcast(kernels::Tensor, int) override { fail(); }
+  void send(kernels::Tensor, int, int) override { fail(); }
+  void recv(kernels::Tensor, int, int) override { fail(); }
+  void all_to_all(kernels::Tensor, kernels::Tensor) override { fail(); }
+  void barrier() override { fail(); }
+  parallel::WorkHandle all_reduce_async(kernels::Tensor, parallel::ReduceOp) override { fail(); }
+  parallel::WorkHandle reduce_scatter_async(kernels::Tensor, kernels::Tensor, parallel::ReduceOp) override { fail(); }
+  parallel::WorkHandle all_gather_async(kernels::Tensor, kernels::Tensor) override { fail(); }
+  parallel::WorkHandle send_async(kernels::Tensor, int, int) override { fail(); }
+  parallel::WorkHandle recv_async(kernels::Tensor, int, int) override { fail(); }
+  void set_timeout(double) override {}
+  double timeout() const override { return 0; }
+  void progress() override {}
+  std::unique_ptr<parallel::Comm> split(int, int, std::string) override { fail(); }
+  parallel::WorkHandle broadcast_async(kernels::Tensor, int) override { fail(); }
+  parallel::WorkHandle all_to_all_async(kernels::Tensor, kernels::Tensor) override { fail(); }
+  parallel::WorkHandle barrier_async() override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() { throw std::logic_error("ShapeOnlyComm has no collectives"); }
+  int rank_, size_;
+  std::string name_ = "tp";
+};
+
+class ModelTest : public ::testing::TestWithParam<ModelFamily> {};
+
+TEST_P(ModelTest, ActivationCheckpointingGivesIdenticalGradients) {
+  const ModelConfig m = small(GetParam(), true);
+  auto tp = parallel::make_local_comm("tp");
+  ModelOptions plain{.micro_batch = 3};
+  ModelOptions ckpt{.micro_batch = 3, .checkpointing = ActivationCheckpointing::full};
+  Model a(m, plain, *tp), b(m, ckpt, *tp);
+  a.init_parameters(7);
+  b.init_parameters(7);
+  EXPECT_LT(b.activation_bytes(), a.activation_bytes());
+  Batch x(m, 3, 11, 1), y(m, 2, 9, 2);  // a full and a smaller micro-batch
+  for (Batch* batch : {&x, &y}) {
+    const float la = a.forward_backward(batch->mb(), 0.5f), lb = b.forward_backward(batch->mb(), 0.5f);
+    EXPECT_EQ(la, lb);
+  }
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_EQ(0, std::memcmp(a.grads().data, b.grads().data, a.grads().bytes())) << "gradients differ";
+}
+
+TEST_P(ModelTest, PipelineStagesComposeToTheWholeModel) {
+  const ModelConfig m = small(GetParam(), true);
+  auto tp = parallel::make_local_comm("tp");
+  Model whole(m, ModelOptions{.micro_batch = 2}, *tp);
+  Model first(m, ModelOptions{.stage = pipeline_stage_layout(m, 0, 2), .micro_batch = 2}, *tp);
+  Model last(m, ModelOptions{.stage = pipeline_stage_layout(m, 1, 2), .micro_batch = 2}, *tp);
+  for (Model* model : {&whole, &first, &last}) model->init_parameters(11);
+  EXPECT_EQ(first.numel() + last.numel(), whole.numel() + whole.parameters().front().numel())
+      << "the last stage holds a copy of the tied embedding";
+  EXPECT_TRUE(last.parameters().back().tied_copy);
+
+  Batch x(m, 2, 11, 3);
+  const float want = whole.forward_backward(x.mb(), 1.0f);
+  first.stage_forward(0, x.mb(), kernels::Tensor{});
+  const float got = last.stage_forward(0, x.mb(), first.stage_output(0));
+  EXPECT_EQ(got, want);
+  last.stage_backward(0, kernels::Tensor{}, 1.0f);
+  first.stage_backward(0, last.stage_input_grad(), 1.0f);
+
+  for (const ModelParam& p : whole.parameters()) {
+    std::vector<float> g = copy(p.grad);
+    std::vector<float> sum(g.size(), 0.0f);
+    for (Model* stage : {&first, &last})
+      for (const ModelParam& q : stage->parameters())
+        if (q.spec.name == p.spec.name)
+          for (size_t i = 0; i < sum.size(); ++i) sum[i] += q.grad.ptr<float>()[i];
+    double num = 0, den = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      num += (sum[i] - g[i]) * (sum[i] - g[i]);
+      den += double(g[i]) * g[i];
+    }
+    EXPECT_LE(std::sqrt(num), 1e-6 * std::sqrt(den) + 1e-12) << p.spec.name;
+  }
+}
+
+TEST_P(ModelTest, ActivationSlotsKeepMicroBatchesApart) {
+  // Two micro-batches in flight (as a pipeline schedule runs them), backward in reverse order,
+  // accumulate the same gradients as running them one after the other.
+  const ModelConfig m = small(GetParam(), false);
+  auto tp = parallel::make_local_comm("tp");
+  Model seq(m, ModelOptions{.micro_batch = 2}, *tp);
+  Model slots(m, ModelOptions{.micro_batch = 2, .activation_slots = 2}, *tp);
+  seq.init_parameters(5);
+  slots.init_parameters(5);
+  Batch x(m, 2, 11, 4), y(m, 2, 11, 5);
+  const float lx = seq.forward_backward(x.mb(), 0.5f), ly = seq.forward_backward(y.mb(), 0.5f);
+  EXPECT_EQ(slots.stage_forward(0, x.mb(), kernels::Tensor{}), lx);
+  EXPECT_EQ(slots.stage_forward(1, y.mb(), kernels::Tensor{}), ly);
+  slots.stage_backward(1, kernels::Tensor{}, 0.5f);
+  slots.stage_backward(0, kernels::Tensor{}, 0.5f);
+  const std::vector<float> a = copy(seq.grads()), b = copy(slots.grads());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += double(a[i] - b[i]) * (a[i] - b[i]);
+    den += double(a[i]) * a[i];
+  }
+  EXPECT_LE(std::sqrt(num / den), 1e-6);
+}
+
+TEST_P(ModelTest, TensorParallelShardsInitializeToSlicesOfTheWhole) {
+  // Every parameter of a tp = 2 shard (column-, row- and vocab-parallel splits, GPT-2's [3, d, d]
+  // c_attn included) equals its slice of the unsharded parameter.
+  const ModelConfig m = small(GetParam(), false);
+  auto one = parallel::make_local_comm("tp");
+  Model whole(m, ModelOptions{}, *one);
+  whole.init_parameters(99);
+  for (int rank = 0; rank < 2; ++rank) {
+    ShapeOnlyComm tp(rank, 2);
+    Model shard(m, ModelOptions{}, tp);
+    shard.init_parameters(99);
+    for (const ModelParam& p : shard.parameters()) {
+      const ModelParam& w = whole.parameter(p.spec.name);
+      if (p.spec.tp_split_dim >= 0) {
+        EXPECT_EQ(p.numel() * 2, w.numel()) << p.spec.name;
+      }
+      const float* local = p.value.ptr<float>();
+      const float* global = w.value.ptr<float>();
+      int64_t checked = 0;
+      for_each_shard_run(p, [&](int64_t l, int64_t g, int64_t count) {
+        for (int64_t i = 0; i < count; ++i)
+          ASSERT_EQ(local[l + i], global[g + i]) << p.spec.name << " element " << l + i;
+        checked += count;
+      });
+      EXPECT_EQ(checked, p.numel());
+    }
+  }
+}
+
+TEST_P(ModelTest, InitializationFollowsGpt2AndMegatron) {
+  ModelConfig m = small(GetParam(), false);
+  m.hidden = 64, m.ffn_hidden = 256, m.init_std = 0.02;
+  auto tp = parallel::make_local_comm("tp");
+  Model model(m, ModelOptions{}, *tp);
+  model.init_parameters(1);
+  for (const ModelParam& p : model.parameters()) {
+    const float* v = p.value.ptr<float>();
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      sum += v[i];
+      sq += double(v[i]) * v[i];
+    }
+    const double mean = sum / double(p.numel()), std = std::sqrt(sq / double(p.numel()) - mean * mean);
+    switch (p.spec.init) {
+      case ParamInit::zeros:
+        EXPECT_EQ(sq, 0.0) << p.spec.name;
+        break;
+      case ParamInit::ones:
+        EXPECT_EQ(sum, double(p.numel())) << p.spec.name;
+        EXPECT_EQ(std, 0.0) << p.spec.name;
+        break;
+      case ParamInit::normal:
+      case ParamInit::normal_residual: {
+        const double want = p.spec.init == ParamInit::normal ? 0.02 : 0.02 / std::sqrt(2.0 * m.layers);
+        // 4096+ samples: the sample std is within a few percent, the mean within a few std/√n.
+        EXPECT_NEAR(std, want, 0.06 * want) << p.spec.name;
+        EXPECT_NEAR(mean, 0.0, 5 * want / std::sqrt(double(p.numel()))) << p.spec.name;
+        break;
+      }
+    }
+  }
+  // Different seeds, different weights; the same seed, the same weights.
+  Model again(m, ModelOptions{}, *tp), other(m, ModelOptions{}, *tp);
+  again.init_parameters(1);
+  other.init_parameters(2);
+  EXPECT_EQ(copy(again.params()), copy(model.params()));
+  EXPECT_NE(copy(other.params()), copy(model.params()));
+}
+
+TEST_P(ModelTest, RejectsTokensOutsideTheVocabulary) {
+  const ModelConfig m = small(GetParam(), true);
+  auto tp = parallel::make_local_comm("tp");
+  Model model(m, ModelOptions{.micro_batch = 2}, *tp);
+  Batch x(m, 2, 11, 6);
+  x.tokens[5] = m.vocab;  // a padding row: never a real token
+  try {
+    model.forward_backward(x.mb(), 1.0f);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+  Batch big(m, 3, 11, 7);  // more sequences than the buffers hold
+  EXPECT_THROW(model.forward_loss(big.mb()), Error);
+}
+
+TEST_P(ModelTest, AStepAllocatesNothingOnceWarm) {
+  const ModelConfig m = small(GetParam(), false);
+  auto tp = parallel::make_local_comm("tp");
+  Model model(m, ModelOptions{.micro_batch = 2, .checkpointing = ActivationCheckpointing::full}, *tp);
+  model.init_parameters(3);
+  Batch x(m, 2, 11, 8);
+  model.zero_grads();
+  model.forward_backward(x.mb(), 1.0f);  // warm: per-thread scratch reaches its high-water mark
+  g_allocations = 0;
+  g_counting = true;
+  model.zero_grads();
+  model.forward_backward(x.mb(), 1.0f);
+  model.forward_loss(x.mb());
+  model.forward_logits(x.mb().tokens);
+  g_counting = false;
+
+  EXPECT_EQ(g_allocations.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ModelTest, ::testing::Values(ModelFamily::gpt2, ModelFamily::llama),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+}  // namespace
+}  // namespace llmtrain::trainer

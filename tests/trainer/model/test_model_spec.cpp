@@ -1,0 +1,66 @@
+// Parameter counts against the published sizes of the models the recipes describe (counts from
+// Hugging Face's model cards/configs, i.e. independent of our code).
+#include <gtest/gtest.h>
+
+#include "trainer/model/model_spec.h"
+
+using namespace llmtrain;
+using namespace llmtrain::trainer;
+
+static ModelConfig gpt2_small(int vocab_pad) {
+  ModelConfig m;
+  m.family = ModelFamily::gpt2;
+  m.layers = 12, m.hidden = 768, m.heads = 12, m.kv_heads = 12, m.ffn_hidden = 3072;
+  m.vocab = 50257, m.vocab_pad = vocab_pad, m.seq_len = 1024, m.max_positions = 1024;
+  m.tie_embeddings = true;
+  return m;
+}
+
+TEST(ModelSpec, Gpt2SmallMatchesHuggingFaceCount) {
+  // HF gpt2: 124,439,808 parameters (vocab 50257, tied head).
+  EXPECT_EQ(count_parameters(gpt2_small(1)), 124439808);
+  // Padding the vocabulary to 50304 adds 47 rows of 768.
+  EXPECT_EQ(count_parameters(gpt2_small(128)), 124439808 + 47 * 768);
+}
+
+TEST(ModelSpec, Llama3_8BMatchesPublishedCount) {
+  ModelConfig m;
+  m.family = ModelFamily::llama;
+  m.layers = 32, m.hidden = 4096, m.heads = 32, m.kv_heads = 8, m.ffn_hidden = 14336;
+  m.vocab = 128256, m.vocab_pad = 128, m.seq_len = 8192, m.max_positions = 8192, m.tie_embeddings = false;
+  EXPECT_EQ(count_parameters(m), 8030261248);  // Meta-Llama-3-8B
+}
+
+TEST(ModelSpec, Llama32_1BMatchesPublishedCount) {
+  ModelConfig m;
+  m.family = ModelFamily::llama;
+  m.layers = 16, m.hidden = 2048, m.heads = 32, m.kv_heads = 8, m.ffn_hidden = 8192;
+  m.vocab = 128256, m.vocab_pad = 128, m.seq_len = 4096, m.max_positions = 8192, m.tie_embeddings = true;
+  EXPECT_EQ(count_parameters(m), 1235814400);  // Llama-3.2-1B
+}
+
+TEST(ModelSpec, NamesAndSplitsFollowMegatron) {
+  auto specs = model_param_specs(gpt2_small(128));
+  auto find = [&](const std::string& n) -> const ParamSpec& {
+    for (const auto& p : specs)
+      if (p.name == n) return p;
+    throw std::runtime_error("missing " + n);
+  };
+  EXPECT_EQ(find("transformer.wte.weight").tp_split_dim, 0);  // vocab-parallel
+  EXPECT_EQ(find("transformer.h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{3, 768, 768}));
+  EXPECT_EQ(find("transformer.h.0.attn.c_attn.weight").tp_split_dim, 1);  // column-parallel per q/k/v
+  EXPECT_EQ(find("transformer.h.0.attn.c_proj.weight").tp_split_dim, 1);  // row-parallel
+  EXPECT_EQ(find("transformer.h.11.mlp.c_fc.weight").tp_split_dim, 0);
+  EXPECT_EQ(find("transformer.h.11.mlp.c_proj.bias").tp_split_dim, -1);
+  EXPECT_FALSE(find("transformer.h.0.ln_1.weight").weight_decay);
+  EXPECT_TRUE(find("transformer.wpe.weight").weight_decay);
+  EXPECT_EQ(find("transformer.h.3.mlp.c_proj.weight").init, ParamInit::normal_residual);
+}
+
+TEST(ModelSpec, FlopsFormula) {
+  ModelConfig m = gpt2_small(1);
+  // N excludes the position table (lookup only); the tied token table is the head's matmul.
+  int64_t n = count_parameters(m) - 1024 * 768;
+  EXPECT_EQ(count_matmul_parameters(m), n);
+  EXPECT_DOUBLE_EQ(training_flops_per_token(m), 6.0 * n + 12.0 * 12 * 768 * 1024);
+}

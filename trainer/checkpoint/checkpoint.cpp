@@ -1,0 +1,373 @@
+#include "trainer/checkpoint/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "common/crc32c.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer/checkpoint/safetensors.h"
+#include "trainer/data/tokenizer.h"
+
+namespace llmtrain::trainer {
+namespace fs = std::filesystem;
+using kernels::DType;
+using kernels::Tensor;
+using nlohmann::json;
+
+namespace {
+
+// ---- collective helpers ----
+
+// Every rank's string, in rank order.
+std::vector<std::string> gather_strings(parallel::Comm& world, const std::string& mine) {
+  const int n = world.size();
+  if (n == 1) return {mine};
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(n);
+  world.all_gather(Tensor(&len, DType::int64, {1}), Tensor(lens.data(), DType::int64, {n}));
+  int64_t width = *std::max_element(lens.begin(), lens.end());
+  std::string padded = mine;
+  padded.resize(width);
+  std::string all(static_cast<size_t>(width * n), '\0');
+  world.all_gather(Tensor(padded.data(), DType::uint8, {width}), Tensor(all.data(), DType::uint8, {width * n}));
+  std::vector<std::string> out(n);
+  for (int r = 0; r < n; ++r) out[r] = all.substr(static_cast<size_t>(r * width), static_cast<size_t>(lens[r]));
+  return out;
+}
+
+// An error on one rank, in a form that crosses ranks: kind, message, hint.
+std::string encode_error(const Error& e) {
+  return json{{"user", e.kind() == Error::Kind::user}, {"message", e.what()}, {"hint", e.hint()}}.dump();
+}
+
+// Every rank learns whether any rank failed; if one did, every rank throws the first failure
+// (naming its rank when it is not this one). `local` is "" when this rank succeeded.
+void agree(parallel::Comm& world, const std::string& local) {
+  int32_t failed = local.empty() ? 0 : 1;
+  world.all_reduce(Tensor(&failed, DType::int32, {1}), parallel::ReduceOp::max);
+  if (!failed) return;
+  auto all = gather_strings(world, local);
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    if (all[r].empty()) continue;
+    json j = json::parse(all[r]);
+    std::string msg = j.at("message").get<std::string>();
+    if (r != world.rank()) msg = fmt::format("rank {}: {}", r, msg);
+    throw Error(msg, j.at("hint").get<std::string>(),
+                j.at("user").get<bool>() ? Error::Kind::user : Error::Kind::environment);
+  }
+}
+
+// Runs `fn`, catching an llmtrain::Error (or std::exception) for agree().
+template <typename Fn>
+std::string capture(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return encode_error(e);
+  } catch (const std::exception& e) {
+    return encode_error(environment_error(e.what()));
+  }
+  return {};
+}
+
+std::string entry_key(const CheckpointSlice& s) { return fmt::format("{}/{}", to_string(s.role), s.name); }
+
+bool whole_block(const SliceSpec& s) { return s.begin == 0 && s.end == s.block_numel(); }
+
+std::vector<uint32_t> chunk_checksums(const void* data, uint64_t bytes) {
+  std::vector<uint32_t> out;
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (uint64_t at = 0; at < bytes; at += kChecksumChunkBytes)
+    out.push_back(crc32c(p + at, std::min<uint64_t>(kChecksumChunkBytes, bytes - at)));
+  return out;
+}
+
+// The slice descriptions a rank wrote, for rank 0's manifest.
+json describe_written(const std::vector<CheckpointSlice>& slices, const std::string& file) {
+  json out = json::array();
+  for (const auto& s : slices) {
+    if (!s.write) continue;
+    uint64_t bytes = s.data.bytes();
+    out.push_back({{"name", s.name},
+                   {"role", to_string(s.role)},
+                   {"shape", s.global_shape},
+                   {"file", file},
+                   {"key", entry_key(s)},
+                   {"offset", s.slice.offset},
+                   {"slice_shape", s.slice.shape},
+                   {"begin", s.slice.begin},
+                   {"end", s.slice.end},
+                   {"crc32c", crc32c(s.data.data, bytes)},
+                   {"chunk_crc32c", chunk_checksums(s.data.data, bytes)}});
+  }
+  return out;
+}
+
+void write_shard(FileSystem& fsys, const std::string& path, const std::vector<CheckpointSlice>& slices) {
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& s : slices) {
+    if (!s.write) continue;
+    LT_CHECK(s.data.dtype == DType::fp32 && s.data.device == kernels::Device::cpu, "checkpoint slice {} not host fp32",
+             s.name);
+    std::vector<int64_t> shape = whole_block(s.slice) ? s.slice.shape : std::vector<int64_t>{s.slice.numel()};
+    entries.push_back({entry_key(s), DType::fp32, shape, s.data.data});
+  }
+  if (entries.empty()) return;
+  auto file = fsys.create(path);
+  safetensors_write(entries, {{"format", kCheckpointFormatName}},
+                    [&](const void* data, size_t bytes) { file->append(data, bytes); });
+  file->sync();
+  file->close();
+}
+
+Manifest assemble_manifest(const CheckpointMeta& meta, const std::vector<std::string>& per_rank) {
+  Manifest m;
+  m.step = meta.step;
+  m.consumed_samples = meta.consumed_samples;
+  m.rng = meta.rng;
+  m.extra = meta.extra;
+  m.recipe_yaml = meta.recipe_yaml;
+  m.mesh = meta.mesh;
+  m.tokenizer_kind = meta.tokenizer_kind;
+  m.tokenizer = meta.tokenizer_kind == kTokenizerKindByte ? "byte" : checkpoint_tokenizer_file(meta.tokenizer_kind);
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  for (const auto& text : per_rank) {
+    for (const json& j : json::parse(text)) {
+      auto key = std::make_pair(j.at("name").get<std::string>(), j.at("role").get<std::string>());
+      auto it = index.find(key);
+      if (it == index.end()) {
+        it = index.emplace(key, m.tensors.size()).first;
+        m.tensors.push_back(
+            {key.first, tensor_role_from_string(key.second), j.at("shape").get<std::vector<int64_t>>(), "F32", {}});
+      }
+      SavedSlice s;
+      s.file = j.at("file").get<std::string>();
+      s.key = j.at("key").get<std::string>();
+      s.slice.offset = j.at("offset").get<std::vector<int64_t>>();
+      s.slice.shape = j.at("slice_shape").get<std::vector<int64_t>>();
+      s.slice.begin = j.at("begin").get<int64_t>();
+      s.slice.end = j.at("end").get<int64_t>();
+      s.crc32c = j.at("crc32c").get<uint32_t>();
+      s.chunk_crc32c = j.at("chunk_crc32c").get<std::vector<uint32_t>>();
+      m.tensors[it->second].slices.push_back(std::move(s));
+    }
+  }
+  return m;
+}
+
+// Deletes the oldest complete checkpoints beyond `keep`, and stale .partial directories.
+void retain(FileSystem& fsys, const std::string& dir, int keep) {
+  std::vector<std::pair<int64_t, std::string>> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.ends_with(kPartialSuffix)) {
+      fsys.remove_all(e.path().string());
+      continue;
+    }
+    int64_t step = checkpoint_parse_step_dir(name);
+    if (step >= 0) steps.emplace_back(step, e.path().string());
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i) fsys.remove_all(steps[i].second);
+}
+
+// ---- loading ----
+
+// Reads what `want` needs from one saved slice, checking checksums of everything read.
+int64_t read_overlap(const SafetensorsFile& file, const SavedSlice& have, const CheckpointSlice& want,
+                     const std::string& dir) {
+  auto runs = slice_overlap(want.slice, have.slice);
+  if (runs.empty()) return 0;
+  const SafetensorsTensor& t = file.at(have.key);
+  const uint64_t elem = sizeof(float);
+  if (t.dtype != DType::fp32)
+    throw Error(fmt::format("{}: tensor {} is {}, not F32", file.path(), have.key, kernels::to_string(t.dtype)),
+                "not supported yet: checkpoints whose tensors are not fp32");
+  if (t.bytes() != static_cast<uint64_t>(have.slice.numel()) * elem)
+    throw Error(fmt::format("{}: tensor {} holds {} bytes, the manifest says {} elements", file.path(), have.key,
+                            t.bytes(), have.slice.numel()),
+                "the checkpoint is damaged");
+  // The chunks the runs touch, read as one span from the first to the last.
+  const uint64_t first_byte = static_cast<uint64_t>(runs.front().have_at) * elem;
+  uint64_t last_byte = 0;
+  for (const auto& r : runs) last_byte = std::max<uint64_t>(last_byte, uint64_t(r.have_at + r.count) * elem);
+  const uint64_t c0 = first_byte / kChecksumChunkBytes,
+                 c1 = (last_byte + kChecksumChunkBytes - 1) / kChecksumChunkBytes;
+  const uint64_t span_begin = c0 * kChecksumChunkBytes,
+                 span_end = std::min<uint64_t>(c1 * kChecksumChunkBytes, t.bytes());
+  std::vector<char> buf(span_end - span_begin);
+  file.read(t, span_begin, buf.size(), buf.data());
+  if (have.chunk_crc32c.size() != (t.bytes() + kChecksumChunkBytes - 1) / kChecksumChunkBytes)
+    throw Error(fmt::format("{}/{}: slice {} lists {} chunk checksums for {} bytes", dir, kManifestFile, have.key,
+                            have.chunk_crc32c.size(), t.bytes()),
+                "the checkpoint is damaged");
+  uint32_t whole = 0;
+  for (uint64_t c = c0; c < c1; ++c) {
+    uint64_t at = c * kChecksumChunkBytes - span_begin;
+    uint64_t n = std::min<uint64_t>(kChecksumChunkBytes, buf.size() - at);
+    uint32_t crc = crc32c(buf.data() + at, n);
+    if (crc != have.chunk_crc32c[c])
+      throw Error(fmt::format("{}: checksum mismatch in tensor {} (bytes {}..{}): the data is damaged", file.path(),
+                              have.key, span_begin + at, span_begin + at + n),
+                  "the checkpoint is damaged; resume from an older one (checkpoint.resume: <path>)");
+    whole = crc32c_extend(whole, buf.data() + at, n);
+  }
+  if (span_begin == 0 && span_end == t.bytes() && whole != have.crc32c)
+    throw Error(fmt::format("{}: checksum mismatch in tensor {}", file.path(), have.key), "the checkpoint is damaged");
+  float* dst = static_cast<float*>(want.data.data);
+  int64_t copied = 0;
+  for (const auto& r : runs) {
+    std::memcpy(dst + r.want_at, buf.data() + (uint64_t(r.have_at) * elem - span_begin), uint64_t(r.count) * elem);
+    copied += r.count;
+  }
+  return copied;
+}
+
+LoadedCheckpoint load_local(const std::string& path, const std::vector<CheckpointSlice>& slices) {
+  LoadedCheckpoint out;
+  out.path = path;
+  std::string manifest_path = (fs::path(path) / kManifestFile).string();
+  if (!fs::exists(manifest_path))
+    throw Error(fmt::format("{} is missing: {} is not a complete checkpoint", manifest_path, path),
+                "a checkpoint directory is step_<N>/ holding manifest.json; .partial directories are incomplete");
+  json j = json::parse(read_file(manifest_path), nullptr, false);
+  if (j.is_discarded()) throw Error(fmt::format("{} is not valid JSON", manifest_path), "the checkpoint is damaged");
+  out.manifest = manifest_from_json(j, manifest_path);
+
+  std::map<std::string, SafetensorsFile> files;
+  auto open = [&](const std::string& name) -> const SafetensorsFile& {
+    auto it = files.find(name);
+    if (it != files.end()) return it->second;
+    std::string fp = (fs::path(path) / name).string();
+    if (!fs::exists(fp))
+      throw Error(fmt::format("{} is missing (listed in {})", fp, manifest_path), "the checkpoint is damaged");
+    return files.emplace(name, SafetensorsFile(fp)).first->second;
+  };
+  for (const auto& want : slices) {
+    const SavedTensor* saved = out.manifest.find(want.name, want.role);
+    if (!saved)
+      throw Error(fmt::format("{} has no {} tensor {}", path, to_string(want.role), want.name),
+                  want.role == TensorRole::param
+                      ? "the recipe's model differs from the checkpoint's (compare model: in both)"
+                      : "the checkpoint has no optimizer state: resume it with checkpoint.load_weights_only: true");
+    if (saved->shape != want.global_shape)
+      throw Error(fmt::format("{}: tensor {} has shape [{}] in the checkpoint, the model expects [{}]", path, want.name,
+                              fmt::join(saved->shape, ", "), fmt::join(want.global_shape, ", ")),
+                  "the recipe's model differs from the checkpoint's (compare model: in both)");
+    int64_t filled = 0;
+    for (const auto& have : saved->slices) filled += read_overlap(open(have.file), have, want, path);
+    if (filled != want.slice.numel())
+      throw Error(fmt::format("{}: the slices of {} {} cover {} of the {} elements needed", path, to_string(want.role),
+                              want.name, filled, want.slice.numel()),
+                  "the checkpoint is incomplete or its slices overlap");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_tokenizer_file(const std::string& kind) {
+  if (kind == kTokenizerKindHfJson) return "tokenizer.json";
+  if (kind == kTokenizerKindGpt2Files) return "tokenizer-gpt2-vocab-merges.bin";
+  return "";
+}
+
+std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* opt, int dp_rank, int zero) {
+  std::vector<CheckpointSlice> out;
+  for (const ModelParam& p : model.parameters()) {
+    const int dim = p.spec.tp_split_dim;
+    SliceSpec block = dim >= 0 && p.shape[dim] != p.spec.shape[dim]
+                          ? SliceSpec::block(p.spec.shape, dim, p.shard_begin, p.shape[dim])
+                          : SliceSpec::whole(p.spec.shape);
+    out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, dp_rank == 0 && !p.tied_copy});
+    if (!opt) continue;
+    // The part of this parameter's flat range the optimizer owns.
+    int64_t lo = std::max(p.offset, opt->begin()), hi = std::min(p.offset + p.numel(), opt->end());
+    if (lo >= hi) continue;
+    SliceSpec part = block;
+    part.begin = lo - p.offset;
+    part.end = hi - p.offset;
+    bool write = (zero == 0 ? dp_rank == 0 : true) && !p.tied_copy;
+    out.push_back(
+        {p.spec.name, TensorRole::adam_m, p.spec.shape, part, opt->exp_avg().flat(lo - opt->begin(), hi - lo), write});
+    out.push_back({p.spec.name, TensorRole::adam_v, p.spec.shape, part,
+                   opt->exp_avg_sq().flat(lo - opt->begin(), hi - lo), write});
+  }
+  return out;
+}
+
+std::string checkpoint_save(FileSystem& fsys, const std::string& dir, const CheckpointMeta& meta,
+                            const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep) {
+  const std::string final_dir = (fs::path(dir) / checkpoint_step_dir(meta.step)).string();
+  const std::string partial = final_dir + kPartialSuffix;
+  const bool root = world.rank() == 0;
+
+  agree(world, capture([&] {
+          if (!root) return;
+          fsys.make_dirs(dir);
+          fsys.remove_all(partial);
+          fsys.make_dirs(partial);
+        }));
+  const std::string shard = checkpoint_shard_file(world.rank());
+  json written;
+  agree(world, capture([&] {
+          write_shard(fsys, (fs::path(partial) / shard).string(), slices);
+          written = describe_written(slices, shard);
+          if (root && !meta.tokenizer_bytes.empty())
+            write_file_atomic(fsys, (fs::path(partial) / checkpoint_tokenizer_file(meta.tokenizer_kind)).string(),
+                              meta.tokenizer_bytes);
+        }));
+  auto per_rank = gather_strings(world, written.dump());
+  agree(world, capture([&] {
+          if (!root) return;
+          Manifest m = assemble_manifest(meta, per_rank);
+          write_file_atomic(fsys, (fs::path(partial) / kManifestFile).string(), manifest_to_json(m).dump(1));
+          fsys.sync_dir(partial);
+          if (fs::exists(final_dir)) fsys.remove_all(final_dir);  // a resumed run saving a step again
+          fsys.rename(partial, final_dir);
+          fsys.sync_dir(dir);
+          write_file_atomic(fsys, (fs::path(dir) / kLatestFile).string(), checkpoint_step_dir(meta.step) + "\n");
+          retain(fsys, dir, keep);
+        }));
+  return final_dir;
+}
+
+LoadedCheckpoint checkpoint_load(const std::string& path, const std::vector<CheckpointSlice>& slices,
+                                 parallel::Comm& world) {
+  LoadedCheckpoint out;
+  agree(world, capture([&] { out = load_local(path, slices); }));
+  return out;
+}
+
+std::optional<LoadedCheckpoint> checkpoint_resume(const std::string& dir_or_path, bool explicit_path,
+                                                  const std::vector<CheckpointSlice>& slices, parallel::Comm& world) {
+  if (explicit_path && fs::exists(fs::path(dir_or_path) / kManifestFile))
+    return checkpoint_load(dir_or_path, slices, world);
+  if (explicit_path && !fs::is_directory(dir_or_path))
+    throw Error(fmt::format("checkpoint.resume: {} does not exist", dir_or_path),
+                "give a step_<N> directory, a checkpoint directory, auto or none");
+  auto candidates = checkpoint_candidates(dir_or_path);
+  if (explicit_path && candidates.empty())
+    throw Error(fmt::format("checkpoint.resume: {} holds no checkpoint (no manifest.json, no step_<N>/)", dir_or_path),
+                "give a step_<N> directory written by llmtrain");
+  for (const auto& path : candidates) {
+    try {
+      return checkpoint_load(path, slices, world);
+    } catch (const Error& e) {
+      if (explicit_path && candidates.size() == 1) throw;
+      log_warn("skipping damaged checkpoint {}: {}", path, e.what());
+    }
+  }
+  if (!candidates.empty())
+    throw Error(fmt::format("no intact checkpoint among the {} in {}", candidates.size(), dir_or_path),
+                "see the warnings above; set checkpoint.resume: none (or another checkpoint.dir) to start from step 0");
+  return std::nullopt;
+}
+
+}  // namespace llmtrain::trainer

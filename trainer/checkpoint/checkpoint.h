@@ -1,0 +1,82 @@
+// Saving and loading checkpoints (format: trainer/checkpoint/checkpoint_format.h, docs/checkpoint-format.md).
+//
+// Every rank calls checkpoint_save and checkpoint_load together (they are collective over the
+// world communicator). A rank describes what it holds as CheckpointSlices: for each tensor (a
+// parameter, or one of its AdamW moments) the slice of the global tensor this rank has, and
+// whether it is the one rank that writes it (data-parallel replicas write a slice once).
+//
+// Rules a reader could get wrong:
+//  - A save that fails anywhere (any rank, any file) leaves the previous complete checkpoint and
+//    `latest` as they were and throws on every rank; nothing waits for a rank that failed.
+//  - Loading is by slice intersection, not by file: a checkpoint written with any tp/pp/dp/ZeRO
+//    layout loads into any other, reading only the byte ranges (rounded out to checksum chunks)
+//    that overlap what this rank needs, and checking the checksums of what it reads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/file_io.h"
+#include "kernels/tensor.h"
+#include "parallel/comm.h"
+#include "trainer/checkpoint/checkpoint_format.h"
+#include "trainer/model/model.h"
+#include "trainer/optimizer.h"
+
+namespace llmtrain::trainer {
+
+struct CheckpointSlice {
+  std::string name;  // global tensor name
+  TensorRole role = TensorRole::param;
+  std::vector<int64_t> global_shape;
+  SliceSpec slice;       // which part of the global tensor `data` holds
+  kernels::Tensor data;  // host fp32, slice.numel() elements
+  bool write = false;    // this rank writes it (false: another rank writes the same slice)
+};
+
+// The slices of a model and its optimizer state held by this rank. `dp_rank` and `zero` decide who
+// writes: parameters by data-parallel rank 0; optimizer moments by dp rank 0 without ZeRO, and by
+// every dp rank for the range it owns with ZeRO >= 1. Tied copies of an embedding are never written.
+std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* optimizer, int dp_rank, int zero);
+
+// Everything besides tensors that a checkpoint records.
+struct CheckpointMeta {
+  int64_t step = 0;
+  int64_t consumed_samples = 0;
+  nlohmann::json rng;
+  nlohmann::json extra;
+  std::string recipe_yaml;
+  CheckpointMesh mesh;
+  std::string tokenizer_kind;   // trainer/data/tokenizer.h TokenizerSource::kind
+  std::string tokenizer_bytes;  // the tokenizer file's bytes ("" for byte)
+};
+
+// Writes step `meta.step` into `dir` (created if needed) and keeps the newest `keep` complete
+// checkpoints. Collective over `world`. Returns the step directory's path.
+std::string checkpoint_save(FileSystem& fs, const std::string& dir, const CheckpointMeta& meta,
+                            const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep);
+
+struct LoadedCheckpoint {
+  std::string path;  // the step directory
+  Manifest manifest;
+};
+
+// Fills every slice from the checkpoint at `path` (a step directory). Throws llmtrain::Error
+// naming the file for a missing or damaged file, a checksum mismatch, a tensor missing or of
+// another shape. Collective: every rank succeeds, or every rank throws (with the first failing
+// rank's message).
+LoadedCheckpoint checkpoint_load(const std::string& path, const std::vector<CheckpointSlice>& slices,
+                                 parallel::Comm& world);
+
+// resume: auto — the newest intact checkpoint in `dir`, falling back past damaged ones and saying
+// so (nullopt when there is none); a path — that checkpoint (a step directory, or a checkpoint
+// directory whose newest intact one is taken), any damage being an error.
+std::optional<LoadedCheckpoint> checkpoint_resume(const std::string& dir_or_path, bool explicit_path,
+                                                  const std::vector<CheckpointSlice>& slices, parallel::Comm& world);
+
+// The tokenizer file name a checkpoint uses for a tokenizer kind ("" for byte).
+std::string checkpoint_tokenizer_file(const std::string& kind);
+
+}  // namespace llmtrain::trainer

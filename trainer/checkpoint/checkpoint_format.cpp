@@ -1,0 +1,212 @@
+#include "trainer/checkpoint/checkpoint_format.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace llmtrain::trainer {
+
+using nlohmann::json;
+
+std::string checkpoint_shard_file(int world_rank) { return fmt::format("rank_{:05}.safetensors", world_rank); }
+
+const char* to_string(TensorRole role) {
+  switch (role) {
+    case TensorRole::param:
+      return "param";
+    case TensorRole::master:
+      return "master";
+    case TensorRole::adam_m:
+      return "adam_m";
+    case TensorRole::adam_v:
+      return "adam_v";
+  }
+  return "?";
+}
+
+TensorRole tensor_role_from_string(const std::string& s) {
+  for (auto r : {TensorRole::param, TensorRole::master, TensorRole::adam_m, TensorRole::adam_v})
+    if (s == to_string(r)) return r;
+  throw Error(fmt::format("unknown tensor role \"{}\" in a checkpoint manifest", s),
+              "the checkpoint was written by another program or version");
+}
+
+int64_t SliceSpec::block_numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+SliceSpec SliceSpec::whole(const std::vector<int64_t>& shape) {
+  SliceSpec s;
+  s.offset.assign(shape.size(), 0);
+  s.shape = shape;
+  s.begin = 0;
+  s.end = s.block_numel();
+  return s;
+}
+
+SliceSpec SliceSpec::block(const std::vector<int64_t>& shape, int dim, int64_t start, int64_t extent) {
+  SliceSpec s = whole(shape);
+  LT_CHECK(dim >= 0 && dim < static_cast<int>(shape.size()) && start >= 0 && start + extent <= shape[dim],
+           "block dim {} [{}, +{}) of a rank-{} tensor", dim, start, extent, shape.size());
+  s.offset[dim] = start;
+  s.shape[dim] = extent;
+  s.end = s.block_numel();
+  return s;
+}
+
+const SavedTensor* Manifest::find(const std::string& name, TensorRole role) const {
+  for (const auto& t : tensors)
+    if (t.name == name && t.role == role) return &t;
+  return nullptr;
+}
+
+json manifest_to_json(const Manifest& m) {
+  json tensors = json::array();
+  for (const auto& t : m.tensors) {
+    json slices = json::array();
+    for (const auto& s : t.slices)
+      slices.push_back({{"file", s.file},
+                        {"key", s.key},
+                        {"offset", s.slice.offset},
+                        {"shape", s.slice.shape},
+                        {"begin", s.slice.begin},
+                        {"end", s.slice.end},
+                        {"crc32c", s.crc32c},
+                        {"chunk_crc32c", s.chunk_crc32c}});
+    tensors.push_back(
+        {{"name", t.name}, {"role", to_string(t.role)}, {"shape", t.shape}, {"dtype", t.dtype}, {"slices", slices}});
+  }
+  return {{"format", kCheckpointFormatName},
+          {"version", m.version},
+          {"step", m.step},
+          {"consumed_samples", m.consumed_samples},
+          {"rng", m.rng},
+          {"extra", m.extra},
+          {"mesh", {{"tp", m.mesh.tp}, {"pp", m.mesh.pp}, {"dp", m.mesh.dp}, {"zero", m.mesh.zero}}},
+          {"tokenizer", {{"kind", m.tokenizer_kind}, {"file", m.tokenizer}}},
+          {"recipe", m.recipe_yaml},
+          {"chunk_bytes", kChecksumChunkBytes},
+          {"tensors", tensors}};
+}
+
+Manifest manifest_from_json(const json& j, const std::string& path) {
+  Manifest m;
+  try {
+    if (!j.is_object() || j.value("format", "") != kCheckpointFormatName)
+      throw Error(
+          fmt::format("{} is not an llmtrain checkpoint manifest (no \"format\": \"{}\")", path, kCheckpointFormatName),
+          "point checkpoint.resume at a step_<N> directory written by llmtrain");
+    m.version = j.at("version").get<int>();
+    if (m.version > kCheckpointFormatVersion)
+      throw Error(fmt::format("{} has checkpoint format version {}, newer than this build reads ({})", path, m.version,
+                              kCheckpointFormatVersion),
+                  "load it with the llmtrain version that wrote it, or a newer one");
+    if (j.value("chunk_bytes", kChecksumChunkBytes) != kChecksumChunkBytes)
+      throw Error(fmt::format("{}: unsupported checksum chunk size {}", path, j.value("chunk_bytes", int64_t(0))),
+                  "the checkpoint was written by another llmtrain version");
+    m.step = j.at("step").get<int64_t>();
+    m.consumed_samples = j.at("consumed_samples").get<int64_t>();
+    m.rng = j.value("rng", json::object());
+    m.extra = j.value("extra", json::object());
+    const json& mesh = j.at("mesh");
+    m.mesh = {mesh.at("tp").get<int>(), mesh.at("pp").get<int>(), mesh.at("dp").get<int>(), mesh.at("zero").get<int>()};
+    m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
+    m.tokenizer = j.at("tokenizer").at("file").get<std::string>();
+    m.recipe_yaml = j.at("recipe").get<std::string>();
+    for (const json& jt : j.at("tensors")) {
+      SavedTensor t;
+      t.name = jt.at("name").get<std::string>();
+      t.role = tensor_role_from_string(jt.at("role").get<std::string>());
+      t.shape = jt.at("shape").get<std::vector<int64_t>>();
+      t.dtype = jt.at("dtype").get<std::string>();
+      for (const json& js : jt.at("slices")) {
+        SavedSlice s;
+        s.file = js.at("file").get<std::string>();
+        s.key = js.at("key").get<std::string>();
+        s.slice.offset = js.at("offset").get<std::vector<int64_t>>();
+        s.slice.shape = js.at("shape").get<std::vector<int64_t>>();
+        s.slice.begin = js.at("begin").get<int64_t>();
+        s.slice.end = js.at("end").get<int64_t>();
+        s.crc32c = js.at("crc32c").get<uint32_t>();
+        s.chunk_crc32c = js.at("chunk_crc32c").get<std::vector<uint32_t>>();
+        bool ok = s.slice.offset.size() == t.shape.size() && s.slice.shape.size() == t.shape.size() &&
+                  s.slice.begin >= 0 && s.slice.begin <= s.slice.end && s.slice.end <= s.slice.block_numel();
+        for (size_t d = 0; ok && d < t.shape.size(); ++d)
+          ok = s.slice.offset[d] >= 0 && s.slice.shape[d] >= 0 && s.slice.offset[d] + s.slice.shape[d] <= t.shape[d];
+        if (!ok)
+          throw Error(fmt::format("{}: slice {} of {} lies outside the tensor's shape", path, s.key, t.name),
+                      "the manifest is damaged");
+        t.slices.push_back(std::move(s));
+      }
+      m.tensors.push_back(std::move(t));
+    }
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: malformed checkpoint manifest: {}", path, e.what()), "the manifest is damaged");
+  }
+  return m;
+}
+
+std::vector<CopyRun> slice_overlap(const SliceSpec& want, const SliceSpec& have) {
+  const size_t rank = want.shape.size();
+  LT_CHECK(have.shape.size() == rank && want.offset.size() == rank && have.offset.size() == rank,
+           "slices of different ranks");
+  std::vector<CopyRun> runs;
+  if (want.numel() <= 0 || have.numel() <= 0) return runs;
+  if (rank == 0) {  // a scalar: one element, both blocks hold it
+    runs.push_back({0, 0, 1});
+    return runs;
+  }
+  // The intersection of the two blocks.
+  std::vector<int64_t> lo(rank), hi(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    lo[d] = std::max(want.offset[d], have.offset[d]);
+    hi[d] = std::min(want.offset[d] + want.shape[d], have.offset[d] + have.shape[d]);
+    if (lo[d] >= hi[d]) return runs;
+  }
+  // Row-major strides of each block.
+  auto strides = [&](const std::vector<int64_t>& shape) {
+    std::vector<int64_t> s(rank, 1);
+    for (size_t d = rank - 1; d > 0; --d) s[d - 1] = s[d] * shape[d];
+    return s;
+  };
+  const auto ws = strides(want.shape), hs = strides(have.shape);
+  const int64_t len = hi[rank - 1] - lo[rank - 1];
+
+  // Walk the rows (every index of the leading dimensions) of the intersection.
+  std::vector<int64_t> idx(lo.begin(), lo.end());
+  while (true) {
+    int64_t w = 0, h = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      w += (idx[d] - want.offset[d]) * ws[d];
+      h += (idx[d] - have.offset[d]) * hs[d];
+    }
+    // This row is want-block elements [w, w+len) and have-block elements [h, h+len); clip both
+    // to their flat ranges.
+    int64_t s = std::max<int64_t>({0, want.begin - w, have.begin - h});
+    int64_t e = std::min<int64_t>({len, want.end - w, have.end - h});
+    if (s < e) {
+      CopyRun r{h + s - have.begin, w + s - want.begin, e - s};
+      if (!runs.empty() && runs.back().have_at + runs.back().count == r.have_at &&
+          runs.back().want_at + runs.back().count == r.want_at)
+        runs.back().count += r.count;
+      else
+        runs.push_back(r);
+    }
+    // Next row: increment the leading dimensions like an odometer.
+    if (rank == 1) break;
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < hi[d]) break;
+      idx[d] = lo[d];
+      if (d == 0) return runs;
+    }
+  }
+  return runs;
+}
+
+}  // namespace llmtrain::trainer

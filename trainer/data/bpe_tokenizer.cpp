@@ -1,0 +1,675 @@
+// Byte-level BPE encoding and decoding (see bpe_tokenizer.h for the order of the steps).
+//
+// Speed comes from three things: the pre-tokenizer regex is JIT-compiled PCRE2; each thread keeps
+// a cache from word bytes to ids (most words of a text repeat), so merges run once per distinct
+// word; and merges are looked up in an open-addressing table keyed by the pair of ids.
+#include "trainer/data/bpe_tokenizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <queue>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "trainer/data/utf8.h"
+
+namespace llmtrain::trainer {
+
+namespace {
+
+constexpr uint32_t kNoRank = UINT32_MAX;
+constexpr size_t kMaxCachedWord = 255;
+
+uint64_t mix64(uint64_t x) {
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32;
+  return x;
+}
+
+uint64_t hash_bytes(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (s.size() * 0xff51afd7ed558ccdull);
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = mix64(h ^ w);
+  }
+  if (i < s.size()) {
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = mix64(h ^ w ^ 0x5bd1e995);
+  }
+  return h | 1;  // 0 marks an empty slot
+}
+
+size_t table_capacity(size_t n) {
+  size_t c = 16;
+  while (c < 2 * n + 2) c <<= 1;
+  return c;
+}
+
+// Immutable map from byte strings to ids (open addressing, linear probing).
+class StringIdMap {
+ public:
+  void build(const std::vector<std::pair<std::string, int32_t>>& entries) {
+    slots_.assign(table_capacity(entries.size()), Slot{});
+    mask_ = slots_.size() - 1;
+    for (const auto& [key, id] : entries) {
+      uint64_t h = hash_bytes(key);
+      size_t i = h & mask_;
+      while (slots_[i].hash != 0) {
+        if (slots_[i].hash == h && view(slots_[i]) == key) break;
+        i = (i + 1) & mask_;
+      }
+      if (slots_[i].hash == 0) {
+        slots_[i] = Slot{h, uint32_t(arena_.size()), uint32_t(key.size()), id};
+        arena_ += key;
+      }
+    }
+  }
+  int32_t find(std::string_view key) const {
+    if (slots_.empty()) return -1;
+    uint64_t h = hash_bytes(key);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.hash == 0) return -1;
+      if (s.hash == h && view(s) == key) return s.id;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t off = 0, len = 0;
+    int32_t id = -1;
+  };
+  std::string_view view(const Slot& s) const { return std::string_view(arena_).substr(s.off, s.len); }
+  std::vector<Slot> slots_;
+  std::string arena_;
+  size_t mask_ = 0;
+};
+
+// (left id, right id) -> (rank, merged id).
+class MergeTable {
+ public:
+  struct Entry {
+    uint32_t rank = kNoRank;
+    int32_t id = -1;
+  };
+  void build(const std::vector<std::pair<uint64_t, Entry>>& entries) {
+    slots_.assign(table_capacity(entries.size()), Slot{});
+    mask_ = slots_.size() - 1;
+    for (const auto& [key, e] : entries) {
+      size_t i = mix64(key) & mask_;
+      while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+      slots_[i] = Slot{key, e};  // a repeated pair takes its later rank, as Hugging Face's HashMap does
+    }
+  }
+  Entry find(int32_t left, int32_t right) const {
+    uint64_t key = (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
+    for (size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key == key) return s.entry;
+      if (s.key == kEmpty) return Entry{};
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  struct Slot {
+    uint64_t key = kEmpty;
+    Entry entry;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+// Per-thread cache from word bytes to ids. Cleared when full, and when the thread moves to another
+// tokenizer (instances are numbered, never reusing a number).
+class WordCache {
+ public:
+  static constexpr size_t kSlots = 1 << 16;
+  bool lookup(std::string_view word, uint64_t h, std::vector<int32_t>& out) const {
+    if (slots_.empty()) return false;
+    for (size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+      const Slot& s = slots_[i];
+      if (s.hash == 0) return false;
+      if (s.hash == h && s.key_len == word.size() &&
+          std::memcmp(keys_.data() + s.key_off, word.data(), word.size()) == 0) {
+        out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.ids_len);
+        return true;
+      }
+    }
+  }
+  void insert(std::string_view word, uint64_t h, const int32_t* ids, size_t n) {
+    if (slots_.empty()) slots_.assign(kSlots, Slot{});
+    if (used_ * 2 > kSlots || keys_.size() > (8u << 20) || ids_.size() > (4u << 20) || n > 65535) {
+      if (n > 65535) return;
+      clear();
+      slots_.assign(kSlots, Slot{});
+    }
+    size_t i = h & (kSlots - 1);
+    while (slots_[i].hash != 0) i = (i + 1) & (kSlots - 1);
+    slots_[i] = Slot{h, uint32_t(keys_.size()), uint32_t(ids_.size()), uint16_t(word.size()), uint16_t(n)};
+    keys_.append(word);
+    ids_.insert(ids_.end(), ids, ids + n);
+    ++used_;
+  }
+  void clear() {
+    slots_.clear();
+    keys_.clear();
+    ids_.clear();
+    used_ = 0;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_off = 0, ids_off = 0;
+    uint16_t key_len = 0, ids_len = 0;
+  };
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t used_ = 0;
+};
+
+struct Segment {
+  uint32_t begin, end;
+  int32_t id;  // an added token's id, or -1 for text still to encode
+};
+
+struct ThreadState {
+  uint64_t owner = 0;
+  WordCache cache;
+  std::vector<Segment> segments, segments2;
+  std::vector<Piece> pieces, next;
+  std::string buffer;
+  std::vector<int32_t> symbols;
+  std::vector<uint32_t> ranks;
+  std::vector<int32_t> merged;
+};
+
+ThreadState& thread_state(uint64_t owner) {
+  thread_local ThreadState ts;
+  if (ts.owner != owner) {
+    ts.cache.clear();
+    ts.owner = owner;
+  }
+  return ts;
+}
+
+std::atomic<uint64_t> next_instance{1};
+
+}  // namespace
+
+const std::array<uint32_t, 256>& byte_to_unicode() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    uint32_t n = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      t[b] = printable ? uint32_t(b) : 256 + n++;
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Added tokens of one kind (normalized or not): leftmost-longest matching, as Aho-Corasick with
+// MatchKind::LeftmostLongest does in Hugging Face.
+class AddedMatcher {
+ public:
+  void add(const BpeAddedToken& t) {
+    if (t.content.empty()) return;
+    tokens_.push_back(t);
+  }
+  void finish() {
+    for (size_t i = 0; i < tokens_.size(); ++i) by_first_[uint8_t(tokens_[i].content[0])].push_back(uint32_t(i));
+    for (auto& v : by_first_)
+      std::stable_sort(v.begin(), v.end(),
+                       [&](uint32_t a, uint32_t b) { return tokens_[a].content.size() > tokens_[b].content.size(); });
+  }
+  bool empty() const { return tokens_.empty(); }
+  size_t size() const { return tokens_.size(); }
+
+  // Splits text[b, e) into added-token segments and the stretches between them (HF find_matches).
+  void split(std::string_view text, uint32_t b, uint32_t e, const RegexSplitter& word_char,
+             std::vector<Segment>& out) const {
+    if (tokens_.empty()) {
+      out.push_back({b, e, -1});
+      return;
+    }
+    std::string_view seg = text.substr(b, e - b);
+    uint32_t start_offset = 0, pos = 0, n = uint32_t(seg.size());
+    while (pos < n) {
+      uint32_t ms = 0, me = 0;
+      const BpeAddedToken* t = nullptr;
+      for (uint32_t p = pos; p < n && !t; ++p) {
+        for (uint32_t idx : by_first_[uint8_t(seg[p])]) {
+          const std::string& c = tokens_[idx].content;
+          if (c.size() <= n - p && std::memcmp(seg.data() + p, c.data(), c.size()) == 0) {
+            t = &tokens_[idx];
+            ms = p;
+            me = p + uint32_t(c.size());
+            break;
+          }
+        }
+      }
+      if (!t) break;
+      pos = me;
+      uint32_t start = ms, stop = me;
+      if (t->single_word) {
+        bool start_space = ms == 0 || !ends_with_word(seg.substr(0, ms), word_char);
+        bool stop_space = me == n || word_char.match_prefix(seg.substr(me)) <= 0;
+        if (!start_space || !stop_space) continue;
+      }
+      if (t->lstrip) start = std::max(white_space_start(seg, ms), start_offset);
+      if (t->rstrip) stop = white_space_end(seg, me);
+      if (start_offset < start) out.push_back({b + start_offset, b + start, -1});
+      out.push_back({b + start, b + stop, t->id});
+      start_offset = stop;
+    }
+    if (start_offset < n) out.push_back({b + start_offset, e, -1});
+  }
+
+ private:
+  static bool ends_with_word(std::string_view s, const RegexSplitter& word_char) {
+    size_t i = s.size();
+    while (i > 0 && (uint8_t(s[i - 1]) & 0xC0) == 0x80) --i;  // back to the last character's lead byte
+    return i > 0 ? word_char.match_prefix(s.substr(i - 1)) > 0 : false;
+  }
+  // Start of the run of white space that ends at `end`.
+  static uint32_t white_space_start(std::string_view s, uint32_t end) {
+    uint32_t start = end;
+    while (start > 0) {
+      uint32_t i = start - 1;
+      while (i > 0 && (uint8_t(s[i]) & 0xC0) == 0x80) --i;
+      size_t k = i;
+      if (!is_unicode_white_space(utf8_next(s, k))) break;
+      start = i;
+    }
+    return start;
+  }
+  // End of the run of white space that starts at `begin`.
+  static uint32_t white_space_end(std::string_view s, uint32_t begin) {
+    size_t i = begin;
+    while (i < s.size()) {
+      size_t k = i;
+      if (!is_unicode_white_space(utf8_next(s, k))) break;
+      i = k;
+    }
+    return uint32_t(i);
+  }
+
+  std::vector<BpeAddedToken> tokens_;
+  std::array<std::vector<uint32_t>, 256> by_first_;
+};
+
+struct BpeTokenizer::Impl {
+  uint64_t instance = next_instance++;
+  std::array<int32_t, 256> byte_id{};
+  MergeTable merges;
+  StringIdMap vocab;  // raw bytes -> id, for ignore_merges
+  std::vector<std::string> id_bytes;
+  std::vector<uint8_t> defined, special;
+  bool ignore_merges = false;
+  int32_t unk_id = -1;
+  bool fuse_unk = false;
+  AddedMatcher raw_added, normalized_added;
+  struct Stage {
+    std::unique_ptr<RegexSplitter> splitter;  // null: no split in this stage
+    bool add_prefix_space = false;
+  };
+  std::vector<Stage> stages;
+  std::unique_ptr<RegexSplitter> word_char;  // single_word checks: \w as Rust's regex crate has it
+  std::string summary;
+
+  void encode_segment(std::string_view text, uint32_t b, uint32_t e, std::vector<int32_t>& ids, ThreadState& ts) const;
+  void encode_word(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const;
+  void merge_small(ThreadState& ts) const;
+  void merge_large(ThreadState& ts) const;
+};
+
+BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
+    : Tokenizer(std::move(source)), impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  const std::string& origin = this->source().origin;
+  const auto& b2u = byte_to_unicode();
+  std::unordered_map<uint32_t, uint8_t> u2b;
+  for (int b = 0; b < 256; ++b) u2b[b2u[b]] = uint8_t(b);
+
+  // Vocabulary: string -> id (for merges), id -> bytes (for decoding), bytes -> id (for lookups).
+  std::unordered_map<std::string, int32_t> by_string;
+  by_string.reserve(spec.vocab.size() * 2);
+  int32_t max_id = -1;
+  for (const auto& [s, id] : spec.vocab) {
+    if (id < 0) throw Error(fmt::format("{}: token {:?} has negative id {}", origin, s, id));
+    by_string[s] = id;
+    max_id = std::max(max_id, id);
+  }
+  for (const auto& t : spec.added) max_id = std::max(max_id, t.id);
+  if (max_id < 0) throw Error(fmt::format("{}: the vocabulary is empty", origin), "point at the tokenizer's own file");
+  vocab_size_ = max_id + 1;
+  m.id_bytes.assign(vocab_size_, {});
+  m.defined.assign(vocab_size_, 0);
+  m.special.assign(vocab_size_, 0);
+  std::vector<std::pair<std::string, int32_t>> raw_entries;
+  raw_entries.reserve(spec.vocab.size());
+  for (const auto& [s, id] : spec.vocab) {
+    if (m.defined[id])
+      throw Error(fmt::format("{}: id {} is given to two tokens ({:?} and another)", origin, id, s),
+                  "the vocabulary must map each id to one token");
+    std::string raw;
+    bool byte_level = true;
+    for (size_t i = 0; i < s.size();) {
+      uint32_t cp = utf8_next(s, i);
+      auto it = u2b.find(cp);
+      if (it == u2b.end()) {
+        byte_level = false;
+        break;
+      }
+      raw.push_back(char(it->second));
+    }
+    // A token outside the byte-level alphabet decodes to its own UTF-8 (Hugging Face's ByteLevel
+    // decoder does the same) and can never be a word's bytes, so it stays out of `vocab`.
+    if (byte_level) raw_entries.emplace_back(raw, id);
+    m.id_bytes[id] = byte_level ? raw : s;
+    m.defined[id] = 1;
+  }
+  m.vocab.build(raw_entries);
+  for (int b = 0; b < 256; ++b) {
+    std::string ch;
+    utf8_append(ch, b2u[b]);
+    auto it = by_string.find(ch);
+    m.byte_id[b] = it == by_string.end() ? -1 : it->second;
+  }
+
+  // Merges by rank.
+  std::vector<std::pair<uint64_t, MergeTable::Entry>> merge_entries;
+  merge_entries.reserve(spec.merges.size());
+  for (size_t r = 0; r < spec.merges.size(); ++r) {
+    const auto& [a, b] = spec.merges[r];
+    auto ia = by_string.find(a), ib = by_string.find(b), im = by_string.find(a + b);
+    for (auto [it, what] : {std::pair{ia, a}, std::pair{ib, b}, std::pair{im, a + b}})
+      if (it == by_string.end())
+        throw Error(fmt::format("{}: merge {} ({:?} {:?}): token {:?} is not in the vocabulary", origin, r, a, b, what),
+                    "the merges and the vocabulary must come from the same tokenizer");
+    uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
+    merge_entries.push_back({key, MergeTable::Entry{uint32_t(r), im->second}});
+  }
+  m.merges.build(merge_entries);
+  m.ignore_merges = spec.ignore_merges;
+  m.fuse_unk = spec.fuse_unk;
+  if (spec.unk_token) {
+    auto it = by_string.find(*spec.unk_token);
+    if (it == by_string.end())
+      throw Error(fmt::format("{}: unk_token {:?} is not in the vocabulary", origin, *spec.unk_token));
+    m.unk_id = it->second;
+  }
+
+  // Added tokens: decoded as their text; special ones flagged.
+  for (const auto& t : spec.added) {
+    if (t.content.empty()) continue;
+    m.id_bytes[t.id] = t.content;
+    m.defined[t.id] = 1;
+    if (t.special) m.special[t.id] = 1;
+    (t.normalized ? m.normalized_added : m.raw_added).add(t);
+  }
+  m.raw_added.finish();
+  m.normalized_added.finish();
+  m.word_char = std::make_unique<RegexSplitter>(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])", origin);
+
+  // End of document: the first special token with one of these names.
+  for (std::string_view name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>",
+                                "<\xef\xbd\x9c"
+                                "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"}) {
+    for (const auto& t : spec.added)
+      if (t.special && t.content == name) eod_id_ = t.id;
+    if (eod_id_ >= 0) break;
+  }
+  if (eod_id_ >= 0) m.special[eod_id_] = 1;
+
+  // Pre-tokenizer stages.
+  std::string pre;
+  for (const auto& st : spec.pre_tokenizer) {
+    Impl::Stage s;
+    if (st.kind == BpePreTokenizerStage::Kind::split) {
+      s.splitter = std::make_unique<RegexSplitter>(st.pattern, origin);
+      pre += fmt::format("{}split /{}/", pre.empty() ? "" : " + ", st.pattern);
+    } else {
+      s.add_prefix_space = st.add_prefix_space;
+      if (st.use_regex) s.splitter = std::make_unique<RegexSplitter>(kGpt2Pattern, origin);
+      pre += fmt::format("{}byte-level{}{}", pre.empty() ? "" : " + ", st.use_regex ? " with GPT-2 regex" : "",
+                         st.add_prefix_space ? " and prefix space" : "");
+    }
+    m.stages.push_back(std::move(s));
+  }
+  int missing_bytes = int(std::count(m.byte_id.begin(), m.byte_id.end(), -1));
+  m.summary = fmt::format(
+      "byte-level BPE from {} ({}): {} ids, {} merges, {} added tokens, end of document {}, pre-tokenizer: {}{}{}",
+      origin, spec.format, vocab_size_, spec.merges.size(), spec.added.size(),
+      eod_id_ >= 0 ? fmt::format("{}={}", m.id_bytes[eod_id_], eod_id_) : std::string("none"), pre,
+      spec.ignore_merges ? ", whole-word vocabulary lookup first (ignore_merges)" : "",
+      missing_bytes ? fmt::format(", {} byte values missing from the vocabulary ({})", missing_bytes,
+                                  m.unk_id >= 0 ? "encoded as unk" : "dropped, as Hugging Face does")
+                    : "");
+}
+
+BpeTokenizer::~BpeTokenizer() = default;
+
+bool BpeTokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size_ && impl_->special[id]; }
+
+std::string BpeTokenizer::describe() const { return impl_->summary; }
+
+void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& ids) const {
+  if (text.size() >= (size_t(1) << 31))
+    throw Error(fmt::format("a text of {} bytes is too long to encode at once (limit 2 GiB)", text.size()),
+                "split the document");
+  size_t bad = utf8_invalid_offset(text);
+  if (bad != std::string_view::npos)
+    throw Error(fmt::format("invalid UTF-8 at byte {} (0x{:02x})", bad, uint8_t(text[bad])),
+                "byte-level BPE encodes UTF-8 text: fix the input, skip it (prep --skip-bad), or use the byte "
+                "tokenizer");
+  const Impl& m = *impl_;
+  ThreadState& ts = thread_state(m.instance);
+  auto& segs = ts.segments;
+  segs.clear();
+  m.raw_added.split(text, 0, uint32_t(text.size()), *m.word_char, segs);
+  if (!m.normalized_added.empty()) {
+    auto& segs2 = ts.segments2;
+    segs2.clear();
+    for (const Segment& s : segs) {
+      if (s.id >= 0)
+        segs2.push_back(s);
+      else
+        m.normalized_added.split(text, s.begin, s.end, *m.word_char, segs2);
+    }
+    std::swap(segs, segs2);
+  }
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const Segment s = segs[i];
+    if (s.id >= 0)
+      ids.push_back(s.id);
+    else if (s.end > s.begin)
+      m.encode_segment(text, s.begin, s.end, ids, ts);
+  }
+}
+
+void BpeTokenizer::Impl::encode_segment(std::string_view text, uint32_t b, uint32_t e, std::vector<int32_t>& ids,
+                                        ThreadState& ts) const {
+  std::string_view cur = text;
+  auto& pieces = ts.pieces;
+  auto& next = ts.next;
+  pieces.clear();
+  pieces.push_back({b, e});
+  for (const Stage& st : stages) {
+    if (st.add_prefix_space) {
+      // Each piece gets a leading space unless it has one; pieces move into the buffer.
+      std::string& buf = ts.buffer;
+      buf.clear();
+      next.clear();
+      for (const Piece& p : pieces) {
+        if (p.end == p.begin) continue;
+        uint32_t start = uint32_t(buf.size());
+        if (cur[p.begin] != ' ') buf.push_back(' ');
+        buf.append(cur.substr(p.begin, p.end - p.begin));
+        next.push_back({start, uint32_t(buf.size())});
+      }
+      std::swap(pieces, next);
+      cur = buf;
+    }
+    if (st.splitter) {
+      next.clear();
+      for (const Piece& p : pieces)
+        if (p.end > p.begin) st.splitter->split(cur, p.begin, p.end, next);
+      std::swap(pieces, next);
+    }
+  }
+  // encode_word may not reuse ts.pieces: copy nothing, just walk them.
+  for (const Piece& p : pieces)
+    if (p.end > p.begin) encode_word(cur.substr(p.begin, p.end - p.begin), ids, ts);
+}
+
+void BpeTokenizer::Impl::encode_word(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const {
+  if (w.size() == 1) {
+    int32_t id = byte_id[uint8_t(w[0])];
+    if (id >= 0)
+      ids.push_back(id);
+    else if (unk_id >= 0)
+      ids.push_back(unk_id);
+    return;
+  }
+  if (ignore_merges) {
+    int32_t id = vocab.find(w);
+    if (id >= 0) {
+      ids.push_back(id);
+      return;
+    }
+  }
+  uint64_t h = 0;
+  if (w.size() <= kMaxCachedWord) {
+    h = hash_bytes(w);
+    if (ts.cache.lookup(w, h, ids)) return;
+  }
+  auto& sym = ts.symbols;
+  sym.clear();
+  for (char c : w) {
+    int32_t id = byte_id[uint8_t(c)];
+    if (id >= 0) {
+      sym.push_back(id);
+    } else if (unk_id >= 0) {
+      if (!(fuse_unk && !sym.empty() && sym.back() == unk_id)) sym.push_back(unk_id);
+    }  // else: dropped, as Hugging Face does without an unk token
+  }
+  if (sym.size() <= 64)
+    merge_small(ts);
+  else
+    merge_large(ts);
+  if (w.size() <= kMaxCachedWord) ts.cache.insert(w, h, sym.data(), sym.size());
+  ids.insert(ids.end(), sym.begin(), sym.end());
+}
+
+// Short words: rescan for the lowest-ranked pair (leftmost on ties), merge it, repeat.
+void BpeTokenizer::Impl::merge_small(ThreadState& ts) const {
+  auto& sym = ts.symbols;
+  auto& rank = ts.ranks;
+  auto& merged = ts.merged;
+  size_t n = sym.size();
+  if (n < 2) return;
+  rank.resize(n - 1);
+  merged.resize(n - 1);
+  for (size_t i = 0; i + 1 < n; ++i) {
+    auto e = merges.find(sym[i], sym[i + 1]);
+    rank[i] = e.rank;
+    merged[i] = e.id;
+  }
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i)
+      if (rank[i] < rank[best]) best = i;
+    if (rank[best] == kNoRank) break;
+    sym[best] = merged[best];
+    sym.erase(sym.begin() + best + 1);
+    rank.erase(rank.begin() + best);
+    merged.erase(merged.begin() + best);
+    --n;
+    if (best > 0) {
+      auto e = merges.find(sym[best - 1], sym[best]);
+      rank[best - 1] = e.rank;
+      merged[best - 1] = e.id;
+    }
+    if (best + 1 < n) {
+      auto e = merges.find(sym[best], sym[best + 1]);
+      rank[best] = e.rank;
+      merged[best] = e.id;
+    }
+  }
+}
+
+// Long words (long runs of letters or spaces): a heap of candidate merges over a linked list,
+// O(n log n). Ordered by (rank, position), the same choice merge_small makes.
+void BpeTokenizer::Impl::merge_large(ThreadState& ts) const {
+  auto& sym = ts.symbols;
+  int32_t n = int32_t(sym.size());
+  std::vector<int32_t> prev(n), next(n);
+  std::vector<uint8_t> alive(n, 1);
+  for (int32_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Cand {
+    uint32_t rank;
+    int32_t pos;
+    int32_t id;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int32_t i) {
+    int32_t j = next[i];
+    if (j < 0) return;
+    auto e = merges.find(sym[i], sym[j]);
+    if (e.rank != kNoRank) heap.push({e.rank, i, e.id});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    Cand c = heap.top();
+    heap.pop();
+    if (!alive[c.pos]) continue;
+    int32_t j = next[c.pos];
+    if (j < 0) continue;
+    auto e = merges.find(sym[c.pos], sym[j]);
+    if (e.rank != c.rank || e.id != c.id) continue;  // stale: a neighbour changed since it was queued
+    sym[c.pos] = c.id;
+    alive[j] = 0;
+    next[c.pos] = next[j];
+    if (next[j] >= 0) prev[next[j]] = c.pos;
+    if (prev[c.pos] >= 0) push(prev[c.pos]);
+    push(c.pos);
+  }
+  int32_t k = 0;
+  for (int32_t i = 0; i >= 0 && i < n; i = next[i]) sym[k++] = sym[i];
+  sym.resize(k);
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  const Impl& m = *impl_;
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size_ || !m.defined[id])
+      throw Error(fmt::format("cannot decode token id {}: {}", id,
+                              id < 0 || id >= vocab_size_ ? fmt::format("outside [0, {})", vocab_size_)
+                                                          : std::string("no token has this id")),
+                  "ids must come from this tokenizer (" + source().origin + ")");
+    out += m.id_bytes[id];
+  }
+  return out;
+}
+
+}  // namespace llmtrain::trainer

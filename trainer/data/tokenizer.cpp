@@ -1,0 +1,161 @@
+// Loading tokenizers (from a spec, a path, or the bytes a checkpoint kept) and the byte tokenizer.
+#include "trainer/data/tokenizer.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+#include "trainer/data/bpe_tokenizer.h"
+
+namespace llmtrain::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTokenizerHint =
+    "data.tokenizer / --tokenizer takes \"byte\", a Hugging Face tokenizer.json, GPT-2's vocab.json (with "
+    "merges.txt beside it), or a directory holding one of those";
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  ByteTokenizer() : Tokenizer({std::string(kTokenizerKindByte), "", "byte"}) {}
+  void encode_append(std::string_view text, std::vector<int32_t>& ids) const override {
+    size_t n = ids.size();
+    ids.resize(n + text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[n + i] = static_cast<uint8_t>(text[i]);
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string out;
+    out.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (id >= 0 && id < 256)
+        out.push_back(static_cast<char>(id));
+      else if (id == kByteEodId)
+        out += "<|endoftext|>";
+      else
+        throw Error(fmt::format("cannot decode token id {}: the byte tokenizer has ids 0..256", id),
+                    "ids must come from the byte tokenizer");
+    }
+    return out;
+  }
+  int32_t vocab_size() const override { return kByteVocabSize; }
+  int32_t eod_id() const override { return kByteEodId; }
+  bool is_special(int32_t id) const override { return id == kByteEodId; }
+  std::string describe() const override {
+    return "byte: ids 0..255 are the bytes of the text, 256 is <|endoftext|> (end of document); 257 ids";
+  }
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(fmt::format("cannot read tokenizer file {}: {}", path.string(), std::strerror(errno)), kTokenizerHint);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(fmt::format("error reading tokenizer file {}", path.string()), kTokenizerHint);
+  return ss.str();
+}
+
+std::unique_ptr<Tokenizer> load_gpt2_pair(const fs::path& vocab, const fs::path& merges) {
+  std::string v = read_file(vocab), m = read_file(merges);
+  std::string origin = vocab.string();
+  BpeSpec spec = parse_gpt2_files(v, m, origin + " + " + merges.filename().string());
+  nlohmann::json pair = {{"vocab.json", v}, {"merges.txt", m}};
+  return std::make_unique<BpeTokenizer>(spec,
+                                        TokenizerSource{std::string(kTokenizerKindGpt2Files), pair.dump(), origin});
+}
+
+std::unique_ptr<Tokenizer> load_hf_json(const fs::path& path) {
+  std::string text = read_file(path);
+  BpeSpec spec = parse_hf_tokenizer_json(text, path.string());
+  return std::make_unique<BpeTokenizer>(
+      spec, TokenizerSource{std::string(kTokenizerKindHfJson), std::move(text), path.string()});
+}
+
+// A .json file is a tokenizer.json when its "model" is an object; GPT-2's vocab.json is one flat
+// object of ids (where "model" may well be a token).
+bool is_hf_json(const fs::path& path) {
+  try {
+    auto j = nlohmann::json::parse(read_file(path));
+    return !j.is_object() || (j.contains("model") && j["model"].is_object());
+  } catch (const nlohmann::json::exception&) {
+    return true;  // let the tokenizer.json parser report the syntax error
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  if (spec.empty()) throw Error("no tokenizer given", kTokenizerHint);
+  fs::path path(spec);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(path / "tokenizer.json")) return load_hf_json(path / "tokenizer.json");
+    if (fs::exists(path / "vocab.json") && fs::exists(path / "merges.txt"))
+      return load_gpt2_pair(path / "vocab.json", path / "merges.txt");
+    if (fs::exists(path / "tokenizer.model"))
+      throw Error(fmt::format("{}: not supported yet: SentencePiece tokenizer.model", spec),
+                  "llmtrain supports byte-level BPE (a tokenizer.json of GPT-2/LLaMA-3 style)");
+    throw Error(fmt::format("{}: a directory without tokenizer.json or vocab.json + merges.txt", spec), kTokenizerHint);
+  }
+  if (!fs::exists(path, ec))
+    throw Error(fmt::format("cannot read tokenizer file {}: it does not exist", spec), kTokenizerHint);
+  std::string name = path.filename().string();
+  if (name == "merges.txt" || path.extension() == ".txt") {
+    fs::path vocab = path.parent_path() / "vocab.json";
+    if (!fs::exists(vocab))
+      throw Error(
+          fmt::format("{}: GPT-2 merges need vocab.json beside them, and {} does not exist", spec, vocab.string()),
+          kTokenizerHint);
+    return load_gpt2_pair(vocab, path);
+  }
+  if (path.extension() == ".model")
+    throw Error(fmt::format("{}: not supported yet: SentencePiece .model files", spec),
+                "llmtrain supports byte-level BPE (a tokenizer.json of GPT-2/LLaMA-3 style)");
+  if (is_hf_json(path)) return load_hf_json(path);
+  fs::path merges = path.parent_path() / "merges.txt";
+  if (!fs::exists(merges))
+    throw Error(fmt::format("{} looks like GPT-2's vocab.json, but {} does not exist", spec, merges.string()),
+                "GPT-2-style tokenizers need vocab.json and merges.txt side by side");
+  return load_gpt2_pair(path, merges);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(std::string_view kind, std::string_view bytes,
+                                                     std::string_view origin) {
+  if (kind == kTokenizerKindByte) return std::make_unique<ByteTokenizer>();
+  if (kind == kTokenizerKindHfJson) {
+    BpeSpec spec = parse_hf_tokenizer_json(bytes, origin);
+    return std::make_unique<BpeTokenizer>(
+        spec, TokenizerSource{std::string(kTokenizerKindHfJson), std::string(bytes), std::string(origin)});
+  }
+  if (kind == kTokenizerKindGpt2Files) {
+    nlohmann::json pair;
+    try {
+      pair = nlohmann::json::parse(bytes.begin(), bytes.end());
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("{}: the stored GPT-2 tokenizer is not valid JSON: {}", origin, e.what()));
+    }
+    if (!pair.is_object() || !pair.contains("vocab.json") || !pair.contains("merges.txt") ||
+        !pair["vocab.json"].is_string() || !pair["merges.txt"].is_string())
+      throw Error(
+          fmt::format("{}: the stored GPT-2 tokenizer needs \"vocab.json\" and \"merges.txt\" strings", origin));
+    const auto& v = pair["vocab.json"].get_ref<const std::string&>();
+    const auto& m = pair["merges.txt"].get_ref<const std::string&>();
+    BpeSpec spec = parse_gpt2_files(v, m, origin);
+    return std::make_unique<BpeTokenizer>(
+        spec, TokenizerSource{std::string(kTokenizerKindGpt2Files), std::string(bytes), std::string(origin)});
+  }
+  throw Error(
+      fmt::format("{}: unknown tokenizer kind {:?}", origin, std::string(kind)),
+      fmt::format("known kinds: {}, {}, {}", kTokenizerKindByte, kTokenizerKindHfJson, kTokenizerKindGpt2Files));
+}
+
+}  // namespace llmtrain::trainer

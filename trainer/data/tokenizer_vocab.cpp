@@ -1,0 +1,10 @@
+#include "trainer/data/tokenizer_vocab.h"
+
+namespace llmtrain::trainer {
+
+int tokenizer_vocab_size(const std::string& tokenizer) {
+  if (tokenizer == "byte") return kByteVocabSize;
+  return load_tokenizer(tokenizer)->vocab_size();
+}
+
+}  // namespace llmtrain::trainer

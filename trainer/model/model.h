@@ -1,0 +1,179 @@
+// Model: the transformer of one pipeline stage (GPT-2 or LLaMA family), with hand-written forward
+// and backward over preallocated buffers (DESIGN.md §3: no autograd, flat parameter and gradient
+// buffers). docs/model.md documents the parameter layout and every op of a block.
+//
+// Rules a reader could get wrong:
+//  - Parameters live in ONE flat fp32 buffer and gradients in another of the same layout, in the
+//    order of model_param_specs() restricted to this stage; ModelParam::value/grad are views.
+//    Nothing may reallocate them: the optimizer, ZeRO shards and checkpoint I/O work on ranges.
+//  - Backward ACCUMULATES into the gradient buffer (gradient accumulation over micro-batches);
+//    call zero_grads() once per optimizer step. The loss a micro-batch contributes is
+//    loss_scale · mean(token losses); pass loss_scale = 1 / micro-batches to average.
+//  - Every buffer is sized at construction for options.micro_batch × seq_len tokens; a step
+//    allocates nothing. Views returned by forward_logits/stage_output/stage_input_grad stay valid
+//    only until the next call that uses the same activation slot.
+//  - Tensor-parallel crossings are explicit calls on the tp communicator (parallel/
+//    tensor_parallel.h) at every column-/row-parallel boundary; with tp = 1 they do nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "common/recipe/recipe.h"
+#include "kernels/buffer.h"
+#include "parallel/comm.h"
+#include "trainer/model/model_spec.h"
+
+namespace llmtrain::trainer {
+
+// Which part of the model this rank holds.
+struct StageLayout {
+  int layer_begin = 0, layer_end = 0;  // blocks [layer_begin, layer_end)
+  bool has_embedding = true;           // the first stage: token (+ position) embedding
+  bool has_head = true;                // the last stage: final norm, LM head and loss
+};
+
+// Stage `stage` of `stages` equal pipeline stages (layers must divide evenly; recipe_check
+// guarantees it). stages = 1 gives the whole model.
+StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages);
+
+struct ModelOptions {
+  StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0
+  int micro_batch = 1;     // the largest micro-batch (sequences) forward/backward will see
+  int seq_len = 0;         // the longest sequence; 0 = model.seq_len
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules)
+};
+
+// Targets equal to this take no part in the loss (Hugging Face's and PyTorch's convention).
+inline constexpr int32_t kIgnoreIndex = -100;
+
+struct MicroBatch {
+  kernels::Tensor tokens;   // [B, T] int32 token ids (read by the first stage)
+  kernels::Tensor targets;  // [B, T] int32 next-token ids or kIgnoreIndex (read by the last stage)
+};
+
+// One parameter as this rank holds it.
+struct ModelParam {
+  ParamSpec spec;              // global name, global shape, tp split dimension, decay, init
+  std::vector<int64_t> shape;  // this rank's shard of it (the global shape when not split)
+  int64_t shard_begin = 0;     // first index along spec.tp_split_dim held here
+  int64_t offset = 0;          // element offset in the flat buffers
+  kernels::Tensor value, grad;
+  // On a last pipeline stage without the embedding, the tied word embedding is a second copy of
+  // transformer.wte / model.embed_tokens whose gradient the pipeline must sum with the first
+  // stage's.
+  bool tied_copy = false;
+
+  int64_t numel() const;
+};
+
+// The shard of a parameter as runs of contiguous elements: fn(local_offset, global_offset, count)
+// for each run, in order. Global offsets index the parameter's global row-major shape.
+template <typename Fn>
+void for_each_shard_run(const ModelParam& p, Fn&& fn);
+
+class Model {
+ public:
+  // `config` must be resolved (no auto fields). `tp` is this rank's tensor-parallel group
+  // (a one-rank comm when tp = 1; it must outlive the model); heads, kv_heads, ffn_hidden and the
+  // padded vocabulary must divide by its size.
+  Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+
+  // ---- parameters ----
+  const std::vector<ModelParam>& parameters() const { return params_; }
+  const ModelParam& parameter(std::string_view name) const;       // LT_CHECK-fails on an unknown name
+  kernels::Tensor params() const { return param_buf_.tensor(); }  // [numel] flat fp32
+  kernels::Tensor grads() const { return grad_buf_.tensor(); }
+  int64_t numel() const { return param_buf_.numel(); }
+  // Every parameter from the counter-based RNG (trainer/model/param_init.h): a shard gets the values
+  // of its slice of the whole parameter.
+  void init_parameters(uint64_t seed);
+  void zero_grads();
+
+  // ---- the whole model (pp = 1) ----
+  // Forward, loss (mean over counted target tokens), and backward of loss_scale · loss,
+  // accumulated into grads(). Returns the loss.
+  float forward_backward(const MicroBatch& mb, float loss_scale);
+  // Forward and loss only (evaluation).
+  float forward_loss(const MicroBatch& mb);
+  // Logits [B, T, padded vocab] for every position (padding columns included).
+  kernels::Tensor forward_logits(kernels::Tensor tokens);
+
+  // ---- one pipeline stage (the calls above are built on these) ----
+  // `input` [B, T, hidden] comes from the previous stage (absent on the first). Returns the loss
+  // on the last stage when mb.targets is given, else 0.
+  float stage_forward(int slot, const MicroBatch& mb, kernels::Tensor input);
+  kernels::Tensor stage_output(int slot) const;  // [B, T, hidden], for the next stage
+  // `grad_output` [B, T, hidden] comes from the next stage (absent on the last, which starts from
+  // its loss · loss_scale).
+  void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale);
+  kernels::Tensor stage_input_grad() const;  // [B, T, hidden] of the last backward, for the previous stage
+
+  // Bytes of the activation buffers (all slots and the backward's work buffers), for memory reports.
+  size_t activation_bytes() const { return act_buf_.bytes(); }
+
+  // ---- overlap of gradient communication with backward ----
+  // Called during stage_backward as soon as the gradients of a group of parameters are complete
+  // for that backward: (ParamPlace::head, -1) after the head, (ParamPlace::block, layer) after
+  // each block (global layer index, in decreasing order), (ParamPlace::embedding, -1) after the
+  // embedding — the tied word embedding is complete only then. Data parallelism launches its
+  // bucket all-reduces from it on the last micro-batch of a step. An empty function clears it.
+  using GradReadyHook = std::function<void(ParamPlace place, int layer)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+
+ private:
+  struct BlockWeights;
+  struct LayerActs;
+  struct Slot;
+  struct Work;
+
+  void build_params();
+  void build_activations();
+  void bind_views();
+  void embed_forward(Slot& s);
+  void embed_backward(Slot& s);
+  void block_forward(int layer, LayerActs& a, kernels::Tensor x, kernels::Tensor out, int b, int t, bool recompute);
+  void block_backward(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
+  float head_forward(Slot& s);
+  void head_backward(Slot& s, float loss_scale);
+  void require_whole_model(const char* what) const;
+
+  ModelConfig config_;
+  ModelOptions options_;
+  parallel::Comm& tp_;
+  bool llama_ = false;
+  int64_t seq_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_local_ = 0, vocab_begin_ = 0;
+
+  std::vector<ModelParam> params_;
+  kernels::Buffer param_buf_, grad_buf_, act_buf_;
+  std::vector<BlockWeights> weights_, weight_grads_;  // per local layer
+  std::unique_ptr<Work> work_;
+  std::vector<Slot> slots_;
+  GradReadyHook grad_ready_;
+};
+
+template <typename Fn>
+void for_each_shard_run(const ModelParam& p, Fn&& fn) {
+  const int s = p.spec.tp_split_dim;
+  if (s < 0 || p.shape[s] == p.spec.shape[s]) {
+    fn(int64_t(0), int64_t(0), p.numel());
+    return;
+  }
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < s; ++d) outer *= p.spec.shape[d];
+  for (size_t d = size_t(s) + 1; d < p.spec.shape.size(); ++d) inner *= p.spec.shape[d];
+  const int64_t run = p.shape[s] * inner;
+  for (int64_t o = 0; o < outer; ++o) fn(o * run, (o * p.spec.shape[s] + p.shard_begin) * inner, run);
+}
+
+}  // namespace llmtrain::trainer
