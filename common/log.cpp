@@ -18,6 +18,7 @@ LogLevel g_level = [] {
 }();
 std::mutex g_mutex;
 std::FILE* g_file = nullptr;
+bool g_progress = true;
 
 }  // namespace
 
@@ -29,6 +30,10 @@ void log_set_rank(int rank, int world_size) {
 const std::string& log_prefix() { return g_prefix; }
 
 int log_rank() { return g_rank; }
+
+void log_set_progress(bool enabled) { g_progress = enabled; }
+
+bool log_progress_enabled() { return g_progress; }
 
 void log_set_level(LogLevel level) { g_level = level; }
 

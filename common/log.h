@@ -22,6 +22,17 @@ void log_write(LogLevel level, const std::string& message);
 // Throws llmtrain::Error when the file cannot be opened.
 void log_open_file(const std::string& path);
 
+// Progress messages of a job (what it is doing, its figures) come from one rank: the others set
+// this false at start-up and log_progress() prints nothing there. Warnings and errors come from
+// every rank.
+void log_set_progress(bool enabled);
+bool log_progress_enabled();
+
+template <typename... Args>
+void log_progress(fmt::format_string<Args...> f, Args&&... args) {
+  if (log_progress_enabled() && log_enabled(LogLevel::info))
+    log_write(LogLevel::info, fmt::format(f, std::forward<Args>(args)...));
+}
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {
   if (log_enabled(LogLevel::info)) log_write(LogLevel::info, fmt::format(f, std::forward<Args>(args)...));

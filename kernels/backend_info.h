@@ -33,6 +33,10 @@ struct CudaInfo {
 };
 
 BlasInfo blas_info();
+// The threads this process's CPU ops use, OpenMP and BLAS together (kernels/cpu/threads.cpp).
+// Called once per rank before training; per-thread callers (tests running ranks as threads) call it
+// on each thread.
+void set_cpu_threads(int threads);
 // This process's sgemm rate in GFLOP/s with its current thread count (a square product of side
 // `n`, best of `reps` after a warm-up): the CPU "peak" that MFU is measured against.
 double measure_sgemm_gflops(int n = 1024, int reps = 4);

@@ -6,7 +6,7 @@
 
 namespace llmtrain::parallel {
 
-Comm& MeshComms::group(GroupKind kind) const {
+Comm& ControlComms::group(GroupKind kind) const {
   switch (kind) {
     case GroupKind::tp:
       return *tp;
@@ -21,8 +21,24 @@ Comm& MeshComms::group(GroupKind kind) const {
   return *world;
 }
 
+Comm& MeshComms::group(GroupKind kind) const {
+  switch (kind) {
+    case GroupKind::tp:
+      return *tp;
+    case GroupKind::pp:
+      return *pp;
+    case GroupKind::dp:
+      return *dp;
+    case GroupKind::model_parallel:
+      break;
+  }
+  LT_CHECK(false, "no tensor group of kind {} (the model-parallel group is a control group)", group_kind_name(kind));
+  return *world;
+}
+
 void MeshComms::set_timeout(double seconds) {
-  for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), mp.get()})
+  for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), control.world.get(), control.tp.get(), control.pp.get(),
+                  control.dp.get(), control.mp.get()})
     if (c) c->set_timeout(seconds);
 }
 
@@ -35,10 +51,8 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world) {
                             shape.world()));
   LT_CHECK(world->rank() == mesh.rank(), "mesh of rank {} on world rank {}", mesh.rank(), world->rank());
 
-  MeshComms out;
-  auto make = [&](GroupKind kind) {
-    const std::vector<int> members = mesh.group(kind);
-    const char* name = group_kind_name(kind);
+  // Every rank makes the same splits in the same order (split is collective over the world).
+  auto make = [&](const std::vector<int>& members, int index, std::string name) {
     std::unique_ptr<Comm> c;
     if (members.size() == 1) {
       c = make_local_comm(name);
@@ -47,15 +61,27 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world) {
       // The group's lowest world rank is its color (unique per group); world rank orders it.
       c = world->split(members.front(), mesh.rank(), name);
     }
-    LT_CHECK(c->size() == static_cast<int>(members.size()) && c->rank() == mesh.index_in(kind),
+    LT_CHECK(c->size() == static_cast<int>(members.size()) && c->rank() == index,
              "group {} of rank {}: size {} rank {}, expected size {} rank {}", name, mesh.rank(), c->size(), c->rank(),
-             members.size(), mesh.index_in(kind));
+             members.size(), index);
     return c;
   };
-  out.tp = make(GroupKind::tp);
-  out.pp = make(GroupKind::pp);
-  out.dp = make(GroupKind::dp);
-  out.mp = make(GroupKind::model_parallel);
+  auto tensor = [&](GroupKind kind) { return make(mesh.group(kind), mesh.index_in(kind), group_kind_name(kind)); };
+  auto control = [&](GroupKind kind) {
+    return make(mesh.group(kind), mesh.index_in(kind), fmt::format("{} control", group_kind_name(kind)));
+  };
+  std::vector<int> everyone(static_cast<size_t>(shape.world()));
+  for (int r = 0; r < shape.world(); ++r) everyone[static_cast<size_t>(r)] = r;
+
+  MeshComms out;
+  out.tp = tensor(GroupKind::tp);
+  out.pp = tensor(GroupKind::pp);
+  out.dp = tensor(GroupKind::dp);
+  out.control.world = make(everyone, mesh.rank(), "world control");
+  out.control.tp = control(GroupKind::tp);
+  out.control.pp = control(GroupKind::pp);
+  out.control.dp = control(GroupKind::dp);
+  out.control.mp = control(GroupKind::model_parallel);
   out.world = std::move(world);
   return out;
 }

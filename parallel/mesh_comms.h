@@ -1,7 +1,14 @@
-// The communicators of a mesh: this rank's tp, pp, dp and model-parallel groups, made from the
-// world communicator. Passed explicitly to whoever needs them (no global process groups).
+// The communicators of a mesh: this rank's tp, pp and dp groups that move tensors, and the host
+// "control" groups that move scalars, all made from the world communicator. Passed explicitly to
+// whoever needs them (no global process groups).
 //
 // Rules a reader could get wrong:
+//  - Tensor groups (tp, pp, dp) carry activations, gradients and parameters; with the CUDA backend
+//    they move device memory (NCCL). Control groups carry host scalars and agreement only — losses,
+//    squared norms, the stop flag, checkpoint agreement and the strings it gathers — and are MPI
+//    over host memory on every backend, so a scalar never needs a device buffer and never waits
+//    behind a tensor collective on the same communicator. Never put a tensor on a control group,
+//    nor a host scalar on a tensor group.
 //  - make_mesh_comms is collective over the world: every rank calls it, with the same shape.
 //  - A group kind whose groups have one rank (tp = 1, say) gets a one-rank Comm and costs no MPI
 //    call, so a one-rank job (or MPI not initialised at all) gets one-rank Comms throughout.
@@ -16,15 +23,28 @@
 
 namespace llmtrain::parallel {
 
-struct MeshComms {
-  std::unique_ptr<Comm> world;  // "world"
-  std::unique_ptr<Comm> tp;     // "tp"
-  std::unique_ptr<Comm> pp;     // "pp"
-  std::unique_ptr<Comm> dp;     // "dp"
-  std::unique_ptr<Comm> mp;     // "model-parallel": tp × pp, for global norms
+// Host communicators for scalars, one per group kind and one over the whole world. Names: "world
+// control", "dp control", ...
+struct ControlComms {
+  std::unique_ptr<Comm> world;
+  std::unique_ptr<Comm> tp;
+  std::unique_ptr<Comm> pp;
+  std::unique_ptr<Comm> dp;
+  std::unique_ptr<Comm> mp;  // model-parallel (tp × pp): sums of squared norms
 
   Comm& group(GroupKind kind) const;
-  // Every group's timeout (parallel.timeout), world included.
+};
+
+struct MeshComms {
+  std::unique_ptr<Comm> world;  // the job's world, which the groups were split from
+  std::unique_ptr<Comm> tp;     // "tp": tensor-parallel activations and gradients
+  std::unique_ptr<Comm> pp;     // "pp": activations and gradients between pipeline stages
+  std::unique_ptr<Comm> dp;     // "dp": gradient reduction and parameter gathers
+  ControlComms control;
+
+  // The tensor group of `kind` (tp, pp or dp; the model-parallel group only exists for control).
+  Comm& group(GroupKind kind) const;
+  // Every group's timeout (parallel.timeout), control groups and world included.
   void set_timeout(double seconds);
 };
 

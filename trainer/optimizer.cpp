@@ -49,12 +49,13 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
   }
 }
 
-double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank) {
+double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank, parallel::FlatRange owned) {
   double sum = 0;
   for (const ModelParam& p : params) {
     if (p.tied_copy) continue;
     if (p.spec.tp_split_dim < 0 && tp_rank != 0) continue;
-    sum += kernels::sum_squares(p.grad.view({p.numel()}));
+    const int64_t b = std::max(p.offset, owned.begin), e = std::min(p.offset + p.numel(), owned.end);
+    if (b < e) sum += kernels::sum_squares(p.grad.view({p.numel()}).flat(b - p.offset, e - b));
   }
   return sum;
 }

@@ -15,6 +15,7 @@
 
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
+#include "parallel/grad_sync.h"
 #include "trainer/model/model.h"
 
 namespace llmtrain::trainer {
@@ -55,8 +56,10 @@ class AdamW {
 // Σ g² over this rank's gradients, counting each global parameter element once per model
 // replica: tensor-parallel replicated parameters only on tp rank 0, and the last stage's copy of
 // a tied embedding not at all (its gradient equals the first stage's after their all-reduce).
-// The caller all-reduces the sum over the tp and pp groups, then takes the square root.
-double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank);
+// Only elements inside `owned` count (the range this rank's optimizer updates; under ZeRO each
+// data-parallel rank holds the reduced gradient of its shard only). The caller all-reduces the sum
+// over every group that splits parameters (parallel/grad_sync.h), then takes the square root.
+double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank, parallel::FlatRange owned = {0, INT64_MAX});
 
 // PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6) when that is below 1, else 1. max_norm 0
 // means no clipping.

@@ -64,14 +64,21 @@ TEST(Bootstrap, RankMainWithoutLauncherReturnsTheBodysStatusAndLetsErrorsThrough
 TEST(MeshComms, OneRankWorldGivesOneRankGroups) {
   auto rt = bootstrap(LaunchEnv{}, {.timeout_s = 9.0});
   MeshComms comms = make_mesh_comms(Mesh({1, 1, 1}, 0), rt->take_world());
-  for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::model_parallel}) {
+  for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp}) {
     EXPECT_EQ(comms.group(kind).size(), 1);
     EXPECT_EQ(comms.group(kind).name(), group_kind_name(kind));
     EXPECT_DOUBLE_EQ(comms.group(kind).timeout(), 9.0);
   }
+  for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::model_parallel}) {
+    EXPECT_EQ(comms.control.group(kind).size(), 1);
+    EXPECT_EQ(comms.control.group(kind).name(), std::string(group_kind_name(kind)) + " control");
+  }
+  EXPECT_EQ(comms.control.world->size(), 1);
   comms.set_timeout(3.0);
   EXPECT_DOUBLE_EQ(comms.dp->timeout(), 3.0);
   EXPECT_DOUBLE_EQ(comms.world->timeout(), 3.0);
+  EXPECT_DOUBLE_EQ(comms.control.mp->timeout(), 3.0);
+  EXPECT_DOUBLE_EQ(comms.control.world->timeout(), 3.0);
 }
 
 TEST(MeshComms, LayoutLargerThanTheWorldIsRefusedNamingEveryFactor) {

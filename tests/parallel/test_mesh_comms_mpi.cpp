@@ -33,10 +33,23 @@ TEST(MeshComms, EveryLayoutGivesTheMeshGroups) {
     MeshComms comms = make_mesh_comms(mesh, make_mpi_world_comm(30.0));
     EXPECT_EQ(comms.world->name(), "world");
     EXPECT_EQ(comms.world->size(), world().size());
-    for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::model_parallel}) {
-      Comm& c = comms.group(kind);
+    EXPECT_EQ(comms.control.world->name(), "world control");
+    EXPECT_EQ(comms.control.world->size(), world().size());
+    EXPECT_EQ(comms.control.world->rank(), me);
+    // The tensor groups (tp, pp, dp) and the host control groups (every kind) have the mesh's members.
+    std::vector<std::pair<Comm*, std::string>> groups;
+    for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp})
+      groups.emplace_back(&comms.group(kind), group_kind_name(kind));
+    for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::model_parallel})
+      groups.emplace_back(&comms.control.group(kind), fmt::format("{} control", group_kind_name(kind)));
+    for (auto& [comm, name] : groups) {
+      Comm& c = *comm;
+      const GroupKind kind = name.starts_with("tp")   ? GroupKind::tp
+                             : name.starts_with("pp") ? GroupKind::pp
+                             : name.starts_with("dp") ? GroupKind::dp
+                                                      : GroupKind::model_parallel;
       const std::vector<int> members = mesh.group(kind);
-      EXPECT_EQ(c.name(), group_kind_name(kind));
+      EXPECT_EQ(c.name(), name);
       ASSERT_EQ(c.size(), static_cast<int>(members.size())) << group_kind_name(kind);
       EXPECT_EQ(c.rank(), mesh.index_in(kind)) << group_kind_name(kind);
 

@@ -1,0 +1,69 @@
+// Gradient synchronization over the data-parallel group: one interface, one implementation per
+// ZeRO stage (llm.c's zero.cuh: one call decides all-reduce or reduce-scatter). The model, the
+// pipeline schedule and the training step never ask which stage is in use.
+//
+// One optimizer step, as the training step drives it:
+//   group_ready(g, last)   backward has finished parameter group g for a micro-batch; `last` when
+//                          it was the step's last micro-batch (g's gradient is then final)
+//   progress()             between pieces of work: lets launched reductions advance
+//   finish()               every reduction of the step completes; owned() of the gradient buffer
+//                          then holds the data-parallel average
+//   (the optimizer updates owned() of the parameter buffer)
+//   gather_params()        every rank's whole parameter buffer is current again
+//
+// Rules a reader could get wrong:
+//  - Parameter groups are numbered in the order backward completes them, and every rank marks the
+//    same groups; a group is a set of parameters (indices into the forward-order list), e.g. one
+//    transformer block. The grouping is the trainer's (trainer/train_step.cpp), the buckets are ours.
+//  - owned() is the flat range of the parameter and gradient buffers this rank's optimizer updates
+//    (and holds optimizer state for): the whole buffer at stage 0, this rank's shard under ZeRO.
+//    Outside owned(), gradients after finish() are unspecified.
+//  - shards_over_dp(): whether data-parallel ranks hold different parts of the gradient after
+//    finish(). The global gradient norm sums squares of owned() over the model-parallel group, and
+//    also over the data-parallel group when this is true.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "parallel/comm.h"
+#include "parallel/grad_buckets.h"
+
+namespace llmtrain::parallel {
+
+// [begin, end) in elements of a flat buffer.
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+  int64_t numel() const { return end - begin; }
+  bool operator==(const FlatRange&) const = default;
+};
+
+class GradSync {
+ public:
+  virtual ~GradSync() = default;
+
+  virtual void group_ready(int group, bool last_micro_batch) = 0;
+  virtual void progress() = 0;
+  virtual void finish() = 0;
+  virtual FlatRange owned() const = 0;
+  virtual bool shards_over_dp() const = 0;
+  virtual void gather_params() = 0;
+
+  // Communication that backward did not hide (the time spent in finish()), for the metrics.
+  virtual const GradBucketStats& stats() const = 0;
+};
+
+struct GradSyncLayout {
+  Tensor params;                         // the flat parameter buffer
+  Tensor grads;                          // the flat gradient buffer, same layout
+  std::vector<ParamRange> param_ranges;  // every parameter's range, in forward order
+  std::vector<std::vector<int>> groups;  // group -> parameters (indices into param_ranges)
+};
+
+// The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,
+// must outlive it). Stage 0: bucketed all-reduces launched as groups complete (GradBuckets).
+// Stages 1-3 are refused with "not supported yet".
+std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb);
+
+}  // namespace llmtrain::parallel

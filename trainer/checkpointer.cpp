@@ -1,0 +1,80 @@
+#include "trainer/checkpointer.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "common/checkpoint_dir.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "trainer/checkpoint/checkpoint.h"
+
+namespace llmtrain::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml, const Tokenizer& tokenizer,
+                           Model& model, TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs)
+    : recipe_(recipe),
+      recipe_yaml_(recipe_yaml),
+      tokenizer_(tokenizer),
+      model_(model),
+      step_(step),
+      dp_rank_(dp_rank),
+      world_(world),
+      fs_(fs) {}
+
+RunPosition Checkpointer::resume() {
+  const CheckpointConfig& cc = recipe_.checkpoint;
+  if (cc.resume == ResumeMode::none) return {};
+  bool weights_only = cc.load_weights_only;
+  bool explicit_path = cc.resume == ResumeMode::path;
+  if (explicit_path && !checkpoint_candidates(cc.dir).empty() &&
+      !fs::path(cc.resume_path).lexically_relative(cc.dir).string().starts_with("step_")) {
+    log_progress(
+        "{} already holds this run's checkpoints: continuing from them (checkpoint.resume: {}{} applies to the "
+        "run's first start)",
+        cc.dir, cc.resume_path, weights_only ? " with load_weights_only" : "");
+    explicit_path = weights_only = false;
+  }
+  auto slices = checkpoint_slices(model_, weights_only ? nullptr : &step_.optimizer(), dp_rank_, recipe_.parallel.zero);
+  auto loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, world_);
+  if (!loaded) return {};
+  if (weights_only) {
+    log_progress("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
+    return {};
+  }
+  const RunPosition at{loaded->manifest.step, loaded->manifest.consumed_samples};
+  log_progress("resuming from {} at step {} ({} samples consumed)", loaded->path, at.step, at.consumed_samples);
+  if (at.consumed_samples != at.step * recipe_.train.global_batch)
+    throw Error(fmt::format("{} was written with another global batch ({} samples after {} steps, this recipe "
+                            "consumes {} per step)",
+                            loaded->path, at.consumed_samples, at.step, recipe_.train.global_batch),
+                "resume with the train.global_batch it was written with, or set checkpoint.load_weights_only: true");
+  step_.restore(loaded->manifest.extra, at.step);
+  last_saved_ = at.step;
+  return at;
+}
+
+void Checkpointer::save(const RunPosition& at) {
+  CheckpointMeta meta;
+  meta.step = at.step;
+  meta.consumed_samples = at.consumed_samples;
+  meta.rng = {{"seed", recipe_.train.seed}};
+  meta.extra = step_.state();
+  meta.recipe_yaml = recipe_yaml_;
+  meta.mesh = {recipe_.parallel.tp, recipe_.parallel.pp, recipe_.parallel.dp, recipe_.parallel.zero};
+  meta.tokenizer_kind = tokenizer_.source().kind;
+  meta.tokenizer_bytes = tokenizer_.source().bytes;
+  const double t0 = now_s();
+  const std::string path = checkpoint_save(
+      fs_, recipe_.checkpoint.dir, meta, checkpoint_slices(model_, &step_.optimizer(), dp_rank_, recipe_.parallel.zero),
+      world_, recipe_.checkpoint.keep);
+  log_progress("checkpoint {} written in {}", path, format_duration(now_s() - t0));
+  last_saved_ = at.step;
+}
+
+}  // namespace llmtrain::trainer

@@ -1,0 +1,163 @@
+#include "trainer/train_step.h"
+
+#include <cmath>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "kernels/ops.h"
+#include "trainer/lr_schedule.h"
+
+namespace llmtrain::trainer {
+
+using kernels::DType;
+using kernels::Tensor;
+using parallel::ReduceOp;
+
+namespace {
+
+// Group index of a (place, layer) that the model's grad-ready hook reports, in the numbering of
+// grad_ready_groups().
+int group_of(const StageLayout& st, ParamPlace place, int layer) {
+  const int blocks = st.layer_end - st.layer_begin;
+  switch (place) {
+    case ParamPlace::head:
+      return 0;
+    case ParamPlace::block:
+      LT_CHECK(layer >= st.layer_begin && layer < st.layer_end, "layer {} outside the stage [{}, {})", layer,
+               st.layer_begin, st.layer_end);
+      return 1 + (st.layer_end - 1 - layer);
+    case ParamPlace::embedding:
+      return 1 + blocks;
+  }
+  LT_CHECK(false, "parameter place {}", int(place));
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> grad_ready_groups(const Model& model) {
+  const StageLayout& st = model.options().stage;
+  std::vector<std::vector<int>> groups(size_t(st.layer_end - st.layer_begin) + 2);
+  const auto& params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    groups[size_t(group_of(st, params[i].spec.place, params[i].spec.layer))].push_back(int(i));
+  return groups;
+}
+
+// This rank's part of the model as the pipeline schedule sees it: forward and backward of one
+// micro-batch at a time, each micro-batch's activations in the model's slot (micro-batch mod slots).
+// It reads the micro-batch's samples as its forward starts, keeps its loss, and tells the gradient
+// sync which parameter groups backward completed.
+class TrainStep::ModelStage {
+ public:
+  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, int micro_batches, Tensor losses)
+      : model_(model),
+        batches_(batches),
+        micro_batches_(micro_batches),
+        loss_scale_(1.0f / float(micro_batches)),
+        losses_(losses) {
+    const StageLayout st = model.options().stage;
+    model_.set_grad_ready_hook([this, st, &sync](ParamPlace place, int layer) {
+      sync.group_ready(group_of(st, place, layer), last_backward_);
+    });
+  }
+  ~ModelStage() { model_.set_grad_ready_hook({}); }
+
+  void begin_step(int64_t consumed_samples) { consumed_ = consumed_samples; }
+
+  void forward(int micro_batch, Tensor input) {
+    const float loss = model_.stage_forward(slot(micro_batch), batches_.read(consumed_, micro_batch), input);
+    losses_.ptr<float>()[micro_batch] = loss;
+  }
+  void backward(int micro_batch, Tensor grad_output) {
+    last_backward_ = micro_batch == micro_batches_ - 1;
+    model_.stage_backward(slot(micro_batch), grad_output, loss_scale_);
+  }
+
+ private:
+  int slot(int micro_batch) const { return micro_batch % model_.options().activation_slots; }
+
+  Model& model_;
+  MicroBatchReader& batches_;
+  int micro_batches_;
+  float loss_scale_;  // each micro-batch's loss counts 1 / micro-batches of the step's
+  Tensor losses_;
+  int64_t consumed_ = 0;
+  bool last_backward_ = false;
+};
+
+TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
+                     int micro_batches)
+    : recipe_(recipe), model_(model), comms_(comms), micro_batches_(micro_batches) {
+  LT_CHECK(micro_batches >= 1, "{} micro-batches per step", micro_batches);
+  parallel::GradSyncLayout layout{model.params(), model.grads(), {}, grad_ready_groups(model)};
+  for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
+  sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb);
+  const parallel::FlatRange own = sync_->owned();
+  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), own.begin, own.end);
+  losses_ = kernels::Buffer(DType::fp32, {micro_batches});
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches, losses_.tensor());
+}
+
+TrainStep::~TrainStep() = default;
+
+StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
+  StepOutcome out;
+  model_.zero_grads();
+  stage_->begin_step(consumed_samples);
+  for (int m = 0; m < micro_batches_; ++m) {  // the one-stage schedule: F0 B0 F1 B1 ...
+    stage_->forward(m, Tensor{});
+    stage_->backward(m, Tensor{});
+  }
+  sync_->finish();
+
+  // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.
+  double sum = 0;
+  const float* losses = losses_.ptr<float>();
+  for (int m = 0; m < micro_batches_; ++m) sum += losses[m];
+  out.loss = float(sum / micro_batches_);
+  comms_.control.dp->all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
+
+  // Σg² of what this rank owns, over every group that splits parameters (each element counted once
+  // per model replica); fp32 is enough for a norm that only scales the update.
+  const parallel::FlatRange own = sync_->owned();
+  float sq = float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), own));
+  parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
+  norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
+  out.grad_norm = std::sqrt(double(sq));
+  out.lr = lr_at(recipe_.optimizer, step);
+
+  if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {
+    if (recipe_.train.on_nonfinite == NonFiniteAction::stop)
+      throw Error(fmt::format("non-finite {} at step {} (loss {}, grad norm {}); the last checkpoint is intact",
+                              std::isfinite(out.loss) ? "gradient" : "loss", step + 1, out.loss, out.grad_norm),
+                  "lower optimizer.lr, lengthen optimizer.warmup, set train.grad_clip, or set train.on_nonfinite: "
+                  "skip to skip such steps");
+    ++skipped_total_;
+    if (++skipped_in_a_row_ > recipe_.train.max_skipped_steps)
+      throw Error(fmt::format("{} non-finite steps in a row (up to step {}): stopping", skipped_in_a_row_, step + 1),
+                  "the run diverged: lower optimizer.lr or resume from an earlier checkpoint");
+    log_warn("step {}: non-finite loss or gradient, update skipped ({} in a row)", step + 1, skipped_in_a_row_);
+    out.skipped = true;
+    out.skipped_total = skipped_total_;
+    return out;
+  }
+  skipped_in_a_row_ = 0;
+  out.skipped_total = skipped_total_;
+  optimizer_->step(model_.params().flat(own.begin, own.numel()), model_.grads().flat(own.begin, own.numel()), out.lr,
+                   clip_factor(out.grad_norm, recipe_.train.grad_clip));
+  sync_->gather_params();
+  return out;
+}
+
+nlohmann::json TrainStep::state() const {
+  return {{"skipped_total", skipped_total_}, {"skipped_in_a_row", skipped_in_a_row_}};
+}
+
+void TrainStep::restore(const nlohmann::json& state, int64_t step) {
+  skipped_total_ = state.value("skipped_total", int64_t(0));
+  skipped_in_a_row_ = state.value("skipped_in_a_row", int64_t(0));
+  optimizer_->set_steps(step - skipped_total_);
+}
+
+}  // namespace llmtrain::trainer

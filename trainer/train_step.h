@@ -1,0 +1,83 @@
+// One optimizer step as its own unit (DESIGN.md §2, docs/architecture.md "One step"):
+//
+//   zero grads -> the pipeline schedule over the step's micro-batches (forward, backward; gradient
+//   groups handed to the gradient sync as backward completes them) -> finish the gradient sync ->
+//   global gradient norm over every group that splits parameters -> clip, or skip a non-finite step
+//   -> AdamW on the flat range this rank owns -> gather the parameters other ranks updated.
+//
+// train() (trainer/trainer.cpp) owns everything around it: set-up, resume, reporting, evaluation,
+// checkpoints and the stop agreement.
+//
+// Rules a reader could get wrong:
+//  - Scalars (the loss, squared norms) cross ranks on the host control groups (comms.control), never
+//    on the tensor groups; the per-micro-batch losses are copied off the model's device once per step.
+//  - A non-finite loss or gradient norm is the same on every rank (both are all-reduced before the
+//    decision), so every rank stops, or skips the same step, together.
+//  - Skipped steps still consume their samples; the optimizer's step count (bias corrections) only
+//    counts updates taken.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/recipe/recipe.h"
+#include "kernels/buffer.h"
+#include "parallel/grad_sync.h"
+#include "parallel/mesh_comms.h"
+#include "trainer/data/micro_batches.h"
+#include "trainer/model/model.h"
+#include "trainer/optimizer.h"
+
+namespace llmtrain::trainer {
+
+struct StepOutcome {
+  float loss = 0;        // mean over the step's micro-batches and data-parallel ranks
+  double grad_norm = 0;  // global, before clipping
+  double lr = 0;
+  bool skipped = false;       // non-finite: no update (train.on_nonfinite: skip)
+  int64_t skipped_total = 0;  // steps skipped so far in the run, this one included
+};
+
+class TrainStep {
+ public:
+  // `model`, `batches` and `comms` must outlive the step. `micro_batches`: per step on this rank.
+  TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
+            int micro_batches);
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // Takes optimizer step `step` (0-based: the update that makes `step + 1` steps done) on the
+  // global batch that starts after `consumed_samples`. Throws llmtrain::Error on a non-finite step
+  // with on_nonfinite: stop, or after max_skipped_steps skipped in a row.
+  StepOutcome run(int64_t step, int64_t consumed_samples);
+
+  AdamW& optimizer() { return *optimizer_; }
+  const parallel::GradSync& grad_sync() const { return *sync_; }
+
+  // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
+  // the step a checkpoint was written at.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state, int64_t step);
+
+ private:
+  class ModelStage;
+
+  const Recipe& recipe_;
+  Model& model_;
+  parallel::MeshComms& comms_;
+  int micro_batches_;
+  std::unique_ptr<parallel::GradSync> sync_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<ModelStage> stage_;
+  kernels::Buffer losses_;  // [micro_batches] host copies of the micro-batch losses
+  int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
+};
+
+// The parameters in groups in the order backward completes them: the head, the blocks from the last
+// to the first, the embedding (a tied embedding is complete only after the embedding's backward).
+// Group g of the result lists indices into model.parameters().
+std::vector<std::vector<int>> grad_ready_groups(const Model& model);
+
+}  // namespace llmtrain::trainer
