@@ -11,7 +11,7 @@
 #include <new>
 #include <random>
 
-#include "parallel/comm.h"
+#include "parallel/comm_threads.h"
 #include "trainer/model/model.h"
 
 // Counts C++ heap allocations while `g_counting` is set (this test binary replaces operator new;
@@ -57,40 +57,6 @@ struct Batch {
 };
 
 std::vector<float> copy(kernels::Tensor t) { return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel()); }
-
-// A communicator that only knows its size and rank: enough to build and initialize a shard.
-class ShapeOnlyComm final : public parallel::Comm {
- public:
-  ShapeOnlyComm(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const std::string& name() const override { return name_; }
-  void all_reduce(kernels::Tensor, parallel::ReduceOp) override { fail(); }
-  void reduce_scatter(kernels::Tensor, kernels::Tensor, parallel::ReduceOp) override { fail(); }
-  void all_gather(kernels::Tensor, kernels::Tensor) override { fail(); }
-  void broadcast(kernels::Tensor, int) override { fail(); }
-  void send(kernels::Tensor, int, int) override { fail(); }
-  void recv(kernels::Tensor, int, int) override { fail(); }
-  void all_to_all(kernels::Tensor, kernels::Tensor) override { fail(); }
-  void barrier() override { fail(); }
-  parallel::WorkHandle all_reduce_async(kernels::Tensor, parallel::ReduceOp) override { fail(); }
-  parallel::WorkHandle reduce_scatter_async(kernels::Tensor, kernels::Tensor, parallel::ReduceOp) override { fail(); }
-  parallel::WorkHandle all_gather_async(kernels::Tensor, kernels::Tensor) override { fail(); }
-  parallel::WorkHandle send_async(kernels::Tensor, int, int) override { fail(); }
-  parallel::WorkHandle recv_async(kernels::Tensor, int, int) override { fail(); }
-  void set_timeout(double) override {}
-  double timeout() const override { return 0; }
-  void progress() override {}
-  std::unique_ptr<parallel::Comm> split(int, int, std::string) override { fail(); }
-  parallel::WorkHandle broadcast_async(kernels::Tensor, int) override { fail(); }
-  parallel::WorkHandle all_to_all_async(kernels::Tensor, kernels::Tensor) override { fail(); }
-  parallel::WorkHandle barrier_async() override { fail(); }
-
- private:
-  [[noreturn]] static void fail() { throw std::logic_error("ShapeOnlyComm has no collectives"); }
-  int rank_, size_;
-  std::string name_ = "tp";
-};
 
 class ModelTest : public ::testing::TestWithParam<ModelFamily> {};
 
@@ -178,8 +144,7 @@ TEST_P(ModelTest, TensorParallelShardsInitializeToSlicesOfTheWhole) {
   auto one = parallel::make_local_comm("tp");
   Model whole(m, ModelOptions{}, *one);
   whole.init_parameters(99);
-  for (int rank = 0; rank < 2; ++rank) {
-    ShapeOnlyComm tp(rank, 2);
+  parallel::run_ranks_in_threads(2, [&](parallel::Comm& tp) {
     Model shard(m, ModelOptions{}, tp);
     shard.init_parameters(99);
     for (const ModelParam& p : shard.parameters()) {
@@ -192,12 +157,12 @@ TEST_P(ModelTest, TensorParallelShardsInitializeToSlicesOfTheWhole) {
       int64_t checked = 0;
       for_each_shard_run(p, [&](int64_t l, int64_t g, int64_t count) {
         for (int64_t i = 0; i < count; ++i)
-          ASSERT_EQ(local[l + i], global[g + i]) << p.spec.name << " element " << l + i;
+          ASSERT_EQ(local[l + i], global[g + i]) << p.spec.name << " element " << l + i << " on rank " << tp.rank();
         checked += count;
       });
       EXPECT_EQ(checked, p.numel());
     }
-  }
+  });
 }
 
 TEST_P(ModelTest, InitializationFollowsGpt2AndMegatron) {
