@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <tuple>
 
 #include "common/error.h"
@@ -340,20 +341,26 @@ Simulation simulate(const std::vector<std::vector<PipeOp>>& lists) {
   for (int s = 0; s < p; ++s) {
     const auto& ops = lists[s];
     deps[s].resize(ops.size());
+    // The comm ops seen so far by (kind, micro-batch, chunk); the lists passed the per-stage check,
+    // so each is there once, receives before their consumer and sends before the backward that
+    // releases them.
+    std::map<std::tuple<PipeOpKind, int, int>, int> seen;
     auto find = [&](PipeOpKind kind, const PipeOp& op) {
-      for (size_t j = 0; j < ops.size(); ++j)
-        if (ops[j].kind == kind && ops[j].micro_batch == op.micro_batch && ops[j].chunk == op.chunk) return int(j);
-      return -1;
+      auto it = seen.find({kind, op.micro_batch, op.chunk});
+      return it == seen.end() ? -1 : it->second;
     };
+    std::vector<int> grad_sends;  // since the previous backward, which waited for the earlier ones
     for (size_t i = 0; i < ops.size(); ++i) {
       const PipeOp& op = ops[i];
+      if (!is_compute(op.kind)) seen[{op.kind, op.micro_batch, op.chunk}] = int(i);
+      if (op.kind == K::send_grad) grad_sends.push_back(int(i));
       if (op.kind == K::forward) {
         if (int r = find(K::recv_activation, op); r >= 0) deps[s][i].push_back(r);
       } else if (op.kind == K::backward) {
         if (int r = find(K::recv_grad, op); r >= 0) deps[s][i].push_back(r);
         if (int a = find(K::send_activation, op); a >= 0) deps[s][i].push_back(a);
-        for (size_t j = 0; j < i; ++j)
-          if (ops[j].kind == K::send_grad) deps[s][i].push_back(int(j));
+        deps[s][i].insert(deps[s][i].end(), grad_sends.begin(), grad_sends.end());
+        grad_sends.clear();
       }
     }
   }
