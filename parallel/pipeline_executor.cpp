@@ -1,0 +1,213 @@
+// The pipeline executor. The constructor turns the list into a plan (which buffer each receive
+// lands in, which transfer each forward and backward waits for) by walking it once the way run()
+// will, so run() does no bookkeeping beyond posting and waiting.
+//
+// Buffer lifetimes, which the plan must respect: an activation buffer is taken when its receive is
+// posted and given back after the backward of that micro-batch (the stage may keep the forward's
+// input as a saved activation); a gradient buffer is taken when its receive is posted and given
+// back after the backward that consumed it. Buffers are reused lowest-numbered first, so the counts
+// are the most the list ever holds at once.
+#include "parallel/pipeline_executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <string>
+#include <utility>
+
+namespace llmtrain::parallel {
+
+namespace {
+
+using K = PipeOpKind;
+
+// Lowest-numbered free slot first; grows the pool when none is free.
+int take_slot(std::vector<bool>& used) {
+  for (size_t i = 0; i < used.size(); ++i)
+    if (!used[i]) {
+      used[i] = true;
+      return static_cast<int>(i);
+    }
+  used.push_back(true);
+  return static_cast<int>(used.size()) - 1;
+}
+
+// Drops the pending transfers while an exception leaves run(), so that their destructors see the
+// unwinding (an incomplete handle dropped otherwise is a bug, see parallel/comm.h).
+class DropOnUnwind {
+ public:
+  explicit DropOnUnwind(std::vector<WorkHandle>& works) : works_(works), entry_(std::uncaught_exceptions()) {}
+  ~DropOnUnwind() {
+    if (std::uncaught_exceptions() > entry_)
+      for (auto& w : works_) w.reset();
+  }
+  DropOnUnwind(const DropOnUnwind&) = delete;
+  DropOnUnwind& operator=(const DropOnUnwind&) = delete;
+
+ private:
+  std::vector<WorkHandle>& works_;
+  int entry_;
+};
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage, Comm& pp)
+    : ops_(std::move(ops)), stage_(stage), pp_(pp), shape_(stage.activation_shape()), dtype_(stage.activation_dtype()) {
+  const int stages = pp.size(), me = pp.rank();
+  int micro_batches = 0, chunks = 1;
+  for (const PipeOp& op : ops_) {
+    if (op.kind == K::forward && op.chunk == 0) ++micro_batches;
+    chunks = std::max(chunks, op.chunk + 1);
+  }
+  const std::string problem = check_stage_schedule(
+      ops_, {.stages = stages, .stage = me, .micro_batches = std::max(micro_batches, 1), .chunks = chunks});
+  LT_CHECK(problem.empty(), "pipeline executor on stage {} of {} (group '{}'): {}", me, stages, pp.name(), problem);
+  if (stages > 1) {
+    prev_ = (me + stages - 1) % stages;
+    next_ = (me + 1) % stages;
+  }
+
+  // Walk the list as run() will: assign buffers and find what each piece of work waits for.
+  plan_.resize(ops_.size());
+  std::vector<bool> act_used, grad_used;
+  std::map<std::pair<int, int>, int> act_slot, grad_slot;            // (micro-batch, chunk) -> slot
+  std::map<std::pair<int, int>, int> recv_act, recv_grad, send_act;  // (micro-batch, chunk) -> op index
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const PipeOp& op = ops_[i];
+    const std::pair<int, int> key{op.micro_batch, op.chunk};
+    Plan& p = plan_[i];
+    switch (op.kind) {
+      case K::recv_activation:
+        p.slot = act_slot[key] = take_slot(act_used);
+        p.tag = tag_of(op);
+        recv_act[key] = int(i);
+        break;
+      case K::recv_grad:
+        p.slot = grad_slot[key] = take_slot(grad_used);
+        p.tag = tag_of(op);
+        recv_grad[key] = int(i);
+        break;
+      case K::send_activation:
+        p.tag = tag_of(op);
+        send_act[key] = int(i);
+        break;
+      case K::send_grad:
+        p.tag = tag_of(op);
+        break;
+      case K::forward:
+        if (auto it = recv_act.find(key); it != recv_act.end()) p.wait_recv = it->second;
+        break;
+      case K::backward:
+        if (auto it = recv_grad.find(key); it != recv_grad.end()) p.wait_recv = it->second;
+        if (auto it = send_act.find(key); it != send_act.end()) p.wait_send = it->second;
+        if (auto it = act_slot.find(key); it != act_slot.end()) act_used[it->second] = false;
+        if (auto it = grad_slot.find(key); it != grad_slot.end()) grad_used[it->second] = false;
+        break;
+      default:
+        LT_CHECK(false, "the executor cannot run {} yet", to_string(op));
+    }
+  }
+  const kernels::Device device = stage.activation_device();
+  for (size_t i = 0; i < act_used.size(); ++i) activation_bufs_.emplace_back(dtype_, shape_, device);
+  for (size_t i = 0; i < grad_used.size(); ++i) grad_bufs_.emplace_back(dtype_, shape_, device);
+  pending_.resize(ops_.size());
+  grad_sends_pending_.reserve(ops_.size());
+}
+
+int PipelineExecutor::tag_of(const PipeOp& op) const {
+  const bool grad = op.kind == K::send_grad || op.kind == K::recv_grad;
+  return kPipelineTagBase + 2 * pipe_boundary(op, pp_.size(), pp_.rank()) + (grad ? 1 : 0);
+}
+
+void PipelineExecutor::wait_for(size_t i, const PipeOp* user) {
+  WorkHandle& w = pending_[i];
+  const std::string when = user ? "before " + to_string(*user) : std::string("at the end of the step");
+  LT_CHECK(w != nullptr, "pipeline stage {}, {}: {} was never posted", pp_.rank(), when, to_string(ops_[i]));
+  try {
+    w->wait();
+  } catch (const Error& e) {
+    const PipeOp& op = ops_[i];
+    const char* what = op.kind == K::recv_activation   ? "the input activation from the previous stage"
+                       : op.kind == K::recv_grad       ? "the output gradient from the next stage"
+                       : op.kind == K::send_activation ? "the next stage to take the activation sent to it"
+                                                       : "the previous stage to take the gradient sent to it";
+    throw Error(fmt::format("pipeline stage {} of {}, {}: waiting for {} ({}): {}", pp_.rank(), pp_.size(), when, what,
+                            to_string(op), e.what()),
+                e.hint(), e.kind());
+  }
+  w.reset();
+}
+
+void PipelineExecutor::run() {
+  DropOnUnwind drop(pending_);
+  const size_t bytes = shape_.numel() * kernels::dtype_size(dtype_);
+  auto check_sent = [&](const Tensor& t, const PipeOp& op) {
+    LT_CHECK(t.defined() && t.bytes() == bytes && t.dtype == dtype_,
+             "pipeline stage {}: the tensor to {} holds {} {} bytes, the activation is {} {}", pp_.rank(),
+             to_string(op), t.bytes(), kernels::to_string(t.dtype), shape_.str(), kernels::to_string(dtype_));
+  };
+  grad_sends_pending_.clear();
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const PipeOp& op = ops_[i];
+    const Plan& p = plan_[i];
+    switch (op.kind) {
+      case K::recv_activation:
+        pending_[i] = pp_.recv_async(activation_bufs_[p.slot].tensor(), prev_, p.tag);
+        break;
+      case K::recv_grad:
+        pending_[i] = pp_.recv_async(grad_bufs_[p.slot].tensor(), next_, p.tag);
+        break;
+      case K::send_activation: {
+        Tensor t = stage_.output(op.micro_batch, op.chunk);
+        check_sent(t, op);
+        pending_[i] = pp_.send_async(t, next_, p.tag);
+        break;
+      }
+      case K::send_grad: {
+        Tensor t = stage_.input_grad(op.micro_batch, op.chunk);
+        check_sent(t, op);
+        pending_[i] = pp_.send_async(t, prev_, p.tag);
+        grad_sends_pending_.push_back(int(i));
+        break;
+      }
+      case K::forward: {
+        Tensor input;
+        if (p.wait_recv >= 0) {
+          wait_for(p.wait_recv, &op);
+          input = activation_bufs_[plan_[p.wait_recv].slot].tensor();
+        }
+        stage_.forward(op.micro_batch, op.chunk, input);
+        pp_.progress();
+        break;
+      }
+      case K::backward: {
+        // The stage may now overwrite this micro-batch's output and its one input-gradient buffer.
+        if (p.wait_send >= 0) wait_for(p.wait_send, &op);
+        for (int g : grad_sends_pending_) wait_for(g, &op);
+        grad_sends_pending_.clear();
+        Tensor grad_output;
+        if (p.wait_recv >= 0) {
+          wait_for(p.wait_recv, &op);
+          grad_output = grad_bufs_[plan_[p.wait_recv].slot].tensor();
+        }
+        stage_.backward(op.micro_batch, op.chunk, grad_output);
+        pp_.progress();
+        break;
+      }
+      default:
+        LT_CHECK(false, "the executor cannot run {} yet", to_string(op));
+    }
+  }
+  // Sends still in flight (the last gradient sends; activation sends are all waited by their
+  // backward). Receives were all consumed.
+  for (size_t i = 0; i < ops_.size(); ++i)
+    if (pending_[i]) {
+      LT_CHECK(ops_[i].kind == K::send_activation || ops_[i].kind == K::send_grad,
+               "pipeline stage {}: {} was never used", pp_.rank(), to_string(ops_[i]));
+      wait_for(i, nullptr);
+    }
+}
+
+}  // namespace llmtrain::parallel

@@ -1,0 +1,128 @@
+// Pipeline schedules as data (DESIGN.md §3 "Pipeline parallelism"; Megatron's
+// get_forward_backward_func, torch.distributed.pipelining's schedules): a schedule is a pure
+// function of (stages, this stage, micro-batches, virtual chunks) that returns the list of
+// instructions one stage executes in one optimizer step — forward, backward, and the sends and
+// receives of activations and their gradients. One executor (parallel/pipeline_executor.h) runs any
+// list; a new schedule is a new generator here and nothing else.
+//
+// Rules a reader could get wrong:
+//  - A receive precedes the forward/backward that consumes it and a send directly follows the
+//    forward/backward that produces it. The executor posts receives when it reaches them and waits
+//    for them just before use, so the generators place each receive one piece of work early (its
+//    transfer can run during that work); placing it earlier would only hold more buffers.
+//  - Sends and receives between two stages match in list order (MPI's non-overtaking rule per
+//    tag): the k-th activation send of stage s is the k-th activation receive of stage s + 1, and
+//    the k-th gradient send of stage s is the k-th gradient receive of stage s - 1. check_schedule()
+//    checks that they are the same micro-batch.
+//  - Micro-batches are backwarded in ascending order on every stage by every generator, so the
+//    parameter gradients are summed in the same order as in the one-stage loop.
+//  - With one stage (and one chunk) every schedule kind is the one-stage list F0 B0 F1 B1 ...,
+//    exactly the order the training loop ran before pipelines existed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/recipe/recipe.h"
+
+namespace llmtrain::parallel {
+
+enum class PipeOpKind : uint8_t {
+  forward,          // "F3": run the forward of micro-batch 3 on this stage's layers
+  backward,         // "B3": its full backward (input and weight gradients)
+  send_activation,  // "sendA3": the forward's output to the next stage
+  recv_activation,  // "recvA3": the forward's input from the previous stage
+  send_grad,        // "sendG3": the backward's input gradient to the previous stage
+  recv_grad,        // "recvG3": the backward's output gradient from the next stage
+  // Reserved for zero-bubble schedules (ZB-H1): backward split into the input gradient (sent on at
+  // once) and the weight gradient (deferred into bubbles). No generator emits them yet and the
+  // checker and executor refuse them.
+  backward_input,   // "I3"
+  backward_weight,  // "W3"
+};
+
+struct PipeOp {
+  PipeOpKind kind = PipeOpKind::forward;
+  int micro_batch = 0;
+  int chunk = 0;  // virtual chunk of this stage (interleaved schedules); 0 otherwise
+
+  bool operator==(const PipeOp&) const = default;
+};
+
+// "F3", "B3", "sendA3", "recvG3", "I3", "W3"; a chunk other than 0 is appended: "F3c1".
+std::string to_string(const PipeOp& op);
+// The ops separated by single spaces: "recvA0 F0 sendA0 ...".
+std::string format_ops(const std::vector<PipeOp>& ops);
+
+bool is_compute(PipeOpKind kind);  // forward, backward, backward_input, backward_weight
+
+// Which boundary between virtual stages a send or receive crosses. Virtual stage v = chunk ·
+// stages + stage runs layers block v; boundary k lies between virtual stages k and k + 1, so an
+// activation sent by virtual stage v and the gradient it receives cross boundary v, and the
+// activation it receives and the gradient it sends cross boundary v - 1. Two stages exchange
+// several chunks' data only through different boundaries: the executor's message tags are made
+// from it, and the checker matches sends with receives per boundary.
+int pipe_boundary(const PipeOp& op, int stages, int stage);
+
+struct ScheduleSpec {
+  int stages = 1;         // pipeline stages (parallel.pp)
+  int stage = 0;          // this stage: its rank in the pp group
+  int micro_batches = 1;  // per optimizer step on this data-parallel rank
+  int chunks = 1;         // virtual chunks per stage (parallel.virtual_stages)
+};
+
+// Generators. Bad inputs (stages < 1, stage outside [0, stages), micro_batches < 1, chunks != 1)
+// are bugs of the caller: the recipe check refuses every layout that could produce them.
+std::vector<PipeOp> one_stage_schedule(int micro_batches);           // F0 B0 F1 B1 ...
+std::vector<PipeOp> gpipe_schedule(const ScheduleSpec& spec);        // all forwards, then all backwards
+std::vector<PipeOp> one_f_one_b_schedule(const ScheduleSpec& spec);  // Megatron's non-interleaved 1F1B
+
+// The recipe's schedule for one stage. With one stage and one chunk every kind gives the one-stage
+// list; `interleaved` otherwise throws llmtrain::Error ("not supported yet").
+std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spec);
+// Every stage's list (spec.stage is ignored): what the checker and the timeline take.
+std::vector<std::vector<PipeOp>> make_schedules(PipelineSchedule kind, const ScheduleSpec& spec);
+
+// The most (micro-batch, chunk) pairs forwarded and not yet backwarded at any point of the list:
+// how many micro-batches' activations the stage keeps at once (1F1B: min(stages - stage,
+// micro_batches); GPipe: micro_batches).
+int max_in_flight(const std::vector<PipeOp>& ops);
+
+// Checkers: "" when valid, otherwise the first problem found, naming the stage and the op.
+// One stage's list: every (micro-batch, chunk) forwarded exactly once and backwarded exactly once
+// after it; exactly one receive before each forward/backward that needs data from another stage
+// and one send after each that produces data for one; no communication where there is no peer;
+// micro-batches and chunks in range; no zero-bubble ops (not supported yet).
+std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleSpec& spec);
+// Every stage's list (lists[s] for stage s): each as above, sends of stage s matching the receives
+// of its peer in the same order, and no deadlock when run as the executor runs them (receives and
+// sends posted non-blocking, each receive waited just before its data is used, each send waited
+// before the stage may overwrite its buffer — the timeline's model below, with a send completing
+// only once its receive is posted).
+std::string check_schedule(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks = 1);
+
+// Where the work of every stage falls in time when forward and backward each take one unit and
+// communication takes none: rows[s][t] is the op stage s computes in slot t, or nothing (idle).
+// Slot 0 is the first slot in which any stage works; the last slot is the last in which any does.
+struct Timeline {
+  std::vector<std::vector<std::optional<PipeOp>>> rows;
+
+  int stages() const { return static_cast<int>(rows.size()); }
+  int slots() const { return rows.empty() ? 0 : static_cast<int>(rows[0].size()); }
+  int64_t idle_slots() const;
+  // The step's bubble: idle stage-slots / (stages × slots), i.e. the fraction of the step's
+  // stage-time spent idle. For GPipe and 1F1B this is (stages - 1) / (micro_batches + stages - 1).
+  double bubble_fraction() const;
+};
+
+// The lists must be valid (check_schedule() == "", checked).
+Timeline schedule_timeline(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks = 1);
+// One row per stage, one column per slot, idle slots as ".", then the bubble:
+//   stage 0 | F0 F1 .  B0 F2 B1 .  B2
+//   stage 1 | .  F0 B0 F1 B1 F2 B2 .
+//   bubble 25.0% (4 of 16 stage-slots idle)
+std::string format_timeline(const Timeline& timeline);
+
+}  // namespace llmtrain::parallel

@@ -1,0 +1,301 @@
+// Pipeline schedules as data: the one-stage list is the training loop's order; GPipe and 1F1B lists
+// for small cases, written out by hand here; the checker over every small layout (and on broken
+// lists, deadlock included); the in-flight bound; the printed timeline and its bubble; bad inputs.
+// Also the executor on one stage with a one-rank communicator: it calls the stage in list order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace llmtrain::parallel {
+namespace {
+
+using K = PipeOpKind;
+
+constexpr PipelineSchedule kKinds[] = {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b};
+
+std::vector<std::vector<PipeOp>> lists_of(PipelineSchedule kind, int stages, int micro_batches) {
+  return make_schedules(kind, {.stages = stages, .micro_batches = micro_batches});
+}
+
+// The inverse of format_ops, for lists written by hand.
+std::vector<PipeOp> parse_ops(const std::string& text) {
+  std::vector<PipeOp> ops;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(at, end - at);
+    at = end + 1;
+    static const std::pair<const char*, PipeOpKind> kPrefixes[] = {{"sendA", K::send_activation},
+                                                                   {"recvA", K::recv_activation},
+                                                                   {"sendG", K::send_grad},
+                                                                   {"recvG", K::recv_grad},
+                                                                   {"F", K::forward},
+                                                                   {"B", K::backward},
+                                                                   {"I", K::backward_input},
+                                                                   {"W", K::backward_weight}};
+    for (const auto& [prefix, kind] : kPrefixes)
+      if (word.rfind(prefix, 0) == 0) {
+        PipeOp op{kind, 0, 0};
+        std::string rest = word.substr(std::string(prefix).size());
+        size_t c = rest.find('c');
+        op.micro_batch = std::stoi(rest.substr(0, c));
+        if (c != std::string::npos) op.chunk = std::stoi(rest.substr(c + 1));
+        ops.push_back(op);
+        break;
+      }
+  }
+  return ops;
+}
+
+TEST(PipelineSchedule, OpsPrintAsLetters) {
+  EXPECT_EQ(to_string({K::forward, 3}), "F3");
+  EXPECT_EQ(to_string({K::backward, 3}), "B3");
+  EXPECT_EQ(to_string({K::send_activation, 3}), "sendA3");
+  EXPECT_EQ(to_string({K::recv_activation, 0}), "recvA0");
+  EXPECT_EQ(to_string({K::send_grad, 12}), "sendG12");
+  EXPECT_EQ(to_string({K::recv_grad, 1}), "recvG1");
+  EXPECT_EQ(to_string({K::backward_input, 2}), "I2");
+  EXPECT_EQ(to_string({K::backward_weight, 2}), "W2");
+  EXPECT_EQ(to_string({K::forward, 3, 1}), "F3c1");
+  EXPECT_EQ(parse_ops("recvA0 F3c1 W2"),
+            (std::vector<PipeOp>{{K::recv_activation, 0}, {K::forward, 3, 1}, {K::backward_weight, 2}}));
+}
+
+// Exactly the order the training loop ran per micro-batch before pipelines: forward and backward of
+// micro-batch 0, then of 1, ...
+TEST(PipelineSchedule, OneStageIsTheTrainingLoopOrder) {
+  EXPECT_EQ(format_ops(one_stage_schedule(1)), "F0 B0");
+  EXPECT_EQ(format_ops(one_stage_schedule(4)), "F0 B0 F1 B1 F2 B2 F3 B3");
+  for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved})
+    for (int m = 1; m <= 8; ++m)
+      EXPECT_EQ(make_schedule(kind, {.stages = 1, .stage = 0, .micro_batches = m}), one_stage_schedule(m))
+          << to_string(kind) << " m " << m;
+}
+
+TEST(PipelineSchedule, GPipeListsByHand) {
+  auto l = lists_of(PipelineSchedule::gpipe, 2, 3);
+  EXPECT_EQ(format_ops(l[0]), "F0 sendA0 F1 sendA1 recvG0 F2 sendA2 recvG1 B0 recvG2 B1 B2");
+  EXPECT_EQ(format_ops(l[1]), "recvA0 recvA1 F0 recvA2 F1 F2 B0 sendG0 B1 sendG1 B2 sendG2");
+
+  // A middle stage of four, eight micro-batches.
+  EXPECT_EQ(format_ops(gpipe_schedule({.stages = 4, .stage = 2, .micro_batches = 8})),
+            "recvA0 recvA1 F0 sendA0 recvA2 F1 sendA1 recvA3 F2 sendA2 recvA4 F3 sendA3 recvA5 F4 sendA4 recvA6 F5 "
+            "sendA5 recvA7 F6 sendA6 recvG0 F7 sendA7 recvG1 B0 sendG0 recvG2 B1 sendG1 recvG3 B2 sendG2 recvG4 B3 "
+            "sendG3 recvG5 B4 sendG4 recvG6 B5 sendG5 recvG7 B6 sendG6 B7 sendG7");
+}
+
+TEST(PipelineSchedule, OneFOneBListsByHand) {
+  auto l = lists_of(PipelineSchedule::one_f_one_b, 2, 3);
+  // Stage 0: one warm-up forward, then forward/backward pairs, then the last backward.
+  EXPECT_EQ(format_ops(l[0]), "F0 sendA0 recvG0 F1 sendA1 B0 recvG1 F2 sendA2 recvG2 B1 B2");
+  // The last stage has no warm-up: F0 B0 F1 B1 ...
+  EXPECT_EQ(format_ops(l[1]), "recvA0 F0 recvA1 B0 sendG0 F1 recvA2 B1 sendG1 F2 B2 sendG2");
+
+  // Stage 1 of four, eight micro-batches: two warm-up forwards, six steady pairs, two cool-down
+  // backwards.
+  EXPECT_EQ(format_ops(one_f_one_b_schedule({.stages = 4, .stage = 1, .micro_batches = 8})),
+            "recvA0 recvA1 F0 sendA0 recvA2 F1 sendA1 recvG0 F2 sendA2 recvA3 B0 sendG0 recvG1 F3 sendA3 recvA4 B1 "
+            "sendG1 recvG2 F4 sendA4 recvA5 B2 sendG2 recvG3 F5 sendA5 recvA6 B3 sendG3 recvG4 F6 sendA6 recvA7 B4 "
+            "sendG4 recvG5 F7 sendA7 recvG6 B5 sendG5 recvG7 B6 sendG6 B7 sendG7");
+  // Fewer micro-batches than the warm-up wants: warm-up is cut to the micro-batches there are.
+  EXPECT_EQ(format_ops(one_f_one_b_schedule({.stages = 4, .stage = 0, .micro_batches = 2})),
+            "F0 sendA0 recvG0 F1 sendA1 recvG1 B0 B1");
+}
+
+TEST(PipelineSchedule, EveryLayoutPassesTheChecker) {
+  for (PipelineSchedule kind : kKinds)
+    for (int p = 1; p <= 4; ++p)
+      for (int m = 1; m <= 8; ++m) {
+        SCOPED_TRACE(fmt::format("{} p {} m {}", to_string(kind), p, m));
+        auto lists = lists_of(kind, p, m);
+        EXPECT_EQ(check_schedule(lists, m), "");
+        for (int s = 0; s < p; ++s) {
+          // Backwards in ascending micro-batch order on every stage: gradients sum as in one stage.
+          int next_backward = 0;
+          for (const PipeOp& op : lists[s]) {
+            if (op.kind == K::backward) {
+              EXPECT_EQ(op.micro_batch, next_backward++);
+            }
+          }
+        }
+      }
+  // GPipe's own generator also at one stage (make_schedule gives the one-stage list there).
+  for (int m = 1; m <= 8; ++m) {
+    EXPECT_EQ(check_schedule({gpipe_schedule({.micro_batches = m})}, m), "");
+  }
+}
+
+TEST(PipelineSchedule, InFlightBound) {
+  for (int p = 1; p <= 4; ++p)
+    for (int m = 1; m <= 8; ++m)
+      for (int s = 0; s < p; ++s) {
+        const ScheduleSpec spec{.stages = p, .stage = s, .micro_batches = m};
+        EXPECT_EQ(max_in_flight(one_f_one_b_schedule(spec)), std::min(p - s, m))
+            << "p " << p << " m " << m << " s " << s;
+        EXPECT_EQ(max_in_flight(gpipe_schedule(spec)), m) << "p " << p << " m " << m << " s " << s;
+      }
+  EXPECT_EQ(max_in_flight(one_stage_schedule(8)), 1);
+}
+
+TEST(PipelineSchedule, TimelineOfOneFOneB) {
+  const Timeline tl = schedule_timeline(lists_of(PipelineSchedule::one_f_one_b, 3, 4), 4);
+  EXPECT_EQ(format_timeline(tl),
+            "stage 0 | F0 F1 F2 .  .  B0 F3 B1 .  B2 .  B3\n"
+            "stage 1 | .  F0 F1 .  B0 F2 B1 F3 B2 .  B3 .\n"
+            "stage 2 | .  .  F0 B0 F1 B1 F2 B2 F3 B3 .  .\n"
+            "bubble 33.3% (12 of 36 stage-slots idle)\n");
+  const Timeline small = schedule_timeline(lists_of(PipelineSchedule::gpipe, 2, 3), 3);
+  EXPECT_EQ(format_timeline(small),
+            "stage 0 | F0 F1 F2 .  .  B0 B1 B2\n"
+            "stage 1 | .  F0 F1 F2 B0 B1 B2 .\n"
+            "bubble 25.0% (4 of 16 stage-slots idle)\n");
+  const Timeline one = schedule_timeline({one_stage_schedule(2)}, 2);
+  EXPECT_EQ(format_timeline(one), "stage 0 | F0 B0 F1 B1\nbubble 0.0% (0 of 4 stage-slots idle)\n");
+}
+
+// The bubble printed is idle stage-slots over all stage-slots of the step (stages × the step's
+// length), which for F = B = 1 is (p - 1) / (m + p - 1) for both schedules; the step is
+// 2 (m + p - 1) slots long.
+TEST(PipelineSchedule, BubbleFraction) {
+  for (PipelineSchedule kind : kKinds)
+    for (int p = 1; p <= 4; ++p)
+      for (int m = 1; m <= 8; ++m) {
+        SCOPED_TRACE(fmt::format("{} p {} m {}", to_string(kind), p, m));
+        const Timeline tl = schedule_timeline(lists_of(kind, p, m), m);
+        EXPECT_EQ(tl.slots(), 2 * (m + p - 1));
+        EXPECT_DOUBLE_EQ(tl.bubble_fraction(), double(p - 1) / double(m + p - 1));
+        for (int s = 0; s < p; ++s)
+          EXPECT_EQ(std::count_if(tl.rows[s].begin(), tl.rows[s].end(), [](const auto& c) { return c.has_value(); }),
+                    2 * m);
+      }
+}
+
+TEST(PipelineSchedule, CheckerFindsBrokenLists) {
+  const ScheduleSpec last{.stages = 2, .stage = 1, .micro_batches = 2};
+  EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B1 recvA1 F1 B0 sendG0 sendG1"), last),
+            "stage 1: op 2 (B1): backward before its forward");
+  EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 F1 B0 B1 sendG0 sendG1"), last),
+            "stage 1: op 2 (F1): forward without a receive of its input before it");
+  EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B0 sendG0 recvA1 F1 B1"), last),
+            "stage 1: micro-batch 1 chunk 0 is never sent back (gradient)");
+  EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B0 sendG0 recvA1 F1 B1 sendG1 F1"), last),
+            "stage 1: op 8 (F1): forwarded twice");
+  EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B0 sendG0 recvA2 F2 B2 sendG2"), last),
+            "stage 1: op 4 (recvA2): micro-batch outside [0, 2)");
+  EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 sendA0 B0 sendG0"), {.stages = 2, .stage = 1}),
+            "stage 1: op 2 (sendA0): the last stage has no next stage to send to");
+  EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B0"), {.stages = 2, .stage = 0}),
+            "stage 0: op 0 (recvA0): the first stage has no previous stage to receive from");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 I0 W0"), {}),
+            "stage 0: op 1 (I0): zero-bubble ops (split backward) are not supported yet");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 B0"), {.micro_batches = 2}),
+            "stage 0: micro-batch 1 chunk 0 is never forwarded");
+
+  // Each list valid on its own, but stage 0 sends micro-batch 1 before 0 while stage 1 receives 0
+  // first: the data would land in the wrong micro-batch.
+  EXPECT_EQ(check_schedule({parse_ops("F0 F1 sendA1 sendA0 recvG0 B0 recvG1 B1"),
+                            parse_ops("recvA0 recvA1 F0 F1 B0 sendG0 B1 sendG1")},
+                           2),
+            "stage 0 sends activations of micro-batches [1 0] to stage 1 across boundary 0, which receives [0 1]");
+
+  // Valid and matching, but stage 0 waits for the gradient of micro-batch 0 before it sends the
+  // activation of 1, which stage 1 needs to get there.
+  EXPECT_EQ(check_schedule({parse_ops("F0 sendA0 recvG0 B0 F1 sendA1 recvG1 B1"),
+                            parse_ops("recvA0 recvA1 F0 F1 B0 sendG0 B1 sendG1")},
+                           2),
+            "deadlock: stage 0 waits before B0 for recvG0; stage 1 waits before F1 for recvA1");
+  // With both forwards before its first backward, stage 0 runs against the same stage 1.
+  EXPECT_EQ(check_schedule({parse_ops("F0 sendA0 F1 sendA1 recvG0 B0 recvG1 B1"),
+                            parse_ops("recvA0 recvA1 F0 F1 B0 sendG0 B1 sendG1")},
+                           2),
+            "");
+}
+
+TEST(PipelineSchedule, BadInputsAreRefused) {
+  EXPECT_DEATH(make_schedule(PipelineSchedule::one_f_one_b, {.stages = 0}), "pipeline schedule for 0 stages");
+  EXPECT_DEATH(make_schedule(PipelineSchedule::gpipe, {.stages = 2, .stage = 2}), "stage 2 of 2");
+  EXPECT_DEATH(make_schedule(PipelineSchedule::gpipe, {.stages = 2, .stage = -1}), "stage -1 of 2");
+  EXPECT_DEATH(make_schedule(PipelineSchedule::one_f_one_b, {.stages = 2, .micro_batches = 0}), "0 micro-batches");
+  EXPECT_DEATH(one_stage_schedule(0), "0 micro-batches");
+  EXPECT_DEATH(make_schedule(PipelineSchedule::one_f_one_b, {.stages = 2, .chunks = 2}), "one chunk per stage");
+  EXPECT_DEATH(gpipe_schedule({.stages = 2, .chunks = 2}), "one chunk per stage");
+  try {
+    make_schedule(PipelineSchedule::interleaved, {.stages = 2, .micro_batches = 4, .chunks = 2});
+    ADD_FAILURE() << "interleaved accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "not supported yet: the interleaved pipeline schedule (2 stages, 2 virtual chunks each)");
+    EXPECT_NE(e.hint().find("1f1b"), std::string::npos);
+  }
+  // A timeline of an invalid schedule is a bug of the caller.
+  EXPECT_DEATH(schedule_timeline({parse_ops("B0 F0")}, 1), "backward before its forward");
+}
+
+// ---- The executor on one stage ----
+
+// Records every call; its activations are fp32 [2, 3] (never sent on one stage).
+class RecordingStage final : public PipelineStage {
+ public:
+  kernels::Shape activation_shape() const override { return {2, 3}; }
+  kernels::DType activation_dtype() const override { return kernels::DType::fp32; }
+  kernels::Device activation_device() const override { return kernels::Device::cpu; }
+  void forward(int mb, int chunk, Tensor input) override {
+    calls.push_back({K::forward, mb, chunk});
+    undefined_inputs += !input.defined();
+  }
+  void backward(int mb, int chunk, Tensor grad_output) override {
+    calls.push_back({K::backward, mb, chunk});
+    undefined_inputs += !grad_output.defined();
+  }
+  Tensor output(int, int) override {
+    ADD_FAILURE() << "output() on the only stage";
+    return {};
+  }
+  Tensor input_grad(int, int) override {
+    ADD_FAILURE() << "input_grad() on the only stage";
+    return {};
+  }
+
+  std::vector<PipeOp> calls;
+  int undefined_inputs = 0;
+};
+
+TEST(PipelineExecutor, OneStageCallsTheStageInListOrder) {
+  auto pp = make_local_comm("pp");
+  for (PipelineSchedule kind : kKinds)
+    for (int m : {1, 3, 8}) {
+      const auto ops = make_schedule(kind, {.stages = 1, .micro_batches = m});
+      RecordingStage stage;
+      PipelineExecutor ex(ops, stage, *pp);
+      EXPECT_EQ(ex.activation_buffers(), 0);
+      EXPECT_EQ(ex.grad_buffers(), 0);
+      for (int step = 0; step < 2; ++step) {
+        stage.calls.clear();
+        ex.run();
+        EXPECT_EQ(stage.calls, ops);
+      }
+      EXPECT_EQ(stage.undefined_inputs, 2 * 2 * m) << "first and last stage: no input, no output gradient";
+    }
+  // GPipe's own list at one stage runs too: all forwards, then all backwards.
+  const auto gpipe = gpipe_schedule({.micro_batches = 3});
+  RecordingStage stage;
+  PipelineExecutor ex(gpipe, stage, *pp);
+  ex.run();
+  EXPECT_EQ(format_ops(stage.calls), "F0 F1 F2 B0 B1 B2");
+}
+
+TEST(PipelineExecutor, RefusesAListForAnotherLayout) {
+  auto pp = make_local_comm("pp");
+  RecordingStage stage;
+  // Stage 0 of two sends activations on; a one-rank pp group has no next stage.
+  EXPECT_DEATH(PipelineExecutor(one_f_one_b_schedule({.stages = 2, .micro_batches = 2}), stage, *pp),
+               "the last stage has no next stage to send to");
+}
+
+}  // namespace
+}  // namespace llmtrain::parallel
