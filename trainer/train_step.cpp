@@ -1,5 +1,6 @@
 #include "trainer/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -44,11 +45,11 @@ std::vector<std::vector<int>> grad_ready_groups(const Model& model) {
   return groups;
 }
 
-// This rank's part of the model as the pipeline schedule sees it: forward and backward of one
+// This rank's part of the model as the pipeline executor sees it: forward and backward of one
 // micro-batch at a time, each micro-batch's activations in the model's slot (micro-batch mod slots).
-// It reads the micro-batch's samples as its forward starts, keeps its loss, and tells the gradient
-// sync which parameter groups backward completed.
-class TrainStep::ModelStage {
+// It reads the micro-batch's samples as its forward starts (the first stage), keeps its loss (the
+// last stage), and tells the gradient sync which parameter groups backward completed.
+class TrainStep::ModelStage final : public parallel::PipelineStage {
  public:
   ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, int micro_batches, Tensor losses)
       : model_(model),
@@ -61,18 +62,26 @@ class TrainStep::ModelStage {
       sync.group_ready(group_of(st, place, layer), last_backward_);
     });
   }
-  ~ModelStage() { model_.set_grad_ready_hook({}); }
+  ~ModelStage() override { model_.set_grad_ready_hook({}); }
 
   void begin_step(int64_t consumed_samples) { consumed_ = consumed_samples; }
 
-  void forward(int micro_batch, Tensor input) {
-    const float loss = model_.stage_forward(slot(micro_batch), batches_.read(consumed_, micro_batch), input);
-    losses_.ptr<float>()[micro_batch] = loss;
+  kernels::Shape activation_shape() const override {
+    return {model_.options().micro_batch, model_.options().seq_len, model_.config().hidden};
   }
-  void backward(int micro_batch, Tensor grad_output) {
-    last_backward_ = micro_batch == micro_batches_ - 1;
+  kernels::DType activation_dtype() const override { return DType::fp32; }
+  kernels::Device activation_device() const override { return model_.params().device; }
+
+  void forward(int micro_batch, int, Tensor input) override {
+    const MicroBatch mb = batches_.read(consumed_, micro_batch);
+    losses_.ptr<float>()[micro_batch] = model_.stage_forward(slot(micro_batch), mb, input);
+  }
+  void backward(int micro_batch, int, Tensor grad_output) override {
+    last_backward_ = micro_batch == micro_batches_ - 1;  // every schedule runs backwards in order
     model_.stage_backward(slot(micro_batch), grad_output, loss_scale_);
   }
+  Tensor output(int micro_batch, int) override { return model_.stage_output(slot(micro_batch)); }
+  Tensor input_grad(int, int) override { return model_.stage_input_grad(); }
 
  private:
   int slot(int micro_batch) const { return micro_batch % model_.options().activation_slots; }
@@ -86,17 +95,28 @@ class TrainStep::ModelStage {
   bool last_backward_ = false;
 };
 
+std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches) {
+  return parallel::make_schedule(recipe.parallel.pp_schedule,
+                                 {recipe.parallel.pp, stage, micro_batches, recipe.parallel.virtual_stages});
+}
+
 TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
-                     int micro_batches)
-    : recipe_(recipe), model_(model), comms_(comms), micro_batches_(micro_batches) {
-  LT_CHECK(micro_batches >= 1, "{} micro-batches per step", micro_batches);
+                     std::vector<parallel::PipeOp> schedule)
+    : recipe_(recipe), model_(model), comms_(comms) {
+  for (const parallel::PipeOp& op : schedule)
+    if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
+  LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
+  LT_CHECK(parallel::max_in_flight(schedule) <= model.options().activation_slots,
+           "the schedule keeps {} micro-batches in flight; the model has {} activation slots",
+           parallel::max_in_flight(schedule), model.options().activation_slots);
   parallel::GradSyncLayout layout{model.params(), model.grads(), {}, grad_ready_groups(model)};
   for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
   sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb);
   const parallel::FlatRange own = sync_->owned();
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), own.begin, own.end);
-  losses_ = kernels::Buffer(DType::fp32, {micro_batches});
-  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches, losses_.tensor());
+  losses_ = kernels::Buffer(DType::fp32, {micro_batches_});
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor());
+  executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
 }
 
 TrainStep::~TrainStep() = default;
@@ -105,10 +125,7 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   StepOutcome out;
   model_.zero_grads();
   stage_->begin_step(consumed_samples);
-  for (int m = 0; m < micro_batches_; ++m) {  // the one-stage schedule: F0 B0 F1 B1 ...
-    stage_->forward(m, Tensor{});
-    stage_->backward(m, Tensor{});
-  }
+  executor_->run();
   sync_->finish();
 
   // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.

@@ -25,6 +25,8 @@
 #include "kernels/buffer.h"
 #include "parallel/grad_sync.h"
 #include "parallel/mesh_comms.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_schedule.h"
 #include "trainer/data/micro_batches.h"
 #include "trainer/model/model.h"
 #include "trainer/optimizer.h"
@@ -41,9 +43,11 @@ struct StepOutcome {
 
 class TrainStep {
  public:
-  // `model`, `batches` and `comms` must outlive the step. `micro_batches`: per step on this rank.
+  // `model`, `batches` and `comms` must outlive the step. `schedule`: this stage's instruction list
+  // over the step's micro-batches (step_schedule); the model must have max_in_flight(schedule)
+  // activation slots.
   TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
-            int micro_batches);
+            std::vector<parallel::PipeOp> schedule);
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
@@ -67,13 +71,18 @@ class TrainStep {
   const Recipe& recipe_;
   Model& model_;
   parallel::MeshComms& comms_;
-  int micro_batches_;
+  int micro_batches_ = 0;
   std::unique_ptr<parallel::GradSync> sync_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<ModelStage> stage_;
+  std::unique_ptr<parallel::PipelineExecutor> executor_;
   kernels::Buffer losses_;  // [micro_batches] host copies of the micro-batch losses
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
 };
+
+// This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
+// recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...).
+std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches);
 
 // The parameters in groups in the order backward completes them: the head, the blocks from the last
 // to the first, the embedding (a tied embedding is complete only after the embedding's backward).

@@ -71,9 +71,11 @@ int train(const TrainContext& ctx) {
   mo.micro_batch = r.train.micro_batch;
   mo.seq_len = mc.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;
+  std::vector<parallel::PipeOp> schedule = step_schedule(r, ctx.mesh->coord().pp, accum);
+  mo.activation_slots = parallel::max_in_flight(schedule);
   Model model(mc, mo, *comms.tp);
   model.init_parameters(r.train.seed);
-  TrainStep step(r, model, comms, train_batches, accum);
+  TrainStep step(r, model, comms, train_batches, std::move(schedule));
   log_progress("model: {} parameters on this rank ({}), activations {}", format_count(double(model.numel())),
                format_bytes(double(model.numel()) * 4 * 4), format_bytes(double(model.activation_bytes())));
   Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world, fsys);
