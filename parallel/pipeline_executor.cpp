@@ -110,8 +110,10 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
     }
   }
   const kernels::Device device = stage.activation_device();
-  for (size_t i = 0; i < act_used.size(); ++i) activation_bufs_.emplace_back(dtype_, shape_, device);
-  for (size_t i = 0; i < grad_used.size(); ++i) grad_bufs_.emplace_back(dtype_, shape_, device);
+  for (size_t i = 0; i < act_used.size(); ++i)
+    activation_bufs_.emplace_back(dtype_, shape_, device, kernels::MemoryKind::communication);
+  for (size_t i = 0; i < grad_used.size(); ++i)
+    grad_bufs_.emplace_back(dtype_, shape_, device, kernels::MemoryKind::communication);
   pending_.resize(ops_.size());
   grad_sends_pending_.reserve(ops_.size());
 }

@@ -23,8 +23,8 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, int6
       ranges_(std::move(ranges)),
       begin_(begin),
       end_(end),
-      m_(kernels::DType::fp32, {end - begin}),
-      v_(kernels::DType::fp32, {end - begin}) {
+      m_(kernels::DType::fp32, {end - begin}, kernels::Device::cpu, kernels::MemoryKind::optimizer),
+      v_(kernels::DType::fp32, {end - begin}, kernels::Device::cpu, kernels::MemoryKind::optimizer) {
   LT_CHECK(0 <= begin && begin <= end, "AdamW range [{}, {})", begin, end);
 }
 

@@ -42,4 +42,29 @@ TEST(Buffer, DeviceMemoryIsRejectedUntilTheCudaAllocatorExists) {
   }
 }
 
+// The memory account's measured side: bytes per kind now and at the peak, moves and releases
+// included (this test binary allocates nothing else of these kinds while it runs).
+TEST(Buffer, MemoryIsCountedByKind) {
+  const MemoryUse act0 = memory_use(Device::cpu, MemoryKind::activations);
+  const MemoryUse opt0 = memory_use(Device::cpu, MemoryKind::optimizer);
+  memory_reset_peaks();
+  {
+    Buffer a(DType::fp32, {1000}, Device::cpu, MemoryKind::activations);
+    Buffer b(DType::bf16, {10}, Device::cpu, MemoryKind::optimizer);
+    EXPECT_EQ(memory_use(Device::cpu, MemoryKind::activations).current, act0.current + 4000);
+    EXPECT_EQ(memory_use(Device::cpu, MemoryKind::optimizer).current, opt0.current + 20);
+    Buffer moved = std::move(a);  // a move changes no count
+    EXPECT_EQ(moved.kind(), MemoryKind::activations);
+    EXPECT_EQ(memory_use(Device::cpu, MemoryKind::activations).current, act0.current + 4000);
+    moved = Buffer(DType::fp32, {10}, Device::cpu, MemoryKind::activations);  // releases the 4000
+    EXPECT_EQ(memory_use(Device::cpu, MemoryKind::activations).current, act0.current + 40);
+  }
+  EXPECT_EQ(memory_use(Device::cpu, MemoryKind::activations).current, act0.current);
+  EXPECT_EQ(memory_use(Device::cpu, MemoryKind::activations).peak, act0.current + 4040);
+  EXPECT_EQ(memory_use(Device::cpu, MemoryKind::optimizer).peak, opt0.current + 20);
+  EXPECT_GE(memory_use(Device::cpu).peak, memory_use(Device::cpu).current + 4060);
+  memory_reset_peaks();
+  EXPECT_EQ(memory_use(Device::cpu, MemoryKind::activations).peak, act0.current);
+}
+
 }  // namespace llmtrain::kernels
