@@ -1,4 +1,4 @@
-// SIGTERM and SIGINT during training (DESIGN.md §4): the first one asks the loop to finish the
+// SIGTERM and SIGINT during training (docs/architecture.md §4): the first one asks the loop to finish the
 // current step, write a checkpoint and exit with status 75 (kExitInterrupted); a second one exits
 // at once with 128 + the signal number, as an unhandled signal would.
 //

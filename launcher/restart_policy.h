@@ -1,4 +1,4 @@
-// What a job's exit status means to the supervisor, and how a failed job comes back (DESIGN.md
+// What a job's exit status means to the supervisor, and how a failed job comes back (docs/architecture.md
 // §4; docs/launching.md "Exit codes and restarts"):
 //
 //   0   finished                      -> done

@@ -1,4 +1,4 @@
-// Bootstrap: making this process one rank of a job (DESIGN.md §4 "Who spawns").
+// Bootstrap: making this process one rank of a job (docs/architecture.md §4).
 //
 //  - Started by mpirun or `srun --mpi=pmix` (parallel/launch_env.h says which): MPI is initialised
 //    at MPI_THREAD_FUNNELED, rank and world size must equal what the launcher's environment said,

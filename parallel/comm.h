@@ -1,6 +1,6 @@
 // Comm: one interface for every communication between ranks, over host buffers (MPI backend) and
 // device buffers (NCCL backend, with the CUDA work). A single-process run uses a one-rank Comm, so
-// the trainer never asks "am I distributed?" (DESIGN.md §3).
+// the trainer never asks "am I distributed?" (docs/architecture.md §3).
 //
 // Rules a reader could get wrong:
 //  - Every rank of a group calls the same collectives in the same order with the same element

@@ -1,6 +1,6 @@
 // In-process communicators: N ranks as N threads of one process, talking through a real
 // implementation of Comm. Tests of tensor-, pipeline- and ZeRO-parallel code run their ranks this
-// way, without mpirun (DESIGN.md §3, "The step engine and its seams"); the mpirun tests check the
+// way, without mpirun (docs/architecture.md §3, "The step engine and its seams"); the mpirun tests check the
 // same layouts end to end over MpiComm.
 //
 // Guarantees (those of parallel/comm.h, as MpiComm keeps them):

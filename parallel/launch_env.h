@@ -1,4 +1,4 @@
-// Who started this process, read from the environment before MPI is initialised (DESIGN.md §4
+// Who started this process, read from the environment before MPI is initialised (docs/architecture.md §4
 // "Who spawns"): a rank started by mpirun or by `srun --mpi=pmix` must not spawn anything; a plain
 // process may launch ranks; a plain `srun` without PMIx (N separate one-rank worlds) is refused.
 #pragma once

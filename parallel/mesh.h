@@ -1,7 +1,7 @@
 // The device mesh: how world ranks map to (pp, dp, tp) coordinates and which ranks form each
 // communication group. Pure rank arithmetic, no MPI, so it is tested for many shapes directly.
 //
-// Order (DESIGN.md §3, Megatron's default): tp varies fastest, then dp, then pp:
+// Order (docs/architecture.md §3, Megatron's default): tp varies fastest, then dp, then pp:
 //     rank = pp_index * (dp * tp) + dp_index * tp + tp_index
 // so a tensor-parallel group is tp consecutive ranks and stays inside one node.
 #pragma once

@@ -1,4 +1,4 @@
-// Pipeline schedules as data (DESIGN.md §3 "Pipeline parallelism"; Megatron's
+// Pipeline schedules as data (docs/architecture.md §3 "Pipeline parallelism"; Megatron's
 // get_forward_backward_func, torch.distributed.pipelining's schedules): a schedule is a pure
 // function of (stages, this stage, micro-batches, virtual chunks) that returns the list of
 // instructions one stage executes in one optimizer step — forward, backward, and the sends and

@@ -1,4 +1,4 @@
-// One optimizer step as its own unit (DESIGN.md §2, docs/architecture.md "One step"):
+// One optimizer step as its own unit (docs/architecture.md §2, docs/architecture.md "One step"):
 //
 //   zero grads -> the pipeline schedule over the step's micro-batches (forward, backward; gradient
 //   groups handed to the gradient sync as backward completes them) -> finish the gradient sync ->

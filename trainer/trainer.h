@@ -1,4 +1,4 @@
-// The training job of one rank (DESIGN.md §2): data, model, optimizer, the step loop, evaluation,
+// The training job of one rank (docs/architecture.md §2): data, model, optimizer, the step loop, evaluation,
 // checkpoints, metrics, and the response to SIGTERM/SIGINT.
 //
 // Rules a reader could get wrong:

@@ -1,4 +1,4 @@
-// The recipe: everything a training job is, as plain structs (DESIGN.md §6; every key is
+// The recipe: everything a training job is, as plain structs (docs/architecture.md §6; every key is
 // documented in docs/recipe.md). cli/ parses YAML into these; nothing here knows about YAML.
 //
 // Rule a reader could get wrong: a field documented as "0 = auto" holds 0 only between parsing

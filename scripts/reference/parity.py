@@ -7,7 +7,7 @@ accumulation, warmup + cosine LR and clipping.
 
 Why float64: our CPU math is fp32; comparing it against a float64 reference measures our error
 alone (a float32 reference would add its own rounding to the comparison). Tensors compare by
-‖ours − ref‖ / ‖ref‖ over the whole tensor (DESIGN.md), losses by relative difference.
+‖ours − ref‖ / ‖ref‖ over the whole tensor (docs/architecture.md), losses by relative difference.
 Exit status 1 when a tolerance is exceeded.
 """
 import json

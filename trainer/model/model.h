@@ -1,5 +1,5 @@
 // Model: the transformer of one pipeline stage (GPT-2 or LLaMA family), with hand-written forward
-// and backward over preallocated buffers (DESIGN.md §3: no autograd, flat parameter and gradient
+// and backward over preallocated buffers (docs/architecture.md §3: no autograd, flat parameter and gradient
 // buffers). docs/model.md documents the parameter layout and every op of a block.
 //
 // Rules a reader could get wrong:
