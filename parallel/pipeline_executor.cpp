@@ -53,6 +53,26 @@ class DropOnUnwind {
 
 }  // namespace
 
+PipelineExecutor::ReceiveSlots PipelineExecutor::receive_slots(const std::vector<PipeOp>& ops) {
+  ReceiveSlots out;
+  out.slot.assign(ops.size(), -1);
+  std::vector<bool> act_used, grad_used;
+  std::map<std::pair<int, int>, int> act_slot, grad_slot;  // (micro-batch, chunk) -> slot
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PipeOp& op = ops[i];
+    const std::pair<int, int> key{op.micro_batch, op.chunk};
+    if (op.kind == K::recv_activation) out.slot[i] = act_slot[key] = take_slot(act_used);
+    if (op.kind == K::recv_grad) out.slot[i] = grad_slot[key] = take_slot(grad_used);
+    if (op.kind == K::backward) {
+      if (auto it = act_slot.find(key); it != act_slot.end()) act_used[size_t(it->second)] = false;
+      if (auto it = grad_slot.find(key); it != grad_slot.end()) grad_used[size_t(it->second)] = false;
+    }
+  }
+  out.activation_buffers = int(act_used.size());
+  out.grad_buffers = int(grad_used.size());
+  return out;
+}
+
 PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage, Comm& pp)
     : ops_(std::move(ops)), stage_(stage), pp_(pp), shape_(stage.activation_shape()), dtype_(stage.activation_dtype()) {
   const int stages = pp.size(), me = pp.rank();
@@ -71,21 +91,19 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
 
   // Walk the list as run() will: assign buffers and find what each piece of work waits for.
   plan_.resize(ops_.size());
-  std::vector<bool> act_used, grad_used;
-  std::map<std::pair<int, int>, int> act_slot, grad_slot;            // (micro-batch, chunk) -> slot
+  const ReceiveSlots slots = receive_slots(ops_);
   std::map<std::pair<int, int>, int> recv_act, recv_grad, send_act;  // (micro-batch, chunk) -> op index
   for (size_t i = 0; i < ops_.size(); ++i) {
     const PipeOp& op = ops_[i];
     const std::pair<int, int> key{op.micro_batch, op.chunk};
     Plan& p = plan_[i];
+    p.slot = slots.slot[i];
     switch (op.kind) {
       case K::recv_activation:
-        p.slot = act_slot[key] = take_slot(act_used);
         p.tag = tag_of(op);
         recv_act[key] = int(i);
         break;
       case K::recv_grad:
-        p.slot = grad_slot[key] = take_slot(grad_used);
         p.tag = tag_of(op);
         recv_grad[key] = int(i);
         break;
@@ -102,17 +120,15 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
       case K::backward:
         if (auto it = recv_grad.find(key); it != recv_grad.end()) p.wait_recv = it->second;
         if (auto it = send_act.find(key); it != send_act.end()) p.wait_send = it->second;
-        if (auto it = act_slot.find(key); it != act_slot.end()) act_used[it->second] = false;
-        if (auto it = grad_slot.find(key); it != grad_slot.end()) grad_used[it->second] = false;
         break;
       default:
         LT_CHECK(false, "the executor cannot run {} yet", to_string(op));
     }
   }
   const kernels::Device device = stage.activation_device();
-  for (size_t i = 0; i < act_used.size(); ++i)
+  for (int i = 0; i < slots.activation_buffers; ++i)
     activation_bufs_.emplace_back(dtype_, shape_, device, kernels::MemoryKind::communication);
-  for (size_t i = 0; i < grad_used.size(); ++i)
+  for (int i = 0; i < slots.grad_buffers; ++i)
     grad_bufs_.emplace_back(dtype_, shape_, device, kernels::MemoryKind::communication);
   pending_.resize(ops_.size());
   grad_sends_pending_.reserve(ops_.size());

@@ -75,6 +75,16 @@ class PipelineExecutor {
   void run();
 
   const std::vector<PipeOp>& ops() const { return ops_; }
+
+  // The receive buffers a list needs (each of PipelineStage::activation_shape()), and which one
+  // each receive lands in: what the constructor allocates, for memory plans made without
+  // allocating (trainer/memory.h).
+  struct ReceiveSlots {
+    std::vector<int> slot;  // per op: the buffer a receive lands in, -1 for other ops
+    int activation_buffers = 0, grad_buffers = 0;
+  };
+  static ReceiveSlots receive_slots(const std::vector<PipeOp>& ops);
+
   int activation_buffers() const { return static_cast<int>(activation_bufs_.size()); }
   int grad_buffers() const { return static_cast<int>(grad_bufs_.size()); }
 
