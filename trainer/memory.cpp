@@ -1,0 +1,79 @@
+#include "trainer/memory.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "parallel/grad_sync.h"
+#include "parallel/pipeline_executor.h"
+#include "trainer/model/model.h"
+#include "trainer/train_step.h"
+
+namespace llmtrain::trainer {
+
+MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
+  MemoryAccount out;
+  const ModelConfig& mc = r.model;
+  if (r.train.precision != Precision::fp32)
+    out.notes.push_back(fmt::format("counted in fp32: train.precision {} is not supported yet", to_string(r.train.precision)));
+
+  // This stage's schedule sets how many micro-batches keep activations at once, and the receive
+  // buffers between stages.
+  std::vector<parallel::PipeOp> schedule;
+  try {
+    schedule = step_schedule(r, coord.pp, r.grad_accum_steps());
+  } catch (const Error&) {
+    Recipe one_f_one_b = r;
+    one_f_one_b.parallel.pp_schedule = PipelineSchedule::one_f_one_b;
+    one_f_one_b.parallel.virtual_stages = 1;
+    schedule = step_schedule(one_f_one_b, coord.pp, r.grad_accum_steps());
+    out.notes.push_back(fmt::format("activations as with 1f1b: parallel.pp_schedule {} is not supported yet",
+                                    to_string(r.parallel.pp_schedule)));
+  }
+  ModelOptions mo;
+  mo.stage = pipeline_stage_layout(mc, coord.pp, r.parallel.pp);
+  mo.micro_batch = r.train.micro_batch;
+  mo.seq_len = mc.seq_len;
+  mo.checkpointing = r.train.activation_checkpointing;
+  mo.activation_slots = parallel::max_in_flight(schedule);
+  const ModelMemory model = model_memory_plan(mc, mo, r.parallel.tp, coord.tp);
+  out.parameters = model.params;
+  out.gradients = model.grads;
+  out.activations = model.activations();
+
+  // AdamW keeps two fp32 moments over the range the gradient sync gives this rank to own: the
+  // whole stage at ZeRO stage 0.
+  out.optimizer = 2 * model.params;
+  if (r.parallel.zero > 0)
+    out.notes.push_back(fmt::format(
+        "optimizer state unsharded: parallel.zero {} is not supported yet (it would keep about 1/{} of it)",
+        r.parallel.zero, r.parallel.dp));
+
+  const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
+  const int64_t activation_message = int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4;
+  out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message;
+  return out;
+}
+
+MemoryAccount memory_measured(kernels::Device device, bool peak) {
+  auto get = [&](kernels::MemoryKind kind) {
+    const kernels::MemoryUse u = kernels::memory_use(device, kind);
+    return peak ? u.peak : u.current;
+  };
+  MemoryAccount out;
+  out.parameters = get(kernels::MemoryKind::parameters);
+  out.gradients = get(kernels::MemoryKind::gradients);
+  out.optimizer = get(kernels::MemoryKind::optimizer);
+  out.activations = get(kernels::MemoryKind::activations);
+  out.communication = get(kernels::MemoryKind::communication);
+  return out;
+}
+
+std::string format_memory(const MemoryAccount& m) {
+  auto b = [](int64_t bytes) { return format_bytes(double(bytes)); };
+  return fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, communication {}; total {}",
+                     b(m.parameters), b(m.gradients), b(m.optimizer), b(m.activations), b(m.communication),
+                     b(m.total()));
+}
+
+}  // namespace llmtrain::trainer
