@@ -52,15 +52,6 @@ int cmd_generate(const GenerateArgs& args) {
     ParsedRecipe parsed = recipe_parse_text(manifest.recipe_yaml, manifest_path + " (recipe)", {});
     if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
     ModelConfig cfg = parsed.recipe.model;
-    trainer::ModelOptions opts;
-    opts.micro_batch = 1;
-    trainer::Model model(cfg, opts, *world);
-    try {
-      trainer::checkpoint_load(dir, trainer::checkpoint_slices(model, nullptr, 0, 0), *world);
-    } catch (const Error& e) {
-      log_warn("skipping damaged checkpoint {}: {}", dir, e.what());
-      continue;
-    }
 
     std::unique_ptr<trainer::Tokenizer> tok;
     if (manifest.tokenizer_kind == trainer::kTokenizerKindByte) {
@@ -81,10 +72,21 @@ int cmd_generate(const GenerateArgs& args) {
       throw Error(fmt::format("the prompt is {} tokens; the model's context is {} (model.max_positions)", prompt.size(),
                               cfg.max_positions),
                   "use a shorter prompt");
+    // The model runs its training forward with a KV cache of the whole context.
+    trainer::ModelOptions opts;
+    opts.micro_batch = 1;
+    opts.kv_cache_tokens = context;
+    trainer::Model model(cfg, opts, *world);
+    try {
+      trainer::checkpoint_load(dir, trainer::checkpoint_slices(model, nullptr, 0, 0), *world);
+    } catch (const Error& e) {
+      log_warn("skipping damaged checkpoint {}: {}", dir, e.what());
+      continue;
+    }
     log_info("generating from {} (step {}, {} model of {} layers, tokenizer {})", dir, manifest.step,
              to_string(cfg.family), cfg.layers, tok->describe());
 
-    trainer::KvCacheDecoder decoder(model, context);
+    trainer::KvCacheDecoder decoder(model);
     trainer::GenerateOptions o;
     o.max_tokens = args.max_tokens;
     o.sampling = {args.temperature, args.top_k, args.top_p};

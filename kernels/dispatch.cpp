@@ -114,18 +114,35 @@ void convert(Tensor out, Tensor in) {
   LT_DISPATCH(convert, convert(out, in), &out, &in);
 }
 
-void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) {
+void copy(Tensor out, Tensor in) {
+  LT_CHECK(out.dtype == in.dtype && out.numel() == in.numel(), "copy: {} {} into {} {}", to_string(in.dtype),
+           in.shape.str(), to_string(out.dtype), out.shape.str());
+  LT_CHECK(out.defined() || out.numel() == 0, "copy: no destination");
+  // The one op whose tensors may sit on different devices: host<->device copies land here.
+  if (out.device == Device::cpu && in.device == Device::cpu) {
+    if (OpProfile::enabled()) {
+      OpProfile::Timer timer{"copy"};
+      return cpu::copy(out, in);
+    }
+    return cpu::copy(out, in);
+  }
+  no_cuda("copy");
+}
+
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {
   const int64_t n = tokens.numel(), c = cols(wte);
   expect("embedding_forward", "tokens", tokens, DType::int32, n);
   expect_f32("embedding_forward", "out", out, n * c);
-  LT_DISPATCH(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin), &out, &tokens, &wte);
+  LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_forward: vocab {} vocab_begin {}", vocab, vocab_begin);
+  LT_DISPATCH(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin, vocab), &out, &tokens, &wte);
 }
 
-void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin) {
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
   const int64_t n = tokens.numel(), c = cols(dwte);
   expect("embedding_backward", "tokens", tokens, DType::int32, n);
   expect_f32("embedding_backward", "dout", dout, n * c);
-  LT_DISPATCH(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin), &dwte, &dout, &tokens);
+  LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_backward: vocab {} vocab_begin {}", vocab, vocab_begin);
+  LT_DISPATCH(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin, vocab), &dwte, &dout, &tokens);
 }
 
 void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
@@ -285,6 +302,41 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
               &out, &lse);
 }
 
+// The cache is [B, T_max, kv_heads, D] with the batch and head dim of qkv; rows [position,
+// position + T) must fit.
+static void check_kv_cache(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                           int64_t heads, int64_t kv_heads, int64_t position) {
+  LT_CHECK(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, "{}: heads {} kv_heads {}", op, heads, kv_heads);
+  LT_CHECK(qkv.shape.rank() == 4 && qkv.shape[2] == heads + 2 * kv_heads && qkv.dtype == DType::fp32,
+           "{}: qkv {} is not [B, T, heads {} + 2·kv_heads {}, D]", op, qkv.shape.str(), heads, kv_heads);
+  for (const Tensor* c : {&k_cache, &v_cache})
+    LT_CHECK(c->dtype == DType::fp32 && c->shape.rank() == 4 && c->shape[0] == qkv.shape[0] &&
+                 c->shape[2] == kv_heads && c->shape[3] == qkv.shape[3],
+             "{}: cache {} for qkv {} (expected [B, T_max, kv_heads {}, D])", op, c->shape.str(), qkv.shape.str(),
+             kv_heads);
+  LT_CHECK(k_cache.shape == v_cache.shape, "{}: k cache {} v cache {}", op, k_cache.shape.str(), v_cache.shape.str());
+  LT_CHECK(position >= 0 && position + qkv.shape[1] <= k_cache.shape[1],
+           "{}: positions [{}, {}) beyond the cache's {} rows", op, position, position + qkv.shape[1],
+           k_cache.shape[1]);
+}
+
+void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position) {
+  check_kv_cache("kv_cache_write", qkv, k_cache, v_cache, heads, kv_heads, position);
+  LT_DISPATCH(kv_cache_write, kv_cache_write(k_cache, v_cache, qkv, heads, kv_heads, position), &k_cache, &v_cache,
+              &qkv);
+}
+
+void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
+                              int64_t kv_heads, int64_t position) {
+  check_kv_cache("attention_cached_forward", qkv, k_cache, v_cache, heads, kv_heads, position);
+  const int64_t b = qkv.shape[0], t = qkv.shape[1], d = qkv.shape[3];
+  expect_f32("attention_cached_forward", "out", out, b * t * heads * d);
+  expect_f32("attention_cached_forward", "lse", lse, b * heads * t);
+  LT_DISPATCH(attention_cached_forward,
+              attention_cached_forward(out, lse, qkv, k_cache, v_cache, heads, kv_heads, position), &out, &lse, &qkv,
+              &k_cache, &v_cache);
+}
+
 void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
   expect_f32("residual_forward", "a", a, out.numel());
   expect_f32("residual_forward", "b", b, out.numel());
@@ -317,11 +369,22 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
 }
 
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
-                            int32_t ignore_index, float dloss) {
+                            int32_t ignore_index, float loss_scale, Tensor count) {
   check_cross_entropy("cross_entropy_backward", logits, lse, targets, vocab);
   expect_f32("cross_entropy_backward", "dlogits", dlogits, logits.numel());
-  LT_DISPATCH(cross_entropy_backward, cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, dloss),
-              &dlogits, &logits, &lse, &targets);
+  expect("cross_entropy_backward", "count", count, DType::int32, 1);
+  LT_DISPATCH(cross_entropy_backward,
+              cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, loss_scale, count), &dlogits,
+              &logits, &lse, &targets, &count);
+}
+
+void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
+  expect_f32("loss_mean_forward", "mean", mean, 1);
+  expect("loss_mean_forward", "count", count, DType::int32, 1);
+  expect_f32("loss_mean_forward", "losses", losses, losses.numel());
+  expect("loss_mean_forward", "targets", targets, DType::int32, losses.numel());
+  LT_DISPATCH(loss_mean_forward, loss_mean_forward(mean, count, losses, targets, ignore_index), &mean, &count, &losses,
+              &targets);
 }
 
 void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {

@@ -5,7 +5,8 @@
 //
 // Conventions (the rules a reader could get wrong):
 //  - Outputs come first, then inputs. All float tensors are fp32 and contiguous; token ids and
-//    targets are int32. All tensors of one call live on one device.
+//    targets are int32. All tensors of one call live on one device, except copy()'s two, which is
+//    how anything crosses between host and device memory.
 //  - PARAMETER gradients ACCUMULATE (dweight += ...): gradient accumulation over micro-batches
 //    and tied weights rely on it; zero them once per optimizer step.
 //  - ACTIVATION gradients are OVERWRITTEN (din = ...). Where a gradient joins the residual stream,
@@ -30,15 +31,22 @@ void fill_zero(Tensor x);
 // out = in, converting between fp32, bf16 and fp16 (round to nearest even, dtype_convert.h), or
 // a plain copy when the dtypes match.
 void convert(Tensor out, Tensor in);
+// out = in, byte for byte (same dtype and element count), between any two devices: host to
+// device, device to host, or within one. The model stages a micro-batch's token ids with it and
+// reads its loss back with it; a copy into host memory of a device tensor is a synchronization
+// point on that device (it waits for the work that produces `in`).
+void copy(Tensor out, Tensor in);
 
 // ---- embeddings (cpu/embedding.cpp) --------------------------------------------------------
 
 // out[n, :] = wte[tokens[n] - vocab_begin, :] when the token falls in this shard's rows
 // [vocab_begin, vocab_begin + V), else 0 (vocab-parallel embedding; vocab_begin = 0 unsharded).
-// out [N, C], tokens [N] int32, wte [V, C].
-void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin);
-// dwte[tokens[n] - vocab_begin, :] += dout[n, :] for the tokens in this shard.
-void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin);
+// out [N, C], tokens [N] int32, wte [V, C]. `vocab` is the number of real token ids of the whole
+// vocabulary: an id outside [0, vocab) is a broken invariant (the data loader and the tokenizer
+// only produce real ids) and fails an LT_CHECK naming the id and its position.
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab);
+// dwte[tokens[n] - vocab_begin, :] += dout[n, :] for the tokens in this shard (ids checked as above).
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab);
 
 // Learned positions, added in place: x[b, t, :] += wpe[pos_begin + t, :]. x [B, T, C], wpe [P, C].
 void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin);
@@ -97,10 +105,21 @@ void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_be
 //   (q head h reads kv head h / (heads / kv_heads)); softmax scale 1/√D.
 //   out [B, T, heads, D]; lse [B, heads, T] is each query row's log-sum-exp, saved for backward.
 // The CPU kernel is written over (pointer, row stride) views of q, k and v with a query position
-// offset, so a KV cache ([B, T_max, kv_heads, D] per layer) can call the same core later.
+// offset, so the KV-cache form below runs the same core.
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads);
 // dqkv [B, T, heads + 2·kv_heads, D] is overwritten (q, k and v parts).
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads);
+
+// Decoding with a KV cache (generation; forward only). k_cache and v_cache [B, T_max, kv_heads, D]
+// hold the keys and values of positions already seen; qkv [B, T, heads + 2·kv_heads, D] is packed
+// as above for the T tokens at positions [position, position + T).
+// Writes the k and v heads of qkv into cache rows [position, position + T).
+void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position);
+// Causal attention of qkv's q heads (query i at position + i) over cache rows [0, position + T),
+// which kv_cache_write must already have filled. out [B, T, heads, D], lse [B, heads, T] as in
+// attention_forward; the same result attention_forward gives those rows over the whole sequence.
+void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
+                              int64_t kv_heads, int64_t position);
 
 // ---- residual stream (cpu/residual.cpp) ----------------------------------------------------
 
@@ -115,14 +134,22 @@ void residual_backward(Tensor dbias, Tensor dout);
 
 // Softmax cross-entropy over the first `vocab` columns of logits [N, Vpad] (padding columns are
 // excluded from the softmax). losses [N] gets -log p(target) per row, or 0 where target ==
-// ignore_index; lse [N] is saved for backward. The caller takes the mean over counted rows.
+// ignore_index; lse [N] is saved for backward. loss_mean_forward takes the mean over counted rows.
+// A target outside [0, vocab) other than ignore_index fails an LT_CHECK naming it and its row.
 void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
                            int32_t ignore_index);
-// dlogits = dloss · (softmax - onehot(target)) for counted rows, 0 for ignored rows and padding
-// columns. dloss is the gradient of the objective with respect to each counted row's loss (for a
-// mean: loss_scale / count). dlogits may alias logits (it is then overwritten in place).
+// The objective is loss_scale · mean: dlogits = dloss · (softmax - onehot(target)) for counted
+// rows with dloss = loss_scale / float(count) (0 when count is 0), 0 for ignored rows and padding
+// columns. count [1] int32 is loss_mean_forward's. dlogits may alias logits (it is then
+// overwritten in place).
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
-                            int32_t ignore_index, float dloss);
+                            int32_t ignore_index, float loss_scale, Tensor count);
+
+// The loss of a micro-batch: count [1] int32 = rows whose target is not ignore_index, mean [1]
+// fp32 = their losses [N] summed in double in row order, divided by count in double and rounded
+// once to float; 0 when no row counts (the micro-batch then contributes nothing). Kept exactly
+// so: the loss and its gradient must not depend on the device or the thread count.
+void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index);
 
 // ---- optimizer (cpu/adamw.cpp, cpu/l2norm.cpp) ---------------------------------------------
 

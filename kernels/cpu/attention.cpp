@@ -7,7 +7,8 @@
 // The core works on (pointer, row stride) views of one (sequence, head): token t of a head is at
 // base + t·stride with its D values contiguous. The packed training layout [B, T, H + 2·KV, D] is
 // one such view per head; a KV cache laid out [B, T_max, KV, D] is another, which is why the core
-// takes a query position offset and separate query/key lengths.
+// takes a query position offset and separate query/key lengths. attention_cached_forward (decoding)
+// runs the same forward core with q from the packed rows and k, v from the cache.
 //
 // Rules a reader could get wrong:
 //  - Query row i sits at position q_pos + i and sees keys j <= q_pos + i.
@@ -401,6 +402,44 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
         const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
         backward_block(mm, pk.q(x, s, h), kt, vt, ld, k, pk.o(o, s, h), pk.o(dy, s, h), l + (s * heads + h) * pk.t,
                        pk.q(dx, s, h), dk, dv, i0, i1, pk.t, 0, pk.d, scale);
+      }
+  }
+}
+
+void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position) {
+  const Packed pk(qkv, heads, kv_heads);
+  const int64_t t_max = k_cache.shape[1], width = kv_heads * pk.d;
+  const float* x = qkv.ptr<float>();
+  float *kc = k_cache.ptr<float>(), *vc = v_cache.ptr<float>();
+  for (int64_t s = 0; s < pk.b; ++s)
+    for (int64_t i = 0; i < pk.t; ++i) {
+      const float* row = x + (s * pk.t + i) * pk.row + heads * pk.d;  // k heads, then v heads
+      const int64_t at = (s * t_max + position + i) * width;
+      std::copy(row, row + width, kc + at);
+      std::copy(row + width, row + 2 * width, vc + at);
+    }
+}
+
+void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
+                              int64_t kv_heads, int64_t position) {
+  const Packed pk(qkv, heads, kv_heads);
+  float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *l = lse.ptr<float>();
+  float *kc = k_cache.ptr<float>(), *vc = v_cache.ptr<float>();
+  const int64_t t_max = k_cache.shape[1], width = kv_heads * pk.d, kv_len = position + pk.t;
+  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(kv_len);
+  const float scale = float(1.0 / std::sqrt(double(pk.d)));
+  const BlockProducts& mm = products_for(pk.d);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
+    const int64_t g = u % kv_heads, s = u / kv_heads;
+    const HeadView k{kc + s * t_max * width + g * pk.d, width}, v{vc + s * t_max * width + g * pk.d, width};
+    float* kt = thread_scratch(1, size_t(pk.d * ld));
+    transpose(kt, ld, k, kv_len, pk.d);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
+        forward_block(mm, pk.q(x, s, h), kt, ld, v, pk.o(o, s, h), l + (s * heads + h) * pk.t, i0, i1, kv_len, position,
+                      pk.d, scale);
       }
   }
 }

@@ -1,4 +1,4 @@
-// Memory ops on host tensors: zero fill and dtype conversion (the scalar rules live in
+// Memory ops on host tensors: zero fill, copy and dtype conversion (the scalar rules live in
 // kernels/dtype_convert.h).
 #include <algorithm>
 #include <cstring>
@@ -19,6 +19,10 @@ void fill_zero(Tensor x) {
   const size_t chunk = size_t(1) << 18;
 #pragma omp parallel for schedule(static)
   for (size_t off = 0; off < bytes; off += chunk) std::memset(p + off, 0, std::min(chunk, bytes - off));
+}
+
+void copy(Tensor out, Tensor in) {
+  if (out.data != in.data && in.bytes() > 0) std::memmove(out.data, in.data, in.bytes());
 }
 
 void convert(Tensor out, Tensor in) {

@@ -8,8 +8,9 @@ namespace llmtrain::kernels::cpu {
 
 void fill_zero(Tensor x);
 void convert(Tensor out, Tensor in);
-void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin);
-void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin);
+void copy(Tensor out, Tensor in);
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab);
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab);
 void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin);
 void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin);
 void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps);
@@ -28,12 +29,16 @@ void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begi
 void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin);
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads);
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads);
+void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position);
+void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
+                              int64_t kv_heads, int64_t position);
 void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias);
 void residual_backward(Tensor dbias, Tensor dout);
 void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
                            int32_t ignore_index);
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
-                            int32_t ignore_index, float dloss);
+                            int32_t ignore_index, float loss_scale, Tensor count);
+void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index);
 void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s);
 double sum_squares(Tensor x);
 void scale(Tensor x, float s);

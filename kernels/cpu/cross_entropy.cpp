@@ -1,12 +1,15 @@
 // Softmax cross-entropy over the real vocabulary columns of (padded) logits, forward and
-// backward, one row per token, parallel over rows.
+// backward, one row per token, parallel over rows; and the masked mean that makes the loss.
 //
 // Rules a reader could get wrong: padding columns [vocab, Vpad) take no part in the softmax and
 // get zero gradient; a row whose target is ignore_index has loss 0 and zero gradient; a row with
 // a NaN or infinite logit gets a NaN loss (the training loop's non-finite check relies on it,
-// and the max/exp below would otherwise hide a NaN).
+// and the max/exp below would otherwise hide a NaN). The mean is summed serially in double in
+// row order, and the backward's per-row gradient is loss_scale / float(count): both are part of
+// the numbers a run reproduces bitwise, so neither may become a parallel or float reduction.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -56,14 +59,17 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
       loss[i] = 0.0f;
       continue;
     }
-    LT_CHECK(t >= 0 && t < vocab, "target {} outside the vocabulary [0, {})", t, vocab);
+    LT_CHECK(t >= 0 && t < vocab, "target {} at position {} is outside the vocabulary [0, {})", t, i, vocab);
     loss[i] = finite ? float(l - double(xi[t])) : std::numeric_limits<float>::quiet_NaN();
   }
 }
 
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
-                            int32_t ignore_index, float dloss) {
+                            int32_t ignore_index, float loss_scale, Tensor count) {
   const int64_t vp = logits.shape[logits.shape.rank() - 1], n = logits.numel() / vp;
+  const int32_t counted = *count.ptr<int32_t>();
+  // No counted row: the micro-batch contributes nothing (zero gradient).
+  const float dloss = counted > 0 ? loss_scale / float(counted) : 0.0f;
   const float* x = logits.ptr<float>();
   const int32_t* tgt = targets.ptr<int32_t>();
   const float* ls = lse.ptr<float>();
@@ -77,12 +83,29 @@ void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor ta
       std::fill(di, di + vp, 0.0f);
       continue;
     }
+    LT_CHECK(t >= 0 && t < vocab, "target {} at position {} is outside the vocabulary [0, {})", t, i, vocab);
     const float l = ls[i];
 #pragma omp simd
     for (int64_t j = 0; j < vocab; ++j) di[j] = dloss * exp_approx(xi[j] - l);
     for (int64_t j = vocab; j < vp; ++j) di[j] = 0.0f;
     di[t] -= dloss;
   }
+}
+
+void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
+  const int64_t n = losses.numel();
+  const float* l = losses.ptr<float>();
+  const int32_t* tg = targets.ptr<int32_t>();
+  double sum = 0;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (tg[i] != ignore_index) {
+      sum += l[i];
+      ++counted;
+    }
+  LT_CHECK(counted <= INT32_MAX, "loss_mean_forward: {} counted rows", counted);
+  *count.ptr<int32_t>() = int32_t(counted);
+  *mean.ptr<float>() = counted ? float(sum / double(counted)) : 0.0f;
 }
 
 }  // namespace llmtrain::kernels::cpu

@@ -1,8 +1,11 @@
 // Token and learned-position embeddings, forward and backward.
 //
-// Rule a reader could get wrong: the backward scatter-adds into rows chosen by the data, so it is
-// parallel over channels (every thread walks all tokens for its columns), never over tokens,
-// which would race on repeated ids.
+// Rules a reader could get wrong:
+//  - The backward scatter-adds into rows chosen by the data, so it is parallel over channels
+//    (every thread walks all tokens for its columns), never over tokens, which would race on
+//    repeated ids.
+//  - Ids are checked against the whole vocabulary where they are read: a shard skips the ids of
+//    other shards, but an id no shard owns is a bug upstream, never a silent zero row.
 #include <omp.h>
 
 #include <algorithm>
@@ -19,13 +22,15 @@ std::pair<int64_t, int64_t> column_range(int64_t c, int t, int nt) {
 }
 }  // namespace
 
-void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) {
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {
   const int64_t n = tokens.numel(), v = wte.shape[0], c = wte.shape[1];
   const int32_t* tok = tokens.ptr<int32_t>();
   const float* w = wte.ptr<float>();
   float* o = out.ptr<float>();
 #pragma omp parallel for schedule(static) if (n * c > 32768)
   for (int64_t i = 0; i < n; ++i) {
+    LT_CHECK(tok[i] >= 0 && tok[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {})", tok[i], i,
+             vocab);
     int64_t row = int64_t(tok[i]) - vocab_begin;
     float* dst = o + i * c;
     if (row >= 0 && row < v)
@@ -35,7 +40,7 @@ void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begi
   }
 }
 
-void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin) {
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
   const int64_t n = tokens.numel(), v = dwte.shape[0], c = dwte.shape[1];
   const int32_t* tok = tokens.ptr<int32_t>();
   const float* d = dout.ptr<float>();
@@ -44,6 +49,8 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_b
   {
     auto [c0, c1] = column_range(c, omp_get_thread_num(), omp_get_num_threads());
     for (int64_t i = 0; i < n; ++i) {
+      LT_CHECK(tok[i] >= 0 && tok[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {})", tok[i], i,
+               vocab);
       int64_t row = int64_t(tok[i]) - vocab_begin;
       if (row < 0 || row >= v) continue;
       float* dst = dw + row * c;

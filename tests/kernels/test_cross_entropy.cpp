@@ -1,9 +1,11 @@
 // Softmax cross-entropy over padded logits (kernels/cpu/cross_entropy.cpp): padding columns
-// excluded, ignored rows, in-place backward, NaN propagation.
+// excluded, ignored rows, in-place backward, NaN propagation, bad targets; and the masked loss
+// mean (loss_mean_forward) and the backward's count against a double reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "kernels/ops.h"
 #include "op_harness.h"
@@ -32,14 +34,18 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
       cross_entropy_forward(r.t("losses"), r.t("lse"), r.t("logits"), r.t("targets"), vocab, kIgnore);
     };
     oc.backward = [=](OpRun& r) {
+      // With a count of 1 the per-row gradient is loss_scale itself: the uniform dloss R.
       const float dloss = r.g["losses"][0];
+      int32_t one = 1;
+      const Tensor count = host_tensor(&one, {1});
       if (in_place) {
         std::vector<float> keep = r.f["logits"];
-        cross_entropy_backward(r.t("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss);
+        cross_entropy_backward(r.t("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss, count);
         r.g["logits"] = r.f["logits"];
         r.f["logits"] = keep;
       } else {
-        cross_entropy_backward(r.grad("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss);
+        cross_entropy_backward(r.grad("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss,
+                               count);
       }
     };
     oc.reference = [=](RefRun& r) {
@@ -66,6 +72,90 @@ TEST(CrossEntropy, NonFiniteLogitGivesNanLoss) {
                         host_tensor(logits.data(), {2, 3}), host_tensor(targets.data(), {2}), 3, kIgnore);
   EXPECT_TRUE(std::isnan(losses[0]));
   EXPECT_NEAR(losses[1], std::log(std::exp(2.0) + 1.0 + std::exp(1.0)) - 1.0, 1e-6);
+}
+
+TEST(CrossEntropyDeathTest, ATargetOutsideTheVocabularyStopsWithItsPosition) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<float> logits(2 * 4, 0.5f), losses(2), lse(2);
+  std::vector<int32_t> targets = {kIgnore, 3};  // 3: a padding column of a 3-id vocabulary
+  EXPECT_DEATH(cross_entropy_forward(host_tensor(losses.data(), {2}), host_tensor(lse.data(), {2}),
+                                     host_tensor(logits.data(), {2, 4}), host_tensor(targets.data(), {2}), 3, kIgnore),
+               "target 3 at position 1 is outside the vocabulary \\[0, 3\\)");
+  int32_t count = 1;
+  EXPECT_DEATH(cross_entropy_backward(host_tensor(logits.data(), {2, 4}), host_tensor(logits.data(), {2, 4}),
+                                      host_tensor(lse.data(), {2}), host_tensor(targets.data(), {2}), 3, kIgnore, 1.0f,
+                                      host_tensor(&count, {1})),
+               "target 3 at position 1 is outside the vocabulary");
+}
+
+// The loss the model reports, through the op harness: cross_entropy_forward then
+// loss_mean_forward, and the backward of loss_scale · mean (cross_entropy_backward taking the
+// count from loss_mean_forward's tensor), against the mean over counted rows in double and its
+// finite differences.
+TEST(LossMean, MeanAndItsGradientMatchReference) {
+  std::mt19937_64 rng(93);
+  for (int trial = 0; trial < 5; ++trial) {
+    const int64_t n = rand_dim(rng, 1, 40), vocab = rand_dim(rng, 2, 300), vpad = vocab + rand_dim(rng, 0, 20);
+    const bool none_counted = trial == 0;
+    auto count = std::make_shared<int32_t>(-1);
+    OpCase oc{.name = "loss_mean n=" + std::to_string(n) + " vocab=" + std::to_string(vocab) +
+                      (none_counted ? " nothing counted" : ""),
+              .args = {{"logits", {n, vpad}, Role::input, 0, 0, 3.0},
+                       {"targets", {n}, Role::index, 0, int32_t(vocab)},
+                       {"losses", {n}, Role::saved},
+                       {"lse", {n}, Role::saved},
+                       {"mean", {1}, Role::output}}};
+    oc.setup = [=](OpRun& r) {
+      for (int64_t i = 0; i < n; ++i)
+        if (none_counted || i % 3 == 1) r.i["targets"][size_t(i)] = kIgnore;
+    };
+    oc.forward = [=](OpRun& r) {
+      cross_entropy_forward(r.t("losses"), r.t("lse"), r.t("logits"), r.t("targets"), vocab, kIgnore);
+      loss_mean_forward(r.t("mean"), host_tensor(count.get(), {1}), r.t("losses"), r.t("targets"), kIgnore);
+    };
+    oc.backward = [=](OpRun& r) {
+      cross_entropy_backward(r.grad("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore,
+                             r.g["mean"][0], host_tensor(count.get(), {1}));
+    };
+    oc.reference = [=](RefRun& r) {
+      const auto& x = r.in("logits");
+      double sum = 0;
+      int64_t counted = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double mx = -1e300, total = 0;
+        for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, x[i * vpad + j]);
+        for (int64_t j = 0; j < vocab; ++j) total += std::exp(x[i * vpad + j] - mx);
+        const double lse = mx + std::log(total);
+        r.out("lse")[i] = lse;
+        const int32_t t = r.ints("targets")[i];
+        r.out("losses")[i] = t == kIgnore ? 0.0 : lse - x[i * vpad + t];
+        if (t != kIgnore) sum += lse - x[i * vpad + t], ++counted;
+      }
+      r.out("mean")[0] = counted ? sum / double(counted) : 0.0;
+    };
+    run_case(oc, 1200 + trial);
+    int64_t want = 0;
+    for (int64_t i = 0; i < n; ++i) want += !(none_counted || i % 3 == 1);
+    EXPECT_EQ(*count, want) << oc.name;
+  }
+}
+
+// The rounding the model's reproducibility rests on: the sum in double in row order, one
+// rounding to float at the end; 0 (not NaN) when nothing is counted.
+TEST(LossMean, RoundsOnceFromADoubleSum) {
+  std::vector<float> losses = {1e8f, 1.0f, 3.0f, -1e8f, 0.0f, 0.5f};
+  std::vector<int32_t> targets = {4, 2, kIgnore, 0, kIgnore, 1};
+  float mean = -1;
+  int32_t count = -1;
+  loss_mean_forward(host_tensor(&mean, {1}), host_tensor(&count, {1}), host_tensor(losses.data(), {6}),
+                    host_tensor(targets.data(), {6}), kIgnore);
+  EXPECT_EQ(count, 4);
+  EXPECT_EQ(mean, float((1e8 + 1.0 - 1e8 + 0.5) / 4.0));  // a float sum would lose the 1.0
+  std::fill(targets.begin(), targets.end(), kIgnore);
+  loss_mean_forward(host_tensor(&mean, {1}), host_tensor(&count, {1}), host_tensor(losses.data(), {6}),
+                    host_tensor(targets.data(), {6}), kIgnore);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(mean, 0.0f);
 }
 
 }  // namespace llmtrain::kernels::test

@@ -12,13 +12,14 @@ TEST(Embedding, TokenLookupMatchesReference) {
     const int64_t n = rand_dim(rng, 1, 40), v = rand_dim(rng, 3, 37), c = rand_dim(rng, 1, 45);
     // A vocab-parallel shard owns rows [begin, begin + v); tokens range wider, so some miss it.
     const int64_t begin = trial % 2 ? rand_dim(rng, 1, 10) : 0;
+    const int64_t vocab = begin + v + (begin ? 5 : 0);  // every id the tokens take is a real one
     OpCase oc{.name = "embedding n=" + std::to_string(n) + " v=" + std::to_string(v) + " c=" + std::to_string(c) +
                       " begin=" + std::to_string(begin),
-              .args = {{"tokens", {n}, Role::index, 0, int32_t(begin + v + (begin ? 5 : 0))},
+              .args = {{"tokens", {n}, Role::index, 0, int32_t(vocab)},
                        {"wte", {v, c}, Role::param},
                        {"out", {n, c}, Role::output}}};
-    oc.forward = [=](OpRun& r) { embedding_forward(r.t("out"), r.t("tokens"), r.t("wte"), begin); };
-    oc.backward = [=](OpRun& r) { embedding_backward(r.grad("wte"), r.grad("out"), r.t("tokens"), begin); };
+    oc.forward = [=](OpRun& r) { embedding_forward(r.t("out"), r.t("tokens"), r.t("wte"), begin, vocab); };
+    oc.backward = [=](OpRun& r) { embedding_backward(r.grad("wte"), r.grad("out"), r.t("tokens"), begin, vocab); };
     oc.reference = [=](RefRun& r) {
       auto& out = r.out("out");
       for (int64_t i = 0; i < n; ++i) {
@@ -28,6 +29,20 @@ TEST(Embedding, TokenLookupMatchesReference) {
     };
     run_case(oc, 100 + trial);
   }
+}
+
+TEST(EmbeddingDeathTest, AnIdOutsideTheVocabularyStopsWithItsPosition) {
+  // Ids are checked where the kernel reads them: never an out-of-bounds read, never a silent zero.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<int32_t> tokens = {1, 0, 7, 2};  // 7: a padding row of a 5-id vocabulary padded to 8
+  std::vector<float> wte(8 * 3, 1.0f), out(4 * 3), dout(4 * 3, 1.0f);
+  EXPECT_DEATH(embedding_forward(host_tensor(out.data(), {4, 3}), host_tensor(tokens.data(), {4}),
+                                 host_tensor(wte.data(), {8, 3}), 0, 5),
+               "token id 7 at position 2 is outside the vocabulary \\[0, 5\\)");
+  tokens[2] = -1;
+  EXPECT_DEATH(embedding_backward(host_tensor(wte.data(), {8, 3}), host_tensor(dout.data(), {4, 3}),
+                                  host_tensor(tokens.data(), {4}), 0, 5),
+               "token id -1 at position 2 is outside the vocabulary");
 }
 
 TEST(Embedding, PositionsMatchReference) {

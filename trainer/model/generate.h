@@ -1,20 +1,18 @@
-// Text generation from a trained model with a KV cache: the keys and values of every position seen
-// so far are kept per layer, so each new token costs one row of the network instead of a forward
-// over the whole context (`llmtrain generate`).
+// Text generation from a trained model with a KV cache (`llmtrain generate`): the keys and values
+// of every position seen so far are kept per layer, so each new token costs one row of the
+// network instead of a forward over the whole context.
 //
-// Rule a reader could get wrong: this is a second implementation of the forward pass (one token row
-// at a time, attending over the cache), reading the Model's parameters by name; it must give the
-// logits Model::forward_logits gives for the same tokens (tests/trainer/model/test_generate.cpp checks
-// it), and it holds no gradients or activations for backward.
+// Rule a reader could get wrong: there is no second forward pass here. KvCacheDecoder only feeds
+// tokens to Model::forward_cached (the training forward with the model's own KV cache) and copies
+// the last row of logits to the host for sampling; the model must be built with
+// ModelOptions::kv_cache_tokens, which is the decoder's context.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
-#include <string>
 #include <vector>
 
-#include "kernels/buffer.h"
 #include "trainer/model/model.h"
 #include "trainer/model/sampling.h"
 
@@ -22,28 +20,23 @@ namespace llmtrain::trainer {
 
 class KvCacheDecoder {
  public:
-  // `model` must be a whole model (pp = 1, tp = 1) and outlive the decoder. `max_tokens` bounds the
-  // context (at most model.max_positions for GPT-2's learned positions).
-  KvCacheDecoder(const Model& model, int64_t max_tokens);
+  // `model` must be a whole model (pp = 1) built with options.kv_cache_tokens > 0, and outlive the
+  // decoder. The decoder uses the model's first sequence and slot 0.
+  explicit KvCacheDecoder(Model& model);
 
-  // Feeds `tokens` at the next positions; returns the logits [padded vocab] after the last one.
+  // Feeds `tokens` (at least one) at the next positions, in chunks of at most the model's
+  // seq_len; returns the logits [padded vocab] after the last one (valid until the next call).
+  // Throws an Error when they do not fit the context.
   std::span<const float> append(std::span<const int32_t> tokens);
   int64_t position() const { return pos_; }
-  int64_t capacity() const { return max_; }
-  int32_t vocab() const { return cfg_.vocab; }  // real ids; the logits' padding columns are never sampled
+  int64_t capacity() const { return model_.options().kv_cache_tokens; }
+  int32_t vocab() const { return model_.config().vocab; }  // real ids; padding columns are never sampled
   void reset() { pos_ = 0; }
 
  private:
-  void row(int32_t token);  // one position through every layer; leaves logits_ filled
-
-  const Model& model_;
-  const ModelConfig& cfg_;
-  bool llama_;
-  int64_t max_, pos_ = 0;
-  int64_t d_, heads_, kv_heads_, hd_, ffn_, vpad_;
-  std::vector<kernels::Tensor> w_;     // parameters by index (see the .cpp for the order)
-  kernels::Buffer k_cache_, v_cache_;  // [layers, max, kv_heads, head dim]
-  kernels::Buffer x_, y_, qkv_, att_, h_, h2_, logits_, rope_, stat_;
+  Model& model_;
+  int64_t pos_ = 0;
+  std::vector<float> logits_;  // host copy of the last row's logits
 };
 
 struct GenerateOptions {

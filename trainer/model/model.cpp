@@ -1,11 +1,14 @@
-// Model construction (parameter layout, flat buffers, activation arena), initialization, and the
-// public calls. The math of the layers is in model_layers.cpp.
+// Model construction (parameter layout, flat buffers, activation arena), initialization, the
+// memory plan, and the public calls. The math of the layers is in model_layers.cpp.
+//
+// Rule a reader could get wrong: the constructor and model_memory_plan run the SAME functions
+// (resolve, param_layout, lay_out) — a buffer added to the model is added in lay_out, or the plan
+// a dry run prints stops matching what a rank allocates (test_model checks they agree).
 #include "trainer/model/model.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "kernels/ops.h"
 #include "trainer/model/model_internal.h"
@@ -31,28 +34,6 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
 
 namespace {
 
-// Carves fp32 (and int32) tensors out of one buffer, each 64-byte aligned. With a null base it
-// only measures.
-class Arena {
- public:
-  explicit Arena(float* base) : base_(base) {}
-  Tensor take(Shape s) {
-    Tensor t(base_ ? base_ + used_ : nullptr, DType::fp32, s);
-    used_ += (s.numel() + 15) / 16 * 16;
-    return t;
-  }
-  Tensor take_int(Shape s) {
-    Tensor t = take(s);
-    t.dtype = DType::int32;
-    return t;
-  }
-  int64_t used() const { return used_; }
-
- private:
-  float* base_;
-  int64_t used_ = 0;
-};
-
 void check_divides(int64_t tp, int64_t value, const char* key) {
   if (value % tp != 0)
     throw Error(fmt::format("parallel.tp {} does not divide {} {}", tp, key, value),
@@ -61,39 +42,51 @@ void check_divides(int64_t tp, int64_t value, const char* key) {
 
 }  // namespace
 
-Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp)
-    : config_(config), options_(options), tp_(tp) {
-  const ModelConfig& m = config_;
+ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   LT_CHECK(m.layers > 0 && m.hidden > 0 && m.heads > 0 && m.kv_heads > 0 && m.ffn_hidden > 0 && m.vocab > 0 &&
                m.max_positions > 0 && m.seq_len > 0 && m.hidden % m.heads == 0 && m.heads % m.kv_heads == 0,
            "model config not resolved or inconsistent");
+  LT_CHECK(tp_size >= 1, "tp size {}", tp_size);
   if (m.dropout != 0.0)
     throw Error(fmt::format("not supported yet: model.dropout {} (only 0)", m.dropout), "set model.dropout: 0");
-  llama_ = m.family == ModelFamily::llama;
-  if (!llama_ && m.kv_heads != m.heads)
+  const bool llama = m.family == ModelFamily::llama;
+  if (!llama && m.kv_heads != m.heads)
     throw Error(
         fmt::format("model.kv_heads {} != heads {}: grouped-query attention needs family llama", m.kv_heads, m.heads));
-  if (llama_ && m.head_dim() % 2 != 0)
+  if (llama && m.head_dim() % 2 != 0)
     throw Error(fmt::format("head dimension {} (hidden {} / heads {}) is odd: RoPE needs an even one", m.head_dim(),
                             m.hidden, m.heads));
-  const int64_t n = tp_.size();
-  check_divides(n, m.heads, "model.heads");
-  check_divides(n, m.kv_heads, "model.kv_heads");
-  check_divides(n, m.ffn_hidden, "model.ffn_hidden");
-  check_divides(n, m.padded_vocab(), "the padded vocabulary");
-  if (options_.stage.layer_end == 0 && options_.stage.layer_begin == 0) options_.stage = pipeline_stage_layout(m, 0, 1);
-  if (options_.seq_len == 0) options_.seq_len = m.seq_len;
-  LT_CHECK(options_.micro_batch >= 1 && options_.activation_slots >= 1, "micro_batch {} slots {}", options_.micro_batch,
-           options_.activation_slots);
-  if (options_.seq_len > m.max_positions)
-    throw Error(fmt::format("sequence length {} exceeds model.max_positions {}", options_.seq_len, m.max_positions),
+  check_divides(tp_size, m.heads, "model.heads");  // recipe keys, not parameter names
+  check_divides(tp_size, m.kv_heads, "model.kv_heads");
+  check_divides(tp_size, m.ffn_hidden, "model.ffn_hidden");
+  check_divides(tp_size, m.padded_vocab(), "the padded vocabulary");
+  if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
+  if (o.seq_len == 0) o.seq_len = m.seq_len;
+  LT_CHECK(o.micro_batch >= 1 && o.activation_slots >= 1 && o.kv_cache_tokens >= 0, "micro_batch {} slots {} cache {}",
+           o.micro_batch, o.activation_slots, o.kv_cache_tokens);
+  if (o.seq_len > m.max_positions)
+    throw Error(fmt::format("sequence length {} exceeds model.max_positions {}", o.seq_len, m.max_positions),
                 "raise model.max_positions or lower model.seq_len");
-  seq_ = options_.seq_len;
-  heads_ = m.heads / n;
-  kv_heads_ = m.kv_heads / n;
-  head_dim_ = m.head_dim();
-  ffn_ = m.ffn_hidden / n;
-  vocab_local_ = m.padded_vocab() / n;
+  if (o.kv_cache_tokens > 0) {
+    LT_CHECK(o.stage.has_embedding && o.stage.has_head, "a KV cache needs the whole model on one stage");
+    if (o.kv_cache_tokens > m.max_positions)
+      throw Error(
+          fmt::format("a context of {} tokens exceeds model.max_positions {}", o.kv_cache_tokens, m.max_positions),
+          "generate fewer tokens or use a shorter prompt");
+  }
+  return o;
+}
+
+Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp)
+    : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
+  const Dims z(config_, options_, tp_.size());
+  llama_ = z.llama;
+  seq_ = z.seq;
+  heads_ = z.heads;
+  kv_heads_ = z.kv_heads;
+  head_dim_ = z.head_dim;
+  ffn_ = z.ffn;
+  vocab_local_ = z.vocab_local;
   vocab_begin_ = tp_.rank() * vocab_local_;
   build_params();
   bind_views();
@@ -102,9 +95,9 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
 
 Model::~Model() = default;
 
-void Model::build_params() {
-  const StageLayout& st = options_.stage;
-  const int tp = tp_.size(), rank = tp_.rank();
+std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const StageLayout& st, int tp, int rank,
+                                            int64_t* numel) {
+  std::vector<ModelParam> params;
   int64_t offset = 0;
   auto add = [&](const ParamSpec& spec, bool tied_copy) {
     ModelParam p;
@@ -117,9 +110,9 @@ void Model::build_params() {
     p.offset = offset;
     p.tied_copy = tied_copy;
     offset += p.numel();
-    params_.push_back(std::move(p));
+    params.push_back(std::move(p));
   };
-  const std::vector<ParamSpec> specs = model_param_specs(config_);
+  const std::vector<ParamSpec> specs = model_param_specs(config);
   for (const ParamSpec& spec : specs) {
     const bool mine = (spec.place == ParamPlace::embedding && st.has_embedding) ||
                       (spec.place == ParamPlace::block && spec.layer >= st.layer_begin && spec.layer < st.layer_end) ||
@@ -127,10 +120,18 @@ void Model::build_params() {
     if (mine) add(spec, false);
   }
   // A last stage without the embedding keeps its own copy of a tied word embedding.
-  if (st.has_head && !st.has_embedding && config_.tie_embeddings) add(specs.front(), true);
+  if (st.has_head && !st.has_embedding && config.tie_embeddings)
+    for (const ParamSpec& spec : specs)
+      if (spec.role == ParamRole::token_embedding) add(spec, true);
+  *numel = offset;
+  return params;
+}
 
-  param_buf_ = kernels::Buffer(DType::fp32, {offset});
-  grad_buf_ = kernels::Buffer(DType::fp32, {offset});
+void Model::build_params() {
+  int64_t numel = 0;
+  params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), &numel);
+  param_buf_ = kernels::Buffer(DType::fp32, {numel});
+  grad_buf_ = kernels::Buffer(DType::fp32, {numel});
   for (ModelParam& p : params_) {
     const Shape shape{std::span<const int64_t>(p.shape)};
     p.value = param_buf_.tensor().flat(p.offset, p.numel()).view(shape);
@@ -145,12 +146,20 @@ const ModelParam& Model::parameter(std::string_view name) const {
   __builtin_unreachable();
 }
 
+const ModelParam& Model::parameter(ParamRole role, int layer) const {
+  for (const ModelParam& p : params_)
+    if (p.spec.role == role && p.spec.layer == layer) return p;
+  LT_CHECK(false, "no parameter of role {} (layer {}) on this stage", int(role), layer);
+  __builtin_unreachable();
+}
+
 void Model::bind_views() {
   const int layers = options_.stage.layer_end - options_.stage.layer_begin;
   weights_.assign(size_t(layers), {});
   weight_grads_.assign(size_t(layers), {});
   const int64_t d = config_.hidden;
-  // Two adjacent parameters seen as one matrix of their stacked rows (LLaMA's q/k/v and gate/up).
+  // Adjacent parameters seen as one matrix of their stacked rows (LLaMA's q/k/v and gate/up).
+  // Only addresses are compared here; no parameter memory is read.
   auto stacked = [&](std::initializer_list<const ModelParam*> parts, bool grad) {
     int64_t rows = 0;
     const float* next = nullptr;
@@ -165,105 +174,147 @@ void Model::bind_views() {
   };
   for (int i = 0; i < layers; ++i) {
     const int layer = options_.stage.layer_begin + i;
-    auto p = [&](const char* suffix) -> const ModelParam& {
-      return parameter(llama_ ? fmt::format("model.layers.{}.{}", layer, suffix)
-                              : fmt::format("transformer.h.{}.{}", layer, suffix));
-    };
+    auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
     for (bool grad : {false, true}) {
       BlockWeights& w = grad ? weight_grads_[size_t(i)] : weights_[size_t(i)];
-      auto v = [&](const char* suffix) { return grad ? p(suffix).grad : p(suffix).value; };
-      // 2-D views of the matrices whatever their spec shape ([3, d, d] c_attn included).
-      auto mat = [&](const char* suffix) {
-        Tensor t = v(suffix);
+      auto v = [&](ParamRole role) { return grad ? p(role).grad : p(role).value; };
+      // 2-D views of the matrices whatever their spec shape ([3, d, d] qkv included).
+      auto mat = [&](ParamRole role) {
+        Tensor t = v(role);
         return t.view({t.numel() / t.shape[t.shape.rank() - 1], t.shape[t.shape.rank() - 1]});
       };
+      using R = ParamRole;
+      w.ln1_w = v(R::attn_norm_weight);
+      w.o_w = mat(R::attn_out_weight);
+      w.ln2_w = v(R::mlp_norm_weight);
+      w.out_w = mat(R::mlp_out_weight);
       if (llama_) {
-        w.ln1_w = v("input_layernorm.weight");
-        w.qkv_w = stacked({&p("self_attn.q_proj.weight"), &p("self_attn.k_proj.weight"), &p("self_attn.v_proj.weight")},
-                          grad);
-        w.o_w = mat("self_attn.o_proj.weight");
-        w.ln2_w = v("post_attention_layernorm.weight");
-        w.fc_w = stacked({&p("mlp.gate_proj.weight"), &p("mlp.up_proj.weight")}, grad);
-        w.out_w = mat("mlp.down_proj.weight");
+        w.qkv_w = stacked({&p(R::q_weight), &p(R::k_weight), &p(R::v_weight)}, grad);
+        w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)}, grad);
       } else {
-        w.ln1_w = v("ln_1.weight");
-        w.ln1_b = v("ln_1.bias");
-        w.qkv_w = mat("attn.c_attn.weight");
-        w.qkv_b = v("attn.c_attn.bias").view({v("attn.c_attn.bias").numel()});
-        w.o_w = mat("attn.c_proj.weight");
-        w.o_b = v("attn.c_proj.bias");
-        w.ln2_w = v("ln_2.weight");
-        w.ln2_b = v("ln_2.bias");
-        w.fc_w = mat("mlp.c_fc.weight");
-        w.fc_b = v("mlp.c_fc.bias");
-        w.out_w = mat("mlp.c_proj.weight");
-        w.out_b = v("mlp.c_proj.bias");
+        w.ln1_b = v(R::attn_norm_bias);
+        w.qkv_w = mat(R::qkv_weight);
+        w.qkv_b = v(R::qkv_bias).view({v(R::qkv_bias).numel()});
+        w.o_b = v(R::attn_out_bias);
+        w.ln2_b = v(R::mlp_norm_bias);
+        w.fc_w = mat(R::mlp_in_weight);
+        w.fc_b = v(R::mlp_in_bias);
+        w.out_b = v(R::mlp_out_bias);
       }
+    }
+  }
+  ends_ = std::make_unique<EndWeights>();
+  end_grads_ = std::make_unique<EndWeights>();
+  for (bool grad : {false, true}) {
+    EndWeights& e = grad ? *end_grads_ : *ends_;
+    auto v = [&](ParamRole role) { return grad ? parameter(role).grad : parameter(role).value; };
+    if (options_.stage.has_embedding) {
+      e.wte = v(ParamRole::token_embedding);
+      if (!llama_) e.wpe = v(ParamRole::position_embedding);
+    }
+    if (options_.stage.has_head) {
+      e.norm_w = v(ParamRole::final_norm_weight);
+      if (!llama_) e.norm_b = v(ParamRole::final_norm_bias);
+      // Tied: the first token_embedding of the stage (the embedding itself, or the last stage's copy).
+      e.head = v(config_.tie_embeddings ? ParamRole::token_embedding : ParamRole::output_weight);
     }
   }
 }
 
-void Model::build_activations() {
-  const int64_t b = options_.micro_batch, n = b * seq_, d = config_.hidden;
-  const int64_t qkv = (heads_ + 2 * kv_heads_) * head_dim_, q = heads_ * head_dim_;
-  const int64_t fc = llama_ ? 2 * ffn_ : ffn_;
-  const int layers = options_.stage.layer_end - options_.stage.layer_begin;
-  const bool full_ckpt = options_.checkpointing == ActivationCheckpointing::full;
-  const int tp = tp_.size();
-  auto layout = [&](Arena& a) {
-    auto layer_acts = [&]() {
-      LayerActs l;
-      l.ln1 = a.take({n, d});
-      if (!llama_) l.ln1_mean = a.take({n});
-      l.ln1_rstd = a.take({n});
-      l.qkv = a.take({n, qkv});
-      l.att = a.take({n, q});
-      l.lse = a.take({b * heads_ * seq_});
-      l.mid = a.take({n, d});
-      l.ln2 = a.take({n, d});
-      if (!llama_) l.ln2_mean = a.take({n});
-      l.ln2_rstd = a.take({n});
-      l.fc = a.take({n, fc});
-      l.act = a.take({n, ffn_});
-      return l;
-    };
-    work_ = std::make_unique<Work>();
-    slots_.assign(size_t(options_.activation_slots), {});
-    for (Slot& s : slots_) {
-      s.tokens = a.take_int({n});
-      s.targets = a.take_int({n});
-      for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({n, d}));
-      if (!full_ckpt)
-        for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts());
-      if (options_.stage.has_head) {
-        s.lnf = a.take({n, d});
-        if (!llama_) s.lnf_mean = a.take({n});
-        s.lnf_rstd = a.take({n});
-        s.logits = a.take({n, vocab_local_});
-        s.logits_full = tp > 1 ? a.take({n, vocab_local_ * tp}) : s.logits;
-        s.losses = a.take({n});
-        s.ce_lse = a.take({n});
-      }
-    }
-    Work& w = *work_;
-    if (full_ckpt && layers > 0) w.recompute = layer_acts();
-    w.dres = a.take({n, d});
-    w.dln = a.take({n, d});
-    w.dqkv = a.take({n, qkv});
-    w.datt = a.take({n, q});
-    w.dfc = a.take({n, fc});
-    w.dact = a.take({n, ffn_});
-    if (llama_) w.rope = a.take({config_.max_positions, 2, head_dim_ / 2});
-    if (tp > 1 && options_.stage.has_head) w.gather_scratch = a.take({n * vocab_local_ * tp});
+ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& options, const Dims& z, Arena& a,
+                           std::vector<Slot>& slots, Work& work) {
+  const int64_t b = options.micro_batch, n = b * z.seq, d = config.hidden;
+  const int64_t qkv = (z.heads + 2 * z.kv_heads) * z.head_dim, q = z.heads * z.head_dim;
+  const int64_t fc = z.llama ? 2 * z.ffn : z.ffn;
+  const int layers = options.stage.layer_end - options.stage.layer_begin;
+  const bool full_ckpt = options.checkpointing == ActivationCheckpointing::full;
+  const bool head = options.stage.has_head;
+  auto layer_acts = [&]() {
+    LayerActs l;
+    l.ln1 = a.take({n, d});
+    if (!z.llama) l.ln1_mean = a.take({n});
+    l.ln1_rstd = a.take({n});
+    l.qkv = a.take({n, qkv});
+    l.att = a.take({n, q});
+    l.lse = a.take({b * z.heads * z.seq});
+    l.mid = a.take({n, d});
+    l.ln2 = a.take({n, d});
+    if (!z.llama) l.ln2_mean = a.take({n});
+    l.ln2_rstd = a.take({n});
+    l.fc = a.take({n, fc});
+    l.act = a.take({n, z.ffn});
+    return l;
   };
+  ModelMemory mem;
+  slots.assign(size_t(options.activation_slots), {});
+  for (Slot& s : slots) {
+    s.tokens = a.take_int({n});
+    s.targets = a.take_int({n});
+    for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({n, d}));
+    if (!full_ckpt)
+      for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts());
+    if (head) {
+      s.lnf = a.take({n, d});
+      if (!z.llama) s.lnf_mean = a.take({n});
+      s.lnf_rstd = a.take({n});
+      s.logits = a.take({n, z.vocab_local});
+      s.logits_full = z.tp > 1 ? a.take({n, z.vocab_local * z.tp}) : s.logits;
+      s.losses = a.take({n});
+      s.ce_lse = a.take({n});
+      s.loss = a.take({1});
+      s.count = a.take_int({1});
+    }
+  }
+  mem.activations_kept = a.bytes();
+  work = Work{};
+  if (full_ckpt && layers > 0) work.recompute = layer_acts();
+  work.dres = a.take({n, d});
+  work.dln = a.take({n, d});
+  work.dqkv = a.take({n, qkv});
+  work.datt = a.take({n, q});
+  work.dfc = a.take({n, fc});
+  work.dact = a.take({n, z.ffn});
+  if (z.llama) work.rope = a.take({config.max_positions, 2, z.head_dim / 2});
+  if (z.tp > 1 && head) work.gather_scratch = a.take({n * z.vocab_local * z.tp});
+  mem.activations_work = a.bytes() - mem.activations_kept;
+  if (options.kv_cache_tokens > 0)
+    for (int l = 0; l < layers; ++l)
+      work.cache.push_back({a.take({b, options.kv_cache_tokens, z.kv_heads, z.head_dim}),
+                            a.take({b, options.kv_cache_tokens, z.kv_heads, z.head_dim})});
+  mem.kv_cache = a.bytes() - mem.activations_kept - mem.activations_work;
+  return mem;
+}
+
+void Model::build_activations() {
+  const Dims z(config_, options_, tp_.size());
   Arena measure(nullptr);
-  layout(measure);
-  act_buf_ = kernels::Buffer(DType::fp32, {measure.used()});
-  Arena real(act_buf_.ptr<float>());
-  layout(real);
+  {
+    std::vector<Slot> slots;
+    Work work;
+    lay_out(config_, options_, z, measure, slots, work);
+  }
+  act_buf_ = kernels::Buffer(DType::fp32, {measure.bytes() / 4});
+  Arena real(static_cast<float*>(act_buf_.data()));
+  work_ = std::make_unique<Work>();
+  lay_out(config_, options_, z, real, slots_, *work_);
   if (llama_) kernels::rope_table(work_->rope, config_.rope_theta);
 }
 
+ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank) {
+  LT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank {} of {}", tp_rank, tp_size);
+  const ModelOptions o = Model::resolve(model, options, tp_size);
+  int64_t numel = 0;
+  Model::param_layout(model, o.stage, tp_size, tp_rank, &numel);
+  Model::Arena measure(nullptr);
+  std::vector<Model::Slot> slots;
+  Model::Work work;
+  ModelMemory mem = Model::lay_out(model, o, Model::Dims(model, o, tp_size), measure, slots, work);
+  mem.params = mem.grads = numel * int64_t(sizeof(float));
+  return mem;
+}
+
+// Initialization writes parameter memory through host pointers: it runs once at start, and with
+// CUDA it becomes an op (or a host fill copied to the device). Nothing in a step does this.
 void Model::init_parameters(uint64_t seed) {
   for (const ModelParam& p : params_) {
     float* out = p.value.ptr<float>();
@@ -288,18 +339,25 @@ void Model::require_whole_model(const char* what) const {
   LT_CHECK(options_.stage.has_embedding && options_.stage.has_head, "{} needs the whole model on one stage", what);
 }
 
+float Model::host_loss(int slot) const {
+  float value = 0;
+  kernels::copy(kernels::host_tensor(&value, {1}), loss(slot));  // waits for the loss on a device
+  return value;
+}
+
 float Model::forward_backward(const MicroBatch& mb, float loss_scale) {
   require_whole_model("forward_backward");
   LT_CHECK(mb.targets.defined(), "forward_backward without targets");
-  const float loss = stage_forward(0, mb, Tensor{});
+  stage_forward(0, mb, Tensor{});
   stage_backward(0, Tensor{}, loss_scale);
-  return loss;
+  return host_loss(0);
 }
 
 float Model::forward_loss(const MicroBatch& mb) {
   require_whole_model("forward_loss");
   LT_CHECK(mb.targets.defined(), "forward_loss without targets");
-  return stage_forward(0, mb, Tensor{});
+  stage_forward(0, mb, Tensor{});
+  return host_loss(0);
 }
 
 Tensor Model::forward_logits(Tensor tokens) {
@@ -312,7 +370,7 @@ Tensor Model::forward_logits(Tensor tokens) {
 
 namespace {
 
-// [B, T] int32 tensor → (B, T), or an Error naming what is wrong.
+// [B, T] int32 tensor → (B, T), or an Error naming what is wrong. Reads the shape only.
 std::pair<int, int> batch_shape(const Tensor& t, const char* what, int max_batch, int64_t max_seq) {
   LT_CHECK(t.dtype == DType::int32 && t.shape.rank() == 2, "{} must be [B, T] int32, found {} {}", what,
            kernels::to_string(t.dtype), t.shape.str());
@@ -322,24 +380,36 @@ std::pair<int, int> batch_shape(const Tensor& t, const char* what, int max_batch
   return {int(t.shape[0]), int(t.shape[1])};
 }
 
-void check_ids(const Tensor& t, const char* what, int64_t vocab, bool allow_ignore) {
-  const int32_t* p = t.ptr<int32_t>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if ((p[i] < 0 || p[i] >= vocab) && !(allow_ignore && p[i] == kIgnoreIndex))
-      throw Error(fmt::format("{} {} at position {} is outside the vocabulary [0, {})", what, p[i], i, vocab),
-                  "the data was tokenized with a different tokenizer than model.vocab describes");
-}
-
 }  // namespace
 
-float Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
+Tensor Model::forward_cached(Tensor tokens, int64_t position) {
+  require_whole_model("forward_cached");
+  LT_CHECK(!work_->cache.empty(), "forward_cached on a model built without options.kv_cache_tokens");
+  const auto [b, t] = batch_shape(tokens, "tokens", options_.micro_batch, seq_);
+  LT_CHECK(position >= 0, "position {}", position);
+  if (position + t > options_.kv_cache_tokens)
+    throw Error(fmt::format("the context is full: positions [{}, {}) do not fit a KV cache of {} tokens", position,
+                            position + t, options_.kv_cache_tokens),
+                "generate fewer tokens or use a shorter prompt");
+  Slot& s = slots_[0];
+  s.batch = b;
+  s.seq = t;
+  s.has_targets = false;
+  const int64_t n = int64_t(b) * t;
+  kernels::copy(s.tokens.flat(0, n), tokens.view({n}));
+  embed_forward(s, position);
+  forward_blocks(s, position, true);
+  head_forward(s);
+  return s.logits_full.flat(0, n * config_.padded_vocab()).view({b, t, config_.padded_vocab()});
+}
+
+void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
   LT_CHECK(slot >= 0 && slot < int(slots_.size()), "activation slot {} of {}", slot, slots_.size());
   Slot& s = slots_[size_t(slot)];
   const StageLayout& st = options_.stage;
   int b = 0, t = 0;
   if (st.has_embedding) {
     std::tie(b, t) = batch_shape(mb.tokens, "tokens", options_.micro_batch, seq_);
-    check_ids(mb.tokens, "token id", config_.vocab, false);
   } else {
     LT_CHECK(input.defined() && input.shape.rank() == 3 && input.shape[2] == config_.hidden, "stage input {}",
              input.shape.str());
@@ -354,22 +424,31 @@ float Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
   if (s.has_targets) {
     const auto [tb, tt] = batch_shape(mb.targets, "targets", options_.micro_batch, seq_);
     LT_CHECK(tb == b && tt == t, "targets [{}, {}] for tokens [{}, {}]", tb, tt, b, t);
-    check_ids(mb.targets, "target id", config_.vocab, true);
-    std::memcpy(s.targets.data, mb.targets.data, size_t(n) * 4);
+    kernels::copy(s.targets.flat(0, n), mb.targets.view({n}));
   }
   if (st.has_embedding) {
-    std::memcpy(s.tokens.data, mb.tokens.data, size_t(n) * 4);
-    embed_forward(s);
+    kernels::copy(s.tokens.flat(0, n), mb.tokens.view({n}));
+    embed_forward(s, 0);
   } else {
-    std::memcpy(s.residual[0].data, input.data, size_t(n * config_.hidden) * 4);
+    kernels::copy(s.residual[0].flat(0, n * config_.hidden), input.view({n * config_.hidden}));
   }
-  const int layers = st.layer_end - st.layer_begin;
+  forward_blocks(s, 0, false);
+  if (st.has_head) head_forward(s);
+}
+
+void Model::forward_blocks(Slot& s, int64_t position, bool cached) {
+  const int layers = options_.stage.layer_end - options_.stage.layer_begin;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
   for (int l = 0; l < layers; ++l) {
     LayerActs& acts = ckpt ? work_->recompute : s.layers[size_t(l)];
-    block_forward(l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], b, t, false);
+    block_forward(l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], s.batch, s.seq, false, position,
+                  cached ? &work_->cache[size_t(l)] : nullptr);
   }
-  return st.has_head ? head_forward(s) : 0.0f;
+}
+
+Tensor Model::loss(int slot) const {
+  LT_CHECK(options_.stage.has_head, "loss() on a stage without the head");
+  return slots_.at(size_t(slot)).loss;
 }
 
 Tensor Model::stage_output(int slot) const {
@@ -391,12 +470,12 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   } else {
     LT_CHECK(grad_output.defined() && grad_output.numel() == n * d, "stage grad_output {} for {} tokens",
              grad_output.shape.str(), n);
-    std::memcpy(w.dres.data, grad_output.data, size_t(n * d) * 4);
+    kernels::copy(w.dres.flat(0, n * d), grad_output.view({n * d}));
   }
   const int layers = st.layer_end - st.layer_begin;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
   for (int l = layers - 1; l >= 0; --l) {
-    if (ckpt) block_forward(l, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true);
+    if (ckpt) block_forward(l, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true, 0, nullptr);
     block_backward(l, ckpt ? w.recompute : s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq);
     if (grad_ready_) grad_ready_(ParamPlace::block, st.layer_begin + l);
   }

@@ -10,10 +10,18 @@
 //    call zero_grads() once per optimizer step. The loss a micro-batch contributes is
 //    loss_scale · mean(token losses); pass loss_scale = 1 / micro-batches to average.
 //  - Every buffer is sized at construction for options.micro_batch × seq_len tokens; a step
-//    allocates nothing. Views returned by forward_logits/stage_output/stage_input_grad stay valid
-//    only until the next call that uses the same activation slot.
+//    allocates nothing. Views returned by forward_logits/forward_cached/stage_output/
+//    stage_input_grad/loss stay valid only until the next call that uses the same activation slot
+//    (forward_logits and forward_cached use slot 0).
+//  - The model never reads tensor memory on the host (DESIGN.md §3 "Devices"): token ids, targets
+//    and stage inputs enter through kernels::copy, the loss is a [1] tensor produced by an op
+//    (loss(slot)), and only the conveniences forward_backward/forward_loss copy it to a host float.
+//    Token ids are checked where they are read, by the embedding and cross-entropy kernels; the
+//    data loader (GptDataset::sample) and the tokenizer only produce real ids.
 //  - Tensor-parallel crossings are explicit calls on the tp communicator (parallel/
 //    tensor_parallel.h) at every column-/row-parallel boundary; with tp = 1 they do nothing.
+//  - There is one forward pass. Generation (forward_cached) runs the same embedding, block and
+//    head code as training, with a KV cache in place of attention over the whole sequence.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +54,30 @@ struct ModelOptions {
   int seq_len = 0;         // the longest sequence; 0 = model.seq_len
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules)
+  // Generation: > 0 allocates per-layer K and V caches [micro_batch, kv_cache_tokens, kv_heads/tp,
+  // head dim] for forward_cached (at most model.max_positions). 0 = a training model, no cache.
+  int64_t kv_cache_tokens = 0;
 };
+
+// What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
+// the same layout code the constructor runs, so it equals what a constructed Model holds.
+struct ModelMemory {
+  int64_t params = 0;            // the flat fp32 parameter buffer (this rank's shards)
+  int64_t grads = 0;             // the flat fp32 gradient buffer, same layout
+  int64_t activations_kept = 0;  // what the activation slots keep from forward to backward (all slots)
+  int64_t activations_work = 0;  // shared by the slots: backward's gradient buffers, recomputation,
+                                 // RoPE table, logits gather scratch
+  int64_t kv_cache = 0;          // generation's K and V caches (kv_cache_tokens > 0)
+
+  // The activation arena: Model::activation_bytes().
+  int64_t activations() const { return activations_kept + activations_work + kv_cache; }
+  int64_t total() const { return params + grads + activations(); }
+};
+
+// The memory plan of the stage `options.stage` of `model` on tensor-parallel rank `tp_rank` of
+// `tp_size`: throws the constructor's Errors for a shape it would refuse. Optimizer state is not
+// the model's (see trainer/optimizer.h).
+ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank);
 
 // Targets equal to this take no part in the loss (Hugging Face's and PyTorch's convention).
 inline constexpr int32_t kIgnoreIndex = -100;
@@ -64,8 +95,7 @@ struct ModelParam {
   int64_t offset = 0;          // element offset in the flat buffers
   kernels::Tensor value, grad;
   // On a last pipeline stage without the embedding, the tied word embedding is a second copy of
-  // transformer.wte / model.embed_tokens whose gradient the pipeline must sum with the first
-  // stage's.
+  // the token embedding whose gradient the pipeline must sum with the first stage's.
   bool tied_copy = false;
 
   int64_t numel() const;
@@ -91,7 +121,10 @@ class Model {
 
   // ---- parameters ----
   const std::vector<ModelParam>& parameters() const { return params_; }
-  const ModelParam& parameter(std::string_view name) const;       // LT_CHECK-fails on an unknown name
+  const ModelParam& parameter(std::string_view name) const;  // LT_CHECK-fails on an unknown name
+  // The parameter of `role` (of block `layer`, global index, for block roles); LT_CHECK-fails when
+  // this stage does not hold it. A tied head is ParamRole::token_embedding.
+  const ModelParam& parameter(ParamRole role, int layer = -1) const;
   kernels::Tensor params() const { return param_buf_.tensor(); }  // [numel] flat fp32
   kernels::Tensor grads() const { return grad_buf_.tensor(); }
   int64_t numel() const { return param_buf_.numel(); }
@@ -102,24 +135,38 @@ class Model {
 
   // ---- the whole model (pp = 1) ----
   // Forward, loss (mean over counted target tokens), and backward of loss_scale · loss,
-  // accumulated into grads(). Returns the loss.
+  // accumulated into grads(). Returns the loss, copied to the host: a synchronization point on a
+  // device (a training loop that must not wait uses stage_forward/stage_backward and loss(0)).
   float forward_backward(const MicroBatch& mb, float loss_scale);
-  // Forward and loss only (evaluation).
+  // Forward and loss only (evaluation); the same host copy.
   float forward_loss(const MicroBatch& mb);
   // Logits [B, T, padded vocab] for every position (padding columns included).
   kernels::Tensor forward_logits(kernels::Tensor tokens);
 
+  // ---- generation (options.kv_cache_tokens > 0, pp = 1) ----
+  // Runs tokens [B, T] (B <= micro_batch, T <= seq_len) at positions [position, position + T)
+  // through the training forward, appending their keys and values to the cache and attending
+  // over cache rows [0, position + T); returns the logits [B, T, padded vocab] of every row (as
+  // forward_logits gives them for the whole sequence). Positions before `position` must have
+  // been fed already (position 0 starts a new sequence); throws an Error past the cache.
+  kernels::Tensor forward_cached(kernels::Tensor tokens, int64_t position);
+
   // ---- one pipeline stage (the calls above are built on these) ----
-  // `input` [B, T, hidden] comes from the previous stage (absent on the first). Returns the loss
-  // on the last stage when mb.targets is given, else 0.
-  float stage_forward(int slot, const MicroBatch& mb, kernels::Tensor input);
+  // `input` [B, T, hidden] comes from the previous stage (absent on the first). mb.tokens and
+  // mb.targets may be host or device tensors (copied in with kernels::copy). On the last stage
+  // with mb.targets, loss(slot) then holds the loss.
+  void stage_forward(int slot, const MicroBatch& mb, kernels::Tensor input);
+  // [1] fp32 on the model's device: the mean loss over counted targets of the slot's last forward
+  // (last stage, with targets; 0 without targets). The caller copies it where it needs it.
+  kernels::Tensor loss(int slot) const;
   kernels::Tensor stage_output(int slot) const;  // [B, T, hidden], for the next stage
   // `grad_output` [B, T, hidden] comes from the next stage (absent on the last, which starts from
   // its loss · loss_scale).
   void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale);
   kernels::Tensor stage_input_grad() const;  // [B, T, hidden] of the last backward, for the previous stage
 
-  // Bytes of the activation buffers (all slots and the backward's work buffers), for memory reports.
+  // Bytes of the activation buffers (all slots, the backward's work buffers and a KV cache), for
+  // memory reports; model_memory_plan() gives the same number without building a model.
   size_t activation_bytes() const { return act_buf_.bytes(); }
 
   // ---- overlap of gradient communication with backward ----
@@ -132,21 +179,37 @@ class Model {
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
 
  private:
+  friend ModelMemory model_memory_plan(const ModelConfig&, const ModelOptions&, int, int);
+  struct Dims;
+  class Arena;
   struct BlockWeights;
+  struct EndWeights;
   struct LayerActs;
   struct Slot;
   struct Work;
+  struct Cache;
+
+  // Construction, shared with model_memory_plan: checks and defaults, the parameter layout, and
+  // the activation arena's layout (the one function that decides every activation buffer).
+  static ModelOptions resolve(const ModelConfig& config, ModelOptions options, int tp_size);
+  static std::vector<ModelParam> param_layout(const ModelConfig& config, const StageLayout& stage, int tp_size,
+                                              int tp_rank, int64_t* numel);
+  static ModelMemory lay_out(const ModelConfig& config, const ModelOptions& options, const Dims& dims, Arena& arena,
+                             std::vector<Slot>& slots, Work& work);
 
   void build_params();
   void build_activations();
   void bind_views();
-  void embed_forward(Slot& s);
+  void forward_blocks(Slot& s, int64_t position, bool cached);
+  void embed_forward(Slot& s, int64_t position);
   void embed_backward(Slot& s);
-  void block_forward(int layer, LayerActs& a, kernels::Tensor x, kernels::Tensor out, int b, int t, bool recompute);
+  void block_forward(int layer, LayerActs& a, kernels::Tensor x, kernels::Tensor out, int b, int t, bool recompute,
+                     int64_t position, const Cache* cache);
   void block_backward(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
-  float head_forward(Slot& s);
+  void head_forward(Slot& s);
   void head_backward(Slot& s, float loss_scale);
   void require_whole_model(const char* what) const;
+  float host_loss(int slot) const;
 
   ModelConfig config_;
   ModelOptions options_;
@@ -157,6 +220,7 @@ class Model {
   std::vector<ModelParam> params_;
   kernels::Buffer param_buf_, grad_buf_, act_buf_;
   std::vector<BlockWeights> weights_, weight_grads_;  // per local layer
+  std::unique_ptr<EndWeights> ends_, end_grads_;      // embedding and head
   std::unique_ptr<Work> work_;
   std::vector<Slot> slots_;
   GradReadyHook grad_ready_;

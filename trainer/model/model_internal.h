@@ -11,6 +11,46 @@ namespace llmtrain::trainer {
 
 using kernels::Tensor;
 
+// The sizes of one rank's share of the model, derived once from the resolved config and options
+// and the tp size (per-rank head, kv head, MLP and vocabulary counts).
+struct Model::Dims {
+  bool llama = false;
+  int tp = 1;
+  int64_t seq = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab_local = 0;
+
+  Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)
+      : llama(m.family == ModelFamily::llama),
+        tp(tp_size),
+        seq(o.seq_len),
+        heads(m.heads / tp_size),
+        kv_heads(m.kv_heads / tp_size),
+        head_dim(m.head_dim()),
+        ffn(m.ffn_hidden / tp_size),
+        vocab_local(m.padded_vocab() / tp_size) {}
+};
+
+// Carves fp32 (and int32) tensors out of one buffer, each 64-byte aligned. With a null base it
+// only measures: model_memory_plan and the constructor's first pass run the same layout with it.
+class Model::Arena {
+ public:
+  explicit Arena(float* base) : base_(base) {}
+  Tensor take(kernels::Shape s) {
+    Tensor t(base_ ? base_ + used_ : nullptr, kernels::DType::fp32, s);
+    used_ += (s.numel() + 15) / 16 * 16;
+    return t;
+  }
+  Tensor take_int(kernels::Shape s) {
+    Tensor t = take(s);
+    t.dtype = kernels::DType::int32;
+    return t;
+  }
+  int64_t bytes() const { return used_ * 4; }
+
+ private:
+  float* base_;
+  int64_t used_ = 0;
+};
+
 // Views of one block's parameters (or of their gradients). Absent (undefined) tensors are those
 // the family does not have (LLaMA: no biases, no LayerNorm bias).
 //   gpt2:  ln1_w ln1_b qkv_w [3·d/tp, d] qkv_b  o_w [d, d/tp] o_b  ln2_w ln2_b
@@ -19,6 +59,13 @@ using kernels::Tensor;
 //          o_w  ln2_w  fc_w [2·f/tp, d] (gate_proj, up_proj adjacent)  out_w (down_proj)
 struct Model::BlockWeights {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
+};
+
+// Views of the embedding's and the head's parameters (or their gradients), those this stage
+// holds: wte and wpe (GPT-2) on the first stage; the final norm and the output matrix (the LM
+// head's own, or the token embedding when tied — the first stage's or the last stage's tied copy) on the last.
+struct Model::EndWeights {
+  Tensor wte, wpe, norm_w, norm_b, head;
 };
 
 // The activations one block keeps for its backward ([N, ·] with N = B·T tokens, sized for the
@@ -37,7 +84,6 @@ struct Model::LayerActs {
 struct Model::Slot {
   int batch = 0, seq = 0;
   bool has_targets = false;
-  int64_t counted = 0;             // target tokens that enter the loss
   Tensor tokens, targets;          // [N] int32 copies
   std::vector<Tensor> residual;    // layers + 1 tensors [N, d]: block inputs, then the stage output
   std::vector<LayerActs> layers;   // per layer; empty with activation checkpointing
@@ -45,16 +91,24 @@ struct Model::Slot {
   Tensor logits;                   // [N, V/tp]
   Tensor logits_full;              // [N, V] gathered (tp > 1), else the same as logits
   Tensor losses, ce_lse;           // [N]
+  Tensor loss;                     // [1] fp32: mean over counted targets (loss_mean_forward)
+  Tensor count;                    // [1] int32: the counted targets, for the backward
+};
+
+// One layer's KV cache (generation): [B, kv_cache_tokens, kv_heads/tp, head dim] each.
+struct Model::Cache {
+  Tensor k, v;
 };
 
 // Buffers shared by every slot: the backward's gradient buffers, the recomputation's activations
-// (activation checkpointing), the RoPE table and the gather scratch.
+// (activation checkpointing), the RoPE table, the gather scratch, and generation's KV cache.
 struct Model::Work {
   LayerActs recompute;
   Tensor dres, dln, dqkv, datt, dfc, dact;
-  Tensor rope;            // [max_positions, 2, hd/2] (llama)
-  Tensor gather_scratch;  // [N·V] (tp > 1)
-  Tensor input_grad;      // view of dres after the last backward
+  Tensor rope;               // [max_positions, 2, hd/2] (llama)
+  Tensor gather_scratch;     // [N·V] (tp > 1)
+  Tensor input_grad;         // view of dres after the last backward
+  std::vector<Cache> cache;  // per local layer (kv_cache_tokens > 0), else empty
 };
 
 }  // namespace llmtrain::trainer

@@ -9,6 +9,10 @@
 //  - Tensor-parallel crossings: copy_to_tp before a column-parallel linear (its backward
 //    all-reduces the input gradient), reduce_from_tp after a row-parallel one (the replicated
 //    bias is added after the all-reduce, by residual_forward).
+//  - Training and generation share this code. `position` offsets learned positions and RoPE;
+//    with a KV cache (generation) the block writes its keys and values to the cache and attends
+//    over it instead of over its own rows. Training passes position 0 and no cache, and runs
+//    exactly the ops it always did.
 #include "kernels/ops.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/model/model_internal.h"
@@ -29,24 +33,25 @@ Tensor first(const Tensor& t, int64_t n) { return t.flat(0, n); }
 
 }  // namespace
 
-void Model::embed_forward(Slot& s) {
+void Model::embed_forward(Slot& s, int64_t position) {
   const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
   const Tensor x = rows(s.residual[0], n);
   const Tensor tokens = first(s.tokens, n);
-  k::embedding_forward(x, tokens, params_[0].value, vocab_begin_);
+  k::embedding_forward(x, tokens, ends_->wte, vocab_begin_, config_.vocab);
   tpx::reduce_from_tp_region_forward(tp_, x);
-  if (!llama_) k::position_embedding_forward(x.view({s.batch, s.seq, d}), params_[1].value, 0);
+  if (!llama_) k::position_embedding_forward(x.view({s.batch, s.seq, d}), ends_->wpe, position);
 }
 
 void Model::embed_backward(Slot& s) {
   const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
   const Tensor dx = rows(work_->dres, n);
-  if (!llama_) k::position_embedding_backward(params_[1].grad, dx.view({s.batch, s.seq, d}), 0);
+  if (!llama_) k::position_embedding_backward(end_grads_->wpe, dx.view({s.batch, s.seq, d}), 0);
   tpx::reduce_from_tp_region_backward(tp_, dx);
-  k::embedding_backward(params_[0].grad, dx, first(s.tokens, n), vocab_begin_);
+  k::embedding_backward(end_grads_->wte, dx, first(s.tokens, n), vocab_begin_, config_.vocab);
 }
 
-void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, int b, int t, bool recompute) {
+void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, int b, int t, bool recompute,
+                          int64_t position, const Cache* cache) {
   const BlockWeights& w = weights_[size_t(layer)];
   const int64_t n = int64_t(b) * t, hd = head_dim_;
   const float eps = float(config_.norm_eps);
@@ -61,8 +66,18 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     k::layernorm_forward(ln1, first(a.ln1_mean, n), first(a.ln1_rstd, n), x, w.ln1_w, w.ln1_b, eps);
   tpx::copy_to_tp_region_forward(tp_, ln1);
   k::linear_forward(qkv, ln1, w.qkv_w, w.qkv_b);
-  if (llama_) k::rope_forward(qkv4, work_->rope, heads_ + kv_heads_, 0);
-  k::attention_forward(att, lse, qkv4, heads_, kv_heads_);
+  if (llama_) k::rope_forward(qkv4, work_->rope, heads_ + kv_heads_, position);
+  if (cache) {
+    // The cache holds micro_batch sequences; this call uses the first b of them.
+    const int64_t rows_per_seq = cache->k.numel() / cache->k.shape[0];
+    const kernels::Shape shape{b, cache->k.shape[1], cache->k.shape[2], cache->k.shape[3]};
+    const Tensor kc = cache->k.flat(0, b * rows_per_seq).view(shape),
+                 vc = cache->v.flat(0, b * rows_per_seq).view(shape);
+    k::kv_cache_write(kc, vc, qkv4, heads_, kv_heads_, position);
+    k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position);
+  } else {
+    k::attention_forward(att, lse, qkv4, heads_, kv_heads_);
+  }
   k::linear_forward(mid, att, w.o_w, Tensor{});
   tpx::reduce_from_tp_region_forward(tp_, mid);
   k::residual_forward(mid, x, mid, w.o_b);
@@ -127,73 +142,47 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
     k::layernorm_backward(dres, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, first(a.ln1_mean, n), first(a.ln1_rstd, n), dres);
 }
 
-namespace {
-// The head's parameters: final norm weight (and bias), and the output matrix (the word embedding
-// when tied). They are the last parameters of the stage, in spec order.
-struct HeadParams {
-  const ModelParam *norm_w = nullptr, *norm_b = nullptr, *out = nullptr;
-};
-HeadParams head_params(const std::vector<ModelParam>& params, bool llama, bool tied) {
-  HeadParams h;
-  for (const ModelParam& p : params) {
-    const std::string& name = p.spec.name;
-    if (name == "transformer.ln_f.weight" || name == "model.norm.weight") h.norm_w = &p;
-    if (name == "transformer.ln_f.bias") h.norm_b = &p;
-    if (name == "lm_head.weight" ||
-        (tied && (name == "transformer.wte.weight" || name == "model.embed_tokens.weight") && !h.out))
-      h.out = &p;
-  }
-  LT_CHECK(h.norm_w && h.out && (llama || h.norm_b), "head parameters missing");
-  return h;
-}
-}  // namespace
-
-float Model::head_forward(Slot& s) {
-  const HeadParams h = head_params(params_, llama_, config_.tie_embeddings);
+void Model::head_forward(Slot& s) {
+  const EndWeights& h = *ends_;
   const int64_t n = int64_t(s.batch) * s.seq;
   const float eps = float(config_.norm_eps);
   const Tensor x = rows(s.residual.back(), n), lnf = rows(s.lnf, n);
   if (llama_)
-    k::rmsnorm_forward(lnf, first(s.lnf_rstd, n), x, h.norm_w->value, eps);
+    k::rmsnorm_forward(lnf, first(s.lnf_rstd, n), x, h.norm_w, eps);
   else
-    k::layernorm_forward(lnf, first(s.lnf_mean, n), first(s.lnf_rstd, n), x, h.norm_w->value, h.norm_b->value, eps);
+    k::layernorm_forward(lnf, first(s.lnf_mean, n), first(s.lnf_rstd, n), x, h.norm_w, h.norm_b, eps);
   tpx::copy_to_tp_region_forward(tp_, lnf);
   const Tensor logits = rows(s.logits, n), full = rows(s.logits_full, n);
-  k::linear_forward(logits, lnf, h.out->value, Tensor{});
+  k::linear_forward(logits, lnf, h.head, Tensor{});
   tpx::gather_from_tp_region_forward(tp_, logits, full, work_->gather_scratch);
-  s.counted = 0;
-  if (!s.has_targets) return 0.0f;
+  if (!s.has_targets) {  // logits only (forward_logits, generation): no loss
+    k::fill_zero(s.loss);
+    k::fill_zero(s.count);
+    return;
+  }
   const Tensor targets = first(s.targets, n), losses = first(s.losses, n);
   k::cross_entropy_forward(losses, first(s.ce_lse, n), full, targets, config_.vocab, kIgnoreIndex);
-  const int32_t* tg = targets.ptr<int32_t>();
-  const float* l = losses.ptr<float>();
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (tg[i] != kIgnoreIndex) {
-      sum += l[i];
-      ++s.counted;
-    }
   // No counted token: the micro-batch contributes nothing (loss 0, zero gradient).
-  return s.counted ? float(sum / double(s.counted)) : 0.0f;
+  k::loss_mean_forward(s.loss, s.count, losses, targets, kIgnoreIndex);
 }
 
 void Model::head_backward(Slot& s, float loss_scale) {
-  const HeadParams h = head_params(params_, llama_, config_.tie_embeddings);
+  const EndWeights &h = *ends_, &g = *end_grads_;
   const int64_t n = int64_t(s.batch) * s.seq;
   const Tensor x = rows(s.residual.back(), n), lnf = rows(s.lnf, n);
   const Tensor logits = rows(s.logits, n), full = rows(s.logits_full, n);
-  const float dloss = s.counted ? loss_scale / float(s.counted) : 0.0f;
-  // dlogits overwrite the logits in place.
-  k::cross_entropy_backward(full, full, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex, dloss);
+  // dlogits overwrite the logits in place; the per-row gradient is loss_scale / count.
+  k::cross_entropy_backward(full, full, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex,
+                            loss_scale, s.count);
   tpx::gather_from_tp_region_backward(tp_, full, logits);
   const Tensor dln = rows(work_->dln, n), dres = rows(work_->dres, n);
-  k::linear_backward(dln, h.out->grad, Tensor{}, logits, lnf, h.out->value);
+  k::linear_backward(dln, g.head, Tensor{}, logits, lnf, h.head);
   tpx::copy_to_tp_region_backward(tp_, dln);
   if (llama_)
-    k::rmsnorm_backward(dres, h.norm_w->grad, dln, x, h.norm_w->value, first(s.lnf_rstd, n), Tensor{});
+    k::rmsnorm_backward(dres, g.norm_w, dln, x, h.norm_w, first(s.lnf_rstd, n), Tensor{});
   else
-    k::layernorm_backward(dres, h.norm_w->grad, h.norm_b->grad, dln, x, h.norm_w->value, first(s.lnf_mean, n),
-                          first(s.lnf_rstd, n), Tensor{});
+    k::layernorm_backward(dres, g.norm_w, g.norm_b, dln, x, h.norm_w, first(s.lnf_mean, n), first(s.lnf_rstd, n),
+                          Tensor{});
 }
 
 }  // namespace llmtrain::trainer

@@ -12,53 +12,70 @@ int64_t ParamSpec::numel() const {
 
 namespace {
 
-void add(std::vector<ParamSpec>& out, std::string name, std::vector<int64_t> shape, int split, bool decay,
-         ParamInit init, ParamPlace place, int layer = -1) {
-  out.push_back({std::move(name), std::move(shape), split, decay, init, place, layer});
+void add(std::vector<ParamSpec>& out, ParamRole role, std::string name, std::vector<int64_t> shape, int split,
+         bool decay, ParamInit init, ParamPlace place, int layer = -1) {
+  out.push_back({std::move(name), std::move(shape), split, decay, init, place, layer, role});
 }
 
 void gpt2_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
   const int64_t d = m.hidden, f = m.ffn_hidden, v = m.padded_vocab();
-  add(out, "transformer.wte.weight", {v, d}, 0, true, ParamInit::normal, ParamPlace::embedding);
-  add(out, "transformer.wpe.weight", {m.max_positions, d}, -1, true, ParamInit::normal, ParamPlace::embedding);
+  add(out, ParamRole::token_embedding, "transformer.wte.weight", {v, d}, 0, true, ParamInit::normal,
+      ParamPlace::embedding);
+  add(out, ParamRole::position_embedding, "transformer.wpe.weight", {m.max_positions, d}, -1, true, ParamInit::normal,
+      ParamPlace::embedding);
   for (int i = 0; i < m.layers; ++i) {
     auto p = [&](const char* s) { return fmt::format("transformer.h.{}.{}", i, s); };
-    add(out, p("ln_1.weight"), {d}, -1, false, ParamInit::ones, ParamPlace::block, i);
-    add(out, p("ln_1.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
-    add(out, p("attn.c_attn.weight"), {3, d, d}, 1, true, ParamInit::normal, ParamPlace::block, i);
-    add(out, p("attn.c_attn.bias"), {3, d}, 1, false, ParamInit::zeros, ParamPlace::block, i);
-    add(out, p("attn.c_proj.weight"), {d, d}, 1, true, ParamInit::normal_residual, ParamPlace::block, i);
-    add(out, p("attn.c_proj.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
-    add(out, p("ln_2.weight"), {d}, -1, false, ParamInit::ones, ParamPlace::block, i);
-    add(out, p("ln_2.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
-    add(out, p("mlp.c_fc.weight"), {f, d}, 0, true, ParamInit::normal, ParamPlace::block, i);
-    add(out, p("mlp.c_fc.bias"), {f}, 0, false, ParamInit::zeros, ParamPlace::block, i);
-    add(out, p("mlp.c_proj.weight"), {d, f}, 1, true, ParamInit::normal_residual, ParamPlace::block, i);
-    add(out, p("mlp.c_proj.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
+    add(out, ParamRole::attn_norm_weight, p("ln_1.weight"), {d}, -1, false, ParamInit::ones, ParamPlace::block, i);
+    add(out, ParamRole::attn_norm_bias, p("ln_1.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
+    add(out, ParamRole::qkv_weight, p("attn.c_attn.weight"), {3, d, d}, 1, true, ParamInit::normal, ParamPlace::block,
+        i);
+    add(out, ParamRole::qkv_bias, p("attn.c_attn.bias"), {3, d}, 1, false, ParamInit::zeros, ParamPlace::block, i);
+    add(out, ParamRole::attn_out_weight, p("attn.c_proj.weight"), {d, d}, 1, true, ParamInit::normal_residual,
+        ParamPlace::block, i);
+    add(out, ParamRole::attn_out_bias, p("attn.c_proj.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
+    add(out, ParamRole::mlp_norm_weight, p("ln_2.weight"), {d}, -1, false, ParamInit::ones, ParamPlace::block, i);
+    add(out, ParamRole::mlp_norm_bias, p("ln_2.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
+    add(out, ParamRole::mlp_in_weight, p("mlp.c_fc.weight"), {f, d}, 0, true, ParamInit::normal, ParamPlace::block, i);
+    add(out, ParamRole::mlp_in_bias, p("mlp.c_fc.bias"), {f}, 0, false, ParamInit::zeros, ParamPlace::block, i);
+    add(out, ParamRole::mlp_out_weight, p("mlp.c_proj.weight"), {d, f}, 1, true, ParamInit::normal_residual,
+        ParamPlace::block, i);
+    add(out, ParamRole::mlp_out_bias, p("mlp.c_proj.bias"), {d}, -1, false, ParamInit::zeros, ParamPlace::block, i);
   }
-  add(out, "transformer.ln_f.weight", {d}, -1, false, ParamInit::ones, ParamPlace::head);
-  add(out, "transformer.ln_f.bias", {d}, -1, false, ParamInit::zeros, ParamPlace::head);
-  if (!m.tie_embeddings) add(out, "lm_head.weight", {v, d}, 0, true, ParamInit::normal, ParamPlace::head);
+  add(out, ParamRole::final_norm_weight, "transformer.ln_f.weight", {d}, -1, false, ParamInit::ones, ParamPlace::head);
+  add(out, ParamRole::final_norm_bias, "transformer.ln_f.bias", {d}, -1, false, ParamInit::zeros, ParamPlace::head);
+  if (!m.tie_embeddings)
+    add(out, ParamRole::output_weight, "lm_head.weight", {v, d}, 0, true, ParamInit::normal, ParamPlace::head);
 }
 
 void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
   const int64_t d = m.hidden, f = m.ffn_hidden, v = m.padded_vocab();
   const int64_t hd = m.head_dim(), q = int64_t(m.heads) * hd, kv = int64_t(m.kv_heads) * hd;
-  add(out, "model.embed_tokens.weight", {v, d}, 0, true, ParamInit::normal, ParamPlace::embedding);
+  add(out, ParamRole::token_embedding, "model.embed_tokens.weight", {v, d}, 0, true, ParamInit::normal,
+      ParamPlace::embedding);
   for (int i = 0; i < m.layers; ++i) {
     auto p = [&](const char* s) { return fmt::format("model.layers.{}.{}", i, s); };
-    add(out, p("input_layernorm.weight"), {d}, -1, false, ParamInit::ones, ParamPlace::block, i);
-    add(out, p("self_attn.q_proj.weight"), {q, d}, 0, true, ParamInit::normal, ParamPlace::block, i);
-    add(out, p("self_attn.k_proj.weight"), {kv, d}, 0, true, ParamInit::normal, ParamPlace::block, i);
-    add(out, p("self_attn.v_proj.weight"), {kv, d}, 0, true, ParamInit::normal, ParamPlace::block, i);
-    add(out, p("self_attn.o_proj.weight"), {d, q}, 1, true, ParamInit::normal_residual, ParamPlace::block, i);
-    add(out, p("post_attention_layernorm.weight"), {d}, -1, false, ParamInit::ones, ParamPlace::block, i);
-    add(out, p("mlp.gate_proj.weight"), {f, d}, 0, true, ParamInit::normal, ParamPlace::block, i);
-    add(out, p("mlp.up_proj.weight"), {f, d}, 0, true, ParamInit::normal, ParamPlace::block, i);
-    add(out, p("mlp.down_proj.weight"), {d, f}, 1, true, ParamInit::normal_residual, ParamPlace::block, i);
+    add(out, ParamRole::attn_norm_weight, p("input_layernorm.weight"), {d}, -1, false, ParamInit::ones,
+        ParamPlace::block, i);
+    add(out, ParamRole::q_weight, p("self_attn.q_proj.weight"), {q, d}, 0, true, ParamInit::normal, ParamPlace::block,
+        i);
+    add(out, ParamRole::k_weight, p("self_attn.k_proj.weight"), {kv, d}, 0, true, ParamInit::normal, ParamPlace::block,
+        i);
+    add(out, ParamRole::v_weight, p("self_attn.v_proj.weight"), {kv, d}, 0, true, ParamInit::normal, ParamPlace::block,
+        i);
+    add(out, ParamRole::attn_out_weight, p("self_attn.o_proj.weight"), {d, q}, 1, true, ParamInit::normal_residual,
+        ParamPlace::block, i);
+    add(out, ParamRole::mlp_norm_weight, p("post_attention_layernorm.weight"), {d}, -1, false, ParamInit::ones,
+        ParamPlace::block, i);
+    add(out, ParamRole::mlp_gate_weight, p("mlp.gate_proj.weight"), {f, d}, 0, true, ParamInit::normal,
+        ParamPlace::block, i);
+    add(out, ParamRole::mlp_up_weight, p("mlp.up_proj.weight"), {f, d}, 0, true, ParamInit::normal, ParamPlace::block,
+        i);
+    add(out, ParamRole::mlp_out_weight, p("mlp.down_proj.weight"), {d, f}, 1, true, ParamInit::normal_residual,
+        ParamPlace::block, i);
   }
-  add(out, "model.norm.weight", {d}, -1, false, ParamInit::ones, ParamPlace::head);
-  if (!m.tie_embeddings) add(out, "lm_head.weight", {v, d}, 0, true, ParamInit::normal, ParamPlace::head);
+  add(out, ParamRole::final_norm_weight, "model.norm.weight", {d}, -1, false, ParamInit::ones, ParamPlace::head);
+  if (!m.tie_embeddings)
+    add(out, ParamRole::output_weight, "lm_head.weight", {v, d}, 0, true, ParamInit::normal, ParamPlace::head);
 }
 
 }  // namespace
@@ -82,7 +99,7 @@ int64_t count_matmul_parameters(const ModelConfig& model) {
   int64_t n = 0;
   for (const auto& p : model_param_specs(model)) {
     bool lookup_only =
-        p.name == "transformer.wpe.weight" || (p.place == ParamPlace::embedding && !model.tie_embeddings);
+        p.role == ParamRole::position_embedding || (p.role == ParamRole::token_embedding && !model.tie_embeddings);
     if (!lookup_only) n += p.numel();
   }
   return n;

@@ -2,6 +2,10 @@
 // forward pass uses them. Parameter counts, FLOPs, the flat buffers, initialization, sharding
 // and checkpoint names all derive from this one list.
 //
+// Rule a reader could get wrong: model_spec.cpp is the ONE source file that spells Hugging Face
+// names. Code finds a parameter by its role (and layer), never by its name; names are for files
+// (checkpoints, exports) and messages.
+//
 // Names follow Hugging Face (GPT-2: transformer.h.{i}.attn.c_attn.weight; LLaMA:
 // model.layers.{i}.self_attn.q_proj.weight). Layouts are ours, documented in
 // docs/model.md: every linear weight is [out, in] (nn.Linear's layout), so GPT-2's Conv1D
@@ -28,6 +32,34 @@ enum class ParamInit {
 // block `layer` owns its parameters, the last stage owns the final norm and the head.
 enum class ParamPlace { embedding, block, head };
 
+// Which weight of the model a parameter is, whatever the family calls it. Per block (GPT-2 name /
+// LLaMA name): the families share the norms and the projections into the residual stream;
+// GPT-2 has one fused qkv matrix and an MLP input, LLaMA separate q, k, v and a gate and up.
+enum class ParamRole {
+  token_embedding,     // transformer.wte / model.embed_tokens: [padded vocab, d]
+  position_embedding,  // transformer.wpe (GPT-2): [max_positions, d]
+  attn_norm_weight,    // ln_1 / input_layernorm
+  attn_norm_bias,      // ln_1 (GPT-2)
+  qkv_weight,          // attn.c_attn (GPT-2): [3, d, d]
+  qkv_bias,            // attn.c_attn (GPT-2): [3, d]
+  q_weight,            // self_attn.q_proj (LLaMA)
+  k_weight,            // self_attn.k_proj (LLaMA)
+  v_weight,            // self_attn.v_proj (LLaMA)
+  attn_out_weight,     // attn.c_proj / self_attn.o_proj
+  attn_out_bias,       // attn.c_proj (GPT-2)
+  mlp_norm_weight,     // ln_2 / post_attention_layernorm
+  mlp_norm_bias,       // ln_2 (GPT-2)
+  mlp_in_weight,       // mlp.c_fc (GPT-2)
+  mlp_in_bias,         // mlp.c_fc (GPT-2)
+  mlp_gate_weight,     // mlp.gate_proj (LLaMA)
+  mlp_up_weight,       // mlp.up_proj (LLaMA)
+  mlp_out_weight,      // mlp.c_proj / mlp.down_proj
+  mlp_out_bias,        // mlp.c_proj (GPT-2)
+  final_norm_weight,   // transformer.ln_f / model.norm
+  final_norm_bias,     // transformer.ln_f (GPT-2)
+  output_weight,       // the LM head's matrix (untied only; tied models use the token embedding)
+};
+
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;  // global shape
@@ -36,6 +68,7 @@ struct ParamSpec {
   ParamInit init = ParamInit::normal;
   ParamPlace place = ParamPlace::block;
   int layer = -1;  // block index for ParamPlace::block
+  ParamRole role = ParamRole::token_embedding;
 
   int64_t numel() const;
 };
