@@ -29,6 +29,7 @@
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
+#include "trainer/memory.h"
 #include "trainer/model/model_spec.h"
 #include "trainer/trainer.h"
 
@@ -99,6 +100,19 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   std::printf("training: %lld steps, %s tokens, %s FLOPs in all\n", static_cast<long long>(r.train.steps),
               format_count(double(tokens_per_step) * double(r.train.steps)).c_str(),
               format_count(flops * double(tokens_per_step) * double(r.train.steps)).c_str());
+  // Memory per rank from the one memory account (each pipeline stage holds different layers; tp
+  // and dp ranks of a stage hold the same amounts).
+  std::vector<int> stages;
+  for (int s = 0; s < r.parallel.pp; ++s)
+    if (r.parallel.pp <= 4 || s < 2 || s == r.parallel.pp - 1) stages.push_back(s);
+  std::vector<std::string> notes;
+  for (int s : stages) {
+    const trainer::MemoryAccount mem = trainer::memory_plan(r, {s, 0, 0});
+    std::printf("memory per rank%s: %s\n", r.parallel.pp > 1 ? fmt::format(" (stage {})", s).c_str() : "",
+                trainer::format_memory(mem).c_str());
+    notes = mem.notes;
+  }
+  for (const auto& note : notes) std::printf("memory note: %s\n", note.c_str());
   std::printf("launch: %s, %d rank(s) per node, %d thread(s) per rank\n", launcher::to_string(plan.mode),
               plan.ranks_per_node, plan.threads_per_rank);
   if (!plan.command.empty()) std::printf("launch command: %s\n", plan.command_line().c_str());

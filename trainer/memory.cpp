@@ -15,7 +15,8 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
   if (r.train.precision != Precision::fp32)
-    out.notes.push_back(fmt::format("counted in fp32: train.precision {} is not supported yet", to_string(r.train.precision)));
+    out.notes.push_back(
+        fmt::format("counted in fp32: train.precision {} is not supported yet", to_string(r.train.precision)));
 
   // This stage's schedule sets how many micro-batches keep activations at once, and the receive
   // buffers between stages.
@@ -30,12 +31,7 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
     out.notes.push_back(fmt::format("activations as with 1f1b: parallel.pp_schedule {} is not supported yet",
                                     to_string(r.parallel.pp_schedule)));
   }
-  ModelOptions mo;
-  mo.stage = pipeline_stage_layout(mc, coord.pp, r.parallel.pp);
-  mo.micro_batch = r.train.micro_batch;
-  mo.seq_len = mc.seq_len;
-  mo.checkpointing = r.train.activation_checkpointing;
-  mo.activation_slots = parallel::max_in_flight(schedule);
+  const ModelOptions mo = step_model_options(r, coord.pp, schedule);
   const ModelMemory model = model_memory_plan(mc, mo, r.parallel.tp, coord.tp);
   out.parameters = model.params;
   out.gradients = model.grads;
@@ -45,9 +41,9 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   // whole stage at ZeRO stage 0.
   out.optimizer = 2 * model.params;
   if (r.parallel.zero > 0)
-    out.notes.push_back(fmt::format(
-        "optimizer state unsharded: parallel.zero {} is not supported yet (it would keep about 1/{} of it)",
-        r.parallel.zero, r.parallel.dp));
+    out.notes.push_back(
+        fmt::format("optimizer state unsharded: parallel.zero {} is not supported yet (it would keep about 1/{} of it)",
+                    r.parallel.zero, r.parallel.dp));
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
   const int64_t activation_message = int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4;

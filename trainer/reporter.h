@@ -34,6 +34,7 @@ class Reporter {
   void end_line();
   // Seconds since training started in this process.
   double elapsed_s() const;
+  int64_t start_step() const { return start_step_; }
 
  private:
   const Recipe& recipe_;

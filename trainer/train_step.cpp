@@ -36,6 +36,16 @@ int group_of(const StageLayout& st, ParamPlace place, int layer) {
 
 }  // namespace
 
+ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<parallel::PipeOp>& schedule) {
+  ModelOptions mo;
+  mo.stage = pipeline_stage_layout(r.model, stage, r.parallel.pp);
+  mo.micro_batch = r.train.micro_batch;
+  mo.seq_len = r.model.seq_len;
+  mo.checkpointing = r.train.activation_checkpointing;
+  mo.activation_slots = parallel::max_in_flight(schedule);
+  return mo;
+}
+
 std::vector<std::vector<int>> grad_ready_groups(const Model& model) {
   const StageLayout& st = model.options().stage;
   std::vector<std::vector<int>> groups(size_t(st.layer_end - st.layer_begin) + 2);
@@ -73,8 +83,8 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   kernels::Device activation_device() const override { return model_.params().device; }
 
   void forward(int micro_batch, int, Tensor input) override {
-    const MicroBatch mb = batches_.read(consumed_, micro_batch);
-    losses_.ptr<float>()[micro_batch] = model_.stage_forward(slot(micro_batch), mb, input);
+    model_.stage_forward(slot(micro_batch), batches_.read(consumed_, micro_batch), input);
+    if (model_.options().stage.has_head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
   }
   void backward(int micro_batch, int, Tensor grad_output) override {
     last_backward_ = micro_batch == micro_batches_ - 1;  // every schedule runs backwards in order
@@ -114,7 +124,8 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb);
   const parallel::FlatRange own = sync_->owned();
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), own.begin, own.end);
-  losses_ = kernels::Buffer(DType::fp32, {micro_batches_});
+  losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.params().device);
+  losses_host_.assign(size_t(micro_batches_), 0.0f);
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor());
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
 }
@@ -128,10 +139,11 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   executor_->run();
   sync_->finish();
 
-  // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.
+  // The loss: each micro-batch's mean, copied off the device once, averaged over micro-batches (in
+  // double) and data-parallel ranks.
+  kernels::copy(kernels::host_tensor(losses_host_.data(), {micro_batches_}), losses_.tensor());
   double sum = 0;
-  const float* losses = losses_.ptr<float>();
-  for (int m = 0; m < micro_batches_; ++m) sum += losses[m];
+  for (float l : losses_host_) sum += l;
   out.loss = float(sum / micro_batches_);
   comms_.control.dp->all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
 

@@ -76,13 +76,18 @@ class TrainStep {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
-  kernels::Buffer losses_;  // [micro_batches] host copies of the micro-batch losses
+  kernels::Buffer losses_;          // [micro_batches] the micro-batch losses, on the model's device
+  std::vector<float> losses_host_;  // their copy on the host, once per step
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
 };
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
 // recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...).
 std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches);
+
+// The options of the model a stage builds for training with `schedule` (its slots are the
+// micro-batches the schedule keeps in flight): train() and the memory plan both use it.
+ModelOptions step_model_options(const Recipe& recipe, int stage, const std::vector<parallel::PipeOp>& schedule);
 
 // The parameters in groups in the order backward completes them: the head, the blocks from the last
 // to the first, the embedding (a tied embedding is complete only after the embedding's backward).

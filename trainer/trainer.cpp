@@ -15,6 +15,7 @@
 #include "trainer/data/tokenizer.h"
 #include "trainer/evaluate.h"
 #include "trainer/fault_injection.h"
+#include "trainer/memory.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
 #include "trainer/reporter.h"
@@ -66,18 +67,12 @@ int train(const TrainContext& ctx) {
   if (valid_data) valid_batches.emplace(*valid_data, sampler, mc.seq_len);
 
   // Model, the step (gradient sync and optimizer) and checkpoints.
-  ModelOptions mo;
-  mo.stage = pipeline_stage_layout(mc, ctx.mesh->coord().pp, ctx.mesh->shape().pp);
-  mo.micro_batch = r.train.micro_batch;
-  mo.seq_len = mc.seq_len;
-  mo.checkpointing = r.train.activation_checkpointing;
   std::vector<parallel::PipeOp> schedule = step_schedule(r, ctx.mesh->coord().pp, accum);
-  mo.activation_slots = parallel::max_in_flight(schedule);
-  Model model(mc, mo, *comms.tp);
+  Model model(mc, step_model_options(r, ctx.mesh->coord().pp, schedule), *comms.tp);
   model.init_parameters(r.train.seed);
   TrainStep step(r, model, comms, train_batches, std::move(schedule));
-  log_progress("model: {} parameters on this rank ({}), activations {}", format_count(double(model.numel())),
-               format_bytes(double(model.numel()) * 4 * 4), format_bytes(double(model.activation_bytes())));
+  log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
+               format_memory(memory_plan(r, ctx.mesh->coord())));
   Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world, fsys);
   RunPosition at = checkpoints.resume();
   if (at.step >= r.train.steps) {
@@ -106,6 +101,9 @@ int train(const TrainContext& ctx) {
     const StepOutcome outcome = step.run(at.step, at.consumed_samples);
     at = {at.step + 1, at.consumed_samples + r.train.global_batch};
     report.step_done(at.step, outcome, step.grad_sync().stats());
+    if (at.step == report.start_step() + 1)
+      log_progress("memory per rank, measured after the first step: {}",
+                   format_memory(memory_measured(model.params().device, true)));
     const bool last = at.step == r.train.steps;
     if (r.eval.every > 0 && at.step % r.eval.every == 0 && !last) eval();
     if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last) checkpoints.save(at);

@@ -14,6 +14,7 @@
 
 #include "parallel/comm_threads.h"
 #include "trainer/data/indexed_dataset.h"
+#include "trainer/memory.h"
 #include "trainer/train_step.h"
 
 // Counts C++ heap allocations while `g_counting` is set (this test binary replaces operator new).
@@ -66,15 +67,17 @@ class TrainStepTest : public ::testing::Test {
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), dp),
           batches(data, sampler, r.model.seq_len),
-          model(r.model, ModelOptions{.micro_batch = r.train.micro_batch}, *comms.tp) {
+          schedule(step_schedule(r, 0, sampler.micro_batches_per_step())),
+          model(r.model, step_model_options(r, 0, schedule), *comms.tp) {
       model.init_parameters(11);
-      step.emplace(r, model, comms, batches, step_schedule(r, 0, sampler.micro_batches_per_step()));
+      step.emplace(r, model, comms, batches, schedule);
     }
     parallel::Mesh mesh;
     parallel::MeshComms comms;
     GptDataset data;
     Sampler sampler;
     MicroBatchReader batches;
+    std::vector<parallel::PipeOp> schedule;
     Model model;
     std::optional<TrainStep> step;
   };
@@ -157,6 +160,32 @@ TEST_F(TrainStepTest, NonFiniteStepsAreSkippedOrStopTheRun) {
   stops.model.params().ptr<float>()[5] = NAN;
   EXPECT_THAT([&] { stops.step->run(0, 0); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("non-finite loss at step 1")));
+}
+
+// The memory account: what the plan says a rank allocates, computed without allocating, is what the
+// allocator counts once the rank's model, optimizer and step exist, kind by kind.
+TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
+  for (auto ckpt : {ActivationCheckpointing::none, ActivationCheckpointing::full}) {
+    recipe_.train.activation_checkpointing = ckpt;
+    recipe_.parallel.dp = 1;
+    const MemoryAccount plan = memory_plan(recipe_, {0, 0, 0});
+    Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+    one.step->run(0, 0);
+    const MemoryAccount got = memory_measured(kernels::Device::cpu, false);
+    EXPECT_EQ(got.parameters, plan.parameters);
+    EXPECT_EQ(got.gradients, plan.gradients);
+    EXPECT_EQ(got.optimizer, plan.optimizer);
+    EXPECT_EQ(got.activations, plan.activations);
+    EXPECT_EQ(got.communication, plan.communication);
+    EXPECT_EQ(plan.parameters, one.model.numel() * 4);
+    EXPECT_EQ(plan.optimizer, 2 * plan.parameters);  // AdamW's two moments, unsharded at zero 0
+    EXPECT_TRUE(plan.notes.empty());
+  }
+  recipe_.train.precision = Precision::bf16;
+  recipe_.parallel.zero = 1;
+  EXPECT_THAT(memory_plan(recipe_, {0, 0, 0}).notes,
+              ::testing::ElementsAre(::testing::HasSubstr("train.precision bf16 is not supported yet"),
+                                     ::testing::HasSubstr("parallel.zero 1 is not supported yet")));
 }
 
 TEST_F(TrainStepTest, GradientGroupsFollowBackward) {

@@ -130,8 +130,8 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
 void Model::build_params() {
   int64_t numel = 0;
   params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), &numel);
-  param_buf_ = kernels::Buffer(DType::fp32, {numel});
-  grad_buf_ = kernels::Buffer(DType::fp32, {numel});
+  param_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::parameters);
+  grad_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::gradients);
   for (ModelParam& p : params_) {
     const Shape shape{std::span<const int64_t>(p.shape)};
     p.value = param_buf_.tensor().flat(p.offset, p.numel()).view(shape);
@@ -293,7 +293,8 @@ void Model::build_activations() {
     Work work;
     lay_out(config_, options_, z, measure, slots, work);
   }
-  act_buf_ = kernels::Buffer(DType::fp32, {measure.bytes() / 4});
+  act_buf_ =
+      kernels::Buffer(DType::fp32, {measure.bytes() / 4}, kernels::Device::cpu, kernels::MemoryKind::activations);
   Arena real(static_cast<float*>(act_buf_.data()));
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
