@@ -22,18 +22,9 @@ Comm& ControlComms::group(GroupKind kind) const {
 }
 
 Comm& MeshComms::group(GroupKind kind) const {
-  switch (kind) {
-    case GroupKind::tp:
-      return *tp;
-    case GroupKind::pp:
-      return *pp;
-    case GroupKind::dp:
-      return *dp;
-    case GroupKind::model_parallel:
-      break;
-  }
-  LT_CHECK(false, "no tensor group of kind {} (the model-parallel group is a control group)", group_kind_name(kind));
-  return *world;
+  LT_CHECK(kind != GroupKind::model_parallel,
+           "no tensor group of kind {} (the model-parallel group is a control group)", group_kind_name(kind));
+  return kind == GroupKind::tp ? *tp : kind == GroupKind::pp ? *pp : *dp;
 }
 
 void MeshComms::set_timeout(double seconds) {

@@ -13,21 +13,10 @@
 #include <random>
 
 #include "parallel/comm_threads.h"
+#include "tests/common/count_allocations.h"
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/memory.h"
 #include "trainer/train_step.h"
-
-// Counts C++ heap allocations while `g_counting` is set (this test binary replaces operator new).
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-static std::atomic<bool> g_counting{false};
-static std::atomic<long> g_allocations{0};
-void* operator new(size_t n) {
-  if (g_counting) ++g_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace llmtrain::trainer {
 namespace {
