@@ -13,7 +13,7 @@
 //    allocates nothing. Views returned by forward_logits/forward_cached/stage_output/
 //    stage_input_grad/loss stay valid only until the next call that uses the same activation slot
 //    (forward_logits and forward_cached use slot 0).
-//  - The model never reads tensor memory on the host (DESIGN.md §3 "Devices"): token ids, targets
+//  - The model never reads tensor memory on the host (docs/architecture.md §3 "Devices"): token ids, targets
 //    and stage inputs enter through kernels::copy, the loss is a [1] tensor produced by an op
 //    (loss(slot)), and only the conveniences forward_backward/forward_loss copy it to a host float.
 //    Token ids are checked where they are read, by the embedding and cross-entropy kernels; the
