@@ -59,7 +59,7 @@ RunPosition Checkpointer::resume() {
   return at;
 }
 
-void Checkpointer::save(const RunPosition& at) {
+double Checkpointer::save(const RunPosition& at) {
   CheckpointMeta meta;
   meta.step = at.step;
   meta.consumed_samples = at.consumed_samples;
@@ -73,8 +73,10 @@ void Checkpointer::save(const RunPosition& at) {
   const std::string path = checkpoint_save(
       fs_, recipe_.checkpoint.dir, meta, checkpoint_slices(model_, &step_.optimizer(), dp_rank_, recipe_.parallel.zero),
       world_, recipe_.checkpoint.keep);
-  log_progress("checkpoint {} written in {}", path, format_duration(now_s() - t0));
+  const double seconds = now_s() - t0;
+  log_progress("checkpoint {} written in {}", path, format_duration(seconds));
   last_saved_ = at.step;
+  return seconds;
 }
 
 }  // namespace llmtrain::trainer

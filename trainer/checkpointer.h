@@ -41,8 +41,8 @@ class Checkpointer {
   // Loads what checkpoint.resume says into the model, the optimizer and the step's state, and
   // returns the position to continue from ({0, 0} for a fresh start or a weights-only start).
   RunPosition resume();
-  // Writes a checkpoint of the current state at `at`.
-  void save(const RunPosition& at);
+  // Writes a checkpoint of the current state at `at`; returns the seconds it took.
+  double save(const RunPosition& at);
   // The step of the last checkpoint written or resumed from by this process (-1: none).
   int64_t last_saved() const { return last_saved_; }
 

@@ -6,6 +6,8 @@
 //   exit   exit(3) without finishing the job
 //   throw  an llmtrain::Error thrown from the step (an environment failure)
 //   hang   SIGSTOP: the rank stops responding; the others must hit parallel.timeout
+//   slow   from step <step> on, the rank computes 3× as long as it did (it sleeps twice its step's
+//          compute time, counted as forward time): a straggler, whatever the machine's speed
 // Unset, nothing happens. docs/testing.md lists it; it is not meant for production runs.
 #pragma once
 
@@ -22,7 +24,10 @@ struct Fault {
 
 // Parses LLMTRAIN_FAULT; throws llmtrain::Error for a malformed value.
 Fault fault_from_env();
-// Fails as `fault` says when `step` and `rank` match it.
+// Fails as `fault` says when `step` and `rank` match it (not `slow`).
 void fault_maybe_fire(const Fault& fault, int64_t step, int rank);
+// For `slow`: when the fault applies to `step` and `rank`, sleeps 2 × compute_s and returns the
+// seconds slept; else returns 0 at once.
+double fault_slow_down(const Fault& fault, int64_t step, int rank, double compute_s);
 
 }  // namespace llmtrain::trainer

@@ -1,6 +1,7 @@
 #include "trainer/metrics.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <filesystem>
@@ -20,6 +21,12 @@ namespace {
 json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 }  // namespace
+
+PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
+  data += o.data, forward += o.forward, backward += o.backward, grad_sync += o.grad_sync;
+  optimizer += o.optimizer, checkpoint += o.checkpoint;
+  return *this;
+}
 
 MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step) {
   if (dir.empty()) return;
@@ -60,6 +67,15 @@ void MetricsLog::write(const StepMetrics& m) {
                       {"tokens", m.tokens},
                       {"skipped_steps", m.skipped_steps}};
   if (m.comm_exposed >= 0) j["comm_exposed"] = m.comm_exposed;
+  const PhaseTimes& t = m.per_step;
+  j["t_data_ms"] = 1e3 * t.data;
+  j["t_forward_ms"] = 1e3 * t.forward;
+  j["t_backward_ms"] = 1e3 * t.backward;
+  j["t_grad_sync_ms"] = 1e3 * t.grad_sync;
+  j["t_optimizer_ms"] = 1e3 * t.optimizer;
+  j["t_checkpoint_ms"] = 1e3 * t.checkpoint;
+  if (m.slowest_vs_median > 0) j["slowest_vs_median"] = m.slowest_vs_median;
+  if (!m.stragglers.empty()) j["stragglers"] = m.stragglers;
   append(j);
 }
 
@@ -74,6 +90,11 @@ std::string format_step_line(const StepMetrics& m) {
                   format_duration(m.elapsed_s), format_duration(m.eta_s));
   if (m.skipped_steps) s += fmt::format(" | skipped {}", m.skipped_steps);
   if (m.comm_exposed >= 0) s += fmt::format(" | comm exposed {:.1f}%", 100 * m.comm_exposed);
+  const PhaseTimes& t = m.per_step;
+  s += fmt::format(" | ms/step: data {:.1f} fwd {:.1f} bwd {:.1f} sync {:.1f} opt {:.1f}", 1e3 * t.data,
+                   1e3 * t.forward, 1e3 * t.backward, 1e3 * t.grad_sync, 1e3 * t.optimizer);
+  if (t.checkpoint > 0) s += fmt::format(" ckpt {:.1f}", 1e3 * t.checkpoint);
+  if (!m.stragglers.empty()) s += fmt::format(" | stragglers: rank {}", fmt::join(m.stragglers, ", "));
   return s;
 }
 

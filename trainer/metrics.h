@@ -11,8 +11,20 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace llmtrain::trainer {
+
+// Seconds this rank spent in each phase (Megatron's timers): reading micro-batches, forward,
+// backward, waiting for the gradient sync after backward (the communication backward did not
+// hide), the optimizer (norm, clip, update, parameter gather); checkpoints are timed by the loop.
+// compute() leaves out every wait for other ranks, so it differs between ranks only by how fast
+// each computes (the straggler report compares it).
+struct PhaseTimes {
+  double data = 0, forward = 0, backward = 0, grad_sync = 0, optimizer = 0, checkpoint = 0;
+  double compute() const { return data + forward + backward + optimizer; }
+  PhaseTimes& operator+=(const PhaseTimes& o);
+};
 
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps completed, 1-based
@@ -26,8 +38,11 @@ struct StepMetrics {
   double eta_s = 0;
   int64_t tokens = 0;  // tokens consumed since step 0
   int64_t skipped_steps = 0;
-  double comm_exposed = -1;  // data parallelism: share of step time waiting for gradient all-reduces
-                             // that backward did not hide (-1 without data parallelism)
+  double comm_exposed = -1;      // data parallelism: share of step time waiting for gradient all-reduces
+                                 // that backward did not hide (-1 without data parallelism)
+  PhaseTimes per_step;           // seconds per step in each phase, over the steps since the last record
+  std::vector<int> stragglers;   // world ranks whose compute time exceeded log.straggler_factor × median
+  double slowest_vs_median = 0;  // the slowest rank's compute time over the median (several ranks)
 };
 
 struct EvalMetrics {

@@ -1,6 +1,7 @@
 #include "trainer/train_step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "common/error.h"
@@ -15,6 +16,8 @@ using kernels::Tensor;
 using parallel::ReduceOp;
 
 namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Group index of a (place, layer) that the model's grad-ready hook reports, in the numbering of
 // grad_ready_groups().
@@ -74,7 +77,10 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   }
   ~ModelStage() override { model_.set_grad_ready_hook({}); }
 
-  void begin_step(int64_t consumed_samples) { consumed_ = consumed_samples; }
+  void begin_step(int64_t consumed_samples, PhaseTimes* times) {
+    consumed_ = consumed_samples;
+    times_ = times;
+  }
 
   kernels::Shape activation_shape() const override {
     return {model_.options().micro_batch, model_.options().seq_len, model_.config().hidden};
@@ -83,12 +89,19 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   kernels::Device activation_device() const override { return model_.params().device; }
 
   void forward(int micro_batch, int, Tensor input) override {
-    model_.stage_forward(slot(micro_batch), batches_.read(consumed_, micro_batch), input);
+    const double t0 = now_s();
+    const MicroBatch mb = batches_.read(consumed_, micro_batch);
+    const double t1 = now_s();
+    model_.stage_forward(slot(micro_batch), mb, input);
     if (model_.options().stage.has_head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
+    times_->data += t1 - t0;
+    times_->forward += now_s() - t1;
   }
   void backward(int micro_batch, int, Tensor grad_output) override {
+    const double t0 = now_s();
     last_backward_ = micro_batch == micro_batches_ - 1;  // every schedule runs backwards in order
     model_.stage_backward(slot(micro_batch), grad_output, loss_scale_);
+    times_->backward += now_s() - t0;
   }
   Tensor output(int micro_batch, int) override { return model_.stage_output(slot(micro_batch)); }
   Tensor input_grad(int, int) override { return model_.stage_input_grad(); }
@@ -102,6 +115,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   float loss_scale_;  // each micro-batch's loss counts 1 / micro-batches of the step's
   Tensor losses_;
   int64_t consumed_ = 0;
+  PhaseTimes* times_ = nullptr;
   bool last_backward_ = false;
 };
 
@@ -134,10 +148,22 @@ TrainStep::~TrainStep() = default;
 
 StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   StepOutcome out;
+  PhaseTimes& times = out.times;
+  // Adds the time since the last mark to one phase.
+  double mark = now_s();
+  auto spent = [&mark](double& phase) {
+    const double t = now_s();
+    phase += t - mark;
+    mark = t;
+  };
+
   model_.zero_grads();
-  stage_->begin_step(consumed_samples);
-  executor_->run();
+  spent(times.optimizer);
+  stage_->begin_step(consumed_samples, &times);
+  executor_->run();  // forward, backward and data time themselves; pipeline waits are in none
+  mark = now_s();
   sync_->finish();
+  spent(times.grad_sync);
 
   // The loss: each micro-batch's mean, copied off the device once, averaged over micro-batches (in
   // double) and data-parallel ranks.
@@ -145,14 +171,18 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   double sum = 0;
   for (float l : losses_host_) sum += l;
   out.loss = float(sum / micro_batches_);
+  spent(times.optimizer);
   comms_.control.dp->all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
+  spent(times.grad_sync);
 
   // Σg² of what this rank owns, over every group that splits parameters (each element counted once
   // per model replica); fp32 is enough for a norm that only scales the update.
   const parallel::FlatRange own = sync_->owned();
   float sq = float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), own));
+  spent(times.optimizer);
   parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
+  spent(times.grad_sync);
   out.grad_norm = std::sqrt(double(sq));
   out.lr = lr_at(recipe_.optimizer, step);
 
@@ -175,7 +205,9 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   out.skipped_total = skipped_total_;
   optimizer_->step(model_.params().flat(own.begin, own.numel()), model_.grads().flat(own.begin, own.numel()), out.lr,
                    clip_factor(out.grad_norm, recipe_.train.grad_clip));
+  spent(times.optimizer);
   sync_->gather_params();
+  spent(times.grad_sync);
   return out;
 }
 

@@ -28,6 +28,7 @@
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/data/micro_batches.h"
+#include "trainer/metrics.h"
 #include "trainer/model/model.h"
 #include "trainer/optimizer.h"
 
@@ -39,6 +40,7 @@ struct StepOutcome {
   double lr = 0;
   bool skipped = false;       // non-finite: no update (train.on_nonfinite: skip)
   int64_t skipped_total = 0;  // steps skipped so far in the run, this one included
+  PhaseTimes times;
 };
 
 class TrainStep {

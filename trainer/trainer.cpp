@@ -86,7 +86,7 @@ int train(const TrainContext& ctx) {
       "{:.3g} TFLOP/s{}",
       r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, peak / 1e12,
       r.log.peak_tflops > 0 ? "" : " (measured sgemm rate)");
-  Reporter report(r, root, at.step, training_flops_per_token(mc), peak, comms.dp->size());
+  Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.dp->size());
   int64_t last_eval = -1;
   auto eval = [&] {
     if (!valid_batches) return;
@@ -98,15 +98,17 @@ int train(const TrainContext& ctx) {
   install_stop_handlers();
 
   while (at.step < r.train.steps) {
-    const StepOutcome outcome = step.run(at.step, at.consumed_samples);
+    StepOutcome outcome = step.run(at.step, at.consumed_samples);
     at = {at.step + 1, at.consumed_samples + r.train.global_batch};
+    outcome.times.forward += fault_slow_down(fault, at.step, world.rank(), outcome.times.compute());  // tests only
     report.step_done(at.step, outcome, step.grad_sync().stats());
     if (at.step == report.start_step() + 1)
       log_progress("memory per rank, measured after the first step: {}",
                    format_memory(memory_measured(model.params().device, true)));
     const bool last = at.step == r.train.steps;
     if (r.eval.every > 0 && at.step % r.eval.every == 0 && !last) eval();
-    if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last) checkpoints.save(at);
+    if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last)
+      report.checkpoint_done(checkpoints.save(at));
     fault_maybe_fire(fault, at.step, world.rank());  // tests of failure handling only
 
     // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.

@@ -107,8 +107,9 @@ struct EvalConfig {
 
 struct LogConfig {
   int64_t every = 10;
-  std::string dir;           // "" = auto: runs/<name>
-  double peak_tflops = 0.0;  // 0 = auto: from the device (see docs/recipe.md)
+  std::string dir;                // "" = auto: runs/<name>
+  double peak_tflops = 0.0;       // 0 = auto: from the device (see docs/recipe.md)
+  double straggler_factor = 1.5;  // a rank computing this many times the median is named
 };
 
 struct SlurmConfig {
