@@ -75,6 +75,27 @@ for n in 2 1; do
     fail "dp=4 checkpoint resumed at dp=$n diverges: $out"
 done
 
+# A rank that computes 3× as long as the others (LLMTRAIN_FAULT=slow, from step 3 on rank 1) is named
+# as the straggler; its compute time excludes waits for the others, which make every wall time equal.
+run_cmd straggler env LLMTRAIN_FAULT=slow@3:1 bash -c "source '$SRC/tests/parallel/mpi_env.sh'; mpi_run 120 2 '$LLMTRAIN' \
+  run r.yaml --set log.dir=straggler --set checkpoint.resume=none --set train.steps=6 --set log.every=2"
+expect_status 0
+expect_out "rank 1 is a straggler"
+out=$($PY - straggler/metrics.jsonl <<'PY' 2>&1
+import json, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+by = {r["step"]: r for r in recs}
+for s in (4, 6):
+    assert by[s].get("stragglers") == [1], by[s]
+    assert by[s]["slowest_vs_median"] > 1.5, by[s]
+for r in recs:
+    for k in ("t_data_ms", "t_forward_ms", "t_backward_ms", "t_grad_sync_ms", "t_optimizer_ms"):
+        assert r[k] >= 0, (k, r)
+    assert r["t_forward_ms"] > 0 and r["t_backward_ms"] > 0, r
+print("stragglers at steps 4 and 6: [1]")
+PY
+) && pass "straggler: $out" || fail "straggler: $out"
+
 # Failures end the whole job, within 30 s, naming the rank and the cause.
 fault() {  # NAME FAULT EXPECTED-TEXT [extra run args]
   local name=$1 spec=$2 text=$3
