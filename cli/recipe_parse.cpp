@@ -451,6 +451,7 @@ void parse_log(Section s, LogConfig& l) {
   s.integer("every", l.every, kPositive);
   s.string_or_auto("dir", l.dir);
   s.number("peak_tflops", l.peak_tflops, {0.0, true, std::numeric_limits<double>::infinity(), false, true});
+  s.boolean("tensorboard", l.tensorboard);
   s.finish();
 }
 

@@ -109,6 +109,7 @@ struct LogConfig {
   int64_t every = 10;
   std::string dir;           // "" = auto: runs/<name>
   double peak_tflops = 0.0;  // 0 = auto: from the device (see docs/recipe.md)
+  bool tensorboard = false;  // also write TensorBoard event files to <dir>/tensorboard/
 };
 
 struct SlurmConfig {
