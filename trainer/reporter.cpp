@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/log.h"
+#include "trainer/memory.h"
 
 namespace llmtrain::trainer {
 namespace {
@@ -26,6 +27,7 @@ Reporter::Reporter(const Recipe& recipe, bool reporting_rank, int64_t start_step
       start_s_(now_s()),
       interval_start_s_(start_s_) {
   if (on_) metrics_.emplace(recipe.log.dir, start_step);
+  if (on_ && recipe.log.tensorboard) tensorboard_.emplace(recipe.log.dir + "/tensorboard", start_step + 1);
 }
 
 void Reporter::step_done(int64_t step, const StepOutcome& outcome, const parallel::GradBucketStats& comm) {
@@ -55,6 +57,10 @@ void Reporter::step_done(int64_t step, const StepOutcome& outcome, const paralle
       exposed_at_interval_ = comm.exposed_s;
     }
     metrics_->write(sm);
+    if (tensorboard_) {
+      const auto device = recipe_.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
+      tensorboard_write_step(*tensorboard_, sm, memory_measured(device, /*peak=*/true));
+    }
     end_line();
     log_progress("{}", format_step_line(sm));
     interval_start_s_ = t;
@@ -69,6 +75,7 @@ void Reporter::eval_done(int64_t step, float val_loss) {
   if (!on_) return;
   EvalMetrics em{step, val_loss, std::exp(double(val_loss)), step * tokens_per_step_};
   metrics_->write(em);
+  if (tensorboard_) tensorboard_write_eval(*tensorboard_, em);
   log_progress("{}", format_eval_line(em));
 }
 
