@@ -118,6 +118,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   line(2, "dir", str(r.log.dir));
   line(2, "peak_tflops", r.log.peak_tflops > 0 ? num(r.log.peak_tflops) : "auto");
   line(2, "straggler_factor", num(r.log.straggler_factor));
+  line(2, "tensorboard", flag(r.log.tensorboard));
 
   const auto& l = r.launch;
   line(0, "launch", "");

@@ -452,6 +452,7 @@ void parse_log(Section s, LogConfig& l) {
   s.string_or_auto("dir", l.dir);
   s.number("peak_tflops", l.peak_tflops, {0.0, true, std::numeric_limits<double>::infinity(), false, true});
   s.number("straggler_factor", l.straggler_factor, {1.0, true});
+  s.boolean("tensorboard", l.tensorboard);
   s.finish();
 }
 

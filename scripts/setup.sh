@@ -54,8 +54,9 @@ else
   echo "setup: Debian packages already installed"
 fi
 
-# Python oracles from PyPI (Hugging Face tokenizers/safetensors), in a venv that also sees
-# Debian's torch. Debian's /usr/bin/python3 is used on purpose: it is the one with torch.
+# Python oracles from PyPI (Hugging Face tokenizers/safetensors, TensorBoard's event file reader),
+# in a venv that also sees Debian's torch. Debian's /usr/bin/python3 is used on purpose: it is the
+# one with torch (none of these pulls torch from PyPI).
 if [[ $minimal == 0 ]]; then
   venv=.venv
   if [[ ! -x $venv/bin/python ]]; then
@@ -63,14 +64,14 @@ if [[ $minimal == 0 ]]; then
     /usr/bin/python3 -m venv --system-site-packages "$venv"
   fi
   need_pip=()
-  for m in tokenizers safetensors; do
+  for m in tokenizers safetensors tensorboard; do
     "$venv/bin/python" -c "import $m" 2>/dev/null || need_pip+=("$m")
   done
   if ((${#need_pip[@]})); then
     echo "setup: installing from PyPI into $venv: ${need_pip[*]}"
     "$venv/bin/pip" install -q --disable-pip-version-check "${need_pip[@]}"
   else
-    echo "setup: Python oracles already installed (tokenizers, safetensors)"
+    echo "setup: Python oracles already installed (tokenizers, safetensors, tensorboard)"
   fi
 fi
 echo "setup: done"

@@ -7,9 +7,13 @@
 #include <cmath>
 
 #include "common/log.h"
+#include "trainer/memory.h"
 
 namespace llmtrain::trainer {
 namespace {
+kernels::Device device_of(const Recipe& r) {
+  return r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
+}
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
@@ -29,6 +33,7 @@ Reporter::Reporter(const Recipe& recipe, parallel::Comm& world, int64_t start_st
       interval_start_s_(start_s_),
       compute_s_(size_t(world.size())) {
   if (on_) metrics_.emplace(recipe.log.dir, start_step);
+  if (on_ && recipe.log.tensorboard) tensorboard_.emplace(recipe.log.dir + "/tensorboard", start_step + 1);
 }
 
 Reporter::Stragglers Reporter::find_stragglers() {
@@ -83,6 +88,7 @@ void Reporter::step_done(int64_t step, const StepOutcome& outcome, const paralle
       sm.stragglers = stragglers.ranks;
       sm.slowest_vs_median = stragglers.slowest_vs_median;
       metrics_->write(sm);
+      if (tensorboard_) tensorboard_write_step(*tensorboard_, sm, memory_measured(device_of(recipe_), /*peak=*/true));
       end_line();
       log_progress("{}", format_step_line(sm));
       for (int r : stragglers.ranks)
@@ -107,6 +113,7 @@ void Reporter::eval_done(int64_t step, float val_loss) {
   if (!on_) return;
   EvalMetrics em{step, val_loss, std::exp(double(val_loss)), step * tokens_per_step_};
   metrics_->write(em);
+  if (tensorboard_) tensorboard_write_eval(*tensorboard_, em);
   log_progress("{}", format_eval_line(em));
 }
 

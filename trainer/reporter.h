@@ -1,6 +1,7 @@
 // What the training loop reports as it goes: metrics.jsonl records and the console line every
 // log.every steps (and at the last step), evaluation records, and on a terminal a progress bar
-// (trainer/metrics.h has the record formats, docs/metrics.md their fields).
+// (trainer/metrics.h has the record formats, docs/metrics.md their fields), and with log.tensorboard
+// the same records as TensorBoard scalars in <log.dir>/tensorboard/ (trainer/tensorboard.h).
 //
 // Rules a reader could get wrong:
 //  - Every rank calls step_done() for every step: with several ranks, each record step gathers
@@ -19,6 +20,7 @@
 #include "parallel/grad_buckets.h"
 #include "trainer/metrics.h"
 #include "trainer/progress_bar.h"
+#include "trainer/tensorboard.h"
 #include "trainer/train_step.h"
 
 namespace llmtrain::trainer {
@@ -62,6 +64,7 @@ class Reporter {
   double flops_per_token_, peak_flops_;
   int64_t tokens_per_step_;
   std::optional<MetricsLog> metrics_;
+  std::optional<TensorBoardWriter> tensorboard_;  // log.tensorboard
   ProgressBar bar_;
   double start_s_, interval_start_s_;
   int64_t interval_steps_ = 0;

@@ -110,6 +110,7 @@ struct LogConfig {
   std::string dir;                // "" = auto: runs/<name>
   double peak_tflops = 0.0;       // 0 = auto: from the device (see docs/recipe.md)
   double straggler_factor = 1.5;  // a rank computing this many times the median is named
+  bool tensorboard = false;       // also write TensorBoard event files to <dir>/tensorboard/
 };
 
 struct SlurmConfig {

@@ -133,6 +133,8 @@ const Case kCases[] = {
      "expected true or false"},
     {"bool_bad", "tp: 1", "  tp: 1\n  sequence_parallel: maybe", "parallel.sequence_parallel", "maybe",
      "expected true or false"},
+    {"tensorboard_not_bool", "", "log:\n  tensorboard: \"true\"", "log.tensorboard", "tensorboard",
+     "expected true or false"},
     {"float_is_word", "lr: 1.0e-3", "  lr: fast", "optimizer.lr", "fast", "expected a number"},
     {"choice_typo", "family: gpt2", "  family: gtp2", "model.family", "gtp2", "did you mean gpt2"},
     {"device_unknown", "device: cpu", "  device: tpu", "train.device", "tpu", "expected one of cpu | cuda"},

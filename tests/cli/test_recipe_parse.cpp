@@ -130,6 +130,19 @@ TEST(RecipeParse, ResolvedYamlRoundTrips) {
   EXPECT_EQ(cli::recipe_to_yaml(second), yaml);
 }
 
+TEST(RecipeParse, TensorBoardIsOffByDefaultAndRoundTrips) {
+  EXPECT_FALSE(load(kRecipe).recipe.log.tensorboard);
+  EXPECT_NE(cli::recipe_to_yaml(load(kRecipe).recipe).find("  tensorboard: false\n"), std::string::npos);
+  auto on = load(kRecipe, {"log.tensorboard=true"}).recipe;
+  EXPECT_TRUE(on.log.tensorboard);
+  std::string yaml = cli::recipe_to_yaml(on);
+  EXPECT_NE(yaml.find("  tensorboard: true\n"), std::string::npos) << yaml;
+  auto again = load(yaml).recipe;
+  EXPECT_TRUE(again.log.tensorboard);
+  EXPECT_EQ(cli::recipe_to_yaml(again), yaml);
+  EXPECT_TRUE(load(std::string(kRecipe) + "log: {tensorboard: true}\n").recipe.log.tensorboard);
+}
+
 TEST(RecipeParse, EveryShippedRecipeValidatesAndRoundTrips) {
   int n = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(LLMTRAIN_SOURCE_DIR) / "recipes")) {
