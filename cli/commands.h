@@ -60,4 +60,13 @@ struct GenerateArgs {
 };
 int cmd_generate(const GenerateArgs& args);
 
+struct PlotArgs {
+  std::vector<std::string> runs;     // run directories or metrics.jsonl files
+  std::string output;                // -o: .png or .svg; empty: <first run>/loss.png
+  std::vector<std::string> metrics;  // --metric (comma-separated); empty: loss and val_loss if present
+  bool log_y = false;
+  std::string title;  // empty: the metrics and the runs
+};
+int cmd_plot(const PlotArgs& args);
+
 }  // namespace llmtrain::cli

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
       "  llmtrain env\n"
       "  llmtrain prep --input corpus.jsonl --tokenizer byte --output data/corpus/ --valid-fraction 0.05\n"
       "  llmtrain generate runs/tiny --prompt \"Once upon a time\"\n"
+      "  llmtrain plot runs/tiny -o loss.png\n"
       "Run `llmtrain <command> --help` for a command's options.");
 
   cli::RecipeArgs validate_args;
@@ -205,6 +206,29 @@ int main(int argc, char** argv) {
   auto* prep = app.add_subcommand(
       "prep", "Tokenize text or JSONL files into a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx)");
   add_prep_args(prep, prep_args);
+
+  cli::PlotArgs plot_args;
+  auto* plot = app.add_subcommand("plot", "Draw runs' metrics (loss curves) from metrics.jsonl into a PNG or SVG");
+  plot->add_option("runs", plot_args.runs, "Run directories (holding metrics.jsonl) or metrics.jsonl files")
+      ->required()
+      ->type_name("RUN...");
+  plot->add_option("-o,--output", plot_args.output, "Image file: .png or .svg (default: <first run>/loss.png)")
+      ->type_name("FILE");
+  plot->add_option("--metric", plot_args.metrics,
+                   "Fields to draw, comma-separated: any numeric field of metrics.jsonl (default: loss, and val_loss "
+                   "where a run has it)")
+      ->delimiter(',')
+      ->type_name("M1,M2,...");
+  plot->add_flag("--log-y", plot_args.log_y, "Logarithmic y axes");
+  plot->add_option("--title", plot_args.title, "Chart title (default: the metrics and the runs)");
+  plot->footer(
+      "One colour per run; X and val_X (loss and val_loss) share a panel, with val_X as markers on a dashed\n"
+      "line; every other metric gets its own panel below, all against the step. The file is replaced atomically.\n"
+      "Examples:\n"
+      "  llmtrain plot runs/tiny\n"
+      "  llmtrain plot runs/tiny runs/tiny-lr1e-3 -o compare.svg --title \"lr sweep\"\n"
+      "  llmtrain plot runs/gpt2 --metric loss,val_loss,lr,grad_norm --log-y -o gpt2.png\n"
+      "Details: docs/metrics.md");
   // `run ... -- PROGRAM ARGS`: everything after the first `--` is the ranks' command.
   std::vector<std::string> rank_command;
   for (int i = 1; i < argc; ++i) {
@@ -239,6 +263,7 @@ int main(int argc, char** argv) {
     if (*env) return cli::cmd_env();
     if (*prep) return cli::cmd_prep(prep_args);
     if (*gen) return cli::cmd_generate(gen_args);
+    if (*plot) return cli::cmd_plot(plot_args);
   } catch (const cli::RecipeError& e) {
     std::fprintf(stderr, "%s\n", e.format().c_str());
     return kExitUserError;

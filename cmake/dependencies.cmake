@@ -9,6 +9,8 @@ find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# cairo draws `llmtrain plot`'s charts (PNG and SVG surfaces, its toy text API): libcairo2-dev.
+pkg_check_modules(CAIRO REQUIRED IMPORTED_TARGET cairo)
 
 # OpenBLAS: the OpenMP variant (libopenblas-openmp-dev), so BLAS threads share our OpenMP pool.
 set(BLA_VENDOR OpenBLAS)

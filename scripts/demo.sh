@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # README's first command: on a fresh Debian 12 machine, installs what is missing, builds llmtrain,
 # prepares Debian's English fortunes as a byte-level dataset, trains recipes/tiny.yaml on the CPU
-# (a few minutes on 2 cores), shows the validation loss going down, and samples text from the
-# trained model.
+# (a few minutes on 2 cores), shows the validation loss going down, samples text from the trained
+# model, and draws the loss curves into runs/tiny/loss.png.
 #
 #   scripts/demo.sh                  the whole demo
 #   scripts/demo.sh --set k=v ...    recipe overrides for the training run (e.g. --set train.steps=100)
@@ -34,3 +34,6 @@ echo
 echo "demo: a sample from the trained model:"
 "$llmtrain" generate runs/tiny/ckpt --prompt "The meaning of life is" --max-tokens 200 --temperature 0.8 --top-k 40 --seed 1
 echo
+echo
+"$llmtrain" plot runs/tiny -o runs/tiny/loss.png
+echo "demo: the training and validation loss curves are in $root/runs/tiny/loss.png"

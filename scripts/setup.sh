@@ -11,10 +11,11 @@ minimal=0
 [[ "${1:-}" == "--minimal" ]] && minimal=1
 
 # Library and tool dependencies. OpenBLAS is the OpenMP variant so that BLAS threads and
-# our own OpenMP threads share one pool instead of fighting over the cores.
+# our own OpenMP threads share one pool instead of fighting over the cores. cairo draws
+# `llmtrain plot`'s charts (the demo ends with one, so it is here, not among the test packages).
 pkgs_build=(
   build-essential cmake pkg-config git
-  libcli11-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libpcre2-dev zlib1g-dev
+  libcli11-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libpcre2-dev zlib1g-dev libcairo2-dev
   libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev libpmix-dev
   libopenblas-openmp-dev
