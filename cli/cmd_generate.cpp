@@ -1,5 +1,6 @@
 // `llmtrain generate CKPT`: load a checkpoint's weights, recipe and tokenizer, and sample text from
-// it with a KV cache, streaming each token to stdout as it is produced.
+// it with a KV cache, streaming each token to stdout as it is produced; then says on stderr why it
+// stopped (end of document, --max-tokens, the model's context full).
 #include <cstdio>
 #include <filesystem>
 
@@ -39,6 +40,8 @@ std::vector<std::string> step_dirs(const std::string& path) {
 }  // namespace
 
 int cmd_generate(const GenerateArgs& args) {
+  if (args.temperature == 0 && (args.top_k > 0 || args.top_p < 1.0))
+    log_warn("--temperature 0 picks the likeliest token every time: --top-k and --top-p have no effect");
   auto world = parallel::make_local_comm();
   for (const std::string& dir : step_dirs(args.checkpoint)) {
     // The recipe the checkpoint was trained with gives the model's shape.
@@ -99,8 +102,15 @@ int cmd_generate(const GenerateArgs& args) {
       std::fflush(stdout);
     });
     std::fputs("\n", stdout);
-    if (int64_t(out.size()) < args.max_tokens && decoder.position() >= decoder.capacity())
-      log_info("stopped at the model's context of {} tokens", cfg.max_positions);
+    std::fflush(stdout);
+    // Why it stopped, after the text (on stderr, so that stdout is the text alone).
+    const int64_t n = static_cast<int64_t>(out.size());
+    std::string why =
+        n == args.max_tokens ? fmt::format("--max-tokens {} reached", args.max_tokens)
+        : decoder.position() >= decoder.capacity()
+            ? fmt::format("the model's context of {} tokens is full (model.max_positions)", cfg.max_positions)
+            : "end of document (the model produced the end-of-document token)";
+    std::fprintf(stderr, "stopped after %lld token%s: %s\n", static_cast<long long>(n), n == 1 ? "" : "s", why.c_str());
     return kExitOk;
   }
   throw Error(fmt::format("no intact checkpoint in {}", args.checkpoint), "see the warnings above");

@@ -1,6 +1,6 @@
 // `llmtrain run`: validate, plan the launch, and (unless --dry-run) train. The dry run prints
-// everything the real run would decide: resolved recipe, mesh, model size, batch arithmetic and
-// the exact launch command.
+// everything the real run would decide: resolved recipe, mesh, model size, batch arithmetic, the
+// exact launch command and the input files (and which are missing).
 //
 // How a run starts (launcher/launch_plan.h): when the plan spawns ranks (local mpirun, srun inside
 // Slurm, mpirun over ssh), this process runs the pre-flight checks and then supervises the job
@@ -9,11 +9,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/recipe_emit.h"
+#include "cli/recipe_inputs.h"
 #include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
 #include "common/error.h"
@@ -121,6 +124,15 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   if (!plan.blocker.empty())
     std::printf("cannot launch from here: %s (%s)\n", plan.blocker.c_str(), plan.blocker_hint.c_str());
   std::printf("outputs: log %s, checkpoints %s\n", r.log.dir.c_str(), r.checkpoint.dir.c_str());
+  std::printf("inputs:\n");
+  int missing_inputs = 0;
+  for (const RecipeInput& in : recipe_inputs(loaded)) {
+    std::printf("  %s\n", describe_input(in).c_str());
+    missing_inputs += in.missing.empty() ? 0 : 1;
+  }
+  if (missing_inputs > 0)
+    std::printf("cannot run: %d input%s missing (MISSING above); `llmtrain run` would stop before starting any rank\n",
+                missing_inputs, missing_inputs == 1 ? " is" : "s are");
   auto missing = unsupported_features(r);
   for (const auto& f : missing) std::printf("not supported yet: %s\n", f.c_str());
 }
@@ -142,6 +154,26 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   });
 }
 
+// Errors every rank meets alike — the recipe's content, the launch plan, what this build cannot
+// run — are printed once, by rank 0, when the user's mpirun or srun started the ranks (each parses
+// the recipe before MPI exists, so they cannot agree on anything else). The other ranks exit with
+// the same status without a word, but not at once: a launcher ends the whole job when one rank
+// fails, and a rank 1 that exited first could get rank 0 killed before it printed. They wait for
+// the launcher's SIGTERM (mpirun, srun --kill-on-bad-exit send it when rank 0 exits) or at most
+// this long. Errors of a rank's own I/O (a file it cannot read) are printed by every rank that meets them.
+constexpr auto kWaitForRank0 = std::chrono::seconds(5);
+
+bool leaves_report_to_rank0(const parallel::LaunchEnv& env) {
+  return env.launcher != parallel::Launcher::none && env.rank != 0;
+}
+
+int exit_after_rank0(int status) {
+  const auto until = std::chrono::steady_clock::now() + kWaitForRank0;
+  while (!stop_requested() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return status;
+}
+
 }  // namespace
 
 int cmd_run(const RunArgs& args) {
@@ -150,40 +182,53 @@ int cmd_run(const RunArgs& args) {
   // the relay and long before the training loop: a stop that arrives while the rank bootstraps,
   // reads data or loads a checkpoint (minutes for a large model) must still end in a checkpoint and
   // exit 75, not kill the rank (143) — under Slurm that would lose the requeue of a preempted job.
-  if (parallel::detect_launch_env().is_rank()) {
+  const parallel::LaunchEnv env = parallel::detect_launch_env();
+  if (env.is_rank()) {
     install_stop_handlers();
     launcher::install_stop_relay();
   }
   RecipeArgs recipe_args = args.recipe;
   if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
-  LoadedRecipe loaded = recipe_load(recipe_args.recipe, recipe_args.overrides);
-  parallel::require_usable_launch(loaded.env);
   const bool rank_program = !args.rank_command.empty();
-  launcher::LaunchPlan plan =
-      launcher::plan_launch(loaded.recipe, launcher::plan_inputs(loaded.env, rank_program),
-                            rank_program ? program_argv(args.rank_command) : rank_argv(recipe_args));
+  LoadedRecipe loaded;
+  launcher::LaunchPlan plan;
+  try {
+    loaded = recipe_load(recipe_args.recipe, recipe_args.overrides);
+    parallel::require_usable_launch(loaded.env);
+    plan = launcher::plan_launch(loaded.recipe, launcher::plan_inputs(loaded.env, rank_program),
+                                 rank_program ? program_argv(args.rank_command) : rank_argv(recipe_args));
+    if (!args.dry_run) {
+      if (!plan.blocker.empty()) throw Error(plan.blocker, plan.blocker_hint);
+      // Ranks that run a program of their own train nothing; everything else needs what is built.
+      auto missing = unsupported_features(loaded.recipe);
+      if (!missing.empty() && !(plan.spawns() && rank_program))
+        throw Error("not supported yet: " + join(missing, "; "),
+                    "`llmtrain validate` accepts this recipe, but this build cannot run it; see docs/recipe.md for "
+                    "what runs today");
+    }
+  } catch (const RecipeError& e) {
+    if (!e.io() && leaves_report_to_rank0(env)) return exit_after_rank0(kExitUserError);
+    throw;
+  } catch (const Error& e) {
+    if (leaves_report_to_rank0(env)) return exit_after_rank0(e.exit_code());
+    throw;
+  }
   if (args.dry_run) {
     print_plan(loaded, plan);
     return kExitOk;
   }
-  if (!plan.blocker.empty()) throw Error(plan.blocker, plan.blocker_hint);
-  auto missing = unsupported_features(loaded.recipe);
-  auto refuse_unsupported = [&] {
-    if (!missing.empty())
-      throw Error("not supported yet: " + join(missing, "; "),
-                  "`llmtrain validate` accepts this recipe, but this build cannot run it; see docs/recipe.md for what "
-                  "runs today");
-  };
+  // The data and tokenizer files, checked before anything is created: the run directory comes
+  // from pre-flight (spawned ranks), from the check below (one rank in this process), or from
+  // rank 0's trainer (ranks started by the user's mpirun/srun, where rank 0 checks and reports).
+  if (!rank_program && (plan.mode != launcher::LaunchMode::as_rank || env.rank == 0)) require_recipe_inputs(loaded);
   if (plan.spawns()) {
     // This process supervises; the ranks train (or run the given program).
-    if (!rank_program) refuse_unsupported();
     launcher::preflight_check(loaded.recipe, plan);
     launcher::SupervisorOptions options = launcher::supervisor_options(loaded.recipe);
     options.stop_grace_s = args.stop_grace_s;
     return launcher::supervise(plan, options);
   }
   // This process is the one rank (in_process) or one of the ranks (as_rank): it trains.
-  refuse_unsupported();
   // A one-rank run has no supervisor to run the pre-flight checks: without this, an unwritable
   // checkpoint.dir surfaced only at the first checkpoint, after checkpoint.every steps of training.
   // (Ranks started by the supervisor were checked by it before they started.)

@@ -1,5 +1,9 @@
 // `llmtrain sbatch`: writes the Slurm batch script for a recipe (launcher/sbatch_script.h), prints
 // it, or with --submit saves it to <log.dir>/sbatch.sh and submits it, printing the job id.
+//
+// Rule a reader could get wrong: printing the script writes nothing, not even log.dir, although
+// Slurm needs that folder to exist before the job starts (it opens the output file first and does
+// not create folders): --submit creates it, and the printed script's note says to.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -13,6 +17,7 @@
 #include "common/host.h"
 #include "common/strings.h"
 #include "launcher/child_process.h"
+#include "launcher/launch_plan.h"
 #include "launcher/preflight.h"
 #include "launcher/sbatch_script.h"
 #include "llmtrain_version.h"
@@ -22,9 +27,9 @@ namespace {}  // namespace
 
 int cmd_sbatch(const SbatchArgs& args) {
   namespace fs = std::filesystem;
-  if (args.nodes < 1) throw Error(fmt::format("--nodes must be at least 1, found {}", args.nodes));
+  // --nodes, when given, overrides the recipe's launch.nodes (which is the default).
   std::vector<std::string> overrides = args.recipe.overrides;
-  overrides.push_back(fmt::format("launch.nodes={}", args.nodes));
+  if (args.nodes > 0) overrides.push_back(fmt::format("launch.nodes={}", args.nodes));
   LoadedRecipe loaded = recipe_load(args.recipe.recipe, overrides);
   const Recipe& r = loaded.recipe;
 
@@ -51,12 +56,16 @@ int cmd_sbatch(const SbatchArgs& args) {
   q.version = LLMTRAIN_VERSION;
   const std::string script = launcher::sbatch_script(r, q);
 
-  // Slurm opens the output file before the script runs and does not create its folder.
-  launcher::check_writable_dir(r.log.dir, "log.dir");
   auto missing = unsupported_features(r);
   if (!args.submit) {
     std::fputs(script.c_str(), stdout);
-    std::fprintf(stderr, "# output: %s (created %s)\n", launcher::sbatch_output_pattern(r).c_str(), r.log.dir.c_str());
+    std::error_code ec;
+    if (fs::is_directory(r.log.dir, ec))
+      std::fprintf(stderr, "# output: %s\n", launcher::sbatch_output_pattern(r).c_str());
+    else
+      std::fprintf(stderr,
+                   "# output: %s; create its folder before `sbatch`: mkdir -p %s (Slurm does not; --submit does)\n",
+                   launcher::sbatch_output_pattern(r).c_str(), launcher::shell_quote(r.log.dir).c_str());
     if (args.rank_command.empty() && !missing.empty())
       std::fprintf(stderr, "# note: this build cannot run the recipe yet (not supported yet: %s)\n",
                    join(missing, "; ").c_str());
@@ -69,6 +78,8 @@ int cmd_sbatch(const SbatchArgs& args) {
     throw environment_error("sbatch was not found on PATH",
                             "run this on a Slurm login node, or install Slurm's client tools (Debian: apt-get install "
                             "slurm-client); without --submit the script is printed");
+  // Slurm opens the output file before the script runs and does not create its folder.
+  launcher::check_writable_dir(r.log.dir, "log.dir");
   const std::string path = r.log.dir + "/sbatch.sh";
   write_file_atomic(default_file_system(), path, script);
   launcher::CommandResult res = launcher::run_command({"sbatch", "--parsable", path}, 60.0);

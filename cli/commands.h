@@ -28,7 +28,7 @@ int cmd_run(const RunArgs& args);
 
 struct SbatchArgs {
   RecipeArgs recipe;
-  int nodes = 1;
+  int nodes = 0;  // 0: the recipe's launch.nodes
   int gpus_per_node = -1;
   int cpus_per_task = 0;
   std::string time, partition, account;

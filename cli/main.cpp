@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/recipe_parse.h"
 #include "common/error.h"
+#include "common/strings.h"
 #include "llmtrain_version.h"
 
 namespace {
@@ -88,6 +89,27 @@ void add_prep_args(CLI::App* cmd, llmtrain::cli::PrepArgs& a) {
       "  llmtrain prep --input dump.jsonl --jsonl-key content --tokenizer llama3/ --output data/dump --skip-bad");
 }
 
+// Subcommands that are planned but not built yet (README "What works today").
+constexpr const char* kPlannedCommands[] = {"export", "import", "plan"};
+
+// CLI11 answers a first word that is no subcommand with "A subcommand is required". Returns the
+// exit status for such a word after saying what it is, or 0 for a known command.
+int refuse_unknown_command(CLI::App& app, const std::string& word) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->check_name(word)) return 0;
+    names.push_back(sub->get_name());
+  }
+  std::string hint = "the commands are " + llmtrain::join(names, ", ") + " (`llmtrain --help`)";
+  bool planned = false;
+  for (const char* p : kPlannedCommands) planned = planned || word == p;
+  llmtrain::Error e(planned ? fmt::format("`llmtrain {}` is not supported yet (planned)", word)
+                            : fmt::format("unknown command '{}'", word),
+                    hint);
+  std::fprintf(stderr, "%s\n", llmtrain::format_error(e).c_str());
+  return llmtrain::kExitUserError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,9 +144,10 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Train: validate the recipe, start the ranks and run the job");
   add_recipe_args(run, run_args.recipe);
   run->add_flag("--dry-run", run_args.dry_run,
-                "Print the resolved recipe, mesh, parameter count, FLOPs per token, batch arithmetic and launch "
-                "command; start nothing");
-  run->add_option("--nproc", run_args.nproc, "Ranks on this host (sets launch.procs_per_node)")
+                "Print the resolved recipe, mesh, parameter count, FLOPs per token, batch arithmetic, launch "
+                "command and input files (missing ones marked); start nothing");
+  run->add_option("--nproc,--nproc_per_node,--nproc-per-node", run_args.nproc,
+                  "Ranks on this host (sets launch.procs_per_node; --nproc_per_node as torchrun)")
       ->check(CLI::PositiveNumber);
   run->add_option("--stop-grace", run_args.stop_grace_s,
                   "Seconds the ranks get to write a checkpoint and exit after SIGTERM/SIGINT before they are killed")
@@ -149,7 +172,8 @@ int main(int argc, char** argv) {
       "Write (or --submit) a Slurm batch script that runs the recipe with srun, checkpoints before the time "
       "limit and requeues itself");
   add_recipe_args(sbatch, sbatch_args.recipe);
-  sbatch->add_option("--nodes", sbatch_args.nodes, "Nodes (sets launch.nodes)")->required()->check(CLI::PositiveNumber);
+  sbatch->add_option("--nodes", sbatch_args.nodes, "Nodes (sets launch.nodes; default: the recipe's launch.nodes)")
+      ->check(CLI::PositiveNumber);
   sbatch
       ->add_option("--gpus-per-node", sbatch_args.gpus_per_node,
                    "GPUs per node (default: launch.procs_per_node with train.device cuda, none on CPU)")
@@ -169,12 +193,13 @@ int main(int argc, char** argv) {
   sbatch->add_flag("--submit", sbatch_args.submit,
                    "Save the script to <log.dir>/sbatch.sh and submit it with sbatch; print the job id");
   sbatch->footer(
-      "Usage: llmtrain sbatch RECIPE --nodes N [options] [--set KEY=VALUE]... [-- PROGRAM ARGS...]\n"
+      "Usage: llmtrain sbatch RECIPE [--nodes N] [options] [--set KEY=VALUE]... [-- PROGRAM ARGS...]\n"
       "The script runs `llmtrain run` on the first node, which starts launch.procs_per_node ranks per node with\n"
       "`srun --mpi=pmix`. `scancel --signal=TERM JOBID`: checkpoint, exit 75, requeue; `scancel JOBID`: checkpoint\n"
-      "and end. Output: <log.dir>/slurm-<jobid>.out.\n"
+      "and end. Output: <log.dir>/slurm-<jobid>.out. Printing the script writes nothing; --submit creates log.dir\n"
+      "(Slurm does not create the output's folder).\n"
       "Examples:\n"
-      "  llmtrain sbatch recipes/gpt2-124m.yaml --nodes 1 > job.sh && sbatch job.sh\n"
+      "  llmtrain sbatch recipes/gpt2-124m.yaml --nodes 1 > job.sh && mkdir -p runs/gpt2-124m && sbatch job.sh\n"
       "  llmtrain sbatch recipes/llama-8b.yaml --nodes 2 --gpus-per-node 8 --time 1-00:00:00 --partition gpu --submit\n"
       "Details: docs/launching.md");
 
@@ -248,6 +273,8 @@ int main(int argc, char** argv) {
   }
   run_args.rank_command = rank_command;
   sbatch_args.rank_command = rank_command;
+  if (argc > 1 && argv[1][0] != '-')
+    if (int status = refuse_unknown_command(app, argv[1])) return status;
 
   try {
     app.parse(argc, argv);

@@ -12,6 +12,12 @@ namespace llmtrain::cli {
 RecipeError::RecipeError(std::vector<Diagnostic> diags)
     : std::runtime_error(diags.empty() ? "invalid recipe" : diags.front().format()), diags_(std::move(diags)) {}
 
+bool RecipeError::io() const {
+  for (const auto& d : diags_)
+    if (d.io) return true;
+  return false;
+}
+
 std::string RecipeError::format() const {
   std::string out;
   for (const auto& d : diags_) out += "error: " + d.format() + "\n";
@@ -30,15 +36,24 @@ LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>
   out.recipe.source_file = fs::absolute(file, ec).lexically_normal().string();
   out.env = parallel::detect_launch_env();
   out.world = launcher::planned_world(out.recipe, out.env);
+  const YamlValue* launch = parsed.tree.find("launch");
+  auto given = [&](const char* key) {
+    const YamlValue* v = launch && launch->kind == YamlValue::Kind::map ? launch->find(key) : nullptr;
+    return v && !v->is_null();
+  };
+  out.world.defaulted =
+      out.env.launcher == parallel::Launcher::none && !given("nodes") && !given("procs_per_node") && !given("hostfile");
 
   std::vector<Diagnostic> diags;
   auto report = [&](const std::vector<RecipeProblem>& problems) {
     for (const auto& p : problems)
-      diags.push_back({recipe_key_where(parsed.tree, file, p.key), p.key, p.message, p.hint});
+      diags.push_back({recipe_key_where(parsed.tree, file, p.key), p.key, p.message, p.hint, p.io});
   };
   report(recipe_resolve(out.recipe, out.world, fs::current_path().string(), trainer::tokenizer_vocab_size));
   if (diags.empty()) report(recipe_check(out.recipe, out.world));
   if (!diags.empty()) throw RecipeError(std::move(diags));
+  out.file = file;
+  out.tree = std::move(parsed.tree);
   return out;
 }
 

@@ -17,6 +17,8 @@ struct LoadedRecipe {
   Recipe recipe;  // resolved: every auto filled, paths absolute
   WorldInfo world;
   parallel::LaunchEnv env;
+  std::string file;  // the recipe file as given
+  YamlValue tree;    // the document after overrides: where each key was written, for later messages
 };
 
 // parse -> resolve (against the world size from the environment or the launch section) -> check.

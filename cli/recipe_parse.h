@@ -36,6 +36,8 @@ class RecipeError : public std::runtime_error {
   explicit RecipeError(std::vector<Diagnostic> diags);
   const std::vector<Diagnostic>& diagnostics() const { return diags_; }
   std::string format() const;  // one "error: ..." block per diagnostic
+  // A file could not be read (Diagnostic::io): this process may be alone in meeting it.
+  bool io() const;
 
  private:
   std::vector<Diagnostic> diags_;

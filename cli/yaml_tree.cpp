@@ -116,7 +116,7 @@ YamlValue yaml_load_file(const std::string& path, std::vector<Diagnostic>& diags
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     diags.push_back({path, "", fmt::format("cannot read the recipe file: {}", std::strerror(errno)),
-                     "check the path; recipes/ has examples (recipes/tiny.yaml)"});
+                     "check the path; recipes/ has examples (recipes/tiny.yaml)", /*io=*/true});
     return {};
   }
   std::stringstream ss;

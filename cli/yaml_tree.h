@@ -16,6 +16,9 @@ struct Diagnostic {
   std::string key;    // "train.steps" ("" for file-level problems)
   std::string message;
   std::string hint;
+  // Reading a file failed (the recipe, the tokenizer): each process meets it alone, unlike a
+  // problem of the recipe's content, which every rank of a job meets alike.
+  bool io = false;
 
   std::string format() const;
 };

@@ -203,11 +203,12 @@ void preflight_check(const Recipe& r, const LaunchPlan& plan, const PreflightOpt
     if (!plan.rank_argv.empty())
       check_program(plan.rank_argv.front(), "the program every rank runs", "check the path of the rank program");
   }
-  check_writable_dir(r.log.dir, "log.dir");
-  check_writable_dir(r.checkpoint.dir, "checkpoint.dir");
   if (opt.check_devices && plan.mode != LaunchMode::ssh_mpirun) check_devices(r, plan);
   if (plan.mode == LaunchMode::slurm_srun) check_slurm(r, plan, slurm_allocation_from_env());
   if (plan.mode == LaunchMode::ssh_mpirun) check_ssh(r, plan, opt);
+  // Last: these create the run's folders, which a job refused by the checks above must not leave behind.
+  check_writable_dir(r.log.dir, "log.dir");
+  check_writable_dir(r.checkpoint.dir, "checkpoint.dir");
 }
 
 }  // namespace llmtrain::launcher

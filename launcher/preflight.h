@@ -1,13 +1,14 @@
 // Pre-flight checks: everything that can be known to fail is refused before any rank starts, with
 // the problem and the fix (docs/launching.md "Pre-flight checks"):
 //  - the launcher program (mpirun, srun) and the rank program are there;
-//  - output folders (log.dir, checkpoint.dir) can be created and written;
 //  - enough CUDA devices for the ranks of this host (train.device: cuda);
 //  - Slurm: the recipe's world fits the allocation (nodes, tasks, CPUs per node — srun would
 //    otherwise wait forever for resources it cannot get);
 //  - SSH: every host of the hostfile has slots for launch.procs_per_node ranks, the ssh options
 //    can be passed through Open MPI, and every remote host answers `ssh <options> HOST true`
-//    (ssh's own error is shown for those that do not).
+//    (ssh's own error is shown for those that do not);
+//  - last, because it creates them: output folders (log.dir, checkpoint.dir) can be created and
+//    written. A job refused by an earlier check leaves no run folder behind.
 #pragma once
 
 #include <string>

@@ -14,7 +14,8 @@ std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
     throw Error(
         fmt::format("launch.hostfile is set ({}), but in a Slurm job Slurm chooses the nodes", r.launch.hostfile),
         "remove launch.hostfile for Slurm (--set launch.hostfile=null)");
-  if (q.nodes < 1) throw Error(fmt::format("--nodes must be at least 1, found {}", q.nodes));
+  const int nodes = q.nodes > 0 ? q.nodes : r.launch.nodes;
+  if (nodes < 1) throw Error(fmt::format("--nodes must be at least 1, found {}", nodes));
   if (q.signal_margin_s < 1)
     throw Error(fmt::format("--signal-margin must be at least 1 second, found {}", q.signal_margin_s));
   const int ppn = r.launch.procs_per_node;
@@ -32,7 +33,7 @@ std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
 
   std::string run = shell_quote(q.llmtrain) + " run " + shell_quote(q.recipe);
   std::vector<std::string> sets = q.overrides;
-  sets.push_back(fmt::format("launch.nodes={}", q.nodes));
+  sets.push_back(fmt::format("launch.nodes={}", nodes));
   for (const auto& s : sets) run += " \\\n    --set " + shell_quote(s);
   if (!q.rank_command.empty()) {
     run += " \\\n    --";
@@ -45,10 +46,10 @@ std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
   s += "#   submit:                       sbatch THIS_FILE   (or `llmtrain sbatch ... --submit`)\n";
   s += "#   checkpoint, stop and requeue: scancel --signal=TERM JOBID\n";
   s += "#   checkpoint and end:           scancel JOBID\n";
-  s += fmt::format("# {} nodes × {} ranks = {} ranks, started by `srun --mpi=pmix` inside the job.\n", q.nodes, ppn,
-                   q.nodes * ppn);
+  s += fmt::format("# {} nodes × {} ranks = {} ranks, started by `srun --mpi=pmix` inside the job.\n", nodes, ppn,
+                   nodes * ppn);
   s += fmt::format("#SBATCH --job-name={}\n", shell_quote("llmtrain-" + r.name));
-  s += fmt::format("#SBATCH --nodes={}\n", q.nodes);
+  s += fmt::format("#SBATCH --nodes={}\n", nodes);
   s += fmt::format("#SBATCH --ntasks-per-node={}\n", ppn);
   if (cpus_per_task > 0)
     s += fmt::format("#SBATCH --cpus-per-task={}\n", cpus_per_task);

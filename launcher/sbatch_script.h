@@ -30,12 +30,12 @@ struct SbatchRequest {
   std::string workdir;                    // where relative paths of the recipe resolve (--chdir)
   std::vector<std::string> overrides;     // the user's --set key=value, in order
   std::vector<std::string> rank_command;  // `-- PROGRAM ARGS`: ranks run this instead of training
-  int nodes = 1;
-  int gpus_per_node = -1;  // -1: not given (cuda: one per rank; cpu: none)
-  int cpus_per_task = 0;   // 0: train.threads when set, else whole nodes (--exclusive)
-  std::string time;        // "" = launch.slurm.time
-  std::string partition;   // "" = launch.slurm.partition
-  std::string account;     // "" = launch.slurm.account
+  int nodes = 0;                          // 0: not given (the recipe's launch.nodes)
+  int gpus_per_node = -1;                 // -1: not given (cuda: one per rank; cpu: none)
+  int cpus_per_task = 0;                  // 0: train.threads when set, else whole nodes (--exclusive)
+  std::string time;                       // "" = launch.slurm.time
+  std::string partition;                  // "" = launch.slurm.partition
+  std::string account;                    // "" = launch.slurm.account
   int signal_margin_s = kDefaultSignalMarginS;
   std::string version;  // llmtrain's version, for the header
 };

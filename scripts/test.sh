@@ -5,6 +5,8 @@
 #   scripts/test.sh                 everything
 #   scripts/test.sh -R <regex>      only the ctest entries matching <regex> (ctest's own flags pass through)
 #
+# After ctest it lists the skipped tests with their reasons (scripts/skipped_tests.sh).
+#
 # The CUDA parts are compiled for sm_90 only here, to keep the build short; GPU tests report
 # "skipped: no GPU" on machines without one.
 set -euo pipefail
@@ -16,5 +18,8 @@ jobs=${LLMTRAIN_JOBS:-$(nproc)}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DLLMTRAIN_TESTS=ON >/dev/null
 echo "test: building in $build with $jobs jobs"
 cmake --build "$build" -j "$jobs"
-cd "$build"
-ctest --output-on-failure -j "$jobs" "$@"
+status=0
+(cd "$build" && ctest --output-on-failure -j "$jobs" "$@") || status=$?
+# ctest says only "***Skipped"; the reasons are in its log.
+scripts/skipped_tests.sh "$build"
+exit $status

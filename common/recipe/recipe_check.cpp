@@ -21,6 +21,15 @@ std::string absolute_path(const std::string& p, const std::string& cwd) {
   return path.lexically_normal().string();
 }
 
+// A layout of `needed` ranks on a world nobody sized (WorldInfo::defaulted): how to start them.
+RecipeProblem start_ranks_problem(int needed, const std::string& layout, const WorldInfo& world) {
+  return {"launch.procs_per_node",
+          fmt::format("the layout needs {} ranks ({}), but no rank count was given, so the launch starts {} ({})",
+                      needed, layout, world.size, world.source),
+          fmt::format("start {} ranks: --nproc {} (or set launch.procs_per_node: {} in the recipe)", needed, needed,
+                      needed)};
+}
+
 // LLaMA's FFN width: 2/3 of 4·hidden, rounded up to a multiple of 256 (Meta's reference).
 int llama_default_ffn(int hidden) {
   int f = (8 * hidden) / 3;
@@ -46,7 +55,7 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
       m.vocab = tokenizer_vocab(r.data.tokenizer);
     } catch (const Error& e) {
       problems.push_back({"data.tokenizer", fmt::format("model.vocab is auto, but {}", e.what()),
-                          "fix data.tokenizer, or set model.vocab explicitly"});
+                          "fix data.tokenizer, or set model.vocab explicitly", /*io=*/true});
       m.vocab = 1;  // keep resolving the rest; the problem above stops the run
     }
   }
@@ -56,6 +65,9 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
     int tp_pp = p.tp * p.pp;
     if (tp_pp > 0 && world.size % tp_pp == 0) {
       p.dp = world.size / tp_pp;
+    } else if (world.defaulted && tp_pp > world.size) {
+      problems.push_back(start_ranks_problem(tp_pp, fmt::format("tp {} × pp {}, dp auto", p.tp, p.pp), world));
+      p.dp = 1;
     } else {
       problems.push_back(
           {"parallel.dp",
@@ -157,7 +169,10 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             "(as DeepSpeed)");
 
   // World size.
-  if (p.tp * p.pp * p.dp != world.size)
+  const int needed = p.tp * p.pp * p.dp;
+  if (needed != world.size && world.defaulted && needed > world.size)
+    out.push_back(start_ranks_problem(needed, fmt::format("tp {} × pp {} × dp {}", p.tp, p.pp, p.dp), world));
+  else if (needed != world.size)
     problem("parallel.dp",
             fmt::format("world size {} ({}) != tp {} × pp {} × dp {} = {}", world.size, world.source, p.tp, p.pp, p.dp,
                         p.tp * p.pp * p.dp),

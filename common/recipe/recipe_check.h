@@ -14,12 +14,17 @@ struct RecipeProblem {
   std::string key;      // dotted key the problem is about ("model.heads")
   std::string message;  // what was found and what was expected
   std::string hint;     // what to do
+  bool io = false;      // reading a file failed (the tokenizer), not the recipe's content
 };
 
 // How many ranks the job has, and where that number came from (named in error messages).
 struct WorldInfo {
   int size = 1;
   std::string source;  // "launch.nodes 1 × launch.procs_per_node 4" or "mpirun (OMPI_COMM_WORLD_SIZE)"
+  // Nobody chose the rank count: no launcher started this process and the recipe and --set give no
+  // launch.nodes, launch.procs_per_node or launch.hostfile, so the world is the default single
+  // rank. A layout that needs more ranks is then told how to start them rather than shown the arithmetic.
+  bool defaulted = false;
 };
 
 // The defaults that depend on another key of the same section (applied by the parser when the

@@ -18,6 +18,14 @@ expect_status 2
 
 run_cmd unknown-subcommand "$LLMTRAIN" frobnicate
 expect_status 2
+expect_out "error: unknown command 'frobnicate'"
+expect_out "the commands are validate, run, sbatch, env, generate, prep"
+
+# Planned commands are named as such, not as unknown.
+for sub in export import plan; do
+  run_cmd "planned-$sub" "$LLMTRAIN" "$sub" runs/tiny
+  expect_status 2; expect_out "\`llmtrain $sub\` is not supported yet (planned)"
+done
 
 for r in "$SRC"/recipes/*.yaml; do
   run_cmd "validate-$(basename "$r")" "$LLMTRAIN" validate "$r"
@@ -73,6 +81,44 @@ expect_out "training FLOPs per token:"
 expect_out "32 micro-batches per step"
 expect_out "launch command: mpirun -np 8"
 
+# torchrun's spelling of --nproc.
+run_cmd dry-run-nproc-per-node "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --nproc_per_node 2
+expect_status 0; expect_out "world: 2 ranks = tp 1 × pp 1 × dp 2 = 2"; expect_out "launch command: mpirun -np 2"
+
+# A layout of more ranks than one, with no rank count given: how to start them, not the arithmetic.
+run_cmd layout-needs-ranks "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set parallel.tp=2
+expect_status 2
+expect_out "the layout needs 2 ranks (tp 2 × pp 1, dp auto), but no rank count was given"
+expect_out "hint: start 2 ranks: --nproc 2"
+run_cmd layout-needs-ranks-dp "$LLMTRAIN" validate "$SRC/recipes/tiny.yaml" --set parallel.dp=4
+expect_status 2; expect_out "the layout needs 4 ranks (tp 1 × pp 1 × dp 4)"; expect_out "start 4 ranks: --nproc 4"
+# With a rank count the arithmetic stays.
+run_cmd layout-vs-nproc "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --nproc 3 --set parallel.tp=2 --dry-run
+expect_status 2; expect_out "world size 3 (launch.nodes 1 × launch.procs_per_node 3) is not divisible by tp 2"
+
+# The recipe's data and tokenizer files: listed by the dry run, refused by the run before anything
+# is created (data/ does not exist in this scratch folder).
+run_cmd dry-run-inputs "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --set data.tokenizer=tok/tokenizer.json \
+  --set model.vocab=300
+expect_status 0
+expect_out_re "data.train\[0\].path +$WORK/data/fortunes/train \(.bin \+ .idx\): MISSING \($WORK/data/fortunes/train.bin and $WORK/data/fortunes/train.idx do not exist\)"
+expect_out_re "data.tokenizer +$WORK/tok/tokenizer.json: MISSING"
+expect_out "cannot run: 3 inputs are missing"
+mkdir -p d && touch d/train.bin d/train.idx
+run_cmd dry-run-inputs-there "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --set data.train=d/train \
+  --set data.valid=null
+expect_status 0; expect_out_re "data.train +$WORK/d/train \(.bin \+ .idx\)\$"; expect_out_re "data.tokenizer +byte"
+[[ $out != *MISSING* && $out != *"cannot run"* ]] && pass "nothing missing" || fail "dry-run-inputs-there: $out"
+
+run_cmd missing-data "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set data.train=nowhere/train --set log.every=1
+expect_status 2
+expect_out "--set data.train=nowhere/train: data.train: dataset $WORK/nowhere/train: $WORK/nowhere/train.bin and"
+expect_out_re "tiny.yaml:[0-9]+:[0-9]+: data.valid: dataset $WORK/data/fortunes/valid"
+[[ ! -e runs ]] && pass "missing data: no run directory created" || fail "missing data left $(find runs)"
+run_cmd missing-data-nproc "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --nproc 2 --set "data.train=[{path: x/t}]"
+expect_status 2; expect_out "data.train[0].path: dataset $WORK/x/t"; expect_out "llmtrain prep"
+[[ ! -e runs ]] && pass "missing data, 2 ranks: no run directory created" || fail "missing data left $(find runs)"
+
 run_cmd dry-run-70b "$LLMTRAIN" run "$SRC/recipes/llama-70b.yaml" --dry-run
 expect_status 0
 expect_out "world: 64 ranks = tp 8 × pp 4 × dp 2 = 64"
@@ -80,6 +126,19 @@ expect_out "cannot launch from here"
 
 run_cmd run-70b "$LLMTRAIN" run "$SRC/recipes/llama-70b.yaml"
 expect_status 2; expect_out "error:"
+
+# sbatch: the recipe's launch.nodes is the default for --nodes; printing the script writes nothing.
+run_cmd sbatch-recipe-nodes "$LLMTRAIN" sbatch "$SRC/recipes/llama-70b.yaml"
+expect_status 0
+expect_out "#SBATCH --nodes=8"; expect_out "--set launch.nodes=8"
+expect_out "mkdir -p $WORK/runs/llama-70b"
+[[ ! -e runs ]] && pass "sbatch printing creates nothing" || fail "sbatch printing created $(find runs)"
+run_cmd sbatch-nodes-flag "$LLMTRAIN" sbatch "$SRC/recipes/llama-70b.yaml" --nodes 16 --set parallel.dp=4
+expect_status 0; expect_out "#SBATCH --nodes=16"
+
+# Sampling options that greedy decoding ignores are named as such.
+run_cmd generate-greedy-top-k "$LLMTRAIN" generate nowhere --temperature 0 --top-k 5
+expect_status 2; expect_out "--temperature 0 picks the likeliest token every time: --top-k and --top-p have no effect"
 
 run_cmd env "$LLMTRAIN" env
 expect_status 0

@@ -136,7 +136,7 @@ expect_out "resuming from"
 expect_out "at step 50"
 
 # 9. Generation from a checkpoint: streamed after the prompt, reproducible with a seed; run
-#    directories, checkpoint directories and step directories all work.
+#    directories, checkpoint directories and step directories all work; why it stopped.
 run_cmd generate "$LLMTRAIN" generate A --prompt "The meaning of life is" --max-tokens 40 --seed 3
 expect_status 0
 expect_out "The meaning of life is"
@@ -146,6 +146,21 @@ again=$("$LLMTRAIN" generate A/ckpt/step_00000060 --prompt "Q:" --max-tokens 40 
 other=$("$LLMTRAIN" generate A/ckpt/step_00000060 --prompt "Q:" --max-tokens 40 --seed 4 2>/dev/null)
 [[ $first == "$again" && ${#first} -gt 3 ]] && pass "same seed, same text" || fail "generation not reproducible: [$first] vs [$again]"
 [[ $first != "$other" ]] && pass "another seed, another text" || fail "seed ignored"
+# Why generation stopped, on stderr after the text: --max-tokens, the context (64 positions) full,
+# the end of a document (a model that has seen only the document "hi" ends it after "hi").
+run_cmd generate-max-tokens "$LLMTRAIN" generate A --prompt "The meaning of li" --max-tokens 5 --seed 3
+expect_status 0; expect_out "stopped after 5 tokens: --max-tokens 5 reached"
+long="A man who carries a cat by the tail learns something he can"  # 59 bytes: 5 positions left
+run_cmd generate-context "$LLMTRAIN" generate A --prompt "$long" --max-tokens 50 --seed 3
+expect_status 0; expect_out "stopped after 6 tokens: the model's context of 64 tokens is full (model.max_positions)"
+for i in $(seq 200); do printf 'hi\n%%\n'; done >hi.txt
+"$LLMTRAIN" prep --input hi.txt --separator % --tokenizer byte --output hi/ >/dev/null 2>&1 || fail "prep hi"
+run_cmd train-hi "$LLMTRAIN" run r.yaml --set log.dir=H --set data.train=hi/train --set data.valid=null \
+  --set model.seq_len=16 --set train.steps=60 --set checkpoint.every=0 --set eval.every=0 --set log.every=60 \
+  --set optimizer.warmup=0 --set optimizer.lr=1e-2 --set optimizer.min_lr=1e-2 --set log.peak_tflops=1
+expect_status 0
+run_cmd generate-eod "$LLMTRAIN" generate H --prompt "h" --temperature 0 --max-tokens 50
+expect_status 0; expect_out_re "stopped after [1-9] tokens?: end of document \(the model produced the end-of-document token\)"
 run_cmd generate-missing "$LLMTRAIN" generate nowhere --prompt x
 expect_status 2
 expect_out "nowhere does not exist"

@@ -143,10 +143,13 @@ expect_status 1
 expect_out "error: checkpoint.dir $WORK/a-file/ckpt: cannot create it: Not a directory"
 expect_out "--set checkpoint.dir=PATH"
 
+reset_run
 run_bounded cuda-devices "${RUN_JOB[@]}" --nproc 4 --set train.device=cuda -- "$JOB"
 expect_status 1
 expect_out "train.device is cuda and 4 rank(s) run on this host (launch.procs_per_node 4), but"
 expect_out "CUDA device(s) are visible"
+# The output folders are created last: a job refused by pre-flight leaves no run directory.
+[[ ! -e $RUN ]] && pass "cuda-devices: no run directory" || fail "cuda-devices: left $(find "$RUN")"
 
 run_bounded no-program "${RUN_JOB[@]}" --nproc 2 -- no-such-program-here
 expect_status 2

@@ -91,3 +91,16 @@ TEST(SbatchScript, RefusesWhatCannotWork) {
   r.launch.hostfile = "/hosts";
   EXPECT_THROW(sbatch_script(r, request()), Error);
 }
+
+TEST(SbatchScript, NodesDefaultToTheRecipesLaunchNodes) {
+  Recipe r = recipe();
+  r.launch.nodes = 8;
+  SbatchRequest q = request();
+  q.nodes = 0;  // --nodes not given
+  std::string s = sbatch_script(r, q);
+  EXPECT_THAT(s, HasSubstr("# 8 nodes × 4 ranks = 32 ranks"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --nodes=8\n"));
+  EXPECT_THAT(s, HasSubstr("--set launch.nodes=8 &\n"));
+  q.nodes = 2;  // --nodes wins over the recipe
+  EXPECT_THAT(sbatch_script(r, q), HasSubstr("#SBATCH --nodes=2\n"));
+}

@@ -8,8 +8,9 @@
 #  - SIGTERM to `llmtrain run` while the ranks are still starting up: they train one step,
 #    checkpoint it and exit 75 (they used to die of the signal: the trainer's handler came late);
 #  - user-visible failures with the training binary: an unwritable checkpoint.dir (before any step,
-#    launched and in-process), a layout that does not match the world, missing data under
-#    launch.max_restarts (a user error: not restarted).
+#    launched and in-process), a layout that does not match the world, missing data (refused
+#    before any rank starts), a damaged dataset under launch.max_restarts (a user error in the
+#    ranks: not restarted).
 source "$(dirname "$0")/train_lib.sh"
 prep_data
 write_recipe r.yaml 300
@@ -93,9 +94,18 @@ run_bounded batch-vs-world "$LLMTRAIN" run r.yaml --nproc 3 --set log.dir=f4
 expect_status 2
 expect_out_re "global_batch.*8.*(micro_batch 2|2).*(dp 3|3)"
 
+# Missing data is refused before any rank starts, and nothing is created.
 run_bounded missing-data "${RUN4[@]}" --set log.dir=f5 --set launch.max_restarts=2 --set data.train=nowhere/train
 expect_status 2
-expect_out_re "\[rank [0-3]\] error: cannot open $WORK/nowhere/train.idx"
+expect_out "data.train: dataset $WORK/nowhere/train: $WORK/nowhere/train.bin and $WORK/nowhere/train.idx do not exist"
+expect_no "\[rank [0-3]\]"
+[[ ! -e f5 ]] && pass "missing-data: no run directory" || fail "missing-data: f5 created: $(find f5)"
+
+# Data the ranks cannot read (a damaged index) is a user error inside the ranks: not restarted.
+printf 'garbage' >bad.idx && : >bad.bin
+run_bounded damaged-data "${RUN4[@]}" --set log.dir=f6 --set launch.max_restarts=2 --set data.train=bad
+expect_status 2
+expect_out_re "\[rank [0-3]\] error: $WORK/bad.idx: "
 expect_out "the job stopped on a user error (exit 2): not restarted"
 expect_no "attempt 2 of"
 
