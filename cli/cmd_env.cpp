@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "cli/commands.h"
 #include "common/host.h"
@@ -30,6 +31,9 @@ int cmd_env() {
   std::printf("blas:      %s, threading %s, %d threads, kernel %s\n", b.name.c_str(), b.threading.c_str(), b.threads,
               b.coretype.c_str());
   std::printf("           config: %s\n", b.config.c_str());
+  // The peak MFU is measured against, for one rank with every usable core (docs/metrics.md).
+  kernels::CpuPeak peak = kernels::cpu_peak(h.cores_usable, {});
+  std::printf("cpu peak:  %s\n", peak.how.c_str());
 
   std::printf("mpi:       %s\n", parallel::mpi_library_version().c_str());
   parallel::LaunchEnv le = parallel::detect_launch_env();
@@ -45,9 +49,16 @@ int cmd_env() {
                 c.driver_version ? fmt::format("{}.{}", c.driver_version / 1000, (c.driver_version % 1000) / 10).c_str()
                                  : "none");
     if (c.devices.empty()) std::printf("devices:   none (%s)\n", c.unavailable_reason.c_str());
-    for (const auto& d : c.devices)
+    for (const auto& d : c.devices) {
       std::printf("device %d:  %s, compute capability %d.%d, %s, %d SMs\n", d.index, d.name.c_str(), d.cc_major,
                   d.cc_minor, format_bytes(double(d.memory_total)).c_str(), d.multiprocessors);
+      std::optional<kernels::GpuPeak> rated = kernels::gpu_peak_lookup(d.name);
+      std::printf("           rated peak: %s\n",
+                  rated ? fmt::format("{}: {:.4g} TFLOP/s bf16 dense, {:.4g} TFLOP/s fp32", rated->model,
+                                      rated->bf16_dense / 1e12, rated->fp32 / 1e12)
+                              .c_str()
+                        : "not in the table (kernels/gpu_peak.cpp)");
+    }
   }
   std::printf("nccl:      %s\n", parallel::nccl_version().c_str());
   return 0;

@@ -33,7 +33,7 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;  // over the steps since the last record
-  double mfu = 0;           // fraction of log.peak_tflops × ranks
+  double mfu = 0;           // fraction of the peak × ranks (docs/metrics.md, "MFU")
   double elapsed_s = 0;     // since this process started training
   double eta_s = 0;
   int64_t tokens = 0;  // tokens consumed since step 0

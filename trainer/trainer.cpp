@@ -26,10 +26,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The per-rank peak MFU is measured against, in FLOP/s.
-double peak_flops(const Recipe& r) {
-  if (r.log.peak_tflops > 0) return r.log.peak_tflops * 1e12;
-  return kernels::measure_sgemm_gflops() * 1e9;
+// The per-rank peak MFU is measured against: log.peak_tflops, else the CPU's theoretical peak with
+// this rank's threads, else (kernels/cpu/cpu_peak.cpp says why) its best sgemm rate at this rank's
+// matrix products of the model.
+kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
+  if (r.log.peak_tflops > 0)
+    return {r.log.peak_tflops * 1e12, fmt::format("{} TFLOP/s (log.peak_tflops)", r.log.peak_tflops)};
+  const ModelConfig& mc = r.model;
+  const int64_t rows = int64_t(r.train.micro_batch) * mc.seq_len, d = mc.hidden, f = mc.ffn_hidden, tp = r.parallel.tp;
+  return kernels::cpu_peak(threads, {{rows, (mc.heads + 2 * mc.kv_heads) * int64_t(mc.head_dim()) / tp, d},
+                                     {rows, f / tp, d},
+                                     {rows, d, f / tp},
+                                     {rows, mc.padded_vocab() / tp, d}});
 }
 
 }  // namespace
@@ -80,12 +88,12 @@ int train(const TrainContext& ctx) {
     return kExitOk;
   }
 
-  const double peak = peak_flops(r) * world.size();
+  const kernels::CpuPeak rank_peak = peak_flops(r, ctx.threads);
+  const double peak = rank_peak.flops * world.size();
   log_progress(
-      "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against "
-      "{:.3g} TFLOP/s{}",
-      r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, peak / 1e12,
-      r.log.peak_tflops > 0 ? "" : " (measured sgemm rate)");
+      "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {} "
+      "rank(s) × {}",
+      r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, world.size(), rank_peak.how);
   Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.dp->size());
   int64_t last_eval = -1;
   auto eval = [&] {

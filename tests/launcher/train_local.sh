@@ -59,7 +59,7 @@ grep -q "restart 1 of 1" "$RUN/logs/launcher.log" && pass "killed: launcher.log 
 echo "kill and restart done after $(elapsed)"
 
 # --- SIGTERM while the ranks start up, before their first step: checkpoint and 75, not death --------
-# (log.peak_tflops auto: each rank measures its sgemm rate before training, a longer start-up.)
+# (log.peak_tflops auto: each rank reads its CPU and measures its clock before training, a longer start-up.)
 RUN=$WORK/early
 start_job early "${RUN4[@]}" --set log.dir="$RUN" --set log.peak_tflops=auto
 wait_ranks_listening "$job_pid" 4 60
