@@ -117,6 +117,7 @@ TEST_F(TensorBoardFile, TensorBoardReadsOurFile) {
     m.grad_norm = 0.25 * double(step);
     m.tokens_per_s = 12345.678;
     m.mfu = 0.4321;
+    m.per_step = {0.001, 0.02 * double(step), 0.04, 0.003, 0.002, 0.0};
     MemoryAccount mem;
     mem.parameters = 4'456'448;
     mem.gradients = 4'456'448;
@@ -135,6 +136,12 @@ TEST_F(TensorBoardFile, TensorBoardReadsOurFile) {
     expect("memory/activations_bytes", m.step, float(mem.activations));
     expect("memory/communication_bytes", m.step, float(mem.communication));
     expect("memory/total_bytes", m.step, float(mem.total()));
+    expect("time/data_ms", m.step, float(1e3 * m.per_step.data));
+    expect("time/forward_ms", m.step, float(1e3 * m.per_step.forward));
+    expect("time/backward_ms", m.step, float(1e3 * m.per_step.backward));
+    expect("time/grad_sync_ms", m.step, float(1e3 * m.per_step.grad_sync));
+    expect("time/optimizer_ms", m.step, float(1e3 * m.per_step.optimizer));
+    expect("time/checkpoint_ms", m.step, float(1e3 * m.per_step.checkpoint));
   }
   tensorboard_write_eval(tb, EvalMetrics{30, 2.5, 12.182493960703473, 0});
   expect("val/loss", 30, 2.5f);
