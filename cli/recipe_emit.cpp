@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
-#include <regex>
+#include <set>
+#include <string_view>
 
 #include "cli/recipe_parse.h"
+#include "common/strings.h"
 
 namespace llmtrain::cli {
 namespace {
@@ -13,9 +15,11 @@ namespace {
 // Plain scalars that YAML would read as something else (numbers, booleans, null) or that
 // contain syntax characters are double-quoted.
 std::string str(const std::string& s) {
-  static const std::regex plain(R"([A-Za-z_/.][A-Za-z0-9_./+-]*)");
-  static const std::regex reserved(R"(true|false|True|False|TRUE|FALSE|null|Null|NULL|yes|no|on|off|auto|none|~)");
-  if (std::regex_match(s, plain) && !std::regex_match(s, reserved)) return s;
+  static const std::string first = std::string(kLetters) + "_/.";
+  static const std::string rest = first + std::string(kDigits) + "+-";
+  static const std::set<std::string_view> reserved = {"true", "false", "True", "False", "TRUE", "FALSE", "null", "Null",
+                                                      "NULL", "yes",   "no",   "on",    "off",  "auto",  "none", "~"};
+  if (is_word(s, first, rest) && !reserved.count(s)) return s;
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\';

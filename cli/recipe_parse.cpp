@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "common/recipe/recipe_check.h"
@@ -73,17 +73,39 @@ std::string range_text(const FloatRule& r) {
   return s;
 }
 
+// [+-]? (digits [. digits?] | . digits) ([eE] [+-]? digits)?: what YAML and people write as a
+// number; from_chars alone would also take "inf", "nan" and hexadecimal.
+bool is_decimal(std::string_view s) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i - from;
+  };
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  size_t mantissa = digits();
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == s.size();
+}
+
 bool parse_int(const std::string& s, int64_t& out) {
-  static const std::regex re(R"([+-]?[0-9]+)");
-  if (!std::regex_match(s, re)) return false;
+  if (!is_digits(std::string_view(s).substr(s.empty() || (s[0] != '+' && s[0] != '-') ? 0 : 1))) return false;
   const char* b = s.data() + (s[0] == '+' ? 1 : 0);
   auto [p, ec] = std::from_chars(b, s.data() + s.size(), out);
   return ec == std::errc() && p == s.data() + s.size();
 }
 
 bool parse_float(const std::string& s, double& out) {
-  static const std::regex re(R"([+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)");
-  if (!std::regex_match(s, re)) return false;
+  if (!is_decimal(s)) return false;
   const char* b = s.data() + (s[0] == '+' ? 1 : 0);
   auto [p, ec] = std::from_chars(b, s.data() + s.size(), out);
   return ec == std::errc() && p == s.data() + s.size() && std::isfinite(out);
@@ -456,6 +478,19 @@ void parse_log(Section s, LogConfig& l) {
   s.finish();
 }
 
+// minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (sbatch --time): [D-]N[:NN[:NN]].
+bool is_slurm_time(std::string_view t) {
+  const size_t dash = t.find('-');
+  if (dash != std::string_view::npos) {
+    if (!is_digits(t.substr(0, dash))) return false;
+    t = t.substr(dash + 1);
+  }
+  const std::vector<std::string> parts = split(t, ':');
+  if (parts.size() > 3 || !is_digits(parts[0])) return false;
+  return std::all_of(parts.begin() + 1, parts.end(),
+                     [](const std::string& p) { return p.size() <= 2 && is_digits(p); });
+}
+
 void parse_launch(Section s, LaunchConfig& l, std::vector<Diagnostic>& diags) {
   s.integer("procs_per_node", l.procs_per_node, kPositive);
   s.integer("nodes", l.nodes, kPositive);
@@ -466,8 +501,7 @@ void parse_launch(Section s, LaunchConfig& l, std::vector<Diagnostic>& diags) {
     slurm.string("partition", l.slurm.partition);
     slurm.string("account", l.slurm.account);
     slurm.string("time", l.slurm.time);
-    static const std::regex time_re(R"((\d+-)?\d+(:\d{1,2}){0,2})");
-    if (!l.slurm.time.empty() && !std::regex_match(l.slurm.time, time_re))
+    if (!l.slurm.time.empty() && !is_slurm_time(l.slurm.time))
       slurm.error(slurm.get("time")->where, "launch.slurm.time",
                   fmt::format("expected a Slurm time limit, found \"{}\"", l.slurm.time),
                   "Slurm accepts minutes, MM:SS, HH:MM:SS or D-HH:MM:SS, e.g. 04:00:00");
@@ -490,8 +524,8 @@ void parse_root(const YamlValue& root, const std::string& file, Recipe& r, std::
   }
   top.required("name");
   if (top.string("name", r.name, false)) {
-    static const std::regex name_re(R"([A-Za-z0-9][A-Za-z0-9._-]*)");
-    if (!std::regex_match(r.name, name_re))
+    static const std::string alnum = std::string(kLetters) + std::string(kDigits);
+    if (!is_word(r.name, alnum, alnum + "._-"))
       top.error(top.get("name")->where, "name",
                 fmt::format("expected a run name of letters, digits, '.', '_' or '-', found \"{}\"", r.name),
                 "the name becomes a directory (runs/<name>): use e.g. gpt2-124m");

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <sstream>
+
+#include "common/strings.h"
 
 namespace llmtrain::cli {
 
@@ -127,8 +129,8 @@ YamlValue yaml_load_file(const std::string& path, std::vector<Diagnostic>& diags
 void yaml_apply_override(YamlValue& root, const std::string& assignment, std::vector<Diagnostic>& diags) {
   std::string origin = "--set " + assignment;
   auto eq = assignment.find('=');
-  static const std::regex key_re(R"([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)");
-  if (eq == std::string::npos || !std::regex_match(assignment.substr(0, eq), key_re)) {
+  const std::vector<std::string> parts = split(assignment.substr(0, std::min(eq, assignment.size())), '.');
+  if (eq == std::string::npos || !std::all_of(parts.begin(), parts.end(), is_identifier)) {
     diags.push_back({origin, "", "expected key=value with a dotted key, e.g. --set train.steps=100",
                      "keys are recipe paths such as model.layers or optimizer.lr"});
     return;

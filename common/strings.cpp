@@ -67,6 +67,21 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
+bool is_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool is_word(std::string_view s, std::string_view first, std::string_view rest) {
+  if (s.empty() || first.find(s[0]) == std::string_view::npos) return false;
+  return std::all_of(s.begin() + 1, s.end(), [&](char c) { return rest.find(c) != std::string_view::npos; });
+}
+
+bool is_identifier(std::string_view s) {
+  static const std::string first = std::string(kLetters) + "_";
+  static const std::string rest = first + std::string(kDigits);
+  return is_word(s, first, rest);
+}
+
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::optional<double> parse_duration_seconds(std::string_view s) {

@@ -20,6 +20,18 @@ std::vector<std::string> split(std::string_view s, char sep);
 std::string trim(std::string_view s);
 bool starts_with(std::string_view s, std::string_view prefix);
 
+// Character-class checks for the small grammars of recipes, flags and environment variables
+// (hand-written rather than std::regex, whose recursion a long hostile string can overflow).
+// One or more ASCII digits, nothing else.
+bool is_digits(std::string_view s);
+// A C identifier: a letter or '_', then letters, digits or '_'.
+bool is_identifier(std::string_view s);
+// A non-empty string whose first character is in `first` and every other in `rest` (ASCII sets).
+bool is_word(std::string_view s, std::string_view first, std::string_view rest);
+// ASCII character sets for is_word.
+inline constexpr std::string_view kLetters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+inline constexpr std::string_view kDigits = "0123456789";
+
 // "300s", "5m", "1.5h", "250ms", or a bare number of seconds. nullopt when malformed.
 std::optional<double> parse_duration_seconds(std::string_view s);
 // Formats seconds as "1h02m03s" / "4m05s" / "12.3s".

@@ -2,25 +2,40 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <regex>
+#include <set>
+#include <string_view>
 #include <thread>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace llmtrain::trainer {
 
 Fault fault_from_env() {
   const char* v = std::getenv("LLMTRAIN_FAULT");
   if (!v || !*v) return {};
-  static const std::regex re(R"((kill|segv|exit|throw|hang|slow)@([0-9]+)(:([0-9]+))?)");
-  std::cmatch m;
-  if (!std::regex_match(v, m, re))
+  // <kind>@<step>[:<rank>]
+  const std::string_view s = v;
+  const size_t at = s.find('@');
+  const size_t colon = s.find(':', at == std::string_view::npos ? s.size() : at);
+  const std::string_view kind = s.substr(0, at);
+  const std::string_view step = at == std::string_view::npos ? "" : s.substr(at + 1, colon - at - 1);
+  const std::string_view rank = colon == std::string_view::npos ? "" : s.substr(colon + 1);
+  static const std::set<std::string_view> kinds = {"kill", "segv", "exit", "throw", "hang", "slow"};
+  Fault f{std::string(kind), 0, -1};
+  const bool ok =
+      kinds.count(kind) && is_digits(step) &&
+      std::from_chars(step.data(), step.data() + step.size(), f.step).ec == std::errc() &&
+      (colon == std::string_view::npos ||
+       (is_digits(rank) && std::from_chars(rank.data(), rank.data() + rank.size(), f.rank).ec == std::errc()));
+  if (!ok)
     throw Error(fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
                 "kinds: kill, segv, exit, throw, hang, slow (a test hook; unset it for real runs)");
-  return {m[1].str(), std::stoll(m[2].str()), m[4].matched ? std::stoi(m[4].str()) : -1};
+  return f;
 }
 
 double fault_slow_down(const Fault& f, int64_t step, int rank, double compute_s) {

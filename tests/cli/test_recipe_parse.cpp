@@ -123,6 +123,31 @@ TEST(RecipeParse, SetErrorsNameTheArgument) {
   EXPECT_NE(d[0].message.find("cannot set a key inside"), std::string::npos);
 }
 
+TEST(RecipeParse, NumbersTimesAndNamesFollowTheirGrammars) {
+  auto r = load(kRecipe, {"train.steps=+12", "optimizer.lr=.5e-3", "optimizer.weight_decay=1.", "optimizer.min_lr=2E-5",
+                          "launch.slurm.time=2-04:30:00", "name=gpt2-124m.v1_b"})
+               .recipe;
+  EXPECT_EQ(r.train.steps, 12);
+  EXPECT_DOUBLE_EQ(r.optimizer.lr, 5e-4);
+  EXPECT_DOUBLE_EQ(r.optimizer.weight_decay, 1.0);
+  EXPECT_DOUBLE_EQ(r.optimizer.min_lr, 2e-5);
+  EXPECT_EQ(r.launch.slurm.time, "2-04:30:00");
+  EXPECT_EQ(r.name, "gpt2-124m.v1_b");
+  for (const char* time : {"90", "30:00", "04:00:00", "1-12"})
+    EXPECT_NO_THROW(load(kRecipe, {std::string("launch.slurm.time=") + time})) << time;
+  for (const char* bad :
+       {"train.steps=1e3", "train.steps=0x10", "optimizer.lr=1e", "optimizer.lr=.", "optimizer.lr=inf",
+        "optimizer.lr=nan", "optimizer.lr=1.2.3", "launch.slurm.time=1:2:3:4", "launch.slurm.time=1:234",
+        "launch.slurm.time=-1", "launch.slurm.time=tomorrow", "name=-x", "name=a/b", "name=.hidden"})
+    EXPECT_FALSE(load_errors(kRecipe, {bad}).empty()) << bad;
+  // Keys: dotted identifiers only.
+  for (const char* bad : {"train..steps=3", ".train=3", "train.=3", "train.9steps=3", "=3"})
+    EXPECT_NE(load_errors(kRecipe, {bad}).at(0).message.find("expected key=value"), std::string::npos) << bad;
+  // A hostile value far longer than any real one is refused (not a stack overflow in a matcher).
+  EXPECT_FALSE(load_errors(kRecipe, {"train.steps=" + std::string(1 << 20, '9')}).empty());
+  EXPECT_FALSE(load_errors(kRecipe, {"name=" + std::string(1 << 20, 'a') + "/"}).empty());
+}
+
 TEST(RecipeParse, ResolvedYamlRoundTrips) {
   auto first = load(kRecipe, {"parallel.timeout=90s", "launch.slurm.time=01:00:00"}).recipe;
   std::string yaml = cli::recipe_to_yaml(first);

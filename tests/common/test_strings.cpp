@@ -38,3 +38,20 @@ TEST(Strings, Counts) {
   EXPECT_EQ(format_count(999), "999");
   EXPECT_EQ(format_bytes(1536), "1.5 KiB");
 }
+
+TEST(Strings, CharacterClasses) {
+  EXPECT_TRUE(is_digits("0123"));
+  EXPECT_FALSE(is_digits(""));
+  EXPECT_FALSE(is_digits("12a"));
+  EXPECT_FALSE(is_digits("-1"));
+  EXPECT_TRUE(is_identifier("kv_heads"));
+  EXPECT_TRUE(is_identifier("_x9"));
+  EXPECT_FALSE(is_identifier("9x"));
+  EXPECT_FALSE(is_identifier(""));
+  EXPECT_FALSE(is_identifier("a-b"));
+  EXPECT_TRUE(is_word("gpt2-124m.v1", "g", "abcdefghijklmnopqrstuvwxyz0123456789-."));
+  EXPECT_FALSE(is_word("Gpt2", "g", "pt2"));
+  // A string far longer than any recipe value: checked in one pass, without recursion.
+  EXPECT_TRUE(is_digits(std::string(1 << 20, '7')));
+  EXPECT_TRUE(is_identifier("a" + std::string(1 << 20, '_')));
+}

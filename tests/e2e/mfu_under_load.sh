@@ -72,7 +72,7 @@ summary=$(check_mfu A 2>&1) && pass "startup-load: every mfu in (0, 1]: $summary
 
 # (b) Load throughout (one busy loop per core; steps of one micro-batch, to stay short).
 start_load 1
-run_cmd steady-load run_tiny B --set train.global_batch=2
+run_cmd steady-load run_tiny B --set train.global_batch=4
 stop_load
 expect_status 0
 summary=$(check_mfu B 2>&1) && pass "steady-load: every mfu in (0, 1]: $summary" || fail "steady-load: $summary"
