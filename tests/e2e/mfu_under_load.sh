@@ -70,9 +70,10 @@ expect_status 0
 expect_out_re "MFU against 1 rank\(s\) × .*(FLOP/cycle|measured, the best of)"
 summary=$(check_mfu A 2>&1) && pass "startup-load: every mfu in (0, 1]: $summary" || fail "startup-load: $summary"
 
-# (b) Load throughout (one busy loop per core; steps of one micro-batch, to stay short).
+# (b) Load throughout (one busy loop per core; steps of one micro-batch on one thread, to stay short:
+# two OpenMP threads beside busy loops wait at every barrier for a descheduled thread).
 start_load 1
-run_cmd steady-load run_tiny B --set train.global_batch=4
+run_cmd steady-load run_tiny B --set train.global_batch=4 --set train.threads=1
 stop_load
 expect_status 0
 summary=$(check_mfu B 2>&1) && pass "steady-load: every mfu in (0, 1]: $summary" || fail "steady-load: $summary"
