@@ -1,8 +1,11 @@
 // llmtrain's entry point: registers the subcommands with CLI11 and is one of the two places that
 // catch llmtrain::Error (the other is a rank's top level): the message and hint go to stderr
-// and the process exits with the error's status (2 for user mistakes).
+// and the process exits with the error's status (2 for user mistakes). Every other exception ends
+// in a message and status 1 too, never in std::terminate's abort.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "cli/commands.h"
 #include "cli/recipe_parse.h"
@@ -297,6 +300,21 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", format_error(e).c_str());
     return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "error: out of memory\n  hint: a smaller train.micro_batch or model, fewer threads, or an input "
+                 "file far larger than it should be\n");
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    // Anything else is a bug of ours or an input we failed to check: a message, never a signal.
+    std::fprintf(stderr,
+                 "error: internal error: %s\n  hint: llmtrain should have reported this clearly: please report it with "
+                 "the command line and the output of `llmtrain env`\n",
+                 e.what());
+    return kExitFailure;
+  } catch (...) {
+    std::fprintf(stderr, "error: internal error: an unknown exception\n");
+    return kExitFailure;
   }
   return 0;
 }

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "common/strings.h"
 
@@ -53,10 +53,40 @@ std::string mark_where(const std::string& name, const YAML::Mark& m) {
   return fmt::format("{}:{}:{}", name, m.line + 1, m.column + 1);
 }
 
+// Bounds on what a recipe may expand to. Real recipes nest 4 levels and hold a few hundred values;
+// YAML aliases can make a small file expand exponentially (a "billion laughs"), so the values
+// are counted as the tree is built, aliases expanded.
+constexpr int kMaxDepth = 32;
+constexpr int64_t kMaxValues = 100000;
+
+struct Budget {
+  int64_t values = 0;
+  bool exhausted = false;
+};
+
+// A problem with a key or a scalar's text (control characters, bytes that are not UTF-8).
+void check_text(const std::string& text, const std::string& where, const std::string& path, const char* what,
+                std::vector<Diagnostic>& diags) {
+  const std::string problem = text_problem(text);
+  if (!problem.empty())
+    diags.push_back({where, path, fmt::format("{} holds {}", what, problem),
+                     "recipe values are single lines of UTF-8 text without control characters"});
+}
+
 YamlValue convert(const YAML::Node& node, const std::string& name, const std::string& origin, const std::string& path,
-                  std::vector<Diagnostic>& diags) {
+                  std::vector<Diagnostic>& diags, Budget& budget, int depth = 0) {
   YamlValue v;
   v.where = origin.empty() ? mark_where(name, node.Mark()) : origin;
+  if (budget.exhausted) return v;
+  if (++budget.values > kMaxValues || depth > kMaxDepth) {
+    budget.exhausted = true;
+    diags.push_back({v.where, path,
+                     depth > kMaxDepth ? fmt::format("the recipe nests deeper than {} levels", kMaxDepth)
+                                       : fmt::format("the recipe expands to more than {} values", kMaxValues),
+                     "a recipe is a few small maps; YAML aliases (*name) that repeat anchors (&name) can expand "
+                     "without bound: write the values out"});
+    return v;
+  }
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -66,11 +96,12 @@ YamlValue convert(const YAML::Node& node, const std::string& name, const std::st
       v.kind = YamlValue::Kind::scalar;
       v.scalar = node.Scalar();
       v.quoted = node.Tag() == "!";  // yaml-cpp tags non-plain (quoted) scalars "!"
+      check_text(v.scalar, v.where, path, "the value", diags);
       break;
     case YAML::NodeType::Sequence:
       v.kind = YamlValue::Kind::sequence;
       for (size_t i = 0; i < node.size(); ++i)
-        v.items.push_back(convert(node[i], name, origin, fmt::format("{}[{}]", path, i), diags));
+        v.items.push_back(convert(node[i], name, origin, fmt::format("{}[{}]", path, i), diags, budget, depth + 1));
       break;
     case YAML::NodeType::Map:
       v.kind = YamlValue::Kind::map;
@@ -82,13 +113,18 @@ YamlValue convert(const YAML::Node& node, const std::string& name, const std::st
         }
         std::string key = it->first.Scalar();
         std::string child_path = path.empty() ? key : path + "." + key;
+        const std::string key_where = origin.empty() ? mark_where(name, it->first.Mark()) : origin;
+        if (!text_problem(key).empty()) {
+          check_text(key, key_where, path, "a key", diags);
+          continue;
+        }
         if (v.find(key)) {
           diags.push_back({origin.empty() ? mark_where(name, it->first.Mark()) : origin, child_path,
                            fmt::format("duplicate key (first given at {})", v.find(key)->where),
                            "remove one of the two; YAML keeps neither silently here"});
           continue;
         }
-        YamlValue child = convert(it->second, name, origin, child_path, diags);
+        YamlValue child = convert(it->second, name, origin, child_path, diags, budget, depth + 1);
         child.key_where = origin.empty() ? mark_where(name, it->first.Mark()) : origin;
         v.entries.emplace_back(key, std::move(child));
       }
@@ -102,7 +138,8 @@ YamlValue convert(const YAML::Node& node, const std::string& name, const std::st
 YamlValue yaml_load_string(const std::string& text, const std::string& name, std::vector<Diagnostic>& diags) {
   try {
     YAML::Node root = YAML::Load(text);
-    YamlValue tree = convert(root, name, "", "", diags);
+    Budget budget;
+    YamlValue tree = convert(root, name, "", "", diags, budget);
     tree.key_where = name + ":1:1";  // a missing top-level key is reported at the top of the file
     return tree;
   } catch (const YAML::ParserException& e) {
@@ -115,15 +152,30 @@ YamlValue yaml_load_string(const std::string& text, const std::string& name, std
 }
 
 YamlValue yaml_load_file(const std::string& path, std::vector<Diagnostic>& diags) {
+  // A regular file of bounded size: a FIFO would block the open, /dev/zero never end.
+  constexpr std::streamsize kMaxBytes = 4 << 20;
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    diags.push_back({path, "", "the recipe is not a regular file (a directory, a device or a pipe)",
+                     "give the path of a .yaml file; recipes/ has examples (recipes/tiny.yaml)", /*io=*/true});
+    return {};
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     diags.push_back({path, "", fmt::format("cannot read the recipe file: {}", std::strerror(errno)),
                      "check the path; recipes/ has examples (recipes/tiny.yaml)", /*io=*/true});
     return {};
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return yaml_load_string(ss.str(), path, diags);
+  std::string text(size_t(kMaxBytes) + 1, '\0');
+  in.read(text.data(), kMaxBytes + 1);
+  text.resize(size_t(in.gcount()));
+  if (text.size() > size_t(kMaxBytes)) {
+    diags.push_back({path, "", fmt::format("the recipe is larger than {} MiB", kMaxBytes >> 20),
+                     "a recipe is a few kilobytes of YAML: is this the right file?", /*io=*/true});
+    return {};
+  }
+  return yaml_load_string(text, path, diags);
 }
 
 void yaml_apply_override(YamlValue& root, const std::string& assignment, std::vector<Diagnostic>& diags) {
@@ -140,7 +192,8 @@ void yaml_apply_override(YamlValue& root, const std::string& assignment, std::ve
   std::vector<Diagnostic> local;
   YamlValue value;
   try {
-    value = convert(YAML::Load(text), "", origin, key, local);
+    Budget budget;
+    value = convert(YAML::Load(text), "", origin, key, local, budget);
   } catch (const YAML::Exception& e) {
     diags.push_back({origin, key, fmt::format("cannot parse the value as YAML: {}", e.what()),
                      "quote strings with special characters, e.g. --set name='\"my run\"'"});

@@ -82,6 +82,38 @@ bool is_identifier(std::string_view s) {
   return is_word(s, first, rest);
 }
 
+std::string text_problem(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      const char* name = c == '\n'   ? " (a line break)"
+                         : c == '\r' ? " (a carriage return)"
+                         : c == '\t' ? " (a tab)"
+                                     : "";
+      return fmt::format("the control character U+{:04X}{} at byte {}", c, name, i);
+    }
+    // UTF-8: the lead byte gives the length; continuation bytes are 10xxxxxx; no overlong forms,
+    // surrogates or code points past U+10FFFF.
+    int n = c < 0x80                   ? 1
+            : (c >= 0xc2 && c <= 0xdf) ? 2
+            : (c >= 0xe0 && c <= 0xef) ? 3
+            : (c >= 0xf0 && c <= 0xf4) ? 4
+                                       : 0;
+    bool ok = n > 0 && i + size_t(n) <= s.size();
+    for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + size_t(k)]) & 0xc0) == 0x80;
+    if (ok && n >= 3) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) ||
+          (c == 0xf4 && c1 >= 0x90))
+        ok = false;
+    }
+    if (!ok) return fmt::format("a byte that is not UTF-8 (0x{:02x}) at byte {}", c, i);
+    i += size_t(n);
+  }
+  return "";
+}
+
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::optional<double> parse_duration_seconds(std::string_view s) {

@@ -28,6 +28,11 @@ bool is_digits(std::string_view s);
 bool is_identifier(std::string_view s);
 // A non-empty string whose first character is in `first` and every other in `rest` (ASCII sets).
 bool is_word(std::string_view s, std::string_view first, std::string_view rest);
+// What is wrong with `s` as a line of text for a recipe, a hostfile or a script: "" when nothing;
+// else e.g. "the control character U+000A (a line break) at byte 12" or "a byte that is not
+// UTF-8 (0xff) at byte 3". Control characters could end a line of a generated script (an sbatch
+// header), and bytes that are not UTF-8 could not be written into JSON (a checkpoint manifest).
+std::string text_problem(std::string_view s);
 // ASCII character sets for is_word.
 inline constexpr std::string_view kLetters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 inline constexpr std::string_view kDigits = "0123456789";

@@ -55,3 +55,16 @@ TEST(Strings, CharacterClasses) {
   EXPECT_TRUE(is_digits(std::string(1 << 20, '7')));
   EXPECT_TRUE(is_identifier("a" + std::string(1 << 20, '_')));
 }
+
+TEST(Strings, TextProblems) {
+  EXPECT_EQ(text_problem("runs/größe 🙂"), "");
+  EXPECT_EQ(text_problem("a\nb"), "the control character U+000A (a line break) at byte 1");
+  EXPECT_EQ(text_problem("\x7f"), "the control character U+007F at byte 0");
+  EXPECT_EQ(text_problem("ab\xff"), "a byte that is not UTF-8 (0xff) at byte 2");
+  EXPECT_NE(text_problem("\xc3"), "");              // truncated sequence
+  EXPECT_NE(text_problem("\xc0\xaf"), "");          // overlong '/'
+  EXPECT_NE(text_problem("\xe0\x80\xaf"), "");      // overlong, 3 bytes
+  EXPECT_NE(text_problem("\xed\xa0\x80"), "");      // a UTF-16 surrogate
+  EXPECT_NE(text_problem("\xf4\x90\x80\x80"), "");  // past U+10FFFF
+  EXPECT_EQ(text_problem("\xf4\x8f\xbf\xbf"), "");  // U+10FFFF itself
+}

@@ -1,0 +1,136 @@
+// Hostile recipes: what a malicious or broken file (or --set value) must not do — run a command
+// through a generated script, break a later JSON write, expand without bound, nest without bound,
+// block on a pipe or read forever. Each is refused with a diagnostic at validation, before any rank.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/recipe_load.h"
+#include "cli/recipe_parse.h"
+
+using namespace llmtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRecipe = R"(name: t
+model: {family: gpt2, layers: 2, hidden: 64, heads: 4, seq_len: 32}
+data: {train: data/x}
+train: {steps: 10, micro_batch: 2}
+)";
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("llmtrain_hostile_" + std::to_string(getpid()))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  fs::path file(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name, std::ios::binary) << text;
+    return path_ / name;
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// The diagnostics of loading `text` with `sets` (empty when it loads).
+std::vector<cli::Diagnostic> errors_of(const fs::path& file, const std::vector<std::string>& sets = {}) {
+  try {
+    cli::recipe_load(file.string(), sets);
+  } catch (const cli::RecipeError& e) {
+    return e.diagnostics();
+  }
+  return {};
+}
+
+std::string all_messages(const std::vector<cli::Diagnostic>& diags) {
+  std::string out;
+  for (const auto& d : diags) out += d.key + ": " + d.message + "\n";
+  return out;
+}
+
+TEST(RecipeHostile, ControlCharactersInValuesAreRefused) {
+  TempDir dir;
+  // A line break in a value would end an #SBATCH comment line of the generated script, and the
+  // next line would run on the compute node.
+  auto d = errors_of(dir.file("a.yaml", kRecipe + "launch: {slurm: {partition: \"gpu\\nrm -rf ~\"}}\n"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].key, "launch.slurm.partition");
+  EXPECT_NE(d[0].message.find("U+000A (a line break)"), std::string::npos) << all_messages(d);
+  EXPECT_NE(d[0].where.find("a.yaml:5:"), std::string::npos) << d[0].where;
+
+  d = errors_of(dir.file("b.yaml", kRecipe), {"log.dir=\"runs/x\\r\\n#SBATCH --wrap=id\""});
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].key, "log.dir");
+  EXPECT_NE(d[0].message.find("U+000D"), std::string::npos) << all_messages(d);
+
+  d = errors_of(dir.file("c.yaml", kRecipe + "checkpoint: {dir: \"ck\\tpt\"}\n"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(d[0].message.find("(a tab)"), std::string::npos) << all_messages(d);
+
+  // In keys too.
+  d = errors_of(dir.file("d.yaml", kRecipe + "\"log\\u0007\": {every: 1}\n"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(d[0].message.find("a key holds the control character U+0007"), std::string::npos) << all_messages(d);
+}
+
+TEST(RecipeHostile, BytesThatAreNotUtf8AreRefused) {
+  TempDir dir;
+  // Would make every checkpoint save fail once training had started (the manifest is JSON).
+  auto d = errors_of(dir.file("a.yaml", kRecipe + "log: {dir: \"runs/\xff\xfe\"}\n"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].key, "log.dir");
+  EXPECT_NE(d[0].message.find("not UTF-8 (0xff) at byte 5"), std::string::npos) << all_messages(d);
+  // An overlong encoding of '/' and a lone surrogate: not UTF-8 either.
+  EXPECT_FALSE(errors_of(dir.file("b.yaml", kRecipe + "log: {dir: \"a\xc0\xaf\"}\n")).empty());
+  EXPECT_FALSE(errors_of(dir.file("c.yaml", kRecipe + "log: {dir: \"a\xed\xa0\x80\"}\n")).empty());
+  // Real UTF-8 is fine.
+  EXPECT_TRUE(errors_of(dir.file("d.yaml", kRecipe + "log: {dir: \"runs/größe-λ-🙂\"}\n")).empty());
+}
+
+TEST(RecipeHostile, AliasExpansionIsBounded) {
+  TempDir dir;
+  // Nine levels of ten aliases each: 10^9 values once expanded ("billion laughs").
+  std::string bomb = kRecipe + "extra:\n  l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    bomb += "  l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", *l" : "*l") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  auto d = errors_of(dir.file("bomb.yaml", bomb));
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(all_messages(d).find("expands to more than 100000 values"), std::string::npos) << all_messages(d);
+}
+
+TEST(RecipeHostile, NestingIsBounded) {
+  TempDir dir;
+  const int depth = 200;
+  auto d =
+      errors_of(dir.file("deep.yaml", kRecipe + "extra: " + std::string(depth, '[') + std::string(depth, ']') + "\n"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(all_messages(d).find("nests deeper than"), std::string::npos) << all_messages(d);
+}
+
+TEST(RecipeHostile, PipesDirectoriesAndHugeFilesAreRefusedWithoutReadingThem) {
+  TempDir dir;
+  const fs::path fifo = dir.path() / "fifo.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto d = errors_of(fifo);  // opening a FIFO with no writer would block forever
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(d[0].message.find("not a regular file"), std::string::npos) << all_messages(d);
+
+  d = errors_of(dir.path());
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(d[0].message.find("not a regular file"), std::string::npos) << all_messages(d);
+
+  d = errors_of(dir.file("huge.yaml", kRecipe + "# " + std::string(5 << 20, 'x') + "\n"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(d[0].message.find("larger than 4 MiB"), std::string::npos) << all_messages(d);
+}
+
+}  // namespace
