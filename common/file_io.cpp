@@ -2,13 +2,12 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 
@@ -161,12 +160,34 @@ void write_file_atomic(FileSystem& fs, const std::string& path, std::string_view
   fs.sync_dir(fs::path(path).parent_path().string());
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read", path, errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+std::string read_file(const std::string& path, int64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO without a writer returns at once (and is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) fail("cannot read", path, errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("cannot read", path, errno);
+  if (!S_ISREG(st.st_mode))
+    throw Error(fmt::format("cannot read {}: not a regular file (a directory, a device or a pipe)", path),
+                "give the path of a file");
+  if (st.st_size > max_bytes)
+    throw Error(
+        fmt::format("cannot read {}: {} bytes, more than the {} this file may have", path, st.st_size, max_bytes),
+        "is this the right file?");
+  std::string out(size_t(st.st_size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot read", path, errno);
+    if (n == 0) break;  // shrank while we read: what is there
+    got += size_t(n);
+  }
+  out.resize(got);
+  return out;
 }
 
 }  // namespace llmtrain

@@ -75,7 +75,11 @@ class FaultyFileSystem final : public FileSystem {
 // directory. Readers see the old file or the new one, never a mix.
 void write_file_atomic(FileSystem& fs, const std::string& path, std::string_view contents);
 
-// Reads a whole file; throws llmtrain::Error naming the path.
-std::string read_file(const std::string& path);
+// Reads a whole regular file of at most `max_bytes`; throws llmtrain::Error naming the path when it
+// cannot be read, is not a regular file (a FIFO would block, /dev/zero never end) or is larger.
+// Every file we read may be hostile: the default bound is far above any manifest, tokenizer or
+// recipe we write or read, and far below what would exhaust memory.
+inline constexpr int64_t kReadFileLimit = int64_t(1) << 30;
+std::string read_file(const std::string& path, int64_t max_bytes = kReadFileLimit);
 
 }  // namespace llmtrain

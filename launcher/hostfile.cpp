@@ -2,12 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/strings.h"
 
 namespace llmtrain::launcher {
@@ -23,6 +21,27 @@ bool parse_positive(std::string_view s, int& out) {
   if (v <= 0) return false;
   out = v;
   return true;
+}
+
+// [user@]host, where host is a DNS name, an IPv4 address or an IPv6 address, and user a login
+// name: nothing that ssh could read as an option ("-oProxyCommand=...") or a shell as syntax.
+bool is_host_name(std::string_view s) {
+  static const std::string alnum = std::string(kLetters) + std::string(kDigits);
+  if (const size_t at = s.find('@'); at != std::string_view::npos) {
+    if (!is_word(s.substr(0, at), alnum + "_", alnum + "._-")) return false;
+    s = s.substr(at + 1);
+  }
+  return s.size() <= 253 && is_word(s, alnum, alnum + ".-_:");
+}
+
+// The text with bytes outside printable ASCII as \xNN, for an error message.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u >= 0x20 && u < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", u);
+  }
+  return out;
 }
 
 }  // namespace
@@ -46,6 +65,10 @@ Hostfile hostfile_parse(std::string_view text, const std::string& path) {
     e.line = line_no;
     if (e.host.find('=') != std::string::npos)
       throw Error(fmt::format("{}: expected a host name first, found '{}'", where, e.host), kHint);
+    if (!is_host_name(e.host))
+      throw Error(fmt::format("{}: '{}' is not a host name", where, printable(e.host)),
+                  "a host is a name or an address (letters, digits, '.', '-', '_', ':'; not starting with '-'), "
+                  "optionally user@host: ssh and mpirun would take anything else as an option or a command");
     int max_slots = 0;
     for (size_t i = 1; i < tokens.size(); ++i) {
       const std::string& t = tokens[i];
@@ -72,13 +95,14 @@ Hostfile hostfile_parse(std::string_view text, const std::string& path) {
 }
 
 Hostfile hostfile_read(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(fmt::format("{}: cannot read launch.hostfile: {}", path, std::strerror(errno)),
+  std::string text;
+  try {
+    text = read_file(path, 1 << 20);
+  } catch (const Error& e) {
+    throw Error(fmt::format("launch.hostfile: {}", e.what()),
                 "check the path (relative paths are relative to the current directory) and its permissions");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return hostfile_parse(ss.str(), path);
+  }
+  return hostfile_parse(text, path);
 }
 
 }  // namespace llmtrain::launcher

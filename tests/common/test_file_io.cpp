@@ -1,10 +1,12 @@
 // Atomic writes under injected faults: whichever operation fails, the previous contents survive
-// and no temporary file is left behind.
+// and no temporary file is left behind. Reads: only regular files, of bounded size.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 
 #include "common/error.h"
 #include "common/file_io.h"
@@ -73,6 +75,30 @@ TEST(FileIo, ErrorsNameThePath) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot read /nonexistent-dir/z"), std::string::npos) << e.what();
   }
+}
+
+std::string read_error(const std::string& path, int64_t max_bytes = kReadFileLimit) {
+  try {
+    read_file(path, max_bytes);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(FileIo, ReadsOnlyRegularFilesOfBoundedSize) {
+  fs::path d = temp_dir();
+  // A FIFO with no writer would block the open, /dev/zero never end: both refused at once.
+  const fs::path fifo = d / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(read_error(fifo.string()).find("not a regular file"), std::string::npos);
+  EXPECT_NE(read_error("/dev/zero").find("not a regular file"), std::string::npos);
+  EXPECT_NE(read_error(d.string()).find("not a regular file"), std::string::npos);
+  std::ofstream(d / "big") << std::string(1000, 'x');
+  EXPECT_NE(read_error((d / "big").string(), 999).find("1000 bytes, more than the 999"), std::string::npos);
+  EXPECT_EQ(read_file((d / "big").string(), 1000), std::string(1000, 'x'));
+  EXPECT_EQ(read_file((d / "big").string()).size(), 1000u);
+  fs::remove_all(d);
 }
 
 }  // namespace

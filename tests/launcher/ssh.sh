@@ -39,7 +39,7 @@ expect_out "host [slots=N] [max_slots=N]"
 
 run_bounded missing-hostfile "${RUN_SSH[@]}" --set launch.hostfile="$WORK/nowhere" -- "$JOB"
 expect_status 2
-expect_out "error: $WORK/nowhere: cannot read launch.hostfile: No such file or directory"
+expect_out "error: launch.hostfile: cannot read $WORK/nowhere: No such file or directory"
 
 printf '127.0.0.2 slots=1\n' >"$WORK/hosts.small"
 run_bounded few-slots "${RUN_SSH[@]}" --set launch.hostfile="$WORK/hosts.small" -- "$JOB"

@@ -50,11 +50,35 @@ TEST(Hostfile, ErrorsNameFileLineAndToken) {
   EXPECT_THAT(error_of("a slots=x\n"), HasSubstr("host [slots=N] [max_slots=N]"));
 }
 
+TEST(Hostfile, HostsThatSshOrAShellWouldMisreadAreRefused) {
+  // A host beginning with '-' would reach the pre-flight `ssh` as an option (-F names a config with
+  // a ProxyCommand: a command run here); quotes, `;` and `$` are shell syntax in mpirun's remote command.
+  for (const char* bad : {"-Fevil.conf", "-oProxyCommand", "a;reboot", "a$(id)", "'a'", "a/b", "@a", "-user@a",
+                          "user@-a", ".a", "a\x01"}) {
+    EXPECT_THAT(error_of(std::string(bad) + " slots=1\n"), HasSubstr("is not a host name")) << bad;
+  }
+  EXPECT_THAT(error_of("a\x01"
+                       "b\n"),
+              HasSubstr("'a\\x01b' is not a host name"));
+  Hostfile hf = hostfile_parse("node-1.cluster.local\n10.0.0.7 slots=2\nfe80::1\nalice@gpu_3\n", "hosts.txt");
+  ASSERT_EQ(hf.hosts.size(), 4u);
+  EXPECT_EQ(hf.hosts[3].host, "alice@gpu_3");
+}
+
+TEST(Hostfile, OnlyRegularFilesOfBoundedSizeAreRead) {
+  try {
+    hostfile_read("/dev/zero");  // would never end
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
+  }
+}
+
 TEST(Hostfile, UnreadableFileSaysWhy) {
   try {
     hostfile_read("/nonexistent/hosts.txt");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/hosts.txt: cannot read launch.hostfile: No such file or directory"));
+    EXPECT_THAT(e.what(), HasSubstr("launch.hostfile: cannot read /nonexistent/hosts.txt: No such file or directory"));
   }
 }

@@ -3,14 +3,11 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "trainer/data/bpe_tokenizer.h"
 
 namespace llmtrain::trainer {
@@ -53,18 +50,17 @@ class ByteTokenizer final : public Tokenizer {
   }
 };
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(fmt::format("cannot read tokenizer file {}: {}", path.string(), std::strerror(errno)), kTokenizerHint);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("error reading tokenizer file {}", path.string()), kTokenizerHint);
-  return ss.str();
+// A tokenizer file: regular and bounded (common/file_io.h), errors with the tokenizer's hint.
+std::string read_tokenizer_file(const fs::path& path) {
+  try {
+    return read_file(path.string());
+  } catch (const Error& e) {
+    throw Error(fmt::format("tokenizer file: {}", e.what()), kTokenizerHint);
+  }
 }
 
 std::unique_ptr<Tokenizer> load_gpt2_pair(const fs::path& vocab, const fs::path& merges) {
-  std::string v = read_file(vocab), m = read_file(merges);
+  std::string v = read_tokenizer_file(vocab), m = read_tokenizer_file(merges);
   std::string origin = vocab.string();
   BpeSpec spec = parse_gpt2_files(v, m, origin + " + " + merges.filename().string());
   nlohmann::json pair = {{"vocab.json", v}, {"merges.txt", m}};
@@ -73,7 +69,7 @@ std::unique_ptr<Tokenizer> load_gpt2_pair(const fs::path& vocab, const fs::path&
 }
 
 std::unique_ptr<Tokenizer> load_hf_json(const fs::path& path) {
-  std::string text = read_file(path);
+  std::string text = read_tokenizer_file(path);
   BpeSpec spec = parse_hf_tokenizer_json(text, path.string());
   return std::make_unique<BpeTokenizer>(
       spec, TokenizerSource{std::string(kTokenizerKindHfJson), std::move(text), path.string()});
@@ -83,7 +79,7 @@ std::unique_ptr<Tokenizer> load_hf_json(const fs::path& path) {
 // object of ids (where "model" may well be a token).
 bool is_hf_json(const fs::path& path) {
   try {
-    auto j = nlohmann::json::parse(read_file(path));
+    auto j = nlohmann::json::parse(read_tokenizer_file(path));
     return !j.is_object() || (j.contains("model") && j["model"].is_object());
   } catch (const nlohmann::json::exception&) {
     return true;  // let the tokenizer.json parser report the syntax error
