@@ -3,9 +3,22 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "launcher/launch_plan.h"
 
 namespace llmtrain::launcher {
+namespace {
+
+// A value for a '#' line of the script (a comment or an #SBATCH option): a line break would end
+// the line, and the next one would run on the compute node.
+void require_one_line(const char* what, const std::string& value) {
+  const std::string problem = text_problem(value);
+  if (!problem.empty())
+    throw Error(fmt::format("{} holds {}: it cannot be written into an sbatch script", what, problem),
+                "give a value of one line without control characters");
+}
+
+}  // namespace
 
 std::string sbatch_output_pattern(const Recipe& r) { return r.log.dir + "/slurm-%j.out"; }
 
@@ -30,6 +43,13 @@ std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
   const std::string time = q.time.empty() ? r.launch.slurm.time : q.time;
   const std::string partition = q.partition.empty() ? r.launch.slurm.partition : q.partition;
   const std::string account = q.account.empty() ? r.launch.slurm.account : q.account;
+  require_one_line("--time", time);
+  require_one_line("--partition", partition);
+  require_one_line("--account", account);
+  require_one_line("the recipe's path", q.recipe);
+  require_one_line("the current directory", q.workdir);
+  require_one_line("name", r.name);
+  require_one_line("log.dir", r.log.dir);
 
   std::string run = shell_quote(q.llmtrain) + " run " + shell_quote(q.recipe);
   std::vector<std::string> sets = q.overrides;

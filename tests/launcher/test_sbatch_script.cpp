@@ -1,6 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <vector>
+
 #include "common/error.h"
 #include "launcher/sbatch_script.h"
 
@@ -90,6 +93,29 @@ TEST(SbatchScript, RefusesWhatCannotWork) {
   r = recipe();
   r.launch.hostfile = "/hosts";
   EXPECT_THROW(sbatch_script(r, request()), Error);
+}
+
+TEST(SbatchScript, ValuesThatWouldEndAnSbatchLineAreRefused) {
+  // "#SBATCH --partition=gpu" + a line break + "rm -rf ~": the second line would run on the node.
+  for (auto set : std::vector<std::function<void(Recipe&, SbatchRequest&)>>{
+           [](Recipe&, SbatchRequest&q) { q.partition = "gpu\nrm -rf ~"; },
+           [](Recipe&, SbatchRequest&q) { q.account = "acct\r\nid"; },
+           [](Recipe&, SbatchRequest&q) { q.time = "1:00:00\nid"; },
+           [](Recipe&, SbatchRequest&q) { q.recipe = "/tmp/x\nid\n.yaml"; },
+           [](Recipe&, SbatchRequest&q) { q.workdir = "/tmp/w\nid"; },
+           [](Recipe&r, SbatchRequest&) { r.launch.slurm.partition = "gpu\nid"; },
+           [](Recipe&r, SbatchRequest&) { r.log.dir = "runs/x\nid"; },
+       }) {
+    Recipe r = recipe();
+    SbatchRequest q = request();
+    set(r, q);
+    try {
+      sbatch_script(r, q);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("cannot be written into an sbatch script"));
+    }
+  }
 }
 
 TEST(SbatchScript, NodesDefaultToTheRecipesLaunchNodes) {
