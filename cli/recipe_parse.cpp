@@ -517,7 +517,32 @@ void parse_launch(Section s, LaunchConfig& l, std::vector<Diagnostic>& diags) {
   s.finish();
 }
 
+// A misspelt key hides the key it was meant to be (`modle:` hides `model:`): the typo is reported
+// first, and the "missing required key" errors of the hidden key and of everything required inside
+// it are dropped. Applies to the diagnostics from `first` on.
+void put_typos_first(std::vector<Diagnostic>& diags, size_t first) {
+  std::vector<std::string> meant;
+  for (size_t i = first; i < diags.size(); ++i) {
+    const Diagnostic& d = diags[i];
+    const std::string prefix = "did you mean ";
+    const size_t q = d.hint.find('?');
+    if (d.message == "unknown key" && starts_with(d.hint, prefix) && q != std::string::npos)
+      meant.push_back(d.hint.substr(prefix.size(), q - prefix.size()));
+  }
+  if (meant.empty()) return;
+  auto hidden = [&](const Diagnostic& d) {
+    if (d.message != "missing required key") return false;
+    for (const auto& m : meant)
+      if (d.key == m || starts_with(d.key, m + ".")) return true;
+    return false;
+  };
+  diags.erase(std::remove_if(diags.begin() + std::ptrdiff_t(first), diags.end(), hidden), diags.end());
+  std::stable_partition(diags.begin() + std::ptrdiff_t(first), diags.end(),
+                        [](const Diagnostic& d) { return d.message == "unknown key"; });
+}
+
 void parse_root(const YamlValue& root, const std::string& file, Recipe& r, std::vector<Diagnostic>& diags) {
+  const size_t first = diags.size();
   Section top(&root, "", file + ":1:1", diags);
   if (!top.value()) {
     if (root.kind == Kind::null) top.error(file, "", "the recipe is empty", "start from recipes/tiny.yaml");
@@ -543,6 +568,7 @@ void parse_root(const YamlValue& root, const std::string& file, Recipe& r, std::
   parse_log(subsection(top, "log", diags), r.log);
   parse_launch(subsection(top, "launch", diags), r.launch, diags);
   top.finish();
+  put_typos_first(diags, first);
 }
 
 }  // namespace

@@ -247,4 +247,34 @@ TEST(RecipeErrorsSyntax, EveryProblemReportedAtOnce) {
   EXPECT_EQ(diags[1].key, "train.steps");
 }
 
+TEST(RecipeErrorsSyntax, TypoOfARequiredKeyIsReportedAloneAndFirst) {
+  fs::path file = fs::temp_directory_path() / ("llmtrain_typo_" + std::to_string(getpid()) + ".yaml");
+  auto diags_of = [&](const std::string& text) {
+    std::ofstream(file) << text;
+    std::vector<cli::Diagnostic> diags;
+    try {
+      cli::recipe_load(file.string(), {});
+    } catch (const cli::RecipeError& e) {
+      diags = e.diagnostics();
+    }
+    fs::remove(file);
+    return diags;
+  };
+  // `modle:` hides `model:` and the five keys required inside it: one error, not seven.
+  std::string text = kBase;
+  text.replace(text.find("model:"), 6, "modle:");
+  auto diags = diags_of(text);
+  ASSERT_EQ(diags.size(), 1u) << diags.back().format();
+  EXPECT_EQ(diags[0].key, "modle");
+  EXPECT_EQ(diags[0].hint, "did you mean model?");
+  // Inside a section too, and ahead of other errors.
+  text = kBase;
+  text.replace(text.find("layers: 4"), 9, "layrs: 4");
+  text.replace(text.find("steps: 10"), 9, "steps: -1");
+  diags = diags_of(text);
+  ASSERT_EQ(diags.size(), 2u);
+  EXPECT_EQ(diags[0].key, "model.layrs");
+  EXPECT_EQ(diags[1].key, "train.steps");
+}
+
 }  // namespace
