@@ -95,5 +95,7 @@ ModelOptions step_model_options(const Recipe& recipe, int stage, const std::vect
 // to the first, the embedding (a tied embedding is complete only after the embedding's backward).
 // Group g of the result lists indices into model.parameters().
 std::vector<std::vector<int>> grad_ready_groups(const Model& model);
+// The same from a stage's parameter layout (model_param_layout), for the memory plan.
+std::vector<std::vector<int>> grad_ready_groups(const StageLayout& stage, const std::vector<ModelParam>& params);
 
 }  // namespace llmtrain::trainer
