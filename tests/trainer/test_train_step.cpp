@@ -119,16 +119,20 @@ TEST_F(TrainStepTest, DataParallelRanksTakeTheStepsOfOneRank) {
   EXPECT_LT(want.back().loss, want.front().loss) << "four steps should lower the loss";
 }
 
-// ZeRO stage 1: a small GPT-2 (2 layers, hidden 64) at dp 2 (two micro-batches accumulated per
+// ZeRO stage 1: a small model (2 layers, hidden 64) at dp 2 (two micro-batches accumulated per
 // step) and dp 4, sharded over the whole dp group and over shard groups of 2, takes the steps of
 // one rank at zero 0: the same losses and the same parameters after 20 steps, clipping included.
+// Llama, not GPT-2: GPT-2's key bias has an exactly zero true gradient (softmax ignores a constant
+// added to a row of scores), so its computed gradient is rounding noise that depends on the
+// summation order, and Adam turns it into ±lr steps: GPT-2's parameters differ by ~1e-4 between
+// dp 1 and dp 4 at zero 0 already. Llama's differ by ~4e-7 (zero 0 or 1). tests/e2e/dp.sh checks
+// GPT-2 on real text, where the criterion holds.
 class ZeroTest : public TrainStepTest {
  protected:
   void SetUp() override {
     TrainStepTest::SetUp();
     Recipe& r = recipe_;
-    r.model.family = ModelFamily::gpt2;
-    r.model.hidden = 64, r.model.heads = 4, r.model.kv_heads = 4, r.model.ffn_hidden = 256;
+    r.model.hidden = 64, r.model.heads = 4, r.model.kv_heads = 2, r.model.ffn_hidden = 128;
     r.model.tie_embeddings = true;
     r.train.steps = 20, r.optimizer.decay_steps = 20;
     r.train.grad_clip = 0.5;  // clips most steps: the norm over shards matters
