@@ -68,8 +68,8 @@ class ShardedGradSync final : public GradSync {
       LT_CHECK(sorted[i].numel() == 0 || sorted[i - 1].end <= sorted[i].begin,
                "parameter groups overlap in the flat buffer: [{}, {}) and [{}, {})", sorted[i - 1].begin,
                sorted[i - 1].end, sorted[i].begin, sorted[i].end);
-    scratch_ = kernels::Buffer(grads_.dtype, {std::max<int64_t>(sharded_scratch_numel(ranges_, n), 1)},
-                               grads_.device, kernels::MemoryKind::communication);
+    scratch_ = kernels::Buffer(grads_.dtype, {std::max<int64_t>(sharded_scratch_numel(ranges_, n), 1)}, grads_.device,
+                               kernels::MemoryKind::communication);
     int64_t at = 0;
     for (const FlatRange& g : ranges_) {
       Group s;
@@ -242,9 +242,9 @@ std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayou
       LT_CHECK(p >= 0 && p < static_cast<int>(layout.param_ranges.size()), "parameter {} of {} in a group", p,
                layout.param_ranges.size());
   if (zero_stage >= 2)
-    throw Error(fmt::format("not supported yet: parallel.zero {} (ZeRO stage 1 works; stages 2 and 3 are planned)",
-                            zero_stage),
-                "set parallel.zero: 1 (or 0)");
+    throw Error(
+        fmt::format("not supported yet: parallel.zero {} (ZeRO stage 1 works; stages 2 and 3 are planned)", zero_stage),
+        "set parallel.zero: 1 (or 0)");
   if (zero_stage == 0) return std::make_unique<AllReduceGradSync>(dp, std::move(layout), bucket_mb);
   if (zero_group == 0) zero_group = dp.size();
   LT_CHECK(zero_group >= 1 && dp.size() % zero_group == 0, "zero_group {} does not divide dp {}", zero_group,

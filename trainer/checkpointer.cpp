@@ -74,9 +74,10 @@ double Checkpointer::save(const RunPosition& at) {
   meta.tokenizer_kind = tokenizer_.source().kind;
   meta.tokenizer_bytes = tokenizer_.source().bytes;
   const double t0 = now_s();
-  const std::string path = checkpoint_save(
-      fs_, recipe_.checkpoint.dir, meta, checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()),
-      world_, recipe_.checkpoint.keep);
+  const std::string path =
+      checkpoint_save(fs_, recipe_.checkpoint.dir, meta,
+                      checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()),
+                      world_, recipe_.checkpoint.keep);
   const double seconds = now_s() - t0;
   log_progress("checkpoint {} written in {}", path, format_duration(seconds));
   last_saved_ = at.step;

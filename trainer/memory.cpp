@@ -45,8 +45,8 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   out.optimizer = 2 * model.params;
   int64_t zero_scratch = 0;
   if (r.parallel.zero >= 2) {
-    out.notes.push_back(fmt::format("optimizer state as with zero 1: parallel.zero {} is not supported yet",
-                                    r.parallel.zero));
+    out.notes.push_back(
+        fmt::format("optimizer state as with zero 1: parallel.zero {} is not supported yet", r.parallel.zero));
   }
   if (r.parallel.zero >= 1) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;

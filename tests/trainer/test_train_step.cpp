@@ -205,6 +205,23 @@ TEST_F(ZeroTest, StageOneTakesTheStepsOfOneRank) {
   }
 }
 
+// A non-finite gradient shows in the norm over shards on every rank: all skip the step together,
+// before the update and the gather.
+TEST_F(ZeroTest, NonFiniteStepsAreSkippedOnEveryShard) {
+  recipe_.train.on_nonfinite = NonFiniteAction::skip;
+  recipe_.parallel.zero = 1, recipe_.parallel.dp = 2;
+  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+    me.model.params().ptr<float>()[5] = NAN;  // in the embedding, owned by rank 0 only
+    const kernels::Tensor p = me.model.params();
+    const std::vector<float> before(p.ptr<float>(), p.ptr<float>() + p.numel());
+    const StepOutcome o = me.step->run(0, 0);
+    EXPECT_TRUE(o.skipped);
+    EXPECT_EQ(me.step->optimizer().steps(), 0);
+    EXPECT_EQ(0, std::memcmp(before.data(), p.data, before.size() * 4)) << "a skipped step updated";
+  });
+}
+
 TEST_F(ZeroTest, CheckpointsMoveBetweenZeroOneAndZeroZero) {
   const Run want = run(0, 1, 0, 0, 20);
   const std::string sharded = (dir_ / "ckpt_zero1").string(), whole = (dir_ / "ckpt_zero0").string();
