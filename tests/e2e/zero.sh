@@ -60,6 +60,10 @@ for cfg in "2 auto" "4 auto" "4 2"; do
   run_cmd $name mpi_run 180 $1 "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.zero=1 \
     --set parallel.zero_group=$2
   expect_status 0
+  plan=$(grep -o 'memory per rank: .*' <<<"$out" | sed 's/memory per rank: //')
+  measured=$(grep -o 'measured after the first step: .*' <<<"$out" | sed 's/.*first step: //')
+  [[ -n $plan && $plan == "$measured" ]] && pass "$name: measured memory is the plan ($plan)" ||
+    fail "$name: plan '$plan', measured '$measured'"
   out=$(compare $name z0-dp1 2>&1) && pass "$name matches zero 0 at dp 1: $out" || fail "$name differs: $out"
 done
 # Each rank of the first shard group wrote its own moments; the manifest records the shard group.
@@ -87,6 +91,13 @@ resume() {  # NAME FROM NPROC SETS...
 }
 resume z1-to-z0 z1-dp4-gauto 1
 resume z0-to-z1 z0-dp1 4 --set parallel.zero=1
+
+run_cmd dry-run "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.zero=1 --set parallel.zero_group=2
+expect_status 0
+expect_out "zero: stage 1, optimizer state sharded over 2 dp ranks (zero_group 2: 2 shard groups"
+run_cmd zero-group-3 "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.zero=1 --set parallel.zero_group=3
+expect_status 2
+expect_out "zero_group 3 does not divide dp 4"
 
 run_cmd zero2 "$LLMTRAIN" run r.yaml --set log.dir=zero2 --set parallel.zero=2
 expect_status 2
