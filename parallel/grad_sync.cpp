@@ -47,45 +47,52 @@ class AllReduceGradSync final : public GradSync {
   bool first_copy_;
 };
 
-// ZeRO stage 1 (make_grad_sync in grad_sync.h): per parameter group, a reduce-scatter over the
-// shard group launched as the group's gradient is final, then (hybrid) an all-reduce of the owned
-// chunk over the replicas; all-gathers of the updated chunks in gather_params(). Each group has
-// its own scratch: `full` (the padded group) and `chunk` (one chunk), so that padding never
-// touches the neighbouring group's elements and every operation of a step can be in flight at once.
+// ZeRO stage 1 (make_grad_sync in grad_sync.h): per sharding unit, a reduce-scatter over the
+// shard group launched as the unit's gradient is final, then (hybrid) an all-reduce of the owned
+// chunk over the replicas; all-gathers of the updated chunks in gather_params(). Each unit has its
+// own scratch: `full` (the padded unit) and `chunk` (one chunk), so that padding never touches the
+// neighbouring unit's elements and every operation of a step can be in flight at once.
 class ShardedGradSync final : public GradSync {
  public:
-  ShardedGradSync(Comm& dp, GradSyncLayout layout, int zero_group)
+  ShardedGradSync(Comm& dp, GradSyncLayout layout, double bucket_mb, int zero_group)
       : params_(layout.params), grads_(layout.grads), groups_(std::move(layout.groups)) {
     const int n = zero_group;
     const int shard_index = dp.rank() % n, replica = dp.rank() / n;
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
     replicas_ = dp.split(shard_index, dp.rank(), dp.name() + " replica");
     first_copy_ = replica == 0;
-    ranges_ = group_flat_ranges(layout.param_ranges, groups_);
-    std::vector<FlatRange> sorted = ranges_;
+    const std::vector<ShardUnit> units =
+        shard_units(layout.param_ranges, groups_, bucket_mb, kernels::dtype_size(grads_.dtype));
+    std::vector<FlatRange> sorted;
+    for (const ShardUnit& u : units)
+      if (u.range.numel() > 0) sorted.push_back(u.range);
     std::sort(sorted.begin(), sorted.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
     for (size_t i = 1; i < sorted.size(); ++i)
-      LT_CHECK(sorted[i].numel() == 0 || sorted[i - 1].end <= sorted[i].begin,
+      LT_CHECK(sorted[i - 1].end <= sorted[i].begin,
                "parameter groups overlap in the flat buffer: [{}, {}) and [{}, {})", sorted[i - 1].begin,
                sorted[i - 1].end, sorted[i].begin, sorted[i].end);
-    scratch_ = kernels::Buffer(grads_.dtype, {std::max<int64_t>(sharded_scratch_numel(ranges_, n), 1)}, grads_.device,
+    scratch_ = kernels::Buffer(grads_.dtype, {std::max<int64_t>(sharded_scratch_numel(units, n), 1)}, grads_.device,
                                kernels::MemoryKind::communication);
+    unit_of_.assign(groups_.size(), -1);
     int64_t at = 0;
-    for (const FlatRange& g : ranges_) {
-      Group s;
-      s.range = g;
-      s.chunk_numel = (g.numel() + n - 1) / n;
+    for (const ShardUnit& u : units) {
+      Unit s;
+      s.range = u.range;
+      s.groups = u.end_group - u.first_group;
+      for (int g = u.first_group; g < u.end_group; ++g) unit_of_[size_t(g)] = static_cast<int>(state_.size());
+      s.chunk_numel = (u.range.numel() + n - 1) / n;
       const int64_t padded = s.chunk_numel * n;
       s.full = scratch_.tensor().flat(at, padded);
       s.chunk = scratch_.tensor().flat(at + padded, s.chunk_numel);
       at += padded + s.chunk_numel;
-      const int64_t b = std::min(g.end, g.begin + shard_index * s.chunk_numel);
-      s.own = {b, std::min(g.end, b + s.chunk_numel)};
+      const int64_t b = std::min(u.range.end, u.range.begin + shard_index * s.chunk_numel);
+      s.own = {b, std::min(u.range.end, b + s.chunk_numel)};
       if (s.own.numel() > 0) owned_.push_back(s.own);
       state_.push_back(std::move(s));
     }
     std::sort(owned_.begin(), owned_.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
     ready_.assign(groups_.size(), 0);
+    rearm();
   }
 
   void group_ready(int group, bool last_micro_batch) override {
@@ -94,6 +101,7 @@ class ShardedGradSync final : public GradSync {
     LT_CHECK(!ready_[size_t(group)], "parameter group {} ready twice in one step", group);
     if (!step_started_) step_started_ = true, step_start_ = now_s();
     ready_[size_t(group)] = 1;
+    --state_[size_t(unit_of_[size_t(group)])].pending;
     launch_ready();
     progress();
   }
@@ -107,13 +115,17 @@ class ShardedGradSync final : public GradSync {
   void finish() override {
     if (!step_started_) step_started_ = true, step_start_ = now_s();
     const double t0 = now_s();
-    std::fill(ready_.begin(), ready_.end(), 1);  // every gradient is final by now
+    for (size_t g = 0; g < groups_.size(); ++g)  // every gradient is final by now
+      if (!ready_[g]) {
+        ready_[g] = 1;
+        --state_[size_t(unit_of_[g])].pending;
+      }
     launch_ready();
-    for (Group& s : state_) {
+    for (Unit& s : state_) {
       if (s.scatter) s.scatter->wait();
       launch_replica_reduces();
     }
-    for (Group& s : state_) {
+    for (Unit& s : state_) {
       if (s.replica) s.replica->wait();
       if (s.own.numel() > 0) kernels::copy(grads_.flat(s.own.begin, s.own.numel()), s.chunk.flat(0, s.own.numel()));
       s.scatter.reset();
@@ -125,9 +137,7 @@ class ShardedGradSync final : public GradSync {
     stats_.last_span_s = t1 - step_start_;
     stats_.exposed_s += stats_.last_exposed_s;
     stats_.span_s += stats_.last_span_s;
-    std::fill(ready_.begin(), ready_.end(), 0);
-    next_launch_ = next_replica_ = 0;
-    step_started_ = false;
+    rearm();
   }
 
   const std::vector<FlatRange>& owned() const override { return owned_; }
@@ -136,7 +146,7 @@ class ShardedGradSync final : public GradSync {
 
   void gather_params() override {
     std::vector<WorkHandle> work;
-    for (Group& s : state_) {
+    for (Unit& s : state_) {
       if (s.range.numel() == 0) continue;
       kernels::fill_zero(s.chunk);
       if (s.own.numel() > 0) kernels::copy(s.chunk.flat(0, s.own.numel()), params_.flat(s.own.begin, s.own.numel()));
@@ -144,7 +154,7 @@ class ShardedGradSync final : public GradSync {
       count(s.full);
     }
     wait_all(work);
-    for (Group& s : state_)
+    for (Unit& s : state_)
       if (s.range.numel() > 0)
         kernels::copy(params_.flat(s.range.begin, s.range.numel()), s.full.flat(0, s.range.numel()));
   }
@@ -152,11 +162,12 @@ class ShardedGradSync final : public GradSync {
   const GradBucketStats& stats() const override { return stats_; }
 
  private:
-  struct Group {
-    FlatRange range;          // the group's elements in the flat buffers
+  struct Unit {
+    FlatRange range;          // the unit's elements in the flat buffers
     FlatRange own;            // this rank's chunk of it (possibly short or empty: padding)
-    int64_t chunk_numel = 0;  // padded group / shard size
-    Tensor full, chunk;       // scratch
+    int64_t chunk_numel = 0;  // padded unit / shard size
+    int groups = 0, pending = 0;
+    Tensor full, chunk;  // scratch
     WorkHandle scatter, replica;
   };
 
@@ -165,11 +176,18 @@ class ShardedGradSync final : public GradSync {
     stats_.bytes += t.numel() * static_cast<int64_t>(kernels::dtype_size(t.dtype));
   }
 
-  // Reduce-scatters, strictly in group order (collectives start in the same order on every rank).
+  void rearm() {
+    std::fill(ready_.begin(), ready_.end(), 0);
+    for (Unit& s : state_) s.pending = s.groups;
+    next_launch_ = next_replica_ = 0;
+    step_started_ = false;
+  }
+
+  // Reduce-scatters, strictly in unit order (collectives start in the same order on every rank).
   void launch_ready() {
     const int n = static_cast<int>(state_.size());
-    while (next_launch_ < n && ready_[size_t(next_launch_)]) {
-      Group& s = state_[size_t(next_launch_++)];
+    while (next_launch_ < n && state_[size_t(next_launch_)].pending == 0) {
+      Unit& s = state_[size_t(next_launch_++)];
       if (s.range.numel() == 0) continue;
       const int64_t len = s.range.numel();
       kernels::copy(s.full.flat(0, len), grads_.flat(s.range.begin, len));
@@ -179,10 +197,10 @@ class ShardedGradSync final : public GradSync {
     }
   }
 
-  // Replica all-reduces of the owned chunks, in group order, each once its reduce-scatter is done.
+  // Replica all-reduces of the owned chunks, in unit order, each once its reduce-scatter is done.
   void launch_replica_reduces() {
     while (next_replica_ < next_launch_) {
-      Group& s = state_[size_t(next_replica_)];
+      Unit& s = state_[size_t(next_replica_)];
       if (s.scatter && !s.scatter->done()) return;
       if (s.scatter && replicas_->size() > 1) {
         s.replica = replicas_->all_reduce_async(s.chunk, ReduceOp::avg);
@@ -196,10 +214,11 @@ class ShardedGradSync final : public GradSync {
   std::vector<std::vector<int>> groups_;
   std::unique_ptr<Comm> shard_, replicas_;
   bool first_copy_ = false;
-  std::vector<FlatRange> ranges_, owned_;
+  std::vector<FlatRange> owned_;
   kernels::Buffer scratch_;
-  std::vector<Group> state_;
-  std::vector<char> ready_;
+  std::vector<Unit> state_;
+  std::vector<int> unit_of_;  // per group
+  std::vector<char> ready_;   // per group, this step
   int next_launch_ = 0, next_replica_ = 0;
   bool step_started_ = false;
   double step_start_ = 0;
@@ -208,26 +227,41 @@ class ShardedGradSync final : public GradSync {
 
 }  // namespace
 
-std::vector<FlatRange> group_flat_ranges(const std::vector<ParamRange>& param_ranges,
-                                         const std::vector<std::vector<int>>& groups) {
-  std::vector<FlatRange> out;
-  for (const auto& g : groups) {
+std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
+                                   const std::vector<std::vector<int>>& groups, double bucket_mb, size_t element_size) {
+  LT_CHECK(bucket_mb > 0, "bucket_mb {}", bucket_mb);
+  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
+  const auto esz = static_cast<int64_t>(element_size);
+  std::vector<ShardUnit> out;
+  for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
     FlatRange r{INT64_MAX, 0};
-    for (int p : g) {
+    for (int p : groups[size_t(g)]) {
       const ParamRange& pr = param_ranges[size_t(p)];
       if (pr.numel == 0) continue;
       r.begin = std::min(r.begin, pr.offset);
       r.end = std::max(r.end, pr.offset + pr.numel);
     }
-    out.push_back(r.end == 0 ? FlatRange{} : r);
+    if (r.end == 0) r = {};
+    bool join = !out.empty();
+    if (join) {
+      const FlatRange& u = out.back().range;
+      join = r.numel() == 0 || u.numel() == 0 || (u.numel() * esz < cap && r.end == u.begin);
+    }
+    if (!join) {
+      out.push_back({r, g, g + 1});
+      continue;
+    }
+    ShardUnit& u = out.back();
+    u.end_group = g + 1;
+    if (r.numel() > 0) u.range = u.range.numel() == 0 ? r : FlatRange{r.begin, u.range.end};
   }
   return out;
 }
 
-int64_t sharded_scratch_numel(const std::vector<FlatRange>& group_ranges, int shard_size) {
+int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_size) {
   int64_t total = 0;
-  for (const FlatRange& g : group_ranges) {
-    const int64_t chunk = (g.numel() + shard_size - 1) / shard_size;
+  for (const ShardUnit& u : units) {
+    const int64_t chunk = (u.range.numel() + shard_size - 1) / shard_size;
     total += chunk * shard_size + chunk;
   }
   return total;
@@ -249,7 +283,7 @@ std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayou
   if (zero_group == 0) zero_group = dp.size();
   LT_CHECK(zero_group >= 1 && dp.size() % zero_group == 0, "zero_group {} does not divide dp {}", zero_group,
            dp.size());
-  return std::make_unique<ShardedGradSync>(dp, std::move(layout), zero_group);
+  return std::make_unique<ShardedGradSync>(dp, std::move(layout), bucket_mb, zero_group);
 }
 
 }  // namespace llmtrain::parallel

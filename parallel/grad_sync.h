@@ -17,7 +17,7 @@
 //    transformer block. The grouping is the trainer's (trainer/train_step.cpp), the buckets are ours.
 //  - owned() is the list of flat ranges of the parameter and gradient buffers this rank's optimizer
 //    updates (and holds optimizer state for), ascending and disjoint: one range, the whole buffer,
-//    at stage 0; under ZeRO one chunk of every parameter group (see make_grad_sync). Outside
+//    at stage 0; under ZeRO one chunk of every sharding unit (see make_grad_sync). Outside
 //    owned(), gradients after finish() are unspecified.
 //  - shards_over_dp(): whether data-parallel ranks hold different parts of the gradient after
 //    finish(). The global gradient norm sums squares of owned() over the model-parallel group, and
@@ -71,22 +71,32 @@ struct GradSyncLayout {
 // must outlive it). Collective over `dp` (stage 1 splits it).
 //  - Stage 0: bucketed all-reduces launched as groups complete (GradBuckets).
 //  - Stage 1: optimizer state sharded within shard groups of `zero_group` consecutive dp ranks
-//    (0 = the whole dp group; it must divide dp). Each parameter group's flat range (from its
-//    first to its last element; group ranges must not overlap) is padded to a multiple of
+//    (0 = the whole dp group; it must divide dp). Parameter groups are merged into sharding units
+//    as stage 0 packs buckets (shard_units: consecutive groups whose flat ranges are adjacent,
+//    until a unit holds `bucket_mb` MiB). Each unit's flat range is padded to a multiple of
 //    zero_group and cut in zero_group equal chunks; a rank owns chunk (its index in the shard
-//    group) of every group. When a group's gradient is final, it is reduce-scattered (avg) over
-//    the shard group, then (zero_group < dp: hybrid sharding) its chunk is all-reduced (avg) over
-//    the dp / zero_group ranks of the same index in the other shard groups; gather_params()
-//    all-gathers every group's chunks over the shard group. Groups start strictly in group order.
+//    group) of every unit. When a unit's gradient is final, it is reduce-scattered (avg) over the
+//    shard group, then (zero_group < dp: hybrid sharding) its chunk is all-reduced (avg) over the
+//    dp / zero_group ranks of the same index in the other shard groups; gather_params()
+//    all-gathers every unit's chunks over the shard group. Units start strictly in unit order.
 //  - Stages 2 and 3 are refused with "not supported yet".
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group = 0);
 
-// The padded group ranges stage 1 shards, and the scratch it allocates for them (elements of the
-// communication buffers: each group padded, plus one chunk of it), so that the memory plan counts
-// exactly what is allocated.
-std::vector<FlatRange> group_flat_ranges(const std::vector<ParamRange>& param_ranges,
-                                         const std::vector<std::vector<int>>& groups);
-int64_t sharded_scratch_numel(const std::vector<FlatRange>& group_ranges, int shard_size);
+// Stage 1's sharding units: groups [first_group, end_group) (consecutive in group order) and the
+// flat range they cover. A group's range runs from its first to its last element; a group joins
+// the unit before it while that unit holds less than `bucket_mb` MiB of `element_size` elements
+// and the group's range ends where the unit's begins (or either is empty).
+struct ShardUnit {
+  FlatRange range;
+  int first_group = 0, end_group = 0;
+  bool operator==(const ShardUnit&) const = default;
+};
+std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
+                                   const std::vector<std::vector<int>>& groups, double bucket_mb, size_t element_size);
+
+// Elements of the scratch stage 1 allocates (communication memory): per unit, its range padded
+// to a multiple of `shard_size`, plus one chunk. The memory plan counts exactly this.
+int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_size);
 
 }  // namespace llmtrain::parallel

@@ -40,8 +40,9 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   out.activations = model.activations();
 
   // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
-  // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every parameter group, and the
-  // sync's scratch (each group padded, plus one chunk) is communication memory.
+  // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter
+  // groups merged as buckets are), and the sync's scratch (each unit padded, plus one chunk) is
+  // communication memory.
   out.optimizer = 2 * model.params;
   int64_t zero_scratch = 0;
   if (r.parallel.zero >= 2) {
@@ -53,16 +54,16 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
     const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
     std::vector<parallel::ParamRange> ranges;
     for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
-    const std::vector<parallel::FlatRange> groups =
-        parallel::group_flat_ranges(ranges, grad_ready_groups(mo.stage, layout));
+    const std::vector<parallel::ShardUnit> units =
+        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, sizeof(float));
     const int index = coord.dp % shard;
     int64_t owned = 0;
-    for (const parallel::FlatRange& g : groups) {
-      const int64_t chunk = (g.numel() + shard - 1) / shard;
-      owned += std::max<int64_t>(0, std::min(g.numel(), int64_t(index + 1) * chunk) - int64_t(index) * chunk);
+    for (const parallel::ShardUnit& u : units) {
+      const int64_t n = u.range.numel(), chunk = (n + shard - 1) / shard;
+      owned += std::max<int64_t>(0, std::min(n, int64_t(index + 1) * chunk) - int64_t(index) * chunk);
     }
     out.optimizer = 2 * owned * 4;
-    zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(groups, shard), 1) * 4;
+    zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(units, shard), 1) * 4;
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);

@@ -3,7 +3,7 @@
 //   zero grads -> the pipeline schedule over the step's micro-batches (forward, backward; gradient
 //   groups handed to the gradient sync as backward completes them) -> finish the gradient sync ->
 //   global gradient norm over every group that splits parameters -> clip, or skip a non-finite step
-//   -> AdamW on the flat range this rank owns -> gather the parameters other ranks updated.
+//   -> AdamW on the flat ranges this rank owns -> gather the parameters other ranks updated.
 //
 // train() (trainer/trainer.cpp) owns everything around it: set-up, resume, reporting, evaluation,
 // checkpoints and the stop agreement.

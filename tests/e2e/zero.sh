@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO stage 1 under real `mpirun` (MpiComm's reduce-scatter and all-gather, the checkpointer):
-# zero 1 at dp 2 and 4, and zero_group 2 at dp 4, train GPT-2 to the losses and parameters of
+# zero 1 at dp 2 and 4, and zero_group 2 at dp 4 (one and several sharding units), train GPT-2 to the losses and parameters of
 # zero 0 at dp 1; a checkpoint written at (zero 1, dp 4) resumes at (zero 0, dp 1) and the reverse
 # on the same trajectory; zero 2 is refused before any rank starts.
 source "$(dirname "$0")/lib.sh"
@@ -54,11 +54,12 @@ PY
 
 run_cmd z0-dp1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=z0-dp1
 expect_status 0
-for cfg in "2 auto" "4 auto" "4 2"; do
+# bucket_mb 25: the model is one sharding unit; 0.05: a unit per block (overlapped with backward).
+for cfg in "2 auto 25" "4 auto 25" "4 2 25" "4 2 0.05"; do
   set -- $cfg
-  name=z1-dp$1-g$2
+  name=z1-dp$1-g$2$([[ $3 == 25 ]] || echo -b$3)
   run_cmd $name mpi_run 180 $1 "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.zero=1 \
-    --set parallel.zero_group=$2
+    --set parallel.zero_group=$2 --set parallel.bucket_mb=$3
   expect_status 0
   plan=$(grep -o 'memory per rank: .*' <<<"$out" | sed 's/memory per rank: //')
   measured=$(grep -o 'measured after the first step: .*' <<<"$out" | sed 's/.*first step: //')

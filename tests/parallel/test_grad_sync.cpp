@@ -73,22 +73,24 @@ TEST(GradSync, ItRearmsForTheNextStep) {
   });
 }
 
-// Groups of 11, 10 and 5 elements: none divides by 4, so chunks are padded.
+// Groups of 11, 10 and 5 elements (26 as one unit): none divides by 4, so chunks are padded.
 TEST(GradSync, StageOneOwnsChunksOfTheAverageAndGathersTheParameters) {
   struct Case {
     int dp, zero_group;
+    double bucket_mb;  // 1e-5: a unit per group; 25: one unit
   };
-  for (Case c : {Case{2, 0}, Case{4, 0}, Case{4, 2}, Case{3, 1}}) {
+  for (Case c : {Case{1, 0, 1e-5}, Case{2, 0, 1e-5}, Case{4, 0, 1e-5}, Case{4, 2, 1e-5}, Case{3, 1, 1e-5},
+                 Case{4, 0, 25.0}, Case{4, 2, 25.0}}) {
     const int shard = c.zero_group > 0 ? c.zero_group : c.dp;
-    SCOPED_TRACE(testing::Message() << "dp " << c.dp << " zero_group " << shard);
+    SCOPED_TRACE(testing::Message() << "dp " << c.dp << " zero_group " << shard << " bucket_mb " << c.bucket_mb);
     std::vector<std::vector<float>> grads_of(size_t(c.dp)), params_of(size_t(c.dp));
     std::vector<std::vector<FlatRange>> owned_of(size_t(c.dp));
     run_ranks_in_threads(c.dp, [&](Comm& dp) {
       const int rank = dp.rank();
       std::vector<float> params(kNumel, -1.0f), grads(kNumel);
       auto sync = make_grad_sync(
-          1, dp, {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups}, 25.0,
-          c.zero_group);
+          1, dp, {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups},
+          c.bucket_mb, c.zero_group);
       EXPECT_TRUE(sync->shards_over_dp());
       EXPECT_EQ(sync->first_copy(), rank < shard);
       for (int step = 0; step < 2; ++step) {
@@ -135,12 +137,20 @@ TEST(GradSync, StageOneOwnsChunksOfTheAverageAndGathersTheParameters) {
   }
 }
 
-TEST(GradSync, StageOnePadsGroupsForTheMemoryPlan) {
-  const std::vector<FlatRange> groups = group_flat_ranges(kRanges, kGroups);
-  EXPECT_EQ(groups, (std::vector<FlatRange>{{15, 26}, {5, 15}, {0, 5}}));
-  // dp 4: chunks of 3, 3 and 2; each group padded (12, 12, 8) plus one chunk.
-  EXPECT_EQ(sharded_scratch_numel(groups, 4), 15 + 15 + 10);
-  EXPECT_EQ(sharded_scratch_numel(groups, 1), 2 * kNumel);
+TEST(GradSync, StageOneMergesGroupsIntoUnitsAsBucketsArePacked) {
+  // Buckets of ~10 bytes: every group is a unit of its own.
+  const std::vector<ShardUnit> units = shard_units(kRanges, kGroups, 1e-5, 4);
+  EXPECT_EQ(units, (std::vector<ShardUnit>{{{15, 26}, 0, 1}, {{5, 15}, 1, 2}, {{0, 5}, 2, 3}}));
+  // dp 4: chunks of 3, 3 and 2; each unit padded (12, 12, 8) plus one chunk.
+  EXPECT_EQ(sharded_scratch_numel(units, 4), 15 + 15 + 10);
+  EXPECT_EQ(sharded_scratch_numel(units, 1), 2 * kNumel);
+  // 25 MiB: one unit; 48 bytes: a unit closes once it holds 48 bytes (12 elements).
+  EXPECT_EQ(shard_units(kRanges, kGroups, 25.0, 4), (std::vector<ShardUnit>{{{0, 26}, 0, 3}}));
+  EXPECT_EQ(shard_units(kRanges, kGroups, 48.0 / (1024 * 1024), 4),
+            (std::vector<ShardUnit>{{{5, 26}, 0, 2}, {{0, 5}, 2, 3}}));
+  // Groups not adjacent in memory, and an empty group, which joins any unit.
+  const std::vector<ShardUnit> gaps = shard_units({{0, 4}, {8, 4}}, {{1}, {}, {0}}, 25.0, 4);
+  EXPECT_EQ(gaps, (std::vector<ShardUnit>{{{8, 12}, 0, 2}, {{0, 4}, 2, 3}}));
 }
 
 TEST(GradSync, StagesTwoAndThreeAreNotSupportedYet) {

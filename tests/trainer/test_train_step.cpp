@@ -199,8 +199,11 @@ class ZeroTest : public TrainStepTest {
 TEST_F(ZeroTest, StageOneTakesTheStepsOfOneRank) {
   const Run want = run(0, 1, 0, 0, 20);
   EXPECT_LT(want.losses.back(), want.losses.front());
-  for (auto [dp, group] : {std::pair{2, 0}, std::pair{4, 0}, std::pair{4, 2}}) {
-    SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero_group " << group);
+  // bucket_mb 25: the whole model is one sharding unit; 0.01: about one unit per block.
+  for (auto [dp, group, mb] : {std::tuple{2, 0, 25.0}, std::tuple{4, 0, 25.0}, std::tuple{4, 2, 25.0},
+                               std::tuple{2, 0, 0.01}, std::tuple{4, 2, 0.01}}) {
+    SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero_group " << group << " bucket_mb " << mb);
+    recipe_.parallel.bucket_mb = mb;
     expect_same(run(1, dp, group, 0, 20), want);
   }
 }

@@ -289,8 +289,8 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
     out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, write_params && !p.tied_copy});
     if (!opt) continue;
     // The part of this parameter's flat range the optimizer owns: at most one owned range meets a
-    // parameter (ZeRO owns one chunk of each parameter group), so a rank has at most one slice of
-    // each moment.
+    // parameter (ZeRO owns one chunk of each sharding unit, a union of whole parameter groups), so a rank has at most
+    // one slice of each moment.
     bool seen = false;
     for (const parallel::FlatRange& own : opt->owned()) {
       const int64_t lo = std::max(p.offset, own.begin), hi = std::min(p.offset + p.numel(), own.end);
