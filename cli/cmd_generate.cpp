@@ -81,7 +81,7 @@ int cmd_generate(const GenerateArgs& args) {
     opts.kv_cache_tokens = context;
     trainer::Model model(cfg, opts, *world);
     try {
-      trainer::checkpoint_load(dir, trainer::checkpoint_slices(model, nullptr, 0, 0), *world);
+      trainer::checkpoint_load(dir, trainer::checkpoint_slices(model, nullptr, true, false), *world);
     } catch (const Error& e) {
       log_warn("skipping damaged checkpoint {}: {}", dir, e.what());
       continue;

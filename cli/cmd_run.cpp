@@ -87,6 +87,15 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
        {parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp, parallel::GroupKind::model_parallel})
     std::printf("  %-15s %s\n", (std::string(parallel::group_kind_name(kind)) + " groups:").c_str(),
                 groups_text(shape, kind).c_str());
+  if (r.parallel.zero > 0) {
+    const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
+    std::printf("zero: stage %d, optimizer state sharded over %d dp rank%s", r.parallel.zero, shard,
+                shard == 1 ? "" : "s");
+    if (shard < r.parallel.dp)
+      std::printf(" (zero_group %d: %d shard groups of consecutive dp ranks; shards all-reduced across them)", shard,
+                  r.parallel.dp / shard);
+    std::printf("\n");
+  }
 
   int64_t params = trainer::count_parameters(m);
   std::printf("model: %s, %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d (padded %d), seq_len %d\n",

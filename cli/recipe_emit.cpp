@@ -96,6 +96,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   line(2, "pp", std::to_string(p.pp));
   line(2, "dp", std::to_string(p.dp));
   line(2, "zero", std::to_string(p.zero));
+  line(2, "zero_group", p.zero_group > 0 ? std::to_string(p.zero_group) : "auto");
   line(2, "sequence_parallel", flag(p.sequence_parallel));
   line(2, "pp_schedule", to_string(p.pp_schedule));
   line(2, "virtual_stages", std::to_string(p.virtual_stages));

@@ -425,6 +425,7 @@ void parse_parallel(Section s, ParallelConfig& p) {
   s.integer("pp", p.pp, kPositive);
   s.integer("dp", p.dp, kPositiveOrAuto);
   s.integer("zero", p.zero, {0, 3});
+  s.integer("zero_group", p.zero_group, kPositiveOrAuto);
   s.boolean("sequence_parallel", p.sequence_parallel);
   s.choice("pp_schedule", p.pp_schedule,
            {{"gpipe", PipelineSchedule::gpipe},

@@ -6,21 +6,26 @@
 //   group_ready(g, last)   backward has finished parameter group g for a micro-batch; `last` when
 //                          it was the step's last micro-batch (g's gradient is then final)
 //   progress()             between pieces of work: lets launched reductions advance
-//   finish()               every reduction of the step completes; owned() of the gradient buffer
-//                          then holds the data-parallel average
-//   (the optimizer updates owned() of the parameter buffer)
+//   finish()               every reduction of the step completes; the owned() ranges of the
+//                          gradient buffer then hold the data-parallel average
+//   (the optimizer updates the owned() ranges of the parameter buffer)
 //   gather_params()        every rank's whole parameter buffer is current again
 //
 // Rules a reader could get wrong:
 //  - Parameter groups are numbered in the order backward completes them, and every rank marks the
 //    same groups; a group is a set of parameters (indices into the forward-order list), e.g. one
 //    transformer block. The grouping is the trainer's (trainer/train_step.cpp), the buckets are ours.
-//  - owned() is the flat range of the parameter and gradient buffers this rank's optimizer updates
-//    (and holds optimizer state for): the whole buffer at stage 0, this rank's shard under ZeRO.
-//    Outside owned(), gradients after finish() are unspecified.
+//  - owned() is the list of flat ranges of the parameter and gradient buffers this rank's optimizer
+//    updates (and holds optimizer state for), ascending and disjoint: one range, the whole buffer,
+//    at stage 0; under ZeRO one chunk of every sharding unit (see make_grad_sync). Outside
+//    owned(), gradients after finish() are unspecified.
 //  - shards_over_dp(): whether data-parallel ranks hold different parts of the gradient after
 //    finish(). The global gradient norm sums squares of owned() over the model-parallel group, and
 //    also over the data-parallel group when this is true.
+//  - first_copy(): whether this rank is the lowest data-parallel rank holding its owned() ranges
+//    (dp rank 0 at stage 0; a rank of the first shard group under ZeRO). Only such ranks count
+//    their squares in the global norm when shards_over_dp(), and write their optimizer state to a
+//    checkpoint: every element then counts once per model replica.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +51,9 @@ class GradSync {
   virtual void group_ready(int group, bool last_micro_batch) = 0;
   virtual void progress() = 0;
   virtual void finish() = 0;
-  virtual FlatRange owned() const = 0;
+  virtual const std::vector<FlatRange>& owned() const = 0;
   virtual bool shards_over_dp() const = 0;
+  virtual bool first_copy() const = 0;
   virtual void gather_params() = 0;
 
   // Communication that backward did not hide (the time spent in finish()), for the metrics.
@@ -62,8 +68,35 @@ struct GradSyncLayout {
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,
-// must outlive it). Stage 0: bucketed all-reduces launched as groups complete (GradBuckets).
-// Stages 1-3 are refused with "not supported yet".
-std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb);
+// must outlive it). Collective over `dp` (stage 1 splits it).
+//  - Stage 0: bucketed all-reduces launched as groups complete (GradBuckets).
+//  - Stage 1: optimizer state sharded within shard groups of `zero_group` consecutive dp ranks
+//    (0 = the whole dp group; it must divide dp). Parameter groups are merged into sharding units
+//    as stage 0 packs buckets (shard_units: consecutive groups whose flat ranges are adjacent,
+//    until a unit holds `bucket_mb` MiB). Each unit's flat range is padded to a multiple of
+//    zero_group and cut in zero_group equal chunks; a rank owns chunk (its index in the shard
+//    group) of every unit. When a unit's gradient is final, it is reduce-scattered (avg) over the
+//    shard group, then (zero_group < dp: hybrid sharding) its chunk is all-reduced (avg) over the
+//    dp / zero_group ranks of the same index in the other shard groups; gather_params()
+//    all-gathers every unit's chunks over the shard group. Units start strictly in unit order.
+//  - Stages 2 and 3 are refused with "not supported yet".
+std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
+                                         int zero_group = 0);
+
+// Stage 1's sharding units: groups [first_group, end_group) (consecutive in group order) and the
+// flat range they cover. A group's range runs from its first to its last element; a group joins
+// the unit before it while that unit holds less than `bucket_mb` MiB of `element_size` elements
+// and the group's range ends where the unit's begins (or either is empty).
+struct ShardUnit {
+  FlatRange range;
+  int first_group = 0, end_group = 0;
+  bool operator==(const ShardUnit&) const = default;
+};
+std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
+                                   const std::vector<std::vector<int>>& groups, double bucket_mb, size_t element_size);
+
+// Elements of the scratch stage 1 allocates (communication memory): per unit, its range padded
+// to a multiple of `shard_size`, plus one chunk. The memory plan counts exactly this.
+int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_size);
 
 }  // namespace llmtrain::parallel

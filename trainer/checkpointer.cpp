@@ -40,7 +40,8 @@ RunPosition Checkpointer::resume() {
         cc.dir, cc.resume_path, weights_only ? " with load_weights_only" : "");
     explicit_path = weights_only = false;
   }
-  auto slices = checkpoint_slices(model_, weights_only ? nullptr : &step_.optimizer(), dp_rank_, recipe_.parallel.zero);
+  auto slices = checkpoint_slices(model_, weights_only ? nullptr : &step_.optimizer(), dp_rank_ == 0,
+                                  step_.grad_sync().first_copy());
   auto loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, world_);
   if (!loaded) return {};
   if (weights_only) {
@@ -66,13 +67,17 @@ double Checkpointer::save(const RunPosition& at) {
   meta.rng = {{"seed", recipe_.train.seed}};
   meta.extra = step_.state();
   meta.recipe_yaml = recipe_yaml_;
-  meta.mesh = {recipe_.parallel.tp, recipe_.parallel.pp, recipe_.parallel.dp, recipe_.parallel.zero};
+  meta.mesh = {recipe_.parallel.tp, recipe_.parallel.pp, recipe_.parallel.dp, recipe_.parallel.zero,
+               recipe_.parallel.zero == 0        ? 0
+               : recipe_.parallel.zero_group > 0 ? recipe_.parallel.zero_group
+                                                 : recipe_.parallel.dp};
   meta.tokenizer_kind = tokenizer_.source().kind;
   meta.tokenizer_bytes = tokenizer_.source().bytes;
   const double t0 = now_s();
-  const std::string path = checkpoint_save(
-      fs_, recipe_.checkpoint.dir, meta, checkpoint_slices(model_, &step_.optimizer(), dp_rank_, recipe_.parallel.zero),
-      world_, recipe_.checkpoint.keep);
+  const std::string path =
+      checkpoint_save(fs_, recipe_.checkpoint.dir, meta,
+                      checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()),
+                      world_, recipe_.checkpoint.keep);
   const double seconds = now_s() - t0;
   log_progress("checkpoint {} written in {}", path, format_duration(seconds));
   last_saved_ = at.step;

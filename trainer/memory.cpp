@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/strings.h"
 #include "parallel/grad_sync.h"
@@ -37,17 +39,36 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   out.gradients = model.grads;
   out.activations = model.activations();
 
-  // AdamW keeps two fp32 moments over the range the gradient sync gives this rank to own: the
-  // whole stage at ZeRO stage 0.
+  // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
+  // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter
+  // groups merged as buckets are), and the sync's scratch (each unit padded, plus one chunk) is
+  // communication memory.
   out.optimizer = 2 * model.params;
-  if (r.parallel.zero > 0)
+  int64_t zero_scratch = 0;
+  if (r.parallel.zero >= 2) {
     out.notes.push_back(
-        fmt::format("optimizer state unsharded: parallel.zero {} is not supported yet (it would keep about 1/{} of it)",
-                    r.parallel.zero, r.parallel.dp));
+        fmt::format("optimizer state as with zero 1: parallel.zero {} is not supported yet", r.parallel.zero));
+  }
+  if (r.parallel.zero >= 1) {
+    const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
+    const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
+    std::vector<parallel::ParamRange> ranges;
+    for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
+    const std::vector<parallel::ShardUnit> units =
+        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, sizeof(float));
+    const int index = coord.dp % shard;
+    int64_t owned = 0;
+    for (const parallel::ShardUnit& u : units) {
+      const int64_t n = u.range.numel(), chunk = (n + shard - 1) / shard;
+      owned += std::max<int64_t>(0, std::min(n, int64_t(index + 1) * chunk) - int64_t(index) * chunk);
+    }
+    out.optimizer = 2 * owned * 4;
+    zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(units, shard), 1) * 4;
+  }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
   const int64_t activation_message = int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4;
-  out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message;
+  out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_scratch;
   return out;
 }
 

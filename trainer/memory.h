@@ -2,14 +2,14 @@
 // activations, communication buffers.
 //
 //  - memory_plan() computes them WITHOUT allocating, from the same layout code the buffers are
-//    allocated with: the Model's arena (model_memory_plan), the optimizer's owned range, the
+//    allocated with: the Model's arena (model_memory_plan), the optimizer's owned ranges, the
 //    pipeline executor's receive buffers for this stage's schedule. `llmtrain run --dry-run` prints
 //    it for a 70B recipe on a laptop.
 //  - memory_measured() reads what the allocator counted for Buffers of each kind
 //    (kernels/buffer.h): the run prints the peaks, which must equal the plan.
 //
 // Rule a reader could get wrong: the plan is what THIS build would allocate for the recipe. Where a
-// recipe asks for something not built yet (16-bit precision, ZeRO, the interleaved schedule), the
+// recipe asks for something not built yet (16-bit precision, ZeRO 2-3, the interleaved schedule), the
 // plan says so in `notes` and counts what this build would allocate instead; the work that builds
 // those features extends this module, so that plan and measurement stay equal.
 #pragma once
@@ -27,9 +27,9 @@ namespace llmtrain::trainer {
 struct MemoryAccount {
   int64_t parameters = 0;
   int64_t gradients = 0;
-  int64_t optimizer = 0;      // AdamW's two moments over the owned range
+  int64_t optimizer = 0;      // AdamW's two moments over the owned ranges
   int64_t activations = 0;    // kept between forward and backward, the backward's work buffers
-  int64_t communication = 0;  // pipeline receive buffers (gradient buckets reduce in place)
+  int64_t communication = 0;  // pipeline receive buffers, ZeRO 1 scratch (stage 0 buckets reduce in place)
   std::vector<std::string> notes;
 
   int64_t total() const { return parameters + gradients + optimizer + activations + communication; }

@@ -18,19 +18,45 @@ std::vector<DecayRange> decay_ranges(const std::vector<ModelParam>& params) {
   return out;
 }
 
-AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, int64_t begin, int64_t end)
+namespace {
+
+int64_t total_numel(const std::vector<parallel::FlatRange>& owned) {
+  int64_t n = 0;
+  for (const auto& r : owned) {
+    LT_CHECK(0 <= r.begin && r.begin <= r.end, "AdamW range [{}, {})", r.begin, r.end);
+    n += r.numel();
+  }
+  return n;
+}
+
+}  // namespace
+
+AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned)
     : config_(config),
       ranges_(std::move(ranges)),
-      begin_(begin),
-      end_(end),
-      m_(kernels::DType::fp32, {end - begin}, kernels::Device::cpu, kernels::MemoryKind::optimizer),
-      v_(kernels::DType::fp32, {end - begin}, kernels::Device::cpu, kernels::MemoryKind::optimizer) {
-  LT_CHECK(0 <= begin && begin <= end, "AdamW range [{}, {})", begin, end);
+      owned_(std::move(owned)),
+      m_(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu, kernels::MemoryKind::optimizer),
+      v_(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu, kernels::MemoryKind::optimizer) {
+  for (size_t i = 1; i < owned_.size(); ++i)
+    LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
+             owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);
+}
+
+int64_t AdamW::owned_numel() const { return m_.tensor().numel(); }
+
+int64_t AdamW::state_offset(int64_t at) const {
+  int64_t base = 0;
+  for (const auto& r : owned_) {
+    if (at >= r.begin && at < r.end) return base + (at - r.begin);
+    base += r.numel();
+  }
+  return -1;
 }
 
 void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale) {
-  LT_CHECK(params.numel() == end_ - begin_ && grads.numel() == end_ - begin_,
-           "AdamW step on {} / {} elements for [{}, {})", params.numel(), grads.numel(), begin_, end_);
+  const int64_t end = owned_.empty() ? 0 : owned_.back().end;
+  LT_CHECK(params.numel() >= end && grads.numel() >= end, "AdamW step on {} / {} elements, owning up to {}",
+           params.numel(), grads.numel(), end);
   ++steps_;
   kernels::AdamWStep s{.lr = float(lr),
                        .beta1 = float(config_.beta1),
@@ -39,23 +65,30 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
                        .weight_decay = 0.0f,
                        .step = steps_,
                        .grad_scale = grad_scale};
-  for (const DecayRange& r : ranges_) {
-    const int64_t b = std::max(r.begin, begin_), e = std::min(r.end, end_);
-    if (b >= e) continue;
-    s.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
-    const int64_t off = b - begin_, count = e - b;
-    kernels::adamw_update(params.flat(off, count), grads.flat(off, count), m_.tensor().flat(off, count),
-                          v_.tensor().flat(off, count), s);
+  int64_t base = 0;  // the owned range's first element in the moments
+  for (const parallel::FlatRange& own : owned_) {
+    for (const DecayRange& r : ranges_) {
+      const int64_t b = std::max(r.begin, own.begin), e = std::min(r.end, own.end);
+      if (b >= e) continue;
+      s.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
+      const int64_t count = e - b, at = base + (b - own.begin);
+      kernels::adamw_update(params.flat(b, count), grads.flat(b, count), m_.tensor().flat(at, count),
+                            v_.tensor().flat(at, count), s);
+    }
+    base += own.numel();
   }
 }
 
-double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank, parallel::FlatRange owned) {
+double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
+                        const std::vector<parallel::FlatRange>& owned) {
   double sum = 0;
   for (const ModelParam& p : params) {
     if (p.tied_copy) continue;
     if (p.spec.tp_split_dim < 0 && tp_rank != 0) continue;
-    const int64_t b = std::max(p.offset, owned.begin), e = std::min(p.offset + p.numel(), owned.end);
-    if (b < e) sum += kernels::sum_squares(p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+    for (const parallel::FlatRange& own : owned) {
+      const int64_t b = std::max(p.offset, own.begin), e = std::min(p.offset + p.numel(), own.end);
+      if (b < e) sum += kernels::sum_squares(p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+    }
   }
   return sum;
 }

@@ -1,5 +1,5 @@
 // AdamW over ranges of the flat parameter/gradient buffers, and the global gradient norm for
-// clipping. Under ZeRO a rank runs the same code on the range it owns.
+// clipping. Under ZeRO a rank runs the same code on the ranges it owns (GradSync::owned()).
 //
 // Rules a reader could get wrong:
 //  - Weight decay is decoupled (p -= lr·wd·p) and applies only to ranges whose parameters'
@@ -31,35 +31,40 @@ std::vector<DecayRange> decay_ranges(const std::vector<ModelParam>& params);
 
 class AdamW {
  public:
-  // Owns the moments of elements [begin, end) of the flat buffers; `ranges` describe the whole
-  // buffer (from decay_ranges).
-  AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, int64_t begin, int64_t end);
+  // Owns the moments of the `owned` ranges of the flat buffers (ascending, disjoint), kept compact:
+  // the moments of owned[0], then of owned[1], ... `ranges` describe the whole buffer (from
+  // decay_ranges).
+  AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned);
 
-  // One update of the owned range: params and grads are views of exactly [begin, end).
-  // grad_scale multiplies the gradients first (clip factor, or 1).
+  // One update of the owned ranges: params and grads are the WHOLE flat buffers (only the owned
+  // ranges are read or written). grad_scale multiplies the gradients first (clip factor, or 1).
   void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale);
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }           // when restoring a checkpoint
-  kernels::Tensor exp_avg() const { return m_.tensor(); }     // first moment, [end - begin]
+  kernels::Tensor exp_avg() const { return m_.tensor(); }     // first moment, [owned_numel()], compact
   kernels::Tensor exp_avg_sq() const { return v_.tensor(); }  // second moment
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
+  const std::vector<parallel::FlatRange>& owned() const { return owned_; }
+  int64_t owned_numel() const;
+  // Where flat element `at` (inside an owned range) has its moments in exp_avg(); -1 outside.
+  int64_t state_offset(int64_t at) const;
 
  private:
   OptimizerConfig config_;
   std::vector<DecayRange> ranges_;
-  int64_t begin_, end_, steps_ = 0;
+  std::vector<parallel::FlatRange> owned_;
+  int64_t steps_ = 0;
   kernels::Buffer m_, v_;
 };
 
 // Σ g² over this rank's gradients, counting each global parameter element once per model
 // replica: tensor-parallel replicated parameters only on tp rank 0, and the last stage's copy of
 // a tied embedding not at all (its gradient equals the first stage's after their all-reduce).
-// Only elements inside `owned` count (the range this rank's optimizer updates; under ZeRO each
+// Only elements inside `owned` count (the ranges this rank's optimizer updates; under ZeRO each
 // data-parallel rank holds the reduced gradient of its shard only). The caller all-reduces the sum
 // over every group that splits parameters (parallel/grad_sync.h), then takes the square root.
-double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank, parallel::FlatRange owned = {0, INT64_MAX});
+double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
+                        const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}});
 
 // PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6) when that is below 1, else 1. max_norm 0
 // means no clipping.

@@ -50,9 +50,11 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
 }
 
 std::vector<std::vector<int>> grad_ready_groups(const Model& model) {
-  const StageLayout& st = model.options().stage;
+  return grad_ready_groups(model.options().stage, model.parameters());
+}
+
+std::vector<std::vector<int>> grad_ready_groups(const StageLayout& st, const std::vector<ModelParam>& params) {
   std::vector<std::vector<int>> groups(size_t(st.layer_end - st.layer_begin) + 2);
-  const auto& params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i)
     groups[size_t(group_of(st, params[i].spec.place, params[i].spec.layer))].push_back(int(i));
   return groups;
@@ -135,9 +137,9 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
            parallel::max_in_flight(schedule), model.options().activation_slots);
   parallel::GradSyncLayout layout{model.params(), model.grads(), {}, grad_ready_groups(model)};
   for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
-  sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb);
-  const parallel::FlatRange own = sync_->owned();
-  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), own.begin, own.end);
+  sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb,
+                                   recipe.parallel.zero_group);
+  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned());
   losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.params().device);
   losses_host_.assign(size_t(micro_batches_), 0.0f);
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor());
@@ -176,9 +178,10 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   spent(times.grad_sync);
 
   // Σg² of what this rank owns, over every group that splits parameters (each element counted once
-  // per model replica); fp32 is enough for a norm that only scales the update.
-  const parallel::FlatRange own = sync_->owned();
-  float sq = float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), own));
+  // per model replica: where data-parallel ranks hold shards, only the first copy of each shard
+  // counts); fp32 is enough for a norm that only scales the update.
+  const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
+  float sq = counts ? float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), sync_->owned())) : 0.0f;
   spent(times.optimizer);
   parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
@@ -203,8 +206,7 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   }
   skipped_in_a_row_ = 0;
   out.skipped_total = skipped_total_;
-  optimizer_->step(model_.params().flat(own.begin, own.numel()), model_.grads().flat(own.begin, own.numel()), out.lr,
-                   clip_factor(out.grad_norm, recipe_.train.grad_clip));
+  optimizer_->step(model_.params(), model_.grads(), out.lr, clip_factor(out.grad_norm, recipe_.train.grad_clip));
   spent(times.optimizer);
   sync_->gather_params();
   spent(times.grad_sync);

@@ -3,7 +3,7 @@
 //   zero grads -> the pipeline schedule over the step's micro-batches (forward, backward; gradient
 //   groups handed to the gradient sync as backward completes them) -> finish the gradient sync ->
 //   global gradient norm over every group that splits parameters -> clip, or skip a non-finite step
-//   -> AdamW on the flat range this rank owns -> gather the parameters other ranks updated.
+//   -> AdamW on the flat ranges this rank owns -> gather the parameters other ranks updated.
 //
 // train() (trainer/trainer.cpp) owns everything around it: set-up, resume, reporting, evaluation,
 // checkpoints and the stop agreement.
@@ -95,5 +95,7 @@ ModelOptions step_model_options(const Recipe& recipe, int stage, const std::vect
 // to the first, the embedding (a tied embedding is complete only after the embedding's backward).
 // Group g of the result lists indices into model.parameters().
 std::vector<std::vector<int>> grad_ready_groups(const Model& model);
+// The same from a stage's parameter layout (model_param_layout), for the memory plan.
+std::vector<std::vector<int>> grad_ready_groups(const StageLayout& stage, const std::vector<ModelParam>& params);
 
 }  // namespace llmtrain::trainer

@@ -167,6 +167,14 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             fmt::format("ZeRO stage {} cannot be combined with pipeline parallelism (pp {})", p.zero, p.pp),
             "stage 2 and 3 shard gradients that pipeline stages accumulate over micro-batches: use zero: 1 with pp > 1 "
             "(as DeepSpeed)");
+  if (p.zero_group > 0 && p.zero == 0)
+    problem("parallel.zero_group",
+            fmt::format("zero_group {} is set but parallel.zero is 0 (nothing is sharded)", p.zero_group),
+            "zero_group only means something with parallel.zero: 1: set zero: 1, or remove zero_group");
+  else if (p.zero_group > 0 && p.dp > 0 && p.dp % p.zero_group != 0)
+    problem("parallel.zero_group", fmt::format("zero_group {} does not divide dp {}", p.zero_group, p.dp),
+            fmt::format("shard groups are zero_group consecutive dp ranks: choose a divisor of dp {} (or auto = dp)",
+                        p.dp));
 
   // World size.
   const int needed = p.tp * p.pp * p.dp;
@@ -220,7 +228,8 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
   if (r.parallel.tp > 1) out.push_back(fmt::format("tensor-parallel training (parallel.tp {})", r.parallel.tp));
   if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
-  if (r.parallel.zero > 0) out.push_back(fmt::format("ZeRO stage {} (parallel.zero)", r.parallel.zero));
+  if (r.parallel.zero > 1)
+    out.push_back(fmt::format("parallel.zero {} (ZeRO stage 1 works; stages 2 and 3 are planned)", r.parallel.zero));
   if (r.parallel.sequence_parallel) out.push_back("parallel.sequence_parallel");
   return out;
 }

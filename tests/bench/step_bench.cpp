@@ -72,7 +72,7 @@ int run_step(std::map<std::string, std::string>& f) {
   model.init_parameters(1234);
   OptimizerConfig opt;
   opt.lr = 6e-4, opt.min_lr = 6e-5, opt.warmup = 10, opt.decay_steps = 1000;
-  AdamW adamw(opt, decay_ranges(model.parameters()), 0, model.numel());
+  AdamW adamw(opt, decay_ranges(model.parameters()), {{0, model.numel()}});
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, m.vocab - 1);
   const int64_t n = int64_t(batch) * m.seq_len;

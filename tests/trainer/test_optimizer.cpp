@@ -53,17 +53,19 @@ TEST(Optimizer, ShardedUpdateEqualsTheWhole) {
   OptimizerConfig cfg;
   cfg.weight_decay = 0.1;
   const auto ranges = decay_ranges(model.parameters());
-  AdamW whole(cfg, ranges, 0, n);
-  // Shard boundaries that cut through parameters and decay ranges.
-  const int64_t cut1 = n / 3 + 1, cut2 = 2 * n / 3 - 5;
-  AdamW s0(cfg, ranges, 0, cut1), s1(cfg, ranges, cut1, cut2), s2(cfg, ranges, cut2, n);
+  AdamW whole(cfg, ranges, {{0, n}});
+  // Shard boundaries that cut through parameters and decay ranges; s1 owns two ranges (ZeRO: one
+  // chunk of each parameter group), its moments compact.
+  const int64_t cut1 = n / 3 + 1, cut2 = 2 * n / 3 - 5, cut3 = n - 7;
+  AdamW s0(cfg, ranges, {{0, cut1}}), s1(cfg, ranges, {{cut1, cut2}, {cut3, n}}), s2(cfg, ranges, {{cut2, cut3}});
+  EXPECT_EQ(s1.owned_numel(), cut2 - cut1 + n - cut3);
+  EXPECT_EQ(s1.state_offset(cut3), cut2 - cut1);
+  EXPECT_EQ(s1.state_offset(cut2), -1);
   for (int step = 0; step < 4; ++step) {
     for (auto& x : g) x = nd(rng);
     whole.step(kernels::host_tensor(p.data(), {n}), kernels::host_tensor(g.data(), {n}), 1e-2, 0.8f);
-    for (AdamW* s : {&s0, &s1, &s2}) {
-      const int64_t b = s->begin(), c = s->end() - s->begin();
-      s->step(kernels::host_tensor(q.data() + b, {c}), kernels::host_tensor(g.data() + b, {c}), 1e-2, 0.8f);
-    }
+    for (AdamW* s : {&s0, &s1, &s2})
+      s->step(kernels::host_tensor(q.data(), {n}), kernels::host_tensor(g.data(), {n}), 1e-2, 0.8f);
   }
   EXPECT_EQ(p, q);
   EXPECT_EQ(whole.steps(), 4);
@@ -76,7 +78,7 @@ TEST(Optimizer, WeightDecayOnlyWhereTheSpecSaysSo) {
   std::vector<float> before(model.params().ptr<float>(), model.params().ptr<float>() + model.numel());
   OptimizerConfig cfg;
   cfg.weight_decay = 0.5;
-  AdamW adamw(cfg, decay_ranges(model.parameters()), 0, model.numel());
+  AdamW adamw(cfg, decay_ranges(model.parameters()), {{0, model.numel()}});
   // Zero gradients: Adam's step is 0, only decoupled decay moves weights: p · (1 - lr·wd).
   adamw.step(model.params(), model.grads(), 0.1, 1.0f);
   for (const ModelParam& p : model.parameters()) {

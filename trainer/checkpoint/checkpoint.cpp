@@ -278,26 +278,33 @@ std::string checkpoint_tokenizer_file(const std::string& kind) {
   return "";
 }
 
-std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* opt, int dp_rank, int zero) {
+std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* opt, bool write_params,
+                                               bool write_moments) {
   std::vector<CheckpointSlice> out;
   for (const ModelParam& p : model.parameters()) {
     const int dim = p.spec.tp_split_dim;
     SliceSpec block = dim >= 0 && p.shape[dim] != p.spec.shape[dim]
                           ? SliceSpec::block(p.spec.shape, dim, p.shard_begin, p.shape[dim])
                           : SliceSpec::whole(p.spec.shape);
-    out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, dp_rank == 0 && !p.tied_copy});
+    out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, write_params && !p.tied_copy});
     if (!opt) continue;
-    // The part of this parameter's flat range the optimizer owns.
-    int64_t lo = std::max(p.offset, opt->begin()), hi = std::min(p.offset + p.numel(), opt->end());
-    if (lo >= hi) continue;
-    SliceSpec part = block;
-    part.begin = lo - p.offset;
-    part.end = hi - p.offset;
-    bool write = (zero == 0 ? dp_rank == 0 : true) && !p.tied_copy;
-    out.push_back(
-        {p.spec.name, TensorRole::adam_m, p.spec.shape, part, opt->exp_avg().flat(lo - opt->begin(), hi - lo), write});
-    out.push_back({p.spec.name, TensorRole::adam_v, p.spec.shape, part,
-                   opt->exp_avg_sq().flat(lo - opt->begin(), hi - lo), write});
+    // The part of this parameter's flat range the optimizer owns: at most one owned range meets a
+    // parameter (ZeRO owns one chunk of each sharding unit, a union of whole parameter groups), so a rank has at most
+    // one slice of each moment.
+    bool seen = false;
+    for (const parallel::FlatRange& own : opt->owned()) {
+      const int64_t lo = std::max(p.offset, own.begin), hi = std::min(p.offset + p.numel(), own.end);
+      if (lo >= hi) continue;
+      LT_CHECK(!seen, "parameter {} meets two owned ranges of the optimizer", p.spec.name);
+      seen = true;
+      SliceSpec part = block;
+      part.begin = lo - p.offset;
+      part.end = hi - p.offset;
+      const bool write = write_moments && !p.tied_copy;
+      const int64_t at = opt->state_offset(lo);
+      out.push_back({p.spec.name, TensorRole::adam_m, p.spec.shape, part, opt->exp_avg().flat(at, hi - lo), write});
+      out.push_back({p.spec.name, TensorRole::adam_v, p.spec.shape, part, opt->exp_avg_sq().flat(at, hi - lo), write});
+    }
   }
   return out;
 }

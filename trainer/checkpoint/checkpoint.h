@@ -36,10 +36,13 @@ struct CheckpointSlice {
   bool write = false;    // this rank writes it (false: another rank writes the same slice)
 };
 
-// The slices of a model and its optimizer state held by this rank. `dp_rank` and `zero` decide who
-// writes: parameters by data-parallel rank 0; optimizer moments by dp rank 0 without ZeRO, and by
-// every dp rank for the range it owns with ZeRO >= 1. Tied copies of an embedding are never written.
-std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* optimizer, int dp_rank, int zero);
+// The slices of a model and its optimizer state held by this rank: the parameters, and the moments
+// of the flat ranges the optimizer owns (AdamW::owned()). Who writes: parameters where
+// `write_params` (data-parallel rank 0), moments where `write_moments` (GradSync::first_copy(): dp
+// rank 0 without ZeRO; with ZeRO every rank of the first shard group, each for the ranges it owns).
+// Tied copies of an embedding are never written.
+std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* optimizer, bool write_params,
+                                               bool write_moments);
 
 // Everything besides tensors that a checkpoint records.
 struct CheckpointMeta {

@@ -80,13 +80,15 @@ json manifest_to_json(const Manifest& m) {
     tensors.push_back(
         {{"name", t.name}, {"role", to_string(t.role)}, {"shape", t.shape}, {"dtype", t.dtype}, {"slices", slices}});
   }
+  json mesh = {{"tp", m.mesh.tp}, {"pp", m.mesh.pp}, {"dp", m.mesh.dp}, {"zero", m.mesh.zero}};
+  if (m.mesh.zero > 0) mesh["zero_group"] = m.mesh.zero_group;
   return {{"format", kCheckpointFormatName},
           {"version", m.version},
           {"step", m.step},
           {"consumed_samples", m.consumed_samples},
           {"rng", m.rng},
           {"extra", m.extra},
-          {"mesh", {{"tp", m.mesh.tp}, {"pp", m.mesh.pp}, {"dp", m.mesh.dp}, {"zero", m.mesh.zero}}},
+          {"mesh", mesh},
           {"tokenizer", {{"kind", m.tokenizer_kind}, {"file", m.tokenizer}}},
           {"recipe", m.recipe_yaml},
           {"chunk_bytes", kChecksumChunkBytes},
@@ -113,7 +115,8 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
     m.rng = j.value("rng", json::object());
     m.extra = j.value("extra", json::object());
     const json& mesh = j.at("mesh");
-    m.mesh = {mesh.at("tp").get<int>(), mesh.at("pp").get<int>(), mesh.at("dp").get<int>(), mesh.at("zero").get<int>()};
+    m.mesh = {mesh.at("tp").get<int>(), mesh.at("pp").get<int>(), mesh.at("dp").get<int>(), mesh.at("zero").get<int>(),
+              mesh.value("zero_group", 0)};
     m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
     m.tokenizer = j.at("tokenizer").at("file").get<std::string>();
     m.recipe_yaml = j.at("recipe").get<std::string>();

@@ -66,6 +66,7 @@ struct SavedTensor {
 
 struct CheckpointMesh {
   int tp = 1, pp = 1, dp = 1, zero = 0;
+  int zero_group = 0;  // with zero ≥ 1: dp ranks per shard group (manifest key only then; 0 otherwise)
 };
 
 struct Manifest {

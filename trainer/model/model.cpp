@@ -314,6 +314,14 @@ ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& opti
   return mem;
 }
 
+std::vector<ModelParam> model_param_layout(const ModelConfig& model, const ModelOptions& options, int tp_size,
+                                           int tp_rank) {
+  LT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank {} of {}", tp_rank, tp_size);
+  const ModelOptions o = Model::resolve(model, options, tp_size);
+  int64_t numel = 0;
+  return Model::param_layout(model, o.stage, tp_size, tp_rank, &numel);
+}
+
 // Initialization writes parameter memory through host pointers: it runs once at start, and with
 // CUDA it becomes an op (or a host fill copied to the device). Nothing in a step does this.
 void Model::init_parameters(uint64_t seed) {

@@ -79,6 +79,12 @@ struct ModelMemory {
 // the model's (see trainer/optimizer.h).
 ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank);
 
+struct ModelParam;
+// The parameters (specs, shapes, flat offsets; no tensors) that stage `options.stage` of `model`
+// holds on tensor-parallel rank `tp_rank`, without allocating: the constructor's layout.
+std::vector<ModelParam> model_param_layout(const ModelConfig& model, const ModelOptions& options, int tp_size,
+                                           int tp_rank);
+
 // Targets equal to this take no part in the loss (Hugging Face's and PyTorch's convention).
 inline constexpr int32_t kIgnoreIndex = -100;
 
@@ -180,6 +186,7 @@ class Model {
 
  private:
   friend ModelMemory model_memory_plan(const ModelConfig&, const ModelOptions&, int, int);
+  friend std::vector<ModelParam> model_param_layout(const ModelConfig&, const ModelOptions&, int, int);
   struct Dims;
   class Arena;
   struct BlockWeights;

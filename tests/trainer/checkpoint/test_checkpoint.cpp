@@ -36,7 +36,7 @@ struct Fixture {
   std::unique_ptr<parallel::Comm> world = parallel::make_local_comm();
   ModelConfig config = small_model();
   Model model{config, {}, *world};
-  AdamW opt{OptimizerConfig{}, decay_ranges(model.parameters()), 0, model.numel()};
+  AdamW opt{OptimizerConfig{}, decay_ranges(model.parameters()), {{0, model.numel()}}};
 
   explicit Fixture(uint64_t seed) {
     model.init_parameters(seed);
@@ -49,7 +49,7 @@ struct Fixture {
     }
   }
   std::vector<CheckpointSlice> slices(bool with_opt = true) {
-    return checkpoint_slices(model, with_opt ? &opt : nullptr, 0, 0);
+    return checkpoint_slices(model, with_opt ? &opt : nullptr, true, true);
   }
 };
 
@@ -252,7 +252,7 @@ TEST(Checkpoint, ModelOfAnotherShapeIsNamed) {
   other.ffn_hidden = 96;
   Model m(other, {}, *world);
   try {
-    checkpoint_load((dir / "step_00000010").string(), checkpoint_slices(m, nullptr, 0, 0), *world);
+    checkpoint_load((dir / "step_00000010").string(), checkpoint_slices(m, nullptr, true, false), *world);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("has shape [64, 32] in the checkpoint, the model expects [96, 32]"),

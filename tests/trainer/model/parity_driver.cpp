@@ -164,7 +164,7 @@ int main(int argc, char** argv) try {
     results.push_back({"grad." + p.spec.name, kernels::DType::fp32, p.shape, grads.data() + p.offset});
 
   // Training.
-  AdamW adamw(opt, decay_ranges(model.parameters()), 0, model.numel());
+  AdamW adamw(opt, decay_ranges(model.parameters()), {{0, model.numel()}});
   std::vector<float> losses, norms, lrs;
   for (int s = 0; s < steps; ++s) {
     model.zero_grads();
