@@ -163,7 +163,10 @@ class Section {
       return;
     }
     if (n < rule.min || n > rule.max) {
-      error(v->where, full(key), fmt::format("expected {}, found {}", range_text(rule), n),
+      const std::string most = n > rule.max && range_text(rule).find("..") == std::string::npos
+                                   ? fmt::format(" (at most {})", rule.max)
+                                   : "";
+      error(v->where, full(key), fmt::format("expected {}, found {}{}", range_text(rule), n, most),
             rule.allow_auto ? "use a value in range, or auto for the default" : "use a value in range");
       return;
     }
@@ -305,6 +308,15 @@ Section subsection(Section& parent, const char* key, std::vector<Diagnostic>& di
 constexpr IntRule kPositive{1};
 constexpr IntRule kPositiveOrAuto{1, std::numeric_limits<int64_t>::max(), true};
 constexpr IntRule kNonNegative{0};
+// Upper bounds far above any real model or cluster and far below where a product of a few of them
+// (tp × pp × dp, micro_batch × dp, layers ÷ (pp × virtual_stages)) could overflow: a hostile
+// recipe gets an error here, not a wrapped product that divides by zero later.
+constexpr int64_t kMaxRanks = 1 << 16;
+constexpr IntRule kRankCount{1, kMaxRanks};
+constexpr IntRule kRankCountOrAuto{1, kMaxRanks, true};
+constexpr IntRule kModelDim{1, 1 << 20};
+constexpr IntRule kModelDimOrAuto{1, 1 << 20, true};
+constexpr IntRule kBatch{1, 1 << 20};
 constexpr FloatRule kPositiveFloat{0.0, true};
 constexpr FloatRule kNonNegativeFloat{0.0, false};
 
@@ -313,15 +325,15 @@ void parse_model(Section s, ModelConfig& m) {
   s.choice("family", m.family, {{"gpt2", ModelFamily::gpt2}, {"llama", ModelFamily::llama}});
   m.tie_embeddings = default_tie_embeddings(m.family);
   for (const char* k : {"layers", "hidden", "heads", "seq_len"}) s.required(k);
-  s.integer("layers", m.layers, kPositive);
-  s.integer("hidden", m.hidden, kPositive);
-  s.integer("heads", m.heads, kPositive);
-  s.integer("kv_heads", m.kv_heads, kPositiveOrAuto);
-  s.integer("ffn_hidden", m.ffn_hidden, kPositiveOrAuto);
-  s.integer("vocab", m.vocab, {2, std::numeric_limits<int64_t>::max(), true});
-  s.integer("vocab_pad", m.vocab_pad, kPositive);
-  s.integer("seq_len", m.seq_len, kPositive);
-  s.integer("max_positions", m.max_positions, kPositiveOrAuto);
+  s.integer("layers", m.layers, kRankCount);
+  s.integer("hidden", m.hidden, kModelDim);
+  s.integer("heads", m.heads, kRankCount);
+  s.integer("kv_heads", m.kv_heads, kRankCountOrAuto);
+  s.integer("ffn_hidden", m.ffn_hidden, kModelDimOrAuto);
+  s.integer("vocab", m.vocab, {2, std::numeric_limits<int32_t>::max(), true});
+  s.integer("vocab_pad", m.vocab_pad, kModelDim);
+  s.integer("seq_len", m.seq_len, {1, 1 << 24});
+  s.integer("max_positions", m.max_positions, {1, 1 << 24, true});
   s.number("rope_theta", m.rope_theta, kPositiveFloat);
   s.number("norm_eps", m.norm_eps, kPositiveFloat);
   s.number("init_std", m.init_std, kPositiveFloat);
@@ -378,8 +390,8 @@ void parse_train(Section s, TrainConfig& t) {
   s.required("steps");
   s.integer("steps", t.steps, kPositive);
   s.required("micro_batch");
-  s.integer("micro_batch", t.micro_batch, kPositive);
-  s.integer("global_batch", t.global_batch, kPositiveOrAuto);
+  s.integer("micro_batch", t.micro_batch, kBatch);
+  s.integer("global_batch", t.global_batch, {1, 1 << 30, true});
   s.number("grad_clip", t.grad_clip, kNonNegativeFloat);
   int64_t seed = static_cast<int64_t>(t.seed);
   s.integer("seed", seed, kNonNegative);
@@ -389,7 +401,7 @@ void parse_train(Section s, TrainConfig& t) {
            {{"selective", "selective recomputation is planned; use full (recompute each block) or none"}});
   s.choice("on_nonfinite", t.on_nonfinite, {{"stop", NonFiniteAction::stop}, {"skip", NonFiniteAction::skip}});
   s.integer("max_skipped_steps", t.max_skipped_steps, kPositive);
-  s.integer("threads", t.threads, kPositiveOrAuto);
+  s.integer("threads", t.threads, {1, 4096, true});
   s.finish();
 }
 
@@ -421,17 +433,17 @@ void parse_optimizer(Section s, OptimizerConfig& o) {
 }
 
 void parse_parallel(Section s, ParallelConfig& p) {
-  s.integer("tp", p.tp, kPositive);
-  s.integer("pp", p.pp, kPositive);
-  s.integer("dp", p.dp, kPositiveOrAuto);
+  s.integer("tp", p.tp, kRankCount);
+  s.integer("pp", p.pp, kRankCount);
+  s.integer("dp", p.dp, kRankCountOrAuto);
   s.integer("zero", p.zero, {0, 3});
-  s.integer("zero_group", p.zero_group, kPositiveOrAuto);
+  s.integer("zero_group", p.zero_group, kRankCountOrAuto);
   s.boolean("sequence_parallel", p.sequence_parallel);
   s.choice("pp_schedule", p.pp_schedule,
            {{"gpipe", PipelineSchedule::gpipe},
             {"1f1b", PipelineSchedule::one_f_one_b},
             {"interleaved", PipelineSchedule::interleaved}});
-  s.integer("virtual_stages", p.virtual_stages, kPositive);
+  s.integer("virtual_stages", p.virtual_stages, kRankCount);
   s.number("bucket_mb", p.bucket_mb, kPositiveFloat);
   if (const YamlValue* t = s.get("timeout")) {
     auto secs = t->kind == Kind::scalar ? parse_duration_seconds(t->scalar) : std::nullopt;
@@ -466,7 +478,7 @@ void parse_checkpoint(Section s, CheckpointConfig& c) {
 
 void parse_eval(Section s, EvalConfig& e) {
   s.integer("every", e.every, kNonNegative);
-  s.integer("batches", e.batches, kPositive);
+  s.integer("batches", e.batches, kBatch);
   s.finish();
 }
 
@@ -493,8 +505,8 @@ bool is_slurm_time(std::string_view t) {
 }
 
 void parse_launch(Section s, LaunchConfig& l, std::vector<Diagnostic>& diags) {
-  s.integer("procs_per_node", l.procs_per_node, kPositive);
-  s.integer("nodes", l.nodes, kPositive);
+  s.integer("procs_per_node", l.procs_per_node, {1, 4096});
+  s.integer("nodes", l.nodes, kRankCount);
   s.string("hostfile", l.hostfile);
   s.integer("max_restarts", l.max_restarts, kNonNegative);
   {

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 
 #include "common/error.h"
@@ -22,7 +24,7 @@ std::string absolute_path(const std::string& p, const std::string& cwd) {
 }
 
 // A layout of `needed` ranks on a world nobody sized (WorldInfo::defaulted): how to start them.
-RecipeProblem start_ranks_problem(int needed, const std::string& layout, const WorldInfo& world) {
+RecipeProblem start_ranks_problem(int64_t needed, const std::string& layout, const WorldInfo& world) {
   return {"launch.procs_per_node",
           fmt::format("the layout needs {} ranks ({}), but no rank count was given, so the launch starts {} ({})",
                       needed, layout, world.size, world.source),
@@ -62,9 +64,10 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
 
   ParallelConfig& p = r.parallel;
   if (p.dp == 0) {
-    int tp_pp = p.tp * p.pp;
+    // Products of counts in 64 bits: the parser bounds each count by 2^16, so none can wrap.
+    const int64_t tp_pp = int64_t(p.tp) * p.pp;
     if (tp_pp > 0 && world.size % tp_pp == 0) {
-      p.dp = world.size / tp_pp;
+      p.dp = int(world.size / tp_pp);
     } else if (world.defaulted && tp_pp > world.size) {
       problems.push_back(start_ranks_problem(tp_pp, fmt::format("tp {} × pp {}, dp auto", p.tp, p.pp), world));
       p.dp = 1;
@@ -77,7 +80,8 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
       p.dp = 1;
     }
   }
-  if (r.train.global_batch == 0) r.train.global_batch = r.train.micro_batch * p.dp;
+  if (r.train.global_batch == 0)
+    r.train.global_batch = r.train.micro_batch * p.dp;  // each at most 2^20 and 2^16: no wrap
   if (r.optimizer.decay_steps == 0) r.optimizer.decay_steps = r.train.steps;
 
   if (r.log.dir.empty()) r.log.dir = "runs/" + r.name;
@@ -144,10 +148,11 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             "sequence parallelism splits work across a tensor-parallel group: set tp > 1 or sequence_parallel: false");
 
   // Pipeline parallelism.
-  if (m.layers % (p.pp * p.virtual_stages) != 0)
+  const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
+  if (m.layers % chunks != 0)
     problem("model.layers",
             fmt::format("layers {} is not divisible by pp {} × virtual_stages {} = {}", m.layers, p.pp,
-                        p.virtual_stages, p.pp * p.virtual_stages),
+                        p.virtual_stages, chunks),
             "every pipeline chunk must hold the same number of layers: choose pp and virtual_stages dividing layers");
   if (p.virtual_stages > 1 && p.pp_schedule != PipelineSchedule::interleaved)
     problem("parallel.virtual_stages",
@@ -177,27 +182,27 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
                         p.dp));
 
   // World size.
-  const int needed = p.tp * p.pp * p.dp;
+  const int64_t needed = int64_t(p.tp) * p.pp * p.dp;
   if (needed != world.size && world.defaulted && needed > world.size)
     out.push_back(start_ranks_problem(needed, fmt::format("tp {} × pp {} × dp {}", p.tp, p.pp, p.dp), world));
   else if (needed != world.size)
     problem("parallel.dp",
             fmt::format("world size {} ({}) != tp {} × pp {} × dp {} = {}", world.size, world.source, p.tp, p.pp, p.dp,
-                        p.tp * p.pp * p.dp),
+                        needed),
             "make tp × pp × dp equal the number of ranks, or set parallel.dp: auto");
 
   // Batch arithmetic.
   const TrainConfig& t = r.train;
-  if (t.global_batch % (t.micro_batch * p.dp) != 0)
+  const int64_t per_step = int64_t(t.micro_batch) * std::max(p.dp, 1);
+  if (t.global_batch % per_step != 0)
     problem("train.global_batch",
             fmt::format("global_batch {} is not divisible by micro_batch {} × dp {} = {}", t.global_batch,
-                        t.micro_batch, p.dp, t.micro_batch * p.dp),
+                        t.micro_batch, p.dp, per_step),
             "global_batch must be a whole number of micro-batches on every data-parallel rank");
-  else if (p.pp_schedule == PipelineSchedule::interleaved && p.pp > 1 &&
-           (t.global_batch / (t.micro_batch * p.dp)) % p.pp != 0)
+  else if (p.pp_schedule == PipelineSchedule::interleaved && p.pp > 1 && (t.global_batch / per_step) % p.pp != 0)
     problem("train.global_batch",
             fmt::format("the interleaved schedule needs micro-batches per step ({}) divisible by pp {}",
-                        t.global_batch / (t.micro_batch * p.dp), p.pp),
+                        t.global_batch / per_step, p.pp),
             "raise global_batch or change micro_batch so that the micro-batch count is a multiple of pp");
 
   // Precision vs device.

@@ -126,7 +126,7 @@ const Case kCases[] = {
     {"section_not_map", "", "eval: 5", "eval", "eval: 5", "expected a map"},
     // Types.
     {"int_is_word", "layers: 4", "  layers: four", "model.layers", "four",
-     "expected a positive integer, found \"four\""},
+     "expected an integer in 1..65536, found \"four\""},
     {"int_is_float", "hidden: 128", "  hidden: 12.5", "model.hidden", "12.5", "found \"12.5\""},
     {"int_quoted", "heads: 4", "  heads: \"4\"", "model.heads", "\"4\"", "remove the quotes"},
     {"bool_yes", "seq_len: 64", "  seq_len: 64\n  tie_embeddings: yes", "model.tie_embeddings", "tie_embeddings",
@@ -145,7 +145,7 @@ const Case kCases[] = {
     {"train_list_empty", "train: [{path", "  train: []", "data.train", "train: []", "empty list"},
     {"name_with_space", "name: t", "name: my run", "name", "name:", "letters, digits"},
     // Ranges.
-    {"int_zero", "layers: 4", "  layers: 0", "model.layers", "layers: 0", "expected a positive integer, found 0"},
+    {"int_zero", "layers: 4", "  layers: 0", "model.layers", "layers: 0", "expected an integer in 1..65536, found 0"},
     {"int_negative", "steps: 10", "  steps: -3", "train.steps", "steps: -3", "found -3"},
     {"zero_stage_out_of_range", "tp: 1", "  tp: 1\n  zero: 4", "parallel.zero", "zero: 4", "integer in 0..3"},
     {"dropout_out_of_range", "seq_len: 64", "  seq_len: 64\n  dropout: 1.5", "model.dropout", "dropout", "[0, 1)"},

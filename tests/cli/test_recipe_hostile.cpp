@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
@@ -131,6 +132,28 @@ TEST(RecipeHostile, PipesDirectoriesAndHugeFilesAreRefusedWithoutReadingThem) {
   d = errors_of(dir.file("huge.yaml", kRecipe + "# " + std::string(5 << 20, 'x') + "\n"));
   ASSERT_FALSE(d.empty());
   EXPECT_NE(d[0].message.find("larger than 4 MiB"), std::string::npos) << all_messages(d);
+}
+
+TEST(RecipeHostile, CountsAreBoundedSoTheirProductsCannotWrap) {
+  TempDir dir;
+  const fs::path file = dir.file("r.yaml", kRecipe);
+  // 2^16 × 2^16 wrapped a 32-bit product to 0, and `layers % 0` killed the process (SIGFPE).
+  for (auto sets : std::vector<std::vector<std::string>>{
+           {"parallel.pp=65536", "parallel.virtual_stages=65536", "parallel.pp_schedule=interleaved"},
+           {"parallel.tp=65536", "parallel.pp=65536", "parallel.dp=65536"},
+           {"parallel.tp=65536", "parallel.pp=65536"},
+           {"train.micro_batch=1048576", "parallel.dp=65536", "train.global_batch=1073741824"},
+       }) {
+    EXPECT_FALSE(errors_of(file, sets).empty()) << sets[0];  // an error (the world is one rank), not a signal
+  }
+  for (const char* over : {"parallel.tp=65537", "parallel.dp=4294967296", "model.hidden=1048577",
+                           "train.micro_batch=2147483647", "model.vocab=4294967296", "launch.procs_per_node=5000"}) {
+    auto d = errors_of(file, {over});
+    ASSERT_FALSE(d.empty()) << over;
+    EXPECT_TRUE(d[0].message.find("expected an integer in 1..") != std::string::npos ||
+                d[0].message.find("(at most 2147483647)") != std::string::npos)
+        << over << ": " << all_messages(d);
+  }
 }
 
 }  // namespace
