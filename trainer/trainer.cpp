@@ -8,6 +8,7 @@
 #include "common/signals.h"
 #include "common/strings.h"
 #include "kernels/backend_info.h"
+#include "kernels/buffer.h"
 #include "trainer/checkpointer.h"
 #include "trainer/data/gpt_dataset.h"
 #include "trainer/data/micro_batches.h"
@@ -136,6 +137,9 @@ int train(const TrainContext& ctx) {
   if (checkpoints.last_saved() != at.step) checkpoints.save(at);
   remove_stop_handlers();
   log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
+  log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
+               format_memory(memory_measured(model.params().device, true)),
+               format_bytes(double(kernels::memory_use(model.params().device).peak)));
   return kExitOk;
 }
 
