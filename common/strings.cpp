@@ -114,6 +114,11 @@ std::string text_problem(std::string_view s) {
   return "";
 }
 
+bool is_plain_file_name(std::string_view s) {
+  return !s.empty() && s.size() <= 255 && s != "." && s != ".." && s.find('/') == std::string_view::npos &&
+         text_problem(s).empty();
+}
+
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::optional<double> parse_duration_seconds(std::string_view s) {

@@ -33,6 +33,10 @@ bool is_word(std::string_view s, std::string_view first, std::string_view rest);
 // UTF-8 (0xff) at byte 3". Control characters could end a line of a generated script (an sbatch
 // header), and bytes that are not UTF-8 could not be written into JSON (a checkpoint manifest).
 std::string text_problem(std::string_view s);
+// A name for a file inside a directory we own (a checkpoint's shard or tokenizer copy): no '/',
+// not "." or "..", not empty, no control characters or bytes that are not UTF-8. Paths read from a
+// file we did not write must be confined with it, never joined as they come.
+bool is_plain_file_name(std::string_view s);
 // ASCII character sets for is_word.
 inline constexpr std::string_view kLetters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 inline constexpr std::string_view kDigits = "0123456789";

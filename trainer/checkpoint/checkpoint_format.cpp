@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace llmtrain::trainer {
 
@@ -119,6 +120,10 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
               mesh.value("zero_group", 0)};
     m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
     m.tokenizer = j.at("tokenizer").at("file").get<std::string>();
+    if (!is_plain_file_name(m.tokenizer))
+      throw Error(
+          fmt::format("{}: the tokenizer file \"{}\" is not a file name inside the checkpoint", path, m.tokenizer),
+          "the manifest is damaged (or crafted): a checkpoint only names files of its own directory");
     m.recipe_yaml = j.at("recipe").get<std::string>();
     for (const json& jt : j.at("tensors")) {
       SavedTensor t;
@@ -129,6 +134,10 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
       for (const json& js : jt.at("slices")) {
         SavedSlice s;
         s.file = js.at("file").get<std::string>();
+        if (!is_plain_file_name(s.file))
+          throw Error(
+              fmt::format("{}: slice file \"{}\" of {} is not a file name inside the checkpoint", path, s.file, t.name),
+              "the manifest is damaged (or crafted): a checkpoint only names files of its own directory");
         s.key = js.at("key").get<std::string>();
         s.slice.offset = js.at("offset").get<std::vector<int64_t>>();
         s.slice.shape = js.at("shape").get<std::vector<int64_t>>();

@@ -130,12 +130,13 @@ bool pread_all(int fd, void* dst, uint64_t count, uint64_t offset, int* err) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO would block a plain open
   if (fd_ < 0)
     throw Error(fmt::format("cannot open {}: {}", path, std::strerror(errno)), "check the path and its permissions");
   try {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) throw environment_error(fmt::format("cannot stat {}: {}", path, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) bad_file(path, "not a regular file (a directory, a device or a pipe)");
     const uint64_t size = uint64_t(st.st_size);
     if (size < 8) bad_file(path, fmt::format("{} bytes, shorter than the 8-byte header length", size));
     uint8_t len[8];

@@ -121,6 +121,30 @@ TEST(Manifest, DamagedIsRefused) {
   EXPECT_THROW(manifest_from_json(nlohmann::json::array(), "m.json"), Error);
 }
 
+TEST(Manifest, FilesOutsideTheCheckpointAreRefused) {
+  // A crafted manifest must not make the loader read (or block on) anything but its own directory.
+  Manifest m;
+  m.tokenizer_kind = "hf-json";
+  m.tokenizer = "tokenizer.json";
+  SavedTensor t{"w", TensorRole::param, {4}, "F32", {}};
+  t.slices.push_back({SliceSpec::block({4}, 0, 0, 1), "rank_00000.safetensors", "param/w", 0, {0}});
+  m.tensors.push_back(t);
+  EXPECT_NO_THROW(manifest_from_json(manifest_to_json(m), "m.json"));
+  for (const char* bad : {"../../x.safetensors", "/etc/passwd", "..", ".", "", "a/b", "a\nb"}) {
+    nlohmann::json j = manifest_to_json(m);
+    j["tensors"][0]["slices"][0]["file"] = bad;
+    try {
+      manifest_from_json(j, "m.json");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a file name inside the checkpoint"), std::string::npos) << e.what();
+    }
+    j = manifest_to_json(m);
+    j["tokenizer"]["file"] = bad;
+    EXPECT_THROW(manifest_from_json(j, "m.json"), Error) << bad;
+  }
+}
+
 TEST(StepDirs, ShardFileNames) { EXPECT_EQ(checkpoint_shard_file(3), "rank_00003.safetensors"); }
 
 }  // namespace

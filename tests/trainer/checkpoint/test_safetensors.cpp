@@ -2,6 +2,7 @@
 // library both ways (tests/trainer/checkpoint/safetensors_oracle.py), and the reader's validation of
 // malformed files: every error names the file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -198,6 +199,15 @@ TEST_F(Safetensors, MalformedFilesAreRejectedNamingTheFile) {
                "tensors must tile the data");
   expect_error("trailing_bytes", file_bytes(ok, std::string(12, '\0')), "cover 8 of the 12 data bytes");
   expect_error("bad_metadata", file_bytes(R"({"__metadata__":{"k":3}})", ""), "is not a string");
+  // A pipe where a shard should be: refused at once, not an open that blocks forever.
+  const std::string fifo = path("fifo.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    SafetensorsFile f(fifo);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
   try {
     SafetensorsFile f(path("does_not_exist"));
     ADD_FAILURE() << "expected an error";
