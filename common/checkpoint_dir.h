@@ -4,10 +4,14 @@
 // directory (shards and manifest) is the trainer's format (trainer/checkpoint/checkpoint_format.h,
 // docs/checkpoint-format.md).
 //
-// Rule a reader could get wrong: a step directory is complete once it holds manifest.json (it is
-// renamed from `step_<N>.partial/` only after everything in it was written and synced), and
-// `latest` is replaced after that rename — so after a crash between the two, the newest complete
-// directory is newer than the one `latest` names. Listing by step finds it either way.
+// Rules a reader could get wrong:
+//  - A step directory is complete once it holds manifest.json (it is renamed from
+//    `step_<N>.partial/` only after everything in it was written and synced).
+//  - `latest` is the truth: it names the checkpoint the run last committed, which is not always
+//    the highest step. After a rollback (`checkpoint.resume: <older step>`) the run's new
+//    checkpoints have lower steps than the abandoned ones beside them, and a restart must continue
+//    the new line. Directories are scanned by step only when `latest` is missing or names nothing
+//    complete (a crash between the rename and `latest`'s replacement then costs that one save).
 #pragma once
 
 #include <cstdint>
@@ -25,12 +29,16 @@ std::string checkpoint_step_dir(int64_t step);
 // The step of a directory name, or -1 when the name is not a step directory.
 int64_t checkpoint_parse_step_dir(const std::string& name);
 
-// The step directories in `dir`, newest first (complete or not; `.partial` never counts). Empty
-// when `dir` does not exist.
+// The step directory `latest` names in `dir` (its path) when that directory is complete; else "".
+std::string checkpoint_latest(const std::string& dir);
+
+// The step directories to resume from, in the order to try them (complete or not; `.partial`
+// never counts): what `latest` names, then the older ones newest first; when `latest` names
+// nothing complete, every step directory newest first. Empty when `dir` does not exist.
 std::vector<std::string> checkpoint_candidates(const std::string& dir);
 
-// The newest complete checkpoint in `dir` (its path): the step directory with the highest step
-// that holds a manifest.json. "" when there is none.
-std::string checkpoint_newest_complete(const std::string& dir);
+// The first complete checkpoint of checkpoint_candidates (its path), "" when there is none: what a
+// restart resumes from.
+std::string checkpoint_to_resume(const std::string& dir);
 
 }  // namespace llmtrain

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -68,6 +69,15 @@ class PosixFileSystem final : public FileSystem {
   std::unique_ptr<WritableFile> create(const std::string& path) override { return std::make_unique<PosixFile>(path); }
   void rename(const std::string& from, const std::string& to) override {
     if (::rename(from.c_str(), to.c_str()) != 0) fail("cannot rename", from + " to " + to, errno);
+  }
+  void exchange(const std::string& a, const std::string& b) override {
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return;
+    if (errno != EINVAL && errno != ENOSYS) fail("cannot exchange", a + " and " + b, errno);
+    // No RENAME_EXCHANGE here (some network file systems): b aside, a in, b's old contents to a.
+    const std::string aside = fmt::format("{}.old.{}", b, ::getpid());
+    rename(b, aside);
+    rename(a, b);
+    rename(aside, a);
   }
   void sync_dir(const std::string& dir) override {
     int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -132,6 +142,16 @@ std::unique_ptr<WritableFile> FaultyFileSystem::create(const std::string& path) 
 void FaultyFileSystem::rename(const std::string& from, const std::string& to) {
   tick("cannot rename", from + " to " + to);
   base_.rename(from, to);
+}
+
+void FaultyFileSystem::exchange(const std::string& a, const std::string& b) {
+  tick("cannot exchange", a + " and " + b);
+  base_.exchange(a, b);
+}
+
+void FaultyFileSystem::remove_all(const std::string& path) {
+  tick("cannot remove", path);
+  base_.remove_all(path);
 }
 
 void FaultyFileSystem::sync_dir(const std::string& dir) {

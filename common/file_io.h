@@ -32,6 +32,10 @@ class FileSystem {
   virtual std::unique_ptr<WritableFile> create(const std::string& path) = 0;
   // rename(2): atomically replaces `to` when it exists (a directory only when `to` is empty or absent).
   virtual void rename(const std::string& from, const std::string& to) = 0;
+  // Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE): how a directory replaces a
+  // non-empty one with no moment at which neither exists. Where the file system cannot, the old
+  // one is renamed aside first (a short window without either).
+  virtual void exchange(const std::string& a, const std::string& b) = 0;
   // Makes a directory's entries (creations, renames) durable.
   virtual void sync_dir(const std::string& dir) = 0;
   // mkdir -p.
@@ -45,7 +49,8 @@ FileSystem& default_file_system();
 
 // A FileSystem that forwards to another and makes one chosen operation fail, for tests of
 // interrupted writes: the `fail_at`-th operation (1-based, counting create, append, sync, rename,
-// sync_dir and make_dirs) throws as if the system returned `error` (e.g. EIO, ENOSPC).
+// exchange, sync_dir, make_dirs and remove_all) throws as if the system returned `error` (e.g. EIO,
+// ENOSPC).
 class FaultyFileSystem final : public FileSystem {
  public:
   explicit FaultyFileSystem(FileSystem& base) : base_(base) {}
@@ -56,9 +61,10 @@ class FaultyFileSystem final : public FileSystem {
 
   std::unique_ptr<WritableFile> create(const std::string& path) override;
   void rename(const std::string& from, const std::string& to) override;
+  void exchange(const std::string& a, const std::string& b) override;
   void sync_dir(const std::string& dir) override;
   void make_dirs(const std::string& dir) override;
-  void remove_all(const std::string& path) override { base_.remove_all(path); }
+  void remove_all(const std::string& path) override;
 
   // Counts one operation and throws when it is the one chosen to fail.
   void tick(const char* op, const std::string& path);

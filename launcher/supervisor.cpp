@@ -340,7 +340,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
 
   for (int attempt = 1, restarts = 0;; ++attempt) {
     const bool is_restart = attempt > 1 || opt.previous_restarts > 0;
-    const std::string checkpoint = is_restart ? checkpoint_newest_complete(opt.checkpoint_dir) : "";
+    const std::string checkpoint = is_restart ? checkpoint_to_resume(opt.checkpoint_dir) : "";
     std::vector<std::string> extra;
     if (!checkpoint.empty()) extra = resume_overrides();
     EnvList env = plan.env;
@@ -420,7 +420,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
     }
     ++restarts;
     const double wait = restart_backoff_s(restarts, opt.backoff_base_s, opt.backoff_max_s);
-    const std::string next = checkpoint_newest_complete(opt.checkpoint_dir);
+    const std::string next = checkpoint_to_resume(opt.checkpoint_dir);
     out.launcher_message(
         fmt::format("the job failed: {}; restart {} of {} in {}, {}", describe_exit(status), restarts, opt.max_restarts,
                     format_duration(wait),

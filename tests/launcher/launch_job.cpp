@@ -92,7 +92,7 @@ Options parse(int argc, char** argv) {
 }
 
 int newest_step(const std::string& dir) {
-  std::string path = checkpoint_newest_complete(dir);
+  std::string path = checkpoint_to_resume(dir);
   return path.empty() ? 0 : static_cast<int>(checkpoint_parse_step_dir(fs::path(path).filename().string()));
 }
 

@@ -160,18 +160,16 @@ Manifest assemble_manifest(const CheckpointMeta& meta, const std::vector<std::st
   return m;
 }
 
-// Deletes the oldest complete checkpoints beyond `keep`, and stale .partial directories.
-void retain(FileSystem& fsys, const std::string& dir, int keep) {
+// Retention by lineage: of the step directories at or below `step` (the one just committed, which
+// `latest` names), the oldest beyond `keep` are deleted. Directories above it are another line — a
+// run rolled back with checkpoint.resume: <older> leaves its abandoned future there — and are never
+// deleted, nor are `.partial` directories (another job's save in progress looks the same).
+void retain(FileSystem& fsys, const std::string& dir, int64_t step, int keep) {
   std::vector<std::pair<int64_t, std::string>> steps;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.ends_with(kPartialSuffix)) {
-      fsys.remove_all(e.path().string());
-      continue;
-    }
-    int64_t step = checkpoint_parse_step_dir(name);
-    if (step >= 0) steps.emplace_back(step, e.path().string());
+    const int64_t s = checkpoint_parse_step_dir(e.path().filename().string());
+    if (s >= 0 && s <= step) steps.emplace_back(s, e.path().string());
   }
   std::sort(steps.rbegin(), steps.rend());
   for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i) fsys.remove_all(steps[i].second);
@@ -336,11 +334,23 @@ std::string checkpoint_save(FileSystem& fsys, const std::string& dir, const Chec
           Manifest m = assemble_manifest(meta, per_rank);
           write_file_atomic(fsys, (fs::path(partial) / kManifestFile).string(), manifest_to_json(m).dump(1));
           fsys.sync_dir(partial);
-          if (fs::exists(final_dir)) fsys.remove_all(final_dir);  // a resumed run saving a step again
-          fsys.rename(partial, final_dir);
+          // The commit: the complete directory takes its name. A step saved again (a resumed or
+          // rolled-back run) swaps with the old one atomically, so one of the two is always there.
+          const bool again = fs::exists(final_dir);
+          if (again)
+            fsys.exchange(partial, final_dir);
+          else
+            fsys.rename(partial, final_dir);
           fsys.sync_dir(dir);
-          write_file_atomic(fsys, (fs::path(dir) / kLatestFile).string(), checkpoint_step_dir(meta.step) + "\n");
-          retain(fsys, dir, keep);
+          // After the commit, nothing can undo it: a failure is a warning (the checkpoint is
+          // there; a restart that finds `latest` stale scans for it).
+          try {
+            if (again) fsys.remove_all(partial);  // the old contents of the step, swapped out
+            write_file_atomic(fsys, (fs::path(dir) / kLatestFile).string(), checkpoint_step_dir(meta.step) + "\n");
+            retain(fsys, dir, meta.step, keep);
+          } catch (const Error& e) {
+            log_warn("checkpoint {} is written, but tidying up after it failed: {}", final_dir, e.what());
+          }
         }));
   return final_dir;
 }
