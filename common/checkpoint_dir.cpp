@@ -1,12 +1,23 @@
 #include "common/checkpoint_dir.h"
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/host.h"
+#include "common/log.h"
 #include "common/strings.h"
 
 namespace llmtrain {
@@ -68,6 +79,133 @@ std::string checkpoint_to_resume(const std::string& dir) {
   for (const std::string& path : checkpoint_candidates(dir))
     if (is_complete(path)) return path;
   return "";
+}
+
+}  // namespace llmtrain
+
+namespace llmtrain {
+namespace {
+
+std::string holder_json(const CheckpointLockHolder& h) {
+  return nlohmann::json{
+      {"host", h.host}, {"pid", h.pid}, {"job", h.job}, {"renewed_unix", h.renewed_unix}, {"nonce", h.nonce}}
+      .dump();
+}
+
+// The holder recorded in `path`; nullopt when there is no lock file. A lock that cannot be parsed
+// counts as held by nobody alive (a holder of ours never writes a partial file).
+std::optional<CheckpointLockHolder> read_holder(const std::string& path) {
+  std::string text;
+  try {
+    text = read_file(path, 4096);
+  } catch (const Error&) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
+    return CheckpointLockHolder{};
+  }
+  CheckpointLockHolder h;
+  try {
+    auto j = nlohmann::json::parse(text);
+    h.host = j.at("host").get<std::string>();
+    h.pid = j.at("pid").get<int64_t>();
+    h.job = j.at("job").get<std::string>();
+    h.renewed_unix = j.at("renewed_unix").get<int64_t>();
+    h.nonce = j.at("nonce").get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+    return CheckpointLockHolder{};
+  }
+  return h;
+}
+
+int64_t now_unix() { return int64_t(::time(nullptr)); }
+
+// Writes `h` to a temporary file beside `path` and returns its name.
+std::string write_temp(const std::string& path, const CheckpointLockHolder& h) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, h.nonce);
+  write_file_atomic(default_file_system(), tmp, holder_json(h));
+  return tmp;
+}
+
+// Why `h` may be taken over ("" when it may not).
+std::string takeover_reason(const CheckpointLockHolder& h, const CheckpointLockHolder& me, double lease_s) {
+  if (h.host.empty()) return "the lock file is unreadable";
+  if (!me.job.empty() && h.job == me.job) return "";  // the same job: silent
+  if (h.host == me.host && h.pid > 0 && ::kill(pid_t(h.pid), 0) != 0 && errno == ESRCH)
+    return fmt::format("its holder, pid {} on this host, is gone", h.pid);
+  if (double(now_unix() - h.renewed_unix) > lease_s)
+    return fmt::format("its holder on {} has not renewed it for {} s (the lease is {} s)", h.host,
+                       now_unix() - h.renewed_unix, int64_t(lease_s));
+  return "held";
+}
+
+}  // namespace
+
+std::string checkpoint_job_id() {
+  if (const char* s = std::getenv("SLURM_JOB_ID"); s && *s) return std::string("slurm:") + s;
+  if (const char* s = std::getenv("LLMTRAIN_JOB"); s && *s) return s;
+  return "";
+}
+
+std::unique_ptr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string& dir, const std::string& job,
+                                                              double lease_s) {
+  default_file_system().make_dirs(dir);
+  const std::string path = (fs::path(dir) / kLockFile).string();
+  CheckpointLockHolder me;
+  me.host = host_info().hostname;
+  me.pid = int64_t(::getpid());
+  me.job = job;
+  me.renewed_unix = now_unix();
+  me.nonce = fmt::format("{}-{}-{}", me.pid, now_unix(), std::random_device{}());
+  const std::string tmp = write_temp(path, me);
+  struct Remove {
+    const std::string& p;
+    ~Remove() { ::unlink(p.c_str()); }
+  } remove_tmp{tmp};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (::link(tmp.c_str(), path.c_str()) == 0)
+      return std::unique_ptr<CheckpointDirLock>(new CheckpointDirLock(path, me));
+    if (errno != EEXIST) throw environment_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+    const auto held = read_holder(path);
+    if (!held) continue;  // released meanwhile: try again
+    const std::string why = takeover_reason(*held, me, lease_s);
+    if (why == "held")
+      throw Error(fmt::format("checkpoint.dir {} is in use by another job: host {}, pid {}{}, lock renewed {} s ago",
+                              dir, held->host, held->pid, held->job.empty() ? "" : ", job " + held->job,
+                              now_unix() - held->renewed_unix),
+                  fmt::format("two jobs must not write one checkpoint directory: stop the other job or set another "
+                              "checkpoint.dir; a lock whose holder died is taken over (at once on the same host, "
+                              "after {} s elsewhere)",
+                              int64_t(lease_s)));
+    // Take it over: replace the lock, then check that ours is the one that stayed.
+    if (::rename(write_temp(path, me).c_str(), path.c_str()) != 0)
+      throw environment_error(fmt::format("cannot replace {}: {}", path, std::strerror(errno)));
+    const auto now = read_holder(path);
+    if (now && now->nonce == me.nonce) {
+      if (!why.empty()) log_warn("checkpoint.dir {}: taking over its lock ({})", dir, why);
+      return std::unique_ptr<CheckpointDirLock>(new CheckpointDirLock(path, me));
+    }
+  }
+  throw Error(fmt::format("checkpoint.dir {}: another job took its lock at the same time", dir),
+              "two jobs must not write one checkpoint directory: stop the other job or set another checkpoint.dir");
+}
+
+void CheckpointDirLock::renew() {
+  const auto now = read_holder(path_);
+  if (!now || now->nonce != me_.nonce)
+    throw Error(fmt::format("the lock {} was taken over by another job{}", path_,
+                            now ? fmt::format(" (host {}, pid {})", now->host, now->pid) : std::string(" (removed)")),
+                "two jobs must not write one checkpoint directory: this one stops; its checkpoints are intact");
+  me_.renewed_unix = now_unix();
+  const std::string tmp = write_temp(path_, me_);
+  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw environment_error(fmt::format("cannot renew {}: {}", path_, std::strerror(errno)));
+  }
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  const auto now = read_holder(path_);
+  if (now && now->nonce == me_.nonce) ::unlink(path_.c_str());
 }
 
 }  // namespace llmtrain

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ namespace llmtrain {
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kLatestFile = "latest";  // a text file naming the newest step directory
 inline constexpr const char* kPartialSuffix = ".partial";
+inline constexpr const char* kLockFile = "lock";  // JSON: the job that writes this directory
 
 // "step_00000100"
 std::string checkpoint_step_dir(int64_t step);
@@ -40,5 +42,46 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir);
 // The first complete checkpoint of checkpoint_candidates (its path), "" when there is none: what a
 // restart resumes from.
 std::string checkpoint_to_resume(const std::string& dir);
+
+// One job writes a checkpoint directory at a time. The lock is `<dir>/lock`, created exclusively
+// (a temporary file hard-linked into place) and naming its holder: host, pid, job and when it was
+// last renewed. Taking a held lock:
+//  - the same job (a restart by the launcher, a Slurm requeue on another host): taken over;
+//  - a holder on this host whose pid is gone: taken over with a warning;
+//  - a holder not renewed for `lease_s` (a dead job on another host): taken over with a warning;
+//  - otherwise refused, naming the holder.
+// The holder renews the lock while it runs (renew(), at most every few seconds is plenty) and
+// removes it when it ends; a crash leaves it for the rules above.
+struct CheckpointLockHolder {
+  std::string host;
+  int64_t pid = 0;
+  std::string job;           // SLURM_JOB_ID, the launcher's LLMTRAIN_JOB, or "" (one process)
+  int64_t renewed_unix = 0;  // seconds since the epoch
+  std::string nonce;         // tells two takers apart
+};
+
+class CheckpointDirLock {
+ public:
+  static constexpr double kDefaultLease = 300;
+  // Throws llmtrain::Error (user kind) naming the holder when the directory is held.
+  static std::unique_ptr<CheckpointDirLock> acquire(const std::string& dir, const std::string& job,
+                                                    double lease_s = kDefaultLease);
+  ~CheckpointDirLock();  // removes the lock when it is still ours
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+  // Rewrites the renewal time; throws when another job has taken the lock over meanwhile.
+  void renew();
+  const CheckpointLockHolder& holder() const { return me_; }
+
+ private:
+  CheckpointDirLock(std::string path, CheckpointLockHolder me) : path_(std::move(path)), me_(std::move(me)) {}
+  std::string path_;
+  CheckpointLockHolder me_;
+};
+
+// This process's job: SLURM_JOB_ID, else LLMTRAIN_JOB (set by `llmtrain run`'s supervisor for its
+// ranks), else "".
+std::string checkpoint_job_id();
 
 }  // namespace llmtrain

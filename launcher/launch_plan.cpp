@@ -23,10 +23,10 @@ bool cma_works() {
 }
 
 // Options every mpirun launch shares: output tagged by rank (the supervisor parses it), the threads
-// per rank and the restart count exported to every rank, also on other hosts.
+// per rank, the restart count and the job exported to every rank, also on other hosts.
 void add_mpirun_common(LaunchPlan& plan, std::vector<std::string>& cmd) {
-  cmd.insert(cmd.end(),
-             {"--tag-output", "-x", fmt::format("OMP_NUM_THREADS={}", plan.threads_per_rank), "-x", kRestartCountEnv});
+  cmd.insert(cmd.end(), {"--tag-output", "-x", fmt::format("OMP_NUM_THREADS={}", plan.threads_per_rank), "-x",
+                         kRestartCountEnv, "-x", kJobEnv});
 }
 
 void add_mpirun_env(LaunchPlan& plan, const PlanInputs& in) {

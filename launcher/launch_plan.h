@@ -88,5 +88,8 @@ std::string shell_quote(const std::string& arg);
 // The names of the environment variables the supervisor sets for every attempt and mpirun
 // exports to every rank (`-x`): the restart count, as torchrun's TORCHELASTIC_RESTART_COUNT.
 inline constexpr const char* kRestartCountEnv = "LLMTRAIN_RESTART_COUNT";
+// The job every attempt of one `llmtrain run` belongs to ("<host>:<pid>:<start>"), for the
+// checkpoint directory's lock (common/checkpoint_dir.h): a restart takes over its own job's lock.
+inline constexpr const char* kJobEnv = "LLMTRAIN_JOB";
 
 }  // namespace llmtrain::launcher

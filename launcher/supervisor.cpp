@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -17,6 +18,7 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/error.h"
+#include "common/host.h"
 #include "common/strings.h"
 #include "launcher/child_process.h"
 #include "launcher/rank_output.h"
@@ -338,6 +340,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
   Supervisor sup(plan, opt, out);
   const std::string where_logs = logs.empty() ? "" : fmt::format(" (rank logs: {}/rank_*.log)", logs);
 
+  const std::string job = fmt::format("{}:{}:{}", host_info().hostname, ::getpid(), ::time(nullptr));
   for (int attempt = 1, restarts = 0;; ++attempt) {
     const bool is_restart = attempt > 1 || opt.previous_restarts > 0;
     const std::string checkpoint = is_restart ? checkpoint_to_resume(opt.checkpoint_dir) : "";
@@ -345,6 +348,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
     if (!checkpoint.empty()) extra = resume_overrides();
     EnvList env = plan.env;
     env.push_back({kRestartCountEnv, std::to_string(opt.previous_restarts + attempt - 1)});
+    env.push_back({kJobEnv, job});
     std::string scratch;
     if (plan.mode == LaunchMode::local_mpirun && !std::getenv("OMPI_MCA_orte_tmpdir_base")) {
       // Open MPI's session files and shared-memory segments of this attempt, removed afterwards:

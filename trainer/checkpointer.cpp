@@ -25,7 +25,18 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
       step_(step),
       dp_rank_(dp_rank),
       world_(world),
-      fs_(fs) {}
+      fs_(fs) {
+  checkpoint_collective(world_, [&] {
+    if (world_.rank() == 0) lock_ = CheckpointDirLock::acquire(recipe_.checkpoint.dir, checkpoint_job_id());
+  });
+  lock_renewed_ = now_s();
+}
+
+void Checkpointer::keep_lock() {
+  if (!lock_ || now_s() - lock_renewed_ < 60) return;
+  lock_->renew();  // rank 0 alone; a lock taken over ends this job through rank 0's error
+  lock_renewed_ = now_s();
+}
 
 RunPosition Checkpointer::resume() {
   const CheckpointConfig& cc = recipe_.checkpoint;

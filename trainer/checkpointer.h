@@ -11,12 +11,15 @@
 //    training step's own state (skip counters); a checkpoint written with another global batch is
 //    refused for a full resume.
 //  - save() and resume() are collective over the world control group: every rank calls them.
+//  - One job writes a checkpoint directory: the constructor takes its lock (rank 0, agreed by all)
+//    and refuses, naming the holder, when another live job has it; the destructor releases it.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/checkpoint_dir.h"
 #include "common/file_io.h"
 #include "common/recipe/recipe.h"
 #include "parallel/comm.h"
@@ -45,6 +48,9 @@ class Checkpointer {
   double save(const RunPosition& at);
   // The step of the last checkpoint written or resumed from by this process (-1: none).
   int64_t last_saved() const { return last_saved_; }
+  // Renews the checkpoint directory's lock when a minute has passed since the last renewal (rank 0;
+  // cheap to call every step).
+  void keep_lock();
 
  private:
   const Recipe& recipe_;
@@ -56,6 +62,8 @@ class Checkpointer {
   parallel::Comm& world_;
   FileSystem& fs_;
   int64_t last_saved_ = -1;
+  std::unique_ptr<CheckpointDirLock> lock_;  // rank 0's lock on checkpoint.dir (common/checkpoint_dir.h)
+  double lock_renewed_ = 0;
 };
 
 }  // namespace llmtrain::trainer

@@ -119,6 +119,7 @@ int train(const TrainContext& ctx) {
     if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last)
       report.checkpoint_done(checkpoints.save(at));
     fault_maybe_fire(fault, at.step, world.rank());  // tests of failure handling only
+    checkpoints.keep_lock();
 
     // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.
     int32_t stop = stop_requested() ? 1 : 0;

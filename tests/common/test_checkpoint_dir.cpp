@@ -1,12 +1,16 @@
 // The checkpoint directory layout (common/checkpoint_dir.h): step directory names, and the
 // checkpoint that the launcher restarts from (what `latest` names, else the newest complete).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
 #include "common/checkpoint_dir.h"
+#include "common/error.h"
+#include "common/host.h"
 
 using namespace llmtrain;
 namespace fs = std::filesystem;
@@ -69,4 +73,65 @@ TEST(CheckpointDir, CandidatesAreNewestFirst) {
   EXPECT_EQ(fs::path(c[1]).filename(), "step_00000020");
   EXPECT_EQ(fs::path(c[2]).filename(), "step_00000003");
   fs::remove_all(dir);
+}
+
+// The checkpoint directory's lock: one job writes a directory; a dead holder's lock is taken over.
+class CheckpointLock : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("lock_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write_lock(const std::string& host, int64_t pid, const std::string& job, int64_t age_s) {
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "lock") << "{\"host\":\"" << host << "\",\"pid\":" << pid << ",\"job\":\"" << job
+                                 << "\",\"renewed_unix\":" << (int64_t(::time(nullptr)) - age_s) << ",\"nonce\":\"x\"}";
+  }
+  std::string refusal(const std::string& job) {
+    try {
+      CheckpointDirLock::acquire(dir_.string(), job);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+};
+
+TEST_F(CheckpointLock, OneJobAtATime) {
+  {
+    auto lock = CheckpointDirLock::acquire(dir_.string(), "job-a");
+    EXPECT_TRUE(fs::exists(dir_ / "lock"));
+    // Another job, while this live process holds it: refused, naming the holder.
+    const std::string why = refusal("job-b");
+    EXPECT_NE(why.find("is in use by another job"), std::string::npos) << why;
+    EXPECT_NE(why.find("pid " + std::to_string(getpid())), std::string::npos) << why;
+    EXPECT_NE(why.find("job job-a"), std::string::npos) << why;
+    // The same job (a restart, a requeue): taken over.
+    auto again = CheckpointDirLock::acquire(dir_.string(), "job-a");
+    // The first holder learns it lost the lock when it renews.
+    EXPECT_THROW(lock->renew(), Error);
+    EXPECT_NO_THROW(again->renew());
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "lock"));  // released by its holder
+  EXPECT_NO_THROW(CheckpointDirLock::acquire(dir_.string(), ""));
+}
+
+TEST_F(CheckpointLock, ADeadHoldersLockIsTakenOver) {
+  const std::string me = host_info().hostname;
+  // A pid that is gone: a child that has exited and been reaped.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  write_lock(me, child, "old", 0);
+  EXPECT_NO_THROW(CheckpointDirLock::acquire(dir_.string(), "new"));
+  // Another host, renewed long ago (beyond the lease): taken over; renewed just now: refused.
+  write_lock("elsewhere", 1, "old", 3600);
+  EXPECT_NO_THROW(CheckpointDirLock::acquire(dir_.string(), "new"));
+  write_lock("elsewhere", 1, "old", 0);
+  EXPECT_NE(refusal("new").find("host elsewhere"), std::string::npos);
+  // A damaged lock file counts as nobody's.
+  std::ofstream(dir_ / "lock") << "{garbage";
+  EXPECT_NO_THROW(CheckpointDirLock::acquire(dir_.string(), "new"));
 }

@@ -307,6 +307,8 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
   return out;
 }
 
+void checkpoint_collective(parallel::Comm& world, const std::function<void()>& fn) { agree(world, capture(fn)); }
+
 std::string checkpoint_save(FileSystem& fsys, const std::string& dir, const CheckpointMeta& meta,
                             const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep) {
   const std::string final_dir = (fs::path(dir) / checkpoint_step_dir(meta.step)).string();

@@ -82,4 +82,8 @@ std::optional<LoadedCheckpoint> checkpoint_resume(const std::string& dir_or_path
 // The tokenizer file name a checkpoint uses for a tokenizer kind ("" for byte).
 std::string checkpoint_tokenizer_file(const std::string& kind);
 
+// Runs `fn` on every rank of `world`; when it throws on any rank, every rank throws that error
+// (naming the rank), so a failure one rank sees stops them all at the same point.
+void checkpoint_collective(parallel::Comm& world, const std::function<void()>& fn);
+
 }  // namespace llmtrain::trainer
