@@ -242,17 +242,21 @@ TEST_F(ZeroTest, CheckpointsMoveBetweenZeroTwoAndZeroZero) {
 // before the update and the gather.
 TEST_F(ZeroTest, NonFiniteStepsAreSkippedOnEveryShard) {
   recipe_.train.on_nonfinite = NonFiniteAction::skip;
-  recipe_.parallel.zero = 1, recipe_.parallel.dp = 2;
-  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
-    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
-    me.model.params().ptr<float>()[5] = NAN;  // in the embedding, owned by rank 0 only
-    const kernels::Tensor p = me.model.params();
-    const std::vector<float> before(p.ptr<float>(), p.ptr<float>() + p.numel());
-    const StepOutcome o = me.step->run(0, 0);
-    EXPECT_TRUE(o.skipped);
-    EXPECT_EQ(me.step->optimizer().steps(), 0);
-    EXPECT_EQ(0, std::memcmp(before.data(), p.data, before.size() * 4)) << "a skipped step updated";
-  });
+  recipe_.parallel.dp = 2;
+  for (int zero : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "zero " << zero);
+    recipe_.parallel.zero = zero;
+    parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+      Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+      me.model.params().ptr<float>()[5] = NAN;  // in the embedding, owned by rank 0 only
+      const kernels::Tensor p = me.model.params();
+      const std::vector<float> before(p.ptr<float>(), p.ptr<float>() + p.numel());
+      const StepOutcome o = me.step->run(0, 0);
+      EXPECT_TRUE(o.skipped);
+      EXPECT_EQ(me.step->optimizer().steps(), 0);
+      EXPECT_EQ(0, std::memcmp(before.data(), p.data, before.size() * 4)) << "a skipped step updated";
+    });
+  }
 }
 
 TEST_F(ZeroTest, CheckpointsMoveBetweenZeroOneAndZeroZero) {
