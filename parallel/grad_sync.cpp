@@ -306,6 +306,7 @@ class GradShardSync final : public GradSync {
       slots_.push_back(std::move(sl));
     }
     in_flight_.reserve(slots_.size());
+    gathering_.assign(slots_.size(), -1);
     rearm();
   }
 
@@ -383,7 +384,8 @@ class GradShardSync final : public GradSync {
   // All-gathers of the updated chunks through the pool's slots, unit by unit (a slot is reused
   // once its all-gather is done and copied out).
   void gather_params() override {
-    std::vector<int> unit_in(slots_.size(), -1);
+    std::vector<int>& unit_in = gathering_;  // per slot: the unit whose all-gather it holds
+    std::fill(unit_in.begin(), unit_in.end(), -1);
     size_t next = 0;
     auto drain = [&](size_t i) {
       if (unit_in[i] < 0) return;
@@ -472,6 +474,7 @@ class GradShardSync final : public GradSync {
   std::vector<Unit> state_;
   std::vector<Slot> slots_;
   std::vector<int> in_flight_;  // slots whose reduce-scatter was launched, oldest first
+  std::vector<int> gathering_;  // gather_params' per-slot units
   std::vector<int> unit_of_;    // per group
   int next_launch_ = 0;
   bool step_started_ = false;

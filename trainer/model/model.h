@@ -137,7 +137,7 @@ class Model {
   // this stage does not hold it. A tied head is ParamRole::token_embedding.
   const ModelParam& parameter(ParamRole role, int layer = -1) const;
   kernels::Tensor params() const { return param_buf_.tensor(); }  // [numel] flat fp32
-  kernels::Tensor grads() const { return grad_buf_.tensor(); }
+  kernels::Tensor grads() const { return grad_buf_.tensor(); }    // undefined with options.external_grads
   int64_t numel() const { return param_buf_.numel(); }
   // Every parameter from the counter-based RNG (trainer/model/param_init.h): a shard gets the values
   // of its slice of the whole parameter.
