@@ -21,6 +21,7 @@ class AllReduceGradSync final : public GradSync {
  public:
   AllReduceGradSync(Comm& dp, GradSyncLayout layout, double bucket_mb)
       : numel_(layout.params.numel()),
+        grads_(layout.grads),
         groups_(std::move(layout.groups)),
         buckets_(dp, layout.grads, std::move(layout.param_ranges), bucket_mb),
         owned_{{0, numel_}},
@@ -37,10 +38,14 @@ class AllReduceGradSync final : public GradSync {
   bool shards_over_dp() const override { return false; }
   bool first_copy() const override { return first_copy_; }
   void gather_params() override {}  // every rank updated the whole buffer identically
+  Tensor group_grads(int) override { return {}; }
+  Tensor owned_grads() const override { return grads_; }
+  bool grads_compact() const override { return false; }
   const GradBucketStats& stats() const override { return buckets_.stats(); }
 
  private:
   int64_t numel_;
+  Tensor grads_;
   std::vector<std::vector<int>> groups_;
   GradBuckets buckets_;
   std::vector<FlatRange> owned_;
@@ -159,6 +164,9 @@ class ShardedGradSync final : public GradSync {
         kernels::copy(params_.flat(s.range.begin, s.range.numel()), s.full.flat(0, s.range.numel()));
   }
 
+  Tensor group_grads(int) override { return {}; }
+  Tensor owned_grads() const override { return grads_; }
+  bool grads_compact() const override { return false; }
   const GradBucketStats& stats() const override { return stats_; }
 
  private:
@@ -225,6 +233,255 @@ class ShardedGradSync final : public GradSync {
   GradBucketStats stats_;
 };
 
+// ZeRO stage 2 (make_grad_sync in grad_sync.h): stage 1's units and ownership without a flat
+// gradient buffer. Backward writes each unit's gradient for one micro-batch into a pool slot
+// (group_grads); the unit is reduce-scattered as soon as backward completes it, on every
+// micro-batch, and retiring it (in launch order: on progress() once done, when a slot is needed,
+// or in finish()) adds its chunk into the owned shard and frees the slot. Every rank launches and
+// retires the same units in the same order, so the replica all-reduces (hybrid sharding) start in
+// the same order everywhere.
+class GradShardSync final : public GradSync {
+ public:
+  GradShardSync(Comm& dp, GradSyncLayout layout, double bucket_mb, int zero_group)
+      : params_(layout.params), groups_(std::move(layout.groups)) {
+    const int n = zero_group;
+    const int shard_index = dp.rank() % n, replica = dp.rank() / n;
+    shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
+    replicas_ = dp.split(shard_index, dp.rank(), dp.name() + " replica");
+    first_copy_ = replica == 0;
+    const std::vector<ShardUnit> units = shard_units(layout.param_ranges, groups_, bucket_mb, sizeof(float));
+    group_range_.assign(groups_.size(), FlatRange{});
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      FlatRange r{INT64_MAX, 0};
+      for (int p : groups_[g]) {
+        const ParamRange& pr = layout.param_ranges[size_t(p)];
+        if (pr.numel == 0) continue;
+        r.begin = std::min(r.begin, pr.offset);
+        r.end = std::max(r.end, pr.offset + pr.numel);
+      }
+      if (r.end > 0) group_range_[g] = r;
+    }
+    unit_of_.assign(groups_.size(), -1);
+    for (const ShardUnit& u : units) {
+      Unit s;
+      s.range = u.range;
+      for (int g = u.first_group; g < u.end_group; ++g) {
+        unit_of_[size_t(g)] = static_cast<int>(state_.size());
+        if (group_range_[size_t(g)].numel() > 0) ++s.groups;
+      }
+      s.chunk_numel = (u.range.numel() + n - 1) / n;
+      const int64_t b = std::min(u.range.end, u.range.begin + shard_index * s.chunk_numel);
+      s.own = {b, std::min(u.range.end, b + s.chunk_numel)};
+      if (s.own.numel() > 0) owned_.push_back(s.own);
+      state_.push_back(std::move(s));
+    }
+    std::sort(owned_.begin(), owned_.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+    for (Unit& s : state_) {  // the own chunk's place in the compact owned shard
+      int64_t at = 0;
+      for (const FlatRange& o : owned_) {
+        if (o == s.own) break;
+        at += o.numel();
+      }
+      s.compact = at;
+    }
+    const int64_t owned_numel = parallel::owned_numel(units, n, shard_index);
+    owned_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, params_.device,
+                                 kernels::MemoryKind::gradients);
+    owned_grads_ = owned_buf_.tensor().flat(0, owned_numel);
+    int slots = 0;
+    int64_t full = 0, chunk = 0;
+    for (const Unit& s : state_)
+      if (s.range.numel() > 0) {
+        ++slots;
+        full = std::max(full, s.chunk_numel * n);
+        chunk = std::max(chunk, s.chunk_numel);
+      }
+    slots = std::min(slots, kGradPoolSlots);
+    pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, params_.device,
+                            kernels::MemoryKind::gradients);
+    for (int i = 0; i < slots; ++i) {
+      Slot sl;
+      sl.full = pool_.tensor().flat(i * (full + chunk), full);
+      sl.chunk = pool_.tensor().flat(i * (full + chunk) + full, chunk);
+      slots_.push_back(std::move(sl));
+    }
+    in_flight_.reserve(slots_.size());
+    gathering_.assign(slots_.size(), -1);
+    rearm();
+  }
+
+  Tensor group_grads(int group) override {
+    LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
+    if (!step_started_) {
+      step_started_ = true, step_start_ = now_s();
+      kernels::fill_zero(owned_grads_);
+    }
+    Unit& u = state_[size_t(unit_of_[size_t(group)])];
+    if (u.slot < 0) {
+      int free = -1;
+      while (free < 0) {
+        for (size_t i = 0; i < slots_.size() && free < 0; ++i)
+          if (slots_[i].unit < 0) free = int(i);
+        if (free >= 0) break;
+        LT_CHECK(!in_flight_.empty(), "every gradient pool slot is held by a unit backward has not completed");
+        retire_oldest();
+      }
+      u.slot = free;
+      Slot& sl = slots_[size_t(free)];
+      sl.unit = unit_of_[size_t(group)];
+      kernels::fill_zero(sl.full.flat(0, u.chunk_numel * shard_->size()));
+    }
+    const FlatRange& r = group_range_[size_t(group)];
+    return slots_[size_t(u.slot)].full.flat(r.begin - u.range.begin, r.numel());
+  }
+
+  void group_ready(int group, bool) override {
+    LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
+    const int index = unit_of_[size_t(group)];
+    Unit& u = state_[size_t(index)];
+    LT_CHECK(u.slot >= 0 && u.pending > 0, "parameter group {} ready without its gradients", group);
+    if (--u.pending > 0) return;
+    // Units complete in unit order within a micro-batch (groups are numbered in backward order).
+    while (state_[size_t(next_launch_)].groups == 0) next_launch_ = (next_launch_ + 1) % int(state_.size());
+    LT_CHECK(index == next_launch_, "sharding unit {} completed before unit {}", index, next_launch_);
+    next_launch_ = (next_launch_ + 1) % int(state_.size());
+    Slot& sl = slots_[size_t(u.slot)];
+    const int64_t padded = u.chunk_numel * shard_->size();
+    sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), sl.chunk.flat(0, u.chunk_numel), ReduceOp::avg);
+    count(padded);
+    in_flight_.push_back(u.slot);
+    u.slot = -1;
+    u.pending = u.groups;
+    progress();
+  }
+
+  void progress() override {
+    shard_->progress();
+    replicas_->progress();
+    while (!in_flight_.empty() && slots_[size_t(in_flight_.front())].scatter->done()) retire_oldest();
+  }
+
+  void finish() override {
+    if (!step_started_) step_started_ = true, step_start_ = now_s();
+    const double t0 = now_s();
+    while (!in_flight_.empty()) retire_oldest();
+    for (const Slot& sl : slots_) LT_CHECK(sl.unit < 0, "sharding unit {} never completed by backward", sl.unit);
+    const double t1 = now_s();
+    stats_.steps++;
+    stats_.last_exposed_s = t1 - t0;
+    stats_.last_span_s = t1 - step_start_;
+    stats_.exposed_s += stats_.last_exposed_s;
+    stats_.span_s += stats_.last_span_s;
+    rearm();
+  }
+
+  const std::vector<FlatRange>& owned() const override { return owned_; }
+  bool shards_over_dp() const override { return true; }
+  bool first_copy() const override { return first_copy_; }
+  Tensor owned_grads() const override { return owned_grads_; }
+  bool grads_compact() const override { return true; }
+
+  // All-gathers of the updated chunks through the pool's slots, unit by unit (a slot is reused
+  // once its all-gather is done and copied out).
+  void gather_params() override {
+    std::vector<int>& unit_in = gathering_;  // per slot: the unit whose all-gather it holds
+    std::fill(unit_in.begin(), unit_in.end(), -1);
+    size_t next = 0;
+    auto drain = [&](size_t i) {
+      if (unit_in[i] < 0) return;
+      const Unit& u = state_[size_t(unit_in[i])];
+      slots_[i].scatter->wait();
+      slots_[i].scatter.reset();
+      kernels::copy(params_.flat(u.range.begin, u.range.numel()), slots_[i].full.flat(0, u.range.numel()));
+      unit_in[i] = -1;
+    };
+    for (size_t k = 0; k < state_.size(); ++k) {
+      const Unit& u = state_[k];
+      if (u.range.numel() == 0) continue;
+      const size_t i = next++ % slots_.size();
+      drain(i);
+      Slot& sl = slots_[i];
+      Tensor chunk = sl.chunk.flat(0, u.chunk_numel);
+      kernels::fill_zero(chunk);
+      if (u.own.numel() > 0) kernels::copy(chunk.flat(0, u.own.numel()), params_.flat(u.own.begin, u.own.numel()));
+      const int64_t padded = u.chunk_numel * shard_->size();
+      sl.scatter = shard_->all_gather_async(chunk, sl.full.flat(0, padded));
+      count(padded);
+      unit_in[i] = int(k);
+    }
+    for (size_t i = 0; i < slots_.size(); ++i) drain(i);
+  }
+
+  const GradBucketStats& stats() const override { return stats_; }
+
+ private:
+  struct Unit {
+    FlatRange range;          // the unit's elements in the flat parameter buffer
+    FlatRange own;            // this rank's chunk of it (possibly short or empty: padding)
+    int64_t chunk_numel = 0;  // padded unit / shard size
+    int64_t compact = 0;      // where `own` starts in the owned shard
+    int groups = 0;           // groups with elements
+    int pending = 0;          // of those, not yet completed in this micro-batch
+    int slot = -1;            // the pool slot holding its gradient while backward writes it
+  };
+  struct Slot {
+    Tensor full, chunk;  // the largest padded unit, and one chunk of it
+    int unit = -1;       // the unit it holds (-1: free)
+    WorkHandle scatter;
+  };
+
+  void count(int64_t elements) {
+    ++stats_.buckets;
+    stats_.bytes += elements * static_cast<int64_t>(sizeof(float));
+  }
+
+  void rearm() {
+    for (Unit& s : state_) s.pending = s.groups, s.slot = -1;
+    next_launch_ = 0;
+    step_started_ = false;
+  }
+
+  // Completes the oldest launched reduction: its chunk (averaged over the replicas under hybrid
+  // sharding) is added into the owned shard and its slot freed.
+  void retire_oldest() {
+    const int i = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    Slot& sl = slots_[size_t(i)];
+    const Unit& u = state_[size_t(sl.unit)];
+    sl.scatter->wait();
+    sl.scatter.reset();
+    Tensor chunk = sl.chunk.flat(0, u.chunk_numel);
+    if (replicas_->size() > 1) {
+      replicas_->all_reduce_async(chunk, ReduceOp::avg)->wait();
+      count(u.chunk_numel);
+    }
+    if (u.own.numel() > 0) {
+      Tensor acc = owned_grads_.flat(u.compact, u.own.numel());
+      kernels::residual_forward(acc.view({1, u.own.numel()}), acc.view({1, u.own.numel()}),
+                                chunk.flat(0, u.own.numel()).view({1, u.own.numel()}), Tensor{});
+    }
+    sl.unit = -1;
+  }
+
+  Tensor params_;
+  std::vector<std::vector<int>> groups_;
+  std::vector<FlatRange> group_range_;  // per group: its first to its last element
+  std::unique_ptr<Comm> shard_, replicas_;
+  bool first_copy_ = false;
+  std::vector<FlatRange> owned_;
+  kernels::Buffer owned_buf_, pool_;
+  Tensor owned_grads_;
+  std::vector<Unit> state_;
+  std::vector<Slot> slots_;
+  std::vector<int> in_flight_;  // slots whose reduce-scatter was launched, oldest first
+  std::vector<int> gathering_;  // gather_params' per-slot units
+  std::vector<int> unit_of_;    // per group
+  int next_launch_ = 0;
+  bool step_started_ = false;
+  double step_start_ = 0;
+  GradBucketStats stats_;
+};
+
 }  // namespace
 
 std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
@@ -267,22 +524,45 @@ int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_siz
   return total;
 }
 
+int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size) {
+  int slots = 0;
+  int64_t full = 0, chunk = 0;
+  for (const ShardUnit& u : units) {
+    if (u.range.numel() == 0) continue;
+    ++slots;
+    const int64_t c = (u.range.numel() + shard_size - 1) / shard_size;
+    full = std::max(full, c * shard_size);
+    chunk = std::max(chunk, c);
+  }
+  return int64_t(std::min(slots, kGradPoolSlots)) * (full + chunk);
+}
+
+int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int shard_index) {
+  int64_t owned = 0;
+  for (const ShardUnit& u : units) {
+    const int64_t n = u.range.numel(), chunk = (n + shard_size - 1) / shard_size;
+    owned += std::max<int64_t>(0, std::min(n, int64_t(shard_index + 1) * chunk) - int64_t(shard_index) * chunk);
+  }
+  return owned;
+}
+
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group) {
-  LT_CHECK(layout.params.numel() == layout.grads.numel(), "parameters {} and gradients {}", layout.params.numel(),
-           layout.grads.numel());
+  LT_CHECK(zero_stage == 2 || layout.params.numel() == layout.grads.numel(), "parameters {} and gradients {}",
+           layout.params.numel(), layout.grads.numel());
   for (const auto& g : layout.groups)
     for (int p : g)
       LT_CHECK(p >= 0 && p < static_cast<int>(layout.param_ranges.size()), "parameter {} of {} in a group", p,
                layout.param_ranges.size());
-  if (zero_stage >= 2)
+  if (zero_stage >= 3)
     throw Error(
-        fmt::format("not supported yet: parallel.zero {} (ZeRO stage 1 works; stages 2 and 3 are planned)", zero_stage),
-        "set parallel.zero: 1 (or 0)");
+        fmt::format("not supported yet: parallel.zero {} (ZeRO stages 1 and 2 work; stage 3 is planned)", zero_stage),
+        "set parallel.zero: 2 (or 1, or 0)");
   if (zero_stage == 0) return std::make_unique<AllReduceGradSync>(dp, std::move(layout), bucket_mb);
   if (zero_group == 0) zero_group = dp.size();
   LT_CHECK(zero_group >= 1 && dp.size() % zero_group == 0, "zero_group {} does not divide dp {}", zero_group,
            dp.size());
+  if (zero_stage == 2) return std::make_unique<GradShardSync>(dp, std::move(layout), bucket_mb, zero_group);
   return std::make_unique<ShardedGradSync>(dp, std::move(layout), bucket_mb, zero_group);
 }
 

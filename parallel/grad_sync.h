@@ -11,6 +11,10 @@
 //   (the optimizer updates the owned() ranges of the parameter buffer)
 //   gather_params()        every rank's whole parameter buffer is current again
 //
+// At stage 2 backward also asks group_grads(g) where to write group g's gradients for the current
+// micro-batch (the model's grad-storage hook) before it writes any of them, and the gradients the
+// optimizer reads after finish() are owned_grads(), compact.
+//
 // Rules a reader could get wrong:
 //  - Parameter groups are numbered in the order backward completes them, and every rank marks the
 //    same groups; a group is a set of parameters (indices into the forward-order list), e.g. one
@@ -56,13 +60,23 @@ class GradSync {
   virtual bool first_copy() const = 0;
   virtual void gather_params() = 0;
 
+  // Stage 2: a zeroed fp32 view of pooled scratch covering group g's flat range (its first to its
+  // last element) for the current micro-batch, valid until group_ready(g, ...). Undefined at
+  // stages 0 and 1: backward accumulates into the model's flat gradient buffer.
+  virtual Tensor group_grads(int group) = 0;
+  // What the optimizer and the norm read after finish(): the flat gradient buffer (stages 0 and 1),
+  // or, when grads_compact(), only the owned() ranges, packed (owned()[0]'s elements, then
+  // owned()[1]'s, ...), as AdamW packs its moments.
+  virtual Tensor owned_grads() const = 0;
+  virtual bool grads_compact() const = 0;
+
   // Communication that backward did not hide (the time spent in finish()), for the metrics.
   virtual const GradBucketStats& stats() const = 0;
 };
 
 struct GradSyncLayout {
   Tensor params;                         // the flat parameter buffer
-  Tensor grads;                          // the flat gradient buffer, same layout
+  Tensor grads;                          // the flat gradient buffer, same layout (undefined at stage 2)
   std::vector<ParamRange> param_ranges;  // every parameter's range, in forward order
   std::vector<std::vector<int>> groups;  // group -> parameters (indices into param_ranges)
 };
@@ -79,7 +93,13 @@ struct GradSyncLayout {
 //    shard group, then (zero_group < dp: hybrid sharding) its chunk is all-reduced (avg) over the
 //    dp / zero_group ranks of the same index in the other shard groups; gather_params()
 //    all-gathers every unit's chunks over the shard group. Units start strictly in unit order.
-//  - Stages 2 and 3 are refused with "not supported yet".
+//  - Stage 2: stage 1's units, chunks and ownership, but no flat gradient buffer: each unit's
+//    gradient for one micro-batch is written into a slot of a small pool (grad_pool_numel), reduce-
+//    scattered (then hybrid all-reduced) as soon as backward completes the unit, on every
+//    micro-batch, and its chunk added into the owned shard (owned_grads), which is all the gradient
+//    memory a rank keeps between micro-batches. A unit waits for a slot when every slot is taken
+//    (the oldest reduction is then completed first). gather_params() all-gathers through the pool.
+//  - Stage 3 is refused with "not supported yet".
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group = 0);
 
@@ -98,5 +118,12 @@ std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
 // Elements of the scratch stage 1 allocates (communication memory): per unit, its range padded
 // to a multiple of `shard_size`, plus one chunk. The memory plan counts exactly this.
 int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_size);
+
+// Stage 2's gradient memory, in elements: the slots of the pool (kGradPoolSlots, or fewer units),
+// each the largest unit padded to a multiple of `shard_size` plus one chunk; and the owned shard
+// of rank `shard_index` in its shard group. The memory plan counts exactly these.
+inline constexpr int kGradPoolSlots = 3;
+int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size);
+int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int shard_index);
 
 }  // namespace llmtrain::parallel

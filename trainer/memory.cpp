@@ -42,12 +42,12 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
   // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter
   // groups merged as buckets are), and the sync's scratch (each unit padded, plus one chunk) is
-  // communication memory.
+  // communication memory. At stage 2 the gradients are that owned chunk plus the sync's pool.
   out.optimizer = 2 * model.params;
   int64_t zero_scratch = 0;
-  if (r.parallel.zero >= 2) {
+  if (r.parallel.zero >= 3) {
     out.notes.push_back(
-        fmt::format("optimizer state as with zero 1: parallel.zero {} is not supported yet", r.parallel.zero));
+        fmt::format("parameters and gradients as with zero 2: parallel.zero {} is not supported yet", r.parallel.zero));
   }
   if (r.parallel.zero >= 1) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
@@ -56,14 +56,15 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
     for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
     const std::vector<parallel::ShardUnit> units =
         parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, sizeof(float));
-    const int index = coord.dp % shard;
-    int64_t owned = 0;
-    for (const parallel::ShardUnit& u : units) {
-      const int64_t n = u.range.numel(), chunk = (n + shard - 1) / shard;
-      owned += std::max<int64_t>(0, std::min(n, int64_t(index + 1) * chunk) - int64_t(index) * chunk);
-    }
+    const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
     out.optimizer = 2 * owned * 4;
-    zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(units, shard), 1) * 4;
+    if (r.parallel.zero == 1) {
+      zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(units, shard), 1) * 4;
+    } else {
+      // Stage 2: the model holds no gradient buffer (mo.external_grads); the sync keeps the owned
+      // shard and the pool of unit-sized slots backward writes into.
+      out.gradients = (std::max<int64_t>(owned, 1) + std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1)) * 4;
+    }
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);

@@ -53,10 +53,10 @@ int64_t AdamW::state_offset(int64_t at) const {
   return -1;
 }
 
-void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale) {
+void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads) {
   const int64_t end = owned_.empty() ? 0 : owned_.back().end;
-  LT_CHECK(params.numel() >= end && grads.numel() >= end, "AdamW step on {} / {} elements, owning up to {}",
-           params.numel(), grads.numel(), end);
+  LT_CHECK(params.numel() >= end && grads.numel() >= (compact_grads ? owned_numel() : end),
+           "AdamW step on {} / {} elements, owning up to {}", params.numel(), grads.numel(), end);
   ++steps_;
   kernels::AdamWStep s{.lr = float(lr),
                        .beta1 = float(config_.beta1),
@@ -72,22 +72,26 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
       if (b >= e) continue;
       s.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
       const int64_t count = e - b, at = base + (b - own.begin);
-      kernels::adamw_update(params.flat(b, count), grads.flat(b, count), m_.tensor().flat(at, count),
-                            v_.tensor().flat(at, count), s);
+      kernels::adamw_update(params.flat(b, count), grads.flat(compact_grads ? at : b, count),
+                            m_.tensor().flat(at, count), v_.tensor().flat(at, count), s);
     }
     base += own.numel();
   }
 }
 
 double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
-                        const std::vector<parallel::FlatRange>& owned) {
+                        const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads) {
   double sum = 0;
   for (const ModelParam& p : params) {
     if (p.tied_copy) continue;
     if (p.spec.tp_split_dim < 0 && tp_rank != 0) continue;
+    int64_t base = 0;  // the owned range's first element in compact_grads
     for (const parallel::FlatRange& own : owned) {
       const int64_t b = std::max(p.offset, own.begin), e = std::min(p.offset + p.numel(), own.end);
-      if (b < e) sum += kernels::sum_squares(p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+      if (b < e)
+        sum += kernels::sum_squares(compact_grads.defined() ? compact_grads.flat(base + (b - own.begin), e - b)
+                                                            : p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+      base += own.numel();
     }
   }
   return sum;

@@ -37,8 +37,9 @@ class AdamW {
   AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned);
 
   // One update of the owned ranges: params and grads are the WHOLE flat buffers (only the owned
-  // ranges are read or written). grad_scale multiplies the gradients first (clip factor, or 1).
-  void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale);
+  // ranges are read or written), or with compact_grads (ZeRO 2) grads holds only the owned ranges,
+  // packed as the moments are. grad_scale multiplies the gradients first (clip factor, or 1).
+  void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads = false);
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }           // when restoring a checkpoint
@@ -63,8 +64,11 @@ class AdamW {
 // Only elements inside `owned` count (the ranges this rank's optimizer updates; under ZeRO each
 // data-parallel rank holds the reduced gradient of its shard only). The caller all-reduces the sum
 // over every group that splits parameters (parallel/grad_sync.h), then takes the square root.
+// `compact_grads`, when defined, holds the owned ranges' gradients packed (ZeRO 2:
+// GradSync::owned_grads()) and is read in place of the parameters' gradient views.
 double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
-                        const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}});
+                        const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}},
+                        kernels::Tensor compact_grads = {});
 
 // PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6) when that is below 1, else 1. max_norm 0
 // means no clipping.

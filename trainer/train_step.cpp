@@ -46,6 +46,7 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;
   mo.activation_slots = parallel::max_in_flight(schedule);
+  mo.external_grads = r.parallel.zero >= 2;  // the gradient sync hands out gradient storage
   return mo;
 }
 
@@ -76,8 +77,14 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     model_.set_grad_ready_hook([this, st, &sync](ParamPlace place, int layer) {
       sync.group_ready(group_of(st, place, layer), last_backward_);
     });
+    if (model.options().external_grads)
+      model_.set_grad_storage_hook(
+          [st, &sync](ParamPlace place, int layer) { return sync.group_grads(group_of(st, place, layer)); });
   }
-  ~ModelStage() override { model_.set_grad_ready_hook({}); }
+  ~ModelStage() override {
+    model_.set_grad_ready_hook({});
+    model_.set_grad_storage_hook({});
+  }
 
   void begin_step(int64_t consumed_samples, PhaseTimes* times) {
     consumed_ = consumed_samples;
@@ -132,6 +139,9 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   for (const parallel::PipeOp& op : schedule)
     if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
   LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
+  LT_CHECK(model.options().external_grads == (recipe.parallel.zero >= 2),
+           "a model built with{} external gradients for parallel.zero {}", model.options().external_grads ? "" : "out",
+           recipe.parallel.zero);
   LT_CHECK(parallel::max_in_flight(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight; the model has {} activation slots",
            parallel::max_in_flight(schedule), model.options().activation_slots);
@@ -181,7 +191,8 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   // per model replica: where data-parallel ranks hold shards, only the first copy of each shard
   // counts); fp32 is enough for a norm that only scales the update.
   const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
-  float sq = counts ? float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), sync_->owned())) : 0.0f;
+  const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
+  float sq = counts ? float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), sync_->owned(), compact)) : 0.0f;
   spent(times.optimizer);
   parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
@@ -206,7 +217,8 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   }
   skipped_in_a_row_ = 0;
   out.skipped_total = skipped_total_;
-  optimizer_->step(model_.params(), model_.grads(), out.lr, clip_factor(out.grad_norm, recipe_.train.grad_clip));
+  optimizer_->step(model_.params(), sync_->owned_grads(), out.lr, clip_factor(out.grad_norm, recipe_.train.grad_clip),
+                   sync_->grads_compact());
   spent(times.optimizer);
   sync_->gather_params();
   spent(times.grad_sync);

@@ -5,6 +5,9 @@
 //   global gradient norm over every group that splits parameters -> clip, or skip a non-finite step
 //   -> AdamW on the flat ranges this rank owns -> gather the parameters other ranks updated.
 //
+// At ZeRO 2 the model has no gradient buffer: the ModelStage forwards its grad-storage hook to
+// GradSync::group_grads, and the norm and AdamW read the sync's compact owned shard (owned_grads).
+//
 // train() (trainer/trainer.cpp) owns everything around it: set-up, resume, reporting, evaluation,
 // checkpoints and the stop agreement.
 //

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# ZeRO stage 1 under real `mpirun` (MpiComm's reduce-scatter and all-gather, the checkpointer):
-# zero 1 at dp 2 and 4, and zero_group 2 at dp 4 (one and several sharding units), train GPT-2 to the losses and parameters of
-# zero 0 at dp 1; a checkpoint written at (zero 1, dp 4) resumes at (zero 0, dp 1) and the reverse
-# on the same trajectory; zero 2 is refused before any rank starts.
+# ZeRO stages 1 and 2 under real `mpirun` (MpiComm's reduce-scatter and all-gather, the
+# checkpointer): zero 1 at dp 2 and 4, and zero_group 2 at dp 4 (one and several sharding units),
+# and zero 2 at dp 2 and 4 with two micro-batches per rank, train GPT-2 to the losses and
+# parameters of zero 0 at dp 1, with the memory plan measured; checkpoints written at (zero 1 or 2,
+# dp 4) resume at (zero 0, dp 1) and the reverse on the same trajectory; zero 3 is refused before
+# any rank starts.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 PY=$SRC/.venv/bin/python
@@ -55,11 +57,13 @@ PY
 run_cmd z0-dp1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=z0-dp1
 expect_status 0
 # bucket_mb 25: the model is one sharding unit; 0.05: a unit per block (overlapped with backward).
-for cfg in "2 auto 25" "4 auto 25" "4 2 25" "4 2 0.05"; do
+# Zero 2 at dp 4 with micro_batch 1: two micro-batches per rank, each reduce-scattered.
+for cfg in "1 2 auto 25 2" "1 4 auto 25 2" "1 4 2 25 2" "1 4 2 0.05 2" "2 2 auto 0.05 2" "2 4 auto 0.05 1" \
+  "2 4 2 25 1"; do
   set -- $cfg
-  name=z1-dp$1-g$2$([[ $3 == 25 ]] || echo -b$3)
-  run_cmd $name mpi_run 180 $1 "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.zero=1 \
-    --set parallel.zero_group=$2 --set parallel.bucket_mb=$3
+  name=z$1-dp$2-g$3$([[ $4 == 25 ]] || echo -b$4)
+  run_cmd $name mpi_run 180 $2 "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.zero=$1 \
+    --set parallel.zero_group=$3 --set parallel.bucket_mb=$4 --set train.micro_batch=$5
   expect_status 0
   plan=$(grep -o 'memory per rank: .*' <<<"$out" | sed 's/memory per rank: //')
   measured=$(grep -o 'measured after the first step: .*' <<<"$out" | sed 's/.*first step: //')
@@ -92,6 +96,8 @@ resume() {  # NAME FROM NPROC SETS...
 }
 resume z1-to-z0 z1-dp4-gauto 1
 resume z0-to-z1 z0-dp1 4 --set parallel.zero=1
+resume z2-to-z0 z2-dp4-gauto-b0.05 1
+resume z0-to-z2 z0-dp1 4 --set parallel.zero=2 --set train.micro_batch=1
 
 run_cmd dry-run "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.zero=1 --set parallel.zero_group=2
 expect_status 0
@@ -99,9 +105,12 @@ expect_out "zero: stage 1, optimizer state sharded over 2 dp ranks (zero_group 2
 run_cmd zero-group-3 "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.zero=1 --set parallel.zero_group=3
 expect_status 2
 expect_out "zero_group 3 does not divide dp 4"
+run_cmd dry-run-2 "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.zero=2
+expect_status 0
+expect_out "zero: stage 2, optimizer state and gradients sharded over 4 dp ranks"
 
-run_cmd zero2 "$LLMTRAIN" run r.yaml --set log.dir=zero2 --set parallel.zero=2
+run_cmd zero3 "$LLMTRAIN" run r.yaml --set log.dir=zero3 --set parallel.zero=3
 expect_status 2
-expect_out "not supported yet: parallel.zero 2 (ZeRO stage 1 works; stages 2 and 3 are planned)"
+expect_out "not supported yet: parallel.zero 3 (ZeRO stages 1 and 2 work; stage 3 is planned)"
 
 finish

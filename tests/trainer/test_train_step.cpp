@@ -1,6 +1,6 @@
 // One optimizer step as a unit (trainer/train_step.h), on a real dataset file and a real model:
 // data-parallel ranks (as threads, on the in-process communicator) take the same steps as one rank,
-// with and without ZeRO stage 1 (hybrid sharding too), checkpoints move between the two layouts,
+// with and without ZeRO stages 1 and 2 (hybrid sharding too), checkpoints move between the layouts,
 // a warm step allocates nothing, non-finite steps are skipped or stop the run, and parameter groups
 // reach the gradient sync in the order backward completes them.
 #include <gmock/gmock.h>
@@ -208,21 +208,55 @@ TEST_F(ZeroTest, StageOneTakesTheStepsOfOneRank) {
   }
 }
 
+// ZeRO stage 2: gradients reduce-scattered per micro-batch into the owned shard, at dp 2 (two
+// micro-batches of 2 per rank) and dp 4 (two micro-batches of 1), one unit or about one per block,
+// hybrid too: the steps of one rank at zero 0.
+TEST_F(ZeroTest, StageTwoTakesTheStepsOfOneRank) {
+  const Run want = run(0, 1, 0, 0, 20);
+  for (auto [dp, group, mb, micro] :
+       {std::tuple{2, 0, 25.0, 2}, std::tuple{2, 0, 0.01, 2}, std::tuple{4, 0, 0.01, 1}, std::tuple{4, 2, 0.01, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero_group " << group << " bucket_mb " << mb
+                                      << " micro_batch " << micro);
+    recipe_.parallel.bucket_mb = mb;
+    recipe_.train.micro_batch = micro;
+    expect_same(run(2, dp, group, 0, 20), want);
+  }
+}
+
+TEST_F(ZeroTest, CheckpointsMoveBetweenZeroTwoAndZeroZero) {
+  const Run want = run(0, 1, 0, 0, 20);
+  const std::string sharded = (dir_ / "ckpt_zero2").string(), whole = (dir_ / "ckpt_zero0").string();
+  recipe_.parallel.bucket_mb = 0.01;
+  recipe_.train.micro_batch = 1;  // two micro-batches per rank at dp 4
+  // Written at (zero 2, dp 4), resumed at (zero 0, dp 1).
+  expect_same(run(2, 4, 0, 0, 10, "", sharded), {{want.losses.begin(), want.losses.begin() + 10}, {}}, 0);
+  recipe_.train.micro_batch = 2;
+  expect_same(run(0, 1, 0, 10, 20, sharded + "/step_00000010"), want, 10);
+  // Written at (zero 0, dp 1), resumed at (zero 2, dp 4, zero_group 2).
+  run(0, 1, 0, 0, 10, "", whole);
+  recipe_.train.micro_batch = 1;
+  expect_same(run(2, 4, 2, 10, 20, whole + "/step_00000010"), want, 10);
+}
+
 // A non-finite gradient shows in the norm over shards on every rank: all skip the step together,
 // before the update and the gather.
 TEST_F(ZeroTest, NonFiniteStepsAreSkippedOnEveryShard) {
   recipe_.train.on_nonfinite = NonFiniteAction::skip;
-  recipe_.parallel.zero = 1, recipe_.parallel.dp = 2;
-  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
-    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
-    me.model.params().ptr<float>()[5] = NAN;  // in the embedding, owned by rank 0 only
-    const kernels::Tensor p = me.model.params();
-    const std::vector<float> before(p.ptr<float>(), p.ptr<float>() + p.numel());
-    const StepOutcome o = me.step->run(0, 0);
-    EXPECT_TRUE(o.skipped);
-    EXPECT_EQ(me.step->optimizer().steps(), 0);
-    EXPECT_EQ(0, std::memcmp(before.data(), p.data, before.size() * 4)) << "a skipped step updated";
-  });
+  recipe_.parallel.dp = 2;
+  for (int zero : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "zero " << zero);
+    recipe_.parallel.zero = zero;
+    parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+      Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+      me.model.params().ptr<float>()[5] = NAN;  // in the embedding, owned by rank 0 only
+      const kernels::Tensor p = me.model.params();
+      const std::vector<float> before(p.ptr<float>(), p.ptr<float>() + p.numel());
+      const StepOutcome o = me.step->run(0, 0);
+      EXPECT_TRUE(o.skipped);
+      EXPECT_EQ(me.step->optimizer().steps(), 0);
+      EXPECT_EQ(0, std::memcmp(before.data(), p.data, before.size() * 4)) << "a skipped step updated";
+    });
+  }
 }
 
 TEST_F(ZeroTest, CheckpointsMoveBetweenZeroOneAndZeroZero) {
@@ -316,11 +350,36 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   EXPECT_EQ(got.activations, plan.activations);
   EXPECT_EQ(got.communication, plan.communication);
 
-  recipe_.train.precision = Precision::bf16;
+  // ZeRO stage 2 at dp 2: no model gradient buffer; each rank's owned shard and pool (three
+  // slots of the largest unit: here the embedding, so the pool is not smaller than the model).
   recipe_.parallel.zero = 2;
+  recipe_.parallel.bucket_mb = 0.01;
+  MemoryAccount plan2;
+  for (int dp = 0; dp < 2; ++dp) {
+    const MemoryAccount p = memory_plan(recipe_, {0, dp, 0});
+    EXPECT_TRUE(p.notes.empty());
+    plan2.parameters += p.parameters, plan2.gradients += p.gradients, plan2.optimizer += p.optimizer;
+    plan2.activations += p.activations, plan2.communication += p.communication;
+  }
+  MemoryAccount got2;
+  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+    me.step->run(0, 0);
+    world.barrier();
+    if (world.rank() == 0) got2 = memory_measured(kernels::Device::cpu, false);
+    world.barrier();
+  });
+  EXPECT_EQ(got2.parameters, plan2.parameters);
+  EXPECT_EQ(got2.gradients, plan2.gradients);
+  EXPECT_EQ(got2.optimizer, plan2.optimizer);
+  EXPECT_EQ(got2.activations, plan2.activations);
+  EXPECT_EQ(got2.communication, plan2.communication);
+
+  recipe_.train.precision = Precision::bf16;
+  recipe_.parallel.zero = 3;
   EXPECT_THAT(memory_plan(recipe_, {0, 0, 0}).notes,
               ::testing::ElementsAre(::testing::HasSubstr("train.precision bf16 is not supported yet"),
-                                     ::testing::HasSubstr("parallel.zero 2 is not supported yet")));
+                                     ::testing::HasSubstr("parallel.zero 3 is not supported yet")));
 }
 
 TEST_F(TrainStepTest, GradientGroupsFollowBackward) {

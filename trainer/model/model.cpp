@@ -131,11 +131,12 @@ void Model::build_params() {
   int64_t numel = 0;
   params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), &numel);
   param_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::parameters);
-  grad_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::gradients);
+  if (!options_.external_grads)
+    grad_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::gradients);
   for (ModelParam& p : params_) {
     const Shape shape{std::span<const int64_t>(p.shape)};
     p.value = param_buf_.tensor().flat(p.offset, p.numel()).view(shape);
-    p.grad = grad_buf_.tensor().flat(p.offset, p.numel()).view(shape);
+    if (!options_.external_grads) p.grad = grad_buf_.tensor().flat(p.offset, p.numel()).view(shape);
   }
 }
 
@@ -157,10 +158,20 @@ void Model::bind_views() {
   const int layers = options_.stage.layer_end - options_.stage.layer_begin;
   weights_.assign(size_t(layers), {});
   weight_grads_.assign(size_t(layers), {});
+  ends_ = std::make_unique<EndWeights>();
+  end_grads_ = std::make_unique<EndWeights>();
+  for (bool grad : {false, true}) {
+    if (grad && options_.external_grads) break;  // bound group by group as backward reaches them
+    for (int i = 0; i < layers; ++i) bind_block(i, grad);
+    bind_ends(grad);
+  }
+}
+
+void Model::bind_block(int i, bool grad) {
   const int64_t d = config_.hidden;
   // Adjacent parameters seen as one matrix of their stacked rows (LLaMA's q/k/v and gate/up).
   // Only addresses are compared here; no parameter memory is read.
-  auto stacked = [&](std::initializer_list<const ModelParam*> parts, bool grad) {
+  auto stacked = [&](std::initializer_list<const ModelParam*> parts) {
     int64_t rows = 0;
     const float* next = nullptr;
     for (const ModelParam* p : parts) {
@@ -172,53 +183,68 @@ void Model::bind_views() {
     const ModelParam* first = *parts.begin();
     return Tensor((grad ? first->grad : first->value).data, DType::fp32, {rows, d});
   };
-  for (int i = 0; i < layers; ++i) {
-    const int layer = options_.stage.layer_begin + i;
-    auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
-    for (bool grad : {false, true}) {
-      BlockWeights& w = grad ? weight_grads_[size_t(i)] : weights_[size_t(i)];
-      auto v = [&](ParamRole role) { return grad ? p(role).grad : p(role).value; };
-      // 2-D views of the matrices whatever their spec shape ([3, d, d] qkv included).
-      auto mat = [&](ParamRole role) {
-        Tensor t = v(role);
-        return t.view({t.numel() / t.shape[t.shape.rank() - 1], t.shape[t.shape.rank() - 1]});
-      };
-      using R = ParamRole;
-      w.ln1_w = v(R::attn_norm_weight);
-      w.o_w = mat(R::attn_out_weight);
-      w.ln2_w = v(R::mlp_norm_weight);
-      w.out_w = mat(R::mlp_out_weight);
-      if (llama_) {
-        w.qkv_w = stacked({&p(R::q_weight), &p(R::k_weight), &p(R::v_weight)}, grad);
-        w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)}, grad);
-      } else {
-        w.ln1_b = v(R::attn_norm_bias);
-        w.qkv_w = mat(R::qkv_weight);
-        w.qkv_b = v(R::qkv_bias).view({v(R::qkv_bias).numel()});
-        w.o_b = v(R::attn_out_bias);
-        w.ln2_b = v(R::mlp_norm_bias);
-        w.fc_w = mat(R::mlp_in_weight);
-        w.fc_b = v(R::mlp_in_bias);
-        w.out_b = v(R::mlp_out_bias);
-      }
-    }
+  const int layer = options_.stage.layer_begin + i;
+  auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
+  BlockWeights& w = grad ? weight_grads_[size_t(i)] : weights_[size_t(i)];
+  auto v = [&](ParamRole role) { return grad ? p(role).grad : p(role).value; };
+  // 2-D views of the matrices whatever their spec shape ([3, d, d] qkv included).
+  auto mat = [&](ParamRole role) {
+    Tensor t = v(role);
+    return t.view({t.numel() / t.shape[t.shape.rank() - 1], t.shape[t.shape.rank() - 1]});
+  };
+  using R = ParamRole;
+  w.ln1_w = v(R::attn_norm_weight);
+  w.o_w = mat(R::attn_out_weight);
+  w.ln2_w = v(R::mlp_norm_weight);
+  w.out_w = mat(R::mlp_out_weight);
+  if (llama_) {
+    w.qkv_w = stacked({&p(R::q_weight), &p(R::k_weight), &p(R::v_weight)});
+    w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)});
+  } else {
+    w.ln1_b = v(R::attn_norm_bias);
+    w.qkv_w = mat(R::qkv_weight);
+    w.qkv_b = v(R::qkv_bias).view({v(R::qkv_bias).numel()});
+    w.o_b = v(R::attn_out_bias);
+    w.ln2_b = v(R::mlp_norm_bias);
+    w.fc_w = mat(R::mlp_in_weight);
+    w.fc_b = v(R::mlp_in_bias);
+    w.out_b = v(R::mlp_out_bias);
   }
-  ends_ = std::make_unique<EndWeights>();
-  end_grads_ = std::make_unique<EndWeights>();
-  for (bool grad : {false, true}) {
-    EndWeights& e = grad ? *end_grads_ : *ends_;
-    auto v = [&](ParamRole role) { return grad ? parameter(role).grad : parameter(role).value; };
-    if (options_.stage.has_embedding) {
-      e.wte = v(ParamRole::token_embedding);
-      if (!llama_) e.wpe = v(ParamRole::position_embedding);
-    }
-    if (options_.stage.has_head) {
-      e.norm_w = v(ParamRole::final_norm_weight);
-      if (!llama_) e.norm_b = v(ParamRole::final_norm_bias);
-      // Tied: the first token_embedding of the stage (the embedding itself, or the last stage's copy).
-      e.head = v(config_.tie_embeddings ? ParamRole::token_embedding : ParamRole::output_weight);
-    }
+}
+
+void Model::bind_ends(bool grad) {
+  EndWeights& e = grad ? *end_grads_ : *ends_;
+  auto v = [&](ParamRole role) { return grad ? parameter(role).grad : parameter(role).value; };
+  if (options_.stage.has_embedding) {
+    e.wte = v(ParamRole::token_embedding);
+    if (!llama_) e.wpe = v(ParamRole::position_embedding);
   }
+  if (options_.stage.has_head) {
+    e.norm_w = v(ParamRole::final_norm_weight);
+    if (!llama_) e.norm_b = v(ParamRole::final_norm_bias);
+    // Tied: the first token_embedding of the stage (the embedding itself, or the last stage's copy).
+    e.head = v(config_.tie_embeddings ? ParamRole::token_embedding : ParamRole::output_weight);
+  }
+}
+
+void Model::bind_group_grads(ParamPlace place, int layer) {
+  const Tensor base = grad_storage_(place, layer);
+  int64_t begin = INT64_MAX;
+  auto mine = [&](const ModelParam& p) {
+    return p.spec.place == place && (place != ParamPlace::block || p.spec.layer == layer);
+  };
+  for (const ModelParam& p : params_)
+    if (mine(p)) begin = std::min(begin, p.offset);
+  for (ModelParam& p : params_)
+    if (mine(p)) {
+      LT_CHECK(p.offset - begin + p.numel() <= base.numel(), "{}: the gradient storage holds {} elements", p.spec.name,
+               base.numel());
+      p.grad = base.flat(p.offset - begin, p.numel()).view(Shape{std::span<const int64_t>(p.shape)});
+    }
+  if (place == ParamPlace::block)
+    bind_block(layer - options_.stage.layer_begin, true);
+  else
+    bind_ends(true);
 }
 
 ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& options, const Dims& z, Arena& a,
@@ -310,7 +336,8 @@ ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& opti
   std::vector<Model::Slot> slots;
   Model::Work work;
   ModelMemory mem = Model::lay_out(model, o, Model::Dims(model, o, tp_size), measure, slots, work);
-  mem.params = mem.grads = numel * int64_t(sizeof(float));
+  mem.params = numel * int64_t(sizeof(float));
+  mem.grads = o.external_grads ? 0 : mem.params;
   return mem;
 }
 
@@ -342,7 +369,9 @@ void Model::init_parameters(uint64_t seed) {
   }
 }
 
-void Model::zero_grads() { kernels::fill_zero(grad_buf_.tensor()); }
+void Model::zero_grads() {
+  if (!options_.external_grads) kernels::fill_zero(grad_buf_.tensor());
+}
 
 void Model::require_whole_model(const char* what) const {
   LT_CHECK(options_.stage.has_embedding && options_.stage.has_head, "{} needs the whole model on one stage", what);
@@ -472,8 +501,15 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   const StageLayout& st = options_.stage;
   const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
   Work& w = *work_;
+  // External gradient storage: each group's gradient views are bound just before backward first
+  // writes them; a tied head writes the embedding's gradient, so that group is bound first.
+  const bool external = options_.external_grads;
+  LT_CHECK(!external || grad_storage_, "a model with external gradients needs a grad-storage hook");
+  const bool tied_head = st.has_head && st.has_embedding && config_.tie_embeddings;
+  if (external && tied_head) bind_group_grads(ParamPlace::embedding, -1);
   if (st.has_head) {
     LT_CHECK(s.has_targets, "backward of a forward without targets");
+    if (external) bind_group_grads(ParamPlace::head, -1);
     head_backward(s, loss_scale);
     if (grad_ready_) grad_ready_(ParamPlace::head, -1);
   } else {
@@ -485,10 +521,12 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
   for (int l = layers - 1; l >= 0; --l) {
     if (ckpt) block_forward(l, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true, 0, nullptr);
+    if (external) bind_group_grads(ParamPlace::block, st.layer_begin + l);
     block_backward(l, ckpt ? w.recompute : s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq);
     if (grad_ready_) grad_ready_(ParamPlace::block, st.layer_begin + l);
   }
   if (st.has_embedding) {
+    if (external && !tied_head) bind_group_grads(ParamPlace::embedding, -1);
     embed_backward(s);
     if (grad_ready_) grad_ready_(ParamPlace::embedding, -1);
   }

@@ -7,8 +7,9 @@
 //    order of model_param_specs() restricted to this stage; ModelParam::value/grad are views.
 //    Nothing may reallocate them: the optimizer, ZeRO shards and checkpoint I/O work on ranges.
 //  - Backward ACCUMULATES into the gradient buffer (gradient accumulation over micro-batches);
-//    call zero_grads() once per optimizer step. The loss a micro-batch contributes is
-//    loss_scale · mean(token losses); pass loss_scale = 1 / micro-batches to average.
+//    call zero_grads() once per optimizer step. With options.external_grads (ZeRO 2) there is no
+//    such buffer: backward accumulates into storage the grad-storage hook hands out per group. The loss a micro-batch
+//    contributes is loss_scale · mean(token losses); pass loss_scale = 1 / micro-batches to average.
 //  - Every buffer is sized at construction for options.micro_batch × seq_len tokens; a step
 //    allocates nothing. Views returned by forward_logits/forward_cached/stage_output/
 //    stage_input_grad/loss stay valid only until the next call that uses the same activation slot
@@ -57,13 +58,17 @@ struct ModelOptions {
   // Generation: > 0 allocates per-layer K and V caches [micro_batch, kv_cache_tokens, kv_heads/tp,
   // head dim] for forward_cached (at most model.max_positions). 0 = a training model, no cache.
   int64_t kv_cache_tokens = 0;
+  // ZeRO 2: no flat gradient buffer; backward writes each parameter group's gradients where the
+  // grad-storage hook says (set_grad_storage_hook), and grads()/ModelParam::grad are only
+  // meaningful for the group backward is computing.
+  bool external_grads = false;
 };
 
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
 // the same layout code the constructor runs, so it equals what a constructed Model holds.
 struct ModelMemory {
   int64_t params = 0;            // the flat fp32 parameter buffer (this rank's shards)
-  int64_t grads = 0;             // the flat fp32 gradient buffer, same layout
+  int64_t grads = 0;             // the flat fp32 gradient buffer, same layout (0 with external_grads)
   int64_t activations_kept = 0;  // what the activation slots keep from forward to backward (all slots)
   int64_t activations_work = 0;  // shared by the slots: backward's gradient buffers, recomputation,
                                  // RoPE table, logits gather scratch
@@ -132,7 +137,7 @@ class Model {
   // this stage does not hold it. A tied head is ParamRole::token_embedding.
   const ModelParam& parameter(ParamRole role, int layer = -1) const;
   kernels::Tensor params() const { return param_buf_.tensor(); }  // [numel] flat fp32
-  kernels::Tensor grads() const { return grad_buf_.tensor(); }
+  kernels::Tensor grads() const { return grad_buf_.tensor(); }    // undefined with options.external_grads
   int64_t numel() const { return param_buf_.numel(); }
   // Every parameter from the counter-based RNG (trainer/model/param_init.h): a shard gets the values
   // of its slice of the whole parameter.
@@ -183,6 +188,12 @@ class Model {
   // bucket all-reduces from it on the last micro-batch of a step. An empty function clears it.
   using GradReadyHook = std::function<void(ParamPlace place, int layer)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+  // With options.external_grads: called during stage_backward before backward first writes a
+  // group's gradients (the same (place, layer) the grad-ready hook names; a tied embedding's group
+  // before the head's); returns fp32 storage for the group's flat range (its first parameter's
+  // offset to its last one's end), which backward accumulates into (+=) until the group is ready.
+  using GradStorageHook = std::function<kernels::Tensor(ParamPlace place, int layer)>;
+  void set_grad_storage_hook(GradStorageHook hook) { grad_storage_ = std::move(hook); }
 
  private:
   friend ModelMemory model_memory_plan(const ModelConfig&, const ModelOptions&, int, int);
@@ -207,6 +218,9 @@ class Model {
   void build_params();
   void build_activations();
   void bind_views();
+  void bind_block(int local_layer, bool grad);
+  void bind_ends(bool grad);
+  void bind_group_grads(ParamPlace place, int layer);
   void forward_blocks(Slot& s, int64_t position, bool cached);
   void embed_forward(Slot& s, int64_t position);
   void embed_backward(Slot& s);
@@ -231,6 +245,7 @@ class Model {
   std::unique_ptr<Work> work_;
   std::vector<Slot> slots_;
   GradReadyHook grad_ready_;
+  GradStorageHook grad_storage_;
 };
 
 template <typename Fn>

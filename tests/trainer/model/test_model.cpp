@@ -2,7 +2,8 @@
 // tests): activation checkpointing changes no gradient, pipeline stages compose to the whole
 // model, activation slots keep micro-batches apart, every tensor-parallel shard initializes to
 // its slice of the whole parameter, initialization statistics, user errors, a warm step
-// allocates nothing, and the memory plan equals what a model allocates.
+// allocates nothing, the memory plan equals what a model allocates, and a model with external
+// gradient storage (ZeRO 2) writes into what its hook hands out the gradients of the flat buffer.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -241,6 +242,43 @@ TEST_P(ModelTest, AStepAllocatesNothingOnceWarm) {
   g_counting = false;
 
   EXPECT_EQ(g_allocations.load(), 0);
+}
+
+// external_grads: no gradient buffer; backward asks the hook for each group's storage before it
+// writes the group (a tied embedding's before the head's) and accumulates there exactly what the
+// flat buffer of a plain model accumulates.
+TEST_P(ModelTest, ExternalGradientStorageGetsTheFlatBuffersGradients) {
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    const ModelConfig m = small(GetParam(), tied);
+    auto tp = parallel::make_local_comm("tp");
+    Model plain(m, ModelOptions{.micro_batch = 2}, *tp);
+    Model ext(m, ModelOptions{.micro_batch = 2, .external_grads = true}, *tp);
+    EXPECT_FALSE(ext.grads().defined());
+    EXPECT_EQ(model_memory_plan(m, ModelOptions{.micro_batch = 2, .external_grads = true}, 1, 0).grads, 0);
+    plain.init_parameters(3);
+    ext.init_parameters(3);
+    plain.zero_grads();
+    std::vector<float> store(size_t(ext.numel()), 0.0f);
+    std::vector<std::string> calls;
+    ext.set_grad_storage_hook([&](ParamPlace place, int layer) {
+      int64_t begin = ext.numel(), end = 0;
+      for (const ModelParam& p : ext.parameters())
+        if (p.spec.place == place && (place != ParamPlace::block || p.spec.layer == layer))
+          begin = std::min(begin, p.offset), end = std::max(end, p.offset + p.numel());
+      calls.push_back(std::to_string(int(place)) + ":" + std::to_string(layer));
+      return kernels::host_tensor(store.data() + begin, {end - begin});
+    });
+    Batch x(m, 2, 11, 1), y(m, 2, 9, 2);
+    for (Batch* batch : {&x, &y})
+      EXPECT_EQ(plain.forward_backward(batch->mb(), 0.5f), ext.forward_backward(batch->mb(), 0.5f));
+    EXPECT_EQ(0, std::memcmp(store.data(), plain.grads().data, plain.grads().bytes())) << "gradients differ";
+    const std::string emb = std::to_string(int(ParamPlace::embedding)) + ":-1",
+                      head = std::to_string(int(ParamPlace::head)) + ":-1";
+    ASSERT_EQ(calls.size(), size_t(2 * (m.layers + 2)));
+    EXPECT_EQ(calls[0], tied ? emb : head);
+    EXPECT_EQ(calls[1], tied ? head : std::to_string(int(ParamPlace::block)) + ":" + std::to_string(m.layers - 1));
+  }
 }
 
 TEST_P(ModelTest, MemoryPlanEqualsWhatTheModelAllocates) {
