@@ -88,11 +88,7 @@ void GradBuckets::finish() {
   wait_all(work_);
   const double t1 = now_s();
 
-  stats_.steps++;
-  stats_.last_exposed_s = t1 - t0;
-  stats_.last_span_s = t1 - step_start_;
-  stats_.exposed_s += stats_.last_exposed_s;
-  stats_.span_s += stats_.last_span_s;
+  stats_.add_step(t1 - t0, t1 - step_start_);
 
   for (auto& w : work_) w.reset();
   std::fill(ready_.begin(), ready_.end(), 0);

@@ -45,6 +45,13 @@ struct GradBucketStats {
   double span_s = 0;          // from each step's first mark_ready() to the end of its finish()
   double last_exposed_s = 0;  // the same two for the last step
   double last_span_s = 0;
+
+  // Counts one finished step: `exposed` seconds in finish(), `span` from its first launch.
+  void add_step(double exposed, double span) {
+    ++steps;
+    last_exposed_s = exposed, last_span_s = span;
+    exposed_s += exposed, span_s += span;
+  }
 };
 
 class GradBuckets {

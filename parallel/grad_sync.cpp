@@ -137,11 +137,7 @@ class ShardedGradSync final : public GradSync {
       s.replica.reset();
     }
     const double t1 = now_s();
-    stats_.steps++;
-    stats_.last_exposed_s = t1 - t0;
-    stats_.last_span_s = t1 - step_start_;
-    stats_.exposed_s += stats_.last_exposed_s;
-    stats_.span_s += stats_.last_span_s;
+    stats_.add_step(t1 - t0, t1 - step_start_);
     rearm();
   }
 
@@ -367,11 +363,7 @@ class GradShardSync final : public GradSync {
     while (!in_flight_.empty()) retire_oldest();
     for (const Slot& sl : slots_) LT_CHECK(sl.unit < 0, "sharding unit {} never completed by backward", sl.unit);
     const double t1 = now_s();
-    stats_.steps++;
-    stats_.last_exposed_s = t1 - t0;
-    stats_.last_span_s = t1 - step_start_;
-    stats_.exposed_s += stats_.last_exposed_s;
-    stats_.span_s += stats_.last_span_s;
+    stats_.add_step(t1 - t0, t1 - step_start_);
     rearm();
   }
 
