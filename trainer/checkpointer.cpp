@@ -1,5 +1,7 @@
 #include "trainer/checkpointer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <filesystem>
 
@@ -13,11 +15,25 @@ namespace llmtrain::trainer {
 namespace fs = std::filesystem;
 
 namespace {
+// "2 sources: 14457 documents, 2430489 tokens, lengths CRC-32C 0x1234abcd; ..."
+std::string describe_data(const nlohmann::json& data) {
+  std::vector<std::string> parts;
+  try {
+    for (const auto& s : data)
+      parts.push_back(fmt::format("{} documents, {} tokens, lengths CRC-32C {:#010x}", s.at("documents").get<int64_t>(),
+                                  s.at("tokens").get<int64_t>(), s.at("lengths_crc32c").get<uint32_t>()));
+  } catch (const nlohmann::json::exception&) {
+    return data.dump();
+  }
+  return fmt::format("{} source(s): {}", parts.size(), join(parts, "; "));
+}
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml, const Tokenizer& tokenizer,
-                           Model& model, TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs)
+                           Model& model, TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs,
+                           nlohmann::json data)
     : recipe_(recipe),
       recipe_yaml_(recipe_yaml),
       tokenizer_(tokenizer),
@@ -25,7 +41,8 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
       step_(step),
       dp_rank_(dp_rank),
       world_(world),
-      fs_(fs) {
+      fs_(fs),
+      data_(std::move(data)) {
   checkpoint_collective(world_, [&] {
     if (world_.rank() == 0) lock_ = CheckpointDirLock::acquire(recipe_.checkpoint.dir, checkpoint_job_id());
   });
@@ -36,6 +53,16 @@ void Checkpointer::keep_lock() {
   if (!lock_ || now_s() - lock_renewed_ < 60) return;
   lock_->renew();  // rank 0 alone; a lock taken over ends this job through rank 0's error
   lock_renewed_ = now_s();
+}
+
+nlohmann::json data_identity(const GptDataset& data) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t s = 0; s < data.num_sources(); ++s) {
+    const IndexedDataset& d = data.source(s);
+    out.push_back(
+        {{"documents", d.num_documents()}, {"tokens", d.num_tokens()}, {"lengths_crc32c", d.lengths_crc32c()}});
+  }
+  return out;
 }
 
 RunPosition Checkpointer::resume() {
@@ -66,6 +93,12 @@ RunPosition Checkpointer::resume() {
                             "consumes {} per step)",
                             loaded->path, at.consumed_samples, at.step, recipe_.train.global_batch),
                 "resume with the train.global_batch it was written with, or set checkpoint.load_weights_only: true");
+  const nlohmann::json saved_data = loaded->manifest.extra.value("data", nlohmann::json());
+  if (!saved_data.is_null() && !data_.is_null() && saved_data != data_)
+    throw Error(fmt::format("{} was written with other training data: {} there, {} in this recipe's data.train",
+                            loaded->path, describe_data(saved_data), describe_data(data_)),
+                "resume with the data it was written with (its path may differ), or set "
+                "checkpoint.load_weights_only: true to fine-tune from its weights on this data");
   step_.restore(loaded->manifest.extra, at.step);
   last_saved_ = at.step;
   return at;
@@ -77,6 +110,7 @@ double Checkpointer::save(const RunPosition& at) {
   meta.consumed_samples = at.consumed_samples;
   meta.rng = {{"seed", recipe_.train.seed}};
   meta.extra = step_.state();
+  if (!data_.is_null()) meta.extra["data"] = data_;
   meta.recipe_yaml = recipe_yaml_;
   meta.mesh = {recipe_.parallel.tp, recipe_.parallel.pp, recipe_.parallel.dp, recipe_.parallel.zero,
                recipe_.parallel.zero == 0        ? 0

@@ -23,11 +23,16 @@
 #include "common/file_io.h"
 #include "common/recipe/recipe.h"
 #include "parallel/comm.h"
+#include "trainer/data/gpt_dataset.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/model/model.h"
 #include "trainer/train_step.h"
 
 namespace llmtrain::trainer {
+
+// The training data's identity for checkpoints: per source, its documents, tokens and the CRC-32C
+// of its .idx sequence lengths (the contents, not the path).
+nlohmann::json data_identity(const GptDataset& data);
 
 // Where a run stands: optimizer steps done and samples consumed.
 struct RunPosition {
@@ -38,8 +43,10 @@ struct RunPosition {
 class Checkpointer {
  public:
   // Everything given must outlive the checkpointer. `world` is the world control group.
+  // `data` identifies the training data (data_identity()): saved with each checkpoint, and a full
+  // resume refuses a checkpoint written with other data.
   Checkpointer(const Recipe& recipe, const std::string& recipe_yaml, const Tokenizer& tokenizer, Model& model,
-               TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs);
+               TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs, nlohmann::json data = {});
 
   // Loads what checkpoint.resume says into the model, the optimizer and the step's state, and
   // returns the position to continue from ({0, 0} for a fresh start or a weights-only start).
@@ -61,6 +68,7 @@ class Checkpointer {
   int dp_rank_;
   parallel::Comm& world_;
   FileSystem& fs_;
+  nlohmann::json data_;
   int64_t last_saved_ = -1;
   std::unique_ptr<CheckpointDirLock> lock_;  // rank 0's lock on checkpoint.dir (common/checkpoint_dir.h)
   double lock_renewed_ = 0;

@@ -82,7 +82,8 @@ int train(const TrainContext& ctx) {
   TrainStep step(r, model, comms, train_batches, std::move(schedule));
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
                format_memory(memory_plan(r, ctx.mesh->coord())));
-  Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world, fsys);
+  Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world, fsys,
+                           data_identity(train_data));
   RunPosition at = checkpoints.resume();
   if (at.step >= r.train.steps) {
     log_progress("nothing to do: the checkpoint is at step {} and train.steps is {}", at.step, r.train.steps);

@@ -165,6 +165,24 @@ run_cmd generate-missing "$LLMTRAIN" generate nowhere --prompt x
 expect_status 2
 expect_out "nowhere does not exist"
 
+# Resume refuses a checkpoint written with other data (identified by contents, not path), unless
+# load_weights_only; the same data at another path resumes.
+run_cmd resume-other-data run R1 --set checkpoint.resume="$WORK/A/ckpt/step_00000040" --set data.train=hi/train \
+  --set data.valid=null
+expect_status 2
+expect_out "was written with other training data"
+expect_out "load_weights_only"
+run_cmd finetune-other-data run R2 --set checkpoint.resume="$WORK/A/ckpt/step_00000040" --set data.train=hi/train \
+  --set data.valid=null --set checkpoint.load_weights_only=true --set train.steps=2 --set optimizer.warmup=1
+expect_status 0
+cp -r data moved
+run_cmd resume-moved-data run R3 --set checkpoint.resume="$WORK/A/ckpt/step_00000040" --set data.train=moved/train \
+  --set data.valid=moved/valid
+expect_status 0
+expect_out "resuming from"
+diff <(losses A | tail -20) <(losses R3) >/dev/null && pass "data at another path: the same losses as run A" ||
+  fail "moved data diverged: $(diff <(losses A | tail -20) <(losses R3) | head -4)"
+
 # 10. Missing data is a user error before training starts.
 run_cmd missing-data run J --set data.train=nowhere/train
 expect_status 2

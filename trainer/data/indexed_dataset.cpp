@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/strings.h"
 
@@ -249,6 +250,8 @@ std::vector<int32_t> IndexedDataset::document(int64_t d) const {
   read_tokens(document_begin(d), int64_t(out.size()), out.data());
   return out;
 }
+
+uint32_t IndexedDataset::lengths_crc32c() const { return crc32c(lengths_, size_t(num_sequences_) * sizeof(int32_t)); }
 
 std::string IndexedDataset::describe() const {
   return fmt::format("{}: {} documents, {} sequences, {} tokens ({})", prefix_, num_documents(), num_sequences_,

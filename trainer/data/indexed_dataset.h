@@ -92,6 +92,9 @@ class IndexedDataset {
   std::vector<int32_t> document(int64_t d) const;
 
   std::string describe() const;
+  // CRC-32C of the .idx's sequence lengths: with the counts, what identifies the data wherever it
+  // lies (a checkpoint records it; resume refuses other data).
+  uint32_t lengths_crc32c() const;
 
  private:
   int64_t sequence_token(int64_t s) const {
