@@ -269,15 +269,20 @@ class Section {
     std::vector<std::string> candidates(asked_.begin(), asked_.end());
     for (const auto& [k, v] : value_->entries) {
       if (asked_.count(k)) continue;
-      std::string hint;
+      std::string hint, meant;
       if (auto m = closest_match(k, candidates)) {
-        hint = fmt::format("did you mean {}?", full(m->c_str()));
+        meant = full(m->c_str());
+        hint = fmt::format("did you mean {}?", meant);
       } else {
         for (const auto& known : recipe_schema_keys())
-          if (leaf(known) == k) hint = fmt::format("did you mean {}? (it belongs in another section)", known);
+          if (leaf(known) == k) {
+            meant = known;
+            hint = fmt::format("did you mean {}? (it belongs in another section)", known);
+          }
         if (hint.empty()) hint = fmt::format("valid keys here: {}", join(candidates, ", "));
       }
       error(key_where(k), full(k.c_str()), "unknown key", hint);
+      diags_.back().meant = meant;
     }
   }
 
@@ -535,13 +540,8 @@ void parse_launch(Section s, LaunchConfig& l, std::vector<Diagnostic>& diags) {
 // it are dropped. Applies to the diagnostics from `first` on.
 void put_typos_first(std::vector<Diagnostic>& diags, size_t first) {
   std::vector<std::string> meant;
-  for (size_t i = first; i < diags.size(); ++i) {
-    const Diagnostic& d = diags[i];
-    const std::string prefix = "did you mean ";
-    const size_t q = d.hint.find('?');
-    if (d.message == "unknown key" && starts_with(d.hint, prefix) && q != std::string::npos)
-      meant.push_back(d.hint.substr(prefix.size(), q - prefix.size()));
-  }
+  for (size_t i = first; i < diags.size(); ++i)
+    if (!diags[i].meant.empty()) meant.push_back(diags[i].meant);
   if (meant.empty()) return;
   auto hidden = [&](const Diagnostic& d) {
     if (d.message != "missing required key") return false;
@@ -551,7 +551,7 @@ void put_typos_first(std::vector<Diagnostic>& diags, size_t first) {
   };
   diags.erase(std::remove_if(diags.begin() + std::ptrdiff_t(first), diags.end(), hidden), diags.end());
   std::stable_partition(diags.begin() + std::ptrdiff_t(first), diags.end(),
-                        [](const Diagnostic& d) { return d.message == "unknown key"; });
+                        [](const Diagnostic& d) { return !d.meant.empty(); });
 }
 
 void parse_root(const YamlValue& root, const std::string& file, Recipe& r, std::vector<Diagnostic>& diags) {

@@ -19,6 +19,8 @@ struct Diagnostic {
   // Reading a file failed (the recipe, the tokenizer): each process meets it alone, unlike a
   // problem of the recipe's content, which every rank of a job meets alike.
   bool io = false;
+  // For an unknown key: the schema key it most likely meant ("model" for "modle"), else "".
+  std::string meant = {};
 
   std::string format() const;
 };
