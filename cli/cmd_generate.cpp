@@ -9,6 +9,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/json_depth.h"
 #include "common/log.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -46,7 +47,9 @@ int cmd_generate(const GenerateArgs& args) {
   for (const std::string& dir : step_dirs(args.checkpoint)) {
     // The recipe the checkpoint was trained with gives the model's shape.
     std::string manifest_path = (fs::path(dir) / kManifestFile).string();
-    auto j = nlohmann::json::parse(read_file(manifest_path), nullptr, false);
+    const std::string manifest_text = read_file(manifest_path);
+    require_json_depth(manifest_text, manifest_path);
+    auto j = nlohmann::json::parse(manifest_text, nullptr, false);
     if (j.is_discarded()) {
       log_warn("skipping {}: {} is not valid JSON", dir, manifest_path);
       continue;

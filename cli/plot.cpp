@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "common/strings.h"
 
 namespace llmtrain::cli {
@@ -280,6 +281,10 @@ RunMetrics metrics_parse(std::istream& in, const std::string& path, const std::v
                               kMaxMetricsLineBytes / 1024),
                   hint);
     if (blank(line)) continue;
+    if (json_nesting_depth(line) > kMaxJsonDepth)
+      throw Error(
+          fmt::format("{}:{}: JSON nested deeper than {} levels: not a metrics record", path, line_no, kMaxJsonDepth),
+          hint);
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       // A run killed mid-write (or still writing) leaves a last line without its '\n'.

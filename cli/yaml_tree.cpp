@@ -126,7 +126,7 @@ YamlValue convert(const YAML::Node& node, const std::string& name, const std::st
         }
         YamlValue child = convert(it->second, name, origin, child_path, diags, budget, depth + 1);
         child.key_where = origin.empty() ? mark_where(name, it->first.Mark()) : origin;
-        v.entries.emplace_back(key, std::move(child));
+        v.entries.push_back({key, std::move(child)});
       }
       break;
   }
@@ -221,7 +221,7 @@ void yaml_apply_override(YamlValue& root, const std::string& assignment, std::ve
       if (next)
         *next = std::move(value);
       else
-        cur->entries.emplace_back(part, std::move(value));
+        cur->entries.push_back({part, std::move(value)});
       return;
     }
     if (!next) {
@@ -229,7 +229,7 @@ void yaml_apply_override(YamlValue& root, const std::string& assignment, std::ve
       section.kind = YamlValue::Kind::map;
       section.where = origin;
       section.key_where = origin;
-      cur->entries.emplace_back(part, std::move(section));
+      cur->entries.push_back({part, std::move(section)});
       next = &cur->entries.back().second;
     }
     cur = next;

@@ -26,14 +26,17 @@ struct Diagnostic {
 };
 
 struct YamlValue {
+  // A map's key and value. Not std::pair: a pair holding the type it is part of is ill-formed
+  // until that type is complete, and clang (the sanitizer build) rejects it.
+  struct Entry;
   enum class Kind { null, scalar, sequence, map };
   Kind kind = Kind::null;
-  std::string scalar;                                      // for scalars
-  bool quoted = false;                                     // a quoted scalar is a string, never a number or bool
-  std::vector<std::pair<std::string, YamlValue>> entries;  // for maps, in file order
-  std::vector<YamlValue> items;                            // for sequences
-  std::string where;                                       // "file:line:col" of the value, or "--set ..."
-  std::string key_where;  // where the key naming this value is written ("" for list items)
+  std::string scalar;            // for scalars
+  bool quoted = false;           // a quoted scalar is a string, never a number or bool
+  std::vector<Entry> entries;    // for maps, in file order
+  std::vector<YamlValue> items;  // for sequences
+  std::string where;             // "file:line:col" of the value, or "--set ..."
+  std::string key_where;         // where the key naming this value is written ("" for list items)
 
   const YamlValue* find(const std::string& key) const;
   YamlValue* find(const std::string& key);
@@ -42,6 +45,11 @@ struct YamlValue {
   const std::string& location() const { return key_where.empty() ? where : key_where; }
   // A short description for "found ..." messages: "the string \"abc\"", "a list", "a map", "null".
   std::string describe() const;
+};
+
+struct YamlValue::Entry {
+  std::string first;  // the key
+  YamlValue second;   // its value
 };
 
 // Parses `path`. Syntax errors, unreadable files and duplicate keys become diagnostics; the

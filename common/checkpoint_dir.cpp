@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/host.h"
+#include "common/json_depth.h"
 #include "common/log.h"
 #include "common/strings.h"
 
@@ -105,6 +106,7 @@ std::optional<CheckpointLockHolder> read_holder(const std::string& path) {
   }
   CheckpointLockHolder h;
   try {
+    if (json_nesting_depth(text) > kMaxJsonDepth) return CheckpointLockHolder{};  // damaged, like a parse error
     auto j = nlohmann::json::parse(text);
     h.host = j.at("host").get<std::string>();
     h.pid = j.at("pid").get<int64_t>();

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,8 +15,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/checkpoint_dir.h"
 #include "common/error.h"
@@ -113,6 +117,14 @@ std::vector<pid_t> child_pids(pid_t parent) {
   return out;
 }
 
+// The command name of process `pid` ("?" when it is gone).
+std::string process_name(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/comm", pid));
+  std::string name;
+  std::getline(in, name);
+  return name.empty() ? "?" : name;
+}
+
 // The Slurm job's state as squeue reports it ("RUNNING", "CANCELLED", ...), "" when unknown.
 std::string slurm_job_state(const std::string& job_id) {
   CommandResult r = run_command({"squeue", "-h", "-j", job_id, "-o", "%T"}, 5.0);
@@ -179,7 +191,35 @@ class Supervisor {
       tick(child, now);
     }
     out_.flush();
+    kill_leftovers();
     return child.status();
+  }
+
+  // Processes of the attempt still alive after its launcher ended: a rank's helper that ignored
+  // mpirun's signals, or ranks whose launcher died. The supervisor is their subreaper (supervise()),
+  // so they are its children now rather than init's; they are killed, with their own children,
+  // before the next attempt or the exit, so that nothing of a failed attempt keeps writing
+  // checkpoints, holding ports or using memory.
+  void kill_leftovers() {
+    std::map<pid_t, std::string> killed;
+    const double until = monotonic_seconds() + kHardStopSeconds;
+    while (monotonic_seconds() < until) {
+      while (::waitpid(-1, nullptr, WNOHANG) > 0) {  // zombies: exited, only unreaped
+      }
+      const std::vector<pid_t> alive = child_pids(::getpid());
+      if (alive.empty()) break;
+      for (pid_t pid : alive) {
+        std::string name = process_name(pid);
+        if (::kill(pid, SIGKILL) == 0) killed.emplace(pid, std::move(name));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!killed.empty()) {
+      std::vector<std::string> names;
+      for (const auto& [pid, name] : killed) names.push_back(fmt::format("{} ({})", pid, name));
+      out_.launcher_message(
+          fmt::format("killed {} process(es) the attempt left behind: {}", killed.size(), join(names, ", ")));
+    }
   }
 
   // Waits `seconds` unless a stop signal comes first; false when one did.
@@ -329,6 +369,9 @@ SupervisorOptions supervisor_options(const Recipe& r) {
 
 int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
   LT_CHECK(plan.spawns() && !plan.command.empty(), "supervise() needs a plan that starts ranks");
+  // Orphans of the job (processes whose parent died) become this process's children instead of
+  // init's, so that an attempt's leftovers can be found and ended (Supervisor::kill_leftovers).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const std::string program = plan.command.front();
   if (find_program(program).empty())
     throw environment_error(fmt::format("{} was not found on PATH", program),

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "kernels/dtype_convert.h"
 #include "parallel/mpi_check.h"
 #include "parallel/wait_poll.h"
 
@@ -58,30 +59,22 @@ MPI_Datatype element_type(DType t) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-uint16_t float_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                                                      // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-
+// 16-bit floats are reduced in fp32: widened, summed, narrowed (kernels/dtype_convert.h rounds).
 void widen(const void* src, DType t, float* dst, int64_t n) {
   const auto* s = static_cast<const uint16_t*>(src);
   if (t == DType::bf16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = kernels::bf16_to_fp32(s[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(std::bit_cast<_Float16>(s[i]));
+    for (int64_t i = 0; i < n; ++i) dst[i] = kernels::fp16_to_fp32(s[i]);
   }
 }
 
 void narrow(const float* src, DType t, void* dst, int64_t n) {
   auto* d = static_cast<uint16_t*>(dst);
   if (t == DType::bf16) {
-    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+    for (int64_t i = 0; i < n; ++i) d[i] = kernels::fp32_to_bf16(src[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(src[i]));
+    for (int64_t i = 0; i < n; ++i) d[i] = kernels::fp32_to_fp16(src[i]);
   }
 }
 

@@ -26,12 +26,14 @@ pkgs_demo=(fortunes-min fortunes)
 # real non-English text for the tokenizer parity tests (Chinese and Russian fortunes, Unicode's
 # emoji test file),
 # Slurm + munge and sshd for launcher tests, iproute2 for two-host network namespaces,
-# clang-format for the formatting check.
+# clang-format for the formatting check, clang with its sanitizer and libFuzzer runtimes and
+# OpenMP for the sanitizer build (scripts/sanitize.sh).
 pkgs_test=(
   python3 python3-torch python3-numpy python3-venv
   fortunes-zh fortunes-ru unicode-data
   slurm-wlm munge openssh-server openssh-client iproute2 procps psmisc util-linux
   clang-format
+  clang libclang-rt-dev libomp-dev
 )
 
 want=("${pkgs_build[@]}" "${pkgs_demo[@]}")

@@ -4,8 +4,10 @@
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -R <regex>      only the ctest entries matching <regex> (ctest's own flags pass through)
+#                                   and no sanitizer build
 #
-# After ctest it lists the skipped tests with their reasons (scripts/skipped_tests.sh).
+# After ctest it lists the skipped tests with their reasons (scripts/skipped_tests.sh), then runs
+# the sanitizer build (scripts/sanitize.sh: ASan + UBSan unit tests and the fuzz targets, in build-asan/).
 #
 # The CUDA parts are compiled for sm_90 only here, to keep the build short; GPU tests report
 # "skipped: no GPU" on machines without one.
@@ -22,4 +24,9 @@ status=0
 (cd "$build" && ctest --output-on-failure -j "$jobs" "$@") || status=$?
 # ctest says only "***Skipped"; the reasons are in its log.
 scripts/skipped_tests.sh "$build"
+# The sanitizer build: parser and reader unit tests under ASan + UBSan, each fuzz target over its
+# seeds and regression inputs plus 10 s of new ones (only for the whole suite, not for -R runs).
+if (($# == 0)); then
+  scripts/sanitize.sh "${LLMTRAIN_FUZZ_SECONDS:-10}" || status=1
+fi
 exit $status

@@ -47,7 +47,9 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_b
   float* dw = dwte.ptr<float>();
 #pragma omp parallel if (n * c > 32768)
   {
-    auto [c0, c1] = column_range(c, omp_get_thread_num(), omp_get_num_threads());
+    // Plain variables, not a structured binding: clang 14 refuses bindings inside `omp simd`.
+    const auto range = column_range(c, omp_get_thread_num(), omp_get_num_threads());
+    const int64_t c0 = range.first, c1 = range.second;
     for (int64_t i = 0; i < n; ++i) {
       LT_CHECK(tok[i] >= 0 && tok[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {})", tok[i], i,
                vocab);

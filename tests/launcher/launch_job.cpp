@@ -11,7 +11,11 @@
 //
 //   launch_job [--steps N] [--step-ms MS] [--ckpt-dir DIR] [--ckpt-every K] [--ckpt-ms MS]
 //              [--fail-rank R --fail-at S --fail exit:CODE|kill|segv|user-error|hang] [--fail-once]
-//              [--ignore-stop] [--timeout SECONDS] [--set KEY=VALUE]...
+//              [--leave-behind PIDFILE] [--ignore-stop] [--timeout SECONDS] [--set KEY=VALUE]...
+//
+// --leave-behind: before failing, the failing rank starts a process that outlives it (its own
+// process group, deaf to SIGTERM, SIGINT and SIGHUP, sleeping two minutes) and writes its pid to
+// PIDFILE — what a data-loader worker or a stuck helper of a crashed rank would be.
 #include <unistd.h>
 
 #include <chrono>
@@ -49,6 +53,7 @@ struct Options {
   std::string fail;
   bool fail_once = false;
   bool ignore_stop = false;
+  std::string leave_behind;
   double timeout_s = 30;
   std::vector<std::string> sets;
 };
@@ -79,6 +84,8 @@ Options parse(int argc, char** argv) {
       o.fail = next();
     else if (a == "--fail-once")
       o.fail_once = true;
+    else if (a == "--leave-behind")
+      o.leave_behind = next();
     else if (a == "--ignore-stop")
       o.ignore_stop = true;
     else if (a == "--timeout")
@@ -109,6 +116,20 @@ void inject(const Options& o) {
     std::string marker = o.ckpt_dir + "/failed-once";
     if (fs::exists(marker)) return;
     std::ofstream(marker) << "1\n";
+  }
+  if (!o.leave_behind.empty()) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, SIG_IGN);
+      std::ofstream(o.leave_behind + ".tmp") << ::getpid() << "\n";
+      fs::rename(o.leave_behind + ".tmp", o.leave_behind);
+      std::this_thread::sleep_for(std::chrono::minutes(2));
+      std::_Exit(0);
+    }
+    // The rank fails only once its leftover is there to be found.
+    for (int i = 0; i < 1000 && !fs::exists(o.leave_behind); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::printf("injecting failure '%s'\n", o.fail.c_str());
   std::fflush(stdout);

@@ -125,6 +125,19 @@ run_bounded crash-no-restarts "${RUN_JOB[@]}" --nproc 2 -- "$JOB" --steps 5 --fa
 expect_status 139
 expect_out "the job failed: exit 139 (killed by signal 11, Segmentation fault); set launch.max_restarts to restart"
 
+# --- a failed attempt's leftovers end before the restart ----------------------------------------
+# Rank 1 leaves a process behind (own process group, deaf to SIGTERM), then fails: mpirun ends the
+# ranks but not it. The supervisor, its subreaper, kills it before the restart and says so.
+reset_run
+mkdir -p "$RUN"
+run_bounded leftovers "${RUN_JOB[@]}" --nproc 2 --set launch.max_restarts=1 -- "$JOB" --steps 3 --fail-rank 1 \
+  --fail-at 1 --fail exit:3 --fail-once --ckpt-dir "$CKPT" --leave-behind "$RUN/leftover.pid"
+expect_status 0
+leftover=$(cat "$RUN/leftover.pid")
+expect_out "killed 1 process(es) the attempt left behind: $leftover (launch_job)"
+expect_out "[launcher] attempt 2 of 2"
+kill -0 "$leftover" 2>/dev/null && fail "leftovers: process $leftover of the failed attempt is still alive"
+
 # --- pre-flight: nothing starts ------------------------------------------------------------------
 reset_run
 run_bounded no-mpirun env PATH=/nonexistent "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 -- "$JOB"

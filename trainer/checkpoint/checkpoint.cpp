@@ -9,6 +9,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "common/log.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
@@ -234,7 +235,9 @@ LoadedCheckpoint load_local(const std::string& path, const std::vector<Checkpoin
   if (!fs::exists(manifest_path))
     throw Error(fmt::format("{} is missing: {} is not a complete checkpoint", manifest_path, path),
                 "a checkpoint directory is step_<N>/ holding manifest.json; .partial directories are incomplete");
-  json j = json::parse(read_file(manifest_path), nullptr, false);
+  const std::string manifest_text = read_file(manifest_path);
+  require_json_depth(manifest_text, manifest_path);
+  json j = json::parse(manifest_text, nullptr, false);
   if (j.is_discarded()) throw Error(fmt::format("{} is not valid JSON", manifest_path), "the checkpoint is damaged");
   out.manifest = manifest_from_json(j, manifest_path);
 

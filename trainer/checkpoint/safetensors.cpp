@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/json_depth.h"
+
 namespace llmtrain::trainer {
 
 using kernels::DType;
@@ -153,9 +155,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const uint64_t data_size = size - data_start_;
 
     nlohmann::json h;
+    require_json_depth(header, path + ": the header");
     try {
       h = nlohmann::json::parse(header);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
       bad_file(path, fmt::format("header is not valid JSON ({})", e.what()));
     }
     if (!h.is_object()) bad_file(path, "header is not a JSON object");

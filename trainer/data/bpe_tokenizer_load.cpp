@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "common/strings.h"
 #include "trainer/data/bpe_tokenizer.h"
 
@@ -113,6 +114,7 @@ BpeAddedToken parse_added_token(const json& t, std::string_view origin) {
 }
 
 json parse_json(std::string_view text, std::string_view origin, const char* what) {
+  require_json_depth(text, origin);
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {

@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/host.h"
+#include "common/json_depth.h"
 #include "common/strings.h"
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/data/prep_input.h"
@@ -223,6 +224,10 @@ class Pipeline {
   template <typename Where>
   std::string_view json_text(const Record& rec, Where&& where, std::string& error, std::string& value) {
     nlohmann::json j;
+    if (json_nesting_depth(rec.text) > kMaxJsonDepth) {
+      error = fmt::format("{}: malformed JSON: nested deeper than {} levels", where(), kMaxJsonDepth);
+      return {};
+    }
     try {
       j = nlohmann::json::parse(rec.text);
     } catch (const nlohmann::json::exception& e) {

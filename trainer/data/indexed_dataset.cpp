@@ -133,9 +133,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                   kPrepHint);
     num_sequences_ = int64_t(seqs);
     num_doc_indices_ = int64_t(docs);
-    lengths_ = reinterpret_cast<const int32_t*>(p + kIndexHeaderSize);
-    pointers_ = reinterpret_cast<const int64_t*>(p + kIndexHeaderSize + 4 * seqs);
-    doc_indices_ = reinterpret_cast<const int64_t*>(p + kIndexHeaderSize + 12 * seqs);
+    lengths_ = {p + kIndexHeaderSize};
+    pointers_ = {p + kIndexHeaderSize + 4 * seqs};
+    doc_indices_ = {p + kIndexHeaderSize + 12 * seqs};
 
     // Documents: 0 = doc[0] <= doc[1] <= ... <= doc[D-1] = S.
     if (num_doc_indices_ < 1 || doc_indices_[0] != 0 || doc_indices_[num_doc_indices_ - 1] != num_sequences_)
@@ -223,14 +223,14 @@ void IndexedDataset::document_lengths(const int64_t* docs, size_t n, int64_t* ou
   int64_t first[kBatch], last[kBatch];
   for (size_t b = 0; b < n; b += kBatch) {
     size_t m = std::min(kBatch, n - b);
-    for (size_t i = 0; i < m; ++i) __builtin_prefetch(doc_indices_ + docs[b + i]);
+    for (size_t i = 0; i < m; ++i) __builtin_prefetch(doc_indices_.at(docs[b + i]));
     for (size_t i = 0; i < m; ++i) {
       first[i] = doc_indices_[docs[b + i]];
       last[i] = doc_indices_[docs[b + i] + 1];
       if (last[i] - first[i] == 1)
-        __builtin_prefetch(lengths_ + first[i]);
+        __builtin_prefetch(lengths_.at(first[i]));
       else if (last[i] > first[i])
-        __builtin_prefetch(pointers_ + first[i]);
+        __builtin_prefetch(pointers_.at(first[i]));
     }
     for (size_t i = 0; i < m; ++i)
       out[b + i] = last[i] - first[i] == 1 ? int64_t(lengths_[first[i]])
@@ -240,7 +240,7 @@ void IndexedDataset::document_lengths(const int64_t* docs, size_t n, int64_t* ou
 }
 
 std::vector<int32_t> IndexedDataset::sequence(int64_t i) const {
-  std::vector<int32_t> out(size_t(lengths_[i]));
+  std::vector<int32_t> out(static_cast<size_t>(lengths_[i]));
   read_tokens(pointers_[i] / int64_t(token_size_), lengths_[i], out.data());
   return out;
 }
@@ -251,7 +251,9 @@ std::vector<int32_t> IndexedDataset::document(int64_t d) const {
   return out;
 }
 
-uint32_t IndexedDataset::lengths_crc32c() const { return crc32c(lengths_, size_t(num_sequences_) * sizeof(int32_t)); }
+uint32_t IndexedDataset::lengths_crc32c() const {
+  return crc32c(lengths_.bytes, size_t(num_sequences_) * sizeof(int32_t));
+}
 
 std::string IndexedDataset::describe() const {
   return fmt::format("{}: {} documents, {} sequences, {} tokens ({})", prefix_, num_documents(), num_sequences_,

@@ -19,6 +19,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -105,9 +106,21 @@ class IndexedDataset {
   TokenDtype dtype_ = TokenDtype::uint16;
   size_t token_size_ = 2;
   int64_t num_sequences_ = 0, num_doc_indices_ = 0, num_tokens_ = 0;
-  const int32_t* lengths_ = nullptr;
-  const int64_t* pointers_ = nullptr;
-  const int64_t* doc_indices_ = nullptr;
+  // The .idx arrays start at byte 34 (lengths) and 34 + 4·S: not aligned for their types, so they
+  // are read through memcpy (one unaligned load on x86), never through a typed pointer (UB).
+  template <typename T>
+  struct Unaligned {
+    const uint8_t* bytes = nullptr;
+    T operator[](int64_t i) const {
+      T v;
+      std::memcpy(&v, bytes + i * int64_t(sizeof(T)), sizeof(T));
+      return v;
+    }
+    const uint8_t* at(int64_t i) const { return bytes + i * int64_t(sizeof(T)); }
+  };
+  Unaligned<int32_t> lengths_;
+  Unaligned<int64_t> pointers_;
+  Unaligned<int64_t> doc_indices_;
   const uint8_t* tokens_ = nullptr;
   void* idx_map_ = nullptr;
   size_t idx_map_size_ = 0;

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/json_depth.h"
 #include "trainer/data/bpe_tokenizer.h"
 
 namespace llmtrain::trainer {
@@ -79,7 +80,9 @@ std::unique_ptr<Tokenizer> load_hf_json(const fs::path& path) {
 // object of ids (where "model" may well be a token).
 bool is_hf_json(const fs::path& path) {
   try {
-    auto j = nlohmann::json::parse(read_tokenizer_file(path));
+    const std::string text = read_tokenizer_file(path);
+    require_json_depth(text, path.string());
+    auto j = nlohmann::json::parse(text);
     return !j.is_object() || (j.contains("model") && j["model"].is_object());
   } catch (const nlohmann::json::exception&) {
     return true;  // let the tokenizer.json parser report the syntax error
@@ -134,6 +137,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(std::string_view kind, std:
   }
   if (kind == kTokenizerKindGpt2Files) {
     nlohmann::json pair;
+    require_json_depth(bytes, origin);
     try {
       pair = nlohmann::json::parse(bytes.begin(), bytes.end());
     } catch (const nlohmann::json::exception& e) {

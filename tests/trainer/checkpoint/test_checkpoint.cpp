@@ -274,6 +274,16 @@ TEST_F(Damage, NewerFormatVersion) {
   expect_damage("newer than this build reads");
 }
 
+TEST_F(Damage, DeeplyNestedManifestIsAnErrorNotACrash) {
+  std::string text = read_file((step20_ / "manifest.json").string());
+  auto j = nlohmann::json::parse(text);
+  // Valid JSON, but nested a million deep: parsing it would overflow the stack.
+  std::string deep = j.dump();
+  deep.insert(deep.size() - 1, ", \"x\": " + std::string(1000000, '[') + std::string(1000000, ']'));
+  write_file_atomic(default_file_system(), (step20_ / "manifest.json").string(), deep);
+  expect_damage("JSON nested deeper than 64 levels");
+}
+
 TEST_F(Damage, AllDamagedIsAnErrorNotAFreshStart) {
   fs::remove(step20_ / "rank_00000.safetensors");
   fs::remove(dir_ / "step_00000010" / "rank_00000.safetensors");

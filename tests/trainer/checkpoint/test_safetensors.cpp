@@ -180,6 +180,9 @@ TEST_F(Safetensors, MalformedFilesAreRejectedNamingTheFile) {
   expect_error("huge_header", file_bytes("", "", uint64_t(1) << 40), "exceeds the format's limit");
   expect_error("bad_json", file_bytes("{\"t\": [", ""), "not valid JSON");
   expect_error("not_object", file_bytes("[1, 2]", ""), "not a JSON object");
+  // Found by fuzz_safetensors: a number too large for a double is nlohmann's out_of_range, not a
+  // parse_error, and escaped as an uncaught exception.
+  expect_error("number_overflow", file_bytes(R"({"__metadata__": 1e1111111151})", ""), "not valid JSON");
   expect_error("truncated_data", file_bytes(ok, std::string(4, '\0')), "outside the 4 data bytes");
   expect_error("wrong_size",
                file_bytes(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')),
@@ -199,6 +202,9 @@ TEST_F(Safetensors, MalformedFilesAreRejectedNamingTheFile) {
                "tensors must tile the data");
   expect_error("trailing_bytes", file_bytes(ok, std::string(12, '\0')), "cover 8 of the 12 data bytes");
   expect_error("bad_metadata", file_bytes(R"({"__metadata__":{"k":3}})", ""), "is not a string");
+  // A million '[' would overflow the stack inside the JSON parser (SIGSEGV), not be an error.
+  expect_error("deep_header", file_bytes(std::string(1000000, '[') + std::string(1000000, ']'), ""),
+               "JSON nested deeper than 64 levels");
   // A pipe where a shard should be: refused at once, not an open that blocks forever.
   const std::string fifo = path("fifo.safetensors");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

@@ -108,6 +108,21 @@ TEST_F(TokenizerTest, ByteTokenizerIsBytesPlusEndOfDocument) {
   EXPECT_EQ(again->encode(text), ids);
 }
 
+TEST_F(TokenizerTest, DeeplyNestedJsonIsAnErrorNotACrash) {
+  // A million '[' would overflow the stack inside the JSON parser (SIGSEGV) before any error.
+  const std::string deep = "{\"model\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  std::string path = write("tokenizer.json", deep);
+  EXPECT_NE(error_of([&] { load_tokenizer(path); }).find("JSON nested deeper than 64 levels"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_tokenizer_from_bytes(kTokenizerKindHfJson, deep, "checkpoint");
+            }).find("JSON nested deeper than 64 levels"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_tokenizer_from_bytes(kTokenizerKindGpt2Files, deep, "checkpoint");
+            }).find("JSON nested deeper than 64 levels"),
+            std::string::npos);
+}
+
 TEST_F(TokenizerTest, HandMadeBpeMergesByRank) {
   std::string path = write("tokenizer.json", tiny_bpe().dump());
   auto t = load_tokenizer(path);
@@ -125,9 +140,11 @@ TEST_F(TokenizerTest, HandMadeBpeMergesByRank) {
 
 TEST_F(TokenizerTest, InvalidUtf8IsRefusedWithItsOffset) {
   auto t = load_tokenizer(write("tokenizer.json", tiny_bpe().dump()));
-  for (auto [text, offset] :
+  for (const auto& c :
        {std::pair{std::string("ab\xff"), 2}, std::pair{std::string("ok \xc3"), 3},
         std::pair{std::string("\xed\xa0\x80 surrogate"), 0}, std::pair{std::string("\xc0\xaf overlong"), 0}}) {
+    const std::string& text = c.first;
+    const int offset = c.second;
     std::string msg = error_of([&] { t->encode(text); });
     EXPECT_NE(msg.find(fmt::format("invalid UTF-8 at byte {}", offset)), std::string::npos) << msg;
   }

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed inputs (tests/fuzz/corpus/<target>/), with the independent
+libraries where there is one (Hugging Face safetensors and tokenizers), so the seeds are valid
+files the fuzzer mutates from.
+
+    .venv/bin/python tests/fuzz/make_seeds.py [MANIFEST.json]
+
+A manifest of a real checkpoint (any step_*/manifest.json) is trimmed to three tensors.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+from safetensors.numpy import save
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(root, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+# recipe: the shipped recipes.
+recipes = os.path.join(os.path.dirname(root), "..", "..", "recipes")
+os.makedirs(os.path.join(root, "recipe"), exist_ok=True)
+for r in sorted(os.listdir(recipes)):
+    shutil.copyfile(os.path.join(recipes, r), os.path.join(root, "recipe", r))
+
+# safetensors: the dtypes a checkpoint and a Hugging Face model use, with metadata.
+put("safetensors", "f32_i64.safetensors",
+    save({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([7, 8], dtype=np.int64)},
+         metadata={"format": "pt"}))
+put("safetensors", "u16_scalar.safetensors",
+    save({"s": np.array(1.5, dtype=np.float32), "u": np.arange(4, dtype=np.uint16), "e": np.zeros((0, 3), np.float32)}))
+
+# idx: two little-endian bytes of .bin length, then a Megatron .idx (uint16 tokens).
+lengths = [3, 2, 4]
+pointers = [0, 6, 10]
+docs = [0, 1, 3]
+idx = (b"MMIDIDX\x00\x00" + struct.pack("<QB", 1, 8) + struct.pack("<QQ", len(lengths), len(docs)) +
+       struct.pack(f"<{len(lengths)}i", *lengths) + struct.pack(f"<{len(pointers)}q", *pointers) +
+       struct.pack(f"<{len(docs)}q", *docs))
+put("idx", "three_sequences", struct.pack("<H", 18) + idx)
+put("idx", "bin_too_short", struct.pack("<H", 7) + idx)
+
+# tokenizer: a byte-level BPE trained here (first byte even: tokenizer.json), and the GPT-2 pair a
+# checkpoint stores (first byte odd).
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+text = ["Hello, world! The quick brown fox jumps over the lazy dog.", "12345 caf\u00e9 \u4e2d\u6587 \U0001F600"] * 20
+tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                   special_tokens=["<|endoftext|>"]))
+put("tokenizer", "hf_bytelevel_bpe.json", b"\x00" + tok.to_str().encode())
+model = json.loads(tok.to_str())["model"]
+merges = model["merges"]
+merges_txt = "#version: 0.2\n" + "".join((m if isinstance(m, str) else " ".join(m)) + "\n" for m in merges)
+put("tokenizer", "gpt2_pair.json", b"\x01" + json.dumps({"vocab.json": json.dumps(model["vocab"]),
+                                                          "merges.txt": merges_txt}).encode())
+
+# manifest: a real checkpoint's, trimmed.
+if len(sys.argv) > 1:
+    m = json.load(open(sys.argv[1]))
+    m["tensors"] = m["tensors"][:3]
+    put("manifest", "trimmed.json", json.dumps(m, indent=1))
+
+# prep_jsonl: documents, a blank line, a bad record, another key, unicode escapes.
+put("prep_jsonl", "mixed.jsonl",
+    '{"text": "first document"}\n\n{"text": "caf\\u00e9 \\ud83d\\ude00"}\n{"other": 1}\nnot json\n'
+    '{"text": ["not", "a", "string"]}\n{"text": "last"}')
