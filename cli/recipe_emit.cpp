@@ -113,6 +113,7 @@ std::string recipe_to_yaml(const Recipe& r) {
        : c.resume == ResumeMode::none    ? "none"
                                          : str(c.resume_path));
   line(2, "load_weights_only", flag(c.load_weights_only));
+  line(2, "timeout", num(c.timeout_s) + "s");
 
   line(0, "eval", "");
   line(2, "every", std::to_string(r.eval.every));
@@ -131,6 +132,7 @@ std::string recipe_to_yaml(const Recipe& r) {
   line(2, "nodes", std::to_string(l.nodes));
   line(2, "hostfile", opt_str(l.hostfile));
   line(2, "max_restarts", std::to_string(l.max_restarts));
+  line(2, "hang_timeout", num(l.hang_timeout_s) + "s");
   line(2, "slurm", "");
   line(4, "partition", opt_str(l.slurm.partition));
   line(4, "account", opt_str(l.slurm.account));

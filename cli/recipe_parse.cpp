@@ -437,6 +437,20 @@ void parse_optimizer(Section s, OptimizerConfig& o) {
   s.finish();
 }
 
+// A duration key ("300s", "5m", "1h", or seconds): positive, or with `zero_off` also 0 (off).
+void duration(Section& s, const char* key, const char* full_key, double& out, bool zero_off) {
+  const YamlValue* t = s.get(key);
+  if (!t) return;
+  auto secs = t->kind == Kind::scalar ? parse_duration_seconds(t->scalar) : std::nullopt;
+  if (!secs || *secs < 0 || (*secs == 0 && !zero_off))
+    s.error(t->where, full_key,
+            fmt::format("expected a {} duration, found {}", zero_off ? "non-negative" : "positive", t->describe()),
+            zero_off ? "write seconds with a unit, e.g. 300s, 10m or 1h; 0 turns it off"
+                     : "write seconds with a unit, e.g. 300s, 5m or 1h");
+  else
+    out = *secs;
+}
+
 void parse_parallel(Section s, ParallelConfig& p) {
   s.integer("tp", p.tp, kRankCount);
   s.integer("pp", p.pp, kRankCount);
@@ -450,14 +464,7 @@ void parse_parallel(Section s, ParallelConfig& p) {
             {"interleaved", PipelineSchedule::interleaved}});
   s.integer("virtual_stages", p.virtual_stages, kRankCount);
   s.number("bucket_mb", p.bucket_mb, kPositiveFloat);
-  if (const YamlValue* t = s.get("timeout")) {
-    auto secs = t->kind == Kind::scalar ? parse_duration_seconds(t->scalar) : std::nullopt;
-    if (!secs || *secs <= 0)
-      s.error(t->where, "parallel.timeout", fmt::format("expected a positive duration, found {}", t->describe()),
-              "write seconds with a unit, e.g. 300s, 5m or 1h");
-    else
-      p.timeout_s = *secs;
-  }
+  duration(s, "timeout", "parallel.timeout", p.timeout_s, false);
   s.finish();
 }
 
@@ -465,6 +472,7 @@ void parse_checkpoint(Section s, CheckpointConfig& c) {
   s.string_or_auto("dir", c.dir);
   s.integer("every", c.every, kNonNegative);
   s.integer("keep", c.keep, kPositive);
+  duration(s, "timeout", "checkpoint.timeout", c.timeout_s, false);
   std::string resume;
   if (s.string("resume", resume, false)) {
     if (resume == "auto")
@@ -514,6 +522,7 @@ void parse_launch(Section s, LaunchConfig& l, std::vector<Diagnostic>& diags) {
   s.integer("nodes", l.nodes, kRankCount);
   s.string("hostfile", l.hostfile);
   s.integer("max_restarts", l.max_restarts, kNonNegative);
+  duration(s, "hang_timeout", "launch.hang_timeout", l.hang_timeout_s, true);
   {
     Section slurm = subsection(s, "slurm", diags);
     slurm.string("partition", l.slurm.partition);

@@ -9,6 +9,8 @@
 
 #include "common/error.h"
 #include "common/host.h"
+#include "parallel/flight_recorder.h"
+#include "parallel/progress.h"
 
 namespace llmtrain::launcher {
 namespace {
@@ -23,10 +25,11 @@ bool cma_works() {
 }
 
 // Options every mpirun launch shares: output tagged by rank (the supervisor parses it), the threads
-// per rank, the restart count and the job exported to every rank, also on other hosts.
+// per rank, the restart count, the job, and the progress and flight-record settings (parallel/
+// progress.h) exported to every rank, also on other hosts.
 void add_mpirun_common(LaunchPlan& plan, std::vector<std::string>& cmd) {
   cmd.insert(cmd.end(), {"--tag-output", "-x", fmt::format("OMP_NUM_THREADS={}", plan.threads_per_rank), "-x",
-                         kRestartCountEnv, "-x", kJobEnv});
+                         kRestartCountEnv, "-x", kJobEnv, "-x", parallel::kProgressEnv, "-x", parallel::kFlightDirEnv});
 }
 
 void add_mpirun_env(LaunchPlan& plan, const PlanInputs& in) {

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 
 #include "common/error.h"
+#include "parallel/progress.h"
 
 namespace llmtrain::launcher {
 namespace {
@@ -157,8 +159,13 @@ void RankOutput::emit(const TaggedLine& line) {
     launcher_log(line.text);
     return;
   }
-  std::string own_prefix = fmt::format("[rank {}] ", line.rank);
   std::string_view text = line.text;
+  if (const size_t at = text.find(parallel::kProgressMarker); sink_ && at != std::string_view::npos) {
+    sink_(line.rank, text.substr(at + std::strlen(parallel::kProgressMarker)));
+    if (at == 0) return;
+    text = text.substr(0, at);
+  }
+  std::string own_prefix = fmt::format("[rank {}] ", line.rank);
   if (text.starts_with(own_prefix)) text.remove_prefix(own_prefix.size());
   if (console_) {
     std::FILE* out = line.is_stderr ? stderr : stdout;

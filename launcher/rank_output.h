@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -48,6 +49,10 @@ class RankOutput {
   void feed(bool is_stderr, std::string_view bytes);
   // Emits a partial last line of either stream.
   void flush();
+  // Progress reports of the ranks (parallel/progress.h): a line holding the marker goes to `sink`
+  // (the rank and the text after the marker), not to the console or the logs; text before the
+  // marker on the same line is output as usual.
+  void set_progress_sink(std::function<void(int rank, std::string_view report)> sink) { sink_ = std::move(sink); }
   // A message of the supervisor: "[launcher] text" on stderr (with the console on) and in launcher.log.
   void launcher_message(const std::string& text);
   const std::string& launcher_log_path() const { return launcher_log_path_; }
@@ -67,6 +72,7 @@ class RankOutput {
   std::FILE* launcher_file_ = nullptr;
   std::string header_;
   int attempt_ = 0;
+  std::function<void(int, std::string_view)> sink_;
 };
 
 }  // namespace llmtrain::launcher

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -28,13 +30,16 @@
 #include "launcher/rank_output.h"
 #include "launcher/restart_policy.h"
 #include "launcher/stop_relay.h"
+#include "parallel/flight_recorder.h"
+#include "parallel/progress.h"
 
 namespace llmtrain::launcher {
 namespace {
 
 constexpr int kTickMs = 200;
-constexpr double kDrainSeconds = 2.0;      // output still in the pipes after the launcher exited
-constexpr double kHardStopSeconds = 10.0;  // from a hard stop to SIGKILL of the whole group
+constexpr double kDrainSeconds = 2.0;       // output still in the pipes after the launcher exited
+constexpr double kHardStopSeconds = 10.0;   // from a hard stop to SIGKILL of the whole group
+constexpr double kFlightDumpSeconds = 5.0;  // for the ranks to write their flight records on a hang
 
 // --- signals: the handler only writes the signal number into a pipe the loop polls ---------
 
@@ -132,6 +137,11 @@ std::string slurm_job_state(const std::string& job_id) {
   return trim(r.output);
 }
 
+// How often the ranks report progress: a quarter of the hang timeout, between 0.25 s and 30 s.
+double progress_interval_s(const SupervisorOptions& o) {
+  return o.hang_timeout_s > 0 ? std::clamp(o.hang_timeout_s / 4, 0.25, 30.0) : 30.0;
+}
+
 std::string make_scratch_dir() {
   const char* tmpdir = std::getenv("TMPDIR");
   for (const char* base : {"/dev/shm", tmpdir, "/tmp"}) {
@@ -148,6 +158,8 @@ class Supervisor {
       : plan_(plan), opt_(options), out_(out) {}
 
   bool stop_requested() const { return stop_signal_ != 0; }
+  // The last attempt was ended because it made no progress (launch.hang_timeout).
+  bool hung() const { return hang_ != HangState::none; }
   int stop_signal() const { return stop_signal_; }
   bool hard_stopped() const { return hard_stop_reason_ != HardStop::none; }
   bool hard_stop_by_user() const { return hard_stop_reason_ == HardStop::user; }
@@ -160,6 +172,11 @@ class Supervisor {
     spec.parent_death_signal = SIGTERM;  // a supervisor killed by SIGKILL must not leave the job behind
     Child child = Child::spawn(spec);
     signalled_.clear();
+    progress_.clear();
+    attempt_start_ = last_change_ = monotonic_seconds();
+    hang_ = HangState::none;
+    hard_stop_reason_ = HardStop::none;
+    out_.set_progress_sink([this](int rank, std::string_view report) { on_progress(rank, report); });
     double drain_until = 0;
     int status = 0;
     while (true) {
@@ -240,7 +257,105 @@ class Supervisor {
   }
 
  private:
-  enum class HardStop { none, user, grace_expired };
+  enum class HardStop { none, user, grace_expired, hang };
+  enum class HangState { none, dumping, killed };
+
+  // What one rank last reported (parallel/progress.h).
+  struct RankProgress {
+    std::string step, phase, op, flight;
+    double changed_at = 0;  // when step or phase last changed
+    double seen_at = 0;     // when it last reported
+  };
+
+  // "step=12 phase=train flight=/path op=all_reduce #3 on group 'dp' (...) for 1.2s"
+  void on_progress(int rank, std::string_view report) {
+    auto field = [&](std::string_view key, bool to_end) -> std::string {
+      const size_t at = report.find(key);
+      if (at == std::string_view::npos) return "";
+      std::string_view v = report.substr(at + key.size());
+      if (!to_end) v = v.substr(0, v.find(' '));
+      return std::string(v);
+    };
+    RankProgress& p = progress_[rank];
+    std::string step = field("step=", false), phase = field("phase=", false);
+    const double now = monotonic_seconds();
+    if (step != p.step || phase != p.phase) {
+      p.changed_at = now;
+      last_change_ = std::max(last_change_, now);
+    }
+    p.seen_at = now;
+    p.step = std::move(step);
+    p.phase = std::move(phase);
+    p.op = field(" op=", true);
+    if (std::string flight = field("flight=", false); !flight.empty()) p.flight = std::move(flight);
+  }
+
+  // The hang report: which ranks are behind — those gone silent (stopped, or dead without the
+  // launcher noticing), else those at the lowest step that are not inside a collective the others
+  // wait in — and what every rank was last seen doing.
+  std::string describe_hang(double now) const {
+    if (progress_.empty())
+      return fmt::format("no rank has reported since the attempt started {} ago (stuck starting up)",
+                         format_duration(now - attempt_start_));
+    auto silent = [&](const RankProgress& p) { return now - p.seen_at > 2 * progress_interval_s(opt_) + 1; };
+    int64_t lowest = INT64_MAX;
+    for (const auto& [rank, p] : progress_) lowest = std::min<int64_t>(lowest, std::atoll(p.step.c_str()));
+    std::vector<std::string> behind, lines;
+    for (const auto& [rank, p] : progress_) {
+      if (silent(p)) behind.push_back(std::to_string(rank));
+      const std::string doing =
+          fmt::format("step {}, {}{}", p.step, p.phase, p.op.empty() ? ", not in a collective" : ", in " + p.op);
+      lines.push_back(silent(p) ? fmt::format("rank {}: silent for {} (stopped or gone); last report: {}", rank,
+                                              format_duration(now - p.seen_at), doing)
+                                : fmt::format("rank {}: {}", rank, doing));
+    }
+    for (int pass = 0; pass < 2 && behind.empty(); ++pass)
+      for (const auto& [rank, p] : progress_)
+        if (std::atoll(p.step.c_str()) == lowest && (pass == 1 || p.op.empty())) behind.push_back(std::to_string(rank));
+    std::string missing;
+    if (plan_.world_size > 0 && int(progress_.size()) < plan_.world_size) {
+      std::vector<std::string> never;
+      for (int r = 0; r < plan_.world_size; ++r)
+        if (!progress_.count(r)) never.push_back(std::to_string(r));
+      missing = fmt::format("; rank(s) {} never reported", join(never, ", "));
+    }
+    return fmt::format("rank(s) {} behind{}\n  {}", join(behind, ", "), missing, join(lines, "\n  "));
+  }
+
+  // No progress for hang_timeout_s (more while a rank saves or loads): report, collect the
+  // flight records, then end the attempt.
+  void watch_progress(Child& child, double now) {
+    if (opt_.hang_timeout_s <= 0) return;
+    if (hang_ == HangState::none) {
+      double bound = opt_.hang_timeout_s;
+      for (const auto& [rank, p] : progress_)
+        if (p.phase == "save" || p.phase == "load") bound = std::max(bound, opt_.checkpoint_timeout_s);
+      if (now - last_change_ <= bound) return;
+      out_.launcher_message(fmt::format("no progress for {} (launch.hang_timeout {}): {}",
+                                        format_duration(now - last_change_), format_duration(bound),
+                                        describe_hang(now)));
+      hang_ = HangState::dumping;
+      hang_deadline_ = now + kFlightDumpSeconds;
+      // Each rank writes its flight record from its reporter thread (mpirun and srun forward
+      // SIGUSR2 to every rank; local ranks get it straight).
+      if (plan_.mode == LaunchMode::local_mpirun)
+        for (pid_t pid : child_pids(child.pid())) ::kill(pid, SIGUSR2);
+      else
+        child.signal(SIGUSR2);
+      return;
+    }
+    if (hang_ == HangState::dumping) {
+      int dumped = 0;
+      for (const auto& [rank, p] : progress_) dumped += p.flight.empty() ? 0 : 1;
+      if (dumped < plan_.world_size && now < hang_deadline_) return;
+      if (dumped > 0)
+        out_.launcher_message(fmt::format(
+            "flight records of {} rank(s) (their last communication operations): {}/flight/", dumped, opt_.log_dir));
+      out_.launcher_message("ending the hung job");
+      hang_ = HangState::killed;
+      hard_stop(child, HardStop::hang);
+    }
+  }
 
   void on_signal(int sig, Child& child) {
     if (!stop_requested()) {
@@ -323,7 +438,10 @@ class Supervisor {
   }
 
   void tick(Child& child, double now) {
-    if (!stop_requested()) return;
+    if (!stop_requested() && !hard_stopped()) {
+      watch_progress(child, now);
+      return;
+    }
     if (hard_stopped()) {
       if (now > kill_deadline_) {
         out_.launcher_message(fmt::format("{} did not end {}s after SIGTERM: killing its process group",
@@ -354,6 +472,10 @@ class Supervisor {
   HardStop hard_stop_reason_ = HardStop::none;
   double kill_deadline_ = 0;
   std::set<pid_t> signalled_;
+  std::map<int, RankProgress> progress_;
+  double attempt_start_ = 0, last_change_ = 0;
+  HangState hang_ = HangState::none;
+  double hang_deadline_ = 0;
 };
 
 }  // namespace
@@ -363,6 +485,8 @@ SupervisorOptions supervisor_options(const Recipe& r) {
   o.log_dir = r.log.dir;
   o.checkpoint_dir = r.checkpoint.dir;
   o.max_restarts = r.launch.max_restarts;
+  o.hang_timeout_s = r.launch.hang_timeout_s;
+  o.checkpoint_timeout_s = r.checkpoint.timeout_s;
   if (const char* count = std::getenv("SLURM_RESTART_COUNT")) o.previous_restarts = std::atoi(count);
   return o;
 }
@@ -392,6 +516,9 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
     EnvList env = plan.env;
     env.push_back({kRestartCountEnv, std::to_string(opt.previous_restarts + attempt - 1)});
     env.push_back({kJobEnv, job});
+    // Progress reports every quarter of the hang timeout (at most 30 s), and where flight records go.
+    env.push_back({parallel::kProgressEnv, fmt::format("{}s", progress_interval_s(opt))});
+    env.push_back({parallel::kFlightDirEnv, opt.log_dir.empty() ? "" : opt.log_dir + "/flight"});
     std::string scratch;
     if (plan.mode == LaunchMode::local_mpirun && !std::getenv("OMPI_MCA_orte_tmpdir_base")) {
       // Open MPI's session files and shared-memory segments of this attempt, removed afterwards:
@@ -438,7 +565,14 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
                       describe_exit(status), where_logs));
       return status == 0 ? kExitFailure : status;
     }
-    switch (classify_exit(status)) {
+    // A hung attempt the supervisor ended failed, whatever its ranks' exit statuses became.
+    const JobOutcome outcome = sup.hung() && status != kExitOk ? JobOutcome::failed : classify_exit(status);
+    const std::string why = sup.hung() ? fmt::format(
+                                             "it hung (no progress for launch.hang_timeout {}; the ranks "
+                                             "were killed: {})",
+                                             format_duration(opt.hang_timeout_s), describe_exit(status))
+                                       : describe_exit(status);
+    switch (outcome) {
       case JobOutcome::finished:
         out.launcher_message("the job finished (exit 0)");
         return kExitOk;
@@ -459,20 +593,19 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
     if (restarts >= opt.max_restarts) {
       out.launcher_message(
           opt.max_restarts == 0
-              ? fmt::format("the job failed: {}; set launch.max_restarts to restart failed jobs automatically{}",
-                            describe_exit(status), where_logs)
+              ? fmt::format("the job failed: {}; set launch.max_restarts to restart failed jobs automatically{}", why,
+                            where_logs)
               : fmt::format("the job failed: {}, and all {} restart(s) (launch.max_restarts) are used up; giving up{}",
-                            describe_exit(status), opt.max_restarts, where_logs));
+                            why, opt.max_restarts, where_logs));
       return status;
     }
     ++restarts;
     const double wait = restart_backoff_s(restarts, opt.backoff_base_s, opt.backoff_max_s);
     const std::string next = checkpoint_to_resume(opt.checkpoint_dir);
-    out.launcher_message(
-        fmt::format("the job failed: {}; restart {} of {} in {}, {}", describe_exit(status), restarts, opt.max_restarts,
-                    format_duration(wait),
-                    next.empty() ? fmt::format("from the beginning (no complete checkpoint in {})", opt.checkpoint_dir)
-                                 : "resuming from " + next + " (checkpoint.resume=auto)"));
+    out.launcher_message(fmt::format(
+        "the job failed: {}; restart {} of {} in {}, {}", why, restarts, opt.max_restarts, format_duration(wait),
+        next.empty() ? fmt::format("from the beginning (no complete checkpoint in {})", opt.checkpoint_dir)
+                     : "resuming from " + next + " (checkpoint.resume=auto)"));
     if (!sup.back_off(wait)) return kExitInterrupted;
   }
 }

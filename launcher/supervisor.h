@@ -17,6 +17,11 @@
 // Later SIGTERMs/SIGHUPs are ignored (schedulers and scripts deliver repeats); a second SIGINT
 // (Ctrl-C twice) kills the job at once.
 //
+// Hangs (docs/launching.md "Hangs"): the ranks report progress through their output (parallel/
+// progress.h). When none has made progress for hang_timeout_s, the supervisor names the ranks
+// behind and the collective each is in, asks every rank for its flight record (SIGUSR2), ends the
+// attempt and treats it as failed.
+//
 // Rule a reader could get wrong: a stop request is never followed by a restart, whatever the job's
 // status; and the supervisor never sends SIGTERM to mpirun or srun while the ranks are supposed to
 // checkpoint (mpirun would kill them a second later, srun at once).
@@ -40,6 +45,11 @@ struct SupervisorOptions {
   // requeue): when > 0, the first attempt is already a restart and resumes like one.
   int previous_restarts = 0;
   bool console = true;  // also print the ranks' output, tagged, on this process's stdout/stderr
+  // Hang detection (parallel/progress.h): no rank making progress for this long ends the attempt,
+  // which then counts as failed (restarted when max_restarts allows). 0 = off.
+  double hang_timeout_s = 0;
+  // While a rank saves or loads a checkpoint, the bound is at least this (checkpoint.timeout).
+  double checkpoint_timeout_s = 1800;
 };
 
 // The options `llmtrain run` uses: from the recipe (log.dir, checkpoint.dir, launch.max_restarts)

@@ -17,7 +17,9 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "parallel/comm_mpi.h"
+#include "parallel/flight_recorder.h"
 #include "parallel/mpi_check.h"
+#include "parallel/progress.h"
 
 namespace llmtrain::parallel {
 namespace {
@@ -69,6 +71,7 @@ void on_fatal_signal(int sig) {
     if (kFatalSignals[i] != sig) continue;
     ssize_t ignored = write(STDERR_FILENO, g_signal_text[i], std::strlen(g_signal_text[i]));
     (void)ignored;
+    flight_recorder().dump_from_signal();
     sigaction(sig, &g_previous[i], nullptr);
     raise(sig);  // delivered when this handler returns, to the previous handler
     return;
@@ -218,7 +221,9 @@ std::unique_ptr<Runtime> bootstrap(const LaunchEnv& env, const BootstrapOptions&
   info.node = static_cast<int>(std::lower_bound(lowest_of.begin(), lowest_of.end(), lowest) - lowest_of.begin());
 
   export_torchrun_env(info);
+  // Every operation on the world and the groups split from it goes into the flight recorder.
   rt->world_ = make_mpi_world_comm(options.timeout_s, "world");
+  if (options.flight_recorder) rt->world_ = with_flight_recorder(std::move(rt->world_));
   log_debug("bootstrap: {}", info.describe());
   return rt;
 }
@@ -254,6 +259,10 @@ void abort_job(const std::string& reason, int exit_code) {
   std::string text;
   for (const auto& line : split(reason, '\n')) text += prefix + line + "\n";
   text += fmt::format("{}ending the job (exit status {})\n", prefix, exit_code);
+  // The communication operations that led here (a timed-out collective names its group; the
+  // record shows what the others were doing), when the supervisor gave a folder for them.
+  const std::string flight = flight_recorder().dump();
+  if (!flight.empty()) text += fmt::format("{}flight record of this rank's last operations: {}\n", prefix, flight);
   std::fflush(stdout);
   std::fputs(text.c_str(), stderr);
   std::fflush(stderr);
@@ -269,7 +278,9 @@ int rank_main(const LaunchEnv& env, const BootstrapOptions& options, const std::
   }
   try {
     auto rt = bootstrap(env, options);
+    start_progress_reporter(rt->info().rank);
     const int status = body(*rt);
+    stop_progress_reporter();
     rt->finalize();
     return status;
   } catch (const Error& e) {

@@ -36,6 +36,9 @@ struct BootstrapOptions {
   // parallel.timeout: bounds every start-up step that waits for other ranks and becomes the
   // world communicator's timeout.
   double timeout_s = 300.0;
+  // The world (and every group split from it) records its operations in the flight recorder
+  // (parallel/flight_recorder.h). Off only for tests that need the MpiComm itself.
+  bool flight_recorder = true;
 };
 
 struct RankInfo {

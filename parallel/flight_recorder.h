@@ -31,14 +31,14 @@ inline constexpr int kFlightEntries = 256;
 inline constexpr const char* kFlightDirEnv = "LLMTRAIN_FLIGHT_DIR";
 
 struct FlightEntry {
-  uint64_t seq = 0;         // 1, 2, ... in the order this rank started operations; 0 = empty slot
-  const char* op = "";      // "all_reduce", "send_async", ... (static strings)
-  char group[32] = {};      // the communicator's name, truncated
+  uint64_t seq = 0;     // 1, 2, ... in the order this rank started operations; 0 = empty slot
+  const char* op = "";  // "all_reduce", "send_async", ... (static strings)
+  char group[32] = {};  // the communicator's name, truncated
   int group_size = 0;
-  int64_t bytes = 0;        // this rank's input buffer
-  int peer = -1;            // send/recv peer within the group, else -1
-  double start_s = 0;       // seconds since the recorder was created
-  double end_s = -1;        // -1 while in flight
+  int64_t bytes = 0;   // this rank's input buffer
+  int peer = -1;       // send/recv peer within the group, else -1
+  double start_s = 0;  // seconds since the recorder was created
+  double end_s = -1;   // -1 while in flight
 };
 
 class FlightRecorder {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -9,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "parallel/progress.h"
 #include "trainer/checkpoint/checkpoint.h"
 
 namespace llmtrain::trainer {
@@ -65,6 +67,33 @@ nlohmann::json data_identity(const GptDataset& data) {
   return out;
 }
 
+namespace {
+
+// While a checkpoint is saved or loaded: the phase the supervisor's hang detection sees
+// (parallel/progress.h), and the world's waits bounded by checkpoint.timeout instead of
+// parallel.timeout (writing a large model's shards takes longer than a collective should).
+class CheckpointPhase {
+ public:
+  CheckpointPhase(parallel::Comm& world, double timeout_s, int64_t step, parallel::Phase phase)
+      : world_(world), saved_timeout_s_(world.timeout()), step_(step) {
+    world_.set_timeout(std::max(saved_timeout_s_, timeout_s));
+    parallel::set_progress(step, phase);
+  }
+  ~CheckpointPhase() {
+    world_.set_timeout(saved_timeout_s_);
+    parallel::set_progress(step_, parallel::Phase::train);
+  }
+  CheckpointPhase(const CheckpointPhase&) = delete;
+  CheckpointPhase& operator=(const CheckpointPhase&) = delete;
+
+ private:
+  parallel::Comm& world_;
+  double saved_timeout_s_;
+  int64_t step_;
+};
+
+}  // namespace
+
 RunPosition Checkpointer::resume() {
   const CheckpointConfig& cc = recipe_.checkpoint;
   if (cc.resume == ResumeMode::none) return {};
@@ -80,7 +109,11 @@ RunPosition Checkpointer::resume() {
   }
   auto slices = checkpoint_slices(model_, weights_only ? nullptr : &step_.optimizer(), dp_rank_ == 0,
                                   step_.grad_sync().first_copy());
-  auto loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, world_);
+  std::optional<LoadedCheckpoint> loaded;
+  {
+    CheckpointPhase phase(world_, cc.timeout_s, 0, parallel::Phase::load);
+    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, world_);
+  }
   if (!loaded) return {};
   if (weights_only) {
     log_progress("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
@@ -119,6 +152,7 @@ double Checkpointer::save(const RunPosition& at) {
   meta.tokenizer_kind = tokenizer_.source().kind;
   meta.tokenizer_bytes = tokenizer_.source().bytes;
   const double t0 = now_s();
+  CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
   const std::string path =
       checkpoint_save(fs_, recipe_.checkpoint.dir, meta,
                       checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()),

@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "kernels/backend_info.h"
 #include "kernels/buffer.h"
+#include "parallel/progress.h"
 #include "trainer/checkpointer.h"
 #include "trainer/data/gpt_dataset.h"
 #include "trainer/data/micro_batches.h"
@@ -63,6 +64,7 @@ int train(const TrainContext& ctx) {
                parallel::Mesh::describe(ctx.mesh->shape()), ctx.threads);
 
   // Data: this data-parallel rank's share of every global batch.
+  parallel::set_progress(0, parallel::Phase::load);
   auto tokenizer = load_tokenizer(r.data.tokenizer);
   GptDataset train_data(r.data.train, mc.seq_len, r.train.seed, mc.vocab);
   std::optional<GptDataset> valid_data;
@@ -100,16 +102,20 @@ int train(const TrainContext& ctx) {
   int64_t last_eval = -1;
   auto eval = [&] {
     if (!valid_batches) return;
+    parallel::set_progress(at.step, parallel::Phase::eval);
     report.eval_done(at.step,
                      evaluate(model, *valid_batches, r.eval.batches, accum, r.train.global_batch, *comms.control.dp));
+    parallel::set_progress(at.step, parallel::Phase::train);
     last_eval = at.step;
   };
   const Fault fault = fault_from_env();
   install_stop_handlers();
+  parallel::set_progress(at.step, parallel::Phase::train);
 
   while (at.step < r.train.steps) {
     StepOutcome outcome = step.run(at.step, at.consumed_samples);
     at = {at.step + 1, at.consumed_samples + r.train.global_batch};
+    parallel::set_progress(at.step, parallel::Phase::train);
     outcome.times.forward += fault_slow_down(fault, at.step, world.rank(), outcome.times.compute());  // tests only
     report.step_done(at.step, outcome, step.grad_sync().stats());
     if (at.step == report.start_step() + 1)

@@ -99,6 +99,9 @@ struct CheckpointConfig {
   ResumeMode resume = ResumeMode::automatic;
   std::string resume_path;  // when resume == path (absolute after resolution)
   bool load_weights_only = false;
+  // Bound on a save's (and a load's) waits for other ranks, instead of parallel.timeout: writing a
+  // large model's shards takes longer than any collective should.
+  double timeout_s = 1800.0;
 };
 
 struct EvalConfig {
@@ -131,6 +134,9 @@ struct LaunchConfig {
   int nodes = 1;
   std::string hostfile;  // "" = none
   int max_restarts = 0;
+  // No rank making progress (a step, or a change of phase) for this long ends the job, naming the
+  // ranks behind and the collective they are in, and restarts it when max_restarts allows. 0 = off.
+  double hang_timeout_s = 600.0;
   SlurmConfig slurm;
   SshConfig ssh;
 };

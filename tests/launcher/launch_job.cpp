@@ -36,6 +36,7 @@
 #include "launcher/restart_policy.h"
 #include "launcher/stop_relay.h"
 #include "parallel/bootstrap.h"
+#include "parallel/progress.h"
 
 using namespace llmtrain;
 namespace fs = std::filesystem;
@@ -169,6 +170,7 @@ int body(const Options& o, parallel::Runtime& rt) {
     if (info.rank == o.fail_rank && step == o.fail_at) inject(o);
     float flags[2] = {1.0f, stop_requested() && !o.ignore_stop ? 1.0f : 0.0f};
     world->all_reduce(kernels::host_tensor(flags, {2}), parallel::ReduceOp::max);
+    parallel::set_progress(step, parallel::Phase::train);  // what the supervisor's hang detection watches
     if (info.rank == 0) std::printf("step %d done\n", step);
     std::fflush(stdout);
     if (flags[1] > 0) {

@@ -138,6 +138,29 @@ expect_out "killed 1 process(es) the attempt left behind: $leftover (launch_job)
 expect_out "[launcher] attempt 2 of 2"
 kill -0 "$leftover" 2>/dev/null && fail "leftovers: process $leftover of the failed attempt is still alive"
 
+# --- a hang: found, reported, flight records written, the job restarted ---------------------------
+# Rank 1 stops making progress at step 2 (it sleeps; rank 0 waits in the step's all-reduce). With
+# launch.hang_timeout 3s the supervisor names rank 1 and rank 0's collective, has both write their
+# flight records, ends the attempt and restarts it (the hang fires once), and the job finishes.
+reset_run
+run_bounded hang "${RUN_JOB[@]}" --nproc 2 --set launch.hang_timeout=3s --set launch.max_restarts=1 -- "$JOB" \
+  --steps 4 --fail-rank 1 --fail-at 2 --fail hang --fail-once --ckpt-dir "$CKPT"
+expect_status 0
+expect_out_re "no progress for [0-9.]+s \(launch.hang_timeout 3.0s\): rank\(s\) 1 behind$"
+expect_out_re "rank 0: step 1, train, in all_reduce #2 on group 'world' \(2 ranks, 8 B\) for [0-9.]+s"
+expect_out "rank 1: step 1, train, not in a collective"
+expect_out "flight records of 2 rank(s) (their last communication operations): $RUN/flight/"
+expect_out "the job failed: it hung (no progress for launch.hang_timeout 3.0s"
+expect_out "[launcher] attempt 2 of 2, resuming from $CKPT/step_00000001"
+expect_out "[launcher] the job finished (exit 0)"
+# Rank 0's record ends with the all-reduce it was waiting in (end -1: in flight); rank 1's does not.
+tail -1 "$RUN/flight/rank_00000000.txt" | grep -qE '^2 all_reduce world 2 8 -1 [0-9.]+ -1.000$' &&
+  pass "hang: rank 0's flight record ends in the pending all_reduce" ||
+  fail "hang: rank 0's flight record: $(cat "$RUN/flight/rank_00000000.txt")"
+tail -1 "$RUN/flight/rank_00000001.txt" | grep -qE '^1 all_reduce world 2 8 -1 [0-9.]+ [0-9.]+$' &&
+  pass "hang: rank 1's flight record ends with its last finished all_reduce" ||
+  fail "hang: rank 1's flight record: $(cat "$RUN/flight/rank_00000001.txt")"
+
 # --- pre-flight: nothing starts ------------------------------------------------------------------
 reset_run
 run_bounded no-mpirun env PATH=/nonexistent "$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN" --nproc 2 -- "$JOB"

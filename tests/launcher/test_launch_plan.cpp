@@ -70,7 +70,7 @@ TEST(LaunchPlan, LocalOversubscribedRanksAreNotBound) {
   EXPECT_EQ(p.mode, LaunchMode::local_mpirun);
   EXPECT_EQ(joined(p.command),
             "mpirun -np 4 --oversubscribe --bind-to none --tag-output -x OMP_NUM_THREADS=1 -x LLMTRAIN_RESTART_COUNT "
-            "-x LLMTRAIN_JOB "
+            "-x LLMTRAIN_JOB -x LLMTRAIN_PROGRESS -x LLMTRAIN_FLIGHT_DIR "
             "/bin/llmtrain run /r.yaml");
   EXPECT_EQ(p.rank_argv, kArgv);
   EXPECT_EQ(p.env_line(), "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -139,7 +139,8 @@ TEST(LaunchPlan, HostfileRunsMpirunOverSshWithTheRecipesOptions) {
   EXPECT_EQ(p.command_line(),
             "mpirun -np 4 --hostfile " + hosts +
                 " --map-by ppr:2:node --bind-to none --mca plm_rsh_agent 'ssh -o BatchMode=yes -p 2200 -i /keys/id -F "
-                "/etc/cfg' --tag-output -x OMP_NUM_THREADS=4 -x LLMTRAIN_RESTART_COUNT -x LLMTRAIN_JOB /bin/llmtrain "
+                "/etc/cfg' --tag-output -x OMP_NUM_THREADS=4 -x LLMTRAIN_RESTART_COUNT -x LLMTRAIN_JOB -x "
+                "LLMTRAIN_PROGRESS -x LLMTRAIN_FLIGHT_DIR /bin/llmtrain "
                 "run /r.yaml");
   EXPECT_EQ(joined(p.command_with({"--set", "x=1"})), joined(p.command) + " --set x=1");
 }

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "launcher/rank_output.h"
 
@@ -52,6 +55,29 @@ TEST(RankOutput, ParsesSrunLabels) {
   EXPECT_EQ(l.rank, -1);
   l = parse_tagged_line(OutputTags::srun_label, "0: slurmstepd-vm: error: *** STEP 1.0 CANCELLED ***", true);
   EXPECT_EQ(l.rank, -1);  // slurmstepd's note, not rank 0's output
+}
+
+TEST(RankOutput, ProgressReportsGoToTheSinkNotTheLogs) {
+  std::string dir = ::testing::TempDir() + "rank_progress_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::vector<std::pair<int, std::string>> reports;
+  {
+    RankOutput out(dir, OutputTags::mpirun_tag_output, /*console=*/false);
+    out.set_progress_sink([&](int rank, std::string_view r) { reports.emplace_back(rank, std::string(r)); });
+    out.begin_attempt("attempt 1 of 1");
+    out.feed(false, "[1,0]<stdout>:@@llmtrain-progress step=3 phase=train\n");
+    // A report that landed inside a line of the rank's own output: the text before it stays output.
+    out.feed(false, "[1,1]<stdout>:step 4 @@llmtrain-progress step=4 phase=save op=all_reduce #9 on group 'dp'\n");
+    out.feed(false, "[1,1]<stdout>:plain\n");
+  }
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0], (std::pair<int, std::string>{0, "step=3 phase=train"}));
+  EXPECT_EQ(reports[1], (std::pair<int, std::string>{1, "step=4 phase=save op=all_reduce #9 on group 'dp'"}));
+  std::string r0 = slurp(dir + "/rank_00000.log");
+  std::string r1 = slurp(dir + "/rank_00001.log");
+  EXPECT_EQ(r0.find("llmtrain-progress"), std::string::npos) << r0;
+  EXPECT_NE(r1.find("---\nstep 4 \nplain\n"), std::string::npos) << r1;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RankOutput, WritesOneFilePerRankAcrossAttemptsAndPartialLines) {

@@ -109,5 +109,18 @@ expect_out_re "\[rank [0-3]\] error: $WORK/bad.idx: "
 expect_out "the job stopped on a user error (exit 2): not restarted"
 expect_no "attempt 2 of"
 
+# --- a hung rank in real training: found and named, the job ended --------------------------------
+# LLMTRAIN_FAULT=hang@3:2 stops rank 2 (SIGSTOP) after step 3; the others wait in step 4's first
+# collective. launch.hang_timeout 10s ends the job naming rank 2 (silent: a stopped process
+# reports nothing), each live rank writes its flight record; without restarts the job fails.
+LLMTRAIN_FAULT=hang@3:2 run_bounded train-hang "${RUN4[@]}" --set log.dir=hang --set launch.hang_timeout=10s
+[[ $status != 0 ]] && pass "train-hang: the job failed (exit $status)" || fail "train-hang: exit 0 after a hang"
+expect_out_re "no progress for [0-9.]+s \(launch.hang_timeout 10.0s\): rank\(s\) 2 behind"
+expect_out_re "rank 0: step 3, train, in [a-z_]+ #[0-9]+ on group '[a-z. ]+'"
+expect_out_re "rank 2: silent for [0-9.]+s \(stopped or gone\); last report: step [0-3], "
+expect_out "the job failed: it hung (no progress for launch.hang_timeout 10.0s"
+[[ -s hang/flight/rank_00000000.txt ]] && pass "train-hang: rank 0's flight record written" ||
+  fail "train-hang: no hang/flight/rank_00000000.txt: $(ls -R hang)"
+
 echo "launcher_train_local took $(elapsed)"
 finish

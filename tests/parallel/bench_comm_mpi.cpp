@@ -127,7 +127,7 @@ void bench_idle_wait(MpiComm& c) {
 }  // namespace
 
 int main() {
-  return rank_main(detect_launch_env(), {.timeout_s = 120.0}, [](Runtime& rt) {
+  return rank_main(detect_launch_env(), {.timeout_s = 120.0, .flight_recorder = false}, [](Runtime& rt) {
     auto world = rt.take_world();
     auto& c = static_cast<MpiComm&>(*world);
     if (c.rank() == 0) std::printf("%d ranks\n", c.size());

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // A hung collective fails its test within this bound instead of hanging the ctest entry.
-  return rank_main(env, {.timeout_s = 30.0}, [](Runtime& rt) {
+  return rank_main(env, {.timeout_s = 30.0, .flight_recorder = false}, [](Runtime& rt) {
     mpitest::g_runtime = &rt;
     mpitest::g_world = rt.take_world();
     if (rt.info().rank != 0) {

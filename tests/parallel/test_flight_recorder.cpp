@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "parallel/comm_threads.h"
+#include "parallel/flight_recorder.h"
+
+namespace llmtrain::parallel {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(FlightRecorder, RecordsOperationsOfAWrappedCommAndItsSplits) {
+  // Two ranks as threads; rank 0's operations go through the recorder (one process, one
+  // recorder: only one rank is wrapped so the record is that rank's).
+  auto comms = make_thread_comms(2, "world", 30.0);
+  std::unique_ptr<Comm> recorded = with_flight_recorder(std::move(comms[0]));
+  FlightRecorder& fr = flight_recorder();
+  std::thread peer([&] {
+    float x = 1;
+    comms[1]->all_reduce(kernels::host_tensor(&x, {1}), ReduceOp::sum);
+    auto sub = comms[1]->split(0, 1, "dp");
+    float y[4] = {};
+    auto w = sub->all_reduce_async(kernels::host_tensor(y, {4}), ReduceOp::sum);
+    w->wait();
+  });
+  float x = 2;
+  recorded->all_reduce(kernels::host_tensor(&x, {1}), ReduceOp::sum);
+  EXPECT_EQ(x, 3.0f);
+  EXPECT_NE(fr.last_finished().find("all_reduce #"), std::string::npos) << fr.last_finished();
+  EXPECT_NE(fr.last_finished().find("on group 'world' (2 ranks, 4 B)"), std::string::npos) << fr.last_finished();
+  auto sub = recorded->split(0, 0, "dp");
+  EXPECT_EQ(sub->name(), "dp");
+  float y[4] = {1, 2, 3, 4};
+  auto w = sub->all_reduce_async(kernels::host_tensor(y, {4}), ReduceOp::sum);
+  // In flight until a wait() or done() sees it complete (the peer may not have joined yet).
+  EXPECT_NE(fr.in_flight().find("all_reduce_async #"), std::string::npos) << fr.in_flight();
+  EXPECT_NE(fr.in_flight().find("on group 'dp' (2 ranks, 16 B) for "), std::string::npos) << fr.in_flight();
+  w->wait();
+  peer.join();
+  EXPECT_EQ(fr.in_flight(), "");
+  EXPECT_NE(fr.last_finished().find("all_reduce_async #"), std::string::npos);
+
+  const std::string text = fr.text(0);
+  EXPECT_NE(text.find("all_reduce world 2 4 -1 "), std::string::npos) << text;
+  EXPECT_NE(text.find("split world 2 0 -1 "), std::string::npos) << text;
+  EXPECT_NE(text.find("all_reduce_async dp 2 16 -1 "), std::string::npos) << text;
+
+  const std::string dir = ::testing::TempDir() + "flight_" + std::to_string(::getpid());
+  EXPECT_EQ(fr.dump(), "");  // no folder given: nothing written
+  fr.set_dump_dir(dir, 3);
+  const std::string path = fr.dump();
+  EXPECT_EQ(path, dir + "/rank_00000003.txt");
+  EXPECT_NE(slurp(path).find("# llmtrain flight record of rank 3"), std::string::npos);
+  fr.set_dump_dir("", 0);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace llmtrain::parallel
