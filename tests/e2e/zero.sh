@@ -23,8 +23,8 @@ eval: {every: 10, batches: 1}
 log: {every: 1}
 YAML
 
-# compare A B [FIRST]: losses per step within 1e-5 (relative) from step FIRST, and the final
-# parameters within ||a-b||/||b|| <= 1e-5 (tests/e2e/dp.sh's criteria).
+# compare A B [FIRST]: losses per step and validation losses within 1e-5 (relative) from step
+# FIRST, and the final parameters within ||a-b||/||b|| <= 1e-5 (tests/e2e/dp.sh's criteria).
 compare() {
   $PY - "$1" "$2" "${3:-1}" <<'PY'
 import json, sys, glob
@@ -37,6 +37,13 @@ steps = [s for s in range(first, 21)]
 bad = [(s, la[s], lb[s]) for s in steps if abs(la[s] - lb[s]) > 1e-5 * abs(lb[s])]
 assert not bad, f"losses differ: {bad[:3]}"
 worst = max(abs(la[s] - lb[s]) / abs(lb[s]) for s in steps)
+def val_losses(d):  # evaluation runs forward through the same parameters (at zero 3: gathered)
+    return {r["step"]: r["val_loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "val_loss" in r}
+va, vb = val_losses(a), val_losses(b)
+vsteps = [s for s in vb if s >= first]
+assert vsteps and all(s in va for s in vsteps), (sorted(va), sorted(vb))
+bad = [(s, va[s], vb[s]) for s in vsteps if abs(va[s] - vb[s]) > 1e-5 * abs(vb[s])]
+assert not bad, f"validation losses differ: {bad}"
 def params(d):  # every parameter assembled from its slices (zero 3 writes element ranges)
     from safetensors.numpy import load_file
     step = d + "/ckpt/step_00000020/"
