@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO stages 1, 2 and 3 under real `mpirun` (MpiComm's reduce-scatter and all-gather, the
 # checkpointer): zero 1 at dp 2 and 4, and zero_group 2 at dp 4 (one and several sharding units),
-# and zero 2 and 3 at dp 2 and 4 with two micro-batches per rank, train GPT-2 to the losses and
+# and zero 2 and 3 at dp 2 and 4 with two micro-batches per rank (and zero_group 2), train GPT-2 to the losses and
 # parameters of zero 0 at dp 1, with the memory plan measured; checkpoints written at (zero 1, 2
 # or 3, dp 4) resume at (zero 0, dp 1) and the reverse on the same trajectory.
 source "$(dirname "$0")/lib.sh"
@@ -76,7 +76,7 @@ expect_status 0
 # bucket_mb 25: the model is one sharding unit; 0.05: a unit per block (overlapped with backward).
 # Zero 2 at dp 4 with micro_batch 1: two micro-batches per rank, each reduce-scattered.
 for cfg in "1 2 auto 25 2" "1 4 auto 25 2" "1 4 2 25 2" "1 4 2 0.05 2" "2 2 auto 0.05 2" "2 4 auto 0.05 1" \
-  "2 4 2 25 1" "3 2 auto 0.05 2" "3 4 auto 0.05 1"; do
+  "2 4 2 25 1" "3 2 auto 0.05 2" "3 4 auto 0.05 1" "3 4 2 0.05 1"; do
   set -- $cfg
   name=z$1-dp$2-g$3$([[ $4 == 25 ]] || echo -b$4)
   run_cmd $name mpi_run 180 $2 "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.zero=$1 \
