@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ZeRO stages 1, 2 and 3 under real `mpirun` (MpiComm's reduce-scatter and all-gather, the
 # checkpointer): zero 1 at dp 2 and 4, and zero_group 2 at dp 4 (one and several sharding units),
-# and zero 2 and 3 at dp 2 and 4 with two micro-batches per rank (and zero_group 2), train GPT-2 to the losses and
-# parameters of zero 0 at dp 1, with the memory plan measured; checkpoints written at (zero 1, 2
-# or 3, dp 4) resume at (zero 0, dp 1) and the reverse on the same trajectory.
+# and zero 2 and 3 at dp 2 and 4 with two micro-batches per rank (and zero_group 2), train GPT-2
+# to the losses, validation losses and parameters of zero 0 at dp 1, with the memory plan
+# measured; checkpoints written at (zero 1, 2 or 3, dp 4) resume at (zero 0, dp 1) and the
+# reverse on the same trajectory.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 PY=$SRC/.venv/bin/python
