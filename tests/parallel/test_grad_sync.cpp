@@ -280,12 +280,16 @@ TEST(GradSync, StageThreeGathersEveryGroupsValuesFromTheShards) {
       sync->group_params_done(0);
       expect_group(2, true, 0.5f);
       sync->group_params_done(2);
+      // At most three units: each gathered once, backward reusing what forward gathered.
+      const auto units = int64_t(shard_units(kRanges, kGroups, mb, sizeof(float)).size());
+      EXPECT_EQ(sync->stats().buckets, units);
       fill(-2.0f);  // the optimizer's update, then the step's gather_params()
       sync->gather_params();
       for (int g = int(kGroups.size()) - 1; g >= 0; --g) {
         expect_group(g, false, -2.0f);
         sync->group_params_done(g);
       }
+      EXPECT_EQ(sync->stats().buckets, 2 * units);  // gathered again after the update
     });
   }
   EXPECT_EQ(param_pool_numel(shard_units(kRanges, kGroups, 1e-5, 4), 4), 3 * (12 + 3));
