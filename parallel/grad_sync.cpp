@@ -440,6 +440,7 @@ class GradShardSync final : public GradSync {
     const int i = param_slot_of_[size_t(unit_of_[size_t(group)])];
     LT_CHECK(i >= 0 && param_slots_[size_t(i)].holds > 0, "parameter group {} released but not held", group);
     --param_slots_[size_t(i)].holds;
+    progress();  // between layers: lets the next unit's gather (and launched reductions) advance
   }
 
   // Stage 2: all-gathers of the updated chunks through the pool's slots, unit by unit (a slot is
