@@ -90,7 +90,10 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   if (r.parallel.zero > 0) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
     std::printf("zero: stage %d, optimizer state%s sharded over %d dp rank%s", r.parallel.zero,
-                r.parallel.zero >= 2 ? " and gradients" : "", shard, shard == 1 ? "" : "s");
+                r.parallel.zero >= 3   ? ", gradients and parameters"
+                : r.parallel.zero >= 2 ? " and gradients"
+                                       : "",
+                shard, shard == 1 ? "" : "s");
     if (shard < r.parallel.dp)
       std::printf(" (zero_group %d: %d shard groups of consecutive dp ranks; shards all-reduced across them)", shard,
                   r.parallel.dp / shard);

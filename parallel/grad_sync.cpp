@@ -41,6 +41,10 @@ class AllReduceGradSync final : public GradSync {
   Tensor group_grads(int) override { return {}; }
   Tensor owned_grads() const override { return grads_; }
   bool grads_compact() const override { return false; }
+  Tensor group_params(int, bool) override { return {}; }
+  void group_params_done(int) override {}
+  Tensor owned_params() const override { return {}; }
+  bool params_compact() const override { return false; }
   const GradBucketStats& stats() const override { return buckets_.stats(); }
 
  private:
@@ -163,6 +167,10 @@ class ShardedGradSync final : public GradSync {
   Tensor group_grads(int) override { return {}; }
   Tensor owned_grads() const override { return grads_; }
   bool grads_compact() const override { return false; }
+  Tensor group_params(int, bool) override { return {}; }
+  void group_params_done(int) override {}
+  Tensor owned_params() const override { return {}; }
+  bool params_compact() const override { return false; }
   const GradBucketStats& stats() const override { return stats_; }
 
  private:
@@ -229,17 +237,19 @@ class ShardedGradSync final : public GradSync {
   GradBucketStats stats_;
 };
 
-// ZeRO stage 2 (make_grad_sync in grad_sync.h): stage 1's units and ownership without a flat
+// ZeRO stages 2 and 3 (make_grad_sync in grad_sync.h): stage 1's units and ownership without a flat
 // gradient buffer. Backward writes each unit's gradient for one micro-batch into a pool slot
 // (group_grads); the unit is reduce-scattered as soon as backward completes it, on every
 // micro-batch, and retiring it (in launch order: on progress() once done, when a slot is needed,
 // or in finish()) adds its chunk into the owned shard and frees the slot. Every rank launches and
 // retires the same units in the same order, so the replica all-reduces (hybrid sharding) start in
-// the same order everywhere.
+// the same order everywhere. With shard_params (stage 3) there is no flat parameter buffer either:
+// the owned values live in owned_params_, and group_params gathers units into a second pool whose
+// slots keep their unit until reused (param_slot_of_) or until gather_params() after an update.
 class GradShardSync final : public GradSync {
  public:
-  GradShardSync(Comm& dp, GradSyncLayout layout, double bucket_mb, int zero_group)
-      : params_(layout.params), groups_(std::move(layout.groups)) {
+  GradShardSync(Comm& dp, GradSyncLayout layout, double bucket_mb, int zero_group, bool shard_params)
+      : params_(layout.params), groups_(std::move(layout.groups)), shard_params_(shard_params) {
     const int n = zero_group;
     const int shard_index = dp.rank() % n, replica = dp.rank() / n;
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
@@ -281,7 +291,8 @@ class GradShardSync final : public GradSync {
       s.compact = at;
     }
     const int64_t owned_numel = parallel::owned_numel(units, n, shard_index);
-    owned_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, params_.device,
+    const kernels::Device device = layout.device;
+    owned_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
                                  kernels::MemoryKind::gradients);
     owned_grads_ = owned_buf_.tensor().flat(0, owned_numel);
     int slots = 0;
@@ -292,14 +303,27 @@ class GradShardSync final : public GradSync {
         full = std::max(full, s.chunk_numel * n);
         chunk = std::max(chunk, s.chunk_numel);
       }
-    slots = std::min(slots, kGradPoolSlots);
-    pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, params_.device,
+    pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, device,
                             kernels::MemoryKind::gradients);
-    for (int i = 0; i < slots; ++i) {
+    for (int i = 0; i < std::min(slots, kGradPoolSlots); ++i) {
       Slot sl;
       sl.full = pool_.tensor().flat(i * (full + chunk), full);
       sl.chunk = pool_.tensor().flat(i * (full + chunk) + full, chunk);
       slots_.push_back(std::move(sl));
+    }
+    if (shard_params_) {
+      owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
+                                          kernels::MemoryKind::parameters);
+      owned_params_ = owned_params_buf_.tensor().flat(0, owned_numel);
+      param_pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
+                                    kernels::MemoryKind::parameters);
+      for (int i = 0; i < std::min(slots, kParamPoolSlots); ++i) {
+        ParamSlot ps;
+        ps.full = param_pool_.tensor().flat(i * (full + chunk), full);
+        ps.chunk = param_pool_.tensor().flat(i * (full + chunk) + full, chunk);
+        param_slots_.push_back(std::move(ps));
+      }
+      param_slot_of_.assign(state_.size(), -1);
     }
     in_flight_.reserve(slots_.size());
     gathering_.assign(slots_.size(), -1);
@@ -354,6 +378,11 @@ class GradShardSync final : public GradSync {
   void progress() override {
     shard_->progress();
     replicas_->progress();
+    // Retiring blocks on the replicas' all-reduce under hybrid sharding. At stage 3, where forward
+    // and backward also block on gathers, every blocking wait must sit at the same point of the
+    // program on every rank (or ranks could wait on each other in a cycle): retire only when a slot
+    // is needed or in finish().
+    if (shard_params_ && replicas_->size() > 1) return;
     while (!in_flight_.empty() && slots_[size_t(in_flight_.front())].scatter->done()) retire_oldest();
   }
 
@@ -372,10 +401,62 @@ class GradShardSync final : public GradSync {
   bool first_copy() const override { return first_copy_; }
   Tensor owned_grads() const override { return owned_grads_; }
   bool grads_compact() const override { return true; }
+  Tensor owned_params() const override { return owned_params_; }
+  bool params_compact() const override { return shard_params_; }
 
-  // All-gathers of the updated chunks through the pool's slots, unit by unit (a slot is reused
-  // once its all-gather is done and copied out).
+  Tensor group_params(int group, bool backward) override {
+    LT_CHECK(shard_params_, "group_params without sharded parameters (stage 3)");
+    LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
+    const FlatRange& r = group_range_[size_t(group)];
+    if (r.numel() == 0) return {};
+    const int unit = unit_of_[size_t(group)];
+    int i = param_slot_of_[size_t(unit)];
+    if (i < 0) {
+      i = free_param_slot();
+      LT_CHECK(i >= 0, "every parameter pool slot is held (unit {} requested)", unit);
+      launch_gather(unit, i);
+    }
+    ParamSlot& ps = param_slots_[size_t(i)];
+    ++ps.holds;
+    ps.used = ++clock_;
+    // The next unit in the caller's direction, gathered while this one computes.
+    const int step = backward ? 1 : -1;
+    int next = unit + step;
+    while (next >= 0 && next < int(state_.size()) && state_[size_t(next)].range.numel() == 0) next += step;
+    if (next >= 0 && next < int(state_.size()) && param_slot_of_[size_t(next)] < 0) {
+      const int j = free_param_slot();
+      if (j >= 0) launch_gather(next, j);
+    }
+    if (ps.gather) {
+      ps.gather->wait();
+      ps.gather.reset();
+    }
+    return ps.full.flat(r.begin - state_[size_t(unit)].range.begin, r.numel());
+  }
+
+  void group_params_done(int group) override {
+    LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
+    if (group_range_[size_t(group)].numel() == 0) return;
+    const int i = param_slot_of_[size_t(unit_of_[size_t(group)])];
+    LT_CHECK(i >= 0 && param_slots_[size_t(i)].holds > 0, "parameter group {} released but not held", group);
+    --param_slots_[size_t(i)].holds;
+    progress();  // between layers: lets the next unit's gather (and launched reductions) advance
+  }
+
+  // Stage 2: all-gathers of the updated chunks through the pool's slots, unit by unit (a slot is
+  // reused once its all-gather is done and copied out). Stage 3: the gathered copies are stale;
+  // the next group_params gathers again.
   void gather_params() override {
+    if (shard_params_) {
+      for (ParamSlot& ps : param_slots_) {
+        LT_CHECK(ps.holds == 0, "unit {} still held after the step", ps.unit);
+        if (ps.gather) ps.gather->wait();
+        ps.gather.reset();
+        if (ps.unit >= 0) param_slot_of_[size_t(ps.unit)] = -1;
+        ps.unit = -1;
+      }
+      return;
+    }
     std::vector<int>& unit_in = gathering_;  // per slot: the unit whose all-gather it holds
     std::fill(unit_in.begin(), unit_in.end(), -1);
     size_t next = 0;
@@ -421,6 +502,46 @@ class GradShardSync final : public GradSync {
     int unit = -1;       // the unit it holds (-1: free)
     WorkHandle scatter;
   };
+  struct ParamSlot {
+    Tensor full, chunk;  // as Slot
+    int unit = -1;       // the unit whose values it holds or is gathering (-1: none)
+    int holds = 0;       // groups of that unit between group_params and group_params_done
+    uint64_t used = 0;   // when last requested or launched: the least recent free slot is reused
+    WorkHandle gather;   // in flight
+  };
+
+  // A slot no group holds: one without a unit, else the least recently used (its gather, if a
+  // prefetch nobody asked for yet, completed first); -1 when every slot is held.
+  int free_param_slot() {
+    int best = -1;
+    for (size_t i = 0; i < param_slots_.size(); ++i) {
+      const ParamSlot& ps = param_slots_[i];
+      if (ps.holds > 0) continue;
+      if (ps.unit < 0) return int(i);
+      if (best < 0 || ps.used < param_slots_[size_t(best)].used) best = int(i);
+    }
+    if (best >= 0 && param_slots_[size_t(best)].gather) {
+      param_slots_[size_t(best)].gather->wait();
+      param_slots_[size_t(best)].gather.reset();
+    }
+    return best;
+  }
+
+  // Starts gathering `unit`'s values into slot i (dropping the unit it held).
+  void launch_gather(int unit, int i) {
+    ParamSlot& ps = param_slots_[size_t(i)];
+    if (ps.unit >= 0) param_slot_of_[size_t(ps.unit)] = -1;
+    const Unit& u = state_[size_t(unit)];
+    Tensor chunk = ps.chunk.flat(0, u.chunk_numel);
+    kernels::fill_zero(chunk);
+    if (u.own.numel() > 0) kernels::copy(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
+    const int64_t padded = u.chunk_numel * shard_->size();
+    ps.gather = shard_->all_gather_async(chunk, ps.full.flat(0, padded));
+    count(padded);
+    ps.unit = unit;
+    ps.used = ++clock_;
+    param_slot_of_[size_t(unit)] = i;
+  }
 
   void count(int64_t elements) {
     ++stats_.buckets;
@@ -457,6 +578,7 @@ class GradShardSync final : public GradSync {
 
   Tensor params_;
   std::vector<std::vector<int>> groups_;
+  bool shard_params_ = false;
   std::vector<FlatRange> group_range_;  // per group: its first to its last element
   std::unique_ptr<Comm> shard_, replicas_;
   bool first_copy_ = false;
@@ -465,9 +587,14 @@ class GradShardSync final : public GradSync {
   Tensor owned_grads_;
   std::vector<Unit> state_;
   std::vector<Slot> slots_;
-  std::vector<int> in_flight_;  // slots whose reduce-scatter was launched, oldest first
-  std::vector<int> gathering_;  // gather_params' per-slot units
-  std::vector<int> unit_of_;    // per group
+  std::vector<int> in_flight_;                     // slots whose reduce-scatter was launched, oldest first
+  std::vector<int> gathering_;                     // gather_params' per-slot units
+  std::vector<int> unit_of_;                       // per group
+  kernels::Buffer owned_params_buf_, param_pool_;  // stage 3
+  Tensor owned_params_;
+  std::vector<ParamSlot> param_slots_;
+  std::vector<int> param_slot_of_;  // per unit: the param slot holding it (-1: none)
+  uint64_t clock_ = 0;
   int next_launch_ = 0;
   bool step_started_ = false;
   double step_start_ = 0;
@@ -516,7 +643,10 @@ int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_siz
   return total;
 }
 
-int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size) {
+namespace {
+
+// `max_slots` (or fewer units) slots of the largest padded unit plus one chunk.
+int64_t pool_numel(const std::vector<ShardUnit>& units, int shard_size, int max_slots) {
   int slots = 0;
   int64_t full = 0, chunk = 0;
   for (const ShardUnit& u : units) {
@@ -526,7 +656,17 @@ int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size) {
     full = std::max(full, c * shard_size);
     chunk = std::max(chunk, c);
   }
-  return int64_t(std::min(slots, kGradPoolSlots)) * (full + chunk);
+  return int64_t(std::min(slots, max_slots)) * (full + chunk);
+}
+
+}  // namespace
+
+int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size) {
+  return pool_numel(units, shard_size, kGradPoolSlots);
+}
+
+int64_t param_pool_numel(const std::vector<ShardUnit>& units, int shard_size) {
+  return pool_numel(units, shard_size, kParamPoolSlots);
 }
 
 int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int shard_index) {
@@ -540,21 +680,19 @@ int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int sha
 
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group) {
-  LT_CHECK(zero_stage == 2 || layout.params.numel() == layout.grads.numel(), "parameters {} and gradients {}",
+  LT_CHECK(zero_stage >= 2 || layout.params.numel() == layout.grads.numel(), "parameters {} and gradients {}",
            layout.params.numel(), layout.grads.numel());
+  LT_CHECK(zero_stage >= 0 && zero_stage <= 3, "parallel.zero {}", zero_stage);
   for (const auto& g : layout.groups)
     for (int p : g)
       LT_CHECK(p >= 0 && p < static_cast<int>(layout.param_ranges.size()), "parameter {} of {} in a group", p,
                layout.param_ranges.size());
-  if (zero_stage >= 3)
-    throw Error(
-        fmt::format("not supported yet: parallel.zero {} (ZeRO stages 1 and 2 work; stage 3 is planned)", zero_stage),
-        "set parallel.zero: 2 (or 1, or 0)");
   if (zero_stage == 0) return std::make_unique<AllReduceGradSync>(dp, std::move(layout), bucket_mb);
   if (zero_group == 0) zero_group = dp.size();
   LT_CHECK(zero_group >= 1 && dp.size() % zero_group == 0, "zero_group {} does not divide dp {}", zero_group,
            dp.size());
-  if (zero_stage == 2) return std::make_unique<GradShardSync>(dp, std::move(layout), bucket_mb, zero_group);
+  if (zero_stage >= 2)
+    return std::make_unique<GradShardSync>(dp, std::move(layout), bucket_mb, zero_group, zero_stage == 3);
   return std::make_unique<ShardedGradSync>(dp, std::move(layout), bucket_mb, zero_group);
 }
 

@@ -15,6 +15,11 @@
 // micro-batch (the model's grad-storage hook) before it writes any of them, and the gradients the
 // optimizer reads after finish() are owned_grads(), compact.
 //
+// At stage 3 forward and backward also ask group_params(g, backward) for group g's values before
+// they read them (the model's param-storage hook) and say group_params_done(g) after; the values
+// the optimizer updates are owned_params(), compact (packed as owned_grads()), and gather_params()
+// moves no data.
+//
 // Rules a reader could get wrong:
 //  - Parameter groups are numbered in the order backward completes them, and every rank marks the
 //    same groups; a group is a set of parameters (indices into the forward-order list), e.g. one
@@ -70,15 +75,27 @@ class GradSync {
   virtual Tensor owned_grads() const = 0;
   virtual bool grads_compact() const = 0;
 
+  // Stage 3: a view of group g's values (its flat range) all-gathered into a pool slot, valid
+  // until the matching group_params_done(g). `backward`: the caller walks the groups in group
+  // order (backward), else in the reverse (forward); the next unit's gather is launched before
+  // this returns, when a slot is free. Undefined at stages 0-2: the model has its own values.
+  virtual Tensor group_params(int group, bool backward) = 0;
+  virtual void group_params_done(int group) = 0;
+  // Where the values live at stage 3: the owned() ranges, packed as owned_grads() (params_compact());
+  // undefined at stages 0-2 (the layout's flat parameter buffer).
+  virtual Tensor owned_params() const = 0;
+  virtual bool params_compact() const = 0;
+
   // Communication that backward did not hide (the time spent in finish()), for the metrics.
   virtual const GradBucketStats& stats() const = 0;
 };
 
 struct GradSyncLayout {
-  Tensor params;                         // the flat parameter buffer
-  Tensor grads;                          // the flat gradient buffer, same layout (undefined at stage 2)
-  std::vector<ParamRange> param_ranges;  // every parameter's range, in forward order
-  std::vector<std::vector<int>> groups;  // group -> parameters (indices into param_ranges)
+  Tensor params;                                  // the flat parameter buffer (undefined at stage 3)
+  Tensor grads;                                   // the flat gradient buffer, same layout (undefined at stages 2, 3)
+  std::vector<ParamRange> param_ranges;           // every parameter's range, in forward order
+  std::vector<std::vector<int>> groups;           // group -> parameters (indices into param_ranges)
+  kernels::Device device = kernels::Device::cpu;  // where stages 2 and 3 allocate their shards and pools
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,
@@ -99,7 +116,16 @@ struct GradSyncLayout {
 //    micro-batch, and its chunk added into the owned shard (owned_grads), which is all the gradient
 //    memory a rank keeps between micro-batches. A unit waits for a slot when every slot is taken
 //    (the oldest reduction is then completed first). gather_params() all-gathers through the pool.
-//  - Stage 3 is refused with "not supported yet".
+//  - Stage 3: stage 2, and the parameters sharded the same way: the sync owns the values of its
+//    owned() ranges (owned_params(), which AdamW updates in place) and no rank holds the whole
+//    buffer. group_params(g) all-gathers g's unit over the shard group into a slot of a pool of
+//    kParamPoolSlots unit-sized slots (param_pool_numel) and launches the gather of the next unit
+//    in the caller's direction into a free slot, so that it overlaps g's compute; a slot is free
+//    once every group of its unit is done, and keeps its unit's values (a later request for the
+//    same unit gathers nothing) until the slot is reused or gather_params() drops them after the
+//    optimizer's update. Under hybrid sharding the replicas update identical shards, so gathers
+//    run over the shard group only. Every rank requests the same groups in the same order, so
+//    the collectives start in the same order everywhere.
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group = 0);
 
@@ -125,5 +151,10 @@ int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_siz
 inline constexpr int kGradPoolSlots = 3;
 int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size);
 int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int shard_index);
+
+// Stage 3's gathered parameters, in elements: kParamPoolSlots (or fewer units) slots of the largest
+// padded unit plus one chunk. Its owned values are owned_numel(). The memory plan counts exactly these.
+inline constexpr int kParamPoolSlots = 3;
+int64_t param_pool_numel(const std::vector<ShardUnit>& units, int shard_size);
 
 }  // namespace llmtrain::parallel

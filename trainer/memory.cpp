@@ -42,13 +42,10 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
   // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter
   // groups merged as buckets are), and the sync's scratch (each unit padded, plus one chunk) is
-  // communication memory. At stage 2 the gradients are that owned chunk plus the sync's pool.
+  // communication memory. At stage 2 the gradients are that owned chunk plus the sync's pool; at
+  // stage 3 the parameters are too (the owned values and the pool gathered units land in).
   out.optimizer = 2 * model.params;
   int64_t zero_scratch = 0;
-  if (r.parallel.zero >= 3) {
-    out.notes.push_back(
-        fmt::format("parameters and gradients as with zero 2: parallel.zero {} is not supported yet", r.parallel.zero));
-  }
   if (r.parallel.zero >= 1) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
     const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
@@ -65,6 +62,9 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
       // shard and the pool of unit-sized slots backward writes into.
       out.gradients = (std::max<int64_t>(owned, 1) + std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1)) * 4;
     }
+    if (r.parallel.zero >= 3)  // the model holds no parameter buffer (mo.external_params)
+      out.parameters =
+          (std::max<int64_t>(owned, 1) + std::max<int64_t>(parallel::param_pool_numel(units, shard), 1)) * 4;
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);

@@ -9,7 +9,7 @@
 //    (kernels/buffer.h): the run prints the peaks, which must equal the plan.
 //
 // Rule a reader could get wrong: the plan is what THIS build would allocate for the recipe. Where a
-// recipe asks for something not built yet (16-bit precision, ZeRO 3, the interleaved schedule), the
+// recipe asks for something not built yet (16-bit precision, the interleaved schedule), the
 // plan says so in `notes` and counts what this build would allocate instead; the work that builds
 // those features extends this module, so that plan and measurement stay equal.
 #pragma once
@@ -30,7 +30,8 @@ struct MemoryAccount {
   int64_t optimizer = 0;      // AdamW's two moments over the owned ranges
   int64_t activations = 0;    // kept between forward and backward, the backward's work buffers
   int64_t communication = 0;  // pipeline receive buffers, ZeRO 1 scratch (stage 0 buckets reduce in place;
-                              // ZeRO 2's pool counts as gradients)
+                              // ZeRO 2's pool counts as gradients, ZeRO 3's gathered parameters as
+                              // parameters)
   std::vector<std::string> notes;
 
   int64_t total() const { return parameters + gradients + optimizer + activations + communication; }

@@ -53,9 +53,11 @@ int64_t AdamW::state_offset(int64_t at) const {
   return -1;
 }
 
-void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads) {
+void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads,
+                 bool compact_params) {
   const int64_t end = owned_.empty() ? 0 : owned_.back().end;
-  LT_CHECK(params.numel() >= end && grads.numel() >= (compact_grads ? owned_numel() : end),
+  LT_CHECK(params.numel() >= (compact_params ? owned_numel() : end) &&
+               grads.numel() >= (compact_grads ? owned_numel() : end),
            "AdamW step on {} / {} elements, owning up to {}", params.numel(), grads.numel(), end);
   ++steps_;
   kernels::AdamWStep s{.lr = float(lr),
@@ -72,7 +74,7 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
       if (b >= e) continue;
       s.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
       const int64_t count = e - b, at = base + (b - own.begin);
-      kernels::adamw_update(params.flat(b, count), grads.flat(compact_grads ? at : b, count),
+      kernels::adamw_update(params.flat(compact_params ? at : b, count), grads.flat(compact_grads ? at : b, count),
                             m_.tensor().flat(at, count), v_.tensor().flat(at, count), s);
     }
     base += own.numel();

@@ -38,8 +38,10 @@ class AdamW {
 
   // One update of the owned ranges: params and grads are the WHOLE flat buffers (only the owned
   // ranges are read or written), or with compact_grads (ZeRO 2) grads holds only the owned ranges,
-  // packed as the moments are. grad_scale multiplies the gradients first (clip factor, or 1).
-  void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads = false);
+  // packed as the moments are, and with compact_params (ZeRO 3) params too. grad_scale multiplies
+  // the gradients first (clip factor, or 1).
+  void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads = false,
+            bool compact_params = false);
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }           // when restoring a checkpoint

@@ -46,7 +46,8 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;
   mo.activation_slots = parallel::max_in_flight(schedule);
-  mo.external_grads = r.parallel.zero >= 2;  // the gradient sync hands out gradient storage
+  mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
+  mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
   return mo;
 }
 
@@ -80,10 +81,17 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     if (model.options().external_grads)
       model_.set_grad_storage_hook(
           [st, &sync](ParamPlace place, int layer) { return sync.group_grads(group_of(st, place, layer)); });
+    if (model.options().external_params)
+      model_.set_param_storage_hook(
+          [st, &sync](ParamPlace place, int layer, bool backward) {
+            return sync.group_params(group_of(st, place, layer), backward);
+          },
+          [st, &sync](ParamPlace place, int layer) { sync.group_params_done(group_of(st, place, layer)); });
   }
   ~ModelStage() override {
     model_.set_grad_ready_hook({});
     model_.set_grad_storage_hook({});
+    model_.set_param_storage_hook({}, {});
   }
 
   void begin_step(int64_t consumed_samples, PhaseTimes* times) {
@@ -95,7 +103,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     return {model_.options().micro_batch, model_.options().seq_len, model_.config().hidden};
   }
   kernels::DType activation_dtype() const override { return DType::fp32; }
-  kernels::Device activation_device() const override { return model_.params().device; }
+  kernels::Device activation_device() const override { return model_.device(); }
 
   void forward(int micro_batch, int, Tensor input) override {
     const double t0 = now_s();
@@ -142,15 +150,21 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   LT_CHECK(model.options().external_grads == (recipe.parallel.zero >= 2),
            "a model built with{} external gradients for parallel.zero {}", model.options().external_grads ? "" : "out",
            recipe.parallel.zero);
+  LT_CHECK(model.options().external_params == (recipe.parallel.zero >= 3),
+           "a model built with{} external parameters for parallel.zero {}",
+           model.options().external_params ? "" : "out", recipe.parallel.zero);
   LT_CHECK(parallel::max_in_flight(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight; the model has {} activation slots",
            parallel::max_in_flight(schedule), model.options().activation_slots);
-  parallel::GradSyncLayout layout{model.params(), model.grads(), {}, grad_ready_groups(model)};
+  parallel::GradSyncLayout layout{model.params(), model.grads(), {}, grad_ready_groups(model), model.device()};
   for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
   sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb,
                                    recipe.parallel.zero_group);
+  // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
+  // through the model.
+  if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned());
-  losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.params().device);
+  losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
   losses_host_.assign(size_t(micro_batches_), 0.0f);
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor());
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
@@ -217,8 +231,9 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   }
   skipped_in_a_row_ = 0;
   out.skipped_total = skipped_total_;
-  optimizer_->step(model_.params(), sync_->owned_grads(), out.lr, clip_factor(out.grad_norm, recipe_.train.grad_clip),
-                   sync_->grads_compact());
+  optimizer_->step(sync_->params_compact() ? sync_->owned_params() : model_.params(), sync_->owned_grads(), out.lr,
+                   clip_factor(out.grad_norm, recipe_.train.grad_clip), sync_->grads_compact(),
+                   sync_->params_compact());
   spent(times.optimizer);
   sync_->gather_params();
   spent(times.grad_sync);

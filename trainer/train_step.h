@@ -7,6 +7,10 @@
 //
 // At ZeRO 2 the model has no gradient buffer: the ModelStage forwards its grad-storage hook to
 // GradSync::group_grads, and the norm and AdamW read the sync's compact owned shard (owned_grads).
+// At ZeRO 3 it has no parameter buffer either: its param-storage hook goes to GradSync::group_params,
+// AdamW updates the sync's owned_params() in place, and the model is handed that shard
+// (Model::set_param_shard) for initialisation and checkpoints: build the TrainStep, then
+// init_parameters or load.
 //
 // train() (trainer/trainer.cpp) owns everything around it: set-up, resume, reporting, evaluation,
 // checkpoints and the stop agreement.

@@ -80,8 +80,8 @@ int train(const TrainContext& ctx) {
   // Model, the step (gradient sync and optimizer) and checkpoints.
   std::vector<parallel::PipeOp> schedule = step_schedule(r, ctx.mesh->coord().pp, accum);
   Model model(mc, step_model_options(r, ctx.mesh->coord().pp, schedule), *comms.tp);
-  model.init_parameters(r.train.seed);
   TrainStep step(r, model, comms, train_batches, std::move(schedule));
+  model.init_parameters(r.train.seed);  // after the step: at ZeRO 3 the values live in its shard
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
                format_memory(memory_plan(r, ctx.mesh->coord())));
   Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world, fsys,
@@ -120,7 +120,7 @@ int train(const TrainContext& ctx) {
     report.step_done(at.step, outcome, step.grad_sync().stats());
     if (at.step == report.start_step() + 1)
       log_progress("memory per rank, measured after the first step: {}",
-                   format_memory(memory_measured(model.params().device, true)));
+                   format_memory(memory_measured(model.device(), true)));
     const bool last = at.step == r.train.steps;
     if (r.eval.every > 0 && at.step % r.eval.every == 0 && !last) eval();
     if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last)
@@ -146,8 +146,8 @@ int train(const TrainContext& ctx) {
   remove_stop_handlers();
   log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
   log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
-               format_memory(memory_measured(model.params().device, true)),
-               format_bytes(double(kernels::memory_use(model.params().device).peak)));
+               format_memory(memory_measured(model.device(), true)),
+               format_bytes(double(kernels::memory_use(model.device()).peak)));
   return kExitOk;
 }
 

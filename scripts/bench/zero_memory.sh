@@ -8,11 +8,14 @@
 # step time relative to stage 0 in the same invocation. A stage this build refuses is listed as such.
 #
 #   scripts/bench/zero_memory.sh [STAGES] [STEPS]   (default "0 1 2 3", 6 steps; build/llmtrain must exist)
+#   BUCKET_MB=4 scripts/bench/zero_memory.sh "0 3"   (parallel.bucket_mb for every stage; default 25:
+#                                                   smaller units shrink the stage 2/3 pools)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 stages=${1:-0 1 2 3}
 steps=${2:-6}
+bucket_mb=${BUCKET_MB:-25}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (scripts/test.sh or cmake --build build)"; exit 1; }
 source tests/parallel/mpi_env.sh
@@ -26,7 +29,8 @@ dp=4
 model=(--set model.layers=16 --set model.hidden=512 --set model.heads=8 --set model.kv_heads=8 --set model.seq_len=128)
 common=(--set data.train=data/train --set data.valid=data/valid --set train.steps="$steps" --set train.micro_batch=1
         --set train.global_batch=$dp --set train.threads=1 --set optimizer.warmup=1 --set log.every=1
-        --set eval.every=0 --set eval.batches=1 --set checkpoint.every=0 --set checkpoint.resume=none)
+        --set eval.every=0 --set eval.batches=1 --set checkpoint.every=0 --set checkpoint.resume=none
+        --set parallel.bucket_mb="$bucket_mb")
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for z in $stages; do
   status=0
@@ -36,9 +40,9 @@ for z in $stages; do
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
-/usr/bin/python3 - "$dp" $stages <<'PY'
+/usr/bin/python3 - "$dp" "$bucket_mb" $stages <<'PY'
 import json, re, statistics, sys
-dp = int(sys.argv[1]); stages = [int(s) for s in sys.argv[2:]]
+dp = int(sys.argv[1]); bucket_mb = sys.argv[2]; stages = [int(s) for s in sys.argv[3:]]
 unit = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 def size(text):
     v, u = text.split()
@@ -67,7 +71,7 @@ for z in stages:
     rows.append((z, dict(psi=psi, par=par, grad=grad, opt=opt, act=act, comm=comm, peak=peak, step=step,
                          loss=recs[-1]["loss"]), ""))
 mib = lambda b: f"{b / 2**20:.1f}"
-print(f"\ndp {dp}, per rank, MiB (Ψ from the run's parameter count; formula: fp32 Adam model states)")
+print(f"\ndp {dp}, bucket_mb {bucket_mb}, per rank, MiB (Ψ from the run's parameter count; formula: fp32 Adam model states)")
 print("| zero | parameters | gradients | optimizer | model states | formula | states/formula | communication "
       "| activations | peak, all at once | step time vs zero 0 | last loss |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

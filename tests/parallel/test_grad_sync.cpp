@@ -5,7 +5,8 @@
 // it owns, owns every element exactly once per shard group (padding uneven groups), and gathers the
 // updated chunks back into identical full buffers. Stage 2 hands out pooled storage per group,
 // reduce-scatters every micro-batch and leaves the dp-average of the accumulated gradient in the
-// compact owned shard, with no more slots than the pool has. Stage 3 is refused until it is built.
+// compact owned shard, with no more slots than the pool has. Stage 3 also hands out every group's
+// values gathered from the owned shards, in forward and backward order.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -241,17 +242,57 @@ TEST(GradSync, StageTwoPoolHoldsAtMostThreeUnits) {
             kNumel);
 }
 
-TEST(GradSync, StageThreeIsNotSupportedYet) {
-  auto dp = make_local_comm("dp");
-  std::vector<float> params(kNumel), grads(kNumel);
-  try {
-    make_grad_sync(3, *dp,
-                   {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups}, 25.0);
-    ADD_FAILURE() << "zero 3 accepted";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("not supported yet: parallel.zero 3"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("ZeRO stages 1 and 2 work"));
+// Stage 3: the sync owns the values of its owned() ranges; group_params hands out each group's
+// values gathered from every rank's shard, in forward and in backward order (a group held while
+// the next is requested), and gathers again after gather_params() (an update).
+TEST(GradSync, StageThreeGathersEveryGroupsValuesFromTheShards) {
+  for (auto [n, mb] : {std::tuple{1, 1e-5}, std::tuple{2, 1e-5}, std::tuple{3, 1e-5}, std::tuple{3, 25.0}}) {
+    SCOPED_TRACE(::testing::Message() << "dp " << n << " bucket_mb " << mb);
+    run_ranks_in_threads(n, [&, mb = mb](Comm& dp) {
+      auto sync = make_grad_sync(3, dp, {{}, {}, kRanges, kGroups}, mb);
+      ASSERT_TRUE(sync->params_compact());
+      ASSERT_TRUE(sync->grads_compact());
+      const kernels::Tensor own = sync->owned_params();
+      auto fill = [&](float scale) {  // every rank writes its owned elements' values
+        int64_t at = 0;
+        for (const FlatRange& r : sync->owned())
+          for (int64_t i = r.begin; i < r.end; ++i) own.ptr<float>()[at++] = scale * float(i);
+        ASSERT_EQ(at, own.numel());
+      };
+      auto expect_group = [&](int g, bool backward, float scale) {
+        const kernels::Tensor v = sync->group_params(g, backward);
+        int64_t begin = INT64_MAX;
+        for (int p : kGroups[size_t(g)]) begin = std::min(begin, kRanges[size_t(p)].offset);
+        for (int p : kGroups[size_t(g)])
+          for (int64_t i = 0; i < kRanges[size_t(p)].numel; ++i) {
+            const int64_t flat = kRanges[size_t(p)].offset + i;
+            EXPECT_EQ(v.ptr<float>()[flat - begin], scale * float(flat)) << "group " << g << " element " << flat;
+          }
+      };
+      fill(0.5f);
+      for (int g = int(kGroups.size()) - 1; g >= 0; --g) {  // forward
+        expect_group(g, false, 0.5f);
+        sync->group_params_done(g);
+      }
+      expect_group(0, true, 0.5f);  // backward; the first group held through the second
+      expect_group(1, true, 0.5f);
+      sync->group_params_done(1);
+      sync->group_params_done(0);
+      expect_group(2, true, 0.5f);
+      sync->group_params_done(2);
+      // At most three units: each gathered once, backward reusing what forward gathered.
+      const auto units = int64_t(shard_units(kRanges, kGroups, mb, sizeof(float)).size());
+      EXPECT_EQ(sync->stats().buckets, units);
+      fill(-2.0f);  // the optimizer's update, then the step's gather_params()
+      sync->gather_params();
+      for (int g = int(kGroups.size()) - 1; g >= 0; --g) {
+        expect_group(g, false, -2.0f);
+        sync->group_params_done(g);
+      }
+      EXPECT_EQ(sync->stats().buckets, 2 * units);  // gathered again after the update
+    });
   }
+  EXPECT_EQ(param_pool_numel(shard_units(kRanges, kGroups, 1e-5, 4), 4), 3 * (12 + 3));
 }
 
 }  // namespace

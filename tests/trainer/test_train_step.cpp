@@ -1,6 +1,6 @@
 // One optimizer step as a unit (trainer/train_step.h), on a real dataset file and a real model:
 // data-parallel ranks (as threads, on the in-process communicator) take the same steps as one rank,
-// with and without ZeRO stages 1 and 2 (hybrid sharding too), checkpoints move between the layouts,
+// with and without ZeRO stages 1, 2 and 3 (hybrid sharding too), checkpoints move between the layouts,
 // a warm step allocates nothing, non-finite steps are skipped or stop the run, and parameter groups
 // reach the gradient sync in the order backward completes them.
 #include <gmock/gmock.h>
@@ -60,9 +60,12 @@ class TrainStepTest : public ::testing::Test {
           batches(data, sampler, r.model.seq_len),
           schedule(step_schedule(r, 0, sampler.micro_batches_per_step())),
           model(r.model, step_model_options(r, 0, schedule), *comms.tp) {
-      model.init_parameters(11);
       step.emplace(r, model, comms, batches, schedule);
+      model.init_parameters(11);  // after the step: at ZeRO 3 the values live in its shard
     }
+    // The parameters this rank updates, as a flat buffer's tensor: the model's at stages 0-2, the
+    // sync's owned shard at 3.
+    kernels::Tensor values() const { return model.options().external_params ? model.param_shard() : model.params(); }
     parallel::Mesh mesh;
     parallel::MeshComms comms;
     GptDataset data;
@@ -150,6 +153,7 @@ class ZeroTest : public TrainStepTest {
     Recipe r = recipe_;
     r.parallel.zero = zero, r.parallel.dp = dp, r.parallel.zero_group = zero_group;
     std::vector<Run> runs(static_cast<size_t>(dp));
+    std::vector<float> whole;  // zero 3
     parallel::run_ranks_in_threads(dp, [&](parallel::Comm& world) {
       const int rank = world.rank();
       Rank me(r, prefix_, world.split(0, rank, "world"), dp);
@@ -164,8 +168,20 @@ class ZeroTest : public TrainStepTest {
       }
       for (int s = from; s < to; ++s)
         runs[size_t(rank)].losses.push_back(me.step->run(s, int64_t(s) * r.train.global_batch).loss);
-      const kernels::Tensor p = me.model.params();
-      runs[size_t(rank)].params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
+      if (zero < 3) {
+        const kernels::Tensor p = me.model.params();
+        runs[size_t(rank)].params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
+      } else {  // the first shard group's owned shards, assembled (they cover the model once)
+        world.barrier();
+        if (rank == 0) whole.assign(size_t(me.model.numel()), NAN);
+        world.barrier();
+        if (me.step->grad_sync().first_copy()) {
+          int64_t at = 0;
+          for (const parallel::FlatRange& o : me.model.param_shard_ranges())
+            for (int64_t i = o.begin; i < o.end; ++i) whole[size_t(i)] = me.model.param_shard().ptr<float>()[at++];
+        }
+        world.barrier();
+      }
       if (!save.empty()) {
         CheckpointMeta meta;
         meta.step = to;
@@ -177,6 +193,10 @@ class ZeroTest : public TrainStepTest {
         checkpoint_save(default_file_system(), save, meta, slices(), *me.comms.world, 3);
       }
     });
+    if (zero == 3) {
+      for (float v : whole) EXPECT_FALSE(std::isnan(v)) << "an element no rank owns";
+      for (Run& one : runs) one.params = whole;
+    }
     for (int rank = 1; rank < dp; ++rank) {
       EXPECT_EQ(runs[size_t(rank)].losses, runs[0].losses) << "rank " << rank;
       EXPECT_EQ(runs[size_t(rank)].params, runs[0].params) << "rank " << rank << " diverged";
@@ -223,6 +243,39 @@ TEST_F(ZeroTest, StageTwoTakesTheStepsOfOneRank) {
   }
 }
 
+// ZeRO stage 3: parameters sharded too, each group's values gathered before forward and backward
+// read them; at dp 2 (two micro-batches of 2 per rank) and dp 4 (two of 1), one unit or about one
+// per block, hybrid, and with activation recomputation: the steps of one rank at zero 0.
+TEST_F(ZeroTest, StageThreeTakesTheStepsOfOneRank) {
+  const Run want = run(0, 1, 0, 0, 20);
+  for (auto [dp, group, mb, micro, ckpt] : {std::tuple{2, 0, 25.0, 2, false}, std::tuple{2, 0, 0.01, 2, true},
+                                            std::tuple{4, 0, 0.01, 1, false}, std::tuple{4, 2, 0.01, 1, false}}) {
+    SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero_group " << group << " bucket_mb " << mb
+                                      << " micro_batch " << micro << " recompute " << ckpt);
+    recipe_.parallel.bucket_mb = mb;
+    recipe_.train.micro_batch = micro;
+    recipe_.train.activation_checkpointing = ckpt ? ActivationCheckpointing::full : ActivationCheckpointing::none;
+    expect_same(run(3, dp, group, 0, 20), want);
+  }
+}
+
+// Each rank writes the values of the element ranges it owns; they load at zero 0 on one rank, and
+// the reverse.
+TEST_F(ZeroTest, CheckpointsMoveBetweenZeroThreeAndZeroZero) {
+  const Run want = run(0, 1, 0, 0, 20);
+  const std::string sharded = (dir_ / "ckpt_zero3").string(), whole = (dir_ / "ckpt_zero0").string();
+  recipe_.parallel.bucket_mb = 0.01;
+  recipe_.train.micro_batch = 1;  // two micro-batches per rank at dp 4
+  // Written at (zero 3, dp 4), resumed at (zero 0, dp 1).
+  expect_same(run(3, 4, 0, 0, 10, "", sharded), {{want.losses.begin(), want.losses.begin() + 10}, {}}, 0);
+  recipe_.train.micro_batch = 2;
+  expect_same(run(0, 1, 0, 10, 20, sharded + "/step_00000010"), want, 10);
+  // Written at (zero 0, dp 1), resumed at (zero 3, dp 4).
+  run(0, 1, 0, 0, 10, "", whole);
+  recipe_.train.micro_batch = 1;
+  expect_same(run(3, 4, 0, 10, 20, whole + "/step_00000010"), want, 10);
+}
+
 TEST_F(ZeroTest, CheckpointsMoveBetweenZeroTwoAndZeroZero) {
   const Run want = run(0, 1, 0, 0, 20);
   const std::string sharded = (dir_ / "ckpt_zero2").string(), whole = (dir_ / "ckpt_zero0").string();
@@ -243,13 +296,17 @@ TEST_F(ZeroTest, CheckpointsMoveBetweenZeroTwoAndZeroZero) {
 TEST_F(ZeroTest, NonFiniteStepsAreSkippedOnEveryShard) {
   recipe_.train.on_nonfinite = NonFiniteAction::skip;
   recipe_.parallel.dp = 2;
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << "zero " << zero);
     recipe_.parallel.zero = zero;
     parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
       Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
-      me.model.params().ptr<float>()[5] = NAN;  // in the embedding, owned by rank 0 only
-      const kernels::Tensor p = me.model.params();
+      // Element 5, in the embedding, owned by rank 0 only (at zero 3 only rank 0 holds it).
+      if (zero < 3)
+        me.model.params().ptr<float>()[5] = NAN;
+      else if (me.model.param_shard_offset(5) >= 0)
+        me.model.param_shard().ptr<float>()[me.model.param_shard_offset(5)] = NAN;
+      const kernels::Tensor p = me.values();
       const std::vector<float> before(p.ptr<float>(), p.ptr<float>() + p.numel());
       const StepOutcome o = me.step->run(0, 0);
       EXPECT_TRUE(o.skipped);
@@ -375,11 +432,34 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   EXPECT_EQ(got2.activations, plan2.activations);
   EXPECT_EQ(got2.communication, plan2.communication);
 
-  recipe_.train.precision = Precision::bf16;
+  // ZeRO stage 3 at dp 2: no model parameter buffer either; each rank's owned values and the pool
+  // units are gathered into.
   recipe_.parallel.zero = 3;
+  MemoryAccount plan3;
+  for (int dp = 0; dp < 2; ++dp) {
+    const MemoryAccount p = memory_plan(recipe_, {0, dp, 0});
+    EXPECT_TRUE(p.notes.empty());
+    EXPECT_EQ(p.parameters, p.gradients);  // the same shard and the same pool shape
+    plan3.parameters += p.parameters, plan3.gradients += p.gradients, plan3.optimizer += p.optimizer;
+    plan3.activations += p.activations, plan3.communication += p.communication;
+  }
+  MemoryAccount got3;
+  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+    me.step->run(0, 0);
+    world.barrier();
+    if (world.rank() == 0) got3 = memory_measured(kernels::Device::cpu, false);
+    world.barrier();
+  });
+  EXPECT_EQ(got3.parameters, plan3.parameters);
+  EXPECT_EQ(got3.gradients, plan3.gradients);
+  EXPECT_EQ(got3.optimizer, plan3.optimizer);
+  EXPECT_EQ(got3.activations, plan3.activations);
+  EXPECT_EQ(got3.communication, plan3.communication);
+
+  recipe_.train.precision = Precision::bf16;
   EXPECT_THAT(memory_plan(recipe_, {0, 0, 0}).notes,
-              ::testing::ElementsAre(::testing::HasSubstr("train.precision bf16 is not supported yet"),
-                                     ::testing::HasSubstr("parallel.zero 3 is not supported yet")));
+              ::testing::ElementsAre(::testing::HasSubstr("train.precision bf16 is not supported yet")));
 }
 
 TEST_F(TrainStepTest, GradientGroupsFollowBackward) {

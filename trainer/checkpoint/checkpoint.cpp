@@ -287,7 +287,21 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
     SliceSpec block = dim >= 0 && p.shape[dim] != p.spec.shape[dim]
                           ? SliceSpec::block(p.spec.shape, dim, p.shard_begin, p.shape[dim])
                           : SliceSpec::whole(p.spec.shape);
-    out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, write_params && !p.tied_copy});
+    if (!model.options().external_params) {
+      out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, write_params && !p.tied_copy});
+    } else {
+      // ZeRO 3: the values of the owned element ranges, from the param shard, written by the ranks
+      // that write the moments.
+      for (const parallel::FlatRange& own : model.param_shard_ranges()) {
+        const int64_t lo = std::max(p.offset, own.begin), hi = std::min(p.offset + p.numel(), own.end);
+        if (lo >= hi) continue;
+        SliceSpec part = block;
+        part.begin = lo - p.offset;
+        part.end = hi - p.offset;
+        out.push_back({p.spec.name, TensorRole::param, p.spec.shape, part,
+                       model.param_shard().flat(model.param_shard_offset(lo), hi - lo), write_moments && !p.tied_copy});
+      }
+    }
     if (!opt) continue;
     // The part of this parameter's flat range the optimizer owns: at most one owned range meets a
     // parameter (ZeRO owns one chunk of each sharding unit, a union of whole parameter groups), so a rank has at most

@@ -130,12 +130,14 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
 void Model::build_params() {
   int64_t numel = 0;
   params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), &numel);
-  param_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::parameters);
+  numel_ = numel;
+  if (!options_.external_params)
+    param_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::parameters);
   if (!options_.external_grads)
     grad_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::gradients);
   for (ModelParam& p : params_) {
     const Shape shape{std::span<const int64_t>(p.shape)};
-    p.value = param_buf_.tensor().flat(p.offset, p.numel()).view(shape);
+    if (!options_.external_params) p.value = param_buf_.tensor().flat(p.offset, p.numel()).view(shape);
     if (!options_.external_grads) p.grad = grad_buf_.tensor().flat(p.offset, p.numel()).view(shape);
   }
 }
@@ -161,7 +163,8 @@ void Model::bind_views() {
   ends_ = std::make_unique<EndWeights>();
   end_grads_ = std::make_unique<EndWeights>();
   for (bool grad : {false, true}) {
-    if (grad && options_.external_grads) break;  // bound group by group as backward reaches them
+    // External storage is bound group by group as forward and backward reach them.
+    if (grad ? options_.external_grads : options_.external_params) continue;
     for (int i = 0; i < layers; ++i) bind_block(i, grad);
     bind_ends(grad);
   }
@@ -225,6 +228,36 @@ void Model::bind_ends(bool grad) {
     // Tied: the first token_embedding of the stage (the embedding itself, or the last stage's copy).
     e.head = v(config_.tie_embeddings ? ParamRole::token_embedding : ParamRole::output_weight);
   }
+}
+
+bool Model::tied_in_stage() const {
+  return options_.stage.has_head && options_.stage.has_embedding && config_.tie_embeddings;
+}
+
+void Model::hold_params(ParamPlace place, int layer, bool backward) {
+  if (!options_.external_params) return;
+  LT_CHECK(param_storage_ && param_release_, "a model with external parameters needs a param-storage hook");
+  const Tensor base = param_storage_(place, layer, backward);
+  int64_t begin = INT64_MAX;
+  auto mine = [&](const ModelParam& p) {
+    return p.spec.place == place && (place != ParamPlace::block || p.spec.layer == layer);
+  };
+  for (const ModelParam& p : params_)
+    if (mine(p)) begin = std::min(begin, p.offset);
+  for (ModelParam& p : params_)
+    if (mine(p)) {
+      LT_CHECK(p.offset - begin + p.numel() <= base.numel(), "{}: the parameter storage holds {} elements", p.spec.name,
+               base.numel());
+      p.value = base.flat(p.offset - begin, p.numel()).view(Shape{std::span<const int64_t>(p.shape)});
+    }
+  if (place == ParamPlace::block)
+    bind_block(layer - options_.stage.layer_begin, false);
+  else
+    bind_ends(false);
+}
+
+void Model::release_params(ParamPlace place, int layer) {
+  if (options_.external_params) param_release_(place, layer);
 }
 
 void Model::bind_group_grads(ParamPlace place, int layer) {
@@ -336,8 +369,8 @@ ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& opti
   std::vector<Model::Slot> slots;
   Model::Work work;
   ModelMemory mem = Model::lay_out(model, o, Model::Dims(model, o, tp_size), measure, slots, work);
-  mem.params = numel * int64_t(sizeof(float));
-  mem.grads = o.external_grads ? 0 : mem.params;
+  mem.params = o.external_params ? 0 : numel * int64_t(sizeof(float));
+  mem.grads = o.external_grads ? 0 : numel * int64_t(sizeof(float));
   return mem;
 }
 
@@ -352,21 +385,62 @@ std::vector<ModelParam> model_param_layout(const ModelConfig& model, const Model
 // Initialization writes parameter memory through host pointers: it runs once at start, and with
 // CUDA it becomes an op (or a host fill copied to the device). Nothing in a step does this.
 void Model::init_parameters(uint64_t seed) {
-  for (const ModelParam& p : params_) {
-    float* out = p.value.ptr<float>();
-    if (p.spec.init == ParamInit::zeros || p.spec.init == ParamInit::ones) {
-      std::fill(out, out + p.numel(), p.spec.init == ParamInit::ones ? 1.0f : 0.0f);
-      continue;
-    }
-    const auto key = param_rng_key(seed, p.spec.name);
-    const double std = param_init_std(p.spec, config_);
-    for_each_shard_run(p, [&](int64_t local, int64_t global, int64_t count) {
-      constexpr int64_t kChunk = 1 << 14;  // a multiple of 4: chunks never split a Philox block
-#pragma omp parallel for schedule(static) if (count > kChunk)
-      for (int64_t c = 0; c < count; c += kChunk)
-        normal_fill(key, uint64_t(global + c), out + local + c, std::min(kChunk, count - c), std);
-    });
+  if (!options_.external_params) {
+    for (const ModelParam& p : params_) init_param_elements(p, seed, 0, p.numel(), p.value.ptr<float>());
+    return;
   }
+  // ZeRO 3: only the owned elements, straight into the shard (each is a pure function of its index).
+  LT_CHECK(shard_values_.defined(), "init_parameters on a model with external parameters and no param shard");
+  for (const ModelParam& p : params_)
+    for (const parallel::FlatRange& own : shard_ranges_) {
+      const int64_t lo = std::max(p.offset, own.begin), hi = std::min(p.offset + p.numel(), own.end);
+      if (lo < hi)
+        init_param_elements(p, seed, lo - p.offset, hi - p.offset, shard_values_.ptr<float>() + param_shard_offset(lo));
+    }
+}
+
+// Elements [begin, end) of p (this rank's shard, row-major) into out[0, end - begin).
+void Model::init_param_elements(const ModelParam& p, uint64_t seed, int64_t begin, int64_t end, float* out) const {
+  if (p.spec.init == ParamInit::zeros || p.spec.init == ParamInit::ones) {
+    std::fill(out, out + (end - begin), p.spec.init == ParamInit::ones ? 1.0f : 0.0f);
+    return;
+  }
+  const auto key = param_rng_key(seed, p.spec.name);
+  const double std = param_init_std(p.spec, config_);
+  for_each_shard_run(p, [&](int64_t local, int64_t global, int64_t count) {
+    const int64_t lo = std::max(local, begin), hi = std::min(local + count, end);
+    if (lo >= hi) return;
+    global += lo - local, count = hi - lo;
+    float* to = out + (lo - begin);
+    constexpr int64_t kChunk = 1 << 14;  // a multiple of 4: chunks never split a Philox block
+#pragma omp parallel for schedule(static) if (count > kChunk)
+    for (int64_t c = 0; c < count; c += kChunk)
+      normal_fill(key, uint64_t(global + c), to + c, std::min(kChunk, count - c), std);
+  });
+}
+
+void Model::set_param_shard(std::vector<parallel::FlatRange> owned, Tensor values) {
+  LT_CHECK(options_.external_params, "set_param_shard on a model with its own parameter buffer");
+  int64_t n = 0;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    LT_CHECK(owned[i].begin >= 0 && owned[i].begin <= owned[i].end && owned[i].end <= numel_ &&
+                 (i == 0 || owned[i - 1].end <= owned[i].begin),
+             "param shard range [{}, {}) of {}", owned[i].begin, owned[i].end, numel_);
+    n += owned[i].numel();
+  }
+  LT_CHECK(values.dtype == DType::fp32 && values.numel() == n, "param shard of {} elements for ranges of {}",
+           values.numel(), n);
+  shard_ranges_ = std::move(owned);
+  shard_values_ = values;
+}
+
+int64_t Model::param_shard_offset(int64_t at) const {
+  int64_t base = 0;
+  for (const parallel::FlatRange& r : shard_ranges_) {
+    if (at >= r.begin && at < r.end) return base + (at - r.begin);
+    base += r.numel();
+  }
+  return -1;
 }
 
 void Model::zero_grads() {
@@ -435,9 +509,9 @@ Tensor Model::forward_cached(Tensor tokens, int64_t position) {
   s.has_targets = false;
   const int64_t n = int64_t(b) * t;
   kernels::copy(s.tokens.flat(0, n), tokens.view({n}));
-  embed_forward(s, position);
+  embedding_forward_held(s, position);
   forward_blocks(s, position, true);
-  head_forward(s);
+  head_forward_held(s);
   return s.logits_full.flat(0, n * config_.padded_vocab()).view({b, t, config_.padded_vocab()});
 }
 
@@ -466,12 +540,27 @@ void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
   }
   if (st.has_embedding) {
     kernels::copy(s.tokens.flat(0, n), mb.tokens.view({n}));
-    embed_forward(s, 0);
+    embedding_forward_held(s, 0);
   } else {
     kernels::copy(s.residual[0].flat(0, n * config_.hidden), input.view({n * config_.hidden}));
   }
   forward_blocks(s, 0, false);
-  if (st.has_head) head_forward(s);
+  if (st.has_head) head_forward_held(s);
+}
+
+// The embedding's and the head's forward with their values held (external_params); a tied
+// embedding stays held from the first through the second.
+void Model::embedding_forward_held(Slot& s, int64_t position) {
+  hold_params(ParamPlace::embedding, -1, false);
+  embed_forward(s, position);
+  if (!tied_in_stage()) release_params(ParamPlace::embedding, -1);
+}
+
+void Model::head_forward_held(Slot& s) {
+  hold_params(ParamPlace::head, -1, false);
+  head_forward(s);
+  release_params(ParamPlace::head, -1);
+  if (tied_in_stage()) release_params(ParamPlace::embedding, -1);
 }
 
 void Model::forward_blocks(Slot& s, int64_t position, bool cached) {
@@ -479,8 +568,11 @@ void Model::forward_blocks(Slot& s, int64_t position, bool cached) {
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
   for (int l = 0; l < layers; ++l) {
     LayerActs& acts = ckpt ? work_->recompute : s.layers[size_t(l)];
+    const int layer = options_.stage.layer_begin + l;
+    hold_params(ParamPlace::block, layer, false);
     block_forward(l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], s.batch, s.seq, false, position,
                   cached ? &work_->cache[size_t(l)] : nullptr);
+    release_params(ParamPlace::block, layer);
   }
 }
 
@@ -505,12 +597,17 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   // writes them; a tied head writes the embedding's gradient, so that group is bound first.
   const bool external = options_.external_grads;
   LT_CHECK(!external || grad_storage_, "a model with external gradients needs a grad-storage hook");
-  const bool tied_head = st.has_head && st.has_embedding && config_.tie_embeddings;
+  const bool tied_head = tied_in_stage();
+  // External parameters: each group's values are held from just before its backward (and
+  // recomputation) reads them until it is done; a tied head reads the embedding's.
+  if (tied_head) hold_params(ParamPlace::embedding, -1, true);
   if (external && tied_head) bind_group_grads(ParamPlace::embedding, -1);
   if (st.has_head) {
     LT_CHECK(s.has_targets, "backward of a forward without targets");
+    hold_params(ParamPlace::head, -1, true);
     if (external) bind_group_grads(ParamPlace::head, -1);
     head_backward(s, loss_scale);
+    release_params(ParamPlace::head, -1);
     if (grad_ready_) grad_ready_(ParamPlace::head, -1);
   } else {
     LT_CHECK(grad_output.defined() && grad_output.numel() == n * d, "stage grad_output {} for {} tokens",
@@ -520,14 +617,18 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   const int layers = st.layer_end - st.layer_begin;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
   for (int l = layers - 1; l >= 0; --l) {
+    hold_params(ParamPlace::block, st.layer_begin + l, true);
     if (ckpt) block_forward(l, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true, 0, nullptr);
     if (external) bind_group_grads(ParamPlace::block, st.layer_begin + l);
     block_backward(l, ckpt ? w.recompute : s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq);
+    release_params(ParamPlace::block, st.layer_begin + l);
     if (grad_ready_) grad_ready_(ParamPlace::block, st.layer_begin + l);
   }
   if (st.has_embedding) {
+    if (!tied_head) hold_params(ParamPlace::embedding, -1, true);
     if (external && !tied_head) bind_group_grads(ParamPlace::embedding, -1);
     embed_backward(s);
+    release_params(ParamPlace::embedding, -1);
     if (grad_ready_) grad_ready_(ParamPlace::embedding, -1);
   }
   w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});

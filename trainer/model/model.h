@@ -6,6 +6,11 @@
 //  - Parameters live in ONE flat fp32 buffer and gradients in another of the same layout, in the
 //    order of model_param_specs() restricted to this stage; ModelParam::value/grad are views.
 //    Nothing may reallocate them: the optimizer, ZeRO shards and checkpoint I/O work on ranges.
+//  - With options.external_params (ZeRO 3) there is no parameter buffer either: the param-storage
+//    hook hands out each group's values (a gathered copy) before forward, backward or recomputation
+//    reads them, and takes them back after; ModelParam::value is only meaningful while its group is
+//    held. The values themselves live in a compact shard of flat ranges the model is given
+//    (set_param_shard), which init_parameters and checkpoints write and read.
 //  - Backward ACCUMULATES into the gradient buffer (gradient accumulation over micro-batches);
 //    call zero_grads() once per optimizer step. With options.external_grads (ZeRO 2) there is no
 //    such buffer: backward accumulates into storage the grad-storage hook hands out per group. The loss a micro-batch
@@ -34,6 +39,7 @@
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
 #include "parallel/comm.h"
+#include "parallel/grad_sync.h"
 #include "trainer/model/model_spec.h"
 
 namespace llmtrain::trainer {
@@ -62,12 +68,16 @@ struct ModelOptions {
   // grad-storage hook says (set_grad_storage_hook), and grads()/ModelParam::grad are only
   // meaningful for the group backward is computing.
   bool external_grads = false;
+  // ZeRO 3: no flat parameter buffer; forward and backward read each group's values where the
+  // param-storage hook says (set_param_storage_hook). Implies nothing about gradients (ZeRO 3 sets
+  // external_grads too).
+  bool external_params = false;
 };
 
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
 // the same layout code the constructor runs, so it equals what a constructed Model holds.
 struct ModelMemory {
-  int64_t params = 0;            // the flat fp32 parameter buffer (this rank's shards)
+  int64_t params = 0;            // the flat fp32 parameter buffer (this rank's shards; 0 with external_params)
   int64_t grads = 0;             // the flat fp32 gradient buffer, same layout (0 with external_grads)
   int64_t activations_kept = 0;  // what the activation slots keep from forward to backward (all slots)
   int64_t activations_work = 0;  // shared by the slots: backward's gradient buffers, recomputation,
@@ -136,12 +146,24 @@ class Model {
   // The parameter of `role` (of block `layer`, global index, for block roles); LT_CHECK-fails when
   // this stage does not hold it. A tied head is ParamRole::token_embedding.
   const ModelParam& parameter(ParamRole role, int layer = -1) const;
-  kernels::Tensor params() const { return param_buf_.tensor(); }  // [numel] flat fp32
-  kernels::Tensor grads() const { return grad_buf_.tensor(); }    // undefined with options.external_grads
-  int64_t numel() const { return param_buf_.numel(); }
+  // [numel] flat fp32; undefined with options.external_params.
+  kernels::Tensor params() const { return param_buf_.tensor(); }
+  kernels::Tensor grads() const { return grad_buf_.tensor(); }  // undefined with options.external_grads
+  int64_t numel() const { return numel_; }                      // elements of the flat layout
+  kernels::Device device() const { return act_buf_.tensor().device; }
   // Every parameter from the counter-based RNG (trainer/model/param_init.h): a shard gets the values
-  // of its slice of the whole parameter.
+  // of its slice of the whole parameter. With options.external_params it writes the param shard
+  // (set_param_shard must come first).
   void init_parameters(uint64_t seed);
+  // With options.external_params: where the parameter values live between uses. `owned` are flat
+  // ranges (ascending, disjoint) and `values` holds their elements packed (owned[0]'s, then
+  // owned[1]'s, ...), as AdamW packs its moments; elements outside `owned` are another rank's.
+  // The storage must outlive the model's use of it.
+  void set_param_shard(std::vector<parallel::FlatRange> owned, kernels::Tensor values);
+  const std::vector<parallel::FlatRange>& param_shard_ranges() const { return shard_ranges_; }
+  kernels::Tensor param_shard() const { return shard_values_; }
+  // Where flat element `at` has its value in param_shard(); -1 outside the owned ranges.
+  int64_t param_shard_offset(int64_t at) const;
   void zero_grads();
 
   // ---- the whole model (pp = 1) ----
@@ -194,6 +216,18 @@ class Model {
   // offset to its last one's end), which backward accumulates into (+=) until the group is ready.
   using GradStorageHook = std::function<kernels::Tensor(ParamPlace place, int layer)>;
   void set_grad_storage_hook(GradStorageHook hook) { grad_storage_ = std::move(hook); }
+  // With options.external_params: `get` is called before forward, backward or recomputation first
+  // reads a group's values (`backward`: in backward, which runs the groups in the grad-ready
+  // hook's order; forward runs them in the reverse), and returns fp32 storage holding the values
+  // of the group's flat range, valid until `release` for the same group. A tied word embedding's
+  // group is held from the embedding's forward through the head's, and from the head's backward
+  // through the embedding's.
+  using ParamStorageHook = std::function<kernels::Tensor(ParamPlace place, int layer, bool backward)>;
+  using ParamReleaseHook = std::function<void(ParamPlace place, int layer)>;
+  void set_param_storage_hook(ParamStorageHook get, ParamReleaseHook release) {
+    param_storage_ = std::move(get);
+    param_release_ = std::move(release);
+  }
 
  private:
   friend ModelMemory model_memory_plan(const ModelConfig&, const ModelOptions&, int, int);
@@ -221,8 +255,14 @@ class Model {
   void bind_block(int local_layer, bool grad);
   void bind_ends(bool grad);
   void bind_group_grads(ParamPlace place, int layer);
+  bool tied_in_stage() const;
+  void hold_params(ParamPlace place, int layer, bool backward);
+  void release_params(ParamPlace place, int layer);
+  void init_param_elements(const ModelParam& p, uint64_t seed, int64_t begin, int64_t end, float* out) const;
   void forward_blocks(Slot& s, int64_t position, bool cached);
   void embed_forward(Slot& s, int64_t position);
+  void embedding_forward_held(Slot& s, int64_t position);
+  void head_forward_held(Slot& s);
   void embed_backward(Slot& s);
   void block_forward(int layer, LayerActs& a, kernels::Tensor x, kernels::Tensor out, int b, int t, bool recompute,
                      int64_t position, const Cache* cache);
@@ -239,13 +279,18 @@ class Model {
   int64_t seq_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_local_ = 0, vocab_begin_ = 0;
 
   std::vector<ModelParam> params_;
+  int64_t numel_ = 0;
   kernels::Buffer param_buf_, grad_buf_, act_buf_;
+  std::vector<parallel::FlatRange> shard_ranges_;
+  kernels::Tensor shard_values_;
   std::vector<BlockWeights> weights_, weight_grads_;  // per local layer
   std::unique_ptr<EndWeights> ends_, end_grads_;      // embedding and head
   std::unique_ptr<Work> work_;
   std::vector<Slot> slots_;
   GradReadyHook grad_ready_;
   GradStorageHook grad_storage_;
+  ParamStorageHook param_storage_;
+  ParamReleaseHook param_release_;
 };
 
 template <typename Fn>

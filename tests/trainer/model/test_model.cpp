@@ -281,6 +281,75 @@ TEST_P(ModelTest, ExternalGradientStorageGetsTheFlatBuffersGradients) {
   }
 }
 
+// external_params: no parameter buffer; init_parameters writes the param shard, and forward,
+// backward and recomputation read each group's values from the hook's storage only between its
+// get and its release (released storage is poisoned here), in the documented order, computing
+// exactly what a plain model computes.
+TEST_P(ModelTest, ExternalParameterStorageIsReadOnlyWhileHeld) {
+  for (auto [tied, ckpt] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+    SCOPED_TRACE(::testing::Message() << (tied ? "tied" : "untied") << (ckpt ? ", recomputation" : ""));
+    const ModelConfig m = small(GetParam(), tied);
+    auto tp = parallel::make_local_comm("tp");
+    const ActivationCheckpointing c = ckpt ? ActivationCheckpointing::full : ActivationCheckpointing::none;
+    Model plain(m, ModelOptions{.micro_batch = 2, .checkpointing = c}, *tp);
+    const ModelOptions eo{.micro_batch = 2, .checkpointing = c, .external_params = true};
+    Model ext(m, eo, *tp);
+    EXPECT_FALSE(ext.params().defined());
+    EXPECT_EQ(model_memory_plan(m, eo, 1, 0).params, 0);
+    std::vector<float> shard(size_t(ext.numel())), held(size_t(ext.numel()), NAN);
+    ext.set_param_shard({{0, ext.numel()}}, kernels::host_tensor(shard.data(), {ext.numel()}));
+    plain.init_parameters(3);
+    ext.init_parameters(3);
+    ASSERT_EQ(0, std::memcmp(shard.data(), plain.params().data, plain.params().bytes())) << "init differs";
+    auto range = [&](ParamPlace place, int layer) {
+      int64_t begin = ext.numel(), end = 0;
+      for (const ModelParam& p : ext.parameters())
+        if (p.spec.place == place && (place != ParamPlace::block || p.spec.layer == layer))
+          begin = std::min(begin, p.offset), end = std::max(end, p.offset + p.numel());
+      return std::pair{begin, end};
+    };
+    std::vector<std::string> calls;
+    auto name = [](ParamPlace place, int layer) { return std::to_string(int(place)) + ":" + std::to_string(layer); };
+    ext.set_param_storage_hook(
+        [&](ParamPlace place, int layer, bool backward) {
+          const auto [b, e] = range(place, layer);
+          std::copy(shard.begin() + b, shard.begin() + e, held.begin() + b);
+          calls.push_back((backward ? "B" : "F") + name(place, layer));
+          return kernels::host_tensor(held.data() + b, {e - b});
+        },
+        [&](ParamPlace place, int layer) {
+          const auto [b, e] = range(place, layer);
+          std::fill(held.begin() + b, held.begin() + e, NAN);
+          calls.push_back("-" + name(place, layer));
+        });
+    plain.zero_grads();
+    ext.zero_grads();
+    Batch x(m, 2, 11, 1), y(m, 2, 9, 2);
+    for (Batch* batch : {&x, &y})
+      EXPECT_EQ(plain.forward_backward(batch->mb(), 0.5f), ext.forward_backward(batch->mb(), 0.5f));
+    EXPECT_EQ(0, std::memcmp(ext.grads().data, plain.grads().data, plain.grads().bytes())) << "gradients differ";
+    EXPECT_EQ(plain.forward_loss(x.mb()), ext.forward_loss(x.mb()));
+    for (float v : held) ASSERT_TRUE(std::isnan(v)) << "a group still held after forward";
+
+    // One forward and backward: groups in forward order, then in backward order, each released
+    // after use; a tied embedding held across the whole pass.
+    const std::string emb = name(ParamPlace::embedding, -1), head = name(ParamPlace::head, -1);
+    std::vector<std::string> want{"F" + emb};
+    if (!tied) want.push_back("-" + emb);
+    for (int l = 0; l < m.layers; ++l)
+      for (const char* k : {"F", "-"}) want.push_back(k + name(ParamPlace::block, l));
+    for (const std::string& k : {"F" + head, "-" + head}) want.push_back(k);
+    if (tied) want.push_back("-" + emb), want.push_back("B" + emb);
+    for (const std::string& k : {"B" + head, "-" + head}) want.push_back(k);
+    for (int l = m.layers - 1; l >= 0; --l)
+      for (const char* k : {"B", "-"}) want.push_back(k + name(ParamPlace::block, l));
+    if (!tied) want.push_back("B" + emb);
+    want.push_back("-" + emb);
+    ASSERT_GE(calls.size(), want.size());
+    EXPECT_EQ(std::vector<std::string>(calls.begin(), calls.begin() + std::ptrdiff_t(want.size())), want);
+  }
+}
+
 TEST_P(ModelTest, MemoryPlanEqualsWhatTheModelAllocates) {
   struct Case {
     const char* what;
