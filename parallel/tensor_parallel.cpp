@@ -78,4 +78,22 @@ void scatter_to_tp_region_backward(Comm& tp, Tensor dlocal, Tensor dfull, Tensor
   gather_from_tp_region_forward(tp, dlocal, dfull, scratch);
 }
 
+void vocab_parallel_cross_entropy_forward(Comm& tp, Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                                          int64_t vocab, int32_t ignore_index, Tensor scratch) {
+  const int64_t n = losses.numel(), begin = tp.rank() * last_dim(logits);
+  LT_CHECK(scratch.numel() >= 3 * n, "cross-entropy scratch of {} for {} rows", scratch.numel(), n);
+  const Tensor row_max = scratch.flat(0, n), stats = scratch.flat(n, 2 * n);
+  kernels::cross_entropy_shard_max(row_max, logits, begin, vocab);
+  if (tp.size() > 1) tp.all_reduce(row_max, ReduceOp::max);
+  kernels::cross_entropy_shard_sums(stats, logits, row_max, targets, begin, vocab, ignore_index);
+  if (tp.size() > 1) tp.all_reduce(stats, ReduceOp::sum);
+  kernels::cross_entropy_combine(losses, lse, row_max, stats, targets, vocab, ignore_index);
+}
+
+void vocab_parallel_cross_entropy_backward(Comm& tp, Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                                           int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count) {
+  kernels::cross_entropy_shard_backward(dlogits, logits, lse, targets, tp.rank() * last_dim(logits), vocab,
+                                        ignore_index, loss_scale, count);
+}
+
 }  // namespace llmtrain::parallel

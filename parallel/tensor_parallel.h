@@ -16,6 +16,14 @@
 //    may be absent when tp = 1).
 //  - A bias that is replicated across a row-parallel layer is added after reduce_from_tp_region,
 //    never before (it would be counted tp times).
+//
+//   vocab_parallel_cross_entropy   forward: softmax cross-entropy over logits split by vocabulary
+//                                  columns (Megatron's): all-reduce max of the row maxima, then one
+//                                  all-reduce sum of [Σ exp, target logit]; every rank ends with the
+//                                  same losses and lse. No rank holds the full logits.
+//                                  backward: local (softmax − one-hot on this rank's columns)
+//  - Rank r's logits [N, V/tp] hold the columns [r·V/tp, (r+1)·V/tp); columns >= vocab are
+//    padding, excluded exactly as in kernels::cross_entropy_forward. scratch holds 3·N floats.
 #pragma once
 
 #include "parallel/comm.h"
@@ -33,5 +41,10 @@ void gather_from_tp_region_backward(Comm& tp, Tensor dfull, Tensor dlocal);
 
 void scatter_to_tp_region_forward(Comm& tp, Tensor full, Tensor local);
 void scatter_to_tp_region_backward(Comm& tp, Tensor dlocal, Tensor dfull, Tensor scratch);
+
+void vocab_parallel_cross_entropy_forward(Comm& tp, Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                                          int64_t vocab, int32_t ignore_index, Tensor scratch);
+void vocab_parallel_cross_entropy_backward(Comm& tp, Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                                           int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count);
 
 }  // namespace llmtrain::parallel

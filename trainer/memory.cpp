@@ -38,6 +38,7 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   out.parameters = model.params;
   out.gradients = model.grads;
   out.activations = model.activations();
+  out.head_logits = model.head_logits;
 
   // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
   // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter

@@ -231,7 +231,6 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
-  if (r.parallel.tp > 1) out.push_back(fmt::format("tensor-parallel training (parallel.tp {})", r.parallel.tp));
   if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
   if (r.parallel.zero > 2)
     out.push_back(fmt::format("parallel.zero {} (ZeRO stages 1 and 2 work; stage 3 is planned)", r.parallel.zero));

@@ -1,10 +1,14 @@
 // The tensor-parallel crossings (parallel/tensor_parallel.h): identities on a one-rank group; which
-// side of each conjugate pair all-reduces, and the column layout of gather/scatter along the last
-// dimension, with ranks as threads on the in-process communicator.
+// side of each conjugate pair all-reduces, the column layout of gather/scatter along the last
+// dimension, and the vocab-parallel cross-entropy against the whole-vocabulary one, with ranks as
+// threads on the in-process communicator.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "parallel/comm_threads.h"
 #include "parallel/tensor_parallel.h"
 
@@ -74,6 +78,59 @@ TEST(TensorParallel, GatherAndScatterAlongTheLastDimension) {
                                     host_tensor(scratch.data(), {6 * n}));
       EXPECT_EQ(full, want) << "rank " << rank << " of " << n;
     });
+  }
+}
+
+// Logits [6 rows, 16 padded columns] of a vocabulary of 13, split over 2 and 4 ranks (rank 3 of 4
+// holds only padding): every rank's losses and lse equal the unsplit kernel's, and each rank's
+// gradient is its columns of the unsplit gradient; ignored rows, padding and a non-finite logit
+// behave as unsplit.
+TEST(TensorParallel, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
+  constexpr int64_t rows = 6, vp = 16, vocab = 13;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> z(0.0f, 3.0f);
+  std::vector<float> logits(rows * vp);
+  for (float& x : logits) x = z(rng);
+  std::vector<int32_t> targets = {0, 12, -100, 5, 8, 3};
+  for (bool nonfinite : {false, true}) {
+    std::vector<float> x = logits;
+    if (nonfinite) x[3 * vp + 9] = INFINITY;
+    std::vector<float> want_loss(rows), want_lse(rows), want_grad(rows * vp), mean(1);
+    std::vector<int32_t> count(1);
+    const Tensor t = host_tensor(targets.data(), {rows});
+    kernels::cross_entropy_forward(host_tensor(want_loss.data(), {rows}), host_tensor(want_lse.data(), {rows}),
+                                   host_tensor(x.data(), {rows, vp}), t, vocab, -100);
+    kernels::loss_mean_forward(host_tensor(mean.data(), {1}), host_tensor(count.data(), {1}),
+                               host_tensor(want_loss.data(), {rows}), t, -100);
+    kernels::cross_entropy_backward(host_tensor(want_grad.data(), {rows, vp}), host_tensor(x.data(), {rows, vp}),
+                                    host_tensor(want_lse.data(), {rows}), t, vocab, -100, 0.5f,
+                                    host_tensor(count.data(), {1}));
+    for (int n : {2, 4}) {
+      run_ranks_in_threads(n, [&](Comm& tp) {
+        const int64_t vl = vp / n, begin = tp.rank() * vl;
+        std::vector<float> local(rows * vl), loss(rows), lse(rows), grad(rows * vl), scratch(3 * rows);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < vl; ++j) local[size_t(i * vl + j)] = x[size_t(i * vp + begin + j)];
+        const Tensor lt = host_tensor(local.data(), {rows, vl});
+        vocab_parallel_cross_entropy_forward(tp, host_tensor(loss.data(), {rows}), host_tensor(lse.data(), {rows}), lt,
+                                             t, vocab, -100, host_tensor(scratch.data(), {3 * rows}));
+        vocab_parallel_cross_entropy_backward(tp, host_tensor(grad.data(), {rows, vl}), lt,
+                                              host_tensor(lse.data(), {rows}), t, vocab, -100, 0.5f,
+                                              host_tensor(count.data(), {1}));
+        for (int64_t i = 0; i < rows; ++i) {
+          SCOPED_TRACE(::testing::Message() << "tp " << n << " rank " << tp.rank() << " row " << i);
+          if (nonfinite && i == 3) {
+            EXPECT_TRUE(std::isnan(loss[size_t(i)])) << "a non-finite logit makes the loss NaN";
+            continue;
+          }
+          EXPECT_NEAR(loss[size_t(i)], want_loss[size_t(i)], 1e-5 * std::abs(want_loss[size_t(i)]) + 1e-6);
+          EXPECT_NEAR(lse[size_t(i)], want_lse[size_t(i)], 1e-5 * std::abs(want_lse[size_t(i)]));
+          for (int64_t j = 0; j < vl; ++j)
+            EXPECT_NEAR(grad[size_t(i * vl + j)], want_grad[size_t(i * vp + begin + j)], 1e-6)
+                << "column " << begin + j;
+        }
+      });
+    }
   }
 }
 

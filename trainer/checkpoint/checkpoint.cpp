@@ -284,7 +284,8 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
     SliceSpec block = dim >= 0 && p.shape[dim] != p.spec.shape[dim]
                           ? SliceSpec::block(p.spec.shape, dim, p.shard_begin, p.shape[dim])
                           : SliceSpec::whole(p.spec.shape);
-    out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, write_params && !p.tied_copy});
+    out.push_back(
+        {p.spec.name, TensorRole::param, p.spec.shape, block, p.value, write_params && !p.tied_copy && !p.tp_replica});
     if (!opt) continue;
     // The part of this parameter's flat range the optimizer owns: at most one owned range meets a
     // parameter (ZeRO owns one chunk of each sharding unit, a union of whole parameter groups), so a rank has at most
@@ -298,7 +299,7 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
       SliceSpec part = block;
       part.begin = lo - p.offset;
       part.end = hi - p.offset;
-      const bool write = write_moments && !p.tied_copy;
+      const bool write = write_moments && !p.tied_copy && !p.tp_replica;
       const int64_t at = opt->state_offset(lo);
       out.push_back({p.spec.name, TensorRole::adam_m, p.spec.shape, part, opt->exp_avg().flat(at, hi - lo), write});
       out.push_back({p.spec.name, TensorRole::adam_v, p.spec.shape, part, opt->exp_avg_sq().flat(at, hi - lo), write});

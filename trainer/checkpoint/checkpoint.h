@@ -40,7 +40,8 @@ struct CheckpointSlice {
 // of the flat ranges the optimizer owns (AdamW::owned()). Who writes: parameters where
 // `write_params` (data-parallel rank 0), moments where `write_moments` (GradSync::first_copy(): dp
 // rank 0 without ZeRO; with ZeRO every rank of the first shard group, each for the ranges it owns).
-// Tied copies of an embedding are never written.
+// Tied copies of an embedding are never written, nor tensor-parallel replicas (ModelParam::tp_replica:
+// the lowest tp rank holding a slice writes it).
 std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* optimizer, bool write_params,
                                                bool write_moments);
 

@@ -107,6 +107,7 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
       p.shape[spec.tp_split_dim] /= tp;
       p.shard_begin = rank * p.shape[spec.tp_split_dim];
     }
+    p.tp_replica = spec.tp_split_dim < 0 && rank > 0;
     p.offset = offset;
     p.tied_copy = tied_copy;
     offset += p.numel();
@@ -284,7 +285,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
       if (!z.llama) s.lnf_mean = a.take({n});
       s.lnf_rstd = a.take({n});
       s.logits = a.take({n, z.vocab_local});
-      s.logits_full = z.tp > 1 ? a.take({n, z.vocab_local * z.tp}) : s.logits;
+      mem.head_logits += int64_t(s.logits.numel()) * 4;
       s.losses = a.take({n});
       s.ce_lse = a.take({n});
       s.loss = a.take({1});
@@ -301,7 +302,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   work.dfc = a.take({n, fc});
   work.dact = a.take({n, z.ffn});
   if (z.llama) work.rope = a.take({config.max_positions, 2, z.head_dim / 2});
-  if (z.tp > 1 && head) work.gather_scratch = a.take({n * z.vocab_local * z.tp});
+  if (z.tp > 1 && head) work.ce_scratch = a.take({3 * n});
   mem.activations_work = a.bytes() - mem.activations_kept;
   if (options.kv_cache_tokens > 0)
     for (int l = 0; l < layers; ++l)
@@ -398,12 +399,21 @@ float Model::forward_loss(const MicroBatch& mb) {
   return host_loss(0);
 }
 
+void Model::require_tp1(const char* what) const {
+  if (tp_.size() > 1)
+    throw Error(fmt::format("not supported yet: {} with tensor parallelism (tp {}): no rank holds the logits of the "
+                            "whole vocabulary",
+                            what, tp_.size()),
+                "run it with tp 1 (a checkpoint written at any tp loads at tp 1)");
+}
+
 Tensor Model::forward_logits(Tensor tokens) {
   require_whole_model("forward_logits");
+  require_tp1("forward_logits");
   stage_forward(0, MicroBatch{tokens, Tensor{}}, Tensor{});
   const Slot& s = slots_[0];
   const int64_t n = int64_t(s.batch) * s.seq;
-  return s.logits_full.flat(0, n * config_.padded_vocab()).view({s.batch, s.seq, config_.padded_vocab()});
+  return s.logits.flat(0, n * config_.padded_vocab()).view({s.batch, s.seq, config_.padded_vocab()});
 }
 
 namespace {
@@ -422,6 +432,7 @@ std::pair<int, int> batch_shape(const Tensor& t, const char* what, int max_batch
 
 Tensor Model::forward_cached(Tensor tokens, int64_t position) {
   require_whole_model("forward_cached");
+  require_tp1("forward_cached");
   LT_CHECK(!work_->cache.empty(), "forward_cached on a model built without options.kv_cache_tokens");
   const auto [b, t] = batch_shape(tokens, "tokens", options_.micro_batch, seq_);
   LT_CHECK(position >= 0, "position {}", position);
@@ -438,7 +449,7 @@ Tensor Model::forward_cached(Tensor tokens, int64_t position) {
   embed_forward(s, position);
   forward_blocks(s, position, true);
   head_forward(s);
-  return s.logits_full.flat(0, n * config_.padded_vocab()).view({b, t, config_.padded_vocab()});
+  return s.logits.flat(0, n * config_.padded_vocab()).view({b, t, config_.padded_vocab()});
 }
 
 void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {

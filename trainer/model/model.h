@@ -71,7 +71,9 @@ struct ModelMemory {
   int64_t grads = 0;             // the flat fp32 gradient buffer, same layout (0 with external_grads)
   int64_t activations_kept = 0;  // what the activation slots keep from forward to backward (all slots)
   int64_t activations_work = 0;  // shared by the slots: backward's gradient buffers, recomputation,
-                                 // RoPE table, logits gather scratch
+                                 // RoPE table, the vocab-parallel loss's scratch
+  int64_t head_logits = 0;       // of activations_kept: the head's logits [tokens, padded vocab / tp]
+                                 // (all slots; their gradient overwrites them), 1/tp of tp 1's
   int64_t kv_cache = 0;          // generation's K and V caches (kv_cache_tokens > 0)
 
   // The activation arena: Model::activation_bytes().
@@ -108,6 +110,10 @@ struct ModelParam {
   // On a last pipeline stage without the embedding, the tied word embedding is a second copy of
   // the token embedding whose gradient the pipeline must sum with the first stage's.
   bool tied_copy = false;
+  // A lower tensor-parallel rank holds the same slice: a parameter tp does not split (tp rank > 0),
+  // or a key/value head replicated over tp / kv_heads ranks. Counted once in the grad norm and
+  // written once in checkpoints (by the lowest rank holding it).
+  bool tp_replica = false;
 
   int64_t numel() const;
 };
@@ -151,15 +157,16 @@ class Model {
   float forward_backward(const MicroBatch& mb, float loss_scale);
   // Forward and loss only (evaluation); the same host copy.
   float forward_loss(const MicroBatch& mb);
-  // Logits [B, T, padded vocab] for every position (padding columns included).
+  // Logits [B, T, padded vocab] for every position (padding columns included). tp 1 only (Error
+  // otherwise): with tp > 1 no rank holds the whole vocabulary's logits.
   kernels::Tensor forward_logits(kernels::Tensor tokens);
 
   // ---- generation (options.kv_cache_tokens > 0, pp = 1) ----
   // Runs tokens [B, T] (B <= micro_batch, T <= seq_len) at positions [position, position + T)
   // through the training forward, appending their keys and values to the cache and attending
   // over cache rows [0, position + T); returns the logits [B, T, padded vocab] of every row (as
-  // forward_logits gives them for the whole sequence). Positions before `position` must have
-  // been fed already (position 0 starts a new sequence); throws an Error past the cache.
+  // forward_logits gives them for the whole sequence). tp 1 only, as forward_logits. Positions before `position` must
+  // have been fed already (position 0 starts a new sequence); throws an Error past the cache.
   kernels::Tensor forward_cached(kernels::Tensor tokens, int64_t position);
 
   // ---- one pipeline stage (the calls above are built on these) ----
@@ -230,6 +237,7 @@ class Model {
   void head_forward(Slot& s);
   void head_backward(Slot& s, float loss_scale);
   void require_whole_model(const char* what) const;
+  void require_tp1(const char* what) const;
   float host_loss(int slot) const;
 
   ModelConfig config_;

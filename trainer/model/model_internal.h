@@ -88,8 +88,7 @@ struct Model::Slot {
   std::vector<Tensor> residual;    // layers + 1 tensors [N, d]: block inputs, then the stage output
   std::vector<LayerActs> layers;   // per layer; empty with activation checkpointing
   Tensor lnf, lnf_mean, lnf_rstd;  // final norm (last stage)
-  Tensor logits;                   // [N, V/tp]
-  Tensor logits_full;              // [N, V] gathered (tp > 1), else the same as logits
+  Tensor logits;                   // [N, V/tp]: this rank's vocabulary columns, never gathered
   Tensor losses, ce_lse;           // [N]
   Tensor loss;                     // [1] fp32: mean over counted targets (loss_mean_forward)
   Tensor count;                    // [1] int32: the counted targets, for the backward
@@ -101,12 +100,13 @@ struct Model::Cache {
 };
 
 // Buffers shared by every slot: the backward's gradient buffers, the recomputation's activations
-// (activation checkpointing), the RoPE table, the gather scratch, and generation's KV cache.
+// (activation checkpointing), the RoPE table, the vocab-parallel loss's scratch, and generation's
+// KV cache.
 struct Model::Work {
   LayerActs recompute;
   Tensor dres, dln, dqkv, datt, dfc, dact;
   Tensor rope;               // [max_positions, 2, hd/2] (llama)
-  Tensor gather_scratch;     // [N·V] (tp > 1)
+  Tensor ce_scratch;         // [3·N] row maxima and the [Σ exp, target logit] sums (tp > 1)
   Tensor input_grad;         // view of dres after the last backward
   std::vector<Cache> cache;  // per local layer (kv_cache_tokens > 0), else empty
 };

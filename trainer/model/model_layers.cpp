@@ -8,7 +8,9 @@
 //    through unchanged (their backward only produces bias gradients).
 //  - Tensor-parallel crossings: copy_to_tp before a column-parallel linear (its backward
 //    all-reduces the input gradient), reduce_from_tp after a row-parallel one (the replicated
-//    bias is added after the all-reduce, by residual_forward).
+//    bias is added after the all-reduce, by residual_forward). The head's logits stay split by
+//    vocabulary columns: the loss is the vocab-parallel cross-entropy (tp 1 runs the plain one,
+//    the same numbers bitwise as before tp existed).
 //  - Training and generation share this code. `position` offsets learned positions and RoPE;
 //    with a KV cache (generation) the block writes its keys and values to the cache and attends
 //    over it instead of over its own rows. Training passes position 0 and no cache, and runs
@@ -152,16 +154,19 @@ void Model::head_forward(Slot& s) {
   else
     k::layernorm_forward(lnf, first(s.lnf_mean, n), first(s.lnf_rstd, n), x, h.norm_w, h.norm_b, eps);
   tpx::copy_to_tp_region_forward(tp_, lnf);
-  const Tensor logits = rows(s.logits, n), full = rows(s.logits_full, n);
+  const Tensor logits = rows(s.logits, n);
   k::linear_forward(logits, lnf, h.head, Tensor{});
-  tpx::gather_from_tp_region_forward(tp_, logits, full, work_->gather_scratch);
   if (!s.has_targets) {  // logits only (forward_logits, generation): no loss
     k::fill_zero(s.loss);
     k::fill_zero(s.count);
     return;
   }
   const Tensor targets = first(s.targets, n), losses = first(s.losses, n);
-  k::cross_entropy_forward(losses, first(s.ce_lse, n), full, targets, config_.vocab, kIgnoreIndex);
+  if (tp_.size() == 1)
+    k::cross_entropy_forward(losses, first(s.ce_lse, n), logits, targets, config_.vocab, kIgnoreIndex);
+  else
+    tpx::vocab_parallel_cross_entropy_forward(tp_, losses, first(s.ce_lse, n), logits, targets, config_.vocab,
+                                              kIgnoreIndex, work_->ce_scratch);
   // No counted token: the micro-batch contributes nothing (loss 0, zero gradient).
   k::loss_mean_forward(s.loss, s.count, losses, targets, kIgnoreIndex);
 }
@@ -170,11 +175,14 @@ void Model::head_backward(Slot& s, float loss_scale) {
   const EndWeights &h = *ends_, &g = *end_grads_;
   const int64_t n = int64_t(s.batch) * s.seq;
   const Tensor x = rows(s.residual.back(), n), lnf = rows(s.lnf, n);
-  const Tensor logits = rows(s.logits, n), full = rows(s.logits_full, n);
+  const Tensor logits = rows(s.logits, n);
   // dlogits overwrite the logits in place; the per-row gradient is loss_scale / count.
-  k::cross_entropy_backward(full, full, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex,
-                            loss_scale, s.count);
-  tpx::gather_from_tp_region_backward(tp_, full, logits);
+  if (tp_.size() == 1)
+    k::cross_entropy_backward(logits, logits, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex,
+                              loss_scale, s.count);
+  else
+    tpx::vocab_parallel_cross_entropy_backward(tp_, logits, logits, first(s.ce_lse, n), first(s.targets, n),
+                                               config_.vocab, kIgnoreIndex, loss_scale, s.count);
   const Tensor dln = rows(work_->dln, n), dres = rows(work_->dres, n);
   k::linear_backward(dln, g.head, Tensor{}, logits, lnf, h.head);
   tpx::copy_to_tp_region_backward(tp_, dln);
