@@ -96,4 +96,19 @@ void vocab_parallel_cross_entropy_backward(Comm& tp, Tensor dlogits, Tensor logi
                                         ignore_index, loss_scale, count);
 }
 
+void replicated_grad_begin(Comm& group, Tensor grad, Tensor saved) {
+  if (group.size() == 1) return;
+  LT_CHECK(saved.numel() >= grad.numel(), "replicated gradient of {} saved in {}", grad.numel(), saved.numel());
+  kernels::copy(saved.flat(0, grad.numel()), grad.view({grad.numel()}));
+  kernels::fill_zero(grad);
+}
+
+void replicated_grad_end(Comm& group, Tensor grad, Tensor saved) {
+  if (group.size() == 1) return;
+  const Tensor g = grad.view({grad.numel()});
+  group.all_reduce(g, ReduceOp::sum);
+  kernels::residual_forward(g.view({1, g.numel()}), g.view({1, g.numel()}),
+                            saved.flat(0, g.numel()).view({1, g.numel()}), Tensor{});
+}
+
 }  // namespace llmtrain::parallel

@@ -24,6 +24,16 @@
 //                                  backward: local (softmax − one-hot on this rank's columns)
 //  - Rank r's logits [N, V/tp] hold the columns [r·V/tp, (r+1)·V/tp); columns >= vocab are
 //    padding, excluded exactly as in kernels::cross_entropy_forward. scratch holds 3·N floats.
+//
+//   replicated_grad                forward: identity (every rank of `group` holds the same copy)
+//                                  backward: all-reduce (sum) of what this backward added to the
+//                                  copy's gradient — each rank computed only its part of it
+//  - For a parameter replicated over a group while its uses are split (key/value heads replicated
+//    over tp / kv_heads ranks; with sequence parallelism, norm weights and biases over tp).
+//    Gradients accumulate over micro-batches, so only this backward's increment is reduced:
+//    replicated_grad_begin saves the gradient so far into `saved` and zeroes it; backward adds
+//    this micro-batch's part; replicated_grad_end all-reduces that part and adds the saved
+//    gradient back (identical on every rank, as it was reduced before).
 #pragma once
 
 #include "parallel/comm.h"
@@ -46,5 +56,8 @@ void vocab_parallel_cross_entropy_forward(Comm& tp, Tensor losses, Tensor lse, T
                                           int64_t vocab, int32_t ignore_index, Tensor scratch);
 void vocab_parallel_cross_entropy_backward(Comm& tp, Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                            int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count);
+
+void replicated_grad_begin(Comm& group, Tensor grad, Tensor saved);
+void replicated_grad_end(Comm& group, Tensor grad, Tensor saved);
 
 }  // namespace llmtrain::parallel

@@ -131,9 +131,13 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     if (m.heads % p.tp != 0)
       problem("parallel.tp", fmt::format("model.heads {} is not divisible by tp {}", m.heads, p.tp),
               "tensor parallelism gives each rank heads / tp attention heads: choose tp dividing heads");
-    if (m.kv_heads % p.tp != 0)
-      problem("parallel.tp", fmt::format("model.kv_heads {} is not divisible by tp {}", m.kv_heads, p.tp),
-              "each tensor-parallel rank needs whole key/value heads: choose tp dividing kv_heads");
+    if (m.kv_heads > 0 && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+      problem(
+          "parallel.tp",
+          fmt::format("model.kv_heads {} and tp {}: neither divides the other (kv_heads % tp = {}, tp % kv_heads = {})",
+                      m.kv_heads, p.tp, m.kv_heads % p.tp, p.tp % m.kv_heads),
+          "key/value heads are split over tp when tp divides kv_heads, and replicated (each rank holds the one "
+          "its query heads read) when kv_heads divides tp: choose tp so that one divides the other");
     if (m.ffn_hidden % p.tp != 0)
       problem("parallel.tp", fmt::format("model.ffn_hidden {} is not divisible by tp {}", m.ffn_hidden, p.tp),
               "choose tp dividing ffn_hidden, or change ffn_hidden");

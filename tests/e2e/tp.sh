@@ -3,7 +3,8 @@
 # loss, the checkpointer writing shards): GPT-2 on fortunes at tp 2, tp 4 and tp 2 × dp 2 trains to
 # the losses (relative difference ≤ 1e-5 per step over 20 steps) and the parameters (gathered from
 # the checkpoint's shards, ‖a − b‖ / ‖b‖ ≤ 1e-5, every parameter) of tp 1; a checkpoint written at
-# tp 4 resumes at tp 1 on the same trajectory; --dry-run reports the head's logits at 1/tp.
+# tp 4 resumes at tp 1 on the same trajectory; LLaMA with kv_heads 2 at tp 4 (replicated key/value
+# heads) matches tp 1; --dry-run reports the head's logits at 1/tp.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 PY=$SRC/.venv/bin/python
@@ -93,6 +94,15 @@ expect_status 0
 expect_out "at step 10"
 out=$(compare resume1 tp4-dp1 11 2>&1) && pass "tp 4 checkpoint resumed at tp 1: $out" ||
   fail "tp 4 checkpoint resumed at tp 1 diverges: $out"
+
+# LLaMA with kv_heads 2 at tp 4: each key/value head replicated on two ranks, their gradients reduced.
+for tp in 1 4; do
+  run_cmd llama-tp$tp mpi_run 180 $tp "$LLMTRAIN" run r.yaml --set log.dir=llama-tp$tp --set parallel.tp=$tp \
+    --set model.family=llama --set model.kv_heads=2
+  expect_status 0
+done
+out=$(compare llama-tp4 llama-tp1 2>&1) && pass "llama kv_heads 2 at tp 4 matches tp 1: $out" ||
+  fail "llama kv_heads 2 at tp 4 differs from tp 1: $out"
 
 # The head's activations: its logits at tp 4 are a quarter of tp 1's, as --dry-run reports them.
 head1=$("$LLMTRAIN" run r.yaml --dry-run 2>&1 | grep -o 'head activations per rank: .*')

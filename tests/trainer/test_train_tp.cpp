@@ -3,7 +3,8 @@
 // model, GPT-2 and LLaMA, and must log the same losses per step as tp 1 (relative difference
 // ≤ 1e-5) and end with the same parameters, gathered from the shards (‖a − b‖ / ‖b‖ ≤ 1e-5);
 // every tp rank's copy of a replicated parameter must be the same. Layouts: tp 2 and 4, tp 2 × dp 2
-// (ZeRO 0 and 1); checkpoints move between tp 4 and tp 1 both ways.
+// (ZeRO 0 and 1), replicated key/value heads (kv_heads 2 and 1 at tp 4); checkpoints move between
+// tp 4 and tp 1 both ways.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -209,6 +210,20 @@ TEST_F(TensorParallelTrain, LlamaTakesTheStepsOfOneRank) {
   expect_same(run({2, 2, 1}, 0, 20), want, "llama tp 2 x dp 2, zero 1");
 }
 
+// Replicated key/value heads (kv_heads divides tp): kv_heads 2 at tp 4 (each head on two ranks) and
+// kv_heads 1 at tp 2 and 4 (multi-query attention), also with dp 2 and ZeRO 1; the replicas' gradients are
+// reduced, so every rank's copy stays the same (checked by run()) and the steps are tp 1's.
+TEST_F(TensorParallelTrain, ReplicatedKeyValueHeadsTakeTheStepsOfOneRank) {
+  for (int kv : {2, 1}) {
+    use(ModelFamily::llama, kv);
+    const Run want = run({1, 1, 0}, 0, 20);
+    const std::string what = "llama kv_heads " + std::to_string(kv);
+    expect_same(run({4, 1, 0}, 0, 20), want, (what + " tp 4").c_str());
+    if (kv == 1) expect_same(run({2, 1, 0}, 0, 20), want, (what + " tp 2").c_str());
+    if (kv == 2) expect_same(run({4, 2, 1}, 0, 20), want, (what + " tp 4 x dp 2, zero 1").c_str());
+  }
+}
+
 TEST_F(TensorParallelTrain, Gpt2TakesTheStepsOfOneRank) {
   use(ModelFamily::gpt2, 4);
   const Run want = run({1, 1, 0}, 0, 20);
@@ -219,8 +234,10 @@ TEST_F(TensorParallelTrain, Gpt2TakesTheStepsOfOneRank) {
 }
 
 // A checkpoint written at tp 4 resumes at tp 1 and one written at tp 1 resumes at tp 4 (ZeRO 1 over
-// dp 2 there: the moments are sharded too), both on tp 1's trajectory.
+// dp 2 there: the moments are sharded too), both on tp 1's trajectory; kv_heads 2, so tp 4 holds
+// each key/value head twice and writes it once.
 TEST_F(TensorParallelTrain, CheckpointsMoveBetweenTpFourAndTpOne) {
+  use(ModelFamily::llama, 2);
   const Run want = run({1, 1, 0}, 0, 20);
   const std::string from4 = (dir_ / "ckpt_tp4").string(), from1 = (dir_ / "ckpt_tp1").string();
   const Run first = run({4, 1, 0}, 0, 10, "", from4);

@@ -57,7 +57,9 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     throw Error(fmt::format("head dimension {} (hidden {} / heads {}) is odd: RoPE needs an even one", m.head_dim(),
                             m.hidden, m.heads));
   check_divides(tp_size, m.heads, "model.heads");  // recipe keys, not parameter names
-  check_divides(tp_size, m.kv_heads, "model.kv_heads");
+  if (m.kv_heads % tp_size != 0 && tp_size % m.kv_heads != 0)
+    throw Error(fmt::format("parallel.tp {} and model.kv_heads {}: neither divides the other", tp_size, m.kv_heads),
+                "key/value heads are split over tp when tp divides kv_heads, replicated when kv_heads divides tp");
   check_divides(tp_size, m.ffn_hidden, "model.ffn_hidden");
   check_divides(tp_size, m.padded_vocab(), "the padded vocabulary");
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
@@ -88,6 +90,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
   ffn_ = z.ffn;
   vocab_local_ = z.vocab_local;
   vocab_begin_ = tp_.rank() * vocab_local_;
+  // The ranks holding the same key/value head reduce its gradient (collective over tp).
+  if (z.kv_replicas > 1) kv_group_ = tp_.split(int(tp_.rank() / z.kv_replicas), tp_.rank(), "tp kv replicas");
   build_params();
   bind_views();
   build_activations();
@@ -103,11 +107,18 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
     ModelParam p;
     p.spec = spec;
     p.shape = spec.shape;
-    if (spec.tp_split_dim >= 0 && tp > 1) {
+    const bool kv = spec.role == ParamRole::k_weight || spec.role == ParamRole::v_weight;
+    if (kv && tp > config.kv_heads) {
+      // Replicated key/value heads: rank r holds head r / (tp / kv_heads), as its query heads read.
+      const int replicas = tp / config.kv_heads;
+      p.shape[0] /= config.kv_heads;
+      p.shard_begin = (rank / replicas) * p.shape[0];
+      p.tp_replica = rank % replicas != 0;
+    } else if (spec.tp_split_dim >= 0 && tp > 1) {
       p.shape[spec.tp_split_dim] /= tp;
       p.shard_begin = rank * p.shape[spec.tp_split_dim];
     }
-    p.tp_replica = spec.tp_split_dim < 0 && rank > 0;
+    if (spec.tp_split_dim < 0 && rank > 0) p.tp_replica = true;
     p.offset = offset;
     p.tied_copy = tied_copy;
     offset += p.numel();
@@ -303,6 +314,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   work.dact = a.take({n, z.ffn});
   if (z.llama) work.rope = a.take({config.max_positions, 2, z.head_dim / 2});
   if (z.tp > 1 && head) work.ce_scratch = a.take({3 * n});
+  if (z.kv_replicas > 1 && layers > 0) work.kv_grad_saved = a.take({2 * z.head_dim * d});
   mem.activations_work = a.bytes() - mem.activations_kept;
   if (options.kv_cache_tokens > 0)
     for (int l = 0; l < layers; ++l)

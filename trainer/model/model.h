@@ -126,8 +126,9 @@ void for_each_shard_run(const ModelParam& p, Fn&& fn);
 class Model {
  public:
   // `config` must be resolved (no auto fields). `tp` is this rank's tensor-parallel group
-  // (a one-rank comm when tp = 1; it must outlive the model); heads, kv_heads, ffn_hidden and the
-  // padded vocabulary must divide by its size.
+  // (a one-rank comm when tp = 1; it must outlive the model); heads, ffn_hidden and the padded
+  // vocabulary must divide by its size, and kv_heads must divide it or be divided by it (key/value
+  // heads replicated over tp / kv_heads ranks; the constructor is then collective over `tp`).
   Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp);
   ~Model();
   Model(const Model&) = delete;
@@ -243,6 +244,7 @@ class Model {
   ModelConfig config_;
   ModelOptions options_;
   parallel::Comm& tp_;
+  std::unique_ptr<parallel::Comm> kv_group_;  // the tp ranks holding this rank's key/value head (replicated)
   bool llama_ = false;
   int64_t seq_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_local_ = 0, vocab_begin_ = 0;
 

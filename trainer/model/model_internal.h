@@ -17,16 +17,20 @@ struct Model::Dims {
   bool llama = false;
   int tp = 1;
   int64_t seq = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab_local = 0;
+  // tp ranks holding each key/value head: 1 when tp divides kv_heads (they are split), tp / kv_heads
+  // when kv_heads divides tp (each rank holds the one head its query heads read; replicated).
+  int64_t kv_replicas = 1;
 
   Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)
       : llama(m.family == ModelFamily::llama),
         tp(tp_size),
         seq(o.seq_len),
         heads(m.heads / tp_size),
-        kv_heads(m.kv_heads / tp_size),
+        kv_heads(m.kv_heads % tp_size == 0 ? m.kv_heads / tp_size : 1),
         head_dim(m.head_dim()),
         ffn(m.ffn_hidden / tp_size),
-        vocab_local(m.padded_vocab() / tp_size) {}
+        vocab_local(m.padded_vocab() / tp_size),
+        kv_replicas(m.kv_heads % tp_size == 0 ? 1 : tp_size / m.kv_heads) {}
 };
 
 // Carves fp32 (and int32) tensors out of one buffer, each 64-byte aligned. With a null base it
@@ -107,6 +111,7 @@ struct Model::Work {
   Tensor dres, dln, dqkv, datt, dfc, dact;
   Tensor rope;               // [max_positions, 2, hd/2] (llama)
   Tensor ce_scratch;         // [3·N] row maxima and the [Σ exp, target logit] sums (tp > 1)
+  Tensor kv_grad_saved;      // [2·hd·d] the replicated k/v heads' gradient so far (kv_replicas > 1)
   Tensor input_grad;         // view of dres after the last backward
   std::vector<Cache> cache;  // per local layer (kv_cache_tokens > 0), else empty
 };

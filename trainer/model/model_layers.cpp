@@ -136,7 +136,12 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
   k::attention_backward(dqkv4, datt.view({b, t, heads_, hd}), qkv4, att.view({b, t, heads_, hd}), lse, heads_,
                         kv_heads_);
   if (llama_) k::rope_backward(dqkv4, work_->rope, heads_ + kv_heads_, 0);
+  // Replicated key/value heads: each rank's gradient of them is its query heads' part only.
+  const Tensor kv_grad =
+      kv_group_ ? g.qkv_w.flat(heads_ * hd * config_.hidden, 2 * kv_heads_ * hd * config_.hidden) : Tensor{};
+  if (kv_group_) tpx::replicated_grad_begin(*kv_group_, kv_grad, wk.kv_grad_saved);
   k::linear_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w);
+  if (kv_group_) tpx::replicated_grad_end(*kv_group_, kv_grad, wk.kv_grad_saved);
   tpx::copy_to_tp_region_backward(tp_, dln);
   if (llama_)
     k::rmsnorm_backward(dres, g.ln1_w, dln, x, w.ln1_w, first(a.ln1_rstd, n), dres);
