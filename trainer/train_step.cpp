@@ -47,6 +47,7 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   mo.checkpointing = r.train.activation_checkpointing;
   mo.activation_slots = parallel::max_in_flight(schedule);
   mo.external_grads = r.parallel.zero >= 2;  // the gradient sync hands out gradient storage
+  mo.sequence_parallel = r.parallel.sequence_parallel;
   return mo;
 }
 

@@ -150,6 +150,18 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   if (p.sequence_parallel && p.tp == 1)
     problem("parallel.sequence_parallel", "sequence_parallel is true but tp is 1",
             "sequence parallelism splits work across a tensor-parallel group: set tp > 1 or sequence_parallel: false");
+  const int64_t rows = int64_t(r.train.micro_batch) * m.seq_len;
+  if (p.sequence_parallel && p.tp > 1 && rows % p.tp != 0)
+    problem(
+        "parallel.sequence_parallel",
+        fmt::format("sequence parallelism splits micro_batch {} × seq_len {} = {} token rows over tp {}, which does "
+                    "not divide them (remainder {})",
+                    r.train.micro_batch, m.seq_len, rows, p.tp, rows % p.tp),
+        "choose train.micro_batch and model.seq_len whose product tp divides");
+  if (p.sequence_parallel && p.tp > 1 && p.pp > 1)
+    problem("parallel.sequence_parallel",
+            fmt::format("sequence parallelism with pipeline parallelism (pp {}) is not supported yet", p.pp),
+            "set parallel.sequence_parallel: false, or parallel.pp: 1");
 
   // Pipeline parallelism.
   const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
@@ -238,7 +250,6 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
   if (r.parallel.zero > 2)
     out.push_back(fmt::format("parallel.zero {} (ZeRO stages 1 and 2 work; stage 3 is planned)", r.parallel.zero));
-  if (r.parallel.sequence_parallel) out.push_back("parallel.sequence_parallel");
   return out;
 }
 

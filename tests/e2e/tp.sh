@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Tensor parallelism under real `mpirun` (MpiComm's all-reduces in the model, the vocab-parallel
-# loss, the checkpointer writing shards): GPT-2 on fortunes at tp 2, tp 4 and tp 2 × dp 2 trains to
+# loss, the checkpointer writing shards): GPT-2 on fortunes at tp 2, tp 4 and tp 2 × dp 2, with and
+# without sequence parallelism (MpiComm's reduce-scatters and all-gathers), trains to
 # the losses (relative difference ≤ 1e-5 per step over 20 steps) and the parameters (gathered from
 # the checkpoint's shards, ‖a − b‖ / ‖b‖ ≤ 1e-5, every parameter) of tp 1; a checkpoint written at
 # tp 4 resumes at tp 1 on the same trajectory; LLaMA with kv_heads 2 at tp 4 (replicated key/value
-# heads) matches tp 1; --dry-run reports the head's logits at 1/tp.
+# heads), with and without sequence parallelism, matches tp 1; --dry-run reports the head's logits at 1/tp.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 PY=$SRC/.venv/bin/python
@@ -71,10 +72,11 @@ PY
 
 run_cmd tp1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=tp1
 expect_status 0
-for cfg in "2 1" "4 1" "2 2"; do
+for cfg in "2 1 false" "4 1 false" "2 2 false" "2 1 true" "4 1 true" "2 2 true"; do
   set -- $cfg
-  name=tp$1-dp$2
-  run_cmd $name mpi_run 180 $(($1 * $2)) "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.tp=$1
+  name=tp$1-dp$2$([[ $3 == true ]] && echo -sp)
+  run_cmd $name mpi_run 180 $(($1 * $2)) "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.tp=$1 \
+    --set parallel.sequence_parallel=$3
   expect_status 0
   expect_out "[rank 0] done: 20 steps"
   plan=$(grep -o 'memory per rank: .*' <<<"$out" | sed 's/memory per rank: //')
@@ -96,13 +98,16 @@ out=$(compare resume1 tp4-dp1 11 2>&1) && pass "tp 4 checkpoint resumed at tp 1:
   fail "tp 4 checkpoint resumed at tp 1 diverges: $out"
 
 # LLaMA with kv_heads 2 at tp 4: each key/value head replicated on two ranks, their gradients reduced.
-for tp in 1 4; do
-  run_cmd llama-tp$tp mpi_run 180 $tp "$LLMTRAIN" run r.yaml --set log.dir=llama-tp$tp --set parallel.tp=$tp \
-    --set model.family=llama --set model.kv_heads=2
+for cfg in "1 false" "4 false" "4 true"; do
+  set -- $cfg
+  run_cmd llama-tp$1-$2 mpi_run 180 $1 "$LLMTRAIN" run r.yaml --set log.dir=llama-tp$1-$2 --set parallel.tp=$1 \
+    --set model.family=llama --set model.kv_heads=2 --set parallel.sequence_parallel=$2
   expect_status 0
 done
-out=$(compare llama-tp4 llama-tp1 2>&1) && pass "llama kv_heads 2 at tp 4 matches tp 1: $out" ||
-  fail "llama kv_heads 2 at tp 4 differs from tp 1: $out"
+for sp in false true; do
+  out=$(compare llama-tp4-$sp llama-tp1-false 2>&1) && pass "llama kv_heads 2 at tp 4 (sequence_parallel $sp) matches tp 1: $out" ||
+    fail "llama kv_heads 2 at tp 4 (sequence_parallel $sp) differs from tp 1: $out"
+done
 
 # The head's activations: its logits at tp 4 are a quarter of tp 1's, as --dry-run reports them.
 head1=$("$LLMTRAIN" run r.yaml --dry-run 2>&1 | grep -o 'head activations per rank: .*')

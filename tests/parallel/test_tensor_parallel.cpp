@@ -1,9 +1,11 @@
 // The tensor-parallel crossings (parallel/tensor_parallel.h): identities on a one-rank group; which
 // side of each conjugate pair all-reduces, the column layout of gather/scatter along the last
-// dimension, and the vocab-parallel cross-entropy against the whole-vocabulary one, with ranks as
+// dimension, sequence parallelism's row gather/reduce-scatter, replicated gradients reduced once per
+// backward, and the vocab-parallel cross-entropy against the whole-vocabulary one, with ranks as
 // threads on the in-process communicator.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -79,6 +81,52 @@ TEST(TensorParallel, GatherAndScatterAlongTheLastDimension) {
       EXPECT_EQ(full, want) << "rank " << rank << " of " << n;
     });
   }
+}
+
+// Sequence parallelism along rows: the gather concatenates every rank's rows in rank order and its
+// backward reduce-scatters (sums, keeps own rows); the reduce-scatter is the gather's conjugate.
+TEST(TensorParallel, SequenceParallelGatherAndReduceScatterAlongRows) {
+  run_ranks_in_threads(2, [](Comm& tp) {
+    const float r = float(tp.rank());
+    std::vector<float> local = {1 + 10 * r, 2 + 10 * r, 3 + 10 * r, 4 + 10 * r}, full(8), back(4);
+    gather_from_sequence_parallel_region_forward(tp, host_tensor(local.data(), {2, 2}),
+                                                 host_tensor(full.data(), {4, 2}));
+    EXPECT_EQ(full, (std::vector<float>{1, 2, 3, 4, 11, 12, 13, 14}));
+    gather_from_sequence_parallel_region_backward(tp, host_tensor(full.data(), {4, 2}),
+                                                  host_tensor(back.data(), {2, 2}));
+    EXPECT_EQ(back, (std::vector<float>{2 + 20 * r, 4 + 20 * r, 6 + 20 * r, 8 + 20 * r})) << "summed, own rows";
+    std::vector<float> partial = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (float& x : partial) x += r;
+    reduce_scatter_to_sequence_parallel_region_forward(tp, host_tensor(partial.data(), {4, 2}),
+                                                       host_tensor(back.data(), {2, 2}));
+    EXPECT_EQ(back, r == 0 ? (std::vector<float>{3, 5, 7, 9}) : (std::vector<float>{11, 13, 15, 17}));
+    reduce_scatter_to_sequence_parallel_region_backward(tp, host_tensor(back.data(), {2, 2}),
+                                                        host_tensor(full.data(), {4, 2}));
+    EXPECT_EQ(full, (std::vector<float>{3, 5, 7, 9, 11, 13, 15, 17}));
+  });
+}
+
+// A replicated parameter's gradient accumulates over micro-batches: only each backward's increment
+// is summed over the group, so a second micro-batch does not count the first one twice (one
+// tensor in place, several packed; undefined ones skipped).
+TEST(TensorParallel, ReplicatedGradsReduceOnlyThisBackwardsIncrement) {
+  run_ranks_in_threads(2, [](Comm& tp) {
+    const float r = float(tp.rank());
+    std::vector<float> a = {0, 0}, b = {0}, saved(6);
+    const std::array<Tensor, 3> grads = {host_tensor(a.data(), {2}), Tensor{}, host_tensor(b.data(), {1})};
+    const std::array<Tensor, 1> one = {host_tensor(a.data(), {2})};
+    for (int micro = 0; micro < 2; ++micro) {
+      replicated_grads_begin(tp, grads, host_tensor(saved.data(), {6}));
+      a[0] += 1 + r, a[1] += 10 * (1 + r), b[0] += 100 * (1 + r);  // this rank's part: 1 or 2 times
+      replicated_grads_end(tp, grads, host_tensor(saved.data(), {6}));
+    }
+    EXPECT_EQ(a, (std::vector<float>{6, 60}));
+    EXPECT_EQ(b, (std::vector<float>{600}));
+    replicated_grads_begin(tp, one, host_tensor(saved.data(), {6}));
+    a[0] += 1, a[1] += 1;
+    replicated_grads_end(tp, one, host_tensor(saved.data(), {6}));
+    EXPECT_EQ(a, (std::vector<float>{8, 62}));
+  });
 }
 
 // Logits [6 rows, 16 padded columns] of a vocabulary of 13, split over 2 and 4 ranks (rank 3 of 4

@@ -224,6 +224,26 @@ TEST_F(TensorParallelTrain, ReplicatedKeyValueHeadsTakeTheStepsOfOneRank) {
   }
 }
 
+// Sequence parallelism: the residual stream and norms on 1/tp of the rows, reduce-scatter and
+// all-gather in place of the all-reduces, the norms' and row-parallel biases' gradients reduced
+// over tp; GPT-2 (LayerNorm, biases, learned positions) and LLaMA, at tp 2 and 4, with replicated
+// key/value heads, with dp 2 and ZeRO 1, and with full activation checkpointing.
+TEST_F(TensorParallelTrain, SequenceParallelTakesTheStepsOfOneRank) {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    use(family, 4);
+    const Run want = run({1, 1, 0}, 0, 20);
+    const std::string f = to_string(family);
+    expect_same(run({2, 1, 0, true}, 0, 20), want, (f + " tp 2 sp").c_str());
+    expect_same(run({4, 1, 0, true}, 0, 20), want, (f + " tp 4 sp").c_str());
+    expect_same(run({2, 2, 1, true}, 0, 20), want, (f + " tp 2 x dp 2 sp, zero 1").c_str());
+  }
+  use(ModelFamily::llama, 2);
+  const Run want = run({1, 1, 0}, 0, 20);
+  expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp");
+  recipe_.train.activation_checkpointing = ActivationCheckpointing::full;
+  expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp, full recompute");
+}
+
 TEST_F(TensorParallelTrain, Gpt2TakesTheStepsOfOneRank) {
   use(ModelFamily::gpt2, 4);
   const Run want = run({1, 1, 0}, 0, 20);

@@ -64,6 +64,17 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   check_divides(tp_size, m.padded_vocab(), "the padded vocabulary");
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
+  if (o.sequence_parallel && tp_size > 1) {
+    if (!o.stage.has_embedding || !o.stage.has_head)
+      throw Error("not supported yet: sequence parallelism with pipeline parallelism",
+                  "set parallel.sequence_parallel: false, or parallel.pp: 1");
+    if (o.kv_cache_tokens > 0) throw Error("not supported yet: sequence parallelism in generation");
+    if ((int64_t(o.micro_batch) * o.seq_len) % tp_size != 0)
+      throw Error(fmt::format("sequence parallelism splits micro_batch {} × seq_len {} = {} token rows over tp {}, "
+                              "which does not divide them",
+                              o.micro_batch, o.seq_len, int64_t(o.micro_batch) * o.seq_len, tp_size),
+                  "choose train.micro_batch and model.seq_len whose product tp divides");
+  }
   LT_CHECK(o.micro_batch >= 1 && o.activation_slots >= 1 && o.kv_cache_tokens >= 0, "micro_batch {} slots {} cache {}",
            o.micro_batch, o.activation_slots, o.kv_cache_tokens);
   if (o.seq_len > m.max_positions)
@@ -83,6 +94,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
   const Dims z(config_, options_, tp_.size());
   llama_ = z.llama;
+  sp_ = z.sp;
   seq_ = z.seq;
   heads_ = z.heads;
   kv_heads_ = z.kv_heads;
@@ -262,6 +274,7 @@ void Model::bind_group_grads(ParamPlace place, int layer) {
 ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& options, const Dims& z, Arena& a,
                            std::vector<Slot>& slots, Work& work) {
   const int64_t b = options.micro_batch, n = b * z.seq, d = config.hidden;
+  const int64_t nl = z.sp ? n / z.tp : n;  // this rank's rows of the residual stream
   const int64_t qkv = (z.heads + 2 * z.kv_heads) * z.head_dim, q = z.heads * z.head_dim;
   const int64_t fc = z.llama ? 2 * z.ffn : z.ffn;
   const int layers = options.stage.layer_end - options.stage.layer_begin;
@@ -270,15 +283,15 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   auto layer_acts = [&]() {
     LayerActs l;
     l.ln1 = a.take({n, d});
-    if (!z.llama) l.ln1_mean = a.take({n});
-    l.ln1_rstd = a.take({n});
+    if (!z.llama) l.ln1_mean = a.take({nl});
+    l.ln1_rstd = a.take({nl});
     l.qkv = a.take({n, qkv});
     l.att = a.take({n, q});
     l.lse = a.take({b * z.heads * z.seq});
-    l.mid = a.take({n, d});
+    l.mid = a.take({nl, d});
     l.ln2 = a.take({n, d});
-    if (!z.llama) l.ln2_mean = a.take({n});
-    l.ln2_rstd = a.take({n});
+    if (!z.llama) l.ln2_mean = a.take({nl});
+    l.ln2_rstd = a.take({nl});
     l.fc = a.take({n, fc});
     l.act = a.take({n, z.ffn});
     return l;
@@ -288,13 +301,13 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   for (Slot& s : slots) {
     s.tokens = a.take_int({n});
     s.targets = a.take_int({n});
-    for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({n, d}));
+    for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({nl, d}));
     if (!full_ckpt)
       for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts());
     if (head) {
       s.lnf = a.take({n, d});
-      if (!z.llama) s.lnf_mean = a.take({n});
-      s.lnf_rstd = a.take({n});
+      if (!z.llama) s.lnf_mean = a.take({nl});
+      s.lnf_rstd = a.take({nl});
       s.logits = a.take({n, z.vocab_local});
       mem.head_logits += int64_t(s.logits.numel()) * 4;
       s.losses = a.take({n});
@@ -306,7 +319,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   mem.activations_kept = a.bytes();
   work = Work{};
   if (full_ckpt && layers > 0) work.recompute = layer_acts();
-  work.dres = a.take({n, d});
+  work.dres = a.take({nl, d});
   work.dln = a.take({n, d});
   work.dqkv = a.take({n, qkv});
   work.datt = a.take({n, q});
@@ -315,6 +328,11 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   if (z.llama) work.rope = a.take({config.max_positions, 2, z.head_dim / 2});
   if (z.tp > 1 && head) work.ce_scratch = a.take({3 * n});
   if (z.kv_replicas > 1 && layers > 0) work.kv_grad_saved = a.take({2 * z.head_dim * d});
+  if (z.sp) {
+    work.sp_full = a.take({n, d});
+    work.sp_rows = a.take({nl, d});
+    work.sp_grad_saved = a.take({2 * 6 * d});
+  }
   mem.activations_work = a.bytes() - mem.activations_kept;
   if (options.kv_cache_tokens > 0)
     for (int l = 0; l < layers; ++l)
@@ -481,6 +499,8 @@ void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
   s.batch = b;
   s.seq = t;
   const int64_t n = int64_t(b) * t;
+  if (sp_ && n % tp_.size() != 0)
+    throw Error(fmt::format("sequence parallelism: {} × {} token rows do not divide over tp {}", b, t, tp_.size()));
   s.has_targets = st.has_head && mb.targets.defined();
   if (s.has_targets) {
     const auto [tb, tt] = batch_shape(mb.targets, "targets", options_.micro_batch, seq_);
@@ -513,6 +533,7 @@ Tensor Model::loss(int slot) const {
 }
 
 Tensor Model::stage_output(int slot) const {
+  LT_CHECK(!sp_, "stage_output with sequence parallelism (the stream holds 1/tp of the rows)");
   const Slot& s = slots_.at(size_t(slot));
   const int64_t n = int64_t(s.batch) * s.seq;
   return s.residual.back().flat(0, n * config_.hidden).view({s.batch, s.seq, config_.hidden});
@@ -553,7 +574,7 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
     embed_backward(s);
     if (grad_ready_) grad_ready_(ParamPlace::embedding, -1);
   }
-  w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+  if (!sp_) w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
 }
 
 Tensor Model::stage_input_grad() const { return work_->input_grad; }

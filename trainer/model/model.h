@@ -62,6 +62,11 @@ struct ModelOptions {
   // grad-storage hook says (set_grad_storage_hook), and grads()/ModelParam::grad are only
   // meaningful for the group backward is computing.
   bool external_grads = false;
+  // Sequence parallelism (tp > 1): the residual stream, the norms and the residual adds hold this
+  // rank's micro_batch·seq_len / tp token rows; all-gathers before the column-parallel linears and
+  // reduce-scatters after the row-parallel ones replace the all-reduces (parallel/tensor_parallel.h).
+  // Needs the whole model on this stage and micro_batch·seq_len divisible by tp.
+  bool sequence_parallel = false;
 };
 
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
@@ -239,6 +244,9 @@ class Model {
   void head_backward(Slot& s, float loss_scale);
   void require_whole_model(const char* what) const;
   void require_tp1(const char* what) const;
+  // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a
+  // block (layer >= 0) or of the head (layer < 0), reduced over tp around their backward.
+  void sp_grads(int layer, bool begin);
   float host_loss(int slot) const;
 
   ModelConfig config_;
@@ -246,6 +254,7 @@ class Model {
   parallel::Comm& tp_;
   std::unique_ptr<parallel::Comm> kv_group_;  // the tp ranks holding this rank's key/value head (replicated)
   bool llama_ = false;
+  bool sp_ = false;  // options.sequence_parallel with tp > 1
   int64_t seq_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_local_ = 0, vocab_begin_ = 0;
 
   std::vector<ModelParam> params_;
