@@ -2,9 +2,9 @@
 // the in-process communicator) take the steps of one rank. Each layout trains 20 steps of a small
 // model, GPT-2 and LLaMA, and must log the same losses per step as tp 1 (relative difference
 // ≤ 1e-5) and end with the same parameters, gathered from the shards (‖a − b‖ / ‖b‖ ≤ 1e-5);
-// every tp rank's copy of a replicated parameter must be the same. Layouts: tp 2 and 4, tp 2 × dp 2
-// (ZeRO 0 and 1), replicated key/value heads (kv_heads 2 and 1 at tp 4); checkpoints move between
-// tp 4 and tp 1 both ways.
+// every tp rank's copy of a replicated parameter must be the same. Layouts: tp 2 and 4,
+// tp 2 × dp 2 (ZeRO 0, 1 and 2), sequence parallelism, replicated key/value heads (kv_heads 2 and
+// 1 at tp 4); checkpoints move between tp 4 and tp 1 both ways.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -208,6 +208,8 @@ TEST_F(TensorParallelTrain, LlamaTakesTheStepsOfOneRank) {
   expect_same(run({4, 1, 0}, 0, 20), want, "llama tp 4");
   expect_same(run({2, 2, 0}, 0, 20), want, "llama tp 2 x dp 2");
   expect_same(run({2, 2, 1}, 0, 20), want, "llama tp 2 x dp 2, zero 1");
+  expect_same(run({2, 2, 2}, 0, 20), want, "llama tp 2 x dp 2, zero 2");
+  expect_same(run({2, 2, 2, true}, 0, 20), want, "llama tp 2 x dp 2 sp, zero 2");
 }
 
 // Replicated key/value heads (kv_heads divides tp): kv_heads 2 at tp 4 (each head on two ranks) and
