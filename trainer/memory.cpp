@@ -34,6 +34,8 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
                                     to_string(r.parallel.pp_schedule)));
   }
   const ModelOptions mo = step_model_options(r, coord.pp, schedule);
+  if (r.parallel.sequence_parallel && r.parallel.tp > 1 && !mo.sequence_parallel)
+    out.notes.push_back("activations as without sequence parallelism: with pp > 1 it is not supported yet");
   const ModelMemory model = model_memory_plan(mc, mo, r.parallel.tp, coord.tp);
   out.parameters = model.params;
   out.gradients = model.grads;

@@ -158,10 +158,6 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
                     "not divide them (remainder {})",
                     r.train.micro_batch, m.seq_len, rows, p.tp, rows % p.tp),
         "choose train.micro_batch and model.seq_len whose product tp divides");
-  if (p.sequence_parallel && p.tp > 1 && p.pp > 1)
-    problem("parallel.sequence_parallel",
-            fmt::format("sequence parallelism with pipeline parallelism (pp {}) is not supported yet", p.pp),
-            "set parallel.sequence_parallel: false, or parallel.pp: 1");
 
   // Pipeline parallelism.
   const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
