@@ -4,7 +4,7 @@
 # without sequence parallelism (MpiComm's reduce-scatters and all-gathers), trains to
 # the losses (relative difference ≤ 1e-5 per step over 20 steps) and the parameters (gathered from
 # the checkpoint's shards, ‖a − b‖ / ‖b‖ ≤ 1e-5, every parameter) of tp 1; a checkpoint written at
-# tp 4 resumes at tp 1 on the same trajectory; LLaMA with kv_heads 2 at tp 4 (replicated key/value
+# tp 4 resumes at tp 1 and one written at tp 1 resumes at tp 4 on the same trajectory; LLaMA with kv_heads 2 at tp 4 (replicated key/value
 # heads), with and without sequence parallelism, matches tp 1; --dry-run reports the head's logits at 1/tp.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
@@ -96,6 +96,17 @@ expect_status 0
 expect_out "at step 10"
 out=$(compare resume1 tp4-dp1 11 2>&1) && pass "tp 4 checkpoint resumed at tp 1: $out" ||
   fail "tp 4 checkpoint resumed at tp 1 diverges: $out"
+# And one written at tp 1 resumes at tp 4 with sequence parallelism, on tp 1's trajectory.
+mkdir -p resume4/ckpt
+cp -r tp1/ckpt/step_00000010 resume4/ckpt/
+echo step_00000010 >resume4/ckpt/latest
+cp tp1/metrics.jsonl resume4/
+run_cmd resume-tp4 mpi_run 180 4 "$LLMTRAIN" run r.yaml --set log.dir=resume4 --set parallel.tp=4 \
+  --set parallel.sequence_parallel=true
+expect_status 0
+expect_out "at step 10"
+out=$(compare resume4 tp1 11 2>&1) && pass "tp 1 checkpoint resumed at tp 4 (sequence parallel): $out" ||
+  fail "tp 1 checkpoint resumed at tp 4 diverges: $out"
 
 # LLaMA with kv_heads 2 at tp 4: each key/value head replicated on two ranks, their gradients reduced.
 for cfg in "1 false" "4 false" "4 true"; do

@@ -1,7 +1,8 @@
 // Tensor parallelism in training (trainer/train_step.h with a tp group): tp ranks (as threads, on
 // the in-process communicator) take the steps of one rank. Each layout trains 20 steps of a small
 // model, GPT-2 and LLaMA, and must log the same losses per step as tp 1 (relative difference
-// ≤ 1e-5) and end with the same parameters, gathered from the shards (‖a − b‖ / ‖b‖ ≤ 1e-5);
+// ≤ 1e-5) and global gradient norms (≤ 1e-5: replicated parameters counted once) and end with
+// the same parameters, gathered from the shards (‖a − b‖ / ‖b‖ ≤ 1e-5);
 // every tp rank's copy of a replicated parameter must be the same. Layouts: tp 2 and 4,
 // tp 2 × dp 2 (ZeRO 0, 1 and 2), sequence parallelism, replicated key/value heads (kv_heads 2 and
 // 1 at tp 4); checkpoints move between tp 4 and tp 1 both ways.
@@ -83,6 +84,7 @@ class TensorParallelTrain : public ::testing::Test {
 
   struct Run {
     std::vector<float> losses;
+    std::vector<double> grad_norms;                    // before clipping (replicated parameters counted once)
     std::map<std::string, std::vector<float>> params;  // gathered global tensors after the last step
   };
 
@@ -93,6 +95,7 @@ class TensorParallelTrain : public ::testing::Test {
     r.parallel.sequence_parallel = layout.sp;
     const int world_size = layout.tp * layout.dp;
     std::vector<std::vector<float>> losses(static_cast<size_t>(world_size));
+    std::vector<double> norms;
     Run out;
     std::mutex mu;
     std::vector<std::string> failures;
@@ -108,8 +111,11 @@ class TensorParallelTrain : public ::testing::Test {
         EXPECT_EQ(c.manifest.step, from);
         me.step->restore(c.manifest.extra, from);
       }
-      for (int s = from; s < to; ++s)
-        losses[size_t(rank)].push_back(me.step->run(s, int64_t(s) * r.train.global_batch).loss);
+      for (int s = from; s < to; ++s) {
+        const StepOutcome o = me.step->run(s, int64_t(s) * r.train.global_batch);
+        losses[size_t(rank)].push_back(o.loss);
+        if (rank == 0) norms.push_back(o.grad_norm);
+      }
       std::unique_lock lock(mu);
       for (const ModelParam& p : me.model.parameters()) {
         int64_t numel = 1;
@@ -143,16 +149,23 @@ class TensorParallelTrain : public ::testing::Test {
     for (int rank = 1; rank < world_size; ++rank)
       EXPECT_EQ(losses[size_t(rank)], losses[0]) << "rank " << rank << " logged other losses";
     out.losses = losses[0];
+    out.grad_norms = norms;
     return out;
   }
 
-  // The largest relative loss difference per step, and ‖a − b‖ / ‖b‖ over all parameters.
-  static std::pair<double, double> differences(const Run& got, const Run& want, size_t want_from = 0) {
+  // The largest relative loss (and gradient norm) difference per step, and ‖a − b‖ / ‖b‖ over all
+  // parameters.
+  static std::pair<double, double> differences(const Run& got, const Run& want, size_t want_from = 0,
+                                               double* norm = nullptr) {
     double loss = 0;
     EXPECT_EQ(got.losses.size() + want_from, want.losses.size());
-    for (size_t s = 0; s < got.losses.size() && want_from + s < want.losses.size(); ++s)
+    for (size_t s = 0; s < got.losses.size() && want_from + s < want.losses.size(); ++s) {
       loss = std::max(
           loss, double(std::abs(got.losses[s] - want.losses[want_from + s])) / std::abs(want.losses[want_from + s]));
+      if (norm && s < got.grad_norms.size() && want_from + s < want.grad_norms.size())
+        *norm = std::max(*norm,
+                         std::abs(got.grad_norms[s] - want.grad_norms[want_from + s]) / want.grad_norms[want_from + s]);
+    }
     double num = 0, den = 0;
     EXPECT_EQ(got.params.size(), want.params.size());
     for (const auto& [name, b] : want.params) {
@@ -177,19 +190,13 @@ class TensorParallelTrain : public ::testing::Test {
   }
 
   static void expect_same(const Run& got, const Run& want, const char* what, size_t want_from = 0) {
-    const auto [loss, param] = differences(got, want, want_from);
+    double norm = 0;
+    const auto [loss, param] = differences(got, want, want_from, &norm);
     if (want.params.empty())
-      std::printf("[ %s ] relative loss difference ≤ %.2e\n", what, loss);
+      std::printf("[ %s ] relative loss difference ≤ %.2e, grad norm %.2e\n", what, loss, norm);
     else
-      std::printf("[ %s ] relative loss difference ≤ %.2e, parameters %.2e\n", what, loss, param);
-    if (std::getenv("TP_DEBUG"))
-      for (const auto& [name, b] : want.params) {
-        const auto& a = got.params.at(name);
-        double num = 0, den = 0;
-        for (size_t i = 0; i < b.size(); ++i)
-          num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
-        std::printf("   %s %.2e (norm %.2e)\n", name.c_str(), std::sqrt(num / den), std::sqrt(den));
-      }
+      std::printf("[ %s ] relative loss difference ≤ %.2e, grad norm %.2e, parameters %.2e\n", what, loss, norm, param);
+    EXPECT_LE(norm, 1e-5) << what << ": the global gradient norm (replicated parameters counted once)";
     EXPECT_LE(loss, 1e-5) << what;
     if (!want.params.empty()) {
       EXPECT_LE(param, 1e-5) << what;
@@ -263,7 +270,9 @@ TEST_F(TensorParallelTrain, CheckpointsMoveBetweenTpFourAndTpOne) {
   const Run want = run({1, 1, 0}, 0, 20);
   const std::string from4 = (dir_ / "ckpt_tp4").string(), from1 = (dir_ / "ckpt_tp1").string();
   const Run first = run({4, 1, 0}, 0, 10, "", from4);
-  expect_same({first.losses, {}}, {{want.losses.begin(), want.losses.begin() + 10}, {}}, "llama tp 4, steps 1-10");
+  const Run want10{
+      {want.losses.begin(), want.losses.begin() + 10}, {want.grad_norms.begin(), want.grad_norms.begin() + 10}, {}};
+  expect_same({first.losses, first.grad_norms, {}}, want10, "llama tp 4, steps 1-10");
   expect_same(run({1, 1, 0}, 10, 20, from4 + "/step_00000010"), want, "llama tp 4 -> tp 1", 10);
   run({1, 1, 0}, 0, 10, "", from1);
   expect_same(run({4, 2, 1}, 10, 20, from1 + "/step_00000010"), want, "llama tp 1 -> tp 4 x dp 2, zero 1", 10);
