@@ -11,6 +11,13 @@
 //    bias is added after the all-reduce, by residual_forward). The head's logits stay split by
 //    vocabulary columns: the loss is the vocab-parallel cross-entropy (tp 1 runs the plain one,
 //    the same numbers bitwise as before tp existed).
+//  - Sequence parallelism (sp_): the stream x/mid/out, the norms and the residual adds hold this
+//    rank's n / tp rows; a norm writes its rows to work.sp_rows and the gather fills the full
+//    [n, d] input of the column-parallel linear; a row-parallel linear writes its partial [n, d]
+//    sums to work.sp_full and the reduce-scatter leaves this rank's rows; in backward the same
+//    buffers carry the gathered stream gradient and the reduce-scattered norm input gradient. The
+//    replicated parameters that only see this rank's rows (norms, row-parallel biases) have their
+//    gradients reduced over tp around each backward (sp_grads).
 //  - Training and generation share this code. `position` offsets learned positions and RoPE;
 //    with a KV cache (generation) the block writes its keys and values to the cache and attends
 //    over it instead of over its own rows. Training passes position 0 and no cache, and runs
