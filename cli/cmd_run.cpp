@@ -125,6 +125,11 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
     const trainer::MemoryAccount mem = trainer::memory_plan(r, {s, 0, 0});
     std::printf("memory per rank%s: %s\n", r.parallel.pp > 1 ? fmt::format(" (stage {})", s).c_str() : "",
                 trainer::format_memory(mem).c_str());
+    if (mem.head_logits > 0)
+      std::printf(
+          "head activations per rank: logits [%lld tokens, %lld vocabulary columns] = %s (1/tp of the vocabulary)\n",
+          static_cast<long long>(int64_t(r.train.micro_batch) * m.seq_len),
+          static_cast<long long>(m.padded_vocab() / r.parallel.tp), format_bytes(double(mem.head_logits)).c_str());
     notes = mem.notes;
   }
   for (const auto& note : notes) std::printf("memory note: %s\n", note.c_str());

@@ -378,6 +378,54 @@ void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor ta
               &logits, &lse, &targets, &count);
 }
 
+static void check_shard(const char* op, const Tensor& logits, int64_t col_begin, int64_t vocab) {
+  LT_CHECK(col_begin >= 0 && vocab >= 1 && logits.shape.rank() >= 1, "{}: columns from {} of vocab {}, logits {}", op,
+           col_begin, vocab, logits.shape.str());
+  expect_f32(op, "logits", logits, rows(logits) * cols(logits));
+}
+
+void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, int64_t vocab) {
+  check_shard("cross_entropy_shard_max", logits, col_begin, vocab);
+  expect_f32("cross_entropy_shard_max", "row_max", row_max, rows(logits));
+  LT_DISPATCH(cross_entropy_shard_max, cross_entropy_shard_max(row_max, logits, col_begin, vocab), &row_max, &logits);
+}
+
+void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
+                              int64_t vocab, int32_t ignore_index) {
+  check_shard("cross_entropy_shard_sums", logits, col_begin, vocab);
+  expect_f32("cross_entropy_shard_sums", "stats", stats, 2 * rows(logits));
+  expect_f32("cross_entropy_shard_sums", "row_max", row_max, rows(logits));
+  expect("cross_entropy_shard_sums", "targets", targets, DType::int32, rows(logits));
+  LT_DISPATCH(cross_entropy_shard_sums,
+              cross_entropy_shard_sums(stats, logits, row_max, targets, col_begin, vocab, ignore_index), &stats,
+              &logits, &row_max, &targets);
+}
+
+void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  const int64_t n = losses.numel();
+  expect_f32("cross_entropy_combine", "losses", losses, n);
+  expect_f32("cross_entropy_combine", "lse", lse, n);
+  expect_f32("cross_entropy_combine", "row_max", row_max, n);
+  expect_f32("cross_entropy_combine", "stats", stats, 2 * n);
+  expect("cross_entropy_combine", "targets", targets, DType::int32, n);
+  LT_DISPATCH(cross_entropy_combine, cross_entropy_combine(losses, lse, row_max, stats, targets, vocab, ignore_index),
+              &losses, &lse, &row_max, &stats, &targets);
+}
+
+void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
+                                  int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count) {
+  check_shard("cross_entropy_shard_backward", logits, col_begin, vocab);
+  expect_f32("cross_entropy_shard_backward", "dlogits", dlogits, logits.numel());
+  expect_f32("cross_entropy_shard_backward", "lse", lse, rows(logits));
+  expect("cross_entropy_shard_backward", "targets", targets, DType::int32, rows(logits));
+  expect("cross_entropy_shard_backward", "count", count, DType::int32, 1);
+  LT_DISPATCH(
+      cross_entropy_shard_backward,
+      cross_entropy_shard_backward(dlogits, logits, lse, targets, col_begin, vocab, ignore_index, loss_scale, count),
+      &dlogits, &logits, &lse, &targets, &count);
+}
+
 void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
   expect_f32("loss_mean_forward", "mean", mean, 1);
   expect("loss_mean_forward", "count", count, DType::int32, 1);

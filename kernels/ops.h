@@ -145,6 +145,24 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
                             int32_t ignore_index, float loss_scale, Tensor count);
 
+// The same loss over a vocabulary split by columns (the vocab-parallel cross-entropy of
+// parallel/tensor_parallel.h runs these between its all-reduces). logits [N, Vl] hold the global
+// columns [col_begin, col_begin + Vl); those >= vocab are padding and take no part.
+//   shard_max:  row_max [N] = the largest logit of this shard's real columns (-inf when none).
+//   shard_sums: with row_max the maximum over every shard, stats [2, N]: row 0 = Σ exp(x − max)
+//               over this shard's real columns (NaN when one is not finite), row 1 = the target's
+//               logit where this shard holds its column, else 0.
+//   combine:    with stats summed over the shards: lse = max + log Σ, losses = lse − target logit
+//               (0 for ignored rows); targets outside [0, vocab) fail as in cross_entropy_forward.
+//   shard_backward: cross_entropy_backward restricted to this shard's columns.
+void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, int64_t vocab);
+void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
+                              int64_t vocab, int32_t ignore_index);
+void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
+                           int32_t ignore_index);
+void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
+                                  int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count);
+
 // The loss of a micro-batch: count [1] int32 = rows whose target is not ignore_index, mean [1]
 // fp32 = their losses [N] summed in double in row order, divided by count in double and rounded
 // once to float; 0 when no row counts (the micro-batch then contributes nothing). Kept exactly

@@ -16,7 +16,36 @@
 //    may be absent when tp = 1).
 //  - A bias that is replicated across a row-parallel layer is added after reduce_from_tp_region,
 //    never before (it would be counted tp times).
+//
+//   vocab_parallel_cross_entropy   forward: softmax cross-entropy over logits split by vocabulary
+//                                  columns (Megatron's): all-reduce max of the row maxima, then one
+//                                  all-reduce sum of [Σ exp, target logit]; every rank ends with the
+//                                  same losses and lse. No rank holds the full logits.
+//                                  backward: local (softmax − one-hot on this rank's columns)
+//  - Rank r's logits [N, V/tp] hold the columns [r·V/tp, (r+1)·V/tp); columns >= vocab are
+//    padding, excluded exactly as in kernels::cross_entropy_forward. scratch holds 3·N floats.
+//
+//   replicated_grads               forward: identity (every rank of `group` holds the same copy)
+//                                  backward: all-reduce (sum) of what this backward added to the
+//                                  copies' gradients — each rank computed only its part of them
+//  - For parameters replicated over a group while their uses are split (key/value heads replicated
+//    over tp / kv_heads ranks; with sequence parallelism, norm weights and biases over tp).
+//    Gradients accumulate over micro-batches, so only this backward's increment is reduced:
+//    replicated_grads_begin saves the gradients so far into `saved` and zeroes them; backward adds
+//    this micro-batch's part; replicated_grads_end all-reduces that part (several tensors packed
+//    into one all-reduce) and adds the saved gradients back (identical on every rank, as they were
+//    reduced before). `saved` holds their elements once (one tensor) or twice (several: the pack).
+//    Undefined tensors in the list are skipped.
+//
+// Sequence parallelism (Megatron's), along the first dimension (token rows, rank r holding rows
+// [r·N/tp, (r+1)·N/tp)):
+//   gather_from_sequence_parallel_region          forward: all-gather   backward: reduce-scatter (sum)
+//   reduce_scatter_to_sequence_parallel_region    forward: reduce-scatter (sum)   backward: all-gather
+//  - The gather replaces copy_to_tp_region before a column-parallel linear, the reduce-scatter
+//    replaces reduce_from_tp_region after a row-parallel one; `local` and `full` never alias.
 #pragma once
+
+#include <span>
 
 #include "parallel/comm.h"
 
@@ -33,5 +62,19 @@ void gather_from_tp_region_backward(Comm& tp, Tensor dfull, Tensor dlocal);
 
 void scatter_to_tp_region_forward(Comm& tp, Tensor full, Tensor local);
 void scatter_to_tp_region_backward(Comm& tp, Tensor dlocal, Tensor dfull, Tensor scratch);
+
+void vocab_parallel_cross_entropy_forward(Comm& tp, Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                                          int64_t vocab, int32_t ignore_index, Tensor scratch);
+void vocab_parallel_cross_entropy_backward(Comm& tp, Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                                           int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count);
+
+void replicated_grads_begin(Comm& group, std::span<const Tensor> grads, Tensor saved);
+void replicated_grads_end(Comm& group, std::span<const Tensor> grads, Tensor saved);
+
+void gather_from_sequence_parallel_region_forward(Comm& tp, Tensor local, Tensor full);
+void gather_from_sequence_parallel_region_backward(Comm& tp, Tensor dfull, Tensor dlocal);
+
+void reduce_scatter_to_sequence_parallel_region_forward(Comm& tp, Tensor full, Tensor local);
+void reduce_scatter_to_sequence_parallel_region_backward(Comm& tp, Tensor dlocal, Tensor dfull);
 
 }  // namespace llmtrain::parallel

@@ -34,10 +34,13 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
                                     to_string(r.parallel.pp_schedule)));
   }
   const ModelOptions mo = step_model_options(r, coord.pp, schedule);
+  if (r.parallel.sequence_parallel && r.parallel.tp > 1 && !mo.sequence_parallel)
+    out.notes.push_back("activations as without sequence parallelism: with pp > 1 it is not supported yet");
   const ModelMemory model = model_memory_plan(mc, mo, r.parallel.tp, coord.tp);
   out.parameters = model.params;
   out.gradients = model.grads;
   out.activations = model.activations();
+  out.head_logits = model.head_logits;
 
   // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
   // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter

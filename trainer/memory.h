@@ -32,6 +32,7 @@ struct MemoryAccount {
   int64_t communication = 0;  // pipeline receive buffers, ZeRO 1 scratch (stage 0 buckets reduce in place;
                               // ZeRO 2's pool counts as gradients, ZeRO 3's gathered parameters as
                               // parameters)
+  int64_t head_logits = 0;    // of activations: the LM head's logits, [tokens, padded vocab / tp] per slot
   std::vector<std::string> notes;
 
   int64_t total() const { return parameters + gradients + optimizer + activations + communication; }

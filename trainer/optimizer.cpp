@@ -86,7 +86,7 @@ double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
   double sum = 0;
   for (const ModelParam& p : params) {
     if (p.tied_copy) continue;
-    if (p.spec.tp_split_dim < 0 && tp_rank != 0) continue;
+    if (p.tp_replica || (p.spec.tp_split_dim < 0 && tp_rank != 0)) continue;
     int64_t base = 0;  // the owned range's first element in compact_grads
     for (const parallel::FlatRange& own : owned) {
       const int64_t b = std::max(p.offset, own.begin), e = std::min(p.offset + p.numel(), own.end);

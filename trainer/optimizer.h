@@ -61,7 +61,8 @@ class AdamW {
 };
 
 // Σ g² over this rank's gradients, counting each global parameter element once per model
-// replica: tensor-parallel replicated parameters only on tp rank 0, and the last stage's copy of
+// replica: tensor-parallel replicated parameters only on tp rank 0 (and replicated key/value
+// heads only on the first rank holding them: ModelParam::tp_replica), and the last stage's copy of
 // a tied embedding not at all (its gradient equals the first stage's after their all-reduce).
 // Only elements inside `owned` count (the ranges this rank's optimizer updates; under ZeRO each
 // data-parallel rank holds the reduced gradient of its shard only). The caller all-reduces the sum

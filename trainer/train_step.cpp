@@ -48,6 +48,9 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   mo.activation_slots = parallel::max_in_flight(schedule);
   mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
   mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
+  // Sequence parallelism needs the whole model on a stage (pp > 1 does not train yet; its memory
+  // plan counts activations as without it, with a note).
+  mo.sequence_parallel = r.parallel.sequence_parallel && r.parallel.pp == 1;
   return mo;
 }
 

@@ -131,9 +131,13 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     if (m.heads % p.tp != 0)
       problem("parallel.tp", fmt::format("model.heads {} is not divisible by tp {}", m.heads, p.tp),
               "tensor parallelism gives each rank heads / tp attention heads: choose tp dividing heads");
-    if (m.kv_heads % p.tp != 0)
-      problem("parallel.tp", fmt::format("model.kv_heads {} is not divisible by tp {}", m.kv_heads, p.tp),
-              "each tensor-parallel rank needs whole key/value heads: choose tp dividing kv_heads");
+    if (m.kv_heads > 0 && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+      problem(
+          "parallel.tp",
+          fmt::format("model.kv_heads {} and tp {}: neither divides the other (kv_heads % tp = {}, tp % kv_heads = {})",
+                      m.kv_heads, p.tp, m.kv_heads % p.tp, p.tp % m.kv_heads),
+          "key/value heads are split over tp when tp divides kv_heads, and replicated (each rank holds the one "
+          "its query heads read) when kv_heads divides tp: choose tp so that one divides the other");
     if (m.ffn_hidden % p.tp != 0)
       problem("parallel.tp", fmt::format("model.ffn_hidden {} is not divisible by tp {}", m.ffn_hidden, p.tp),
               "choose tp dividing ffn_hidden, or change ffn_hidden");
@@ -146,6 +150,14 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   if (p.sequence_parallel && p.tp == 1)
     problem("parallel.sequence_parallel", "sequence_parallel is true but tp is 1",
             "sequence parallelism splits work across a tensor-parallel group: set tp > 1 or sequence_parallel: false");
+  const int64_t rows = int64_t(r.train.micro_batch) * m.seq_len;
+  if (p.sequence_parallel && p.tp > 1 && rows % p.tp != 0)
+    problem(
+        "parallel.sequence_parallel",
+        fmt::format("sequence parallelism splits micro_batch {} × seq_len {} = {} token rows over tp {}, which does "
+                    "not divide them (remainder {})",
+                    r.train.micro_batch, m.seq_len, rows, p.tp, rows % p.tp),
+        "choose train.micro_batch and model.seq_len whose product tp divides");
 
   // Pipeline parallelism.
   const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
@@ -231,9 +243,7 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
-  if (r.parallel.tp > 1) out.push_back(fmt::format("tensor-parallel training (parallel.tp {})", r.parallel.tp));
   if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
-  if (r.parallel.sequence_parallel) out.push_back("parallel.sequence_parallel");
   return out;
 }
 

@@ -64,9 +64,16 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
   }
 }
 
-void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
-                            int32_t ignore_index, float loss_scale, Tensor count) {
+namespace {
+
+// dlogits of rows whose logits hold the global columns [col_begin, col_begin + Vl): the softmax
+// over the real columns (those < vocab) minus the one-hot target where this rank holds its
+// column, times loss_scale / count; 0 for padding columns and ignored rows. With col_begin 0 and
+// every column present it is the whole-vocabulary backward.
+void ce_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin, int64_t vocab,
+                 int32_t ignore_index, float loss_scale, Tensor count) {
   const int64_t vp = logits.shape[logits.shape.rank() - 1], n = logits.numel() / vp;
+  const int64_t real = std::clamp<int64_t>(vocab - col_begin, 0, vp);
   const int32_t counted = *count.ptr<int32_t>();
   // No counted row: the micro-batch contributes nothing (zero gradient).
   const float dloss = counted > 0 ? loss_scale / float(counted) : 0.0f;
@@ -86,10 +93,85 @@ void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor ta
     LT_CHECK(t >= 0 && t < vocab, "target {} at position {} is outside the vocabulary [0, {})", t, i, vocab);
     const float l = ls[i];
 #pragma omp simd
-    for (int64_t j = 0; j < vocab; ++j) di[j] = dloss * exp_approx(xi[j] - l);
-    for (int64_t j = vocab; j < vp; ++j) di[j] = 0.0f;
-    di[t] -= dloss;
+    for (int64_t j = 0; j < real; ++j) di[j] = dloss * exp_approx(xi[j] - l);
+    for (int64_t j = real; j < vp; ++j) di[j] = 0.0f;
+    if (t >= col_begin && t < col_begin + real) di[t - col_begin] -= dloss;
   }
+}
+
+}  // namespace
+
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
+                            int32_t ignore_index, float loss_scale, Tensor count) {
+  ce_backward(dlogits, logits, lse, targets, 0, vocab, ignore_index, loss_scale, count);
+}
+
+void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, int64_t vocab) {
+  const int64_t vp = logits.shape[logits.shape.rank() - 1], n = logits.numel() / vp;
+  const int64_t real = std::clamp<int64_t>(vocab - col_begin, 0, vp);
+  const float* x = logits.ptr<float>();
+  float* mx = row_max.ptr<float>();
+#pragma omp parallel for schedule(static) if (n * vp > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * vp;
+    float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < real; ++j) m = std::max(m, xi[j]);
+    mx[i] = m;
+  }
+}
+
+void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
+                              int64_t vocab, int32_t ignore_index) {
+  const int64_t vp = logits.shape[logits.shape.rank() - 1], n = logits.numel() / vp;
+  const int64_t real = std::clamp<int64_t>(vocab - col_begin, 0, vp);
+  const float* x = logits.ptr<float>();
+  const float* mx = row_max.ptr<float>();
+  const int32_t* tgt = targets.ptr<int32_t>();
+  float *sum = stats.ptr<float>(), *picked = sum + n;
+#pragma omp parallel for schedule(static) if (n * vp > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * vp;
+    const float m = mx[i];
+    float probe = 0;
+#pragma omp simd reduction(+ : probe)
+    for (int64_t j = 0; j < real; ++j) probe += xi[j] * 0.0f;  // NaN if any x is NaN or ±inf
+    double s = 0;
+    for (int64_t j0 = 0; j0 < real; j0 += 1024) {
+      const int64_t j1 = std::min(real, j0 + 1024);
+      float b = 0;
+#pragma omp simd reduction(+ : b)
+      for (int64_t j = j0; j < j1; ++j) b += exp_approx(xi[j] - m);
+      s += b;
+    }
+    sum[i] = probe == 0.0f ? float(s) : std::numeric_limits<float>::quiet_NaN();
+    const int32_t t = tgt[i];
+    picked[i] = t != ignore_index && t >= col_begin && t < col_begin + real ? xi[t - col_begin] : 0.0f;
+  }
+}
+
+void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  const int64_t n = losses.numel();
+  const float *mx = row_max.ptr<float>(), *sum = stats.ptr<float>(), *picked = sum + n;
+  const int32_t* tgt = targets.ptr<int32_t>();
+  float *loss = losses.ptr<float>(), *ls = lse.ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double l = double(mx[i]) + std::log(double(sum[i]));
+    ls[i] = float(l);
+    const int32_t t = tgt[i];
+    if (t == ignore_index) {
+      loss[i] = 0.0f;
+      continue;
+    }
+    LT_CHECK(t >= 0 && t < vocab, "target {} at position {} is outside the vocabulary [0, {})", t, i, vocab);
+    loss[i] = float(l - double(picked[i]));  // NaN where a logit was not finite (the sum is NaN)
+  }
+}
+
+void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
+                                  int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count) {
+  ce_backward(dlogits, logits, lse, targets, col_begin, vocab, ignore_index, loss_scale, count);
 }
 
 void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {

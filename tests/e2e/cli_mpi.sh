@@ -34,9 +34,9 @@ for np in 2 3; do
   expect_count 1 "1 error in the recipe"
 done
 
-run_np unsupported 2 run "$SRC/recipes/tiny.yaml" --set parallel.tp=2
+run_np unsupported 2 run "$SRC/recipes/tiny.yaml" --set parallel.pp=2
 expect_status 2
-expect_count 1 "error: not supported yet: tensor-parallel training (parallel.tp 2)"
+expect_count 1 "error: not supported yet: pipeline-parallel training (parallel.pp 2)"
 
 run_np unreadable-recipe 2 run nowhere.yaml
 expect_status 2

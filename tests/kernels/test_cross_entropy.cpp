@@ -1,6 +1,7 @@
 // Softmax cross-entropy over padded logits (kernels/cpu/cross_entropy.cpp): padding columns
-// excluded, ignored rows, in-place backward, NaN propagation, bad targets; and the masked loss
-// mean (loss_mean_forward) and the backward's count against a double reference.
+// excluded, ignored rows, in-place backward, NaN propagation, bad targets; the vocab-parallel
+// pieces (shard max, shard sums, combine, shard backward) composed over column shards; and the
+// masked loss mean (loss_mean_forward) and the backward's count against a double reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,6 +62,62 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
       }
     };
     run_case(oc, 1100 + trial);
+  }
+}
+
+// The vocab-parallel pieces on column shards, composed by hand (what the all-reduces of
+// parallel::vocab_parallel_cross_entropy do): max of the shard maxima, sums of the shard sums; the
+// losses, lse and every shard's gradient against a double reference, with padding columns (one
+// shard holding only padding), an ignored row, and a target in each shard.
+TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) {
+  constexpr int64_t n = 7, vocab = 45, vpad = 64, shards = 4, vl = vpad / shards;
+  std::mt19937_64 rng(95);
+  std::normal_distribution<float> z(0.0f, 2.0f);
+  std::vector<float> x(n * vpad);
+  for (float& v : x) v = z(rng);
+  std::vector<int32_t> targets = {0, 16, kIgnore, 44, 31, 17, 5};
+  std::vector<float> row_max(n, -INFINITY), stats(2 * n, 0.0f), losses(n), lse(n);
+  std::vector<std::vector<float>> local(shards, std::vector<float>(n * vl));
+  for (int64_t k = 0; k < shards; ++k)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < vl; ++j) local[size_t(k)][size_t(i * vl + j)] = x[size_t(i * vpad + k * vl + j)];
+  const Tensor t = host_tensor(targets.data(), {n});
+  for (int64_t k = 0; k < shards; ++k) {
+    std::vector<float> m(n);
+    cross_entropy_shard_max(host_tensor(m.data(), {n}), host_tensor(local[size_t(k)].data(), {n, vl}), k * vl, vocab);
+    for (int64_t i = 0; i < n; ++i) row_max[size_t(i)] = std::max(row_max[size_t(i)], m[size_t(i)]);
+  }
+  for (int64_t k = 0; k < shards; ++k) {
+    std::vector<float> st(2 * n);
+    cross_entropy_shard_sums(host_tensor(st.data(), {2 * n}), host_tensor(local[size_t(k)].data(), {n, vl}),
+                             host_tensor(row_max.data(), {n}), t, k * vl, vocab, kIgnore);
+    for (int64_t i = 0; i < 2 * n; ++i) stats[size_t(i)] += st[size_t(i)];
+  }
+  cross_entropy_combine(host_tensor(losses.data(), {n}), host_tensor(lse.data(), {n}), host_tensor(row_max.data(), {n}),
+                        host_tensor(stats.data(), {2 * n}), t, vocab, kIgnore);
+  int32_t count = n - 1;
+  for (int64_t i = 0; i < n; ++i) {
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, double(x[size_t(i * vpad + j)]));
+    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(double(x[size_t(i * vpad + j)]) - mx);
+    const double want_lse = mx + std::log(sum);
+    EXPECT_NEAR(lse[size_t(i)], want_lse, 1e-5 * std::abs(want_lse)) << "row " << i;
+    const int32_t tg = targets[size_t(i)];
+    const double want_loss = tg == kIgnore ? 0.0 : want_lse - x[size_t(i * vpad + tg)];
+    EXPECT_NEAR(losses[size_t(i)], want_loss, 1e-5 * std::abs(want_loss) + 1e-6) << "row " << i;
+    for (int64_t k = 0; k < shards; ++k) {
+      std::vector<float> grad(n * vl);
+      cross_entropy_shard_backward(host_tensor(grad.data(), {n, vl}), host_tensor(local[size_t(k)].data(), {n, vl}),
+                                   host_tensor(lse.data(), {n}), t, k * vl, vocab, kIgnore, 0.5f,
+                                   host_tensor(&count, {1}));
+      for (int64_t j = 0; j < vl; ++j) {
+        const int64_t col = k * vl + j;
+        double want = 0;
+        if (tg != kIgnore && col < vocab)
+          want = 0.5 / count * (std::exp(double(x[size_t(i * vpad + col)]) - want_lse) - (col == tg ? 1.0 : 0.0));
+        EXPECT_NEAR(grad[size_t(i * vl + j)], want, 1e-6) << "row " << i << " column " << col;
+      }
+    }
   }
 }
 

@@ -1,10 +1,16 @@
 // The tensor-parallel crossings (parallel/tensor_parallel.h): identities on a one-rank group; which
-// side of each conjugate pair all-reduces, and the column layout of gather/scatter along the last
-// dimension, with ranks as threads on the in-process communicator.
+// side of each conjugate pair all-reduces, the column layout of gather/scatter along the last
+// dimension, sequence parallelism's row gather/reduce-scatter, replicated gradients reduced once per
+// backward, and the vocab-parallel cross-entropy against the whole-vocabulary one, with ranks as
+// threads on the in-process communicator.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
+#include <random>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "parallel/comm_threads.h"
 #include "parallel/tensor_parallel.h"
 
@@ -74,6 +80,105 @@ TEST(TensorParallel, GatherAndScatterAlongTheLastDimension) {
                                     host_tensor(scratch.data(), {6 * n}));
       EXPECT_EQ(full, want) << "rank " << rank << " of " << n;
     });
+  }
+}
+
+// Sequence parallelism along rows: the gather concatenates every rank's rows in rank order and its
+// backward reduce-scatters (sums, keeps own rows); the reduce-scatter is the gather's conjugate.
+TEST(TensorParallel, SequenceParallelGatherAndReduceScatterAlongRows) {
+  run_ranks_in_threads(2, [](Comm& tp) {
+    const float r = float(tp.rank());
+    std::vector<float> local = {1 + 10 * r, 2 + 10 * r, 3 + 10 * r, 4 + 10 * r}, full(8), back(4);
+    gather_from_sequence_parallel_region_forward(tp, host_tensor(local.data(), {2, 2}),
+                                                 host_tensor(full.data(), {4, 2}));
+    EXPECT_EQ(full, (std::vector<float>{1, 2, 3, 4, 11, 12, 13, 14}));
+    gather_from_sequence_parallel_region_backward(tp, host_tensor(full.data(), {4, 2}),
+                                                  host_tensor(back.data(), {2, 2}));
+    EXPECT_EQ(back, (std::vector<float>{2 + 20 * r, 4 + 20 * r, 6 + 20 * r, 8 + 20 * r})) << "summed, own rows";
+    std::vector<float> partial = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (float& x : partial) x += r;
+    reduce_scatter_to_sequence_parallel_region_forward(tp, host_tensor(partial.data(), {4, 2}),
+                                                       host_tensor(back.data(), {2, 2}));
+    EXPECT_EQ(back, r == 0 ? (std::vector<float>{3, 5, 7, 9}) : (std::vector<float>{11, 13, 15, 17}));
+    reduce_scatter_to_sequence_parallel_region_backward(tp, host_tensor(back.data(), {2, 2}),
+                                                        host_tensor(full.data(), {4, 2}));
+    EXPECT_EQ(full, (std::vector<float>{3, 5, 7, 9, 11, 13, 15, 17}));
+  });
+}
+
+// A replicated parameter's gradient accumulates over micro-batches: only each backward's increment
+// is summed over the group, so a second micro-batch does not count the first one twice (one
+// tensor in place, several packed; undefined ones skipped).
+TEST(TensorParallel, ReplicatedGradsReduceOnlyThisBackwardsIncrement) {
+  run_ranks_in_threads(2, [](Comm& tp) {
+    const float r = float(tp.rank());
+    std::vector<float> a = {0, 0}, b = {0}, saved(6);
+    const std::array<Tensor, 3> grads = {host_tensor(a.data(), {2}), Tensor{}, host_tensor(b.data(), {1})};
+    const std::array<Tensor, 1> one = {host_tensor(a.data(), {2})};
+    for (int micro = 0; micro < 2; ++micro) {
+      replicated_grads_begin(tp, grads, host_tensor(saved.data(), {6}));
+      a[0] += 1 + r, a[1] += 10 * (1 + r), b[0] += 100 * (1 + r);  // this rank's part: 1 or 2 times
+      replicated_grads_end(tp, grads, host_tensor(saved.data(), {6}));
+    }
+    EXPECT_EQ(a, (std::vector<float>{6, 60}));
+    EXPECT_EQ(b, (std::vector<float>{600}));
+    replicated_grads_begin(tp, one, host_tensor(saved.data(), {6}));
+    a[0] += 1, a[1] += 1;
+    replicated_grads_end(tp, one, host_tensor(saved.data(), {6}));
+    EXPECT_EQ(a, (std::vector<float>{8, 62}));
+  });
+}
+
+// Logits [6 rows, 16 padded columns] of a vocabulary of 13, split over 2 and 4 ranks (rank 3 of 4
+// holds only padding): every rank's losses and lse equal the unsplit kernel's, and each rank's
+// gradient is its columns of the unsplit gradient; ignored rows, padding and a non-finite logit
+// behave as unsplit.
+TEST(TensorParallel, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
+  constexpr int64_t rows = 6, vp = 16, vocab = 13;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> z(0.0f, 3.0f);
+  std::vector<float> logits(rows * vp);
+  for (float& x : logits) x = z(rng);
+  std::vector<int32_t> targets = {0, 12, -100, 5, 8, 3};
+  for (bool nonfinite : {false, true}) {
+    std::vector<float> x = logits;
+    if (nonfinite) x[3 * vp + 9] = INFINITY;
+    std::vector<float> want_loss(rows), want_lse(rows), want_grad(rows * vp), mean(1);
+    std::vector<int32_t> count(1);
+    const Tensor t = host_tensor(targets.data(), {rows});
+    kernels::cross_entropy_forward(host_tensor(want_loss.data(), {rows}), host_tensor(want_lse.data(), {rows}),
+                                   host_tensor(x.data(), {rows, vp}), t, vocab, -100);
+    kernels::loss_mean_forward(host_tensor(mean.data(), {1}), host_tensor(count.data(), {1}),
+                               host_tensor(want_loss.data(), {rows}), t, -100);
+    kernels::cross_entropy_backward(host_tensor(want_grad.data(), {rows, vp}), host_tensor(x.data(), {rows, vp}),
+                                    host_tensor(want_lse.data(), {rows}), t, vocab, -100, 0.5f,
+                                    host_tensor(count.data(), {1}));
+    for (int n : {2, 4}) {
+      run_ranks_in_threads(n, [&](Comm& tp) {
+        const int64_t vl = vp / n, begin = tp.rank() * vl;
+        std::vector<float> local(rows * vl), loss(rows), lse(rows), grad(rows * vl), scratch(3 * rows);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < vl; ++j) local[size_t(i * vl + j)] = x[size_t(i * vp + begin + j)];
+        const Tensor lt = host_tensor(local.data(), {rows, vl});
+        vocab_parallel_cross_entropy_forward(tp, host_tensor(loss.data(), {rows}), host_tensor(lse.data(), {rows}), lt,
+                                             t, vocab, -100, host_tensor(scratch.data(), {3 * rows}));
+        vocab_parallel_cross_entropy_backward(tp, host_tensor(grad.data(), {rows, vl}), lt,
+                                              host_tensor(lse.data(), {rows}), t, vocab, -100, 0.5f,
+                                              host_tensor(count.data(), {1}));
+        for (int64_t i = 0; i < rows; ++i) {
+          SCOPED_TRACE(::testing::Message() << "tp " << n << " rank " << tp.rank() << " row " << i);
+          if (nonfinite && i == 3) {
+            EXPECT_TRUE(std::isnan(loss[size_t(i)])) << "a non-finite logit makes the loss NaN";
+            continue;
+          }
+          EXPECT_NEAR(loss[size_t(i)], want_loss[size_t(i)], 1e-5 * std::abs(want_loss[size_t(i)]) + 1e-6);
+          EXPECT_NEAR(lse[size_t(i)], want_lse[size_t(i)], 1e-5 * std::abs(want_lse[size_t(i)]));
+          for (int64_t j = 0; j < vl; ++j)
+            EXPECT_NEAR(grad[size_t(i * vl + j)], want_grad[size_t(i * vp + begin + j)], 1e-6)
+                << "column " << begin + j;
+        }
+      });
+    }
   }
 }
 

@@ -41,7 +41,8 @@ struct CheckpointSlice {
 // `write_params` (data-parallel rank 0), moments where `write_moments` (GradSync::first_copy(): dp
 // rank 0 without ZeRO; with ZeRO every rank of the first shard group, each for the ranges it owns).
 // With a model's external_params (ZeRO 3) the parameters are the element ranges of its param shard,
-// written as the moments are. Tied copies of an embedding are never written.
+// written as the moments are. Tied copies of an embedding are never written, nor tensor-parallel
+// replicas (ModelParam::tp_replica: the lowest tp rank holding a slice writes it).
 std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* optimizer, bool write_params,
                                                bool write_moments);
 

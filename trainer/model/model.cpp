@@ -57,11 +57,24 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     throw Error(fmt::format("head dimension {} (hidden {} / heads {}) is odd: RoPE needs an even one", m.head_dim(),
                             m.hidden, m.heads));
   check_divides(tp_size, m.heads, "model.heads");  // recipe keys, not parameter names
-  check_divides(tp_size, m.kv_heads, "model.kv_heads");
+  if (m.kv_heads % tp_size != 0 && tp_size % m.kv_heads != 0)
+    throw Error(fmt::format("parallel.tp {} and model.kv_heads {}: neither divides the other", tp_size, m.kv_heads),
+                "key/value heads are split over tp when tp divides kv_heads, replicated when kv_heads divides tp");
   check_divides(tp_size, m.ffn_hidden, "model.ffn_hidden");
   check_divides(tp_size, m.padded_vocab(), "the padded vocabulary");
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
+  if (o.sequence_parallel && tp_size > 1) {
+    if (!o.stage.has_embedding || !o.stage.has_head)
+      throw Error("not supported yet: sequence parallelism with pipeline parallelism",
+                  "set parallel.sequence_parallel: false, or parallel.pp: 1");
+    if (o.kv_cache_tokens > 0) throw Error("not supported yet: sequence parallelism in generation");
+    if ((int64_t(o.micro_batch) * o.seq_len) % tp_size != 0)
+      throw Error(fmt::format("sequence parallelism splits micro_batch {} × seq_len {} = {} token rows over tp {}, "
+                              "which does not divide them",
+                              o.micro_batch, o.seq_len, int64_t(o.micro_batch) * o.seq_len, tp_size),
+                  "choose train.micro_batch and model.seq_len whose product tp divides");
+  }
   LT_CHECK(o.micro_batch >= 1 && o.activation_slots >= 1 && o.kv_cache_tokens >= 0, "micro_batch {} slots {} cache {}",
            o.micro_batch, o.activation_slots, o.kv_cache_tokens);
   if (o.seq_len > m.max_positions)
@@ -81,6 +94,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
   const Dims z(config_, options_, tp_.size());
   llama_ = z.llama;
+  sp_ = z.sp;
   seq_ = z.seq;
   heads_ = z.heads;
   kv_heads_ = z.kv_heads;
@@ -88,6 +102,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
   ffn_ = z.ffn;
   vocab_local_ = z.vocab_local;
   vocab_begin_ = tp_.rank() * vocab_local_;
+  // The ranks holding the same key/value head reduce its gradient (collective over tp).
+  if (z.kv_replicas > 1) kv_group_ = tp_.split(int(tp_.rank() / z.kv_replicas), tp_.rank(), "tp kv replicas");
   build_params();
   bind_views();
   build_activations();
@@ -103,10 +119,18 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
     ModelParam p;
     p.spec = spec;
     p.shape = spec.shape;
-    if (spec.tp_split_dim >= 0 && tp > 1) {
+    const bool kv = spec.role == ParamRole::k_weight || spec.role == ParamRole::v_weight;
+    if (kv && tp > config.kv_heads) {
+      // Replicated key/value heads: rank r holds head r / (tp / kv_heads), as its query heads read.
+      const int replicas = tp / config.kv_heads;
+      p.shape[0] /= config.kv_heads;
+      p.shard_begin = (rank / replicas) * p.shape[0];
+      p.tp_replica = rank % replicas != 0;
+    } else if (spec.tp_split_dim >= 0 && tp > 1) {
       p.shape[spec.tp_split_dim] /= tp;
       p.shard_begin = rank * p.shape[spec.tp_split_dim];
     }
+    if (spec.tp_split_dim < 0 && rank > 0) p.tp_replica = true;
     p.offset = offset;
     p.tied_copy = tied_copy;
     offset += p.numel();
@@ -283,6 +307,7 @@ void Model::bind_group_grads(ParamPlace place, int layer) {
 ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& options, const Dims& z, Arena& a,
                            std::vector<Slot>& slots, Work& work) {
   const int64_t b = options.micro_batch, n = b * z.seq, d = config.hidden;
+  const int64_t nl = z.sp ? n / z.tp : n;  // this rank's rows of the residual stream
   const int64_t qkv = (z.heads + 2 * z.kv_heads) * z.head_dim, q = z.heads * z.head_dim;
   const int64_t fc = z.llama ? 2 * z.ffn : z.ffn;
   const int layers = options.stage.layer_end - options.stage.layer_begin;
@@ -291,15 +316,15 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   auto layer_acts = [&]() {
     LayerActs l;
     l.ln1 = a.take({n, d});
-    if (!z.llama) l.ln1_mean = a.take({n});
-    l.ln1_rstd = a.take({n});
+    if (!z.llama) l.ln1_mean = a.take({nl});
+    l.ln1_rstd = a.take({nl});
     l.qkv = a.take({n, qkv});
     l.att = a.take({n, q});
     l.lse = a.take({b * z.heads * z.seq});
-    l.mid = a.take({n, d});
+    l.mid = a.take({nl, d});
     l.ln2 = a.take({n, d});
-    if (!z.llama) l.ln2_mean = a.take({n});
-    l.ln2_rstd = a.take({n});
+    if (!z.llama) l.ln2_mean = a.take({nl});
+    l.ln2_rstd = a.take({nl});
     l.fc = a.take({n, fc});
     l.act = a.take({n, z.ffn});
     return l;
@@ -309,15 +334,15 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   for (Slot& s : slots) {
     s.tokens = a.take_int({n});
     s.targets = a.take_int({n});
-    for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({n, d}));
+    for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({nl, d}));
     if (!full_ckpt)
       for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts());
     if (head) {
       s.lnf = a.take({n, d});
-      if (!z.llama) s.lnf_mean = a.take({n});
-      s.lnf_rstd = a.take({n});
+      if (!z.llama) s.lnf_mean = a.take({nl});
+      s.lnf_rstd = a.take({nl});
       s.logits = a.take({n, z.vocab_local});
-      s.logits_full = z.tp > 1 ? a.take({n, z.vocab_local * z.tp}) : s.logits;
+      mem.head_logits += int64_t(s.logits.numel()) * 4;
       s.losses = a.take({n});
       s.ce_lse = a.take({n});
       s.loss = a.take({1});
@@ -327,14 +352,20 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   mem.activations_kept = a.bytes();
   work = Work{};
   if (full_ckpt && layers > 0) work.recompute = layer_acts();
-  work.dres = a.take({n, d});
+  work.dres = a.take({nl, d});
   work.dln = a.take({n, d});
   work.dqkv = a.take({n, qkv});
   work.datt = a.take({n, q});
   work.dfc = a.take({n, fc});
   work.dact = a.take({n, z.ffn});
   if (z.llama) work.rope = a.take({config.max_positions, 2, z.head_dim / 2});
-  if (z.tp > 1 && head) work.gather_scratch = a.take({n * z.vocab_local * z.tp});
+  if (z.tp > 1 && head) work.ce_scratch = a.take({3 * n});
+  if (z.kv_replicas > 1 && layers > 0) work.kv_grad_saved = a.take({2 * z.head_dim * d});
+  if (z.sp) {
+    work.sp_full = a.take({n, d});
+    work.sp_rows = a.take({nl, d});
+    work.sp_grad_saved = a.take({2 * 6 * d});
+  }
   mem.activations_work = a.bytes() - mem.activations_kept;
   if (options.kv_cache_tokens > 0)
     for (int l = 0; l < layers; ++l)
@@ -472,12 +503,21 @@ float Model::forward_loss(const MicroBatch& mb) {
   return host_loss(0);
 }
 
+void Model::require_tp1(const char* what) const {
+  if (tp_.size() > 1)
+    throw Error(fmt::format("not supported yet: {} with tensor parallelism (tp {}): no rank holds the logits of the "
+                            "whole vocabulary",
+                            what, tp_.size()),
+                "run it with tp 1 (a checkpoint written at any tp loads at tp 1)");
+}
+
 Tensor Model::forward_logits(Tensor tokens) {
   require_whole_model("forward_logits");
+  require_tp1("forward_logits");
   stage_forward(0, MicroBatch{tokens, Tensor{}}, Tensor{});
   const Slot& s = slots_[0];
   const int64_t n = int64_t(s.batch) * s.seq;
-  return s.logits_full.flat(0, n * config_.padded_vocab()).view({s.batch, s.seq, config_.padded_vocab()});
+  return s.logits.flat(0, n * config_.padded_vocab()).view({s.batch, s.seq, config_.padded_vocab()});
 }
 
 namespace {
@@ -496,6 +536,7 @@ std::pair<int, int> batch_shape(const Tensor& t, const char* what, int max_batch
 
 Tensor Model::forward_cached(Tensor tokens, int64_t position) {
   require_whole_model("forward_cached");
+  require_tp1("forward_cached");
   LT_CHECK(!work_->cache.empty(), "forward_cached on a model built without options.kv_cache_tokens");
   const auto [b, t] = batch_shape(tokens, "tokens", options_.micro_batch, seq_);
   LT_CHECK(position >= 0, "position {}", position);
@@ -512,7 +553,7 @@ Tensor Model::forward_cached(Tensor tokens, int64_t position) {
   embedding_forward_held(s, position);
   forward_blocks(s, position, true);
   head_forward_held(s);
-  return s.logits_full.flat(0, n * config_.padded_vocab()).view({b, t, config_.padded_vocab()});
+  return s.logits.flat(0, n * config_.padded_vocab()).view({b, t, config_.padded_vocab()});
 }
 
 void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
@@ -532,6 +573,8 @@ void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
   s.batch = b;
   s.seq = t;
   const int64_t n = int64_t(b) * t;
+  if (sp_ && n % tp_.size() != 0)
+    throw Error(fmt::format("sequence parallelism: {} × {} token rows do not divide over tp {}", b, t, tp_.size()));
   s.has_targets = st.has_head && mb.targets.defined();
   if (s.has_targets) {
     const auto [tb, tt] = batch_shape(mb.targets, "targets", options_.micro_batch, seq_);
@@ -582,6 +625,7 @@ Tensor Model::loss(int slot) const {
 }
 
 Tensor Model::stage_output(int slot) const {
+  LT_CHECK(!sp_, "stage_output with sequence parallelism (the stream holds 1/tp of the rows)");
   const Slot& s = slots_.at(size_t(slot));
   const int64_t n = int64_t(s.batch) * s.seq;
   return s.residual.back().flat(0, n * config_.hidden).view({s.batch, s.seq, config_.hidden});
@@ -631,7 +675,7 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
     release_params(ParamPlace::embedding, -1);
     if (grad_ready_) grad_ready_(ParamPlace::embedding, -1);
   }
-  w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+  if (!sp_) w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
 }
 
 Tensor Model::stage_input_grad() const { return work_->input_grad; }

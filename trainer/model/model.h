@@ -72,6 +72,11 @@ struct ModelOptions {
   // param-storage hook says (set_param_storage_hook). Implies nothing about gradients (ZeRO 3 sets
   // external_grads too).
   bool external_params = false;
+  // Sequence parallelism (tp > 1): the residual stream, the norms and the residual adds hold this
+  // rank's micro_batch·seq_len / tp token rows; all-gathers before the column-parallel linears and
+  // reduce-scatters after the row-parallel ones replace the all-reduces (parallel/tensor_parallel.h).
+  // Needs the whole model on this stage and micro_batch·seq_len divisible by tp.
+  bool sequence_parallel = false;
 };
 
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
@@ -81,7 +86,9 @@ struct ModelMemory {
   int64_t grads = 0;             // the flat fp32 gradient buffer, same layout (0 with external_grads)
   int64_t activations_kept = 0;  // what the activation slots keep from forward to backward (all slots)
   int64_t activations_work = 0;  // shared by the slots: backward's gradient buffers, recomputation,
-                                 // RoPE table, logits gather scratch
+                                 // RoPE table, the vocab-parallel loss's scratch
+  int64_t head_logits = 0;       // of activations_kept: the head's logits [tokens, padded vocab / tp]
+                                 // (all slots; their gradient overwrites them), 1/tp of tp 1's
   int64_t kv_cache = 0;          // generation's K and V caches (kv_cache_tokens > 0)
 
   // The activation arena: Model::activation_bytes().
@@ -118,6 +125,10 @@ struct ModelParam {
   // On a last pipeline stage without the embedding, the tied word embedding is a second copy of
   // the token embedding whose gradient the pipeline must sum with the first stage's.
   bool tied_copy = false;
+  // A lower tensor-parallel rank holds the same slice: a parameter tp does not split (tp rank > 0),
+  // or a key/value head replicated over tp / kv_heads ranks. Counted once in the grad norm and
+  // written once in checkpoints (by the lowest rank holding it).
+  bool tp_replica = false;
 
   int64_t numel() const;
 };
@@ -130,8 +141,9 @@ void for_each_shard_run(const ModelParam& p, Fn&& fn);
 class Model {
  public:
   // `config` must be resolved (no auto fields). `tp` is this rank's tensor-parallel group
-  // (a one-rank comm when tp = 1; it must outlive the model); heads, kv_heads, ffn_hidden and the
-  // padded vocabulary must divide by its size.
+  // (a one-rank comm when tp = 1; it must outlive the model); heads, ffn_hidden and the padded
+  // vocabulary must divide by its size, and kv_heads must divide it or be divided by it (key/value
+  // heads replicated over tp / kv_heads ranks; the constructor is then collective over `tp`).
   Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp);
   ~Model();
   Model(const Model&) = delete;
@@ -173,15 +185,16 @@ class Model {
   float forward_backward(const MicroBatch& mb, float loss_scale);
   // Forward and loss only (evaluation); the same host copy.
   float forward_loss(const MicroBatch& mb);
-  // Logits [B, T, padded vocab] for every position (padding columns included).
+  // Logits [B, T, padded vocab] for every position (padding columns included). tp 1 only (Error
+  // otherwise): with tp > 1 no rank holds the whole vocabulary's logits.
   kernels::Tensor forward_logits(kernels::Tensor tokens);
 
   // ---- generation (options.kv_cache_tokens > 0, pp = 1) ----
   // Runs tokens [B, T] (B <= micro_batch, T <= seq_len) at positions [position, position + T)
   // through the training forward, appending their keys and values to the cache and attending
   // over cache rows [0, position + T); returns the logits [B, T, padded vocab] of every row (as
-  // forward_logits gives them for the whole sequence). Positions before `position` must have
-  // been fed already (position 0 starts a new sequence); throws an Error past the cache.
+  // forward_logits gives them for the whole sequence). tp 1 only, as forward_logits. Positions before `position` must
+  // have been fed already (position 0 starts a new sequence); throws an Error past the cache.
   kernels::Tensor forward_cached(kernels::Tensor tokens, int64_t position);
 
   // ---- one pipeline stage (the calls above are built on these) ----
@@ -270,12 +283,18 @@ class Model {
   void head_forward(Slot& s);
   void head_backward(Slot& s, float loss_scale);
   void require_whole_model(const char* what) const;
+  void require_tp1(const char* what) const;
+  // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a
+  // block (layer >= 0) or of the head (layer < 0), reduced over tp around their backward.
+  void sp_grads(int layer, bool begin);
   float host_loss(int slot) const;
 
   ModelConfig config_;
   ModelOptions options_;
   parallel::Comm& tp_;
+  std::unique_ptr<parallel::Comm> kv_group_;  // the tp ranks holding this rank's key/value head (replicated)
   bool llama_ = false;
+  bool sp_ = false;  // options.sequence_parallel with tp > 1
   int64_t seq_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_local_ = 0, vocab_begin_ = 0;
 
   std::vector<ModelParam> params_;

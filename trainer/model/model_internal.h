@@ -17,16 +17,22 @@ struct Model::Dims {
   bool llama = false;
   int tp = 1;
   int64_t seq = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab_local = 0;
+  // tp ranks holding each key/value head: 1 when tp divides kv_heads (they are split), tp / kv_heads
+  // when kv_heads divides tp (each rank holds the one head its query heads read; replicated).
+  int64_t kv_replicas = 1;
+  bool sp = false;  // sequence parallelism: residual stream and norms on 1/tp of the token rows
 
   Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)
       : llama(m.family == ModelFamily::llama),
         tp(tp_size),
         seq(o.seq_len),
         heads(m.heads / tp_size),
-        kv_heads(m.kv_heads / tp_size),
+        kv_heads(m.kv_heads % tp_size == 0 ? m.kv_heads / tp_size : 1),
         head_dim(m.head_dim()),
         ffn(m.ffn_hidden / tp_size),
-        vocab_local(m.padded_vocab() / tp_size) {}
+        vocab_local(m.padded_vocab() / tp_size),
+        kv_replicas(m.kv_heads % tp_size == 0 ? 1 : tp_size / m.kv_heads),
+        sp(o.sequence_parallel && tp_size > 1) {}
 };
 
 // Carves fp32 (and int32) tensors out of one buffer, each 64-byte aligned. With a null base it
@@ -69,7 +75,8 @@ struct Model::EndWeights {
 };
 
 // The activations one block keeps for its backward ([N, ·] with N = B·T tokens, sized for the
-// largest micro-batch and viewed smaller).
+// largest micro-batch and viewed smaller). With sequence parallelism the norm statistics and mid
+// hold this rank's N/tp rows; ln1 and ln2 hold all N rows (gathered).
 struct Model::LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // norm output and statistics (mean: LayerNorm only)
   Tensor qkv;                      // [N, (H + 2·KV)/tp · hd], after RoPE for LLaMA
@@ -85,11 +92,11 @@ struct Model::Slot {
   int batch = 0, seq = 0;
   bool has_targets = false;
   Tensor tokens, targets;          // [N] int32 copies
-  std::vector<Tensor> residual;    // layers + 1 tensors [N, d]: block inputs, then the stage output
+  std::vector<Tensor> residual;    // layers + 1 tensors [N, d] ([N/tp, d] with sequence parallelism):
+                                   // block inputs, then the stage output
   std::vector<LayerActs> layers;   // per layer; empty with activation checkpointing
   Tensor lnf, lnf_mean, lnf_rstd;  // final norm (last stage)
-  Tensor logits;                   // [N, V/tp]
-  Tensor logits_full;              // [N, V] gathered (tp > 1), else the same as logits
+  Tensor logits;                   // [N, V/tp]: this rank's vocabulary columns, never gathered
   Tensor losses, ce_lse;           // [N]
   Tensor loss;                     // [1] fp32: mean over counted targets (loss_mean_forward)
   Tensor count;                    // [1] int32: the counted targets, for the backward
@@ -101,12 +108,19 @@ struct Model::Cache {
 };
 
 // Buffers shared by every slot: the backward's gradient buffers, the recomputation's activations
-// (activation checkpointing), the RoPE table, the gather scratch, and generation's KV cache.
+// (activation checkpointing), the RoPE table, the vocab-parallel loss's scratch, and generation's
+// KV cache.
 struct Model::Work {
   LayerActs recompute;
   Tensor dres, dln, dqkv, datt, dfc, dact;
-  Tensor rope;               // [max_positions, 2, hd/2] (llama)
-  Tensor gather_scratch;     // [N·V] (tp > 1)
+  Tensor rope;           // [max_positions, 2, hd/2] (llama)
+  Tensor ce_scratch;     // [3·N] row maxima and the [Σ exp, target logit] sums (tp > 1)
+  Tensor kv_grad_saved;  // [2·hd·d] the replicated k/v heads' gradient so far (kv_replicas > 1)
+  // Sequence parallelism: sp_full [N, d] holds a row-parallel linear's partial output before its
+  // reduce-scatter (forward) and the all-gathered residual gradient (backward); sp_rows [N/tp, d]
+  // a norm's output before its all-gather (forward) and the reduce-scattered input gradient
+  // (backward); sp_grad_saved [2·6·d] the replicated gradients' saved values and their pack.
+  Tensor sp_full, sp_rows, sp_grad_saved;
   Tensor input_grad;         // view of dres after the last backward
   std::vector<Cache> cache;  // per local layer (kv_cache_tokens > 0), else empty
 };

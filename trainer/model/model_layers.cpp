@@ -8,11 +8,22 @@
 //    through unchanged (their backward only produces bias gradients).
 //  - Tensor-parallel crossings: copy_to_tp before a column-parallel linear (its backward
 //    all-reduces the input gradient), reduce_from_tp after a row-parallel one (the replicated
-//    bias is added after the all-reduce, by residual_forward).
+//    bias is added after the all-reduce, by residual_forward). The head's logits stay split by
+//    vocabulary columns: the loss is the vocab-parallel cross-entropy (tp 1 runs the plain one,
+//    the same numbers bitwise as before tp existed).
+//  - Sequence parallelism (sp_): the stream x/mid/out, the norms and the residual adds hold this
+//    rank's n / tp rows; a norm writes its rows to work.sp_rows and the gather fills the full
+//    [n, d] input of the column-parallel linear; a row-parallel linear writes its partial [n, d]
+//    sums to work.sp_full and the reduce-scatter leaves this rank's rows; in backward the same
+//    buffers carry the gathered stream gradient and the reduce-scattered norm input gradient. The
+//    replicated parameters that only see this rank's rows (norms, row-parallel biases) have their
+//    gradients reduced over tp around each backward (sp_grads).
 //  - Training and generation share this code. `position` offsets learned positions and RoPE;
 //    with a KV cache (generation) the block writes its keys and values to the cache and attends
 //    over it instead of over its own rows. Training passes position 0 and no cache, and runs
 //    exactly the ops it always did.
+#include <array>
+
 #include "kernels/ops.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/model/model_internal.h"
@@ -35,8 +46,17 @@ Tensor first(const Tensor& t, int64_t n) { return t.flat(0, n); }
 
 void Model::embed_forward(Slot& s, int64_t position) {
   const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
-  const Tensor x = rows(s.residual[0], n);
   const Tensor tokens = first(s.tokens, n);
+  if (sp_) {
+    // Every rank embeds all rows (its vocabulary shard's part), adds the learned positions once
+    // (rank 0), and keeps the sum of its rows.
+    const Tensor full = rows(work_->sp_full, n);
+    k::embedding_forward(full, tokens, ends_->wte, vocab_begin_, config_.vocab);
+    if (!llama_ && tp_.rank() == 0) k::position_embedding_forward(full.view({s.batch, s.seq, d}), ends_->wpe, position);
+    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, full, rows(s.residual[0], n / tp_.size()));
+    return;
+  }
+  const Tensor x = rows(s.residual[0], n);
   k::embedding_forward(x, tokens, ends_->wte, vocab_begin_, config_.vocab);
   tpx::reduce_from_tp_region_forward(tp_, x);
   if (!llama_) k::position_embedding_forward(x.view({s.batch, s.seq, d}), ends_->wpe, position);
@@ -44,10 +64,32 @@ void Model::embed_forward(Slot& s, int64_t position) {
 
 void Model::embed_backward(Slot& s) {
   const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
+  if (sp_) {
+    // The gathered gradient is the same on every rank: so are the positions' gradients.
+    const Tensor dfull = rows(work_->sp_full, n);
+    tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, rows(work_->dres, n / tp_.size()), dfull);
+    if (!llama_) k::position_embedding_backward(end_grads_->wpe, dfull.view({s.batch, s.seq, d}), 0);
+    k::embedding_backward(end_grads_->wte, dfull, first(s.tokens, n), vocab_begin_, config_.vocab);
+    return;
+  }
   const Tensor dx = rows(work_->dres, n);
   if (!llama_) k::position_embedding_backward(end_grads_->wpe, dx.view({s.batch, s.seq, d}), 0);
   tpx::reduce_from_tp_region_backward(tp_, dx);
   k::embedding_backward(end_grads_->wte, dx, first(s.tokens, n), vocab_begin_, config_.vocab);
+}
+
+void Model::sp_grads(int layer, bool begin) {
+  std::array<Tensor, 6> grads;
+  if (layer >= 0) {
+    const BlockWeights& g = weight_grads_[size_t(layer)];
+    grads = {g.ln1_w, g.ln1_b, g.o_b, g.ln2_w, g.ln2_b, g.out_b};
+  } else {
+    grads = {end_grads_->norm_w, end_grads_->norm_b};
+  }
+  if (begin)
+    tpx::replicated_grads_begin(tp_, grads, work_->sp_grad_saved);
+  else
+    tpx::replicated_grads_end(tp_, grads, work_->sp_grad_saved);
 }
 
 void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, int b, int t, bool recompute,
@@ -55,16 +97,24 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   const BlockWeights& w = weights_[size_t(layer)];
   const int64_t n = int64_t(b) * t, hd = head_dim_;
   const float eps = float(config_.norm_eps);
-  const Tensor x = rows(x_in, n), ln1 = rows(a.ln1, n), qkv = rows(a.qkv, n), att = rows(a.att, n);
-  const Tensor mid = rows(a.mid, n), ln2 = rows(a.ln2, n), fc = rows(a.fc, n), act = rows(a.act, n);
+  // Sequence parallelism: the stream (x, mid, out), the norms and the residual adds hold nl rows.
+  const int64_t nl = sp_ ? n / tp_.size() : n;
+  const Tensor x = rows(x_in, nl), ln1 = rows(a.ln1, n), qkv = rows(a.qkv, n), att = rows(a.att, n);
+  const Tensor mid = rows(a.mid, nl), ln2 = rows(a.ln2, n), fc = rows(a.fc, n), act = rows(a.act, n);
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd}), lse = first(a.lse, b * heads_ * t);
+  const Tensor normed = sp_ ? rows(work_->sp_rows, nl) : Tensor{};  // a norm's own rows, then gathered
+  const Tensor partial = sp_ ? rows(work_->sp_full, n) : Tensor{};  // a row-parallel output, reduce-scattered
 
   // Attention sub-block: mid = x + proj(attention(norm(x))).
+  const Tensor ln1_own = sp_ ? normed : ln1;
   if (llama_)
-    k::rmsnorm_forward(ln1, first(a.ln1_rstd, n), x, w.ln1_w, eps);
+    k::rmsnorm_forward(ln1_own, first(a.ln1_rstd, nl), x, w.ln1_w, eps);
   else
-    k::layernorm_forward(ln1, first(a.ln1_mean, n), first(a.ln1_rstd, n), x, w.ln1_w, w.ln1_b, eps);
-  tpx::copy_to_tp_region_forward(tp_, ln1);
+    k::layernorm_forward(ln1_own, first(a.ln1_mean, nl), first(a.ln1_rstd, nl), x, w.ln1_w, w.ln1_b, eps);
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_forward(tp_, ln1_own, ln1);
+  else
+    tpx::copy_to_tp_region_forward(tp_, ln1);
   k::linear_forward(qkv, ln1, w.qkv_w, w.qkv_b);
   if (llama_) k::rope_forward(qkv4, work_->rope, heads_ + kv_heads_, position);
   if (cache) {
@@ -78,25 +128,39 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   } else {
     k::attention_forward(att, lse, qkv4, heads_, kv_heads_);
   }
-  k::linear_forward(mid, att, w.o_w, Tensor{});
-  tpx::reduce_from_tp_region_forward(tp_, mid);
+  if (sp_) {
+    k::linear_forward(partial, att, w.o_w, Tensor{});
+    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, partial, mid);
+  } else {
+    k::linear_forward(mid, att, w.o_w, Tensor{});
+    tpx::reduce_from_tp_region_forward(tp_, mid);
+  }
   k::residual_forward(mid, x, mid, w.o_b);
 
   // MLP sub-block: out = mid + down(activation(up(norm(mid)))).
+  const Tensor ln2_own = sp_ ? normed : ln2;
   if (llama_)
-    k::rmsnorm_forward(ln2, first(a.ln2_rstd, n), mid, w.ln2_w, eps);
+    k::rmsnorm_forward(ln2_own, first(a.ln2_rstd, nl), mid, w.ln2_w, eps);
   else
-    k::layernorm_forward(ln2, first(a.ln2_mean, n), first(a.ln2_rstd, n), mid, w.ln2_w, w.ln2_b, eps);
-  tpx::copy_to_tp_region_forward(tp_, ln2);
+    k::layernorm_forward(ln2_own, first(a.ln2_mean, nl), first(a.ln2_rstd, nl), mid, w.ln2_w, w.ln2_b, eps);
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_forward(tp_, ln2_own, ln2);
+  else
+    tpx::copy_to_tp_region_forward(tp_, ln2);
   k::linear_forward(fc, ln2, w.fc_w, w.fc_b);
   if (llama_)
     k::swiglu_forward(act, fc);
   else
     k::gelu_forward(act, fc);
   if (recompute) return;  // backward needs everything above, not the block's output
-  const Tensor out = rows(x_out, n);
-  k::linear_forward(out, act, w.out_w, Tensor{});
-  tpx::reduce_from_tp_region_forward(tp_, out);
+  const Tensor out = rows(x_out, nl);
+  if (sp_) {
+    k::linear_forward(partial, act, w.out_w, Tensor{});
+    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, partial, out);
+  } else {
+    k::linear_forward(out, act, w.out_w, Tensor{});
+    tpx::reduce_from_tp_region_forward(tp_, out);
+  }
   k::residual_forward(out, mid, out, w.out_b);
 }
 
@@ -104,64 +168,97 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
   const BlockWeights &w = weights_[size_t(layer)], &g = weight_grads_[size_t(layer)];
   Work& wk = *work_;
   const int64_t n = int64_t(b) * t, hd = head_dim_;
-  const Tensor x = rows(x_in, n), ln1 = rows(a.ln1, n), qkv = rows(a.qkv, n), att = rows(a.att, n);
-  const Tensor mid = rows(a.mid, n), ln2 = rows(a.ln2, n), fc = rows(a.fc, n), act = rows(a.act, n);
+  const int64_t nl = sp_ ? n / tp_.size() : n;  // the stream's rows (sequence parallelism: this rank's)
+  const Tensor x = rows(x_in, nl), ln1 = rows(a.ln1, n), qkv = rows(a.qkv, n), att = rows(a.att, n);
+  const Tensor mid = rows(a.mid, nl), ln2 = rows(a.ln2, n), fc = rows(a.fc, n), act = rows(a.act, n);
   const Tensor lse = first(a.lse, b * heads_ * t);
-  const Tensor dres = rows(wk.dres, n), dln = rows(wk.dln, n), dqkv = rows(wk.dqkv, n), datt = rows(wk.datt, n);
+  const Tensor dres = rows(wk.dres, nl), dln = rows(wk.dln, n), dqkv = rows(wk.dqkv, n), datt = rows(wk.datt, n);
   const Tensor dfc = rows(wk.dfc, n), dact = rows(wk.dact, n);
+  // Sequence parallelism: the gathered d(stream) for the row-parallel backward, and the norms'
+  // input gradient reduce-scattered to this rank's rows; the replicated gradients reduced over tp.
+  const Tensor dfull = sp_ ? rows(wk.sp_full, n) : dres, dln_own = sp_ ? rows(wk.sp_rows, nl) : dln;
+  if (sp_) sp_grads(layer, true);
 
   // MLP sub-block; dres holds d(out).
   if (g.out_b.defined()) k::residual_backward(g.out_b, dres);
-  tpx::reduce_from_tp_region_backward(tp_, dres);
-  k::linear_backward(dact, g.out_w, Tensor{}, dres, act, w.out_w);
+  if (sp_)
+    tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
+  else
+    tpx::reduce_from_tp_region_backward(tp_, dres);
+  k::linear_backward(dact, g.out_w, Tensor{}, dfull, act, w.out_w);
   if (llama_)
     k::swiglu_backward(dfc, dact, fc);
   else
     k::gelu_backward(dfc, dact, fc);
   k::linear_backward(dln, g.fc_w, g.fc_b, dfc, ln2, w.fc_w);
-  tpx::copy_to_tp_region_backward(tp_, dln);
-  if (llama_)
-    k::rmsnorm_backward(dres, g.ln2_w, dln, mid, w.ln2_w, first(a.ln2_rstd, n), dres);
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
   else
-    k::layernorm_backward(dres, g.ln2_w, g.ln2_b, dln, mid, w.ln2_w, first(a.ln2_mean, n), first(a.ln2_rstd, n), dres);
+    tpx::copy_to_tp_region_backward(tp_, dln);
+  if (llama_)
+    k::rmsnorm_backward(dres, g.ln2_w, dln_own, mid, w.ln2_w, first(a.ln2_rstd, nl), dres);
+  else
+    k::layernorm_backward(dres, g.ln2_w, g.ln2_b, dln_own, mid, w.ln2_w, first(a.ln2_mean, nl), first(a.ln2_rstd, nl),
+                          dres);
 
   // Attention sub-block; dres holds d(mid).
   if (g.o_b.defined()) k::residual_backward(g.o_b, dres);
-  tpx::reduce_from_tp_region_backward(tp_, dres);
-  k::linear_backward(datt, g.o_w, Tensor{}, dres, att, w.o_w);
+  if (sp_)
+    tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
+  else
+    tpx::reduce_from_tp_region_backward(tp_, dres);
+  k::linear_backward(datt, g.o_w, Tensor{}, dfull, att, w.o_w);
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   const Tensor dqkv4 = dqkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   k::attention_backward(dqkv4, datt.view({b, t, heads_, hd}), qkv4, att.view({b, t, heads_, hd}), lse, heads_,
                         kv_heads_);
   if (llama_) k::rope_backward(dqkv4, work_->rope, heads_ + kv_heads_, 0);
+  // Replicated key/value heads: each rank's gradient of them is its query heads' part only.
+  const Tensor kv_grad =
+      kv_group_ ? g.qkv_w.flat(heads_ * hd * config_.hidden, 2 * kv_heads_ * hd * config_.hidden) : Tensor{};
+  if (kv_group_) tpx::replicated_grads_begin(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
   k::linear_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w);
-  tpx::copy_to_tp_region_backward(tp_, dln);
-  if (llama_)
-    k::rmsnorm_backward(dres, g.ln1_w, dln, x, w.ln1_w, first(a.ln1_rstd, n), dres);
+  if (kv_group_) tpx::replicated_grads_end(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
   else
-    k::layernorm_backward(dres, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, first(a.ln1_mean, n), first(a.ln1_rstd, n), dres);
+    tpx::copy_to_tp_region_backward(tp_, dln);
+  if (llama_)
+    k::rmsnorm_backward(dres, g.ln1_w, dln_own, x, w.ln1_w, first(a.ln1_rstd, nl), dres);
+  else
+    k::layernorm_backward(dres, g.ln1_w, g.ln1_b, dln_own, x, w.ln1_w, first(a.ln1_mean, nl), first(a.ln1_rstd, nl),
+                          dres);
+  if (sp_) sp_grads(layer, false);
 }
 
 void Model::head_forward(Slot& s) {
   const EndWeights& h = *ends_;
   const int64_t n = int64_t(s.batch) * s.seq;
   const float eps = float(config_.norm_eps);
-  const Tensor x = rows(s.residual.back(), n), lnf = rows(s.lnf, n);
+  const int64_t nl = sp_ ? n / tp_.size() : n;
+  const Tensor x = rows(s.residual.back(), nl), lnf = rows(s.lnf, n);
+  const Tensor own = sp_ ? rows(work_->sp_rows, nl) : lnf;  // sequence parallelism: gathered below
   if (llama_)
-    k::rmsnorm_forward(lnf, first(s.lnf_rstd, n), x, h.norm_w, eps);
+    k::rmsnorm_forward(own, first(s.lnf_rstd, nl), x, h.norm_w, eps);
   else
-    k::layernorm_forward(lnf, first(s.lnf_mean, n), first(s.lnf_rstd, n), x, h.norm_w, h.norm_b, eps);
-  tpx::copy_to_tp_region_forward(tp_, lnf);
-  const Tensor logits = rows(s.logits, n), full = rows(s.logits_full, n);
+    k::layernorm_forward(own, first(s.lnf_mean, nl), first(s.lnf_rstd, nl), x, h.norm_w, h.norm_b, eps);
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_forward(tp_, own, lnf);
+  else
+    tpx::copy_to_tp_region_forward(tp_, lnf);
+  const Tensor logits = rows(s.logits, n);
   k::linear_forward(logits, lnf, h.head, Tensor{});
-  tpx::gather_from_tp_region_forward(tp_, logits, full, work_->gather_scratch);
   if (!s.has_targets) {  // logits only (forward_logits, generation): no loss
     k::fill_zero(s.loss);
     k::fill_zero(s.count);
     return;
   }
   const Tensor targets = first(s.targets, n), losses = first(s.losses, n);
-  k::cross_entropy_forward(losses, first(s.ce_lse, n), full, targets, config_.vocab, kIgnoreIndex);
+  if (tp_.size() == 1)
+    k::cross_entropy_forward(losses, first(s.ce_lse, n), logits, targets, config_.vocab, kIgnoreIndex);
+  else
+    tpx::vocab_parallel_cross_entropy_forward(tp_, losses, first(s.ce_lse, n), logits, targets, config_.vocab,
+                                              kIgnoreIndex, work_->ce_scratch);
   // No counted token: the micro-batch contributes nothing (loss 0, zero gradient).
   k::loss_mean_forward(s.loss, s.count, losses, targets, kIgnoreIndex);
 }
@@ -169,20 +266,30 @@ void Model::head_forward(Slot& s) {
 void Model::head_backward(Slot& s, float loss_scale) {
   const EndWeights &h = *ends_, &g = *end_grads_;
   const int64_t n = int64_t(s.batch) * s.seq;
-  const Tensor x = rows(s.residual.back(), n), lnf = rows(s.lnf, n);
-  const Tensor logits = rows(s.logits, n), full = rows(s.logits_full, n);
+  const int64_t nl = sp_ ? n / tp_.size() : n;
+  const Tensor x = rows(s.residual.back(), nl), lnf = rows(s.lnf, n);
+  const Tensor logits = rows(s.logits, n);
+  if (sp_) sp_grads(-1, true);
   // dlogits overwrite the logits in place; the per-row gradient is loss_scale / count.
-  k::cross_entropy_backward(full, full, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex,
-                            loss_scale, s.count);
-  tpx::gather_from_tp_region_backward(tp_, full, logits);
-  const Tensor dln = rows(work_->dln, n), dres = rows(work_->dres, n);
-  k::linear_backward(dln, g.head, Tensor{}, logits, lnf, h.head);
-  tpx::copy_to_tp_region_backward(tp_, dln);
-  if (llama_)
-    k::rmsnorm_backward(dres, g.norm_w, dln, x, h.norm_w, first(s.lnf_rstd, n), Tensor{});
+  if (tp_.size() == 1)
+    k::cross_entropy_backward(logits, logits, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex,
+                              loss_scale, s.count);
   else
-    k::layernorm_backward(dres, g.norm_w, g.norm_b, dln, x, h.norm_w, first(s.lnf_mean, n), first(s.lnf_rstd, n),
+    tpx::vocab_parallel_cross_entropy_backward(tp_, logits, logits, first(s.ce_lse, n), first(s.targets, n),
+                                               config_.vocab, kIgnoreIndex, loss_scale, s.count);
+  const Tensor dln = rows(work_->dln, n), dres = rows(work_->dres, nl);
+  const Tensor dln_own = sp_ ? rows(work_->sp_rows, nl) : dln;
+  k::linear_backward(dln, g.head, Tensor{}, logits, lnf, h.head);
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
+  else
+    tpx::copy_to_tp_region_backward(tp_, dln);
+  if (llama_)
+    k::rmsnorm_backward(dres, g.norm_w, dln_own, x, h.norm_w, first(s.lnf_rstd, nl), Tensor{});
+  else
+    k::layernorm_backward(dres, g.norm_w, g.norm_b, dln_own, x, h.norm_w, first(s.lnf_mean, nl), first(s.lnf_rstd, nl),
                           Tensor{});
+  if (sp_) sp_grads(-1, false);
 }
 
 }  // namespace llmtrain::trainer

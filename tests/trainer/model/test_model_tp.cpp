@@ -3,8 +3,8 @@
 // equal the unsharded model's, and every gradient shard must equal its slice of the unsharded
 // gradient (replicated parameters: the whole gradient on every rank). This pins the placement of
 // every crossing (vocab-parallel embedding, column/row-parallel linears, biases after the
-// all-reduce, gathered logits). The MPI/NCCL communicators and multi-process runs are tested with
-// the parallel code.
+// all-reduce, the vocab-parallel cross-entropy over logits no rank gathers). The MPI/NCCL communicators and
+// multi-process runs are tested with the parallel code.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,6 +75,22 @@ TEST_P(ModelTensorParallel, TwoShardsMatchTheWholeModel) {
     EXPECT_NEAR(losses[r], want, 1e-6 * std::abs(want)) << "rank " << r;
     for (const std::string& f : failures[r]) ADD_FAILURE() << "rank " << r << ": " << f;
   }
+}
+
+// The head's activation memory scales as 1/tp: its logits are [tokens, padded vocab / tp] and no
+// rank holds a [tokens, padded vocab] buffer (the plan is the constructor's layout).
+TEST(ModelTensorParallelMemory, TheHeadsLogitsAreAQuarterAtTpFour) {
+  ModelConfig m;
+  m.family = ModelFamily::llama;
+  m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 4, m.ffn_hidden = 128, m.vocab = 1000, m.vocab_pad = 128;
+  m.seq_len = 32, m.max_positions = 32;
+  const ModelOptions o{.micro_batch = 4};
+  const ModelMemory one = model_memory_plan(m, o, 1, 0), four = model_memory_plan(m, o, 4, 3);
+  EXPECT_EQ(one.head_logits, int64_t(4) * 32 * 1024 * 4);
+  EXPECT_EQ(four.head_logits * 4, one.head_logits);
+  const int64_t full_logits = int64_t(4) * 32 * 1024 * 4;
+  EXPECT_LT(four.activations() - four.head_logits, one.activations() - one.head_logits + full_logits / 8)
+      << "tp 4 keeps no [tokens, vocab] buffer elsewhere";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelTensorParallel,

@@ -1,0 +1,42 @@
+// CountingComm (parallel/comm_counting.h): forwards every call unchanged and counts the ring volume
+// each rank sends, per kind of call, on the in-process communicator.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "parallel/comm_counting.h"
+#include "parallel/comm_threads.h"
+
+namespace llmtrain::parallel {
+namespace {
+
+using kernels::host_tensor;
+
+TEST(CountingComm, CountsTheRingVolumeEachRankSends) {
+  run_ranks_in_threads(4, [](Comm& world) {
+    CountingComm c(world.split(0, world.rank(), "tp"));
+    std::vector<float> buf(8, 1.0f), in(8, 1.0f), out(2), gathered(32);
+    c.all_reduce(host_tensor(buf.data(), {8}), ReduceOp::sum);
+    EXPECT_EQ(buf, std::vector<float>(8, 4.0f)) << "forwarded";
+    EXPECT_EQ(c.bytes_sent(CountingComm::all_reduce_op), 2 * 3 * 32 / 4);  // 2(n-1)/n of 32 bytes
+    c.reduce_scatter(host_tensor(in.data(), {8}), host_tensor(out.data(), {2}), ReduceOp::sum);
+    EXPECT_EQ(c.bytes_sent(CountingComm::reduce_scatter_op), 3 * 32 / 4);  // (n-1)/n of the input
+    c.all_gather(host_tensor(out.data(), {2}), host_tensor(gathered.data(), {8}));
+    EXPECT_EQ(c.bytes_sent(CountingComm::all_gather_op), 3 * 32 / 4);  // (n-1)/n of the output
+    c.all_reduce_async(host_tensor(buf.data(), {8}), ReduceOp::sum)->wait();
+    EXPECT_EQ(c.calls(CountingComm::all_reduce_op), 2);
+    EXPECT_EQ(c.bytes_sent(), 2 * 48 + 24 + 24);
+    c.barrier();
+    c.reset();
+    EXPECT_EQ(c.bytes_sent(), 0);
+    EXPECT_EQ(c.calls(CountingComm::all_reduce_op), 0);
+  });
+  CountingComm one(make_local_comm("tp"));
+  std::vector<float> x(4);
+  one.all_reduce(host_tensor(x.data(), {4}), ReduceOp::sum);
+  EXPECT_EQ(one.bytes_sent(), 0) << "one rank sends nothing";
+  EXPECT_EQ(one.calls(CountingComm::all_reduce_op), 1);
+}
+
+}  // namespace
+}  // namespace llmtrain::parallel

@@ -1,0 +1,282 @@
+// Tensor parallelism in training (trainer/train_step.h with a tp group): tp ranks (as threads, on
+// the in-process communicator) take the steps of one rank. Each layout trains 20 steps of a small
+// model, GPT-2 and LLaMA, and must log the same losses per step as tp 1 (relative difference
+// ≤ 1e-5) and global gradient norms (≤ 1e-5: replicated parameters counted once) and end with
+// the same parameters, gathered from the shards (‖a − b‖ / ‖b‖ ≤ 1e-5);
+// every tp rank's copy of a replicated parameter must be the same. Layouts: tp 2 and 4,
+// tp 2 × dp 2 (ZeRO 0, 1 and 2), sequence parallelism, replicated key/value heads (kv_heads 2 and
+// 1 at tp 4); checkpoints move between tp 4 and tp 1 both ways.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "parallel/comm_threads.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/data/indexed_dataset.h"
+#include "trainer/memory.h"
+#include "trainer/train_step.h"
+
+namespace llmtrain::trainer {
+namespace {
+namespace fs = std::filesystem;
+
+struct Layout {
+  int tp = 1, dp = 1, zero = 0;
+  bool sp = false;
+};
+
+class TensorParallelTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("train_tp_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    prefix_ = (dir_ / "data").string();
+    IndexedDatasetWriter w(prefix_, TokenDtype::uint16);
+    std::mt19937 rng(3);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<int32_t> doc(size_t(20 + rng() % 30));
+      for (auto& t : doc) t = int32_t(rng() % 60);
+      w.add_document(doc);
+    }
+    w.close();
+    w.commit();
+    use(ModelFamily::llama, 4);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void use(ModelFamily family, int kv_heads) {
+    Recipe& r = recipe_;
+    r = Recipe{};
+    r.model.family = family;
+    r.model.layers = 2, r.model.hidden = 64, r.model.heads = 4, r.model.kv_heads = kv_heads, r.model.ffn_hidden = 128;
+    r.model.vocab = 60, r.model.vocab_pad = 32, r.model.seq_len = 12, r.model.max_positions = 12;
+    r.model.init_std = 0.1, r.model.tie_embeddings = true;
+    r.train.micro_batch = 2, r.train.global_batch = 8, r.train.steps = 20, r.train.grad_clip = 0.5;
+    r.optimizer.lr = 3e-3, r.optimizer.warmup = 2, r.optimizer.decay_steps = 20;
+  }
+
+  struct Rank {
+    Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world)
+        : mesh({r.parallel.tp, 1, r.parallel.dp}, world->rank()),
+          comms(parallel::make_mesh_comms(mesh, std::move(world))),
+          data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
+          sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), r.parallel.dp),
+          batches(data, sampler, r.model.seq_len),
+          schedule(step_schedule(r, 0, sampler.micro_batches_per_step())),
+          model(r.model, step_model_options(r, 0, schedule), *comms.tp) {
+      model.init_parameters(11);
+      step.emplace(r, model, comms, batches, schedule);
+    }
+    parallel::Mesh mesh;
+    parallel::MeshComms comms;
+    GptDataset data;
+    Sampler sampler;
+    MicroBatchReader batches;
+    std::vector<parallel::PipeOp> schedule;
+    Model model;
+    std::optional<TrainStep> step;
+  };
+
+  struct Run {
+    std::vector<float> losses;
+    std::vector<double> grad_norms;                    // before clipping (replicated parameters counted once)
+    std::map<std::string, std::vector<float>> params;  // gathered global tensors after the last step
+  };
+
+  // Steps [from, to) at `layout`; `load`: a checkpoint to start from; `save`: where to write one.
+  Run run(Layout layout, int from, int to, const std::string& load = "", const std::string& save = "") {
+    Recipe r = recipe_;
+    r.parallel.tp = layout.tp, r.parallel.dp = layout.dp, r.parallel.zero = layout.zero;
+    r.parallel.sequence_parallel = layout.sp;
+    const int world_size = layout.tp * layout.dp;
+    std::vector<std::vector<float>> losses(static_cast<size_t>(world_size));
+    std::vector<double> norms;
+    Run out;
+    std::mutex mu;
+    std::vector<std::string> failures;
+    parallel::run_ranks_in_threads(world_size, [&](parallel::Comm& world) {
+      const int rank = world.rank();
+      Rank me(r, prefix_, world.split(0, rank, "world"));
+      auto slices = [&] {
+        return checkpoint_slices(me.model, &me.step->optimizer(), me.comms.dp->rank() == 0,
+                                 me.step->grad_sync().first_copy());
+      };
+      if (!load.empty()) {
+        LoadedCheckpoint c = checkpoint_load(load, slices(), *me.comms.world);
+        EXPECT_EQ(c.manifest.step, from);
+        me.step->restore(c.manifest.extra, from);
+      }
+      for (int s = from; s < to; ++s) {
+        const StepOutcome o = me.step->run(s, int64_t(s) * r.train.global_batch);
+        losses[size_t(rank)].push_back(o.loss);
+        if (rank == 0) norms.push_back(o.grad_norm);
+      }
+      std::unique_lock lock(mu);
+      for (const ModelParam& p : me.model.parameters()) {
+        int64_t numel = 1;
+        for (int64_t d : p.spec.shape) numel *= d;
+        std::vector<float>& global = out.params[p.spec.name];
+        if (global.empty()) global.assign(size_t(numel), NAN);
+        const float* v = p.value.ptr<float>();
+        for_each_shard_run(p, [&](int64_t l, int64_t g, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            float& dst = global[size_t(g + i)];
+            if (std::isnan(dst))
+              dst = v[l + i];
+            else if (dst != v[l + i] && failures.size() < 5)
+              failures.push_back(p.spec.name + " differs between ranks holding it (rank " + std::to_string(rank) + ")");
+          }
+        });
+      }
+      lock.unlock();  // the save below is collective
+      if (!save.empty()) {
+        CheckpointMeta meta;
+        meta.step = to;
+        meta.consumed_samples = int64_t(to) * r.train.global_batch;
+        meta.extra = me.step->state();
+        meta.recipe_yaml = "name: tp\n";
+        meta.tokenizer_kind = "byte";
+        meta.mesh = {layout.tp, 1, layout.dp, layout.zero, layout.zero > 0 ? layout.dp : 0};
+        checkpoint_save(default_file_system(), save, meta, slices(), *me.comms.world, 3);
+      }
+    });
+    for (const std::string& f : failures) ADD_FAILURE() << f;
+    for (int rank = 1; rank < world_size; ++rank)
+      EXPECT_EQ(losses[size_t(rank)], losses[0]) << "rank " << rank << " logged other losses";
+    out.losses = losses[0];
+    out.grad_norms = norms;
+    return out;
+  }
+
+  // The largest relative loss (and gradient norm) difference per step, and ‖a − b‖ / ‖b‖ over all
+  // parameters.
+  static std::pair<double, double> differences(const Run& got, const Run& want, size_t want_from = 0,
+                                               double* norm = nullptr) {
+    double loss = 0;
+    EXPECT_EQ(got.losses.size() + want_from, want.losses.size());
+    for (size_t s = 0; s < got.losses.size() && want_from + s < want.losses.size(); ++s) {
+      loss = std::max(
+          loss, double(std::abs(got.losses[s] - want.losses[want_from + s])) / std::abs(want.losses[want_from + s]));
+      if (norm && s < got.grad_norms.size() && want_from + s < want.grad_norms.size())
+        *norm = std::max(*norm,
+                         std::abs(got.grad_norms[s] - want.grad_norms[want_from + s]) / want.grad_norms[want_from + s]);
+    }
+    double num = 0, den = 0;
+    EXPECT_EQ(got.params.size(), want.params.size());
+    for (const auto& [name, b] : want.params) {
+      auto it = got.params.find(name);
+      if (it == got.params.end() || it->second.size() != b.size()) {
+        ADD_FAILURE() << "parameter " << name << " missing or of another size";
+        continue;
+      }
+      // GPT-2's key bias ([3, d] row 1 of c_attn.bias) has an exactly zero true gradient (softmax
+      // ignores a constant added to a row of scores): its computed gradient is rounding noise
+      // that depends on the summation order, which Adam turns into ±lr steps (test_train_step's
+      // ZeroTest says the same of dp). It is left out here; tests/e2e/tp.sh compares every GPT-2
+      // parameter on real text, where the criterion holds.
+      const bool key_bias = name.ends_with("attn.c_attn.bias");
+      for (size_t i = 0; i < b.size(); ++i) {
+        if (key_bias && i >= b.size() / 3 && i < 2 * b.size() / 3) continue;
+        num += (double(it->second[i]) - b[i]) * (double(it->second[i]) - b[i]);
+        den += double(b[i]) * b[i];
+      }
+    }
+    return {loss, std::sqrt(num / den)};
+  }
+
+  static void expect_same(const Run& got, const Run& want, const char* what, size_t want_from = 0) {
+    double norm = 0;
+    const auto [loss, param] = differences(got, want, want_from, &norm);
+    if (want.params.empty())
+      std::printf("[ %s ] relative loss difference ≤ %.2e, grad norm %.2e\n", what, loss, norm);
+    else
+      std::printf("[ %s ] relative loss difference ≤ %.2e, grad norm %.2e, parameters %.2e\n", what, loss, norm, param);
+    EXPECT_LE(norm, 1e-5) << what << ": the global gradient norm (replicated parameters counted once)";
+    EXPECT_LE(loss, 1e-5) << what;
+    if (!want.params.empty()) {
+      EXPECT_LE(param, 1e-5) << what;
+    }
+  }
+
+  fs::path dir_;
+  std::string prefix_;
+  Recipe recipe_;
+};
+
+TEST_F(TensorParallelTrain, LlamaTakesTheStepsOfOneRank) {
+  const Run want = run({1, 1, 0}, 0, 20);
+  EXPECT_LT(want.losses.back(), want.losses.front());
+  expect_same(run({2, 1, 0}, 0, 20), want, "llama tp 2");
+  expect_same(run({4, 1, 0}, 0, 20), want, "llama tp 4");
+  expect_same(run({2, 2, 0}, 0, 20), want, "llama tp 2 x dp 2");
+  expect_same(run({2, 2, 1}, 0, 20), want, "llama tp 2 x dp 2, zero 1");
+  expect_same(run({2, 2, 2}, 0, 20), want, "llama tp 2 x dp 2, zero 2");
+  expect_same(run({2, 2, 2, true}, 0, 20), want, "llama tp 2 x dp 2 sp, zero 2");
+}
+
+// Replicated key/value heads (kv_heads divides tp): kv_heads 2 at tp 4 (each head on two ranks) and
+// kv_heads 1 at tp 2 and 4 (multi-query attention), also with dp 2 and ZeRO 1; the replicas' gradients are
+// reduced, so every rank's copy stays the same (checked by run()) and the steps are tp 1's.
+TEST_F(TensorParallelTrain, ReplicatedKeyValueHeadsTakeTheStepsOfOneRank) {
+  for (int kv : {2, 1}) {
+    use(ModelFamily::llama, kv);
+    const Run want = run({1, 1, 0}, 0, 20);
+    const std::string what = "llama kv_heads " + std::to_string(kv);
+    expect_same(run({4, 1, 0}, 0, 20), want, (what + " tp 4").c_str());
+    if (kv == 1) expect_same(run({2, 1, 0}, 0, 20), want, (what + " tp 2").c_str());
+    if (kv == 2) expect_same(run({4, 2, 1}, 0, 20), want, (what + " tp 4 x dp 2, zero 1").c_str());
+  }
+}
+
+// Sequence parallelism: the residual stream and norms on 1/tp of the rows, reduce-scatter and
+// all-gather in place of the all-reduces, the norms' and row-parallel biases' gradients reduced
+// over tp; GPT-2 (LayerNorm, biases, learned positions) and LLaMA, at tp 2 and 4, with replicated
+// key/value heads, with dp 2 and ZeRO 1, and with full activation checkpointing.
+TEST_F(TensorParallelTrain, SequenceParallelTakesTheStepsOfOneRank) {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    use(family, 4);
+    const Run want = run({1, 1, 0}, 0, 20);
+    const std::string f = to_string(family);
+    expect_same(run({2, 1, 0, true}, 0, 20), want, (f + " tp 2 sp").c_str());
+    expect_same(run({4, 1, 0, true}, 0, 20), want, (f + " tp 4 sp").c_str());
+    expect_same(run({2, 2, 1, true}, 0, 20), want, (f + " tp 2 x dp 2 sp, zero 1").c_str());
+  }
+  use(ModelFamily::llama, 2);
+  const Run want = run({1, 1, 0}, 0, 20);
+  expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp");
+  recipe_.train.activation_checkpointing = ActivationCheckpointing::full;
+  expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp, full recompute");
+}
+
+TEST_F(TensorParallelTrain, Gpt2TakesTheStepsOfOneRank) {
+  use(ModelFamily::gpt2, 4);
+  const Run want = run({1, 1, 0}, 0, 20);
+  EXPECT_LT(want.losses.back(), want.losses.front());
+  expect_same(run({2, 1, 0}, 0, 20), want, "gpt2 tp 2");
+  expect_same(run({4, 1, 0}, 0, 20), want, "gpt2 tp 4");
+  expect_same(run({2, 2, 0}, 0, 20), want, "gpt2 tp 2 x dp 2");
+}
+
+// A checkpoint written at tp 4 resumes at tp 1 and one written at tp 1 resumes at tp 4 (ZeRO 1 over
+// dp 2 there: the moments are sharded too), both on tp 1's trajectory; kv_heads 2, so tp 4 holds
+// each key/value head twice and writes it once.
+TEST_F(TensorParallelTrain, CheckpointsMoveBetweenTpFourAndTpOne) {
+  use(ModelFamily::llama, 2);
+  const Run want = run({1, 1, 0}, 0, 20);
+  const std::string from4 = (dir_ / "ckpt_tp4").string(), from1 = (dir_ / "ckpt_tp1").string();
+  const Run first = run({4, 1, 0}, 0, 10, "", from4);
+  const Run want10{
+      {want.losses.begin(), want.losses.begin() + 10}, {want.grad_norms.begin(), want.grad_norms.begin() + 10}, {}};
+  expect_same({first.losses, first.grad_norms, {}}, want10, "llama tp 4, steps 1-10");
+  expect_same(run({1, 1, 0}, 10, 20, from4 + "/step_00000010"), want, "llama tp 4 -> tp 1", 10);
+  run({1, 1, 0}, 0, 10, "", from1);
+  expect_same(run({4, 2, 1}, 10, 20, from1 + "/step_00000010"), want, "llama tp 1 -> tp 4 x dp 2, zero 1", 10);
+}
+
+}  // namespace
+}  // namespace llmtrain::trainer
