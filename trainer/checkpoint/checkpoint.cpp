@@ -288,7 +288,8 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
                           ? SliceSpec::block(p.spec.shape, dim, p.shard_begin, p.shape[dim])
                           : SliceSpec::whole(p.spec.shape);
     if (!model.options().external_params) {
-      out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value, write_params && !p.tied_copy && !p.tp_replica});
+      out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value,
+                     write_params && !p.tied_copy && !p.tp_replica});
     } else {
       // ZeRO 3: the values of the owned element ranges, from the param shard, written by the ranks
       // that write the moments.
@@ -299,7 +300,8 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
         part.begin = lo - p.offset;
         part.end = hi - p.offset;
         out.push_back({p.spec.name, TensorRole::param, p.spec.shape, part,
-                       model.param_shard().flat(model.param_shard_offset(lo), hi - lo), write_moments && !p.tied_copy && !p.tp_replica});
+                       model.param_shard().flat(model.param_shard_offset(lo), hi - lo),
+                       write_moments && !p.tied_copy && !p.tp_replica});
       }
     }
     if (!opt) continue;
