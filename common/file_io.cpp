@@ -128,7 +128,7 @@ FileSystem& default_file_system() {
 
 void FaultyFileSystem::tick(const char* op, const std::string& path) {
   ++ops_;
-  if (fail_at_ > 0 && ops_ == fail_at_) {
+  if (fail_at_ > 0 && (ops_ == fail_at_ || (crash_ && ops_ > fail_at_))) {
     failed_ = true;
     fail(op, path, error_);
   }
@@ -162,6 +162,149 @@ void FaultyFileSystem::sync_dir(const std::string& dir) {
 void FaultyFileSystem::make_dirs(const std::string& dir) {
   tick("cannot create directory", dir);
   base_.make_dirs(dir);
+}
+
+// --- PowerLossFileSystem ---------------------------------------------------------------------
+
+namespace {
+
+std::string normal(const std::string& path) {
+  std::error_code ec;
+  return fs::absolute(path, ec).lexically_normal().string();
+}
+
+std::string parent_of(const std::string& path) {
+  fs::path p = fs::path(normal(path));
+  return (p.has_filename() ? p.parent_path() : p.parent_path().parent_path()).string();
+}
+
+uint64_t inode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
+class PowerLossFile final : public WritableFile {
+ public:
+  PowerLossFile(PowerLossFileSystem& owner, std::unique_ptr<WritableFile> base)
+      : owner_(owner), base_(std::move(base)) {}
+  void append(const void* data, size_t size) override {
+    base_->append(data, size);
+    owner_.note_written(base_->path(), int64_t(size));
+  }
+  void sync() override {
+    base_->sync();
+    owner_.note_synced(base_->path());
+  }
+  void close() override { base_->close(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  PowerLossFileSystem& owner_;
+  std::unique_ptr<WritableFile> base_;
+};
+
+}  // namespace
+
+PowerLossFileSystem::PowerLossFileSystem(FileSystem& base, std::string root)
+    : base_(base), root_(normal(root)), trash_(normal(root) + ".trash") {}
+
+PowerLossFileSystem::~PowerLossFileSystem() {
+  std::error_code ec;
+  fs::remove_all(trash_, ec);
+}
+
+std::string PowerLossFileSystem::aside_path() {
+  fs::create_directories(trash_);
+  return fmt::format("{}/{}", trash_, next_aside_++);
+}
+
+void PowerLossFileSystem::note_written(const std::string& path, int64_t bytes) { data_[inode_of(path)].size += bytes; }
+
+void PowerLossFileSystem::note_synced(const std::string& path) {
+  Data& d = data_[inode_of(path)];
+  d.synced = d.size;
+}
+
+std::unique_ptr<WritableFile> PowerLossFileSystem::create(const std::string& path) {
+  const bool existed = fs::exists(path);
+  auto f = base_.create(path);
+  data_[inode_of(path)] = Data{};
+  if (!existed) ops_.push_back({Op::Kind::create, parent_of(path), normal(path), "", ""});
+  return std::make_unique<PowerLossFile>(*this, std::move(f));
+}
+
+void PowerLossFileSystem::rename(const std::string& from, const std::string& to) {
+  std::string aside;
+  if (fs::exists(to) && !fs::is_directory(to)) {  // what the rename replaces, kept to restore it
+    aside = aside_path();
+    base_.rename(to, aside);
+  }
+  base_.rename(from, to);
+  ops_.push_back({Op::Kind::rename, parent_of(to), normal(from), normal(to), aside});
+}
+
+void PowerLossFileSystem::exchange(const std::string& a, const std::string& b) {
+  base_.exchange(a, b);
+  ops_.push_back({Op::Kind::exchange, parent_of(b), normal(a), normal(b), ""});
+}
+
+void PowerLossFileSystem::sync_dir(const std::string& dir) {
+  base_.sync_dir(dir);
+  const std::string d = normal(dir);
+  for (Op& op : ops_) {
+    if (op.durable || op.dir != d) continue;
+    op.durable = true;
+    std::error_code ec;
+    if (!op.aside.empty()) fs::remove_all(op.aside, ec);  // a replaced file or a removed tree: gone for good
+  }
+}
+
+void PowerLossFileSystem::make_dirs(const std::string& dir) {
+  std::vector<std::string> made;
+  for (fs::path p = fs::path(normal(dir)); !p.empty() && !fs::exists(p); p = p.parent_path())
+    made.push_back(p.string());
+  base_.make_dirs(dir);
+  for (auto it = made.rbegin(); it != made.rend(); ++it) ops_.push_back({Op::Kind::mkdir, parent_of(*it), *it, "", ""});
+}
+
+void PowerLossFileSystem::remove_all(const std::string& path) {
+  if (!fs::exists(fs::symlink_status(path))) return base_.remove_all(path);
+  const std::string aside = aside_path();
+  base_.rename(path, aside);  // kept until the removal is durable
+  ops_.push_back({Op::Kind::remove, parent_of(path), normal(path), "", aside});
+}
+
+void PowerLossFileSystem::power_loss() {
+  std::error_code ec;
+  for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
+    if (it->durable) continue;
+    switch (it->kind) {
+      case Op::Kind::create:
+      case Op::Kind::mkdir:
+        fs::remove_all(it->a, ec);
+        break;
+      case Op::Kind::rename:
+        fs::rename(it->b, it->a, ec);
+        if (!it->aside.empty()) fs::rename(it->aside, it->b, ec);
+        break;
+      case Op::Kind::exchange:
+        ::renameat2(AT_FDCWD, it->a.c_str(), AT_FDCWD, it->b.c_str(), RENAME_EXCHANGE);
+        break;
+      case Op::Kind::remove:
+        fs::rename(it->aside, it->a, ec);
+        break;
+    }
+  }
+  ops_.clear();
+  // Data written after its file's last fsync is lost.
+  for (const auto& e : fs::recursive_directory_iterator(root_, fs::directory_options::skip_permission_denied, ec)) {
+    if (!e.is_regular_file(ec)) continue;
+    auto it = data_.find(inode_of(e.path().string()));
+    if (it != data_.end() && int64_t(e.file_size(ec)) > it->second.synced)
+      fs::resize_file(e.path(), it->second.synced, ec);
+  }
+  data_.clear();
+  fs::remove_all(trash_, ec);
 }
 
 void write_file_atomic(FileSystem& fs, const std::string& path, std::string_view contents) {

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace llmtrain {
 
@@ -56,6 +58,9 @@ class FaultyFileSystem final : public FileSystem {
   explicit FaultyFileSystem(FileSystem& base) : base_(base) {}
 
   void fail_at(long op, int error) { fail_at_ = op, error_ = error; }
+  // The process "dies" at the `op`-th operation: it and every later one throw EIO, so nothing after
+  // it reaches the file system (with PowerLossFileSystem below: a crash, then a power loss).
+  void crash_at(long op) { fail_at_ = op, error_ = EIO, crash_ = true; }
   long operations() const { return ops_; }  // operations counted so far
   bool failed() const { return failed_; }
 
@@ -75,6 +80,54 @@ class FaultyFileSystem final : public FileSystem {
   long fail_at_ = 0;
   int error_ = 0;
   bool failed_ = false;
+  bool crash_ = false;
+};
+
+// A FileSystem that forwards to another and remembers what is not yet on stable storage, so that a
+// test can lose it as a power failure would (power_loss()):
+//  - a file's data appended after its last sync();
+//  - a directory entry — a file created, a rename, an exchange, a directory made, a removal — until
+//    sync_dir() of the directory holding it.
+// power_loss() undoes those entries, newest first (a created file disappears, a rename goes back
+// and restores what it replaced, a removed tree comes back), then cuts every file written through
+// this object back to its synced length. Files that existed before count as durable. Removed trees
+// and replaced files are kept aside in `<root>.trash/` until their removal is durable.
+class PowerLossFileSystem final : public FileSystem {
+ public:
+  PowerLossFileSystem(FileSystem& base, std::string root);
+  ~PowerLossFileSystem() override;
+
+  std::unique_ptr<WritableFile> create(const std::string& path) override;
+  void rename(const std::string& from, const std::string& to) override;
+  void exchange(const std::string& a, const std::string& b) override;
+  void sync_dir(const std::string& dir) override;
+  void make_dirs(const std::string& dir) override;
+  void remove_all(const std::string& path) override;
+
+  // The machine loses power: everything not durable is lost (see above).
+  void power_loss();
+
+  // For the files of this object: their data's synced length, by inode.
+  void note_written(const std::string& path, int64_t bytes);
+  void note_synced(const std::string& path);
+
+ private:
+  struct Op {
+    enum class Kind { create, rename, exchange, mkdir, remove } kind;
+    std::string dir;  // the directory whose fsync makes it durable
+    std::string a, b, aside;
+    bool durable = false;
+  };
+  std::string aside_path();
+
+  FileSystem& base_;
+  std::string root_, trash_;
+  std::vector<Op> ops_;
+  struct Data {
+    int64_t size = 0, synced = 0;
+  };
+  std::map<uint64_t, Data> data_;  // by inode
+  long next_aside_ = 0;
 };
 
 // Writes `contents` to `path` atomically: `<path>.tmp.<pid>`, fsync, rename over `path`, fsync the

@@ -8,11 +8,17 @@
 //   hang   SIGSTOP: the rank stops responding; the others must hit parallel.timeout
 //   slow   from step <step> on, the rank computes 3× as long as it did (it sleeps twice its step's
 //          compute time, counted as forward time): a straggler, whatever the machine's speed
+//   kill-in-save
+//          SIGKILL in the middle of step <step>'s checkpoint save: once the rank has written its
+//          shard's bytes, before it fsyncs them (fault_file_system)
 // Unset, nothing happens. docs/testing.md lists it; it is not meant for production runs.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "common/file_io.h"
 
 namespace llmtrain::trainer {
 
@@ -26,6 +32,9 @@ struct Fault {
 Fault fault_from_env();
 // Fails as `fault` says when `step` and `rank` match it (not `slow`).
 void fault_maybe_fire(const Fault& fault, int64_t step, int rank);
+// For `kill-in-save`: `base` wrapped so that this rank dies inside the save of the fault's step,
+// when the fault applies to `rank`; else null (use `base` itself).
+std::unique_ptr<FileSystem> fault_file_system(const Fault& fault, int rank, FileSystem& base);
 // For `slow`: when the fault applies to `step` and `rank`, sleeps 2 × compute_s and returns the
 // seconds slept; else returns 0 at once.
 double fault_slow_down(const Fault& fault, int64_t step, int rank, double compute_s);

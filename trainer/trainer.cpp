@@ -84,8 +84,10 @@ int train(const TrainContext& ctx) {
   model.init_parameters(r.train.seed);  // after the step: at ZeRO 3 the values live in its shard
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
                format_memory(memory_plan(r, ctx.mesh->coord())));
-  Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world, fsys,
-                           data_identity(train_data));
+  const Fault fault = fault_from_env();
+  const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
+  Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world,
+                           fault_fs ? *fault_fs : fsys, data_identity(train_data));
   RunPosition at = checkpoints.resume();
   if (at.step >= r.train.steps) {
     log_progress("nothing to do: the checkpoint is at step {} and train.steps is {}", at.step, r.train.steps);
@@ -108,7 +110,6 @@ int train(const TrainContext& ctx) {
     parallel::set_progress(at.step, parallel::Phase::train);
     last_eval = at.step;
   };
-  const Fault fault = fault_from_env();
   install_stop_handlers();
   parallel::set_progress(at.step, parallel::Phase::train);
 

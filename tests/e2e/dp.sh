@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallelism under real `mpirun`: dp = 1, 2, 4 train to the same losses and parameters; a
 # checkpoint written at dp = 4 resumes at dp = 2 and dp = 1 on the same trajectory; and a rank that
-# is killed, crashes, exits, throws or stops responding ends the whole job promptly, named.
+# is killed, crashes, exits, throws or stops responding ends the whole job promptly, named; a rank
+# killed in the middle of a checkpoint save leaves the previous checkpoint to resume from.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 PY=$SRC/.venv/bin/python
@@ -114,5 +115,21 @@ fault segfault segv@3:1 "rank 1.*(Segmentation fault|signal 11|SIGSEGV)"
 fault exited exit@3:1 "rank 1.*(exit|3)"
 fault threw throw@3:1 "\[rank 1\] .*injected fault"
 fault hung hang@3:1 "timed out after 3.0s waiting for .* on group" --set parallel.timeout=3s
+
+# A rank killed in the middle of a checkpoint save under mpirun (rank 0 has written its shard of
+# step 20, not yet fsynced it): the job fails, step 20 never commits, `latest` still names step 10,
+# and the next run resumes there and continues on the uninterrupted dp = 2 run's losses.
+run_cmd kill-in-save env LLMTRAIN_FAULT=kill-in-save@20:0 bash -c "source '$SRC/tests/parallel/mpi_env.sh'; \
+  mpi_run 120 2 '$LLMTRAIN' run r.yaml --set log.dir=mid-save"
+[[ $status != 0 && $status != 124 ]] && pass "kill-in-save: the job failed (exit $status)" ||
+  fail "kill-in-save: exit $status
+$out"
+[[ ! -e mid-save/ckpt/step_00000020 && $(cat mid-save/ckpt/latest) == step_00000010 ]] &&
+  pass "kill-in-save: step 20 not committed, latest is step 10" ||
+  fail "kill-in-save: $(ls mid-save/ckpt) latest=$(cat mid-save/ckpt/latest)"
+run_cmd resume-mid-save mpi_run 180 2 "$LLMTRAIN" run r.yaml --set log.dir=mid-save
+expect_status 0
+expect_out "at step 10"
+out=$(compare mid-save dp2 11 2>&1) && pass "killed mid-save, resumed: $out" || fail "killed mid-save, resumed: $out"
 
 finish

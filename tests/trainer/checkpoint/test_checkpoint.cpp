@@ -148,6 +148,53 @@ TEST(Checkpoint, InterruptedSaveAtEveryPointKeepsThePreviousOne) {
   fs::remove_all(dir);
 }
 
+// Power loss: the process dies at the n-th file operation of a save (nothing after it reaches the
+// disk), then everything not yet on stable storage is lost — data written after a file's last
+// fsync, directory entries after their directory's last fsync (PowerLossFileSystem). With keep 1
+// the save also removes step 10 (retention), so crashes inside retention are covered. At every n,
+// a checkpoint must load, with the contents of step 10 or step 20; and after a save that completed
+// (n past the last operation), step 20 must survive.
+TEST(Checkpoint, PowerLossAtEveryPointLeavesACheckpoint) {
+  fs::path dir = temp_dir("power_loss");
+  Fixture a(1), b(2);
+  FaultyFileSystem counter(default_file_system());
+  checkpoint_save(counter, (dir / "count").string(), meta_at(20), b.slices(), *b.world, 1);
+  const long ops = counter.operations();
+  fs::remove_all(dir / "count");
+  ASSERT_GT(ops, 5);
+  for (long n = 1; n <= ops + 1; ++n) {
+    checkpoint_save(default_file_system(), dir.string(), meta_at(10), a.slices(), *a.world, 1);
+    {
+      PowerLossFileSystem disk(default_file_system(), dir.string());
+      FaultyFileSystem crash(disk);
+      crash.crash_at(n);
+      try {
+        checkpoint_save(crash, dir.string(), meta_at(20), b.slices(), *b.world, 1);
+      } catch (const Error&) {
+      }
+      disk.power_loss();
+    }
+    Fixture c(3);
+    std::optional<LoadedCheckpoint> loaded;
+    try {
+      loaded = checkpoint_resume(dir.string(), false, c.slices(), *c.world);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "power loss at operation " << n << " of " << ops << ": " << e.what();
+    }
+    ASSERT_TRUE(loaded.has_value()) << "power loss at operation " << n << " of " << ops;
+    if (n > ops) {
+      EXPECT_EQ(loaded->manifest.step, 20) << "a completed save was lost";
+    }
+    if (loaded->manifest.step == 10) {
+      EXPECT_TRUE(same_bits(c.model.params(), a.model.params())) << "operation " << n;
+    } else {
+      EXPECT_EQ(loaded->manifest.step, 20) << "operation " << n;
+      EXPECT_TRUE(same_bits(c.model.params(), b.model.params())) << "operation " << n;
+    }
+    fs::remove_all(dir);
+  }
+}
+
 // A rolled-back run (checkpoint.resume: step 20 while 30 and 40 exist) saves 30 again and goes on:
 // retention keeps its own line (`latest` and the steps below it), never deletes the checkpoint
 // just written nor the abandoned 40, and a restart resumes the new 30, not the higher 40.
