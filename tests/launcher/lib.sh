@@ -22,7 +22,8 @@ on_exit() {
   [[ -n $job_pid ]] && kill -0 "$job_pid" 2>/dev/null && kill -KILL "$job_pid" 2>/dev/null && sleep 2
   local h
   for h in "${cleanup_hooks[@]}"; do eval "$h"; done
-  rm -rf "$WORK"
+  # LLMTRAIN_TEST_KEEP=1 keeps the scratch folder (logs, checkpoints) for a look after a failure.
+  if [[ ${LLMTRAIN_TEST_KEEP:-0} == 1 ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap on_exit EXIT
 

@@ -59,7 +59,10 @@ cmd=(lt_exec_in_node1 "$LLMTRAIN" run r.yaml --nproc 2 --set launch.hostfile=hos
   --set launch.ssh.config="$LT_SSH_DIR/ssh_config" --set log.dir=stopped)
 start_job stop bash -c "source '$SRC/scripts/ci/cluster.sh'; $(printf '%q ' "${cmd[@]}")"  # becomes llmtrain
 t0=$SECONDS
-until (($(grep -c '"loss"' stopped/metrics.jsonl 2>/dev/null) >= 2)) || ((SECONDS - t0 > 60)); do sleep 0.01; done
+# (grep -c prints nothing while metrics.jsonl does not exist yet: count 0 then, not a syntax error.)
+losses() { grep -c '"loss"' stopped/metrics.jsonl 2>/dev/null || true; }
+until (($(losses) + 0 >= 2)) || ((SECONDS - t0 > 60)); do sleep 0.05; done
+(($(losses) + 0 >= 2)) || fail "stop: no 2 steps in stopped/metrics.jsonl within 60 s"
 kill -TERM "$job_pid"
 finish_job stop 60
 expect_status 75
