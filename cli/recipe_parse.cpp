@@ -402,8 +402,9 @@ void parse_train(Section s, TrainConfig& t) {
   s.integer("seed", seed, kNonNegative);
   t.seed = static_cast<uint64_t>(seed);
   s.choice("activation_checkpointing", t.activation_checkpointing,
-           {{"none", ActivationCheckpointing::none}, {"full", ActivationCheckpointing::full}},
-           {{"selective", "selective recomputation is planned; use full (recompute each block) or none"}});
+           {{"none", ActivationCheckpointing::none},
+            {"selective", ActivationCheckpointing::selective},
+            {"full", ActivationCheckpointing::full}});
   s.choice("on_nonfinite", t.on_nonfinite, {{"stop", NonFiniteAction::stop}, {"skip", NonFiniteAction::skip}});
   s.integer("max_skipped_steps", t.max_skipped_steps, kPositive);
   s.integer("threads", t.threads, {1, 4096, true});

@@ -15,7 +15,7 @@ namespace llmtrain {
 enum class ModelFamily { gpt2, llama };
 enum class DeviceKind { cpu, cuda };
 enum class Precision { fp32, bf16, fp16 };
-enum class ActivationCheckpointing { none, full };
+enum class ActivationCheckpointing { none, selective, full };
 enum class NonFiniteAction { stop, skip };
 enum class LrSchedule { cosine, linear, constant };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };

@@ -151,8 +151,6 @@ const Case kCases[] = {
     {"dropout_out_of_range", "seq_len: 64", "  seq_len: 64\n  dropout: 1.5", "model.dropout", "dropout", "[0, 1)"},
     {"ssh_port_out_of_range", "procs_per_node: 1", "  procs_per_node: 1\n  ssh: {port: 70000}", "launch.ssh.port",
      "ssh", "1..65535"},
-    {"not_yet_selective", "micro_batch: 2", "  micro_batch: 2\n  activation_checkpointing: selective",
-     "train.activation_checkpointing", "selective", "not supported yet"},
     {"duplicate_key", "heads: 4", "  heads: 4\n  heads: 8", "model.heads", "heads: 8", "duplicate key"},
     // Cross-field rules.
     {"hidden_not_div_heads", "hidden: 128", "  hidden: 130", "model.heads", "heads: 4",

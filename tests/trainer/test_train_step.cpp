@@ -248,13 +248,15 @@ TEST_F(ZeroTest, StageTwoTakesTheStepsOfOneRank) {
 // per block, hybrid, and with activation recomputation: the steps of one rank at zero 0.
 TEST_F(ZeroTest, StageThreeTakesTheStepsOfOneRank) {
   const Run want = run(0, 1, 0, 0, 20);
-  for (auto [dp, group, mb, micro, ckpt] : {std::tuple{2, 0, 25.0, 2, false}, std::tuple{2, 0, 0.01, 2, true},
-                                            std::tuple{4, 0, 0.01, 1, false}, std::tuple{4, 2, 0.01, 1, false}}) {
+  using AC = ActivationCheckpointing;
+  for (auto [dp, group, mb, micro, ckpt] : {std::tuple{2, 0, 25.0, 2, AC::none}, std::tuple{2, 0, 0.01, 2, AC::full},
+                                            std::tuple{2, 0, 0.01, 2, AC::selective},
+                                            std::tuple{4, 0, 0.01, 1, AC::none}, std::tuple{4, 2, 0.01, 1, AC::none}}) {
     SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero_group " << group << " bucket_mb " << mb
-                                      << " micro_batch " << micro << " recompute " << ckpt);
+                                      << " micro_batch " << micro << " recompute " << to_string(ckpt));
     recipe_.parallel.bucket_mb = mb;
     recipe_.train.micro_batch = micro;
-    recipe_.train.activation_checkpointing = ckpt ? ActivationCheckpointing::full : ActivationCheckpointing::none;
+    recipe_.train.activation_checkpointing = ckpt;
     expect_same(run(3, dp, group, 0, 20), want);
   }
 }
@@ -364,7 +366,7 @@ TEST_F(TrainStepTest, NonFiniteStepsAreSkippedOrStopTheRun) {
 // The memory account: what the plan says a rank allocates, computed without allocating, is what the
 // allocator counts once the rank's model, optimizer and step exist, kind by kind.
 TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
-  for (auto ckpt : {ActivationCheckpointing::none, ActivationCheckpointing::full}) {
+  for (auto ckpt : {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
     recipe_.train.activation_checkpointing = ckpt;
     recipe_.parallel.dp = 1;
     const MemoryAccount plan = memory_plan(recipe_, {0, 0, 0});
