@@ -132,6 +132,20 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
           static_cast<long long>(m.padded_vocab() / r.parallel.tp), format_bytes(double(mem.head_logits)).c_str());
     notes = mem.notes;
   }
+  {
+    // The same account for each recomputation mode, the rest of the recipe unchanged.
+    std::string modes;
+    for (ActivationCheckpointing mode :
+         {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
+      Recipe other = r;
+      other.train.activation_checkpointing = mode;
+      const int64_t bytes = trainer::memory_plan(other, {0, 0, 0}).activations;
+      modes += fmt::format("{}{} {}{}", modes.empty() ? "" : ", ", to_string(mode), format_bytes(double(bytes)),
+                           mode == r.train.activation_checkpointing ? " (this recipe)" : "");
+    }
+    std::printf("activations per rank%s by train.activation_checkpointing: %s\n", r.parallel.pp > 1 ? " (stage 0)" : "",
+                modes.c_str());
+  }
   for (const auto& note : notes) std::printf("memory note: %s\n", note.c_str());
   std::printf("launch: %s, %d rank(s) per node, %d thread(s) per rank\n", launcher::to_string(plan.mode),
               plan.ranks_per_node, plan.threads_per_rank);

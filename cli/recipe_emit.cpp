@@ -77,6 +77,12 @@ std::string recipe_to_yaml(const Recipe& r) {
   line(2, "activation_checkpointing", to_string(t.activation_checkpointing));
   line(2, "on_nonfinite", to_string(t.on_nonfinite));
   line(2, "max_skipped_steps", std::to_string(t.max_skipped_steps));
+  line(2, "loss_scale", "");
+  line(4, "initial", num(t.loss_scale.initial));
+  line(4, "growth_interval", std::to_string(t.loss_scale.growth_interval));
+  line(4, "backoff", num(t.loss_scale.backoff));
+  line(4, "hysteresis", std::to_string(t.loss_scale.hysteresis));
+  line(4, "min", num(t.loss_scale.min));
   line(2, "threads", t.threads > 0 ? std::to_string(t.threads) : "auto");
 
   const auto& o = r.optimizer;

@@ -389,7 +389,7 @@ void parse_data(Section s, DataConfig& d, std::vector<Diagnostic>& diags) {
   s.finish();
 }
 
-void parse_train(Section s, TrainConfig& t) {
+void parse_train(Section s, TrainConfig& t, std::vector<Diagnostic>& diags) {
   s.choice("device", t.device, {{"cpu", DeviceKind::cpu}, {"cuda", DeviceKind::cuda}});
   s.choice("precision", t.precision, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}});
   s.required("steps");
@@ -402,11 +402,25 @@ void parse_train(Section s, TrainConfig& t) {
   s.integer("seed", seed, kNonNegative);
   t.seed = static_cast<uint64_t>(seed);
   s.choice("activation_checkpointing", t.activation_checkpointing,
-           {{"none", ActivationCheckpointing::none}, {"full", ActivationCheckpointing::full}},
-           {{"selective", "selective recomputation is planned; use full (recompute each block) or none"}});
+           {{"none", ActivationCheckpointing::none},
+            {"selective", ActivationCheckpointing::selective},
+            {"full", ActivationCheckpointing::full}});
   s.choice("on_nonfinite", t.on_nonfinite, {{"stop", NonFiniteAction::stop}, {"skip", NonFiniteAction::skip}});
   s.integer("max_skipped_steps", t.max_skipped_steps, kPositive);
   s.integer("threads", t.threads, {1, 4096, true});
+  {
+    Section ls = subsection(s, "loss_scale", diags);
+    ls.number("initial", t.loss_scale.initial, {1.0, false, 1e38});
+    ls.integer("growth_interval", t.loss_scale.growth_interval, kPositive);
+    ls.number("backoff", t.loss_scale.backoff, {0.0, true, 1.0, true});
+    ls.integer("hysteresis", t.loss_scale.hysteresis, {1, 1 << 20});
+    ls.number("min", t.loss_scale.min, {0.0, true, 1e38});
+    if (t.loss_scale.min > t.loss_scale.initial)
+      ls.error(ls.where(), "train.loss_scale.min",
+               fmt::format("min {} is above initial {}", t.loss_scale.min, t.loss_scale.initial),
+               "the scale starts at initial and never goes below min");
+    ls.finish();
+  }
   s.finish();
 }
 
@@ -582,7 +596,7 @@ void parse_root(const YamlValue& root, const std::string& file, Recipe& r, std::
   top.required("data");
   parse_data(subsection(top, "data", diags), r.data, diags);
   top.required("train");
-  parse_train(subsection(top, "train", diags), r.train);
+  parse_train(subsection(top, "train", diags), r.train, diags);
   parse_optimizer(subsection(top, "optimizer", diags), r.optimizer);
   parse_parallel(subsection(top, "parallel", diags), r.parallel);
   parse_checkpoint(subsection(top, "checkpoint", diags), r.checkpoint);

@@ -66,6 +66,7 @@ void MetricsLog::write(const StepMetrics& m) {
                       {"elapsed_s", m.elapsed_s},
                       {"tokens", m.tokens},
                       {"skipped_steps", m.skipped_steps}};
+  if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   if (m.comm_exposed >= 0) j["comm_exposed"] = m.comm_exposed;
   const PhaseTimes& t = m.per_step;
   j["t_data_ms"] = 1e3 * t.data;
@@ -89,6 +90,7 @@ std::string format_step_line(const StepMetrics& m) {
                   m.step, m.steps_total, m.loss, m.lr, m.grad_norm, format_count(m.tokens_per_s), 100.0 * m.mfu,
                   format_duration(m.elapsed_s), format_duration(m.eta_s));
   if (m.skipped_steps) s += fmt::format(" | skipped {}", m.skipped_steps);
+  if (m.loss_scale > 0) s += fmt::format(" | loss scale {:g}", m.loss_scale);
   if (m.comm_exposed >= 0) s += fmt::format(" | comm exposed {:.1f}%", 100 * m.comm_exposed);
   const PhaseTimes& t = m.per_step;
   s += fmt::format(" | ms/step: data {:.1f} fwd {:.1f} bwd {:.1f} sync {:.1f} opt {:.1f}", 1e3 * t.data,

@@ -38,6 +38,7 @@ struct StepMetrics {
   double eta_s = 0;
   int64_t tokens = 0;  // tokens consumed since step 0
   int64_t skipped_steps = 0;
+  double loss_scale = 0;         // fp16: the loss scale of the step (0 without loss scaling: not written)
   double comm_exposed = -1;      // data parallelism: share of step time waiting for gradient all-reduces
                                  // that backward did not hide (-1 without data parallelism)
   PhaseTimes per_step;           // seconds per step in each phase, over the steps since the last record

@@ -77,6 +77,7 @@ void Reporter::step_done(int64_t step, const StepOutcome& outcome, const paralle
       sm.eta_s = sm.elapsed_s / double(step - start_step_) * double(total - step);
       sm.tokens = step * tokens_per_step_;
       sm.skipped_steps = outcome.skipped_total;
+      sm.loss_scale = outcome.loss_scale;
       if (report_comm_) {
         sm.comm_exposed = (comm.exposed_s - exposed_at_interval_) / interval;
         exposed_at_interval_ = comm.exposed_s;

@@ -184,7 +184,7 @@ void tensorboard_write_step(TensorBoardWriter& tb, const StepMetrics& m, const M
   scalar("train/grad_norm", m.grad_norm);
   scalar("train/tokens_per_s", m.tokens_per_s);
   scalar("train/mfu", m.mfu);
-  // fp16 training's loss scale goes here as "train/loss_scale" once StepMetrics carries it.
+  if (m.loss_scale > 0) scalar("train/loss_scale", m.loss_scale);  // fp16's loss scaling
   scalar("memory/parameters_bytes", double(peak_memory.parameters));
   scalar("memory/gradients_bytes", double(peak_memory.gradients));
   scalar("memory/optimizer_bytes", double(peak_memory.optimizer));

@@ -97,6 +97,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     model_.set_param_storage_hook({}, {});
   }
 
+  // fp16: backward starts from the loss times `scale` (each micro-batch's share of it).
+  void set_loss_scale(double scale) { loss_scale_ = float(scale / double(micro_batches_)); }
+
   void begin_step(int64_t consumed_samples, PhaseTimes* times) {
     consumed_ = consumed_samples;
     times_ = times;
@@ -170,6 +173,7 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
   losses_host_.assign(size_t(micro_batches_), 0.0f);
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor());
+  if (recipe.train.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
 }
 
@@ -186,6 +190,11 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
     mark = t;
   };
 
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  if (scaler_) {
+    out.loss_scale = scale;
+    stage_->set_loss_scale(scale);
+  }
   model_.zero_grads();
   spent(times.optimizer);
   stage_->begin_step(consumed_samples, &times);
@@ -193,6 +202,7 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   mark = now_s();
   sync_->finish();
   spent(times.grad_sync);
+  if (inject_overflow_ && inject_overflow_(step)) kernels::scale(sync_->owned_grads().flat(0, 1), INFINITY);
 
   // The loss: each micro-batch's mean, copied off the device once, averaged over micro-batches (in
   // double) and data-parallel ranks.
@@ -217,6 +227,25 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   out.grad_norm = std::sqrt(double(sq));
   out.lr = lr_at(recipe_.optimizer, step);
 
+  if (scaler_) {
+    // Every rank agrees on the overflow (the norm's group need not span the data-parallel ranks).
+    float overflow = std::isfinite(sq) ? 0.0f : 1.0f;
+    comms_.control.world->all_reduce(kernels::host_tensor(&overflow, {1}), ReduceOp::max);
+    spent(times.grad_sync);
+    out.grad_norm /= scale;
+    if (overflow > 0 && std::isfinite(out.loss) && scale > recipe_.train.loss_scale.min) {
+      scaler_->update(true);
+      ++skipped_total_;
+      log_warn("step {}: gradients overflowed at loss scale {}, update skipped; the scale is now {}", step + 1, scale,
+               scaler_->scale());
+      out.skipped = out.overflow = true;
+      out.skipped_total = skipped_total_;
+      out.grad_norm = INFINITY;
+      return out;
+    }
+    if (overflow > 0) out.grad_norm = INFINITY;  // the scale is at its minimum: a non-finite step
+  }
+
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {
     if (recipe_.train.on_nonfinite == NonFiniteAction::stop)
       throw Error(fmt::format("non-finite {} at step {} (loss {}, grad norm {}); the last checkpoint is intact",
@@ -234,9 +263,13 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   }
   skipped_in_a_row_ = 0;
   out.skipped_total = skipped_total_;
+  float grad_scale = clip_factor(out.grad_norm, recipe_.train.grad_clip);
+  if (scaler_) {
+    grad_scale = float(double(grad_scale) / scale);  // unscale with the clip
+    scaler_->update(false);
+  }
   optimizer_->step(sync_->params_compact() ? sync_->owned_params() : model_.params(), sync_->owned_grads(), out.lr,
-                   clip_factor(out.grad_norm, recipe_.train.grad_clip), sync_->grads_compact(),
-                   sync_->params_compact());
+                   grad_scale, sync_->grads_compact(), sync_->params_compact());
   spent(times.optimizer);
   sync_->gather_params();
   spent(times.grad_sync);
@@ -244,12 +277,15 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
 }
 
 nlohmann::json TrainStep::state() const {
-  return {{"skipped_total", skipped_total_}, {"skipped_in_a_row", skipped_in_a_row_}};
+  nlohmann::json j = {{"skipped_total", skipped_total_}, {"skipped_in_a_row", skipped_in_a_row_}};
+  if (scaler_) j["loss_scale"] = scaler_->state();
+  return j;
 }
 
 void TrainStep::restore(const nlohmann::json& state, int64_t step) {
   skipped_total_ = state.value("skipped_total", int64_t(0));
   skipped_in_a_row_ = state.value("skipped_in_a_row", int64_t(0));
+  if (scaler_ && state.contains("loss_scale")) scaler_->restore(state.at("loss_scale"));
   optimizer_->set_steps(step - skipped_total_);
 }
 

@@ -22,9 +22,14 @@
 //    decision), so every rank stops, or skips the same step, together.
 //  - Skipped steps still consume their samples; the optimizer's step count (bias corrections) only
 //    counts updates taken.
+//  - fp16 (trainer/loss_scaler.h): backward runs on the loss times the scale; the norm is of the
+//    scaled gradients and AdamW divides the scale out with the clip factor. An overflow anywhere
+//    (a non-finite gradient with a finite loss) is agreed over every rank and skips the step
+//    without counting towards max_skipped_steps, unless the scale is already at its minimum.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +40,7 @@
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/data/micro_batches.h"
+#include "trainer/loss_scaler.h"
 #include "trainer/metrics.h"
 #include "trainer/model/model.h"
 #include "trainer/optimizer.h"
@@ -45,8 +51,10 @@ struct StepOutcome {
   float loss = 0;        // mean over the step's micro-batches and data-parallel ranks
   double grad_norm = 0;  // global, before clipping
   double lr = 0;
-  bool skipped = false;       // non-finite: no update (train.on_nonfinite: skip)
+  bool skipped = false;       // non-finite or a loss-scale overflow: no update
   int64_t skipped_total = 0;  // steps skipped so far in the run, this one included
+  bool overflow = false;      // fp16: the scaled gradients overflowed on some rank (skipped)
+  double loss_scale = 0;      // fp16: the scale this step's backward used (0 without loss scaling)
   PhaseTimes times;
 };
 
@@ -67,6 +75,10 @@ class TrainStep {
   StepOutcome run(int64_t step, int64_t consumed_samples);
 
   AdamW& optimizer() { return *optimizer_; }
+  const LossScaler* loss_scaler() const { return scaler_.get(); }  // precision fp16 only, else null
+  // Fault injection for tests: when `at(step)` is true, this rank's gradients hold an inf after the
+  // gradient sync (on this rank only), as an fp16 overflow would leave them.
+  void set_overflow_injection(std::function<bool(int64_t step)> at) { inject_overflow_ = std::move(at); }
   const parallel::GradSync& grad_sync() const { return *sync_; }
 
   // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
@@ -88,6 +100,8 @@ class TrainStep {
   kernels::Buffer losses_;          // [micro_batches] the micro-batch losses, on the model's device
   std::vector<float> losses_host_;  // their copy on the host, once per step
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
+  std::unique_ptr<LossScaler> scaler_;
+  std::function<bool(int64_t)> inject_overflow_;
 };
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the

@@ -15,7 +15,17 @@ const char* to_string(Precision v) {
   }
   return "?";
 }
-const char* to_string(ActivationCheckpointing v) { return v == ActivationCheckpointing::none ? "none" : "full"; }
+const char* to_string(ActivationCheckpointing v) {
+  switch (v) {
+    case ActivationCheckpointing::none:
+      return "none";
+    case ActivationCheckpointing::selective:
+      return "selective";
+    case ActivationCheckpointing::full:
+      return "full";
+  }
+  return "?";
+}
 const char* to_string(NonFiniteAction v) { return v == NonFiniteAction::stop ? "stop" : "skip"; }
 const char* to_string(LrSchedule v) {
   switch (v) {

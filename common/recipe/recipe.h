@@ -15,7 +15,7 @@ namespace llmtrain {
 enum class ModelFamily { gpt2, llama };
 enum class DeviceKind { cpu, cuda };
 enum class Precision { fp32, bf16, fp16 };
-enum class ActivationCheckpointing { none, full };
+enum class ActivationCheckpointing { none, selective, full };
 enum class NonFiniteAction { stop, skip };
 enum class LrSchedule { cosine, linear, constant };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
@@ -53,6 +53,19 @@ struct DataConfig {
   std::string valid;  // "" = no validation set
 };
 
+// fp16's dynamic loss scaling, with Megatron's defaults: the loss is multiplied by `initial` before
+// backward; a step whose gradients overflow is skipped, and once `hysteresis` overflows have
+// happened since the scale last grew, every further overflow multiplies it by `backoff` (not
+// below `min`); `growth_interval` steps in a row without an overflow double it and restore the
+// hysteresis.
+struct LossScaleConfig {
+  double initial = 4294967296.0;  // 2^32
+  int64_t growth_interval = 1000;
+  double backoff = 0.5;
+  int hysteresis = 2;
+  double min = 1.0;
+};
+
 struct TrainConfig {
   DeviceKind device = DeviceKind::cpu;
   Precision precision = Precision::fp32;
@@ -64,6 +77,7 @@ struct TrainConfig {
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;
   NonFiniteAction on_nonfinite = NonFiniteAction::stop;
   int max_skipped_steps = 10;  // on_nonfinite: skip stops after this many skipped steps in a row
+  LossScaleConfig loss_scale;  // precision fp16 only
   int threads = 0;             // 0 = auto: usable cores / local ranks
 };
 

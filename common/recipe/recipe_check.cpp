@@ -217,11 +217,13 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
                         t.global_batch / per_step, p.pp),
             "raise global_batch or change micro_batch so that the micro-batch count is a multiple of pp");
 
-  // Precision vs device.
+  // Precision vs device: 16-bit storage is not built (fp16's loss scaler is).
   if (t.device == DeviceKind::cpu && t.precision != Precision::fp32)
     problem("train.precision",
-            fmt::format("precision {} is not supported on device cpu (CPU math is fp32)", to_string(t.precision)),
-            "use precision: fp32 with device: cpu, or device: cuda for bf16/fp16");
+            fmt::format("not supported yet: precision {} on device cpu (16-bit parameters, activations and "
+                        "gradients are not built; CPU math is fp32)",
+                        to_string(t.precision)),
+            "use precision: fp32");
 
   // Optimizer schedule.
   const OptimizerConfig& o = r.optimizer;

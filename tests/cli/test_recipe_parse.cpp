@@ -155,6 +155,22 @@ TEST(RecipeParse, ResolvedYamlRoundTrips) {
   EXPECT_EQ(cli::recipe_to_yaml(second), yaml);
 }
 
+// fp16's loss scaling keys: Megatron's defaults, overridable, emitted and read back.
+TEST(RecipeParse, LossScaleHasMegatronsDefaultsAndRoundTrips) {
+  const LossScaleConfig d = load(kRecipe).recipe.train.loss_scale;
+  EXPECT_EQ(d.initial, 4294967296.0);
+  EXPECT_EQ(d.growth_interval, 1000);
+  EXPECT_EQ(d.backoff, 0.5);
+  EXPECT_EQ(d.hysteresis, 2);
+  EXPECT_EQ(d.min, 1.0);
+  auto set = load(kRecipe, {"train.loss_scale.initial=65536", "train.loss_scale.hysteresis=1"}).recipe;
+  EXPECT_EQ(set.train.loss_scale.initial, 65536.0);
+  EXPECT_EQ(set.train.loss_scale.hysteresis, 1);
+  const std::string yaml = cli::recipe_to_yaml(set);
+  EXPECT_NE(yaml.find("  loss_scale:\n    initial: 65536\n"), std::string::npos) << yaml;
+  EXPECT_EQ(cli::recipe_to_yaml(load(yaml).recipe), yaml);
+}
+
 TEST(RecipeParse, TensorBoardIsOffByDefaultAndRoundTrips) {
   EXPECT_FALSE(load(kRecipe).recipe.log.tensorboard);
   EXPECT_NE(cli::recipe_to_yaml(load(kRecipe).recipe).find("  tensorboard: false\n"), std::string::npos);

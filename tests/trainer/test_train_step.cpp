@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <set>
 
 #include "parallel/comm_threads.h"
 #include "tests/common/count_allocations.h"
@@ -248,13 +250,15 @@ TEST_F(ZeroTest, StageTwoTakesTheStepsOfOneRank) {
 // per block, hybrid, and with activation recomputation: the steps of one rank at zero 0.
 TEST_F(ZeroTest, StageThreeTakesTheStepsOfOneRank) {
   const Run want = run(0, 1, 0, 0, 20);
-  for (auto [dp, group, mb, micro, ckpt] : {std::tuple{2, 0, 25.0, 2, false}, std::tuple{2, 0, 0.01, 2, true},
-                                            std::tuple{4, 0, 0.01, 1, false}, std::tuple{4, 2, 0.01, 1, false}}) {
+  using AC = ActivationCheckpointing;
+  for (auto [dp, group, mb, micro, ckpt] : {std::tuple{2, 0, 25.0, 2, AC::none}, std::tuple{2, 0, 0.01, 2, AC::full},
+                                            std::tuple{2, 0, 0.01, 2, AC::selective},
+                                            std::tuple{4, 0, 0.01, 1, AC::none}, std::tuple{4, 2, 0.01, 1, AC::none}}) {
     SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero_group " << group << " bucket_mb " << mb
-                                      << " micro_batch " << micro << " recompute " << ckpt);
+                                      << " micro_batch " << micro << " recompute " << to_string(ckpt));
     recipe_.parallel.bucket_mb = mb;
     recipe_.train.micro_batch = micro;
-    recipe_.train.activation_checkpointing = ckpt ? ActivationCheckpointing::full : ActivationCheckpointing::none;
+    recipe_.train.activation_checkpointing = ckpt;
     expect_same(run(3, dp, group, 0, 20), want);
   }
 }
@@ -338,6 +342,95 @@ TEST_F(TrainStepTest, AWarmStepAllocatesNothing) {
   EXPECT_EQ(g_allocations.load(), 0);
 }
 
+// fp16's dynamic loss scaling, on fp32 storage (the scaler does not depend on 16-bit tensors):
+// overflows injected into one rank's gradients (alternating ranks) at chosen steps skip exactly
+// those steps on both ranks, and the scale each step uses moves by the hysteresis rule, with
+// hysteresis 1 and 2; the step state a checkpoint keeps carries the scaler. Unscaling is exact:
+// the loss after the first (scaled) update is bitwise the unscaled run's.
+TEST_F(TrainStepTest, LossScalingSkipsOverflowStepsOnEveryRank) {
+  const std::set<int64_t> overflows = {1, 2, 4, 9};
+  // initial 1024, growth_interval 3, backoff 0.5. Hysteresis 1: every overflow halves the scale.
+  // Hysteresis 2: the first overflow after a growth (or the start) keeps it.
+  const std::vector<std::pair<int, std::vector<double>>> want = {
+      {1, {1024, 1024, 512, 256, 256, 128, 128, 128, 256, 256, 128, 128}},
+      {2, {1024, 1024, 1024, 512, 512, 256, 256, 256, 512, 512, 512, 512}}};
+  const int64_t steps = 12;
+  recipe_.train.steps = steps;
+  recipe_.parallel.dp = 2;
+  std::vector<float> plain(2);
+  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+    for (int64_t s = 0; s < 2; ++s) {
+      const StepOutcome o = me.step->run(s, s * recipe_.train.global_batch);
+      if (world.rank() == 0) plain[size_t(s)] = o.loss;
+    }
+  });
+  recipe_.train.precision = Precision::fp16;
+  for (const auto& [hysteresis, scales] : want) {
+    SCOPED_TRACE(::testing::Message() << "hysteresis " << hysteresis);
+    recipe_.train.loss_scale = {.initial = 1024, .growth_interval = 3, .backoff = 0.5, .hysteresis = hysteresis};
+    parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+      Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+      const int rank = world.rank();
+      me.step->set_overflow_injection([&](int64_t step) { return overflows.count(step) && step % 2 == rank; });
+      for (int64_t s = 0; s < steps; ++s) {
+        const StepOutcome o = me.step->run(s, s * recipe_.train.global_batch);
+        const bool overflow = overflows.count(s) == 1;
+        EXPECT_EQ(o.loss_scale, scales[size_t(s)]) << "step " << s << " rank " << rank;
+        EXPECT_EQ(o.skipped, overflow) << "step " << s << " rank " << rank;
+        EXPECT_EQ(o.overflow, overflow) << "step " << s << " rank " << rank;
+        if (s < 2) {
+          EXPECT_EQ(o.loss, plain[size_t(s)]) << "step " << s;
+        }
+      }
+      EXPECT_EQ(me.step->optimizer().steps(), steps - int64_t(overflows.size()));
+      const nlohmann::json state = me.step->state();
+      EXPECT_EQ(state["skipped_total"], overflows.size());
+      EXPECT_EQ(state["skipped_in_a_row"], 0) << "overflows do not count towards max_skipped_steps";
+      // After step 11: the scale step 12 would use, two good steps since the last change.
+      LossScaler next(recipe_.train.loss_scale);
+      for (int64_t s = 0; s < steps; ++s) next.update(overflows.count(s) == 1);
+      EXPECT_EQ(state["loss_scale"], next.state());
+      EXPECT_EQ(state["loss_scale"]["good_steps"], 2);
+      LossScaler restored(recipe_.train.loss_scale);
+      restored.restore(state["loss_scale"]);
+      EXPECT_EQ(restored.scale(), next.scale());
+    });
+  }
+}
+
+// At the minimum scale an overflow is a non-finite step: train.on_nonfinite decides.
+TEST_F(TrainStepTest, AnOverflowAtTheMinimumScaleIsNonFinite) {
+  recipe_.train.precision = Precision::fp16;
+  recipe_.train.loss_scale = {.initial = 2, .growth_interval = 100, .backoff = 0.5, .hysteresis = 1, .min = 1};
+  Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+  one.step->set_overflow_injection([](int64_t) { return true; });
+  const StepOutcome o = one.step->run(0, 0);
+  EXPECT_TRUE(o.overflow);
+  EXPECT_EQ(one.step->loss_scaler()->scale(), 1.0);
+  EXPECT_THAT([&] { one.step->run(1, 8); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("non-finite gradient at step 2")));
+}
+
+// The loss scale of a step is in metrics.jsonl and the console line; without scaling it is absent.
+TEST_F(TrainStepTest, TheLossScaleIsInTheMetrics) {
+  {
+    MetricsLog log(dir_.string(), -1);
+    StepMetrics scaled, plain;
+    scaled.step = 1, scaled.loss_scale = 65536;
+    plain.step = 2;
+    log.write(scaled);
+    log.write(plain);
+    EXPECT_THAT(format_step_line(scaled), ::testing::HasSubstr("| loss scale 65536"));
+    EXPECT_THAT(format_step_line(plain), ::testing::Not(::testing::HasSubstr("loss scale")));
+  }
+  std::ifstream in(dir_ / "metrics.jsonl");
+  std::string first, second;
+  ASSERT_TRUE(std::getline(in, first) && std::getline(in, second));
+  EXPECT_EQ(nlohmann::json::parse(first).at("loss_scale"), 65536.0);
+  EXPECT_FALSE(nlohmann::json::parse(second).contains("loss_scale"));
+}
+
 TEST_F(TrainStepTest, NonFiniteStepsAreSkippedOrStopTheRun) {
   recipe_.train.on_nonfinite = NonFiniteAction::skip;
   recipe_.train.max_skipped_steps = 1;
@@ -364,7 +457,7 @@ TEST_F(TrainStepTest, NonFiniteStepsAreSkippedOrStopTheRun) {
 // The memory account: what the plan says a rank allocates, computed without allocating, is what the
 // allocator counts once the rank's model, optimizer and step exist, kind by kind.
 TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
-  for (auto ckpt : {ActivationCheckpointing::none, ActivationCheckpointing::full}) {
+  for (auto ckpt : {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
     recipe_.train.activation_checkpointing = ckpt;
     recipe_.parallel.dp = 1;
     const MemoryAccount plan = memory_plan(recipe_, {0, 0, 0});

@@ -251,6 +251,8 @@ TEST_F(TensorParallelTrain, SequenceParallelTakesTheStepsOfOneRank) {
   expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp");
   recipe_.train.activation_checkpointing = ActivationCheckpointing::full;
   expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp, full recompute");
+  recipe_.train.activation_checkpointing = ActivationCheckpointing::selective;
+  expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp, selective recompute");
 }
 
 TEST_F(TensorParallelTrain, Gpt2TakesTheStepsOfOneRank) {

@@ -312,21 +312,33 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   const int64_t fc = z.llama ? 2 * z.ffn : z.ffn;
   const int layers = options.stage.layer_end - options.stage.layer_begin;
   const bool full_ckpt = options.checkpointing == ActivationCheckpointing::full;
+  const bool selective = options.checkpointing == ActivationCheckpointing::selective;
   const bool head = options.stage.has_head;
-  auto layer_acts = [&]() {
+  // A block's activations: the products (linear and attention outputs, and the residual stream
+  // after attention) and the element-wise results (norms and their statistics, the MLP
+  // activation). Selective recomputation keeps the first per slot and recomputes the second
+  // into one shared set.
+  enum Parts { kProducts = 1, kElementwise = 2, kAll = 3 };
+  auto layer_acts = [&](int parts) {
     LayerActs l;
-    l.ln1 = a.take({n, d});
-    if (!z.llama) l.ln1_mean = a.take({nl});
-    l.ln1_rstd = a.take({nl});
-    l.qkv = a.take({n, qkv});
-    l.att = a.take({n, q});
-    l.lse = a.take({b * z.heads * z.seq});
-    l.mid = a.take({nl, d});
-    l.ln2 = a.take({n, d});
-    if (!z.llama) l.ln2_mean = a.take({nl});
-    l.ln2_rstd = a.take({nl});
-    l.fc = a.take({n, fc});
-    l.act = a.take({n, z.ffn});
+    if (parts & kElementwise) {
+      l.ln1 = a.take({n, d});
+      if (!z.llama) l.ln1_mean = a.take({nl});
+      l.ln1_rstd = a.take({nl});
+    }
+    if (parts & kProducts) {
+      l.qkv = a.take({n, qkv});
+      l.att = a.take({n, q});
+      l.lse = a.take({b * z.heads * z.seq});
+      l.mid = a.take({nl, d});
+    }
+    if (parts & kElementwise) {
+      l.ln2 = a.take({n, d});
+      if (!z.llama) l.ln2_mean = a.take({nl});
+      l.ln2_rstd = a.take({nl});
+    }
+    if (parts & kProducts) l.fc = a.take({n, fc});
+    if (parts & kElementwise) l.act = a.take({n, z.ffn});
     return l;
   };
   ModelMemory mem;
@@ -336,7 +348,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     s.targets = a.take_int({n});
     for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({nl, d}));
     if (!full_ckpt)
-      for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts());
+      for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts(selective ? kProducts : kAll));
     if (head) {
       s.lnf = a.take({n, d});
       if (!z.llama) s.lnf_mean = a.take({nl});
@@ -351,7 +363,8 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   }
   mem.activations_kept = a.bytes();
   work = Work{};
-  if (full_ckpt && layers > 0) work.recompute = layer_acts();
+  if (full_ckpt && layers > 0) work.recompute = layer_acts(kAll);
+  if (selective && layers > 0) work.recompute = layer_acts(kElementwise);
   work.dres = a.take({nl, d});
   work.dln = a.take({n, d});
   work.dqkv = a.take({n, qkv});
@@ -609,8 +622,10 @@ void Model::head_forward_held(Slot& s) {
 void Model::forward_blocks(Slot& s, int64_t position, bool cached) {
   const int layers = options_.stage.layer_end - options_.stage.layer_begin;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
+  const bool selective = options_.checkpointing == ActivationCheckpointing::selective;
   for (int l = 0; l < layers; ++l) {
-    LayerActs& acts = ckpt ? work_->recompute : s.layers[size_t(l)];
+    LayerActs merged = selective ? selective_acts(s.layers[size_t(l)]) : LayerActs{};
+    LayerActs& acts = ckpt ? work_->recompute : selective ? merged : s.layers[size_t(l)];
     const int layer = options_.stage.layer_begin + l;
     hold_params(ParamPlace::block, layer, false);
     block_forward(l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], s.batch, s.seq, false, position,
@@ -660,11 +675,18 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
   }
   const int layers = st.layer_end - st.layer_begin;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
+  const bool selective = options_.checkpointing == ActivationCheckpointing::selective;
   for (int l = layers - 1; l >= 0; --l) {
     hold_params(ParamPlace::block, st.layer_begin + l, true);
     if (ckpt) block_forward(l, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true, 0, nullptr);
+    LayerActs merged = selective ? selective_acts(s.layers[size_t(l)]) : LayerActs{};
+    if (selective) block_recompute_elementwise(l, merged, s.residual[size_t(l)], s.batch, s.seq);
     if (external) bind_group_grads(ParamPlace::block, st.layer_begin + l);
-    block_backward(l, ckpt ? w.recompute : s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq);
+    block_backward(l,
+                   ckpt        ? w.recompute
+                   : selective ? merged
+                               : s.layers[size_t(l)],
+                   s.residual[size_t(l)], s.batch, s.seq);
     release_params(ParamPlace::block, st.layer_begin + l);
     if (grad_ready_) grad_ready_(ParamPlace::block, st.layer_begin + l);
   }
@@ -679,5 +701,15 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
 }
 
 Tensor Model::stage_input_grad() const { return work_->input_grad; }
+
+Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
+  LayerActs a = work_->recompute;  // the element-wise results, shared by every layer and slot
+  a.qkv = kept.qkv;
+  a.att = kept.att;
+  a.lse = kept.lse;
+  a.mid = kept.mid;
+  a.fc = kept.fc;
+  return a;
+}
 
 }  // namespace llmtrain::trainer

@@ -59,6 +59,9 @@ struct ModelOptions {
   StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0
   int micro_batch = 1;     // the largest micro-batch (sequences) forward/backward will see
   int seq_len = 0;         // the longest sequence; 0 = model.seq_len
+  // none: every block keeps its activations; selective: the products (linear, attention and the
+  // residual after attention) are kept and the norms and the MLP activation recomputed in
+  // backward; full: only block inputs are kept and the whole block's forward recomputed.
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules)
   // Generation: > 0 allocates per-layer K and V caches [micro_batch, kv_cache_tokens, kv_heads/tp,
@@ -280,6 +283,11 @@ class Model {
   void block_forward(int layer, LayerActs& a, kernels::Tensor x, kernels::Tensor out, int b, int t, bool recompute,
                      int64_t position, const Cache* cache);
   void block_backward(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
+  // Selective recomputation: a layer's kept products with the shared element-wise buffers, and
+  // the element-wise results (norms, MLP activation) recomputed from the block input and the kept
+  // products, before the block's backward.
+  LayerActs selective_acts(const LayerActs& kept) const;
+  void block_recompute_elementwise(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
   void head_forward(Slot& s);
   void head_backward(Slot& s, float loss_scale);
   void require_whole_model(const char* what) const;

@@ -164,6 +164,37 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   k::residual_forward(out, mid, out, w.out_b);
 }
 
+// The element-wise results block_forward computed, recomputed by the same ops from what selective
+// recomputation keeps: ln1 from the block input, ln2 from mid, the MLP activation from fc. RoPE is
+// applied in place to the kept qkv product, so it costs no memory of its own and is not redone.
+void Model::block_recompute_elementwise(int layer, LayerActs& a, Tensor x_in, int b, int t) {
+  const BlockWeights& w = weights_[size_t(layer)];
+  const int64_t n = int64_t(b) * t;
+  const float eps = float(config_.norm_eps);
+  const int64_t nl = sp_ ? n / tp_.size() : n;
+  const Tensor x = rows(x_in, nl), mid = rows(a.mid, nl), fc = rows(a.fc, n), act = rows(a.act, n);
+  const Tensor normed = sp_ ? rows(work_->sp_rows, nl) : Tensor{};
+  for (int which = 0; which < 2; ++which) {
+    const Tensor in = which == 0 ? x : mid, out = rows(which == 0 ? a.ln1 : a.ln2, n), own = sp_ ? normed : out;
+    const Tensor mean = which == 0 ? a.ln1_mean : a.ln2_mean, rstd = which == 0 ? a.ln1_rstd : a.ln2_rstd;
+    if (llama_)
+      k::rmsnorm_forward(own, first(rstd, nl), in, which == 0 ? w.ln1_w : w.ln2_w, eps);
+    else
+      k::layernorm_forward(own, first(mean, nl), first(rstd, nl), in, which == 0 ? w.ln1_w : w.ln2_w,
+                           which == 0 ? w.ln1_b : w.ln2_b, eps);
+    // The forward crossing again: sequence parallelism gathers the rows (the same collective on
+    // every tp rank); without it the copy into the tensor-parallel region is the identity.
+    if (sp_)
+      tpx::gather_from_sequence_parallel_region_forward(tp_, own, out);
+    else
+      tpx::copy_to_tp_region_forward(tp_, out);
+  }
+  if (llama_)
+    k::swiglu_forward(act, fc);
+  else
+    k::gelu_forward(act, fc);
+}
+
 void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
   const BlockWeights &w = weights_[size_t(layer)], &g = weight_grads_[size_t(layer)];
   Work& wk = *work_;
