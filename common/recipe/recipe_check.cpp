@@ -243,7 +243,10 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
-  if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
+  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::interleaved)
+    out.push_back("parallel.pp_schedule: interleaved (virtual pipeline stages)");
+  if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
+    out.push_back(fmt::format("parallel.sequence_parallel with pipeline parallelism (parallel.pp {})", r.parallel.pp));
   return out;
 }
 
