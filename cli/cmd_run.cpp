@@ -34,6 +34,7 @@
 #include "parallel/mesh_comms.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/memory.h"
+#include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
 #include "trainer/trainer.h"
 
@@ -84,12 +85,16 @@ void print_pipeline(const Recipe& r) {
   } catch (const Error&) {
     return;  // a schedule not supported yet: the last lines say so
   }
-  std::vector<std::string> kept;
-  for (int s = 0; s < p; ++s) kept.push_back(fmt::format("{}", parallel::max_in_flight(lists[size_t(s)])));
+  std::vector<std::string> kept, blocks;
+  for (int s = 0; s < p; ++s) {
+    kept.push_back(fmt::format("{}", parallel::max_in_flight(lists[size_t(s)])));
+    const trainer::StageLayout st = trainer::pipeline_stage_layout(r.model, s, p, r.parallel.pp_layers);
+    blocks.push_back(fmt::format("{}", st.layer_end - st.layer_begin));
+  }
   std::printf(
-      "pipeline: %s, %d stages × %d layers, %d micro-batches per step; micro-batches whose activations each "
+      "pipeline: %s, %d stages holding %s blocks, %d micro-batches per step; micro-batches whose activations each "
       "stage keeps: %s\n",
-      to_string(r.parallel.pp_schedule), p, r.model.layers / p, m, join(kept, ", ").c_str());
+      to_string(r.parallel.pp_schedule), p, join(blocks, ", ").c_str(), m, join(kept, ", ").c_str());
   const parallel::Timeline timeline = parallel::schedule_timeline(lists, m, v);
   if (timeline.slots() <= 64) {
     std::printf("pipeline timeline (one column per unit of forward or backward work, . idle):\n%s",

@@ -41,7 +41,7 @@ int group_of(const StageLayout& st, ParamPlace place, int layer) {
 
 ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<parallel::PipeOp>& schedule) {
   ModelOptions mo;
-  mo.stage = pipeline_stage_layout(r.model, stage, r.parallel.pp);
+  mo.stage = pipeline_stage_layout(r.model, stage, r.parallel.pp, r.parallel.pp_layers);
   mo.micro_batch = r.train.micro_batch;
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;

@@ -2,11 +2,12 @@
 # Pipeline parallelism under real `mpirun` (the executor's non-blocking sends and receives between
 # stages, the tied embedding's gradient exchange between the first and the last stage, the loss
 # broadcast from the last stage, pipelined evaluation): GPT-2 (tied embeddings) with 8 layers on
-# fortunes at pp 2 and pp 4 with gpipe and 1f1b, and tp 2 × pp 2 × dp 2 = 8 ranks, trains to the
+# fortunes at pp 2 and pp 4 with gpipe and 1f1b, pp 4 split unevenly (parallel.pp_layers 1, 3, 3, 1),
+# and tp 2 × pp 2 × dp 2 = 8 ranks, trains to the
 # losses (relative difference ≤ 1e-5 per step over 20 steps), the validation losses and the final
 # parameters (gathered from the checkpoint's slices, ‖a − b‖ / ‖b‖ ≤ 1e-5) of pp 1; a checkpoint
 # written at pp 4 resumes at pp 1 and one written at pp 1 resumes at pp 4 on the same trajectory;
-# the memory plan of stage 0 is what it measures.
+# the memory plan of stage 0 is what it measures; --dry-run draws the uneven split's timeline.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 PY=$SRC/.venv/bin/python
@@ -80,13 +81,17 @@ PY
 run_cmd pp1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=pp1
 expect_status 0
 # tp × pp × dp and the schedule.
-for cfg in "1 2 1 gpipe" "1 2 1 1f1b" "1 4 1 gpipe" "1 4 1 1f1b" "2 2 2 1f1b"; do
+# tp × pp × dp, the schedule, and an uneven split (parallel.pp_layers) or - for the even one.
+for cfg in "1 2 1 gpipe -" "1 2 1 1f1b -" "1 4 1 gpipe -" "1 4 1 1f1b -" "2 2 2 1f1b -" "1 4 1 1f1b 1,3,3,1"; do
   set -- $cfg
-  name=tp$1-pp$2-dp$3-$4
+  name=tp$1-pp$2-dp$3-$4$([[ $5 != - ]] && echo "-layers${5//,/-}")
+  split=()
+  [[ $5 != - ]] && split=(--set "parallel.pp_layers=[$5]")
   run_cmd $name mpi_run 180 $(($1 * $2 * $3)) "$LLMTRAIN" run r.yaml --set log.dir=$name --set parallel.tp=$1 \
-    --set parallel.pp=$2 --set parallel.pp_schedule=$4
+    --set parallel.pp=$2 --set parallel.pp_schedule=$4 "${split[@]}"
   expect_status 0
   expect_out "[rank 0] done: 20 steps"
+  expect_out_re "pipeline idle time per stage \(measured\): stage 0 [0-9.]+%, stage 1 [0-9.]+%.*; mean [0-9.]+%, the $4 schedule's bubble"
   plan=$(grep -o 'memory per rank: .*' <<<"$out" | sed 's/memory per rank: //')
   measured=$(grep -o 'measured after the first step: .*' <<<"$out" | sed 's/.*first step: //')
   [[ -n $plan && $plan == "$measured" ]] && pass "$name: measured memory is the plan ($plan)" ||
@@ -114,5 +119,16 @@ expect_status 0
 expect_out "at step 10"
 out=$(compare resume4 pp1 11 2>&1) && pass "pp 1 checkpoint resumed at pp 4: $out" ||
   fail "pp 1 checkpoint resumed at pp 4 diverges: $out"
+
+# --dry-run: the blocks per stage, the activations each keeps, the timeline and the bubble.
+run_cmd dry "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=4 --set "parallel.pp_layers=[1,3,3,1]"
+expect_status 0
+expect_out "pipeline: 1f1b, 4 stages holding 1, 3, 3, 1 blocks, 4 micro-batches per step; micro-batches whose activations each stage keeps: 4, 3, 2, 1"
+expect_out "stage 3 | .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 .  .  ."
+expect_out "pipeline bubble: 42.9% of the step's stage-time idle"
+expect_out "pp_layers: [1, 3, 3, 1]"
+run_cmd bad-split "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=4 --set "parallel.pp_layers=[1,3,3]"
+expect_status 2
+expect_out "3 block counts for pp 4"
 
 finish

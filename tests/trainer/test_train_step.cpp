@@ -125,8 +125,8 @@ TEST_F(TrainStepTest, DataParallelRanksTakeTheStepsOfOneRank) {
 }
 
 // Pipeline stages (thread ranks): a 4-layer Llama with tied embeddings at pp 2 and 4, GPipe and
-// 1F1B, and pp 2 × dp 2 with ZeRO 1, takes the steps of one rank: the same losses and gradient
-// norms on every rank, and each stage's parameters (the last stage's copy of the tied embedding
+// 1F1B, pp 2 × dp 2 with ZeRO 1, and uneven splits (1 + 3 blocks, 1 + 2 + 1), takes the steps of one rank: the same
+// losses and gradient norms on every rank, and each stage's parameters (the last stage's copy of the tied embedding
 // included) those of one rank, after 6 steps.
 TEST_F(TrainStepTest, PipelineStagesTakeTheStepsOfOneRank) {
   recipe_.model.layers = 4;
@@ -139,13 +139,18 @@ TEST_F(TrainStepTest, PipelineStagesTakeTheStepsOfOneRank) {
   struct Layout {
     int pp, dp, zero;
     PipelineSchedule schedule;
+    std::vector<int> blocks;  // parallel.pp_layers
   };
-  for (const Layout& l : {Layout{2, 1, 0, PipelineSchedule::gpipe}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b},
-                          Layout{4, 1, 0, PipelineSchedule::gpipe}, Layout{4, 1, 0, PipelineSchedule::one_f_one_b},
-                          Layout{2, 2, 1, PipelineSchedule::one_f_one_b}}) {
-    SCOPED_TRACE(fmt::format("pp {} dp {} zero {} {}", l.pp, l.dp, l.zero, to_string(l.schedule)));
+  for (const Layout& l :
+       {Layout{2, 1, 0, PipelineSchedule::gpipe, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}},
+        Layout{4, 1, 0, PipelineSchedule::gpipe, {}}, Layout{4, 1, 0, PipelineSchedule::one_f_one_b, {}},
+        Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {1, 3}},
+        Layout{3, 1, 0, PipelineSchedule::gpipe, {1, 2, 1}}}) {
+    SCOPED_TRACE(
+        fmt::format("pp {} dp {} zero {} {} blocks {}", l.pp, l.dp, l.zero, to_string(l.schedule), l.blocks.size()));
     Recipe r = recipe_;
     r.parallel.pp = l.pp, r.parallel.dp = l.dp, r.parallel.zero = l.zero, r.parallel.pp_schedule = l.schedule;
+    r.parallel.pp_layers = l.blocks;
     const int ranks = l.pp * l.dp;
     std::vector<std::vector<StepOutcome>> got(static_cast<size_t>(ranks));
     std::vector<double> worst(size_t(ranks), 0.0);
