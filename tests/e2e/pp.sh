@@ -127,6 +127,9 @@ expect_out "pipeline: 1f1b, 4 stages holding 1, 3, 3, 1 blocks, 4 micro-batches 
 expect_out "stage 3 | .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 .  .  ."
 expect_out "pipeline bubble: 42.9% of the step's stage-time idle"
 expect_out "pp_layers: [1, 3, 3, 1]"
+run_cmd sp-refused "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=2 --set parallel.tp=2 \
+  --set parallel.sequence_parallel=true
+expect_out "not supported yet: parallel.sequence_parallel with pipeline parallelism (parallel.pp 2)"
 run_cmd bad-split "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=4 --set "parallel.pp_layers=[1,3,3]"
 expect_status 2
 expect_out "3 block counts for pp 4"

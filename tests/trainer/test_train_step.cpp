@@ -78,6 +78,9 @@ class TrainStepTest : public ::testing::Test {
     std::optional<TrainStep> step;
   };
 
+  // PipelineStagesTakeTheStepsOfOneRank's layouts against one rank, for the recipe's model.
+  void check_pipeline_layouts();
+
   fs::path dir_;
   std::string prefix_;
   Recipe recipe_;
@@ -124,11 +127,19 @@ TEST_F(TrainStepTest, DataParallelRanksTakeTheStepsOfOneRank) {
   EXPECT_LT(want.back().loss, want.front().loss) << "four steps should lower the loss";
 }
 
-// Pipeline stages (thread ranks): a 4-layer Llama with tied embeddings at pp 2 and 4, GPipe and
+// Pipeline stages (thread ranks): a 4-layer Llama with tied and untied embeddings at pp 2 and 4, GPipe and
 // 1F1B, pp 2 × dp 2 with ZeRO 1, and uneven splits (1 + 3 blocks, 1 + 2 + 1), takes the steps of one rank: the same
 // losses and gradient norms on every rank, and each stage's parameters (the last stage's copy of the tied embedding
 // included) those of one rank, after 6 steps.
 TEST_F(TrainStepTest, PipelineStagesTakeTheStepsOfOneRank) {
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied embeddings" : "untied embeddings");
+    recipe_.model.tie_embeddings = tied;
+    check_pipeline_layouts();
+  }
+}
+
+void TrainStepTest::check_pipeline_layouts() {
   recipe_.model.layers = 4;
   recipe_.parallel.dp = 1;
   Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
@@ -175,8 +186,8 @@ TEST_F(TrainStepTest, PipelineStagesTakeTheStepsOfOneRank) {
       EXPECT_LE(worst[size_t(rank)], 1e-5) << "rank " << rank;
       params += rank % l.dp == 0 ? compared[size_t(rank)] : 0;
     }
-    // Every parameter of one rank is on some stage, and the tied embedding on two.
-    EXPECT_EQ(params, int(one.model.parameters().size()) + 1);
+    // Every parameter of one rank is on some stage, and a tied embedding on two.
+    EXPECT_EQ(params, int(one.model.parameters().size()) + (recipe_.model.tie_embeddings ? 1 : 0));
   }
 }
 
