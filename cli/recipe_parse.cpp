@@ -461,7 +461,8 @@ void parse_parallel(Section s, ParallelConfig& p) {
   s.choice("pp_schedule", p.pp_schedule,
            {{"gpipe", PipelineSchedule::gpipe},
             {"1f1b", PipelineSchedule::one_f_one_b},
-            {"interleaved", PipelineSchedule::interleaved}});
+            {"interleaved", PipelineSchedule::interleaved},
+            {"zero_bubble", PipelineSchedule::zero_bubble}});
   s.integer("virtual_stages", p.virtual_stages, kRankCount);
   if (const YamlValue* v = s.get("pp_layers")) {
     std::vector<int> blocks;

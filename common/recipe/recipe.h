@@ -18,7 +18,7 @@ enum class Precision { fp32, bf16, fp16 };
 enum class ActivationCheckpointing { none, full };
 enum class NonFiniteAction { stop, skip };
 enum class LrSchedule { cosine, linear, constant };
-enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 enum class ResumeMode { automatic, none, path };
 
 struct ModelConfig {

@@ -258,6 +258,8 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
   if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::interleaved)
     out.push_back("parallel.pp_schedule: interleaved (virtual pipeline stages)");
+  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble)
+    out.push_back("parallel.pp_schedule: zero_bubble (ZB-H1: backward split into input and weight gradients)");
   if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
     out.push_back(fmt::format("parallel.sequence_parallel with pipeline parallelism (parallel.pp {})", r.parallel.pp));
   return out;

@@ -130,6 +130,8 @@ expect_out "pp_layers: [1, 3, 3, 1]"
 run_cmd sp-refused "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=2 --set parallel.tp=2 \
   --set parallel.sequence_parallel=true
 expect_out "not supported yet: parallel.sequence_parallel with pipeline parallelism (parallel.pp 2)"
+run_cmd zb-refused "$LLMTRAIN" run r.yaml --dry-run --nproc 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
+expect_out "not supported yet: parallel.pp_schedule: zero_bubble"
 run_cmd bad-split "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=4 --set "parallel.pp_layers=[1,3,3]"
 expect_status 2
 expect_out "3 block counts for pp 4"
