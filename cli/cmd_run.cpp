@@ -32,7 +32,9 @@
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
+#include "parallel/pipeline_schedule.h"
 #include "trainer/memory.h"
+#include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
 #include "trainer/trainer.h"
 
@@ -71,6 +73,37 @@ std::string groups_text(const parallel::MeshShape& shape, parallel::GroupKind ki
   std::string out = join(parts, " ");
   if (groups.size() > limit) out += fmt::format(" ... ({} groups)", groups.size());
   return out;
+}
+
+// pp > 1: the schedule of one step as a text timeline per stage (forward and backward one unit
+// each), the micro-batches whose activations each stage keeps, and the bubble.
+void print_pipeline(const Recipe& r) {
+  const int m = r.grad_accum_steps(), p = r.parallel.pp, v = r.parallel.virtual_stages;
+  std::vector<std::vector<parallel::PipeOp>> lists;
+  try {
+    lists = parallel::make_schedules(r.parallel.pp_schedule, {p, 0, m, v});
+  } catch (const Error&) {
+    return;  // a schedule not supported yet: the last lines say so
+  }
+  std::vector<std::string> kept, blocks;
+  for (int s = 0; s < p; ++s) {
+    kept.push_back(fmt::format("{}", parallel::max_in_flight(lists[size_t(s)])));
+    const trainer::StageLayout st = trainer::pipeline_stage_layout(r.model, s, p, r.parallel.pp_layers);
+    blocks.push_back(fmt::format("{}", st.layer_end - st.layer_begin));
+  }
+  std::printf(
+      "pipeline: %s, %d stages holding %s blocks, %d micro-batches per step; micro-batches whose activations each "
+      "stage keeps: %s\n",
+      to_string(r.parallel.pp_schedule), p, join(blocks, ", ").c_str(), m, join(kept, ", ").c_str());
+  const parallel::Timeline timeline = parallel::schedule_timeline(lists, m, v);
+  if (timeline.slots() <= 64) {
+    std::printf("pipeline timeline (one column per unit of forward or backward work, . idle):\n%s",
+                parallel::format_timeline(timeline).c_str());
+  }
+  std::printf(
+      "pipeline bubble: %.1f%% of the step's stage-time idle = (p − 1)/(m + p − 1) with p %d, m %d "
+      "((p − 1)/m = %.1f%% of the ideal time)\n",
+      100.0 * timeline.bubble_fraction(), p, m, 100.0 * (p - 1) / m);
 }
 
 void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
@@ -147,6 +180,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
                 modes.c_str());
   }
   for (const auto& note : notes) std::printf("memory note: %s\n", note.c_str());
+  if (r.parallel.pp > 1) print_pipeline(r);
   std::printf("launch: %s, %d rank(s) per node, %d thread(s) per rank\n", launcher::to_string(plan.mode),
               plan.ranks_per_node, plan.threads_per_rank);
   if (!plan.command.empty()) std::printf("launch command: %s\n", plan.command_line().c_str());

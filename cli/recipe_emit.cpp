@@ -106,6 +106,11 @@ std::string recipe_to_yaml(const Recipe& r) {
   line(2, "sequence_parallel", flag(p.sequence_parallel));
   line(2, "pp_schedule", to_string(p.pp_schedule));
   line(2, "virtual_stages", std::to_string(p.virtual_stages));
+  if (!p.pp_layers.empty()) {
+    std::vector<std::string> blocks;
+    for (int n : p.pp_layers) blocks.push_back(std::to_string(n));
+    line(2, "pp_layers", "[" + join(blocks, ", ") + "]");
+  }
   line(2, "bucket_mb", num(p.bucket_mb));
   line(2, "timeout", num(p.timeout_s) + "s");
 

@@ -475,8 +475,25 @@ void parse_parallel(Section s, ParallelConfig& p) {
   s.choice("pp_schedule", p.pp_schedule,
            {{"gpipe", PipelineSchedule::gpipe},
             {"1f1b", PipelineSchedule::one_f_one_b},
-            {"interleaved", PipelineSchedule::interleaved}});
+            {"interleaved", PipelineSchedule::interleaved},
+            {"zero_bubble", PipelineSchedule::zero_bubble}});
   s.integer("virtual_stages", p.virtual_stages, kRankCount);
+  if (const YamlValue* v = s.get("pp_layers")) {
+    std::vector<int> blocks;
+    bool ok = v->kind == Kind::sequence && !v->items.empty();
+    for (size_t i = 0; ok && i < v->items.size(); ++i) {
+      int64_t n = 0;
+      ok = v->items[i].kind == Kind::scalar && !v->items[i].quoted && parse_int(v->items[i].scalar, n) && n >= 1 &&
+           n <= 1'000'000;
+      blocks.push_back(int(n));
+    }
+    if (!ok)
+      s.error(v->where, "parallel.pp_layers",
+              fmt::format("expected a list of block counts ≥ 1, one per pipeline stage, found {}", v->describe()),
+              "e.g. pp_layers: [3, 5, 5, 3] for 16 layers over pp 4; leave it out to split layers evenly");
+    else
+      p.pp_layers = std::move(blocks);
+  }
   s.number("bucket_mb", p.bucket_mb, kPositiveFloat);
   duration(s, "timeout", "parallel.timeout", p.timeout_s, false);
   s.finish();

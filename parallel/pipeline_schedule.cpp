@@ -179,6 +179,7 @@ std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spe
     case PipelineSchedule::one_f_one_b:
       return one_f_one_b_schedule(spec);
     case PipelineSchedule::interleaved:
+    case PipelineSchedule::zero_bubble:
       break;
   }
   throw Error(fmt::format("not supported yet: the {} pipeline schedule ({} stages, {} virtual chunks each)",

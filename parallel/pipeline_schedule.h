@@ -80,7 +80,7 @@ std::vector<PipeOp> gpipe_schedule(const ScheduleSpec& spec);        // all forw
 std::vector<PipeOp> one_f_one_b_schedule(const ScheduleSpec& spec);  // Megatron's non-interleaved 1F1B
 
 // The recipe's schedule for one stage. With one stage and one chunk every kind gives the one-stage
-// list; `interleaved` otherwise throws llmtrain::Error ("not supported yet").
+// list; `interleaved` and `zero_bubble` otherwise throw llmtrain::Error ("not supported yet").
 std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spec);
 // Every stage's list (spec.stage is ignored): what the checker and the timeline take.
 std::vector<std::vector<PipeOp>> make_schedules(PipelineSchedule kind, const ScheduleSpec& spec);

@@ -1,13 +1,57 @@
 #include "trainer/evaluate.h"
 
+#include "common/error.h"
+#include "kernels/buffer.h"
+#include "kernels/ops.h"
+
 namespace llmtrain::trainer {
 
-float evaluate(Model& model, MicroBatchReader& valid, int batches, int micro_batches, int64_t global_batch,
-               parallel::Comm& control_dp) {
+namespace {
+
+// One stage's share of the pipelined forward of every micro-batch; the sum of their losses on the
+// last stage (0 elsewhere).
+double pipelined_loss_sum(Model& model, MicroBatchReader& valid, int batches, int micro_batches, int64_t global_batch,
+                          parallel::Comm& pp) {
+  const StageLayout& st = model.options().stage;
+  const int64_t hidden = model.config().hidden;
+  kernels::Buffer input(kernels::DType::fp32, {model.options().micro_batch, model.options().seq_len, hidden},
+                        model.device(), kernels::MemoryKind::communication);
   double sum = 0;
   for (int b = 0; b < batches; ++b)
-    for (int m = 0; m < micro_batches; ++m) sum += model.forward_loss(valid.read(int64_t(b) * global_batch, m));
+    for (int m = 0; m < micro_batches; ++m) {
+      const MicroBatch mb = valid.read(int64_t(b) * global_batch, m);
+      const int64_t rows = mb.tokens.shape[0], cols = mb.tokens.shape[1];
+      kernels::Tensor in;
+      if (!st.has_embedding) {
+        in = input.tensor().flat(0, rows * cols * hidden).view({rows, cols, hidden});
+        pp.recv(in, pp.rank() - 1, kEvalActivationTag);
+      }
+      model.stage_forward(0, mb, in);
+      if (!st.has_head) {
+        pp.send(model.stage_output(0), pp.rank() + 1, kEvalActivationTag);
+      } else {
+        float loss = 0;
+        kernels::copy(kernels::host_tensor(&loss, {1}), model.loss(0));
+        sum += loss;
+      }
+    }
+  return sum;
+}
+
+}  // namespace
+
+float evaluate(Model& model, MicroBatchReader& valid, int batches, int micro_batches, int64_t global_batch,
+               parallel::Comm& control_dp, parallel::Comm* pp, parallel::Comm* control_pp) {
+  const bool pipelined = pp && pp->size() > 1;
+  LT_CHECK(!pipelined || control_pp, "pipelined evaluation without the pp control group");
+  double sum = 0;
+  if (pipelined)
+    sum = pipelined_loss_sum(model, valid, batches, micro_batches, global_batch, *pp);
+  else
+    for (int b = 0; b < batches; ++b)
+      for (int m = 0; m < micro_batches; ++m) sum += model.forward_loss(valid.read(int64_t(b) * global_batch, m));
   float mean = float(sum / (double(batches) * micro_batches));
+  if (pipelined) control_pp->broadcast(kernels::host_tensor(&mean, {1}), control_pp->size() - 1);
   control_dp.all_reduce(kernels::host_tensor(&mean, {1}), parallel::ReduceOp::avg);
   return mean;
 }

@@ -73,6 +73,10 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
   const int64_t activation_message = int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4;
   out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_scratch;
+  // pp > 1 with a tied word embedding: the first and the last stage receive the other's gradient of
+  // it (TrainStep), the embedding's tensor-parallel shard.
+  if (r.parallel.pp > 1 && mc.tie_embeddings && (coord.pp == 0 || coord.pp == r.parallel.pp - 1))
+    out.communication += mc.padded_vocab() / r.parallel.tp * int64_t(mc.hidden) * 4;
   return out;
 }
 

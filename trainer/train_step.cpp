@@ -41,15 +41,15 @@ int group_of(const StageLayout& st, ParamPlace place, int layer) {
 
 ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<parallel::PipeOp>& schedule) {
   ModelOptions mo;
-  mo.stage = pipeline_stage_layout(r.model, stage, r.parallel.pp);
+  mo.stage = pipeline_stage_layout(r.model, stage, r.parallel.pp, r.parallel.pp_layers);
   mo.micro_batch = r.train.micro_batch;
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;
   mo.activation_slots = parallel::max_in_flight(schedule);
   mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
   mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
-  // Sequence parallelism needs the whole model on a stage (pp > 1 does not train yet; its memory
-  // plan counts activations as without it, with a note).
+  // Sequence parallelism needs the whole model on a stage (with pp > 1 `llmtrain run` refuses it as
+  // not supported yet; its memory plan counts activations as without it, with a note).
   mo.sequence_parallel = r.parallel.sequence_parallel && r.parallel.pp == 1;
   return mo;
 }
@@ -71,14 +71,19 @@ std::vector<std::vector<int>> grad_ready_groups(const StageLayout& st, const std
 // last stage), and tells the gradient sync which parameter groups backward completed.
 class TrainStep::ModelStage final : public parallel::PipelineStage {
  public:
-  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, int micro_batches, Tensor losses)
+  // `tied`: this stage holds one of two copies of a tied word embedding (pp > 1); its group's
+  // gradient is final only after TrainStep sums the copies, after the schedule, so backward does not
+  // mark it (GradSync::finish marks it).
+  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, int micro_batches, Tensor losses,
+             bool tied)
       : model_(model),
         batches_(batches),
         micro_batches_(micro_batches),
         loss_scale_(1.0f / float(micro_batches)),
         losses_(losses) {
     const StageLayout st = model.options().stage;
-    model_.set_grad_ready_hook([this, st, &sync](ParamPlace place, int layer) {
+    model_.set_grad_ready_hook([this, st, &sync, tied](ParamPlace place, int layer) {
+      if (tied && place == ParamPlace::embedding) return;
       sync.group_ready(group_of(st, place, layer), last_backward_);
     });
     if (model.options().external_grads)
@@ -172,7 +177,17 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned());
   losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
   losses_host_.assign(size_t(micro_batches_), 0.0f);
-  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor());
+  // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.
+  const int pp = comms.pp->size(), stage = comms.pp->rank();
+  if (pp > 1 && model.config().tie_embeddings && (stage == 0 || stage == pp - 1)) {
+    for (size_t i = 0; i < model.parameters().size(); ++i)
+      if (model.parameters()[i].spec.role == ParamRole::token_embedding) tied_param_ = int(i);
+    LT_CHECK(tied_param_ >= 0, "stage {} of {} holds no token embedding", stage, pp);
+    tied_peer_ = stage == 0 ? pp - 1 : 0;
+    tied_scratch_ = kernels::Buffer(DType::fp32, {model.parameters()[size_t(tied_param_)].numel()}, model.device(),
+                                    kernels::MemoryKind::communication);
+  }
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor(), tied_peer_ >= 0);
   if (recipe.train.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
 }
@@ -198,8 +213,12 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   model_.zero_grads();
   spent(times.optimizer);
   stage_->begin_step(consumed_samples, &times);
+  const double run_start = now_s();
   executor_->run();  // forward, backward and data time themselves; pipeline waits are in none
   mark = now_s();
+  schedule_s_ += mark - run_start;
+  busy_s_ += times.forward + times.backward + times.data;
+  sum_tied_grads();
   sync_->finish();
   spent(times.grad_sync);
   if (inject_overflow_ && inject_overflow_(step)) kernels::scale(sync_->owned_grads().flat(0, 1), INFINITY);
@@ -211,6 +230,9 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   for (float l : losses_host_) sum += l;
   out.loss = float(sum / micro_batches_);
   spent(times.optimizer);
+  // Only the last pipeline stage computes the loss.
+  if (comms_.pp->size() > 1)
+    comms_.control.pp->broadcast(kernels::host_tensor(&out.loss, {1}), comms_.control.pp->size() - 1);
   comms_.control.dp->all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
   spent(times.grad_sync);
 
@@ -274,6 +296,27 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   sync_->gather_params();
   spent(times.grad_sync);
   return out;
+}
+
+void TrainStep::sum_tied_grads() {
+  if (tied_peer_ < 0) return;
+  // Both stages send their copy's gradient and add the other's: a + b on one and b + a on the
+  // other are the same floats, so the copies stay identical through the update.
+  const Tensor grad = model_.parameters()[size_t(tied_param_)].grad.view({tied_scratch_.tensor().numel()});
+  parallel::WorkHandle recv = comms_.pp->recv_async(tied_scratch_.tensor(), tied_peer_, kTiedGradTag);
+  parallel::WorkHandle send = comms_.pp->send_async(grad, tied_peer_, kTiedGradTag);
+  send->wait();
+  recv->wait();
+  kernels::residual_forward(grad, grad, tied_scratch_.tensor(), Tensor{});
+}
+
+double TrainStep::idle_fraction() const { return schedule_s_ > 0 ? std::max(0.0, 1.0 - busy_s_ / schedule_s_) : 0.0; }
+
+double schedule_bubble(const Recipe& recipe, int micro_batches) {
+  const parallel::ScheduleSpec spec{recipe.parallel.pp, 0, micro_batches, recipe.parallel.virtual_stages};
+  return parallel::schedule_timeline(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches,
+                                     spec.chunks)
+      .bubble_fraction();
 }
 
 nlohmann::json TrainStep::state() const {

@@ -20,6 +20,11 @@
 //    on the tensor groups; the per-micro-batch losses are copied off the model's device once per step.
 //  - A non-finite loss or gradient norm is the same on every rank (both are all-reduced before the
 //    decision), so every rank stops, or skips the same step, together.
+//  - Pipeline parallelism (pp > 1): each stage runs its own list; only the last stage computes the
+//    loss, which it broadcasts over the pp control group. A tied word embedding has a copy on the
+//    first and the last stage; after the schedule the two exchange their gradients over the pp group
+//    and each adds the other's (before the data-parallel reduction of that group), so the copies
+//    take identical updates. The global norm counts the copy once (ModelParam::tied_copy).
 //  - Skipped steps still consume their samples; the optimizer's step count (bias corrections) only
 //    counts updates taken.
 //  - fp16 (trainer/loss_scaler.h): backward runs on the loss times the scale; the norm is of the
@@ -79,6 +84,10 @@ class TrainStep {
   // Fault injection for tests: when `at(step)` is true, this rank's gradients hold an inf after the
   // gradient sync (on this rank only), as an fp16 overflow would leave them.
   void set_overflow_injection(std::function<bool(int64_t step)> at) { inject_overflow_ = std::move(at); }
+  // Of the wall time this rank spent in the pipeline schedule over every step run so far, the
+  // fraction spent waiting for other stages (neither forward, backward nor reading data): the
+  // measured bubble of this stage (0 before the first step).
+  double idle_fraction() const;
   const parallel::GradSync& grad_sync() const { return *sync_; }
 
   // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
@@ -102,11 +111,26 @@ class TrainStep {
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
   std::unique_ptr<LossScaler> scaler_;
   std::function<bool(int64_t)> inject_overflow_;
+  // pp > 1 with tied embeddings, on the first and the last stage: the token embedding's index in
+  // model.parameters(), the other stage's pp rank, and where its gradient lands.
+  int tied_param_ = -1, tied_peer_ = -1;
+  double schedule_s_ = 0, busy_s_ = 0;  // in the schedule, and computing or reading data in it
+  kernels::Buffer tied_scratch_;
+
+  void sum_tied_grads();
 };
+
+// The pp-group tag of the tied embedding's gradient exchange (clear of the executor's tags).
+inline constexpr int kTiedGradTag = parallel::kPipelineTagBase - 1;
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
 // recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...).
 std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches);
+
+// The bubble of the recipe's schedule over `micro_batches` micro-batches: idle stage-slots over all
+// of them when forward and backward take one unit (parallel::Timeline::bubble_fraction). Throws
+// for a schedule make_schedule refuses.
+double schedule_bubble(const Recipe& recipe, int micro_batches);
 
 // The options of the model a stage builds for training with `schedule` (its slots are the
 // micro-batches the schedule keeps in flight): train() and the memory plan both use it.

@@ -105,8 +105,8 @@ int train(const TrainContext& ctx) {
   auto eval = [&] {
     if (!valid_batches) return;
     parallel::set_progress(at.step, parallel::Phase::eval);
-    report.eval_done(at.step,
-                     evaluate(model, *valid_batches, r.eval.batches, accum, r.train.global_batch, *comms.control.dp));
+    report.eval_done(at.step, evaluate(model, *valid_batches, r.eval.batches, accum, r.train.global_batch,
+                                       *comms.control.dp, comms.pp.get(), comms.control.pp.get()));
     parallel::set_progress(at.step, parallel::Phase::train);
     last_eval = at.step;
   };
@@ -146,6 +146,21 @@ int train(const TrainContext& ctx) {
   if (checkpoints.last_saved() != at.step) checkpoints.save(at);
   remove_stop_handlers();
   log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
+  if (comms.pp->size() > 1) {
+    // Each stage's measured idle time in the schedule, next to the schedule's unit-time bubble.
+    const int pp = comms.pp->size();
+    float mine = float(step.idle_fraction());
+    std::vector<float> idle(size_t(pp), 0.0f);
+    comms.control.pp->all_gather(kernels::host_tensor(&mine, {1}), kernels::host_tensor(idle.data(), {pp}));
+    std::vector<std::string> parts;
+    double mean = 0;
+    for (int s = 0; s < pp; ++s) {
+      parts.push_back(fmt::format("stage {} {:.1f}%", s, 100.0 * idle[size_t(s)]));
+      mean += idle[size_t(s)] / pp;
+    }
+    log_progress("pipeline idle time per stage (measured): {}; mean {:.1f}%, the {} schedule's bubble {:.1f}%",
+                 join(parts, ", "), 100.0 * mean, to_string(r.parallel.pp_schedule), 100.0 * schedule_bubble(r, accum));
+  }
   log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
                format_memory(memory_measured(model.device(), true)),
                format_bytes(double(kernels::memory_use(model.device()).peak)));

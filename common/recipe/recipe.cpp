@@ -46,6 +46,8 @@ const char* to_string(PipelineSchedule v) {
       return "1f1b";
     case PipelineSchedule::interleaved:
       return "interleaved";
+    case PipelineSchedule::zero_bubble:
+      return "zero_bubble";
   }
   return "?";
 }

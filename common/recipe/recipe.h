@@ -18,7 +18,7 @@ enum class Precision { fp32, bf16, fp16 };
 enum class ActivationCheckpointing { none, selective, full };
 enum class NonFiniteAction { stop, skip };
 enum class LrSchedule { cosine, linear, constant };
-enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 enum class ResumeMode { automatic, none, path };
 
 struct ModelConfig {
@@ -102,6 +102,9 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int virtual_stages = 1;
+  // Transformer blocks per pipeline stage, first to last (an uneven split, e.g. fewer blocks on the
+  // stages holding the embedding and the head); empty = layers / pp on every stage.
+  std::vector<int> pp_layers;
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
 };

@@ -161,7 +161,20 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
 
   // Pipeline parallelism.
   const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
-  if (m.layers % chunks != 0)
+  if (!p.pp_layers.empty()) {
+    int64_t sum = 0;
+    for (int n : p.pp_layers) sum += n;
+    if (int64_t(p.pp_layers.size()) != p.pp)
+      problem("parallel.pp_layers", fmt::format("{} block counts for pp {}", p.pp_layers.size(), p.pp),
+              "give one block count per pipeline stage, first to last");
+    else if (sum != m.layers)
+      problem("parallel.pp_layers",
+              fmt::format("the block counts add up to {}, the model has {} layers", sum, m.layers),
+              "the stages together must hold every layer once");
+    if (p.virtual_stages > 1)
+      problem("parallel.pp_layers", "an uneven split with virtual_stages > 1",
+              "leave pp_layers out to split layers evenly over the virtual stages");
+  } else if (m.layers % chunks != 0)
     problem("model.layers",
             fmt::format("layers {} is not divisible by pp {} × virtual_stages {} = {}", m.layers, p.pp,
                         p.virtual_stages, chunks),
@@ -245,7 +258,12 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
-  if (r.parallel.pp > 1) out.push_back(fmt::format("pipeline-parallel training (parallel.pp {})", r.parallel.pp));
+  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::interleaved)
+    out.push_back("parallel.pp_schedule: interleaved (virtual pipeline stages)");
+  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble)
+    out.push_back("parallel.pp_schedule: zero_bubble (ZB-H1: backward split into input and weight gradients)");
+  if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
+    out.push_back(fmt::format("parallel.sequence_parallel with pipeline parallelism (parallel.pp {})", r.parallel.pp));
   return out;
 }
 

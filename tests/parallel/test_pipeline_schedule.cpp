@@ -232,6 +232,15 @@ TEST(PipelineSchedule, BadInputsAreRefused) {
               "not supported yet: the interleaved pipeline schedule (2 stages, 2 virtual chunks each)");
     EXPECT_NE(e.hint().find("1f1b"), std::string::npos);
   }
+  try {
+    make_schedule(PipelineSchedule::zero_bubble, {.stages = 2, .micro_batches = 4});
+    ADD_FAILURE() << "zero_bubble accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "not supported yet: the zero_bubble pipeline schedule (2 stages, 1 virtual chunks each)");
+  }
+  // With one stage every kind is the one-stage list, zero_bubble included.
+  EXPECT_EQ(make_schedule(PipelineSchedule::zero_bubble, {.micro_batches = 2}), one_stage_schedule(2));
   // A timeline of an invalid schedule is a bug of the caller.
   EXPECT_DEATH(schedule_timeline({parse_ops("B0 F0")}, 1), "backward before its forward");
 }

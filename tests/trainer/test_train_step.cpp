@@ -1,8 +1,10 @@
 // One optimizer step as a unit (trainer/train_step.h), on a real dataset file and a real model:
 // data-parallel ranks (as threads, on the in-process communicator) take the same steps as one rank,
-// with and without ZeRO stages 1, 2 and 3 (hybrid sharding too), checkpoints move between the layouts,
+// with and without ZeRO stages 1, 2 and 3 (hybrid sharding too), pipeline stages take the steps of
+// one rank, checkpoints move between the layouts,
 // a warm step allocates nothing, non-finite steps are skipped or stop the run, and parameter groups
 // reach the gradient sync in the order backward completes them.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -54,14 +56,14 @@ class TrainStepTest : public ::testing::Test {
 
   // A rank's whole training set-up, as train() builds it.
   struct Rank {
-    Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world, int dp)
-        : mesh({1, 1, dp}, world->rank()),
+    Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world, int dp, int pp = 1)
+        : mesh({1, pp, dp}, world->rank()),
           comms(parallel::make_mesh_comms(mesh, std::move(world))),
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), dp),
           batches(data, sampler, r.model.seq_len),
-          schedule(step_schedule(r, 0, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, 0, schedule), *comms.tp) {
+          schedule(step_schedule(r, mesh.coord().pp, sampler.micro_batches_per_step())),
+          model(r.model, step_model_options(r, mesh.coord().pp, schedule), *comms.tp) {
       step.emplace(r, model, comms, batches, schedule);
       model.init_parameters(11);  // after the step: at ZeRO 3 the values live in its shard
     }
@@ -77,6 +79,9 @@ class TrainStepTest : public ::testing::Test {
     Model model;
     std::optional<TrainStep> step;
   };
+
+  // PipelineStagesTakeTheStepsOfOneRank's layouts against one rank, for the recipe's model.
+  void check_pipeline_layouts();
 
   fs::path dir_;
   std::string prefix_;
@@ -122,6 +127,70 @@ TEST_F(TrainStepTest, DataParallelRanksTakeTheStepsOfOneRank) {
   }
   EXPECT_EQ(params[0], params[1]) << "the replicas diverged";
   EXPECT_LT(want.back().loss, want.front().loss) << "four steps should lower the loss";
+}
+
+// Pipeline stages (thread ranks): a 4-layer Llama with tied and untied embeddings at pp 2 and 4, GPipe and
+// 1F1B, pp 2 × dp 2 with ZeRO 1, and uneven splits (1 + 3 blocks, 1 + 2 + 1), takes the steps of one rank: the same
+// losses and gradient norms on every rank, and each stage's parameters (the last stage's copy of the tied embedding
+// included) those of one rank, after 6 steps.
+TEST_F(TrainStepTest, PipelineStagesTakeTheStepsOfOneRank) {
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied embeddings" : "untied embeddings");
+    recipe_.model.tie_embeddings = tied;
+    check_pipeline_layouts();
+  }
+}
+
+void TrainStepTest::check_pipeline_layouts() {
+  recipe_.model.layers = 4;
+  recipe_.parallel.dp = 1;
+  Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+  constexpr int kSteps = 6;
+  std::vector<StepOutcome> want;
+  for (int s = 0; s < kSteps; ++s) want.push_back(one.step->run(s, int64_t(s) * recipe_.train.global_batch));
+
+  struct Layout {
+    int pp, dp, zero;
+    PipelineSchedule schedule;
+    std::vector<int> blocks;  // parallel.pp_layers
+  };
+  for (const Layout& l :
+       {Layout{2, 1, 0, PipelineSchedule::gpipe, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}},
+        Layout{4, 1, 0, PipelineSchedule::gpipe, {}}, Layout{4, 1, 0, PipelineSchedule::one_f_one_b, {}},
+        Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {1, 3}},
+        Layout{3, 1, 0, PipelineSchedule::gpipe, {1, 2, 1}}}) {
+    SCOPED_TRACE(
+        fmt::format("pp {} dp {} zero {} {} blocks {}", l.pp, l.dp, l.zero, to_string(l.schedule), l.blocks.size()));
+    Recipe r = recipe_;
+    r.parallel.pp = l.pp, r.parallel.dp = l.dp, r.parallel.zero = l.zero, r.parallel.pp_schedule = l.schedule;
+    r.parallel.pp_layers = l.blocks;
+    const int ranks = l.pp * l.dp;
+    std::vector<std::vector<StepOutcome>> got(static_cast<size_t>(ranks));
+    std::vector<double> worst(size_t(ranks), 0.0);
+    std::vector<int> compared(size_t(ranks), 0);
+    parallel::run_ranks_in_threads(ranks, [&](parallel::Comm& world) {
+      const int rank = world.rank();
+      Rank me(r, prefix_, world.split(0, rank, "world"), l.dp, l.pp);
+      for (int s = 0; s < kSteps; ++s) got[size_t(rank)].push_back(me.step->run(s, int64_t(s) * r.train.global_batch));
+      for (const ModelParam& p : me.model.parameters()) {
+        worst[size_t(rank)] = std::max(worst[size_t(rank)], rel_diff(p.value, one.model.parameter(p.spec.name).value));
+        ++compared[size_t(rank)];
+      }
+    });
+    int params = 0;
+    for (int rank = 0; rank < ranks; ++rank) {
+      for (int s = 0; s < kSteps; ++s) {
+        EXPECT_NEAR(got[size_t(rank)][size_t(s)].loss, want[size_t(s)].loss, 1e-5 * want[size_t(s)].loss)
+            << "rank " << rank << " step " << s;
+        EXPECT_NEAR(got[size_t(rank)][size_t(s)].grad_norm, want[size_t(s)].grad_norm, 1e-5 * want[size_t(s)].grad_norm)
+            << "rank " << rank << " step " << s;
+      }
+      EXPECT_LE(worst[size_t(rank)], 1e-5) << "rank " << rank;
+      params += rank % l.dp == 0 ? compared[size_t(rank)] : 0;
+    }
+    // Every parameter of one rank is on some stage, and a tied embedding on two.
+    EXPECT_EQ(params, int(one.model.parameters().size()) + (recipe_.model.tie_embeddings ? 1 : 0));
+  }
 }
 
 // ZeRO stage 1: a small model (2 layers, hidden 64) at dp 2 (two micro-batches accumulated per

@@ -32,6 +32,20 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
   return {stage * per, (stage + 1) * per, stage == 0, stage == stages - 1};
 }
 
+StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, const std::vector<int>& blocks) {
+  if (blocks.empty()) return pipeline_stage_layout(model, stage, stages);
+  LT_CHECK(int(blocks.size()) == stages && stage >= 0 && stage < stages, "stage {} of {} with {} block counts", stage,
+           stages, blocks.size());
+  int begin = 0, total = 0;
+  for (int s = 0; s < stages; ++s) {
+    LT_CHECK(blocks[size_t(s)] >= 1, "stage {} with {} blocks", s, blocks[size_t(s)]);
+    if (s < stage) begin += blocks[size_t(s)];
+    total += blocks[size_t(s)];
+  }
+  LT_CHECK(total == model.layers, "block counts adding up to {} for {} layers", total, model.layers);
+  return {begin, begin + blocks[size_t(stage)], stage == 0, stage == stages - 1};
+}
+
 namespace {
 
 void check_divides(int64_t tp, int64_t value, const char* key) {

@@ -54,6 +54,10 @@ struct StageLayout {
 // Stage `stage` of `stages` equal pipeline stages (layers must divide evenly; recipe_check
 // guarantees it). stages = 1 gives the whole model.
 StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages);
+// Stage `stage` of an uneven split (parallel.pp_layers): blocks[s] consecutive blocks on stage s,
+// each ≥ 1, adding up to the model's layers (recipe_check guarantees it). Empty: the even split
+// over `stages`.
+StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, const std::vector<int>& blocks);
 
 struct ModelOptions {
   StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Pipeline bubble at pp 2 (one core per stage: one thread per rank, two ranks through mpirun): for
+# each schedule and m ∈ {2, 4, 8} micro-batches per step, the idle time each stage measured in the
+# schedule (TrainStep::idle_fraction, logged at the end of a run), next to the schedule's formula
+# (p − 1)/(m + p − 1) of the stage-time (for GPipe and 1F1B it holds for any forward:backward time
+# ratio, as long as every micro-batch takes the same time). The interleaved and zero-bubble
+# schedules are not supported yet and are listed as such.
+#
+#   scripts/bench/pp_bubble.sh [STEPS]      (default 30 steps; build/llmtrain must exist)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+steps=${1:-30}
+llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
+[[ -x $llmtrain ]] || { echo "build llmtrain first (cmake --build build)"; exit 1; }
+source tests/parallel/mpi_env.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+mapfile -t corpus < <(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese)
+"$llmtrain" prep --input "${corpus[@]}" --separator % --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1
+
+common=(--set data.train=data/train --set data.valid=data/valid --set train.steps=$steps --set log.every=10
+        --set eval.every=0 --set checkpoint.every=0 --set checkpoint.resume=none --set optimizer.warmup=5
+        --set train.threads=1 --set train.micro_batch=2 --set parallel.pp=2
+        # wider than tiny, so that compute dominates the per-micro-batch transfers
+        --set model.hidden=256 --set model.heads=8 --set model.kv_heads=8)
+echo "# $(date -u +%FT%TZ) $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "recipes/tiny.yaml at hidden 256 (4 layers, 2 per stage), pp 2, micro_batch 2, $steps steps"
+printf '%-12s %3s %10s %10s %10s %10s %8s\n' schedule m formula measured "stage 0" "stage 1" ratio
+for schedule in gpipe 1f1b; do
+  for m in 2 4 8; do
+    name=$schedule-m$m
+    mpi_run 900 2 "$llmtrain" run "$root/recipes/tiny.yaml" "${common[@]}" --set log.dir=$name \
+      --set parallel.pp_schedule=$schedule --set train.global_batch=$((2 * m)) >$name.log 2>&1 ||
+      { echo "$name failed:"; tail -5 $name.log; exit 1; }
+    line=$(grep -o 'pipeline idle time per stage (measured): .*' $name.log)
+    /usr/bin/python3 - "$schedule" "$m" "$line" <<'PY'
+import re, sys
+schedule, m, line = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+stages = [float(x) for x in re.findall(r"stage \d+ ([0-9.]+)%", line)]
+mean = float(re.search(r"mean ([0-9.]+)%", line).group(1))
+formula = 100.0 * (2 - 1) / (m + 2 - 1)
+print(f"{schedule:<12} {m:3d} {formula:9.1f}% {mean:9.1f}% {stages[0]:9.1f}% {stages[1]:9.1f}% {mean / formula:8.2f}")
+PY
+  done
+done
+for schedule in interleaved zero_bubble; do
+  printf '%-12s %3s %s\n' $schedule - "not supported yet"
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
