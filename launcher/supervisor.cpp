@@ -262,12 +262,12 @@ class Supervisor {
 
   // What one rank last reported (parallel/progress.h).
   struct RankProgress {
-    std::string step, phase, op, flight;
-    double changed_at = 0;  // when step or phase last changed
+    std::string step, phase, beat, op, flight;
+    double changed_at = 0;  // when step, phase or beat last changed
     double seen_at = 0;     // when it last reported
   };
 
-  // "step=12 phase=train flight=/path op=all_reduce #3 on group 'dp' (...) for 1.2s"
+  // "step=12 phase=train beat=96 flight=/path op=all_reduce #3 on group 'dp' (...) for 1.2s"
   void on_progress(int rank, std::string_view report) {
     auto field = [&](std::string_view key, bool to_end) -> std::string {
       const size_t at = report.find(key);
@@ -277,15 +277,16 @@ class Supervisor {
       return std::string(v);
     };
     RankProgress& p = progress_[rank];
-    std::string step = field("step=", false), phase = field("phase=", false);
+    std::string step = field("step=", false), phase = field("phase=", false), beat = field("beat=", false);
     const double now = monotonic_seconds();
-    if (step != p.step || phase != p.phase) {
+    if (step != p.step || phase != p.phase || beat != p.beat) {
       p.changed_at = now;
       last_change_ = std::max(last_change_, now);
     }
     p.seen_at = now;
     p.step = std::move(step);
     p.phase = std::move(phase);
+    p.beat = std::move(beat);
     p.op = field(" op=", true);
     if (std::string flight = field("flight=", false); !flight.empty()) p.flight = std::move(flight);
   }

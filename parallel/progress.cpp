@@ -23,6 +23,7 @@ namespace {
 std::atomic<int64_t> g_step{0};
 std::atomic<int> g_phase{int(Phase::start)};
 std::atomic<bool> g_dump_requested{false};
+std::atomic<int64_t> g_beat{0};
 
 void on_dump_request(int) { g_dump_requested.store(true); }
 
@@ -67,8 +68,8 @@ class Reporter {
   // (which goes through stdio's buffer: at worst this line lands inside one of those lines, and the
   // supervisor finds the marker anywhere in a line).
   void report(const std::string& flight_path) {
-    std::string line =
-        fmt::format("{}step={} phase={}", kProgressMarker, g_step.load(), to_string(Phase(g_phase.load())));
+    std::string line = fmt::format("{}step={} phase={} beat={}", kProgressMarker, g_step.load(),
+                                   to_string(Phase(g_phase.load())), g_beat.load());
     const std::string op = flight_recorder().in_flight();
     if (!op.empty()) line += " op=" + op;
     if (!flight_path.empty()) line += " flight=" + flight_path;
@@ -115,6 +116,8 @@ void set_progress(int64_t step, Phase phase) {
   g_step.store(step, std::memory_order_relaxed);
   g_phase.store(int(phase), std::memory_order_relaxed);
 }
+
+void beat_progress() { g_beat.fetch_add(1, std::memory_order_relaxed); }
 
 void start_progress_reporter(int rank) {
   const char* flight_dir = std::getenv(kFlightDirEnv);

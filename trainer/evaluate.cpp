@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "kernels/buffer.h"
 #include "kernels/ops.h"
+#include "parallel/progress.h"
 
 namespace llmtrain::trainer {
 
@@ -27,6 +28,7 @@ double pipelined_loss_sum(Model& model, MicroBatchReader& valid, int batches, in
         pp.recv(in, pp.rank() - 1, kEvalActivationTag);
       }
       model.stage_forward(0, mb, in);
+      parallel::beat_progress();  // a long evaluation is not a hang (parallel/progress.h)
       if (!st.has_head) {
         pp.send(model.stage_output(0), pp.rank() + 1, kEvalActivationTag);
       } else {
@@ -49,7 +51,10 @@ float evaluate(Model& model, MicroBatchReader& valid, int batches, int micro_bat
     sum = pipelined_loss_sum(model, valid, batches, micro_batches, global_batch, *pp);
   else
     for (int b = 0; b < batches; ++b)
-      for (int m = 0; m < micro_batches; ++m) sum += model.forward_loss(valid.read(int64_t(b) * global_batch, m));
+      for (int m = 0; m < micro_batches; ++m) {
+        sum += model.forward_loss(valid.read(int64_t(b) * global_batch, m));
+        parallel::beat_progress();
+      }
   float mean = float(sum / (double(batches) * micro_batches));
   if (pipelined) control_pp->broadcast(kernels::host_tensor(&mean, {1}), control_pp->size() - 1);
   control_dp.all_reduce(kernels::host_tensor(&mean, {1}), parallel::ReduceOp::avg);

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "kernels/ops.h"
+#include "parallel/progress.h"
 #include "trainer/lr_schedule.h"
 
 namespace llmtrain::trainer {
@@ -121,6 +122,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     const MicroBatch mb = batches_.read(consumed_, micro_batch);
     const double t1 = now_s();
     model_.stage_forward(slot(micro_batch), mb, input);
+    parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
     if (model_.options().stage.has_head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
     times_->data += t1 - t0;
     times_->forward += now_s() - t1;
