@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -96,6 +98,29 @@ json manifest_to_json(const Manifest& m) {
           {"tensors", tensors}};
 }
 
+namespace {
+
+// Numbers of a manifest we did not write: JSON integers in range, never floats (nlohmann converts a
+// float such as 1e32 to an integer type by a cast, which is undefined behaviour out of range).
+int64_t integer(const json& v, std::string_view what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+    throw Error(fmt::format("{} is {}, not an integer", what, v.dump()), "the manifest is damaged");
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    throw Error(fmt::format("{} {} is outside [{}, {}]", what, x, lo, hi), "the manifest is damaged");
+  return x;
+}
+
+std::vector<int64_t> integers(const json& v, std::string_view what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
+  if (!v.is_array()) throw Error(fmt::format("{} is not a list", what), "the manifest is damaged");
+  std::vector<int64_t> out;
+  out.reserve(v.size());
+  for (const json& x : v) out.push_back(integer(x, what, lo, hi));
+  return out;
+}
+
+}  // namespace
+
 Manifest manifest_from_json(const json& j, const std::string& path) {
   Manifest m;
   try {
@@ -103,21 +128,24 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
       throw Error(
           fmt::format("{} is not an llmtrain checkpoint manifest (no \"format\": \"{}\")", path, kCheckpointFormatName),
           "point checkpoint.resume at a step_<N> directory written by llmtrain");
-    m.version = j.at("version").get<int>();
+    m.version = int(integer(j.at("version"), path + ": version", INT_MIN, INT_MAX));
     if (m.version > kCheckpointFormatVersion)
       throw Error(fmt::format("{} has checkpoint format version {}, newer than this build reads ({})", path, m.version,
                               kCheckpointFormatVersion),
                   "load it with the llmtrain version that wrote it, or a newer one");
-    if (j.value("chunk_bytes", kChecksumChunkBytes) != kChecksumChunkBytes)
-      throw Error(fmt::format("{}: unsupported checksum chunk size {}", path, j.value("chunk_bytes", int64_t(0))),
+    const int64_t chunk_bytes =
+        j.contains("chunk_bytes") ? integer(j["chunk_bytes"], path + ": chunk_bytes") : kChecksumChunkBytes;
+    if (chunk_bytes != kChecksumChunkBytes)
+      throw Error(fmt::format("{}: unsupported checksum chunk size {}", path, chunk_bytes),
                   "the checkpoint was written by another llmtrain version");
-    m.step = j.at("step").get<int64_t>();
-    m.consumed_samples = j.at("consumed_samples").get<int64_t>();
+    m.step = integer(j.at("step"), path + ": step", 0);
+    m.consumed_samples = integer(j.at("consumed_samples"), path + ": consumed_samples", 0);
     m.rng = j.value("rng", json::object());
     m.extra = j.value("extra", json::object());
     const json& mesh = j.at("mesh");
-    m.mesh = {mesh.at("tp").get<int>(), mesh.at("pp").get<int>(), mesh.at("dp").get<int>(), mesh.at("zero").get<int>(),
-              mesh.value("zero_group", 0)};
+    auto mesh_int = [&](const char* key) { return int(integer(mesh.at(key), path + ": mesh." + key, 0, INT_MAX)); };
+    m.mesh = {mesh_int("tp"), mesh_int("pp"), mesh_int("dp"), mesh_int("zero"),
+              mesh.contains("zero_group") ? mesh_int("zero_group") : 0};
     m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
     m.tokenizer = j.at("tokenizer").at("file").get<std::string>();
     if (!is_plain_file_name(m.tokenizer))
@@ -129,7 +157,7 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
       SavedTensor t;
       t.name = jt.at("name").get<std::string>();
       t.role = tensor_role_from_string(jt.at("role").get<std::string>());
-      t.shape = jt.at("shape").get<std::vector<int64_t>>();
+      t.shape = integers(jt.at("shape"), path + ": shape of " + t.name, 0);
       t.dtype = jt.at("dtype").get<std::string>();
       for (const json& js : jt.at("slices")) {
         SavedSlice s;
@@ -139,12 +167,13 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
               fmt::format("{}: slice file \"{}\" of {} is not a file name inside the checkpoint", path, s.file, t.name),
               "the manifest is damaged (or crafted): a checkpoint only names files of its own directory");
         s.key = js.at("key").get<std::string>();
-        s.slice.offset = js.at("offset").get<std::vector<int64_t>>();
-        s.slice.shape = js.at("shape").get<std::vector<int64_t>>();
-        s.slice.begin = js.at("begin").get<int64_t>();
-        s.slice.end = js.at("end").get<int64_t>();
-        s.crc32c = js.at("crc32c").get<uint32_t>();
-        s.chunk_crc32c = js.at("chunk_crc32c").get<std::vector<uint32_t>>();
+        s.slice.offset = integers(js.at("offset"), path + ": slice offset of " + t.name);
+        s.slice.shape = integers(js.at("shape"), path + ": slice shape of " + t.name);
+        s.slice.begin = integer(js.at("begin"), path + ": slice begin of " + t.name);
+        s.slice.end = integer(js.at("end"), path + ": slice end of " + t.name);
+        s.crc32c = uint32_t(integer(js.at("crc32c"), path + ": crc32c of " + t.name, 0, UINT32_MAX));
+        for (int64_t c : integers(js.at("chunk_crc32c"), path + ": chunk_crc32c of " + t.name, 0, UINT32_MAX))
+          s.chunk_crc32c.push_back(uint32_t(c));
         bool ok = s.slice.offset.size() == t.shape.size() && s.slice.shape.size() == t.shape.size() &&
                   s.slice.begin >= 0 && s.slice.begin <= s.slice.end && s.slice.end <= s.slice.block_numel();
         for (size_t d = 0; ok && d < t.shape.size(); ++d)

@@ -356,6 +356,12 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
   }
   for (const auto& t : spec.added) max_id = std::max(max_id, t.id);
   if (max_id < 0) throw Error(fmt::format("{}: the vocabulary is empty", origin), "point at the tokenizer's own file");
+  // Ids index arrays of max_id + 1 entries: a hostile id (2^31 - 1 in a file of ten tokens) must not
+  // make them gigabytes. Real vocabularies are dense (gaps of a few reserved ids at most).
+  const int64_t entries = int64_t(spec.vocab.size() + spec.added.size());
+  if (int64_t(max_id) >= entries + 65536 || max_id >= (1 << 24))
+    throw Error(fmt::format("{}: token id {} is far beyond the vocabulary's {} entries", origin, max_id, entries),
+                "ids run from 0 to about the number of tokens; the file is damaged or not a tokenizer");
   vocab_size_ = max_id + 1;
   m.id_bytes.assign(vocab_size_, {});
   m.defined.assign(vocab_size_, 0);

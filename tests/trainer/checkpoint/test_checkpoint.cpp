@@ -331,6 +331,16 @@ TEST_F(Damage, DeeplyNestedManifestIsAnErrorNotACrash) {
   expect_damage("JSON nested deeper than 64 levels");
 }
 
+TEST_F(Damage, FloatWhereAnIntegerBelongsIsAnError) {
+  // Found by fuzz_manifest: nlohmann casts a float to an integer type, undefined behaviour for
+  // 1.5e32 (UBSan); every integer field of a manifest must be a JSON integer in range.
+  std::string text = read_file((step20_ / "manifest.json").string());
+  auto j = nlohmann::json::parse(text);
+  j["tensors"][0]["slices"][0]["chunk_crc32c"][0] = 1.5e32;
+  write_file_atomic(default_file_system(), (step20_ / "manifest.json").string(), j.dump());
+  expect_damage("is 1.5e+32, not an integer");
+}
+
 TEST_F(Damage, AllDamagedIsAnErrorNotAFreshStart) {
   fs::remove(step20_ / "rank_00000.safetensors");
   fs::remove(dir_ / "step_00000010" / "rank_00000.safetensors");

@@ -123,6 +123,16 @@ TEST_F(TokenizerTest, DeeplyNestedJsonIsAnErrorNotACrash) {
             std::string::npos);
 }
 
+TEST_F(TokenizerTest, AHugeTokenIdIsAnErrorNotGigabytes) {
+  // Found by fuzz_tokenizer: one id of 2^30 in a small vocabulary sized every id-indexed array to
+  // 2^30 entries (an out-of-memory abort under ASan, gigabytes without it).
+  json j = tiny_bpe();
+  j["model"]["vocab"]["huge"] = 1 << 30;
+  std::string path = write("tokenizer.json", j.dump());
+  EXPECT_NE(error_of([&] { load_tokenizer(path); }).find("token id 1073741824 is far beyond the vocabulary's"),
+            std::string::npos);
+}
+
 TEST_F(TokenizerTest, HandMadeBpeMergesByRank) {
   std::string path = write("tokenizer.json", tiny_bpe().dump());
   auto t = load_tokenizer(path);
