@@ -291,6 +291,9 @@ class Supervisor {
     if (std::string flight = field("flight=", false); !flight.empty()) p.flight = std::move(flight);
   }
 
+  // A rank whose reports stopped (a stopped or dead process): two report intervals and a second.
+  bool silent(const RankProgress& p, double now) const { return now - p.seen_at > 2 * progress_interval_s(opt_) + 1; }
+
   // The hang report: which ranks are behind — those gone silent (stopped, or dead without the
   // launcher noticing), else those at the lowest step that are not inside a collective the others
   // wait in — and what every rank was last seen doing.
@@ -298,7 +301,7 @@ class Supervisor {
     if (progress_.empty())
       return fmt::format("no rank has reported since the attempt started {} ago (stuck starting up)",
                          format_duration(now - attempt_start_));
-    auto silent = [&](const RankProgress& p) { return now - p.seen_at > 2 * progress_interval_s(opt_) + 1; };
+    auto silent = [&](const RankProgress& p) { return this->silent(p, now); };
     int64_t lowest = INT64_MAX;
     for (const auto& [rank, p] : progress_) lowest = std::min<int64_t>(lowest, std::atoll(p.step.c_str()));
     std::vector<std::string> behind, lines;
@@ -328,9 +331,15 @@ class Supervisor {
   void watch_progress(Child& child, double now) {
     if (opt_.hang_timeout_s <= 0) return;
     if (hang_ == HangState::none) {
+      // Start-up (launching the ranks and their bootstrap, before any reports; then each rank's
+      // reading of data and checkpoint) and saves take the checkpoint bound: a slow start is not a
+      // hang, however short hang_timeout is. Once one rank reports, a silent one counts as stuck.
       double bound = opt_.hang_timeout_s;
+      if (progress_.empty()) bound = std::max(bound, opt_.checkpoint_timeout_s);
+      // (A silent rank's last phase is stale: it does not extend the bound.)
       for (const auto& [rank, p] : progress_)
-        if (p.phase == "save" || p.phase == "load") bound = std::max(bound, opt_.checkpoint_timeout_s);
+        if ((p.phase == "save" || p.phase == "load" || p.phase == "start") && !silent(p, now))
+          bound = std::max(bound, opt_.checkpoint_timeout_s);
       if (now - last_change_ <= bound) return;
       out_.launcher_message(fmt::format("no progress for {} (launch.hang_timeout {}): {}",
                                         format_duration(now - last_change_), format_duration(bound),
