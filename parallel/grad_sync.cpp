@@ -56,200 +56,27 @@ class AllReduceGradSync final : public GradSync {
   bool first_copy_;
 };
 
-// ZeRO stage 1 (make_grad_sync in grad_sync.h): per sharding unit, a reduce-scatter over the
-// shard group launched as the unit's gradient is final, then (hybrid) an all-reduce of the owned
-// chunk over the replicas; all-gathers of the updated chunks in gather_params(). Each unit has its
-// own scratch: `full` (the padded unit) and `chunk` (one chunk), so that padding never touches the
-// neighbouring unit's elements and every operation of a step can be in flight at once.
-class ShardedGradSync final : public GradSync {
- public:
-  ShardedGradSync(Comm& dp, GradSyncLayout layout, double bucket_mb, int zero_group)
-      : params_(layout.params), grads_(layout.grads), groups_(std::move(layout.groups)) {
-    const int n = zero_group;
-    const int shard_index = dp.rank() % n, replica = dp.rank() / n;
-    shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
-    replicas_ = dp.split(shard_index, dp.rank(), dp.name() + " replica");
-    first_copy_ = replica == 0;
-    const std::vector<ShardUnit> units =
-        shard_units(layout.param_ranges, groups_, bucket_mb, kernels::dtype_size(grads_.dtype));
-    std::vector<FlatRange> sorted;
-    for (const ShardUnit& u : units)
-      if (u.range.numel() > 0) sorted.push_back(u.range);
-    std::sort(sorted.begin(), sorted.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
-    for (size_t i = 1; i < sorted.size(); ++i)
-      LT_CHECK(sorted[i - 1].end <= sorted[i].begin,
-               "parameter groups overlap in the flat buffer: [{}, {}) and [{}, {})", sorted[i - 1].begin,
-               sorted[i - 1].end, sorted[i].begin, sorted[i].end);
-    scratch_ = kernels::Buffer(grads_.dtype, {std::max<int64_t>(sharded_scratch_numel(units, n), 1)}, grads_.device,
-                               kernels::MemoryKind::communication);
-    unit_of_.assign(groups_.size(), -1);
-    int64_t at = 0;
-    for (const ShardUnit& u : units) {
-      Unit s;
-      s.range = u.range;
-      s.groups = u.end_group - u.first_group;
-      for (int g = u.first_group; g < u.end_group; ++g) unit_of_[size_t(g)] = static_cast<int>(state_.size());
-      s.chunk_numel = (u.range.numel() + n - 1) / n;
-      const int64_t padded = s.chunk_numel * n;
-      s.full = scratch_.tensor().flat(at, padded);
-      s.chunk = scratch_.tensor().flat(at + padded, s.chunk_numel);
-      at += padded + s.chunk_numel;
-      const int64_t b = std::min(u.range.end, u.range.begin + shard_index * s.chunk_numel);
-      s.own = {b, std::min(u.range.end, b + s.chunk_numel)};
-      if (s.own.numel() > 0) owned_.push_back(s.own);
-      state_.push_back(std::move(s));
-    }
-    std::sort(owned_.begin(), owned_.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
-    ready_.assign(groups_.size(), 0);
-    rearm();
-  }
-
-  void group_ready(int group, bool last_micro_batch) override {
-    LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
-    if (!last_micro_batch) return;  // accumulation continues in place
-    LT_CHECK(!ready_[size_t(group)], "parameter group {} ready twice in one step", group);
-    if (!step_started_) step_started_ = true, step_start_ = now_s();
-    ready_[size_t(group)] = 1;
-    --state_[size_t(unit_of_[size_t(group)])].pending;
-    launch_ready();
-    progress();
-  }
-
-  void progress() override {
-    shard_->progress();
-    replicas_->progress();
-    launch_replica_reduces();
-  }
-
-  void finish() override {
-    if (!step_started_) step_started_ = true, step_start_ = now_s();
-    const double t0 = now_s();
-    for (size_t g = 0; g < groups_.size(); ++g)  // every gradient is final by now
-      if (!ready_[g]) {
-        ready_[g] = 1;
-        --state_[size_t(unit_of_[g])].pending;
-      }
-    launch_ready();
-    for (Unit& s : state_) {
-      if (s.scatter) s.scatter->wait();
-      launch_replica_reduces();
-    }
-    for (Unit& s : state_) {
-      if (s.replica) s.replica->wait();
-      if (s.own.numel() > 0) kernels::copy(grads_.flat(s.own.begin, s.own.numel()), s.chunk.flat(0, s.own.numel()));
-      s.scatter.reset();
-      s.replica.reset();
-    }
-    const double t1 = now_s();
-    stats_.add_step(t1 - t0, t1 - step_start_);
-    rearm();
-  }
-
-  const std::vector<FlatRange>& owned() const override { return owned_; }
-  bool shards_over_dp() const override { return true; }
-  bool first_copy() const override { return first_copy_; }
-
-  void gather_params() override {
-    std::vector<WorkHandle> work;
-    for (Unit& s : state_) {
-      if (s.range.numel() == 0) continue;
-      kernels::fill_zero(s.chunk);
-      if (s.own.numel() > 0) kernels::copy(s.chunk.flat(0, s.own.numel()), params_.flat(s.own.begin, s.own.numel()));
-      work.push_back(shard_->all_gather_async(s.chunk, s.full));
-      count(s.full);
-    }
-    wait_all(work);
-    for (Unit& s : state_)
-      if (s.range.numel() > 0)
-        kernels::copy(params_.flat(s.range.begin, s.range.numel()), s.full.flat(0, s.range.numel()));
-  }
-
-  Tensor group_grads(int) override { return {}; }
-  Tensor owned_grads() const override { return grads_; }
-  bool grads_compact() const override { return false; }
-  Tensor group_params(int, bool) override { return {}; }
-  void group_params_done(int) override {}
-  Tensor owned_params() const override { return {}; }
-  bool params_compact() const override { return false; }
-  const GradBucketStats& stats() const override { return stats_; }
-
- private:
-  struct Unit {
-    FlatRange range;          // the unit's elements in the flat buffers
-    FlatRange own;            // this rank's chunk of it (possibly short or empty: padding)
-    int64_t chunk_numel = 0;  // padded unit / shard size
-    int groups = 0, pending = 0;
-    Tensor full, chunk;  // scratch
-    WorkHandle scatter, replica;
-  };
-
-  void count(const Tensor& t) {
-    ++stats_.buckets;
-    stats_.bytes += t.numel() * static_cast<int64_t>(kernels::dtype_size(t.dtype));
-  }
-
-  void rearm() {
-    std::fill(ready_.begin(), ready_.end(), 0);
-    for (Unit& s : state_) s.pending = s.groups;
-    next_launch_ = next_replica_ = 0;
-    step_started_ = false;
-  }
-
-  // Reduce-scatters, strictly in unit order (collectives start in the same order on every rank).
-  void launch_ready() {
-    const int n = static_cast<int>(state_.size());
-    while (next_launch_ < n && state_[size_t(next_launch_)].pending == 0) {
-      Unit& s = state_[size_t(next_launch_++)];
-      if (s.range.numel() == 0) continue;
-      const int64_t len = s.range.numel();
-      kernels::copy(s.full.flat(0, len), grads_.flat(s.range.begin, len));
-      if (s.full.numel() > len) kernels::fill_zero(s.full.flat(len, s.full.numel() - len));
-      s.scatter = shard_->reduce_scatter_async(s.full, s.chunk, ReduceOp::avg);
-      count(s.full);
-    }
-  }
-
-  // Replica all-reduces of the owned chunks, in unit order, each once its reduce-scatter is done.
-  void launch_replica_reduces() {
-    while (next_replica_ < next_launch_) {
-      Unit& s = state_[size_t(next_replica_)];
-      if (s.scatter && !s.scatter->done()) return;
-      if (s.scatter && replicas_->size() > 1) {
-        s.replica = replicas_->all_reduce_async(s.chunk, ReduceOp::avg);
-        count(s.chunk);
-      }
-      ++next_replica_;
-    }
-  }
-
-  Tensor params_, grads_;
-  std::vector<std::vector<int>> groups_;
-  std::unique_ptr<Comm> shard_, replicas_;
-  bool first_copy_ = false;
-  std::vector<FlatRange> owned_;
-  kernels::Buffer scratch_;
-  std::vector<Unit> state_;
-  std::vector<int> unit_of_;  // per group
-  std::vector<char> ready_;   // per group, this step
-  int next_launch_ = 0, next_replica_ = 0;
-  bool step_started_ = false;
-  double step_start_ = 0;
-  GradBucketStats stats_;
-};
-
-// ZeRO stages 2 and 3 (make_grad_sync in grad_sync.h): stage 1's units and ownership without a flat
-// gradient buffer. Backward writes each unit's gradient for one micro-batch into a pool slot
-// (group_grads); the unit is reduce-scattered as soon as backward completes it, on every
-// micro-batch, and retiring it (in launch order: on progress() once done, when a slot is needed,
-// or in finish()) adds its chunk into the owned shard and frees the slot. Every rank launches and
+// ZeRO stages 1, 2 and 3 (make_grad_sync in grad_sync.h). Every stage reduce-scatters a unit's
+// gradient through a slot of a small pool as soon as backward completes the unit, and retiring it
+// (in launch order: on progress() once done, when a slot is needed, or in finish()) frees the slot.
+// Stage 1: backward accumulates into the model's flat gradient buffer; on the step's last
+// micro-batch a completed unit is copied into a slot and reduce-scattered, and retiring it copies
+// the averaged chunk back into the flat buffer's owned range. Stages 2 and 3: there is no flat
+// gradient buffer; backward writes each unit's gradient for one micro-batch straight into a slot
+// (group_grads), it is reduce-scattered on every micro-batch, and retiring it adds the chunk into
+// the owned shard. Every rank launches and
 // retires the same units in the same order, so the replica all-reduces (hybrid sharding) start in
 // the same order everywhere. With shard_params (stage 3) there is no flat parameter buffer either:
 // the owned values live in owned_params_, and group_params gathers units into a second pool whose
 // slots keep their unit until reused (param_slot_of_) or until gather_params() after an update.
 class GradShardSync final : public GradSync {
  public:
-  GradShardSync(Comm& dp, GradSyncLayout layout, double bucket_mb, int zero_group, bool shard_params)
-      : params_(layout.params), groups_(std::move(layout.groups)), shard_params_(shard_params) {
+  GradShardSync(Comm& dp, GradSyncLayout layout, double bucket_mb, int zero_group, int stage)
+      : params_(layout.params),
+        flat_grads_(layout.grads),
+        groups_(std::move(layout.groups)),
+        stage_(stage),
+        shard_params_(stage == 3) {
     const int n = zero_group;
     const int shard_index = dp.rank() % n, replica = dp.rank() / n;
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
@@ -292,9 +119,13 @@ class GradShardSync final : public GradSync {
     }
     const int64_t owned_numel = parallel::owned_numel(units, n, shard_index);
     const kernels::Device device = layout.device;
-    owned_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
-                                 kernels::MemoryKind::gradients);
-    owned_grads_ = owned_buf_.tensor().flat(0, owned_numel);
+    if (stage_ >= 2) {
+      owned_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
+                                   kernels::MemoryKind::gradients);
+      owned_grads_ = owned_buf_.tensor().flat(0, owned_numel);
+    } else {
+      owned_grads_ = flat_grads_;
+    }
     int slots = 0;
     int64_t full = 0, chunk = 0;
     for (const Unit& s : state_)
@@ -304,7 +135,7 @@ class GradShardSync final : public GradSync {
         chunk = std::max(chunk, s.chunk_numel);
       }
     pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, device,
-                            kernels::MemoryKind::gradients);
+                            kernels::MemoryKind::communication);
     for (int i = 0; i < std::min(slots, kGradPoolSlots); ++i) {
       Slot sl;
       sl.full = pool_.tensor().flat(i * (full + chunk), full);
@@ -316,7 +147,7 @@ class GradShardSync final : public GradSync {
                                           kernels::MemoryKind::parameters);
       owned_params_ = owned_params_buf_.tensor().flat(0, owned_numel);
       param_pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
-                                    kernels::MemoryKind::parameters);
+                                    kernels::MemoryKind::communication);
       for (int i = 0; i < std::min(slots, kParamPoolSlots); ++i) {
         ParamSlot ps;
         ps.full = param_pool_.tensor().flat(i * (full + chunk), full);
@@ -327,52 +158,34 @@ class GradShardSync final : public GradSync {
     }
     in_flight_.reserve(slots_.size());
     gathering_.assign(slots_.size(), -1);
+    ready_.assign(groups_.size(), 0);
     rearm();
   }
 
   Tensor group_grads(int group) override {
     LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
+    if (stage_ == 1) return {};  // backward accumulates into the flat gradient buffer
     if (!step_started_) {
       step_started_ = true, step_start_ = now_s();
       kernels::fill_zero(owned_grads_);
     }
     Unit& u = state_[size_t(unit_of_[size_t(group)])];
-    if (u.slot < 0) {
-      int free = -1;
-      while (free < 0) {
-        for (size_t i = 0; i < slots_.size() && free < 0; ++i)
-          if (slots_[i].unit < 0) free = int(i);
-        if (free >= 0) break;
-        LT_CHECK(!in_flight_.empty(), "every gradient pool slot is held by a unit backward has not completed");
-        retire_oldest();
-      }
-      u.slot = free;
-      Slot& sl = slots_[size_t(free)];
-      sl.unit = unit_of_[size_t(group)];
-      kernels::fill_zero(sl.full.flat(0, u.chunk_numel * shard_->size()));
-    }
+    if (u.slot < 0) take_slot(u, unit_of_[size_t(group)]);
     const FlatRange& r = group_range_[size_t(group)];
     return slots_[size_t(u.slot)].full.flat(r.begin - u.range.begin, r.numel());
   }
 
-  void group_ready(int group, bool) override {
+  void group_ready(int group, bool last_micro_batch) override {
     LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
-    const int index = unit_of_[size_t(group)];
-    Unit& u = state_[size_t(index)];
-    LT_CHECK(u.slot >= 0 && u.pending > 0, "parameter group {} ready without its gradients", group);
-    if (--u.pending > 0) return;
-    // Units complete in unit order within a micro-batch (groups are numbered in backward order).
-    while (state_[size_t(next_launch_)].groups == 0) next_launch_ = (next_launch_ + 1) % int(state_.size());
-    LT_CHECK(index == next_launch_, "sharding unit {} completed before unit {}", index, next_launch_);
-    next_launch_ = (next_launch_ + 1) % int(state_.size());
-    Slot& sl = slots_[size_t(u.slot)];
-    const int64_t padded = u.chunk_numel * shard_->size();
-    sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), sl.chunk.flat(0, u.chunk_numel), ReduceOp::avg);
-    count(padded);
-    in_flight_.push_back(u.slot);
-    u.slot = -1;
-    u.pending = u.groups;
-    progress();
+    if (stage_ == 1) {
+      if (!last_micro_batch) return;  // accumulation continues in the flat buffer
+      LT_CHECK(!ready_[size_t(group)], "parameter group {} ready twice in one step", group);
+      if (!step_started_) step_started_ = true, step_start_ = now_s();
+      ready_[size_t(group)] = 1;
+      if (group_range_[size_t(group)].numel() > 0) complete_group(group);
+      return;
+    }
+    complete_group(group);
   }
 
   void progress() override {
@@ -381,14 +194,23 @@ class GradShardSync final : public GradSync {
     // Retiring blocks on the replicas' all-reduce under hybrid sharding. At stage 3, where forward
     // and backward also block on gathers, every blocking wait must sit at the same point of the
     // program on every rank (or ranks could wait on each other in a cycle): retire only when a slot
-    // is needed or in finish().
-    if (shard_params_ && replicas_->size() > 1) return;
-    while (!in_flight_.empty() && slots_[size_t(in_flight_.front())].scatter->done()) retire_oldest();
+    // is needed or in finish(). Stage 1, which runs beside pipeline sends and receives, never
+    // blocks before finish().
+    if (stage_ == 2 || replicas_->size() == 1)
+      while (!in_flight_.empty() && slots_[size_t(in_flight_.front())].scatter->done()) retire_oldest();
+    if (stage_ == 1) launch_waiting(false);
   }
 
   void finish() override {
     if (!step_started_) step_started_ = true, step_start_ = now_s();
     const double t0 = now_s();
+    if (stage_ == 1)  // a gradient backward never reported is final by now too
+      for (size_t g = 0; g < groups_.size(); ++g)
+        if (!ready_[g]) {
+          ready_[g] = 1;
+          if (group_range_[g].numel() > 0) complete_group(int(g));
+        }
+    launch_waiting(true);
     while (!in_flight_.empty()) retire_oldest();
     for (const Slot& sl : slots_) LT_CHECK(sl.unit < 0, "sharding unit {} never completed by backward", sl.unit);
     const double t1 = now_s();
@@ -400,7 +222,7 @@ class GradShardSync final : public GradSync {
   bool shards_over_dp() const override { return true; }
   bool first_copy() const override { return first_copy_; }
   Tensor owned_grads() const override { return owned_grads_; }
-  bool grads_compact() const override { return true; }
+  bool grads_compact() const override { return stage_ >= 2; }
   Tensor owned_params() const override { return owned_params_; }
   bool params_compact() const override { return shard_params_; }
 
@@ -443,7 +265,7 @@ class GradShardSync final : public GradSync {
     progress();  // between layers: lets the next unit's gather (and launched reductions) advance
   }
 
-  // Stage 2: all-gathers of the updated chunks through the pool's slots, unit by unit (a slot is
+  // Stages 1 and 2: all-gathers of the updated chunks through the pool's slots, unit by unit (a slot is
   // reused once its all-gather is done and copied out). Stage 3: the gathered copies are stale;
   // the next group_params gathers again.
   void gather_params() override {
@@ -510,6 +332,71 @@ class GradShardSync final : public GradSync {
     WorkHandle gather;   // in flight
   };
 
+  // A free gradient slot for unit `index` (retiring the oldest reduction while none is free),
+  // zeroed over the padded unit.
+  void take_slot(Unit& u, int index) {
+    int free = -1;
+    while (free < 0) {
+      for (size_t i = 0; i < slots_.size() && free < 0; ++i)
+        if (slots_[i].unit < 0) free = int(i);
+      if (free >= 0) break;
+      LT_CHECK(!in_flight_.empty(), "every gradient pool slot is held by a unit backward has not completed");
+      retire_oldest();
+    }
+    u.slot = free;
+    Slot& sl = slots_[size_t(free)];
+    sl.unit = index;
+    kernels::fill_zero(sl.full.flat(0, u.chunk_numel * shard_->size()));
+  }
+
+  // Group `group` (with elements) is complete for this micro-batch (stage 1: for the step). When
+  // it completes its unit, stages 2 and 3 launch the unit's reduce-scatter from the slot backward
+  // wrote it into. Stage 1 launches completed units strictly in unit order, each copied into a slot
+  // once one is free (launch_waiting: stage 1 never blocks in backward, where pipeline ranks may be
+  // waiting on each other's sends).
+  void complete_group(int group) {
+    const int index = unit_of_[size_t(group)];
+    Unit& u = state_[size_t(index)];
+    LT_CHECK(u.pending > 0 && (stage_ == 1 || u.slot >= 0), "parameter group {} ready without its gradients", group);
+    if (--u.pending > 0 || stage_ == 1) {
+      if (stage_ == 1) progress();
+      return;
+    }
+    // Units complete in unit order within a micro-batch (groups are numbered in backward order).
+    while (state_[size_t(next_launch_)].groups == 0) next_launch_ = (next_launch_ + 1) % int(state_.size());
+    LT_CHECK(index == next_launch_, "sharding unit {} completed before unit {}", index, next_launch_);
+    next_launch_ = (next_launch_ + 1) % int(state_.size());
+    u.pending = u.groups;
+    launch_scatter(u);
+    progress();
+  }
+
+  void launch_scatter(Unit& u) {
+    Slot& sl = slots_[size_t(u.slot)];
+    const int64_t padded = u.chunk_numel * shard_->size();
+    sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), sl.chunk.flat(0, u.chunk_numel), ReduceOp::avg);
+    count(padded);
+    in_flight_.push_back(u.slot);
+    u.slot = -1;
+  }
+
+  // Stage 1: launches the completed units, in unit order up to the first incomplete one, while a
+  // slot is free (or, `block`, retiring the oldest reduction to free one).
+  void launch_waiting(bool block) {
+    for (; next_launch_ < int(state_.size()); ++next_launch_) {
+      Unit& u = state_[size_t(next_launch_)];
+      if (u.groups == 0) continue;
+      if (u.pending > 0) return;
+      bool free = false;
+      for (const Slot& sl : slots_) free = free || sl.unit < 0;
+      if (!free && !block) return;
+      take_slot(u, next_launch_);
+      kernels::copy(slots_[size_t(u.slot)].full.flat(0, u.range.numel()),
+                    flat_grads_.flat(u.range.begin, u.range.numel()));
+      launch_scatter(u);
+    }
+  }
+
   // A slot no group holds: one without a unit, else the least recently used (its gather, if a
   // prefetch nobody asked for yet, completed first); -1 when every slot is held.
   int free_param_slot() {
@@ -550,12 +437,14 @@ class GradShardSync final : public GradSync {
 
   void rearm() {
     for (Unit& s : state_) s.pending = s.groups, s.slot = -1;
+    std::fill(ready_.begin(), ready_.end(), 0);
     next_launch_ = 0;
     step_started_ = false;
   }
 
   // Completes the oldest launched reduction: its chunk (averaged over the replicas under hybrid
-  // sharding) is added into the owned shard and its slot freed.
+  // sharding) is added into the owned shard (stage 1: copied into the flat buffer's owned range)
+  // and its slot freed.
   void retire_oldest() {
     const int i = in_flight_.front();
     in_flight_.erase(in_flight_.begin());
@@ -568,7 +457,9 @@ class GradShardSync final : public GradSync {
       replicas_->all_reduce_async(chunk, ReduceOp::avg)->wait();
       count(u.chunk_numel);
     }
-    if (u.own.numel() > 0) {
+    if (u.own.numel() > 0 && stage_ == 1) {
+      kernels::copy(flat_grads_.flat(u.own.begin, u.own.numel()), chunk.flat(0, u.own.numel()));
+    } else if (u.own.numel() > 0) {
       Tensor acc = owned_grads_.flat(u.compact, u.own.numel());
       kernels::residual_forward(acc.view({1, u.own.numel()}), acc.view({1, u.own.numel()}),
                                 chunk.flat(0, u.own.numel()).view({1, u.own.numel()}), Tensor{});
@@ -576,8 +467,9 @@ class GradShardSync final : public GradSync {
     sl.unit = -1;
   }
 
-  Tensor params_;
+  Tensor params_, flat_grads_;  // the flat buffers (flat_grads_: stage 1 only; params_: not stage 3)
   std::vector<std::vector<int>> groups_;
+  int stage_ = 1;
   bool shard_params_ = false;
   std::vector<FlatRange> group_range_;  // per group: its first to its last element
   std::unique_ptr<Comm> shard_, replicas_;
@@ -590,6 +482,7 @@ class GradShardSync final : public GradSync {
   std::vector<int> in_flight_;                     // slots whose reduce-scatter was launched, oldest first
   std::vector<int> gathering_;                     // gather_params' per-slot units
   std::vector<int> unit_of_;                       // per group
+  std::vector<char> ready_;                        // stage 1: per group, final this step
   kernels::Buffer owned_params_buf_, param_pool_;  // stage 3
   Tensor owned_params_;
   std::vector<ParamSlot> param_slots_;
@@ -632,15 +525,6 @@ std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
     if (r.numel() > 0) u.range = u.range.numel() == 0 ? r : FlatRange{r.begin, u.range.end};
   }
   return out;
-}
-
-int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_size) {
-  int64_t total = 0;
-  for (const ShardUnit& u : units) {
-    const int64_t chunk = (u.range.numel() + shard_size - 1) / shard_size;
-    total += chunk * shard_size + chunk;
-  }
-  return total;
 }
 
 namespace {
@@ -691,9 +575,7 @@ std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayou
   if (zero_group == 0) zero_group = dp.size();
   LT_CHECK(zero_group >= 1 && dp.size() % zero_group == 0, "zero_group {} does not divide dp {}", zero_group,
            dp.size());
-  if (zero_stage >= 2)
-    return std::make_unique<GradShardSync>(dp, std::move(layout), bucket_mb, zero_group, zero_stage == 3);
-  return std::make_unique<ShardedGradSync>(dp, std::move(layout), bucket_mb, zero_group);
+  return std::make_unique<GradShardSync>(dp, std::move(layout), bucket_mb, zero_group, zero_stage);
 }
 
 }  // namespace llmtrain::parallel

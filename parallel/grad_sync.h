@@ -106,12 +106,15 @@ struct GradSyncLayout {
 //    as stage 0 packs buckets (shard_units: consecutive groups whose flat ranges are adjacent,
 //    until a unit holds `bucket_mb` MiB). Each unit's flat range is padded to a multiple of
 //    zero_group and cut in zero_group equal chunks; a rank owns chunk (its index in the shard
-//    group) of every unit. When a unit's gradient is final, it is reduce-scattered (avg) over the
-//    shard group, then (zero_group < dp: hybrid sharding) its chunk is all-reduced (avg) over the
-//    dp / zero_group ranks of the same index in the other shard groups; gather_params()
-//    all-gathers every unit's chunks over the shard group. Units start strictly in unit order.
-//  - Stage 2: stage 1's units, chunks and ownership, but no flat gradient buffer: each unit's
-//    gradient for one micro-batch is written into a slot of a small pool (grad_pool_numel), reduce-
+//    group) of every unit. When a unit's gradient is final, it is copied into a slot of a small
+//    pool of kGradPoolSlots unit-sized slots (grad_pool_numel, communication memory) and
+//    reduce-scattered (avg) over the shard group, then (zero_group < dp: hybrid sharding) its chunk
+//    is all-reduced (avg) over the dp / zero_group ranks of the same index in the other shard
+//    groups, and copied back into the owned range of the flat gradient buffer; gather_params()
+//    all-gathers every unit's chunks over the shard group through the same slots. Units start
+//    strictly in unit order; a unit waits (never blocking backward) until a slot is free.
+//  - Stage 2: stage 1's units, chunks, ownership and pool, but no flat gradient buffer: each unit's
+//    gradient for one micro-batch is written straight into a slot of the pool, reduce-
 //    scattered (then hybrid all-reduced) as soon as backward completes the unit, on every
 //    micro-batch, and its chunk added into the owned shard (owned_grads), which is all the gradient
 //    memory a rank keeps between micro-batches. A unit waits for a slot when every slot is taken
@@ -141,19 +144,17 @@ struct ShardUnit {
 std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
                                    const std::vector<std::vector<int>>& groups, double bucket_mb, size_t element_size);
 
-// Elements of the scratch stage 1 allocates (communication memory): per unit, its range padded
-// to a multiple of `shard_size`, plus one chunk. The memory plan counts exactly this.
-int64_t sharded_scratch_numel(const std::vector<ShardUnit>& units, int shard_size);
-
-// Stage 2's gradient memory, in elements: the slots of the pool (kGradPoolSlots, or fewer units),
-// each the largest unit padded to a multiple of `shard_size` plus one chunk; and the owned shard
-// of rank `shard_index` in its shard group. The memory plan counts exactly these.
+// In elements: the gradient pool of stages 1-3 (kGradPoolSlots, or fewer units, slots each of the
+// largest unit padded to a multiple of `shard_size` plus one chunk: communication memory), and the
+// owned shard of rank `shard_index` in its shard group (stage 2's and 3's gradient memory, and
+// stage 3's parameter memory). The memory plan counts exactly these.
 inline constexpr int kGradPoolSlots = 3;
 int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size);
 int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int shard_index);
 
 // Stage 3's gathered parameters, in elements: kParamPoolSlots (or fewer units) slots of the largest
-// padded unit plus one chunk. Its owned values are owned_numel(). The memory plan counts exactly these.
+// padded unit plus one chunk (communication memory, like the gradient pool: the ZeRO paper's model
+// states are the owned shards). The memory plan counts exactly these.
 inline constexpr int kParamPoolSlots = 3;
 int64_t param_pool_numel(const std::vector<ShardUnit>& units, int shard_size);
 

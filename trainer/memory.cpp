@@ -43,12 +43,12 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   out.head_logits = model.head_logits;
 
   // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
-  // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter
-  // groups merged as buckets are), and the sync's scratch (each unit padded, plus one chunk) is
-  // communication memory. At stage 2 the gradients are that owned chunk plus the sync's pool; at
-  // stage 3 the parameters are too (the owned values and the pool gathered units land in).
+  // whole stage at ZeRO stage 0; at stages 1-3 this rank's chunk of every sharding unit (parameter
+  // groups merged as buckets are). The sync's gradient pool (and stage 3's gathered-parameter pool)
+  // is communication memory: what the ZeRO paper counts as model states is the owned shards. At
+  // stage 2 the gradients are the owned chunk; at stage 3 the parameters are too.
   out.optimizer = 2 * model.params;
-  int64_t zero_scratch = 0;
+  int64_t zero_pools = 0;
   if (r.parallel.zero >= 1) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
     const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
@@ -58,21 +58,18 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
         parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, sizeof(float));
     const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
     out.optimizer = 2 * owned * 4;
-    if (r.parallel.zero == 1) {
-      zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(units, shard), 1) * 4;
-    } else {
-      // Stage 2: the model holds no gradient buffer (mo.external_grads); the sync keeps the owned
-      // shard and the pool of unit-sized slots backward writes into.
-      out.gradients = (std::max<int64_t>(owned, 1) + std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1)) * 4;
+    zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * 4;
+    // Stage 2: the model holds no gradient buffer (mo.external_grads); the sync keeps the owned shard.
+    if (r.parallel.zero >= 2) out.gradients = std::max<int64_t>(owned, 1) * 4;
+    if (r.parallel.zero >= 3) {  // the model holds no parameter buffer (mo.external_params)
+      out.parameters = std::max<int64_t>(owned, 1) * 4;
+      zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * 4;
     }
-    if (r.parallel.zero >= 3)  // the model holds no parameter buffer (mo.external_params)
-      out.parameters =
-          (std::max<int64_t>(owned, 1) + std::max<int64_t>(parallel::param_pool_numel(units, shard), 1)) * 4;
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
   const int64_t activation_message = int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4;
-  out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_scratch;
+  out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_pools;
   // pp > 1 with a tied word embedding: the first and the last stage receive the other's gradient of
   // it (TrainStep), the embedding's tensor-parallel shard.
   if (r.parallel.pp > 1 && mc.tie_embeddings && (coord.pp == 0 || coord.pp == r.parallel.pp - 1))

@@ -29,9 +29,10 @@ struct MemoryAccount {
   int64_t gradients = 0;
   int64_t optimizer = 0;      // AdamW's two moments over the owned ranges
   int64_t activations = 0;    // kept between forward and backward, the backward's work buffers
-  int64_t communication = 0;  // pipeline receive buffers, ZeRO 1 scratch (stage 0 buckets reduce in place;
-                              // ZeRO 2's pool counts as gradients, ZeRO 3's gathered parameters as
-                              // parameters)
+  int64_t communication = 0;  // pipeline receive buffers; ZeRO 1-3's gradient pool (the slots units are
+                              // reduce-scattered from) and ZeRO 3's gathered-parameter pool (stage 0
+                              // buckets reduce in place). The ZeRO paper's model states are the
+                              // other three kinds.
   int64_t head_logits = 0;    // of activations: the LM head's logits, [tokens, padded vocab / tp] per slot
   std::vector<std::string> notes;
 

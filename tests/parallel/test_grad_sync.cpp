@@ -145,9 +145,10 @@ TEST(GradSync, StageOneMergesGroupsIntoUnitsAsBucketsArePacked) {
   // Buckets of ~10 bytes: every group is a unit of its own.
   const std::vector<ShardUnit> units = shard_units(kRanges, kGroups, 1e-5, 4);
   EXPECT_EQ(units, (std::vector<ShardUnit>{{{15, 26}, 0, 1}, {{5, 15}, 1, 2}, {{0, 5}, 2, 3}}));
-  // dp 4: chunks of 3, 3 and 2; each unit padded (12, 12, 8) plus one chunk.
-  EXPECT_EQ(sharded_scratch_numel(units, 4), 15 + 15 + 10);
-  EXPECT_EQ(sharded_scratch_numel(units, 1), 2 * kNumel);
+  // dp 4: chunks of 3, 3 and 2; the pool's three slots each hold the largest padded unit (12) plus
+  // one chunk.
+  EXPECT_EQ(grad_pool_numel(units, 4), 3 * (12 + 3));
+  EXPECT_EQ(grad_pool_numel(units, 1), 3 * (11 + 11));
   // 25 MiB: one unit; 48 bytes: a unit closes once it holds 48 bytes (12 elements).
   EXPECT_EQ(shard_units(kRanges, kGroups, 25.0, 4), (std::vector<ShardUnit>{{{0, 26}, 0, 3}}));
   EXPECT_EQ(shard_units(kRanges, kGroups, 48.0 / (1024 * 1024), 4),
@@ -177,8 +178,11 @@ TEST(GradSync, StageTwoReducesEveryMicroBatchIntoTheOwnedShard) {
       auto gradient_bytes = [] {
         return kernels::memory_use(kernels::Device::cpu, kernels::MemoryKind::gradients).current;
       };
+      auto pool_bytes = [] {
+        return kernels::memory_use(kernels::Device::cpu, kernels::MemoryKind::communication).current;
+      };
       dp.barrier();
-      const int64_t before = gradient_bytes();
+      const int64_t before = gradient_bytes(), pools_before = pool_bytes();
       dp.barrier();
       std::vector<float> params(kNumel, -1.0f);
       auto sync = make_grad_sync(2, dp, {host_tensor(params.data(), {kNumel}), {}, kRanges, kGroups}, c.bucket_mb,
@@ -187,12 +191,12 @@ TEST(GradSync, StageTwoReducesEveryMicroBatchIntoTheOwnedShard) {
       EXPECT_EQ(sync->first_copy(), rank < shard);
       const int64_t owned = owned_numel(units, shard, rank % shard);
       EXPECT_EQ(sync->owned_grads().numel(), owned);
-      dp.barrier();  // every rank's buffers exist: the gradient memory of all ranks together
-      int64_t want = 0;
-      for (int r = 0; r < c.dp; ++r)
-        want += 4 * (std::max<int64_t>(owned_numel(units, shard, r % shard), 1) + grad_pool_numel(units, shard));
+      dp.barrier();      // every rank's buffers exist: the gradient memory of all ranks together
+      int64_t want = 0;  // the owned shards are the gradients; the pools are communication memory
+      for (int r = 0; r < c.dp; ++r) want += 4 * std::max<int64_t>(owned_numel(units, shard, r % shard), 1);
       if (rank == 0) {
         EXPECT_EQ(gradient_bytes() - before, want);
+        EXPECT_EQ(pool_bytes() - pools_before, c.dp * 4 * grad_pool_numel(units, shard));
       }
       dp.barrier();
       for (int step = 0; step < 2; ++step) {
