@@ -25,21 +25,37 @@ scripts/sanitize.sh --build-only "${targets[@]/#/fuzz_}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
-status=0
-for t in "${targets[@]}"; do
-  seeds=tests/fuzz/corpus/$t regressions=tests/fuzz/regressions/$t learned=$build/fuzz-corpus/$t
+# One target per core at once (libFuzzer runs one thread); each reports when it ends.
+jobs=${LLMTRAIN_JOBS:-$(nproc)}
+fuzz_one() {
+  local t=$1
+  local seeds=tests/fuzz/corpus/$t regressions=tests/fuzz/regressions/$t learned=$build/fuzz-corpus/$t
   mkdir -p "$learned" "$regressions"
-  log=$build/fuzz-$t.log
-  start=$(date +%s)
+  local log=$build/fuzz-$t.log start=$(date +%s)
   if "$build/tests/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
       -print_final_stats=1 -artifact_prefix="$regressions/" "$learned" "$seeds" "$regressions" >"$log" 2>&1; then
+    local runs cov
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     echo "fuzz: $t: no finding in $(($(date +%s) - start)) s, ${runs:-?} inputs, coverage ${cov:-?} edges"
   else
-    status=1
     echo "fuzz: $t: FOUND A PROBLEM (log: $log); the input is in $regressions/:"
     grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|terminate called|artifact_prefix|Test unit written)' "$log" | head -8 | sed 's/^/  /'
+    return 1
   fi
+}
+status=0
+running=0
+for t in "${targets[@]}"; do
+  if ((running >= jobs)); then
+    wait -n || status=1
+    ((running--))
+  fi
+  fuzz_one "$t" &
+  ((++running))
+done
+while ((running > 0)); do
+  wait -n || status=1
+  ((running--))
 done
 exit $status

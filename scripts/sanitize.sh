@@ -13,7 +13,7 @@ build=${LLMTRAIN_ASAN_BUILD_DIR:-build-asan}
 jobs=${LLMTRAIN_JOBS:-$(nproc)}
 # The unit tests of parsers and file readers: recipes, YAML, hostfiles, sbatch scripts, checkpoint
 # directories and locks, safetensors, manifests, tokenizers, indexed datasets, prep's inputs.
-unit_tests=(test_common test_cli test_launcher test_trainer test_tokenizer test_indexed_dataset test_prep_input)
+unit_tests=(test_trainer test_cli test_indexed_dataset test_common test_launcher test_tokenizer test_prep_input)
 
 configure() {
   CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_SANITIZE=ON \
@@ -36,16 +36,30 @@ cmake --build "$build" -j "$jobs" --target "${unit_tests[@]}" fuzz_recipe fuzz_s
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
-status=0
-for t in "${unit_tests[@]}"; do
-  start=$(date +%s)
+# One test binary per core at once; each reports when it ends.
+sanitized_test() {
+  local t=$1 start=$(date +%s)
   if "$build/tests/$t" --gtest_brief=1 >"$build/$t.log" 2>&1; then
     echo "sanitize: $t passed under ASan + UBSan in $(($(date +%s) - start)) s"
   else
-    status=1
     echo "sanitize: $t FAILED under ASan + UBSan (log: $build/$t.log):"
     grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|\[  FAILED  \])' "$build/$t.log" | head -10 | sed 's/^/  /'
+    return 1
   fi
+}
+status=0
+running=0
+for t in "${unit_tests[@]}"; do
+  if ((running >= jobs)); then
+    wait -n || status=1
+    ((running--))
+  fi
+  sanitized_test "$t" &
+  ((++running))
+done
+while ((running > 0)); do
+  wait -n || status=1
+  ((running--))
 done
 scripts/fuzz.sh "$fuzz_seconds" || status=1
 exit $status

@@ -9,13 +9,19 @@
 #
 #   scripts/bench/zero_memory.sh [STAGES] [STEPS]   (default "0 1 2 3", 6 steps; build/llmtrain must exist)
 #   BUCKET_MB=4 scripts/bench/zero_memory.sh "0 3"   (parallel.bucket_mb for every stage; default 25:
-#                                                   smaller units shrink the stage 2/3 pools)
+#                                                   smaller units shrink the pools)
+#   ROUNDS=3 scripts/bench/zero_memory.sh "0 3"      (runs the stages round-robin ROUNDS times and takes
+#                                                   the median step over all rounds: steadier ratios
+#                                                   on a shared machine; memory is the first round's)
+#   DP=2 scripts/bench/zero_memory.sh "0 3"          (another data-parallel size, e.g. one rank per core)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 stages=${1:-0 1 2 3}
 steps=${2:-6}
 bucket_mb=${BUCKET_MB:-25}
+rounds=${ROUNDS:-1}
+dp=${DP:-4}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (scripts/test.sh or cmake --build build)"; exit 1; }
 source tests/parallel/mpi_env.sh
@@ -25,24 +31,25 @@ cd "$work"
 mapfile -t corpus < <(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese)
 "$llmtrain" prep --input "${corpus[@]}" --separator % --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1
 
-dp=4
 model=(--set model.layers=16 --set model.hidden=512 --set model.heads=8 --set model.kv_heads=8 --set model.seq_len=128)
 common=(--set data.train=data/train --set data.valid=data/valid --set train.steps="$steps" --set train.micro_batch=1
         --set train.global_batch=$dp --set train.threads=1 --set optimizer.warmup=1 --set log.every=1
         --set eval.every=0 --set eval.batches=1 --set checkpoint.every=0 --set checkpoint.resume=none
         --set parallel.bucket_mb="$bucket_mb")
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for z in $stages; do
-  status=0
-  mpi_run 1200 $dp "$llmtrain" run "$root/recipes/tiny.yaml" "${model[@]}" "${common[@]}" --set parallel.zero="$z" \
-    --set log.dir="z$z" >"z$z.log" 2>&1 || status=$?
-  echo "$status" >"z$z.status"
+for ((round = 1; round <= rounds; round++)); do
+  for z in $stages; do
+    status=0
+    mpi_run 1200 $dp "$llmtrain" run "$root/recipes/tiny.yaml" "${model[@]}" "${common[@]}" --set parallel.zero="$z" \
+      --set log.dir="z$z.r$round" >"z$z.r$round.log" 2>&1 || status=$?
+    echo "$status" >"z$z.r$round.status"
+  done
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
-/usr/bin/python3 - "$dp" "$bucket_mb" $stages <<'PY'
+/usr/bin/python3 - "$dp" "$bucket_mb" "$rounds" $stages <<'PY'
 import json, re, statistics, sys
-dp = int(sys.argv[1]); bucket_mb = sys.argv[2]; stages = [int(s) for s in sys.argv[3:]]
+dp = int(sys.argv[1]); bucket_mb = sys.argv[2]; rounds = int(sys.argv[3]); stages = [int(s) for s in sys.argv[4:]]
 unit = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 def size(text):
     v, u = text.split()
@@ -54,8 +61,8 @@ formula = {0: lambda p, n: 16 * p, 1: lambda p, n: 8 * p + 8 * p / n, 2: lambda 
            3: lambda p, n: 16 * p / n}
 rows, base_step = [], None
 for z in stages:
-    log = open(f"z{z}.log", errors="replace").read()
-    status = int(open(f"z{z}.status").read())
+    log = open(f"z{z}.r1.log", errors="replace").read()
+    status = max(int(open(f"z{z}.r{k}.status").read()) for k in range(1, rounds + 1))
     if status != 0:
         why = "not supported yet" if "not supported yet" in log else f"exit {status}"
         rows.append((z, None, why)); continue
@@ -64,14 +71,17 @@ for z in stages:
                   r"activations ([0-9.]+ \w+), communication ([0-9.]+ \w+); total [0-9.]+ \w+; "
                   r"peak of all kinds at once ([0-9.]+ \w+)", log)
     par, grad, opt, act, comm, peak = (size(g) for g in m.groups())
-    recs = [json.loads(l) for l in open(f"z{z}/metrics.jsonl") if '"loss"' in l]
-    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(recs, recs[1:])]
+    times = []
+    for k in range(1, rounds + 1):
+        recs = [json.loads(l) for l in open(f"z{z}.r{k}/metrics.jsonl") if '"loss"' in l]
+        times += [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(recs, recs[1:])]
     step = statistics.median(times)
     if z == 0: base_step = step
     rows.append((z, dict(psi=psi, par=par, grad=grad, opt=opt, act=act, comm=comm, peak=peak, step=step,
                          loss=recs[-1]["loss"]), ""))
 mib = lambda b: f"{b / 2**20:.1f}"
-print(f"\ndp {dp}, bucket_mb {bucket_mb}, per rank, MiB (Ψ from the run's parameter count; formula: fp32 Adam model states)")
+print(f"\ndp {dp}, bucket_mb {bucket_mb}, {rounds} round(s), per rank, MiB (Ψ from the run's parameter count; "
+      "formula: fp32 Adam model states; communication: the ZeRO pools, outside the formula)")
 print("| zero | parameters | gradients | optimizer | model states | formula | states/formula | communication "
       "| activations | peak, all at once | step time vs zero 0 | last loss |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
