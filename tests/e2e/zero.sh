@@ -24,52 +24,10 @@ eval: {every: 10, batches: 1}
 log: {every: 1}
 YAML
 
-# compare A B [FIRST]: losses per step and validation losses within 1e-5 (relative) from step
-# FIRST, and the final parameters within ||a-b||/||b|| <= 1e-5 (tests/e2e/dp.sh's criteria).
+# compare A B [FIRST]: losses and validation losses per step within 1e-5 (relative) from step FIRST, and the final
+# parameters (assembled from the checkpoints' slices) within ||a-b||/||b|| <= 1e-5.
 compare() {
-  $PY - "$1" "$2" "${3:-1}" <<'PY'
-import json, sys, glob
-import numpy as np
-a, b, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def losses(d):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r}
-la, lb = losses(a), losses(b)
-steps = [s for s in range(first, 21)]
-bad = [(s, la[s], lb[s]) for s in steps if abs(la[s] - lb[s]) > 1e-5 * abs(lb[s])]
-assert not bad, f"losses differ: {bad[:3]}"
-worst = max(abs(la[s] - lb[s]) / abs(lb[s]) for s in steps)
-def val_losses(d):  # evaluation runs forward through the same parameters (at zero 3: gathered)
-    return {r["step"]: r["val_loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "val_loss" in r}
-va, vb = val_losses(a), val_losses(b)
-vsteps = [s for s in vb if s >= first]
-assert vsteps and all(s in va for s in vsteps), (sorted(va), sorted(vb))
-bad = [(s, va[s], vb[s]) for s in vsteps if abs(va[s] - vb[s]) > 1e-5 * abs(vb[s])]
-assert not bad, f"validation losses differ: {bad}"
-def params(d):  # every parameter assembled from its slices (zero 3 writes element ranges)
-    from safetensors.numpy import load_file
-    step = d + "/ckpt/step_00000020/"
-    m = json.load(open(step + "manifest.json"))
-    files, out = {}, {}
-    for t in m["tensors"]:
-        if t["role"] != "param":
-            continue
-        flat = np.full(int(np.prod(t["shape"])), np.nan, np.float32)
-        for s in t["slices"]:
-            assert s["offset"] == [0] * len(t["shape"]) and s["shape"] == t["shape"], s  # no tp blocks here
-            if s["file"] not in files:
-                files[s["file"]] = load_file(step + s["file"])
-            flat[s["begin"]:s["end"]] = files[s["file"]][s["key"]].ravel()
-        assert not np.isnan(flat).any(), t["name"]
-        out[t["name"]] = flat
-    return out
-pa, pb = params(a), params(b)
-assert pa.keys() == pb.keys() and pa, (sorted(pa)[:3], sorted(pb)[:3])
-va = np.concatenate([pa[k].ravel() for k in sorted(pa)])
-vb = np.concatenate([pb[k].ravel() for k in sorted(pa)])
-rel = np.linalg.norm(va - vb) / np.linalg.norm(vb)
-assert rel <= 1e-5, f"parameters differ: {rel}"
-print(f"loss difference ≤ {worst:.1e}, relative parameter difference {rel:.2e}")
-PY
+  $PY "$SRC/tests/e2e/compare_runs.py" "$1" "$2" --first "${3:-1}" --val
 }
 
 run_cmd z0-dp1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=z0-dp1
