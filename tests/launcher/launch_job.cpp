@@ -55,7 +55,7 @@ struct Options {
   bool fail_once = false;
   bool ignore_stop = false;
   std::string leave_behind;
-  double timeout_s = 30;
+  double timeout_s = 120;
   std::vector<std::string> sets;
 };
 

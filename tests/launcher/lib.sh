@@ -9,8 +9,14 @@
 #   rank_pid NAME RANK           the pid rank RANK of launch_job printed
 #   run_bounded NAME CMD...      run_cmd with CMD under `timeout` (90 s, then SIGKILL 10 s later)
 #   skip REASON                  reports the test as skipped (ctest SKIP_RETURN_CODE 77)
+#
+# Every bound above is multiplied by LT_TIME_SCALE (default 4): the seconds written in the tests are
+# what a fast, idle machine needs, and a bound only decides how long a FAILING test takes to say
+# so, never whether a passing one passes. A machine 3× slower that also shares its one core with
+# other work (ssh, orted and four MPI ranks starting on a busy core) still passes.
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 source "$SRC/scripts/ci/cluster.sh"
+LT_TIME_SCALE=${LT_TIME_SCALE:-4}
 JOB=$BUILD/tests/launch_job
 RECIPE=$SRC/recipes/tiny.yaml
 T0=$SECONDS
@@ -37,7 +43,7 @@ skip() {
 run_bounded() {
   local name=$1
   shift
-  run_cmd "$name" timeout --foreground -k 10 90 "$@"
+  run_cmd "$name" timeout --foreground -k 10 $((90 * LT_TIME_SCALE)) "$@"
 }
 
 start_job() {
@@ -49,7 +55,7 @@ start_job() {
 }
 
 wait_out() {
-  local name=$1 regex=$2 seconds=$3 t0=$SECONDS
+  local name=$1 regex=$2 seconds=$(($3 * LT_TIME_SCALE)) t0=$SECONDS
   until grep -qE -- "$regex" "$WORK/$name.out" 2>/dev/null; do
     if ((SECONDS - t0 >= seconds)); then
       fail "$name: no /$regex/ in the output within ${seconds}s; output:
@@ -61,7 +67,7 @@ $(cat "$WORK/$name.out")"
 }
 
 finish_job() {
-  local name=$1 seconds=$2 t0=$SECONDS
+  local name=$1 seconds=$(($2 * LT_TIME_SCALE)) t0=$SECONDS
   while kill -0 "$job_pid" 2>/dev/null; do
     if ((SECONDS - t0 >= seconds)); then
       fail "$name: still running after ${seconds}s; killing it"

@@ -71,15 +71,15 @@ rank_process() {
 }
 
 wait_file() {
-  local t0=$SECONDS
+  local t0=$SECONDS seconds=$(($2 * LT_TIME_SCALE))
   until [[ -e $1 ]]; do
-    ((SECONDS - t0 >= $2)) && { fail "$1 did not appear within $2s"; return 1; }
+    ((SECONDS - t0 >= seconds)) && { fail "$1 did not appear within ${seconds}s"; return 1; }
     sleep 0.02
   done
 }
 
 wait_ranks_listening() {
-  local t0=$SECONDS mpirun pid n mask
+  local t0=$SECONDS mpirun pid n mask seconds=$(($3 * LT_TIME_SCALE))
   while :; do
     n=0
     mpirun=$(pgrep -P "$1" -x mpirun | head -1)
@@ -88,7 +88,7 @@ wait_ranks_listening() {
       [[ -n $mask ]] && (((0x$mask >> 9) & 1)) && n=$((n + 1))  # bit 9: SIGUSR1 (10)
     done
     ((n >= $2)) && return 0
-    ((SECONDS - t0 >= $3)) && { fail "only $n of $2 ranks catch SIGUSR1 after $3s"; return 1; }
+    ((SECONDS - t0 >= seconds)) && { fail "only $n of $2 ranks catch SIGUSR1 after ${seconds}s"; return 1; }
     sleep 0.01
   done
 }

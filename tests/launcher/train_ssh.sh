@@ -61,8 +61,8 @@ start_job stop bash -c "source '$SRC/scripts/ci/cluster.sh'; $(printf '%q ' "${c
 t0=$SECONDS
 # (grep -c prints nothing while metrics.jsonl does not exist yet: count 0 then, not a syntax error.)
 losses() { grep -c '"loss"' stopped/metrics.jsonl 2>/dev/null || true; }
-until (($(losses) + 0 >= 2)) || ((SECONDS - t0 > 60)); do sleep 0.05; done
-(($(losses) + 0 >= 2)) || fail "stop: no 2 steps in stopped/metrics.jsonl within 60 s"
+until (($(losses) + 0 >= 2)) || ((SECONDS - t0 > 60 * LT_TIME_SCALE)); do sleep 0.05; done
+(($(losses) + 0 >= 2)) || fail "stop: no 2 steps in stopped/metrics.jsonl within $((60 * LT_TIME_SCALE)) s"
 kill -TERM "$job_pid"
 finish_job stop 60
 expect_status 75
