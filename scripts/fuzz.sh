@@ -36,7 +36,7 @@ fuzz_one() {
       -print_final_stats=1 -artifact_prefix="$regressions/" "$learned" "$seeds" "$regressions" >"$log" 2>&1; then
     local runs cov
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    cov=$(grep -ao 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     echo "fuzz: $t: no finding in $(($(date +%s) - start)) s, ${runs:-?} inputs, coverage ${cov:-?} edges"
   else
     echo "fuzz: $t: FOUND A PROBLEM (log: $log); the input is in $regressions/:"
