@@ -1,15 +1,9 @@
 #include "parallel/grad_buckets.h"
 
-#include <chrono>
-
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace llmtrain::parallel {
-namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-}  // namespace
 
 GradBuckets::GradBuckets(Comm& dp, Tensor grads, std::vector<ParamRange> params, double bucket_mb)
     : comm_(dp), grads_(grads), params_(std::move(params)) {

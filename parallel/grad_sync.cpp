@@ -3,16 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "kernels/buffer.h"
 #include "kernels/ops.h"
 
 namespace llmtrain::parallel {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // ZeRO stage 0: every rank keeps the whole gradient and the whole optimizer state; gradients are
 // averaged by bucketed all-reduces, each launched as soon as backward has finished every parameter

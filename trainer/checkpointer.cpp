@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 
 #include "common/checkpoint_dir.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -30,7 +30,6 @@ std::string describe_data(const nlohmann::json& data) {
   return fmt::format("{} source(s): {}", parts.size(), join(parts, "; "));
 }
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml, const Tokenizer& tokenizer,

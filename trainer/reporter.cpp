@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "trainer/memory.h"
 
@@ -14,7 +14,6 @@ namespace {
 kernels::Device device_of(const Recipe& r) {
   return r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
 }
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 Reporter::Reporter(const Recipe& recipe, parallel::Comm& world, int64_t start_step, double flops_per_token,

@@ -1,9 +1,9 @@
 #include "trainer/train_step.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "kernels/ops.h"
@@ -17,8 +17,6 @@ using kernels::Tensor;
 using parallel::ReduceOp;
 
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Group index of a (place, layer) that the model's grad-ready hook reports, in the numbering of
 // grad_ready_groups().
