@@ -170,6 +170,33 @@ std::vector<PipeOp> one_f_one_b_schedule(const ScheduleSpec& spec) {
   return with_communication(compute, spec);
 }
 
+std::vector<PipeOp> interleaved_schedule(const ScheduleSpec& spec) {
+  check_spec(spec);
+  const int p = spec.stages, v = spec.chunks, m = spec.micro_batches;
+  LT_CHECK(m % p == 0, "the interleaved schedule needs micro-batches ({}) divisible by stages ({})", m, p);
+  // Megatron-LM's interleaved 1F1B: the k-th forward (and the k-th backward) of the stage is
+  // virtual micro-batch k of m · v. They come in groups of p · v: the first p are chunk 0 of p
+  // micro-batches, the next p chunk 1 of the same micro-batches, ...; backwards walk the chunks
+  // from the last. Warm-up forwards (p - s - 1) · 2 + (v - 1) · p of them (all of them when
+  // m == p), then one forward and one backward alternate, then the remaining backwards.
+  const int total = m * v, group = p * v;
+  auto virtual_op = [&](PipeOpKind kind, int k) {
+    const int in_group = k % group;
+    int chunk = in_group / p;
+    if (kind == K::backward) chunk = v - 1 - chunk;
+    return PipeOp{kind, (k / group) * p + in_group % p, chunk};
+  };
+  const int warmup = m == p ? total : std::min((p - spec.stage - 1) * 2 + (v - 1) * p, total);
+  std::vector<PipeOp> compute;
+  for (int k = 0; k < warmup; ++k) compute.push_back(virtual_op(K::forward, k));
+  for (int k = 0; k < total - warmup; ++k) {
+    compute.push_back(virtual_op(K::forward, warmup + k));
+    compute.push_back(virtual_op(K::backward, k));
+  }
+  for (int k = total - warmup; k < total; ++k) compute.push_back(virtual_op(K::backward, k));
+  return with_communication(compute, spec);
+}
+
 std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spec) {
   check_spec(spec);
   if (spec.stages == 1 && spec.chunks == 1) return one_stage_schedule(spec.micro_batches);
@@ -179,6 +206,12 @@ std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spe
     case PipelineSchedule::one_f_one_b:
       return one_f_one_b_schedule(spec);
     case PipelineSchedule::interleaved:
+      if (spec.micro_batches % spec.stages != 0)
+        throw Error(fmt::format("the interleaved schedule needs micro-batches per step ({}) divisible by pp {}",
+                                spec.micro_batches, spec.stages),
+                    "raise train.global_batch or change train.micro_batch so that the micro-batch count is a "
+                    "multiple of pp");
+      return interleaved_schedule(spec);
     case PipelineSchedule::zero_bubble:
       break;
   }
@@ -202,6 +235,17 @@ int max_in_flight(const std::vector<PipeOp>& ops) {
   for (const PipeOp& op : ops) {
     if (op.kind == K::forward) most = std::max(most, ++alive);
     if (op.kind == K::backward) --alive;
+  }
+  return most;
+}
+
+int max_in_flight_per_chunk(const std::vector<PipeOp>& ops) {
+  std::vector<int> alive;
+  int most = 0;
+  for (const PipeOp& op : ops) {
+    if (op.chunk >= int(alive.size())) alive.resize(size_t(op.chunk) + 1, 0);
+    if (op.kind == K::forward) most = std::max(most, ++alive[size_t(op.chunk)]);
+    if (op.kind == K::backward) --alive[size_t(op.chunk)];
   }
   return most;
 }

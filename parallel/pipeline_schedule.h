@@ -73,14 +73,19 @@ struct ScheduleSpec {
   int chunks = 1;         // virtual chunks per stage (parallel.virtual_stages)
 };
 
-// Generators. Bad inputs (stages < 1, stage outside [0, stages), micro_batches < 1, chunks != 1)
-// are bugs of the caller: the recipe check refuses every layout that could produce them.
+// Generators. Bad inputs (stages < 1, stage outside [0, stages), micro_batches < 1, chunks != 1
+// for all but the interleaved one) are bugs of the caller: the recipe check refuses every layout that could produce
+// them.
 std::vector<PipeOp> one_stage_schedule(int micro_batches);           // F0 B0 F1 B1 ...
 std::vector<PipeOp> gpipe_schedule(const ScheduleSpec& spec);        // all forwards, then all backwards
 std::vector<PipeOp> one_f_one_b_schedule(const ScheduleSpec& spec);  // Megatron's non-interleaved 1F1B
+// Megatron's interleaved 1F1B over spec.chunks virtual chunks per stage (virtual stage c · stages +
+// s on stage s); micro_batches must be divisible by stages (as Megatron requires).
+std::vector<PipeOp> interleaved_schedule(const ScheduleSpec& spec);
 
 // The recipe's schedule for one stage. With one stage and one chunk every kind gives the one-stage
-// list; `interleaved` and `zero_bubble` otherwise throw llmtrain::Error ("not supported yet").
+// list; `interleaved` throws llmtrain::Error when micro_batches is not a multiple of stages, and
+// `zero_bubble` otherwise throws one ("not supported yet").
 std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spec);
 // Every stage's list (spec.stage is ignored): what the checker and the timeline take.
 std::vector<std::vector<PipeOp>> make_schedules(PipelineSchedule kind, const ScheduleSpec& spec);
@@ -89,6 +94,9 @@ std::vector<std::vector<PipeOp>> make_schedules(PipelineSchedule kind, const Sch
 // how many micro-batches' activations the stage keeps at once (1F1B: min(stages - stage,
 // micro_batches); GPipe: micro_batches).
 int max_in_flight(const std::vector<PipeOp>& ops);
+// The same counted per chunk, the most of any chunk: how many activation slots each chunk of the
+// stage needs (equal to max_in_flight with one chunk).
+int max_in_flight_per_chunk(const std::vector<PipeOp>& ops);
 
 // Checkers: "" when valid, otherwise the first problem found, naming the stage and the op.
 // One stage's list: every (micro-batch, chunk) forwarded exactly once and backwarded exactly once

@@ -66,8 +66,8 @@ struct StepOutcome {
 class TrainStep {
  public:
   // `model`, `batches` and `comms` must outlive the step. `schedule`: this stage's instruction list
-  // over the step's micro-batches (step_schedule); the model must have max_in_flight(schedule)
-  // activation slots.
+  // over the step's micro-batches (step_schedule); the model must have max_in_flight_per_chunk(schedule)
+  // activation slots (per chunk).
   TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
             std::vector<parallel::PipeOp> schedule);
   ~TrainStep();

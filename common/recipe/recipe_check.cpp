@@ -258,8 +258,6 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
-  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::interleaved)
-    out.push_back("parallel.pp_schedule: interleaved (virtual pipeline stages)");
   if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble)
     out.push_back("parallel.pp_schedule: zero_bubble (ZB-H1: backward split into input and weight gradients)");
   if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
