@@ -102,7 +102,13 @@ void print_pipeline(const Recipe& r) {
     std::printf("pipeline timeline (one column per unit of forward or backward work, . idle):\n%s",
                 parallel::format_timeline(timeline).c_str());
   }
-  if (v > 1)
+  if (r.parallel.pp_schedule == PipelineSchedule::zero_bubble)
+    std::printf(
+        "pipeline bubble: %.1f%% of the step's stage-time idle = (p − 1)/(3m + p − 1) with p %d, m %d, forward, "
+        "input-gradient and weight-gradient work one unit each (ZB-H1: (p − 1)(F + I − W) idle per stage; 1F1B's "
+        "3(p − 1) would be %.1f%%)\n",
+        100.0 * timeline.bubble_fraction(), p, m, 100.0 * 3 * (p - 1) / (3 * m + 3 * (p - 1)));
+  else if (v > 1)
     std::printf(
         "pipeline bubble: %.1f%% of the step's stage-time idle; (p − 1)/(v·m + p − 1) = %.1f%% with p %d, v %d, m %d "
         "((p − 1)/(v·m) = %.1f%% of the ideal time)\n",

@@ -52,6 +52,9 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;
   mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);
+  mo.split_backward = std::any_of(schedule.begin(), schedule.end(), [](const parallel::PipeOp& op) {
+    return op.kind == parallel::PipeOpKind::backward_input;
+  });
   mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
   mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
   // Sequence parallelism needs the whole model on a stage (with pp > 1 `llmtrain run` refuses it as
@@ -142,6 +145,18 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     model_.stage_backward(slot(micro_batch), grad_output, loss_scale_, chunk);
     times_->backward += now_s() - t0;
   }
+  // Zero-bubble schedules: the weight half comes after the input half, in micro-batch order.
+  void backward_input(int micro_batch, int chunk, Tensor grad_output) override {
+    const double t0 = now_s();
+    model_.stage_backward_input(slot(micro_batch), grad_output, loss_scale_, chunk);
+    times_->backward += now_s() - t0;
+  }
+  void backward_weight(int micro_batch, int chunk) override {
+    const double t0 = now_s();
+    last_backward_ = micro_batch == micro_batches_ - 1;
+    model_.stage_backward_weight(slot(micro_batch), chunk);
+    times_->backward += now_s() - t0;
+  }
   Tensor output(int micro_batch, int chunk) override { return model_.stage_output(slot(micro_batch), chunk); }
   Tensor input_grad(int, int) override { return model_.stage_input_grad(); }
 
@@ -159,6 +174,12 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
 };
 
 std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches) {
+  // The split backward's weight half reads activations a recomputation keeps only briefly.
+  if (recipe.parallel.pp > 1 && recipe.parallel.pp_schedule == PipelineSchedule::zero_bubble &&
+      recipe.train.activation_checkpointing != ActivationCheckpointing::none)
+    throw Error(fmt::format("not supported yet: the zero_bubble pipeline schedule with activation_checkpointing {}",
+                            to_string(recipe.train.activation_checkpointing)),
+                "use train.activation_checkpointing: none, or pp_schedule: 1f1b");
   return parallel::make_schedule(recipe.parallel.pp_schedule,
                                  {recipe.parallel.pp, stage, micro_batches, recipe.parallel.virtual_stages});
 }

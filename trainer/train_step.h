@@ -124,7 +124,8 @@ class TrainStep {
 inline constexpr int kTiedGradTag = parallel::kPipelineTagBase - 1;
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
-// recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...).
+// recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...). Throws
+// llmtrain::Error for what is not supported yet (zero_bubble with activation checkpointing).
 std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches);
 
 // The bubble of the recipe's schedule over `micro_batches` micro-batches: idle stage-slots over all

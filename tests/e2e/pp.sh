@@ -2,7 +2,8 @@
 # Pipeline parallelism under real `mpirun` (the executor's non-blocking sends and receives between
 # stages, the tied embedding's gradient exchange between the first and the last stage, the loss
 # broadcast from the last stage, pipelined evaluation): GPT-2 (tied embeddings) with 8 layers on
-# fortunes at pp 2 and pp 4 with gpipe, 1f1b and interleaved (two virtual chunks per stage), pp 4
+# fortunes at pp 2 and pp 4 with gpipe, 1f1b, interleaved (two virtual chunks per stage) and
+# zero_bubble (ZB-H1), pp 4
 # split unevenly (parallel.pp_layers 1, 3, 3, 1), and tp 2 × pp 2 × dp 2 = 8 ranks, trains to the
 # losses (relative difference ≤ 1e-5 per step over 20 steps), the validation losses and the final
 # parameters (gathered from the checkpoint's slices, ‖a − b‖ / ‖b‖ ≤ 1e-5) of pp 1; a checkpoint
@@ -84,7 +85,7 @@ expect_status 0
 # tp × pp × dp and the schedule.
 # tp × pp × dp, the schedule, and an uneven split (parallel.pp_layers) or - for the even one.
 for cfg in "1 2 1 gpipe -" "1 2 1 1f1b -" "1 4 1 gpipe -" "1 4 1 1f1b -" "2 2 2 1f1b -" "1 4 1 1f1b 1,3,3,1" \
-  "1 2 1 interleaved -" "1 4 1 interleaved -"; do
+  "1 2 1 interleaved -" "1 4 1 interleaved -" "1 2 1 zero_bubble -" "1 4 1 zero_bubble -"; do
   set -- $cfg
   name=tp$1-pp$2-dp$3-$4$([[ $5 != - ]] && echo "-layers${5//,/-}")
   split=()
@@ -149,8 +150,13 @@ expect_out_re "pipeline bubble: [0-9.]+% of the step's stage-time idle; \(p − 
 run_cmd sp-refused "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=2 --set parallel.tp=2 \
   --set parallel.sequence_parallel=true
 expect_out "not supported yet: parallel.sequence_parallel with pipeline parallelism (parallel.pp 2)"
-run_cmd zb-refused "$LLMTRAIN" run r.yaml --dry-run --nproc 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
-expect_out "not supported yet: parallel.pp_schedule: zero_bubble"
+run_cmd dry-zb "$LLMTRAIN" run r.yaml --dry-run --nproc 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
+expect_status 0
+expect_out "stage 1 | .  F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3"
+expect_out_re "pipeline bubble: 7.7% of the step's stage-time idle = \(p − 1\)/\(3m \+ p − 1\) with p 2, m 4"
+run_cmd zb-recompute-refused "$LLMTRAIN" run r.yaml --dry-run --nproc 2 --set parallel.pp=2 \
+  --set parallel.pp_schedule=zero_bubble --set train.activation_checkpointing=full
+expect_out "not supported yet: parallel.pp_schedule: zero_bubble with train.activation_checkpointing: full"
 run_cmd bad-split "$LLMTRAIN" run r.yaml --dry-run --nproc 4 --set parallel.pp=4 --set "parallel.pp_layers=[1,3,3]"
 expect_status 2
 expect_out "3 block counts for pp 4"

@@ -228,6 +228,49 @@ TEST(PipelineSchedule, InterleavedEveryLayout) {
       }
 }
 
+// ZB-H1 at p 2, m 3 (F, I and W one unit each): both stages defer W0 and W1 past the next
+// forward; stage 0 fills the slot where it waits for I2 with W0 and W1.
+TEST(PipelineSchedule, ZeroBubbleListsByHand) {
+  auto l = make_schedules(PipelineSchedule::zero_bubble, {.stages = 2, .micro_batches = 3});
+  EXPECT_EQ(format_ops(l[0]), "F0 sendA0 recvG0 F1 sendA1 I0 recvG1 F2 sendA2 I1 W0 recvG2 W1 I2 W2");
+  EXPECT_EQ(format_ops(l[1]), "recvA0 F0 recvA1 I0 sendG0 F1 I1 sendG1 recvA2 W0 F2 I2 sendG2 W1 W2");
+  const Timeline tl = schedule_timeline(l, 3);
+  EXPECT_EQ(format_timeline(tl),
+            "stage 0 | F0 F1 .  I0 F2 I1 W0 W1 I2 W2\n"
+            "stage 1 | .  F0 I0 F1 I1 W0 F2 I2 W1 W2\n"
+            "bubble 10.0% (2 of 20 stage-slots idle)\n");
+}
+
+// Every small ZB-H1 layout: valid and deadlock-free, I and W in ascending micro-batch order, at most
+// min(2p - 1 - s, m) micro-batches between F and W, and the bubble of F = I = W = 1:
+// (p - 1)/(3m + p - 1), a third of 1F1B's 3(p - 1) idle units for the same work.
+TEST(PipelineSchedule, ZeroBubbleEveryLayout) {
+  for (int p = 2; p <= 4; ++p)
+    for (int m = 1; m <= 8; ++m) {
+      SCOPED_TRACE(fmt::format("p {} m {}", p, m));
+      const ScheduleSpec spec{.stages = p, .micro_batches = m};
+      auto lists = make_schedules(PipelineSchedule::zero_bubble, spec);
+      ASSERT_EQ(check_schedule(lists, m), "");
+      for (int s = 0; s < p; ++s) {
+        int next_i = 0, next_w = 0;
+        for (const PipeOp& op : lists[s]) {
+          if (op.kind == K::backward_input) {
+            EXPECT_EQ(op.micro_batch, next_i++);
+          }
+          if (op.kind == K::backward_weight) {
+            EXPECT_EQ(op.micro_batch, next_w++);
+          }
+          EXPECT_NE(op.kind, K::backward);
+        }
+        EXPECT_LE(max_in_flight(lists[s]), std::min(2 * p - 1 - s, m)) << "stage " << s;
+      }
+      if (m >= p) {
+        const Timeline tl = schedule_timeline(lists, m);
+        EXPECT_DOUBLE_EQ(tl.bubble_fraction(), double(p - 1) / double(3 * m + p - 1));
+      }
+    }
+}
+
 TEST(PipelineSchedule, CheckerFindsBrokenLists) {
   const ScheduleSpec last{.stages = 2, .stage = 1, .micro_batches = 2};
   EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B1 recvA1 F1 B0 sendG0 sendG1"), last),
@@ -244,8 +287,12 @@ TEST(PipelineSchedule, CheckerFindsBrokenLists) {
             "stage 1: op 2 (sendA0): the last stage has no next stage to send to");
   EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B0"), {.stages = 2, .stage = 0}),
             "stage 0: op 0 (recvA0): the first stage has no previous stage to receive from");
-  EXPECT_EQ(check_stage_schedule(parse_ops("F0 I0 W0"), {}),
-            "stage 0: op 1 (I0): zero-bubble ops (split backward) are not supported yet");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 I0 W0"), {}), "");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 W0 I0"), {}),
+            "stage 0: op 1 (W0): weight gradient before its input gradient");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 I0"), {}),
+            "stage 0: micro-batch 0 chunk 0 is never given its weight gradient");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 B0 I0 W0"), {}), "stage 0: op 2 (I0): backwarded twice");
   EXPECT_EQ(check_stage_schedule(parse_ops("F0 B0"), {.micro_batches = 2}),
             "stage 0: micro-batch 1 chunk 0 is never forwarded");
 
@@ -284,11 +331,11 @@ TEST(PipelineSchedule, BadInputsAreRefused) {
     EXPECT_EQ(std::string(e.what()), "the interleaved schedule needs micro-batches per step (3) divisible by pp 2");
   }
   try {
-    make_schedule(PipelineSchedule::zero_bubble, {.stages = 2, .micro_batches = 4});
-    ADD_FAILURE() << "zero_bubble accepted";
+    make_schedule(PipelineSchedule::zero_bubble, {.stages = 2, .micro_batches = 4, .chunks = 2});
+    ADD_FAILURE() << "zero_bubble accepted two chunks";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "not supported yet: the zero_bubble pipeline schedule (2 stages, 1 virtual chunks each)");
+              "not supported yet: the zero_bubble pipeline schedule (2 stages, 2 virtual chunks each)");
   }
   // With one stage every kind is the one-stage list, zero_bubble included.
   EXPECT_EQ(make_schedule(PipelineSchedule::zero_bubble, {.micro_batches = 2}), one_stage_schedule(2));

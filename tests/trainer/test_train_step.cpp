@@ -162,6 +162,16 @@ TEST_F(TrainStepTest, InterleavedStagesTakeTheStepsOfOneRank) {
                           Layout{2, 2, 1, PipelineSchedule::interleaved, {}, 2}});
 }
 
+// ZB-H1 (thread ranks), backward split into input and weight halves, on the same 8-layer Llama:
+// pp 2, pp 4, and pp 2 × dp 2 with ZeRO 1 (the grad-ready hooks fire from the weight halves), take
+// the steps of one rank.
+TEST_F(TrainStepTest, ZeroBubbleStagesTakeTheStepsOfOneRank) {
+  recipe_.model.layers = 8;
+  check_pipeline_layouts({Layout{2, 1, 0, PipelineSchedule::zero_bubble, {}},
+                          Layout{4, 1, 0, PipelineSchedule::zero_bubble, {}},
+                          Layout{2, 2, 1, PipelineSchedule::zero_bubble, {}}});
+}
+
 void TrainStepTest::check_pipeline_layouts(const std::vector<Layout>& layouts) {
   recipe_.parallel.dp = 1;
   Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);

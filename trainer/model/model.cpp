@@ -87,6 +87,10 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   if (o.seq_len == 0) o.seq_len = m.seq_len;
   LT_CHECK(o.stage.chunks == 1 || (o.stage.chunks > 1 && o.stage.chunk_blocks() >= 1), "{} chunks of {} blocks",
            o.stage.chunks, o.stage.chunk_blocks());
+  LT_CHECK(!o.split_backward || (o.checkpointing == ActivationCheckpointing::none && !o.external_grads &&
+                                 !o.external_params && !(o.sequence_parallel && tp_size > 1) && o.kv_cache_tokens == 0),
+           "a split backward with activation checkpointing, external gradients/parameters, sequence parallelism or "
+           "a KV cache");
   // Virtual chunks (the interleaved schedule): the recipe check refuses ZeRO 2/3 and sequence
   // parallelism with pp > 1, and generation needs the whole model.
   LT_CHECK(o.stage.chunks == 1 ||
@@ -381,6 +385,9 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({nl, d}));
     if (!full_ckpt)
       for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts(selective ? kProducts : kAll));
+    if (options.split_backward)
+      for (int l = 0; l < layers; ++l)
+        s.grads.push_back({a.take({nl, d}), a.take({n, fc}), a.take({nl, d}), a.take({n, qkv})});
     if (head_slot) {
       s.lnf = a.take({n, d});
       if (!z.llama) s.lnf_mean = a.take({nl});
@@ -744,6 +751,47 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int c
 }
 
 Tensor Model::stage_input_grad() const { return work_->input_grad; }
+
+void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale, int chunk) {
+  LT_CHECK(options_.split_backward, "stage_backward_input on a model built without split_backward");
+  Slot& s = slot_at(slot, chunk);
+  const StageLayout& st = options_.stage;
+  const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
+  const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
+  Work& w = *work_;
+  if (head) {
+    LT_CHECK(s.has_targets, "backward of a forward without targets");
+    head_backward(s, loss_scale, true);
+  } else {
+    LT_CHECK(grad_output.defined() && grad_output.numel() == n * d, "stage grad_output {} for {} tokens",
+             grad_output.shape.str(), n);
+    kernels::copy(w.dres.flat(0, n * d), grad_output.view({n * d}));
+  }
+  const int layers = st.chunk_blocks(), first = chunk * layers;
+  for (int l = layers - 1; l >= 0; --l)
+    block_backward(first + l, s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq, &s.grads[size_t(l)]);
+  if (embedding) embed_backward(s);  // the embedding has no input gradient: all of it is here
+  w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+}
+
+void Model::stage_backward_weight(int slot, int chunk) {
+  LT_CHECK(options_.split_backward, "stage_backward_weight on a model built without split_backward");
+  Slot& s = slot_at(slot, chunk);
+  const StageLayout& st = options_.stage;
+  const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
+  if (head) {
+    head_backward_weight(s);
+    if (grad_ready_) grad_ready_(ParamPlace::head, -1);
+  }
+  const int layers = st.chunk_blocks(), first = chunk * layers;
+  for (int l = layers - 1; l >= 0; --l) {
+    block_backward_weight(first + l, s.layers[size_t(l)], s.grads[size_t(l)], s.batch, s.seq);
+    if (grad_ready_) grad_ready_(ParamPlace::block, st.layer(first + l));
+  }
+  // The embedding's gradient was complete after the input half; it is reported here, in the
+  // grad-ready order (after the blocks).
+  if (embedding && grad_ready_) grad_ready_(ParamPlace::embedding, -1);
+}
 
 Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
   LayerActs a = work_->recompute;  // the element-wise results, shared by every layer and slot

@@ -109,6 +109,11 @@ struct ModelOptions {
   // reduce-scatters after the row-parallel ones replace the all-reduces (parallel/tensor_parallel.h).
   // Needs the whole model on this stage and micro_batch·seq_len divisible by tp.
   bool sequence_parallel = false;
+  // Zero-bubble pipeline schedules: backward runs as stage_backward_input then
+  // stage_backward_weight, and each slot keeps the linears' output gradients in between. Needs
+  // every activation kept (no checkpointing), gradients and parameters of its own, no sequence
+  // parallelism.
+  bool split_backward = false;
 };
 
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
@@ -247,6 +252,13 @@ class Model {
   // embedding in chunk 0).
   void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale, int chunk = 0);
   kernels::Tensor stage_input_grad() const;  // [B, T, hidden] of the last backward, for the previous stage
+  // options.split_backward: stage_backward in two. The input half computes stage_input_grad(), the
+  // norms' and the embedding's gradients, and keeps each linear's output gradient in the slot; the
+  // weight half accumulates the linears' weight (and bias) gradients from them and fires the
+  // grad-ready hook. Weight halves must run in the order of the input halves per chunk (the
+  // pipeline's ascending micro-batches); the slot is busy until its weight half.
+  void stage_backward_input(int slot, kernels::Tensor grad_output, float loss_scale, int chunk = 0);
+  void stage_backward_weight(int slot, int chunk = 0);
 
   // Bytes of the activation buffers (all slots, the backward's work buffers and a KV cache), for
   // memory reports; model_memory_plan() gives the same number without building a model.
@@ -287,6 +299,7 @@ class Model {
   struct BlockWeights;
   struct EndWeights;
   struct LayerActs;
+  struct LayerGrads;
   struct Slot;
   struct Work;
   struct Cache;
@@ -318,14 +331,18 @@ class Model {
   void embed_backward(Slot& s);
   void block_forward(int layer, LayerActs& a, kernels::Tensor x, kernels::Tensor out, int b, int t, bool recompute,
                      int64_t position, const Cache* cache);
-  void block_backward(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
+  // The input-gradient half of a block's backward when `keep` is given (the linears' output
+  // gradients go there), else the whole backward; block_backward_weight is the other half.
+  void block_backward(int layer, LayerActs& a, kernels::Tensor x, int b, int t, const LayerGrads* keep = nullptr);
+  void block_backward_weight(int layer, const LayerActs& a, const LayerGrads& kept, int b, int t);
   // Selective recomputation: a layer's kept products with the shared element-wise buffers, and
   // the element-wise results (norms, MLP activation) recomputed from the block input and the kept
   // products, before the block's backward.
   LayerActs selective_acts(const LayerActs& kept) const;
   void block_recompute_elementwise(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
   void head_forward(Slot& s);
-  void head_backward(Slot& s, float loss_scale);
+  void head_backward(Slot& s, float loss_scale, bool split = false);  // split: without the head's weight
+  void head_backward_weight(Slot& s);
   void require_whole_model(const char* what) const;
   void require_tp1(const char* what) const;
   // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a
