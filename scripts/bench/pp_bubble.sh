@@ -4,8 +4,9 @@
 # schedule (TrainStep::idle_fraction, logged at the end of a run), next to the schedule's formula
 # (p − 1)/(m + p − 1) of the stage-time (for GPipe and 1F1B it holds for any forward:backward time
 # ratio, as long as every micro-batch takes the same time); interleaved with two virtual chunks per
-# stage (one block each), (p − 1)/(v·m + p − 1). The zero-bubble schedule is not supported yet and
-# is listed as such.
+# stage (one block each), (p − 1)/(v·m + p − 1); zero_bubble (ZB-H1), (p − 1)/(3m + p − 1), which
+# assumes forward, input-gradient and weight-gradient work take equal time (next to 1F1B's
+# (p − 1)/(m + p − 1) with backward = 2 forwards: a third of 1F1B's idle time).
 #
 #   scripts/bench/pp_bubble.sh [STEPS]      (default 30 steps; build/llmtrain must exist)
 set -euo pipefail
@@ -29,7 +30,7 @@ common=(--set data.train=data/train --set data.valid=data/valid --set train.step
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "recipes/tiny.yaml at hidden 256 (4 layers, 2 per stage), pp 2, micro_batch 2, $steps steps"
 printf '%-12s %3s %10s %10s %10s %10s %8s\n' schedule m formula measured "stage 0" "stage 1" ratio
-for schedule in gpipe 1f1b interleaved; do
+for schedule in gpipe 1f1b interleaved zero_bubble; do
   v=1
   [[ $schedule == interleaved ]] && v=2
   for m in 2 4 8; do
@@ -43,10 +44,9 @@ import re, sys
 schedule, m, line, v = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 stages = [float(x) for x in re.findall(r"stage \d+ ([0-9.]+)%", line)]
 mean = float(re.search(r"mean ([0-9.]+)%", line).group(1))
-formula = 100.0 * (2 - 1) / (v * m + 2 - 1)
+formula = 100.0 * (2 - 1) / ((3 if schedule == "zero_bubble" else v) * m + 2 - 1)
 print(f"{schedule:<12} {m:3d} {formula:9.1f}% {mean:9.1f}% {stages[0]:9.1f}% {stages[1]:9.1f}% {mean / formula:8.2f}")
 PY
   done
 done
-printf '%-12s %3s %s\n' zero_bubble - "not supported yet"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
