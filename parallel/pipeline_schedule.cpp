@@ -345,11 +345,8 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
       case K::backward:
       case K::backward_input:
         if (!s.forward) return problem(i, op, "backward before its forward");
-        if (s.backward++ || s.backward_input) return problem(i, op, "backwarded twice");
-        if (op.kind == K::backward_input) {
-          s.backward = 0;
-          s.backward_input = 1;
-        }
+        if (s.backward || s.backward_input) return problem(i, op, "backwarded twice");
+        ++(op.kind == K::backward ? s.backward : s.backward_input);
         if (!last && !s.recv_grad) return problem(i, op, "backward without a receive of its output gradient before it");
         break;
       case K::backward_weight:
