@@ -3,7 +3,7 @@
 # stages, the tied embedding's gradient exchange between the first and the last stage, the loss
 # broadcast from the last stage, pipelined evaluation): GPT-2 (tied embeddings) with 8 layers on
 # fortunes at pp 2 and pp 4 with gpipe, 1f1b, interleaved (two virtual chunks per stage) and
-# zero_bubble (ZB-H1, also at tp 2 × pp 2 × dp 2), pp 4
+# zero_bubble (ZB-H1; both also at tp 2 × pp 2 × dp 2), pp 4
 # split unevenly (parallel.pp_layers 1, 3, 3, 1), and tp 2 × pp 2 × dp 2 = 8 ranks, trains to the
 # losses (relative difference ≤ 1e-5 per step over 20 steps), the validation losses and the final
 # parameters (gathered from the checkpoint's slices, ‖a − b‖ / ‖b‖ ≤ 1e-5) of pp 1; a checkpoint
@@ -85,7 +85,8 @@ expect_status 0
 # tp × pp × dp and the schedule.
 # tp × pp × dp, the schedule, and an uneven split (parallel.pp_layers) or - for the even one.
 for cfg in "1 2 1 gpipe -" "1 2 1 1f1b -" "1 4 1 gpipe -" "1 4 1 1f1b -" "2 2 2 1f1b -" "1 4 1 1f1b 1,3,3,1" \
-  "1 2 1 interleaved -" "1 4 1 interleaved -" "1 2 1 zero_bubble -" "1 4 1 zero_bubble -" "2 2 2 zero_bubble -"; do
+  "1 2 1 interleaved -" "1 4 1 interleaved -" "1 2 1 zero_bubble -" "1 4 1 zero_bubble -" \
+  "2 2 2 interleaved -" "2 2 2 zero_bubble -"; do
   set -- $cfg
   name=tp$1-pp$2-dp$3-$4$([[ $5 != - ]] && echo "-layers${5//,/-}")
   split=()
