@@ -88,22 +88,36 @@ void print_pipeline(const Recipe& r) {
   std::vector<std::string> kept, blocks;
   for (int s = 0; s < p; ++s) {
     kept.push_back(fmt::format("{}", parallel::max_in_flight(lists[size_t(s)])));
-    const trainer::StageLayout st = trainer::pipeline_stage_layout(r.model, s, p, r.parallel.pp_layers);
-    blocks.push_back(fmt::format("{}", st.layer_end - st.layer_begin));
+    const trainer::StageLayout st = v > 1 ? trainer::pipeline_stage_layout(r.model, s, p, v)
+                                          : trainer::pipeline_stage_layout(r.model, s, p, r.parallel.pp_layers);
+    blocks.push_back(v > 1 ? fmt::format("{}×{}", v, st.chunk_blocks()) : fmt::format("{}", st.blocks()));
   }
   std::printf(
-      "pipeline: %s, %d stages holding %s blocks, %d micro-batches per step; micro-batches whose activations each "
+      "pipeline: %s, %d stages holding %s blocks, %d micro-batches per step; micro-batches%s whose activations each "
       "stage keeps: %s\n",
-      to_string(r.parallel.pp_schedule), p, join(blocks, ", ").c_str(), m, join(kept, ", ").c_str());
+      to_string(r.parallel.pp_schedule), p, join(blocks, ", ").c_str(), m, v > 1 ? " (× chunks)" : "",
+      join(kept, ", ").c_str());
   const parallel::Timeline timeline = parallel::schedule_timeline(lists, m, v);
   if (timeline.slots() <= 64) {
     std::printf("pipeline timeline (one column per unit of forward or backward work, . idle):\n%s",
                 parallel::format_timeline(timeline).c_str());
   }
-  std::printf(
-      "pipeline bubble: %.1f%% of the step's stage-time idle = (p − 1)/(m + p − 1) with p %d, m %d "
-      "((p − 1)/m = %.1f%% of the ideal time)\n",
-      100.0 * timeline.bubble_fraction(), p, m, 100.0 * (p - 1) / m);
+  if (r.parallel.pp_schedule == PipelineSchedule::zero_bubble)
+    std::printf(
+        "pipeline bubble: %.1f%% of the step's stage-time idle = (p − 1)/(3m + p − 1) with p %d, m %d, forward, "
+        "input-gradient and weight-gradient work one unit each (ZB-H1: (p − 1)(F + I − W) idle per stage; 1F1B's "
+        "3(p − 1) would be %.1f%%)\n",
+        100.0 * timeline.bubble_fraction(), p, m, 100.0 * 3 * (p - 1) / (3 * m + 3 * (p - 1)));
+  else if (v > 1)
+    std::printf(
+        "pipeline bubble: %.1f%% of the step's stage-time idle; (p − 1)/(v·m + p − 1) = %.1f%% with p %d, v %d, m %d "
+        "((p − 1)/(v·m) = %.1f%% of the ideal time)\n",
+        100.0 * timeline.bubble_fraction(), 100.0 * (p - 1) / (v * m + p - 1), p, v, m, 100.0 * (p - 1) / (v * m));
+  else
+    std::printf(
+        "pipeline bubble: %.1f%% of the step's stage-time idle = (p − 1)/(m + p − 1) with p %d, m %d "
+        "((p − 1)/m = %.1f%% of the ideal time)\n",
+        100.0 * timeline.bubble_fraction(), p, m, 100.0 * (p - 1) / m);
 }
 
 void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {

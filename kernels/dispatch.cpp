@@ -453,4 +453,12 @@ void scale(Tensor x, float s) {
   LT_DISPATCH(scale, scale(x, s), &x);
 }
 
+void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
+  const int64_t i = cols(din), n = rows(din), o = weight.numel() / (i ? i : 1);
+  expect_f32("linear_backward_input", "din", din, n * i);
+  expect_f32("linear_backward_input", "weight", weight, o * i);
+  expect_f32("linear_backward_input", "dout", dout, n * o);
+  LT_DISPATCH(linear_backward_input, linear_backward_input(din, dout, weight), &din, &dout, &weight);
+}
+
 }  // namespace llmtrain::kernels

@@ -72,6 +72,9 @@ void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
 // din [N, I] = dout · weight (skipped when din is absent); dweight += doutᵀ · in; dbias += Σ rows
 // of dout (when present).
 void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight);
+// din [N, I] = dout [N, O] · weight [O, I] only: a backward split in two (zero-bubble pipeline
+// schedules) computes the weight gradient later, with linear_backward and an absent din.
+void linear_backward_input(Tensor din, Tensor dout, Tensor weight);
 
 // ---- activations (cpu/gelu.cpp, cpu/swiglu.cpp) --------------------------------------------
 

@@ -53,6 +53,14 @@ class DropOnUnwind {
 
 }  // namespace
 
+void PipelineStage::backward_input(int micro_batch, int chunk, Tensor) {
+  LT_CHECK(false, "this pipeline stage cannot split backward (I{} chunk {})", micro_batch, chunk);
+}
+
+void PipelineStage::backward_weight(int micro_batch, int chunk) {
+  LT_CHECK(false, "this pipeline stage cannot split backward (W{} chunk {})", micro_batch, chunk);
+}
+
 PipelineExecutor::ReceiveSlots PipelineExecutor::receive_slots(const std::vector<PipeOp>& ops) {
   ReceiveSlots out;
   out.slot.assign(ops.size(), -1);
@@ -63,10 +71,12 @@ PipelineExecutor::ReceiveSlots PipelineExecutor::receive_slots(const std::vector
     const std::pair<int, int> key{op.micro_batch, op.chunk};
     if (op.kind == K::recv_activation) out.slot[i] = act_slot[key] = take_slot(act_used);
     if (op.kind == K::recv_grad) out.slot[i] = grad_slot[key] = take_slot(grad_used);
-    if (op.kind == K::backward) {
+    // The input activation is given back after the micro-batch's last backward work (B or W), the
+    // output gradient after the backward that consumes it (B or I).
+    if (op.kind == K::backward || op.kind == K::backward_weight)
       if (auto it = act_slot.find(key); it != act_slot.end()) act_used[size_t(it->second)] = false;
+    if (op.kind == K::backward || op.kind == K::backward_input)
       if (auto it = grad_slot.find(key); it != grad_slot.end()) grad_used[size_t(it->second)] = false;
-    }
   }
   out.activation_buffers = int(act_used.size());
   out.grad_buffers = int(grad_used.size());
@@ -118,8 +128,11 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
         if (auto it = recv_act.find(key); it != recv_act.end()) p.wait_recv = it->second;
         break;
       case K::backward:
+      case K::backward_input:
         if (auto it = recv_grad.find(key); it != recv_grad.end()) p.wait_recv = it->second;
         if (auto it = send_act.find(key); it != send_act.end()) p.wait_send = it->second;
+        break;
+      case K::backward_weight:
         break;
       default:
         LT_CHECK(false, "the executor cannot run {} yet", to_string(op));
@@ -200,7 +213,8 @@ void PipelineExecutor::run() {
         pp_.progress();
         break;
       }
-      case K::backward: {
+      case K::backward:
+      case K::backward_input: {
         // The stage may now overwrite this micro-batch's output and its one input-gradient buffer.
         if (p.wait_send >= 0) wait_for(p.wait_send, &op);
         for (int g : grad_sends_pending_) wait_for(g, &op);
@@ -210,10 +224,17 @@ void PipelineExecutor::run() {
           wait_for(p.wait_recv, &op);
           grad_output = grad_bufs_[plan_[p.wait_recv].slot].tensor();
         }
-        stage_.backward(op.micro_batch, op.chunk, grad_output);
+        if (op.kind == K::backward)
+          stage_.backward(op.micro_batch, op.chunk, grad_output);
+        else
+          stage_.backward_input(op.micro_batch, op.chunk, grad_output);
         pp_.progress();
         break;
       }
+      case K::backward_weight:
+        stage_.backward_weight(op.micro_batch, op.chunk);
+        pp_.progress();
+        break;
       default:
         LT_CHECK(false, "the executor cannot run {} yet", to_string(op));
     }

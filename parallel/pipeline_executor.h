@@ -8,13 +8,15 @@
 //    sends them to s + 1; gradients go the other way.
 //  - Memory contract between executor and stage (no copies are made on either side):
 //      * the `input` passed to forward(mb, c) is an executor buffer that stays valid and unchanged
-//        until backward(mb, c) returns, so the stage may keep it as a saved activation;
-//      * `grad_output` passed to backward(mb, c) is valid only during that call;
+//        until backward(mb, c) (or backward_weight(mb, c) of a split backward) returns, so the
+//        stage may keep it as a saved activation;
+//      * `grad_output` passed to backward(mb, c) or backward_input(mb, c) is valid only during
+//        that call;
 //      * the tensor output(mb, c) returns must stay valid and unchanged until the executor calls
-//        backward(mb, c) (its send is waited for before that call);
+//        backward(mb, c) or backward_input(mb, c) (its send is waited for before that call);
 //      * the tensor input_grad(mb, c) returns must stay valid and unchanged until the executor's
-//        next backward call or the end of run() (its send is waited for before either), so one
-//        buffer for every micro-batch's input gradient is enough.
+//        next backward or backward_input call or the end of run() (its send is waited for before
+//        either), so one buffer for every micro-batch's input gradient is enough.
 //  - Receives are posted where the list puts them (one piece of work ahead of their use) and
 //    waited for just before their data is used; sends are posted right after their producer and
 //    waited for as late as the contract above allows; run() returns only after every send
@@ -54,11 +56,16 @@ class PipelineStage {
   // `grad_output` is undefined on the last stage, which computes the loss.
   virtual void forward(int micro_batch, int chunk, Tensor input) = 0;
   virtual void backward(int micro_batch, int chunk, Tensor grad_output) = 0;
+  // Zero-bubble schedules: backward split in two. backward_input computes what backward sends on
+  // (input_grad) and keeps what the weight gradients need; backward_weight then accumulates the
+  // micro-batch's weight gradients. A stage that cannot split refuses (the default).
+  virtual void backward_input(int micro_batch, int chunk, Tensor grad_output);
+  virtual void backward_weight(int micro_batch, int chunk);
   // Valid after forward(micro_batch, chunk): what is sent to the next stage (not called on the
   // last stage).
   virtual Tensor output(int micro_batch, int chunk) = 0;
-  // Valid after backward(micro_batch, chunk): what is sent to the previous stage (not called on
-  // the first stage).
+  // Valid after backward(micro_batch, chunk) or backward_input: what is sent to the previous stage
+  // (not called on the first stage).
   virtual Tensor input_grad(int micro_batch, int chunk) = 0;
 };
 

@@ -45,14 +45,15 @@ std::vector<PipeOp> with_communication(const std::vector<PipeOp>& compute, const
   auto recv_for = [&](const PipeOp& op) -> std::optional<PipeOp> {
     if (op.kind == K::forward && !first_virtual(spec.stage, op.chunk))
       return PipeOp{K::recv_activation, op.micro_batch, op.chunk};
-    if (op.kind == K::backward && !last_virtual(spec.stages, spec.chunks, spec.stage, op.chunk))
+    if ((op.kind == K::backward || op.kind == K::backward_input) &&
+        !last_virtual(spec.stages, spec.chunks, spec.stage, op.chunk))
       return PipeOp{K::recv_grad, op.micro_batch, op.chunk};
     return std::nullopt;
   };
   auto send_after = [&](const PipeOp& op) -> std::optional<PipeOp> {
     if (op.kind == K::forward && !last_virtual(spec.stages, spec.chunks, spec.stage, op.chunk))
       return PipeOp{K::send_activation, op.micro_batch, op.chunk};
-    if (op.kind == K::backward && !first_virtual(spec.stage, op.chunk))
+    if ((op.kind == K::backward || op.kind == K::backward_input) && !first_virtual(spec.stage, op.chunk))
       return PipeOp{K::send_grad, op.micro_batch, op.chunk};
     return std::nullopt;
   };
@@ -170,6 +171,78 @@ std::vector<PipeOp> one_f_one_b_schedule(const ScheduleSpec& spec) {
   return with_communication(compute, spec);
 }
 
+std::vector<PipeOp> interleaved_schedule(const ScheduleSpec& spec) {
+  check_spec(spec);
+  const int p = spec.stages, v = spec.chunks, m = spec.micro_batches;
+  LT_CHECK(m % p == 0, "the interleaved schedule needs micro-batches ({}) divisible by stages ({})", m, p);
+  // Megatron-LM's interleaved 1F1B: the k-th forward (and the k-th backward) of the stage is
+  // virtual micro-batch k of m · v. They come in groups of p · v: the first p are chunk 0 of p
+  // micro-batches, the next p chunk 1 of the same micro-batches, ...; backwards walk the chunks
+  // from the last. Warm-up forwards (p - s - 1) · 2 + (v - 1) · p of them (all of them when
+  // m == p), then one forward and one backward alternate, then the remaining backwards.
+  const int total = m * v, group = p * v;
+  auto virtual_op = [&](PipeOpKind kind, int k) {
+    const int in_group = k % group;
+    int chunk = in_group / p;
+    if (kind == K::backward) chunk = v - 1 - chunk;
+    return PipeOp{kind, (k / group) * p + in_group % p, chunk};
+  };
+  const int warmup = m == p ? total : std::min((p - spec.stage - 1) * 2 + (v - 1) * p, total);
+  std::vector<PipeOp> compute;
+  for (int k = 0; k < warmup; ++k) compute.push_back(virtual_op(K::forward, k));
+  for (int k = 0; k < total - warmup; ++k) {
+    compute.push_back(virtual_op(K::forward, warmup + k));
+    compute.push_back(virtual_op(K::backward, k));
+  }
+  for (int k = total - warmup; k < total; ++k) compute.push_back(virtual_op(K::backward, k));
+  return with_communication(compute, spec);
+}
+
+std::vector<PipeOp> zero_bubble_schedule(const ScheduleSpec& spec) {
+  check_spec(spec);
+  LT_CHECK(spec.chunks == 1, "ZB-H1 has one chunk per stage, not {}", spec.chunks);
+  const int p = spec.stages, m = spec.micro_batches;
+  // Every stage in unit time (F, I and W one unit each, communication none), greedily: the next
+  // input gradient as soon as its output gradient is there (it is on the critical path), else the
+  // next forward while fewer than p - s micro-batches wait for their I (1F1B's bound) and fewer
+  // than 2p - 1 - s wait for their W (ZB-H1 lets stage s defer W by p - 1 - s micro-batches, so
+  // that the first stages fill the tail of the step with them), else the oldest deferred weight
+  // gradient, else idle. Stage s's list is its order of work. A micro-batch keeps its activations
+  // until its W: stage s keeps up to 2p - 1 - s of them (1F1B: p - s).
+  std::vector<std::vector<int>> f_done(size_t(p), std::vector<int>(size_t(m), -1));
+  std::vector<std::vector<int>> i_done = f_done;
+  std::vector<int> next_f(size_t(p), 0), next_i(size_t(p), 0), next_w(size_t(p), 0);
+  std::vector<std::vector<PipeOp>> order(static_cast<size_t>(p));
+  for (int t = 0, finished = 0; finished < p; ++t) {
+    // Decide every stage's work at t from what finished by t (end times of earlier slots).
+    std::vector<std::optional<PipeOp>> pick(static_cast<size_t>(p));
+    for (int st = 0; st < p; ++st) {
+      const size_t u = size_t(st);
+      const int fi = next_f[u], ii = next_i[u], wi = next_w[u];
+      const bool i_ready = ii < fi && (st == p - 1 ? f_done[u][size_t(ii)] >= 0 && f_done[u][size_t(ii)] <= t
+                                                   : i_done[u + 1][size_t(ii)] >= 0 && i_done[u + 1][size_t(ii)] <= t);
+      const bool f_ready = fi < m && fi - ii < p - st && fi - wi < 2 * p - 1 - st &&
+                           (st == 0 || (f_done[u - 1][size_t(fi)] >= 0 && f_done[u - 1][size_t(fi)] <= t));
+      if (i_ready)
+        pick[u] = PipeOp{K::backward_input, ii};
+      else if (f_ready)
+        pick[u] = PipeOp{K::forward, fi};
+      else if (wi < ii)
+        pick[u] = PipeOp{K::backward_weight, wi};
+    }
+    for (int st = 0; st < p; ++st) {
+      const size_t u = size_t(st);
+      if (!pick[u]) continue;
+      const PipeOp op = *pick[u];
+      order[u].push_back(op);
+      if (op.kind == K::forward) f_done[u][size_t(next_f[u]++)] = t + 1;
+      if (op.kind == K::backward_input) i_done[u][size_t(next_i[u]++)] = t + 1;
+      if (op.kind == K::backward_weight && ++next_w[u] == m) ++finished;
+    }
+  }
+  return with_communication(order[size_t(spec.stage)], spec);
+}
+
 std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spec) {
   check_spec(spec);
   if (spec.stages == 1 && spec.chunks == 1) return one_stage_schedule(spec.micro_batches);
@@ -179,7 +252,14 @@ std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spe
     case PipelineSchedule::one_f_one_b:
       return one_f_one_b_schedule(spec);
     case PipelineSchedule::interleaved:
+      if (spec.micro_batches % spec.stages != 0)
+        throw Error(fmt::format("the interleaved schedule needs micro-batches per step ({}) divisible by pp {}",
+                                spec.micro_batches, spec.stages),
+                    "raise train.global_batch or change train.micro_batch so that the micro-batch count is a "
+                    "multiple of pp");
+      return interleaved_schedule(spec);
     case PipelineSchedule::zero_bubble:
+      if (spec.chunks == 1) return zero_bubble_schedule(spec);
       break;
   }
   throw Error(fmt::format("not supported yet: the {} pipeline schedule ({} stages, {} virtual chunks each)",
@@ -201,7 +281,18 @@ int max_in_flight(const std::vector<PipeOp>& ops) {
   int alive = 0, most = 0;
   for (const PipeOp& op : ops) {
     if (op.kind == K::forward) most = std::max(most, ++alive);
-    if (op.kind == K::backward) --alive;
+    if (op.kind == K::backward || op.kind == K::backward_weight) --alive;
+  }
+  return most;
+}
+
+int max_in_flight_per_chunk(const std::vector<PipeOp>& ops) {
+  std::vector<int> alive;
+  int most = 0;
+  for (const PipeOp& op : ops) {
+    if (op.chunk >= int(alive.size())) alive.resize(size_t(op.chunk) + 1, 0);
+    if (op.kind == K::forward) most = std::max(most, ++alive[size_t(op.chunk)]);
+    if (op.kind == K::backward || op.kind == K::backward_weight) --alive[size_t(op.chunk)];
   }
   return most;
 }
@@ -216,6 +307,7 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
   // How often each (micro-batch, chunk) was seen as each kind so far.
   struct Seen {
     int forward = 0, backward = 0, send_activation = 0, recv_activation = 0, send_grad = 0, recv_grad = 0;
+    int backward_input = 0, backward_weight = 0;
   };
   std::vector<Seen> seen(n);
   auto problem = [&](size_t i, const PipeOp& op, std::string_view what) {
@@ -223,8 +315,6 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
   };
   for (size_t i = 0; i < ops.size(); ++i) {
     const PipeOp& op = ops[i];
-    if (op.kind == K::backward_input || op.kind == K::backward_weight)
-      return problem(i, op, "zero-bubble ops (split backward) are not supported yet");
     if (op.micro_batch < 0 || op.micro_batch >= spec.micro_batches)
       return problem(i, op, fmt::format("micro-batch outside [0, {})", spec.micro_batches));
     if (op.chunk < 0 || op.chunk >= spec.chunks)
@@ -250,16 +340,22 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
       case K::recv_grad:
         if (last) return problem(i, op, "the last stage has no next stage to receive from");
         if (s.recv_grad++) return problem(i, op, "received twice");
-        if (s.backward) return problem(i, op, "received after its backward");
+        if (s.backward || s.backward_input) return problem(i, op, "received after its backward");
         break;
       case K::backward:
+      case K::backward_input:
         if (!s.forward) return problem(i, op, "backward before its forward");
-        if (s.backward++) return problem(i, op, "backwarded twice");
+        if (s.backward || s.backward_input) return problem(i, op, "backwarded twice");
+        ++(op.kind == K::backward ? s.backward : s.backward_input);
         if (!last && !s.recv_grad) return problem(i, op, "backward without a receive of its output gradient before it");
+        break;
+      case K::backward_weight:
+        if (!s.backward_input) return problem(i, op, "weight gradient before its input gradient");
+        if (s.backward_weight++) return problem(i, op, "weight gradient twice");
         break;
       case K::send_grad:
         if (first) return problem(i, op, "the first stage has no previous stage to send to");
-        if (!s.backward) return problem(i, op, "sent before its backward");
+        if (!s.backward && !s.backward_input) return problem(i, op, "sent before its backward");
         if (s.send_grad++) return problem(i, op, "sent twice");
         break;
       default:
@@ -275,7 +371,8 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
       return fmt::format("stage {}: micro-batch {} chunk {} is never {}", spec.stage, f.micro_batch, f.chunk, what);
     };
     if (!s.forward) return missing("forwarded");
-    if (!s.backward) return missing("backwarded");
+    if (!s.backward && !s.backward_input) return missing("backwarded");
+    if (s.backward_input && !s.backward_weight) return missing("given its weight gradient");
     if (!last && !s.send_activation) return missing("sent on (activation)");
     if (!first && !s.send_grad) return missing("sent back (gradient)");
   }
@@ -357,7 +454,7 @@ Simulation simulate(const std::vector<std::vector<PipeOp>>& lists) {
       if (op.kind == K::send_grad) grad_sends.push_back(int(i));
       if (op.kind == K::forward) {
         if (int r = find(K::recv_activation, op); r >= 0) deps[s][i].push_back(r);
-      } else if (op.kind == K::backward) {
+      } else if (op.kind == K::backward || op.kind == K::backward_input) {
         if (int r = find(K::recv_grad, op); r >= 0) deps[s][i].push_back(r);
         if (int a = find(K::send_activation, op); a >= 0) deps[s][i].push_back(a);
         deps[s][i].insert(deps[s][i].end(), grad_sends.begin(), grad_sends.end());

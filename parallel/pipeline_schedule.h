@@ -36,11 +36,10 @@ enum class PipeOpKind : uint8_t {
   recv_activation,  // "recvA3": the forward's input from the previous stage
   send_grad,        // "sendG3": the backward's input gradient to the previous stage
   recv_grad,        // "recvG3": the backward's output gradient from the next stage
-  // Reserved for zero-bubble schedules (ZB-H1): backward split into the input gradient (sent on at
-  // once) and the weight gradient (deferred into bubbles). No generator emits them yet and the
-  // checker and executor refuse them.
-  backward_input,   // "I3"
-  backward_weight,  // "W3"
+  // Zero-bubble schedules (ZB-H1): backward split into the input gradient (sent on at once) and
+  // the weight gradient (deferred into bubbles). A micro-batch has either B or I then W.
+  backward_input,   // "I3": the gradient of the stage's input (and what W needs of it)
+  backward_weight,  // "W3": the weight gradients of the micro-batch
 };
 
 struct PipeOp {
@@ -73,28 +72,43 @@ struct ScheduleSpec {
   int chunks = 1;         // virtual chunks per stage (parallel.virtual_stages)
 };
 
-// Generators. Bad inputs (stages < 1, stage outside [0, stages), micro_batches < 1, chunks != 1)
-// are bugs of the caller: the recipe check refuses every layout that could produce them.
+// Generators. Bad inputs (stages < 1, stage outside [0, stages), micro_batches < 1, chunks != 1
+// for all but the interleaved one) are bugs of the caller: the recipe check refuses every layout that could produce
+// them.
 std::vector<PipeOp> one_stage_schedule(int micro_batches);           // F0 B0 F1 B1 ...
 std::vector<PipeOp> gpipe_schedule(const ScheduleSpec& spec);        // all forwards, then all backwards
 std::vector<PipeOp> one_f_one_b_schedule(const ScheduleSpec& spec);  // Megatron's non-interleaved 1F1B
+// Megatron's interleaved 1F1B over spec.chunks virtual chunks per stage (virtual stage c · stages +
+// s on stage s); micro_batches must be divisible by stages (as Megatron requires).
+std::vector<PipeOp> interleaved_schedule(const ScheduleSpec& spec);
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023): 1F1B's order of forwards and input
+// gradients (I; at most stages - stage micro-batches between F and I, as 1F1B between F and B),
+// and the weight gradients (W) deferred into the slots where the stage would wait, by up to
+// stages - 1 - stage micro-batches; W in ascending micro-batch order. With F, I and W of equal
+// time the bubble is (p - 1)/(3m + p - 1) of the stage-time, a third of 1F1B's 3(p - 1) idle units.
+std::vector<PipeOp> zero_bubble_schedule(const ScheduleSpec& spec);
 
 // The recipe's schedule for one stage. With one stage and one chunk every kind gives the one-stage
-// list; `interleaved` and `zero_bubble` otherwise throw llmtrain::Error ("not supported yet").
+// list; `interleaved` throws llmtrain::Error when micro_batches is not a multiple of stages, and
+// `zero_bubble` with chunks > 1 throws one ("not supported yet").
 std::vector<PipeOp> make_schedule(PipelineSchedule kind, const ScheduleSpec& spec);
 // Every stage's list (spec.stage is ignored): what the checker and the timeline take.
 std::vector<std::vector<PipeOp>> make_schedules(PipelineSchedule kind, const ScheduleSpec& spec);
 
-// The most (micro-batch, chunk) pairs forwarded and not yet backwarded at any point of the list:
+// The most (micro-batch, chunk) pairs forwarded and not yet backwarded (B, or W after I) at any
+// point of the list:
 // how many micro-batches' activations the stage keeps at once (1F1B: min(stages - stage,
 // micro_batches); GPipe: micro_batches).
 int max_in_flight(const std::vector<PipeOp>& ops);
+// The same counted per chunk, the most of any chunk: how many activation slots each chunk of the
+// stage needs (equal to max_in_flight with one chunk).
+int max_in_flight_per_chunk(const std::vector<PipeOp>& ops);
 
 // Checkers: "" when valid, otherwise the first problem found, naming the stage and the op.
 // One stage's list: every (micro-batch, chunk) forwarded exactly once and backwarded exactly once
 // after it; exactly one receive before each forward/backward that needs data from another stage
 // and one send after each that produces data for one; no communication where there is no peer;
-// micro-batches and chunks in range; no zero-bubble ops (not supported yet).
+// micro-batches and chunks in range; a split backward's W after its I.
 std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleSpec& spec);
 // Every stage's list (lists[s] for stage s): each as above, sends of stage s matching the receives
 // of its peer in the same order, and no deadlock when run as the executor runs them (receives and
@@ -103,8 +117,8 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
 // only once its receive is posted).
 std::string check_schedule(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks = 1);
 
-// Where the work of every stage falls in time when forward and backward each take one unit and
-// communication takes none: rows[s][t] is the op stage s computes in slot t, or nothing (idle).
+// Where the work of every stage falls in time when forward and backward (or each of I and W)
+// take one unit and communication takes none: rows[s][t] is the op stage s computes in slot t, or nothing (idle).
 // Slot 0 is the first slot in which any stage works; the last slot is the last in which any does.
 struct Timeline {
   std::vector<std::vector<std::optional<PipeOp>>> rows;

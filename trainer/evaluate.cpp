@@ -22,19 +22,24 @@ double pipelined_loss_sum(Model& model, MicroBatchReader& valid, int batches, in
     for (int m = 0; m < micro_batches; ++m) {
       const MicroBatch mb = valid.read(int64_t(b) * global_batch, m);
       const int64_t rows = mb.tokens.shape[0], cols = mb.tokens.shape[1];
-      kernels::Tensor in;
-      if (!st.has_embedding) {
-        in = input.tensor().flat(0, rows * cols * hidden).view({rows, cols, hidden});
-        pp.recv(in, pp.rank() - 1, kEvalActivationTag);
-      }
-      model.stage_forward(0, mb, in);
-      parallel::beat_progress();  // a long evaluation is not a hang (parallel/progress.h)
-      if (!st.has_head) {
-        pp.send(model.stage_output(0), pp.rank() + 1, kEvalActivationTag);
-      } else {
-        float loss = 0;
-        kernels::copy(kernels::host_tensor(&loss, {1}), model.loss(0));
-        sum += loss;
+      // Virtual chunks (the interleaved schedule): the micro-batch passes every stage once per
+      // chunk, chunk 0 of the first stage to the last chunk of the last stage, around the ring.
+      for (int c = 0; c < st.chunks; ++c) {
+        const bool first = st.has_embedding && c == 0, last = st.has_head && c == st.chunks - 1;
+        kernels::Tensor in;
+        if (!first) {
+          in = input.tensor().flat(0, rows * cols * hidden).view({rows, cols, hidden});
+          pp.recv(in, (pp.rank() + pp.size() - 1) % pp.size(), kEvalActivationTag);
+        }
+        model.stage_forward(0, mb, in, c);
+        parallel::beat_progress();  // a long evaluation is not a hang (parallel/progress.h)
+        if (!last) {
+          pp.send(model.stage_output(0, c), (pp.rank() + 1) % pp.size(), kEvalActivationTag);
+        } else {
+          float loss = 0;
+          kernels::copy(kernels::host_tensor(&loss, {1}), model.loss(0));
+          sum += loss;
+        }
       }
     }
   return sum;

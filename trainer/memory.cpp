@@ -25,13 +25,12 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   std::vector<parallel::PipeOp> schedule;
   try {
     schedule = step_schedule(r, coord.pp, r.grad_accum_steps());
-  } catch (const Error&) {
+  } catch (const Error& e) {
     Recipe one_f_one_b = r;
     one_f_one_b.parallel.pp_schedule = PipelineSchedule::one_f_one_b;
     one_f_one_b.parallel.virtual_stages = 1;
     schedule = step_schedule(one_f_one_b, coord.pp, r.grad_accum_steps());
-    out.notes.push_back(fmt::format("activations as with 1f1b: parallel.pp_schedule {} is not supported yet",
-                                    to_string(r.parallel.pp_schedule)));
+    out.notes.push_back(fmt::format("activations as with 1f1b: {}", e.what()));
   }
   const ModelOptions mo = step_model_options(r, coord.pp, schedule);
   if (r.parallel.sequence_parallel && r.parallel.tp > 1 && !mo.sequence_parallel)

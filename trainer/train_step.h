@@ -66,8 +66,8 @@ struct StepOutcome {
 class TrainStep {
  public:
   // `model`, `batches` and `comms` must outlive the step. `schedule`: this stage's instruction list
-  // over the step's micro-batches (step_schedule); the model must have max_in_flight(schedule)
-  // activation slots.
+  // over the step's micro-batches (step_schedule); the model must have max_in_flight_per_chunk(schedule)
+  // activation slots (per chunk).
   TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
             std::vector<parallel::PipeOp> schedule);
   ~TrainStep();
@@ -124,7 +124,8 @@ class TrainStep {
 inline constexpr int kTiedGradTag = parallel::kPipelineTagBase - 1;
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
-// recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...).
+// recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...). Throws
+// llmtrain::Error for what is not supported yet (zero_bubble with activation checkpointing).
 std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches);
 
 // The bubble of the recipe's schedule over `micro_batches` micro-batches: idle stage-slots over all

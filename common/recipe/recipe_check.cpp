@@ -258,10 +258,14 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
   if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
-  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::interleaved)
-    out.push_back("parallel.pp_schedule: interleaved (virtual pipeline stages)");
-  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble)
-    out.push_back("parallel.pp_schedule: zero_bubble (ZB-H1: backward split into input and weight gradients)");
+  // ZB-H1's weight-gradient half reads the activations a recomputation would have recomputed into
+  // shared buffers long before.
+  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble &&
+      r.train.activation_checkpointing != ActivationCheckpointing::none)
+    out.push_back(
+        fmt::format("parallel.pp_schedule: zero_bubble with train.activation_checkpointing: {} (the split "
+                    "backward keeps every activation)",
+                    to_string(r.train.activation_checkpointing)));
   if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
     out.push_back(fmt::format("parallel.sequence_parallel with pipeline parallelism (parallel.pp {})", r.parallel.pp));
   return out;

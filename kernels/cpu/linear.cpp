@@ -47,4 +47,12 @@ void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tens
   if (dbias.defined()) column_sum_add(dbias.ptr<float>(), dy, n, o);
 }
 
+// The same product as linear_backward's din, so a split backward's input gradient is bitwise the
+// unsplit one's.
+void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
+  const int64_t k = din.shape[din.shape.rank() - 1], n = din.numel() / k, o = weight.numel() / k;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(n), blas_int(k), blas_int(o), 1.0f, dout.ptr<float>(),
+              blas_int(o), weight.ptr<float>(), blas_int(k), 0.0f, din.ptr<float>(), blas_int(k));
+}
+
 }  // namespace llmtrain::kernels::cpu

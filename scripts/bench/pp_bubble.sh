@@ -3,8 +3,10 @@
 # each schedule and m ∈ {2, 4, 8} micro-batches per step, the idle time each stage measured in the
 # schedule (TrainStep::idle_fraction, logged at the end of a run), next to the schedule's formula
 # (p − 1)/(m + p − 1) of the stage-time (for GPipe and 1F1B it holds for any forward:backward time
-# ratio, as long as every micro-batch takes the same time). The interleaved and zero-bubble
-# schedules are not supported yet and are listed as such.
+# ratio, as long as every micro-batch takes the same time); interleaved with two virtual chunks per
+# stage (one block each), (p − 1)/(v·m + p − 1); zero_bubble (ZB-H1), (p − 1)/(3m + p − 1), which
+# assumes forward, input-gradient and weight-gradient work take equal time (next to 1F1B's
+# (p − 1)/(m + p − 1) with backward = 2 forwards: a third of 1F1B's idle time).
 #
 #   scripts/bench/pp_bubble.sh [STEPS]      (default 30 steps; build/llmtrain must exist)
 set -euo pipefail
@@ -28,24 +30,23 @@ common=(--set data.train=data/train --set data.valid=data/valid --set train.step
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "recipes/tiny.yaml at hidden 256 (4 layers, 2 per stage), pp 2, micro_batch 2, $steps steps"
 printf '%-12s %3s %10s %10s %10s %10s %8s\n' schedule m formula measured "stage 0" "stage 1" ratio
-for schedule in gpipe 1f1b; do
+for schedule in gpipe 1f1b interleaved zero_bubble; do
+  v=1
+  [[ $schedule == interleaved ]] && v=2
   for m in 2 4 8; do
     name=$schedule-m$m
     mpi_run 900 2 "$llmtrain" run "$root/recipes/tiny.yaml" "${common[@]}" --set log.dir=$name \
-      --set parallel.pp_schedule=$schedule --set train.global_batch=$((2 * m)) >$name.log 2>&1 ||
-      { echo "$name failed:"; tail -5 $name.log; exit 1; }
+      --set parallel.pp_schedule=$schedule --set parallel.virtual_stages=$v --set train.global_batch=$((2 * m)) \
+      >$name.log 2>&1 || { echo "$name failed:"; tail -5 $name.log; exit 1; }
     line=$(grep -o 'pipeline idle time per stage (measured): .*' $name.log)
-    /usr/bin/python3 - "$schedule" "$m" "$line" <<'PY'
+    /usr/bin/python3 - "$schedule" "$m" "$line" "$v" <<'PY'
 import re, sys
-schedule, m, line = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+schedule, m, line, v = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 stages = [float(x) for x in re.findall(r"stage \d+ ([0-9.]+)%", line)]
 mean = float(re.search(r"mean ([0-9.]+)%", line).group(1))
-formula = 100.0 * (2 - 1) / (m + 2 - 1)
+formula = 100.0 * (2 - 1) / ((3 if schedule == "zero_bubble" else v) * m + 2 - 1)
 print(f"{schedule:<12} {m:3d} {formula:9.1f}% {mean:9.1f}% {stages[0]:9.1f}% {stages[1]:9.1f}% {mean / formula:8.2f}")
 PY
   done
-done
-for schedule in interleaved zero_bubble; do
-  printf '%-12s %3s %s\n' $schedule - "not supported yet"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -34,10 +34,10 @@ for np in 2 3; do
   expect_count 1 "1 error in the recipe"
 done
 
-run_np unsupported 2 run "$SRC/recipes/tiny.yaml" --set parallel.pp=2 --set parallel.pp_schedule=interleaved \
-  --set parallel.virtual_stages=2
+run_np unsupported 2 run "$SRC/recipes/tiny.yaml" --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble \
+  --set train.activation_checkpointing=full
 expect_status 2
-expect_count 1 "error: not supported yet: parallel.pp_schedule: interleaved (virtual pipeline stages)"
+expect_count 1 "error: not supported yet: parallel.pp_schedule: zero_bubble with train.activation_checkpointing: full"
 
 run_np unreadable-recipe 2 run nowhere.yaml
 expect_status 2

@@ -51,4 +51,27 @@ TEST(Linear, BackwardWithoutInputGradient) {
   run_case(oc, 599);
 }
 
+// A split backward (zero-bubble pipelines): linear_backward_input's din is bitwise linear_backward's,
+// and linear_backward without din then accumulates the same dweight.
+TEST(Linear, SplitBackwardIsTheWholeBackward) {
+  std::mt19937_64 rng(43);
+  const int64_t n = 13, in = 29, out = 17;
+  auto fill = [&](std::vector<float>& v, size_t size) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    v.resize(size);
+    for (float& x : v) x = u(rng);
+  };
+  std::vector<float> x, w, dy, dw_whole, dw_split, dx_whole(size_t(n * in)), dx_split(size_t(n * in));
+  fill(x, size_t(n * in)), fill(w, size_t(out * in)), fill(dy, size_t(n * out)), fill(dw_whole, size_t(out * in));
+  dw_split = dw_whole;
+  linear_backward(host_tensor(dx_whole.data(), {n, in}), host_tensor(dw_whole.data(), {out, in}), Tensor{},
+                  host_tensor(dy.data(), {n, out}), host_tensor(x.data(), {n, in}), host_tensor(w.data(), {out, in}));
+  linear_backward_input(host_tensor(dx_split.data(), {n, in}), host_tensor(dy.data(), {n, out}),
+                        host_tensor(w.data(), {out, in}));
+  linear_backward(Tensor{}, host_tensor(dw_split.data(), {out, in}), Tensor{}, host_tensor(dy.data(), {n, out}),
+                  host_tensor(x.data(), {n, in}), host_tensor(w.data(), {out, in}));
+  EXPECT_EQ(dx_split, dx_whole);
+  EXPECT_EQ(dw_split, dw_whole);
+}
+
 }  // namespace llmtrain::kernels::test

@@ -1,13 +1,12 @@
 // The pipeline executor across real ranks (stages = world size, stage = rank): a toy model whose
-// stage s computes y = a_s·x + b_s elementwise and the last stage the loss ½‖y‖², run with GPipe and
-// 1F1B for several micro-batch counts, two steps per executor. Every stage's recorded forward
-// inputs and input gradients must equal the values computed here directly (no pipeline) — exactly:
-// the constants and data are small dyadic numbers, so float arithmetic is exact. The toy stage
-// also enforces the executor's memory contract: it poisons a micro-batch's output at its backward,
-// overwrites one shared input-gradient buffer at every backward, and checks that the input it was
-// given is unchanged when its backward comes. Activations are 3000 floats (12 KB), above Open MPI's
-// shared-memory eager limit, so sends complete only once received. Every wait is bounded by the
-// world communicator's timeout (30 s in mpi_test_main.cpp): a schedule that deadlocks fails.
+// stage s computes y = a_s·x + b_s elementwise and the last stage the loss ½‖y‖², run with GPipe,
+// 1F1B and ZB-H1 (backward split into I and W) for several micro-batch counts, two steps per executor. Every stage's
+// recorded forward inputs and input gradients must equal the values computed here directly (no pipeline) — exactly: the
+// constants and data are small dyadic numbers, so float arithmetic is exact. The toy stage also enforces the executor's
+// memory contract: it poisons a micro-batch's output at its backward, overwrites one shared input-gradient buffer at
+// every backward, and checks that the input it was given is unchanged when its backward comes. Activations are 3000
+// floats (12 KB), above Open MPI's shared-memory eager limit, so sends complete only once received. Every wait is
+// bounded by the world communicator's timeout (30 s in mpi_test_main.cpp): a schedule that deadlocks fails.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,14 +67,32 @@ class ToyStage final : public PipelineStage {
 
   void backward(int mb, int chunk, Tensor grad_output) override {
     calls.push_back({PipeOpKind::backward, mb, chunk});
-    const bool last = s_ == p_ - 1;
-    EXPECT_EQ(grad_output.defined(), !last) << "stage " << s_ << " B" << mb;
+    input_gradient(mb, grad_output);
+  }
+  // ZB-H1: I is the whole backward of this toy (it has no weights); the input stays the stage's
+  // until W.
+  void backward_input(int mb, int chunk, Tensor grad_output) override {
+    calls.push_back({PipeOpKind::backward_input, mb, chunk});
+    input_gradient(mb, grad_output);
+  }
+  void backward_weight(int mb, int chunk) override {
+    calls.push_back({PipeOpKind::backward_weight, mb, chunk});
+    check_kept_input(mb);
+  }
+
+  void check_kept_input(int mb) {
     if (saved_[mb].defined()) {
       const float* kept = saved_[mb].ptr<float>();
       int64_t changed = 0;
       for (int64_t i = 0; i < kWidth; ++i) changed += kept[i] != inputs_[mb][i];
       EXPECT_EQ(changed, 0) << "stage " << s_ << ": the input of micro-batch " << mb << " changed before its backward";
     }
+  }
+
+  void input_gradient(int mb, Tensor grad_output) {
+    const bool last = s_ == p_ - 1;
+    EXPECT_EQ(grad_output.defined(), !last) << "stage " << s_ << " B" << mb;
+    check_kept_input(mb);
     // d(½‖y‖²)/dy = y on the last stage.
     const float* dy = last ? outputs_[mb].data() : grad_output.ptr<float>();
     if (!last) {
@@ -166,6 +183,12 @@ TEST(PipelineExecutorMpi, OneFOneBMatchesTheDirectComputation) {
   const int p = world().size();
   for (int m : {1, 2, p - 1, p, 2 * p + 1, 8})
     if (m >= 1) run_case(PipelineSchedule::one_f_one_b, m);
+}
+
+TEST(PipelineExecutorMpi, ZeroBubbleMatchesTheDirectComputation) {
+  const int p = world().size();
+  for (int m : {1, 2, p - 1, p, 2 * p + 1, 8})
+    if (m >= 1) run_case(PipelineSchedule::zero_bubble, m);
 }
 
 }  // namespace

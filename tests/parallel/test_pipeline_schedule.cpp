@@ -175,6 +175,102 @@ TEST(PipelineSchedule, BubbleFraction) {
       }
 }
 
+// Megatron's interleaved 1F1B at p 2, v 2, m 4, compute order written out from its rule: forwards
+// in groups of p · v virtual micro-batches (chunk 0 of micro-batches 0 and 1, then chunk 1 of the
+// same), backwards the same with the chunks reversed; stage s warms up with (p - s - 1) · 2 +
+// (v - 1) · p forwards.
+TEST(PipelineSchedule, InterleavedListsByHand) {
+  auto compute_of = [](const std::vector<PipeOp>& ops) {
+    std::vector<PipeOp> out;
+    for (const PipeOp& op : ops)
+      if (is_compute(op.kind)) out.push_back(op);
+    return format_ops(out);
+  };
+  auto l = make_schedules(PipelineSchedule::interleaved, {.stages = 2, .micro_batches = 4, .chunks = 2});
+  EXPECT_EQ(compute_of(l[0]), "F0 F1 F0c1 F1c1 F2 B0c1 F3 B1c1 F2c1 B0 F3c1 B1 B2c1 B3c1 B2 B3");
+  EXPECT_EQ(compute_of(l[1]), "F0 F1 F0c1 B0c1 F1c1 B1c1 F2 B0 F3 B1 F2c1 B2c1 F3c1 B3c1 B2 B3");
+  // Communication as for the other schedules: stage 0's chunk 1 receives from stage 1's chunk 0
+  // and the last virtual stage (stage 1, chunk 1) sends nothing on.
+  EXPECT_EQ(format_ops(l[1]),
+            "recvA0 recvA1 F0 sendA0 recvA0c1 F1 sendA1 F0c1 recvA1c1 B0c1 sendG0c1 F1c1 recvA2 B1c1 sendG1c1 recvG0 "
+            "F2 sendA2 recvA3 B0 sendG0 recvG1 F3 sendA3 recvA2c1 B1 sendG1 F2c1 recvA3c1 B2c1 sendG2c1 F3c1 recvG2 "
+            "B3c1 sendG3c1 recvG3 B2 sendG2 B3 sendG3");
+  // m == p: every forward is warm-up (as Megatron).
+  auto all = make_schedules(PipelineSchedule::interleaved, {.stages = 2, .micro_batches = 2, .chunks = 2});
+  EXPECT_EQ(compute_of(all[1]), "F0 F1 F0c1 F1c1 B0c1 B1c1 B0 B1");
+}
+
+// Every stage's list of every small interleaved layout: valid and deadlock-free, each chunk's
+// backwards in ascending micro-batch order, the in-flight bounds, and the unit-time bubble
+// (p - 1) / (v · m + p - 1), i.e. (p - 1) / (v · m) of the ideal time.
+TEST(PipelineSchedule, InterleavedEveryLayout) {
+  for (int p = 2; p <= 4; ++p)
+    for (int v = 2; v <= 3; ++v)
+      for (int m = p; m <= 3 * p; m += p) {
+        SCOPED_TRACE(fmt::format("p {} v {} m {}", p, v, m));
+        const ScheduleSpec spec{.stages = p, .micro_batches = m, .chunks = v};
+        auto lists = make_schedules(PipelineSchedule::interleaved, spec);
+        ASSERT_EQ(check_schedule(lists, m, v), "");
+        for (int s = 0; s < p; ++s) {
+          std::vector<int> next_backward(size_t(v), 0);
+          for (const PipeOp& op : lists[s])
+            if (op.kind == K::backward) {
+              EXPECT_EQ(op.micro_batch, next_backward[size_t(op.chunk)]++);
+            }
+          // Chunk 0 of the first p micro-batches and all but the last chunk of ... : at most
+          // (warm-up + 1) pairs alive, and per chunk never more than m.
+          const int warmup = m == p ? m * v : std::min((p - s - 1) * 2 + (v - 1) * p, m * v);
+          EXPECT_EQ(max_in_flight(lists[s]), std::min(warmup + 1, m * v)) << "stage " << s;
+          EXPECT_LE(max_in_flight_per_chunk(lists[s]), m);
+        }
+        const Timeline tl = schedule_timeline(lists, m, v);
+        EXPECT_DOUBLE_EQ(tl.bubble_fraction(), double(p - 1) / double(v * m + p - 1));
+      }
+}
+
+// ZB-H1 at p 2, m 3 (F, I and W one unit each): both stages defer W0 and W1 past the next
+// forward; stage 0 fills the slot where it waits for I2 with W0 and W1.
+TEST(PipelineSchedule, ZeroBubbleListsByHand) {
+  auto l = make_schedules(PipelineSchedule::zero_bubble, {.stages = 2, .micro_batches = 3});
+  EXPECT_EQ(format_ops(l[0]), "F0 sendA0 recvG0 F1 sendA1 I0 recvG1 F2 sendA2 I1 W0 recvG2 W1 I2 W2");
+  EXPECT_EQ(format_ops(l[1]), "recvA0 F0 recvA1 I0 sendG0 F1 I1 sendG1 recvA2 W0 F2 I2 sendG2 W1 W2");
+  const Timeline tl = schedule_timeline(l, 3);
+  EXPECT_EQ(format_timeline(tl),
+            "stage 0 | F0 F1 .  I0 F2 I1 W0 W1 I2 W2\n"
+            "stage 1 | .  F0 I0 F1 I1 W0 F2 I2 W1 W2\n"
+            "bubble 10.0% (2 of 20 stage-slots idle)\n");
+}
+
+// Every small ZB-H1 layout: valid and deadlock-free, I and W in ascending micro-batch order, at most
+// min(2p - 1 - s, m) micro-batches between F and W, and the bubble of F = I = W = 1:
+// (p - 1)/(3m + p - 1), a third of 1F1B's 3(p - 1) idle units for the same work.
+TEST(PipelineSchedule, ZeroBubbleEveryLayout) {
+  for (int p = 2; p <= 4; ++p)
+    for (int m = 1; m <= 8; ++m) {
+      SCOPED_TRACE(fmt::format("p {} m {}", p, m));
+      const ScheduleSpec spec{.stages = p, .micro_batches = m};
+      auto lists = make_schedules(PipelineSchedule::zero_bubble, spec);
+      ASSERT_EQ(check_schedule(lists, m), "");
+      for (int s = 0; s < p; ++s) {
+        int next_i = 0, next_w = 0;
+        for (const PipeOp& op : lists[s]) {
+          if (op.kind == K::backward_input) {
+            EXPECT_EQ(op.micro_batch, next_i++);
+          }
+          if (op.kind == K::backward_weight) {
+            EXPECT_EQ(op.micro_batch, next_w++);
+          }
+          EXPECT_NE(op.kind, K::backward);
+        }
+        EXPECT_LE(max_in_flight(lists[s]), std::min(2 * p - 1 - s, m)) << "stage " << s;
+      }
+      if (m >= p) {
+        const Timeline tl = schedule_timeline(lists, m);
+        EXPECT_DOUBLE_EQ(tl.bubble_fraction(), double(p - 1) / double(3 * m + p - 1));
+      }
+    }
+}
+
 TEST(PipelineSchedule, CheckerFindsBrokenLists) {
   const ScheduleSpec last{.stages = 2, .stage = 1, .micro_batches = 2};
   EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B1 recvA1 F1 B0 sendG0 sendG1"), last),
@@ -191,8 +287,12 @@ TEST(PipelineSchedule, CheckerFindsBrokenLists) {
             "stage 1: op 2 (sendA0): the last stage has no next stage to send to");
   EXPECT_EQ(check_stage_schedule(parse_ops("recvA0 F0 B0"), {.stages = 2, .stage = 0}),
             "stage 0: op 0 (recvA0): the first stage has no previous stage to receive from");
-  EXPECT_EQ(check_stage_schedule(parse_ops("F0 I0 W0"), {}),
-            "stage 0: op 1 (I0): zero-bubble ops (split backward) are not supported yet");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 I0 W0"), {}), "");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 W0 I0"), {}),
+            "stage 0: op 1 (W0): weight gradient before its input gradient");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 I0"), {}),
+            "stage 0: micro-batch 0 chunk 0 is never given its weight gradient");
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 B0 I0 W0"), {}), "stage 0: op 2 (I0): backwarded twice");
   EXPECT_EQ(check_stage_schedule(parse_ops("F0 B0"), {.micro_batches = 2}),
             "stage 0: micro-batch 1 chunk 0 is never forwarded");
 
@@ -225,19 +325,17 @@ TEST(PipelineSchedule, BadInputsAreRefused) {
   EXPECT_DEATH(make_schedule(PipelineSchedule::one_f_one_b, {.stages = 2, .chunks = 2}), "one chunk per stage");
   EXPECT_DEATH(gpipe_schedule({.stages = 2, .chunks = 2}), "one chunk per stage");
   try {
-    make_schedule(PipelineSchedule::interleaved, {.stages = 2, .micro_batches = 4, .chunks = 2});
-    ADD_FAILURE() << "interleaved accepted";
+    make_schedule(PipelineSchedule::interleaved, {.stages = 2, .micro_batches = 3, .chunks = 2});
+    ADD_FAILURE() << "interleaved accepted 3 micro-batches over 2 stages";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "not supported yet: the interleaved pipeline schedule (2 stages, 2 virtual chunks each)");
-    EXPECT_NE(e.hint().find("1f1b"), std::string::npos);
+    EXPECT_EQ(std::string(e.what()), "the interleaved schedule needs micro-batches per step (3) divisible by pp 2");
   }
   try {
-    make_schedule(PipelineSchedule::zero_bubble, {.stages = 2, .micro_batches = 4});
-    ADD_FAILURE() << "zero_bubble accepted";
+    make_schedule(PipelineSchedule::zero_bubble, {.stages = 2, .micro_batches = 4, .chunks = 2});
+    ADD_FAILURE() << "zero_bubble accepted two chunks";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "not supported yet: the zero_bubble pipeline schedule (2 stages, 1 virtual chunks each)");
+              "not supported yet: the zero_bubble pipeline schedule (2 stages, 2 virtual chunks each)");
   }
   // With one stage every kind is the one-stage list, zero_bubble included.
   EXPECT_EQ(make_schedule(PipelineSchedule::zero_bubble, {.micro_batches = 2}), one_stage_schedule(2));

@@ -80,8 +80,14 @@ class TrainStepTest : public ::testing::Test {
     std::optional<TrainStep> step;
   };
 
-  // PipelineStagesTakeTheStepsOfOneRank's layouts against one rank, for the recipe's model.
-  void check_pipeline_layouts();
+  struct Layout {
+    int pp, dp, zero;
+    PipelineSchedule schedule;
+    std::vector<int> blocks;  // parallel.pp_layers
+    int virtual_stages = 1;
+  };
+  // Pipeline layouts against one rank, for the recipe's model.
+  void check_pipeline_layouts(const std::vector<Layout>& layouts);
 
   fs::path dir_;
   std::string prefix_;
@@ -137,33 +143,49 @@ TEST_F(TrainStepTest, PipelineStagesTakeTheStepsOfOneRank) {
   for (const bool tied : {true, false}) {
     SCOPED_TRACE(tied ? "tied embeddings" : "untied embeddings");
     recipe_.model.tie_embeddings = tied;
-    check_pipeline_layouts();
+    recipe_.model.layers = 4;
+    check_pipeline_layouts(
+        {Layout{2, 1, 0, PipelineSchedule::gpipe, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}},
+         Layout{4, 1, 0, PipelineSchedule::gpipe, {}}, Layout{4, 1, 0, PipelineSchedule::one_f_one_b, {}},
+         Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {1, 3}},
+         Layout{3, 1, 0, PipelineSchedule::gpipe, {1, 2, 1}}});
   }
 }
 
-void TrainStepTest::check_pipeline_layouts() {
-  recipe_.model.layers = 4;
+// The interleaved schedule (thread ranks) on an 8-layer Llama with a tied embedding: pp 2 with two
+// virtual chunks (stage 0 holds blocks 0-1 and 4-5), pp 4 with two (one block per chunk), and pp 2
+// × dp 2 with ZeRO 1 (the gradient groups of both chunks reach the sync), take the steps of one rank.
+TEST_F(TrainStepTest, InterleavedStagesTakeTheStepsOfOneRank) {
+  recipe_.model.layers = 8;
+  check_pipeline_layouts({Layout{2, 1, 0, PipelineSchedule::interleaved, {}, 2},
+                          Layout{4, 1, 0, PipelineSchedule::interleaved, {}, 2},
+                          Layout{2, 2, 1, PipelineSchedule::interleaved, {}, 2}});
+}
+
+// ZB-H1 (thread ranks), backward split into input and weight halves, on the same 8-layer Llama:
+// pp 2, pp 4, and pp 2 × dp 2 with ZeRO 1 (the grad-ready hooks fire from the weight halves), take
+// the steps of one rank.
+TEST_F(TrainStepTest, ZeroBubbleStagesTakeTheStepsOfOneRank) {
+  recipe_.model.layers = 8;
+  check_pipeline_layouts({Layout{2, 1, 0, PipelineSchedule::zero_bubble, {}},
+                          Layout{4, 1, 0, PipelineSchedule::zero_bubble, {}},
+                          Layout{2, 2, 1, PipelineSchedule::zero_bubble, {}}});
+}
+
+void TrainStepTest::check_pipeline_layouts(const std::vector<Layout>& layouts) {
   recipe_.parallel.dp = 1;
   Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
   constexpr int kSteps = 6;
   std::vector<StepOutcome> want;
   for (int s = 0; s < kSteps; ++s) want.push_back(one.step->run(s, int64_t(s) * recipe_.train.global_batch));
 
-  struct Layout {
-    int pp, dp, zero;
-    PipelineSchedule schedule;
-    std::vector<int> blocks;  // parallel.pp_layers
-  };
-  for (const Layout& l :
-       {Layout{2, 1, 0, PipelineSchedule::gpipe, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}},
-        Layout{4, 1, 0, PipelineSchedule::gpipe, {}}, Layout{4, 1, 0, PipelineSchedule::one_f_one_b, {}},
-        Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}, Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {1, 3}},
-        Layout{3, 1, 0, PipelineSchedule::gpipe, {1, 2, 1}}}) {
-    SCOPED_TRACE(
-        fmt::format("pp {} dp {} zero {} {} blocks {}", l.pp, l.dp, l.zero, to_string(l.schedule), l.blocks.size()));
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(fmt::format("pp {} dp {} zero {} {} blocks {} v {}", l.pp, l.dp, l.zero, to_string(l.schedule),
+                             l.blocks.size(), l.virtual_stages));
     Recipe r = recipe_;
     r.parallel.pp = l.pp, r.parallel.dp = l.dp, r.parallel.zero = l.zero, r.parallel.pp_schedule = l.schedule;
     r.parallel.pp_layers = l.blocks;
+    r.parallel.virtual_stages = l.virtual_stages;
     const int ranks = l.pp * l.dp;
     std::vector<std::vector<StepOutcome>> got(static_cast<size_t>(ranks));
     std::vector<double> worst(size_t(ranks), 0.0);

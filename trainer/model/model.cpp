@@ -32,6 +32,13 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
   return {stage * per, (stage + 1) * per, stage == 0, stage == stages - 1};
 }
 
+StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, int chunks) {
+  LT_CHECK(chunks >= 1 && stages >= 1 && model.layers % (stages * chunks) == 0, "{} chunks of {} stages for {} layers",
+           chunks, stages, model.layers);
+  const int per = model.layers / (stages * chunks);
+  return {stage * per, (stage + 1) * per, stage == 0, stage == stages - 1, chunks, stages * per};
+}
+
 StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, const std::vector<int>& blocks) {
   if (blocks.empty()) return pipeline_stage_layout(model, stage, stages);
   LT_CHECK(int(blocks.size()) == stages && stage >= 0 && stage < stages, "stage {} of {} with {} block counts", stage,
@@ -78,6 +85,17 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   check_divides(tp_size, m.padded_vocab(), "the padded vocabulary");
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
+  LT_CHECK(o.stage.chunks == 1 || (o.stage.chunks > 1 && o.stage.chunk_blocks() >= 1), "{} chunks of {} blocks",
+           o.stage.chunks, o.stage.chunk_blocks());
+  LT_CHECK(!o.split_backward || (o.checkpointing == ActivationCheckpointing::none && !o.external_grads &&
+                                 !o.external_params && !(o.sequence_parallel && tp_size > 1) && o.kv_cache_tokens == 0),
+           "a split backward with activation checkpointing, external gradients/parameters, sequence parallelism or "
+           "a KV cache");
+  // Virtual chunks (the interleaved schedule): the recipe check refuses ZeRO 2/3 and sequence
+  // parallelism with pp > 1, and generation needs the whole model.
+  LT_CHECK(o.stage.chunks == 1 ||
+               (!o.external_grads && !o.external_params && !o.sequence_parallel && o.kv_cache_tokens == 0),
+           "virtual pipeline chunks with external gradients/parameters, sequence parallelism or a KV cache");
   if (o.sequence_parallel && tp_size > 1) {
     if (!o.stage.has_embedding || !o.stage.has_head)
       throw Error("not supported yet: sequence parallelism with pipeline parallelism",
@@ -153,7 +171,7 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
   const std::vector<ParamSpec> specs = model_param_specs(config);
   for (const ParamSpec& spec : specs) {
     const bool mine = (spec.place == ParamPlace::embedding && st.has_embedding) ||
-                      (spec.place == ParamPlace::block && spec.layer >= st.layer_begin && spec.layer < st.layer_end) ||
+                      (spec.place == ParamPlace::block && st.local(spec.layer) >= 0) ||
                       (spec.place == ParamPlace::head && st.has_head);
     if (mine) add(spec, false);
   }
@@ -195,7 +213,7 @@ const ModelParam& Model::parameter(ParamRole role, int layer) const {
 }
 
 void Model::bind_views() {
-  const int layers = options_.stage.layer_end - options_.stage.layer_begin;
+  const int layers = options_.stage.blocks();
   weights_.assign(size_t(layers), {});
   weight_grads_.assign(size_t(layers), {});
   ends_ = std::make_unique<EndWeights>();
@@ -224,7 +242,7 @@ void Model::bind_block(int i, bool grad) {
     const ModelParam* first = *parts.begin();
     return Tensor((grad ? first->grad : first->value).data, DType::fp32, {rows, d});
   };
-  const int layer = options_.stage.layer_begin + i;
+  const int layer = options_.stage.layer(i);
   auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
   BlockWeights& w = grad ? weight_grads_[size_t(i)] : weights_[size_t(i)];
   auto v = [&](ParamRole role) { return grad ? p(role).grad : p(role).value; };
@@ -269,7 +287,8 @@ void Model::bind_ends(bool grad) {
 }
 
 bool Model::tied_in_stage() const {
-  return options_.stage.has_head && options_.stage.has_embedding && config_.tie_embeddings;
+  return options_.stage.has_head && options_.stage.has_embedding && config_.tie_embeddings &&
+         options_.stage.chunks == 1;
 }
 
 void Model::hold_params(ParamPlace place, int layer, bool backward) {
@@ -289,7 +308,7 @@ void Model::hold_params(ParamPlace place, int layer, bool backward) {
       p.value = base.flat(p.offset - begin, p.numel()).view(Shape{std::span<const int64_t>(p.shape)});
     }
   if (place == ParamPlace::block)
-    bind_block(layer - options_.stage.layer_begin, false);
+    bind_block(options_.stage.local(layer), false);
   else
     bind_ends(false);
 }
@@ -313,7 +332,7 @@ void Model::bind_group_grads(ParamPlace place, int layer) {
       p.grad = base.flat(p.offset - begin, p.numel()).view(Shape{std::span<const int64_t>(p.shape)});
     }
   if (place == ParamPlace::block)
-    bind_block(layer - options_.stage.layer_begin, true);
+    bind_block(options_.stage.local(layer), true);
   else
     bind_ends(true);
 }
@@ -324,7 +343,8 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   const int64_t nl = z.sp ? n / z.tp : n;  // this rank's rows of the residual stream
   const int64_t qkv = (z.heads + 2 * z.kv_heads) * z.head_dim, q = z.heads * z.head_dim;
   const int64_t fc = z.llama ? 2 * z.ffn : z.ffn;
-  const int layers = options.stage.layer_end - options.stage.layer_begin;
+  // Slots hold one chunk's blocks each: activation_slots per chunk, chunk-major.
+  const int layers = options.stage.chunk_blocks(), chunks = options.stage.chunks;
   const bool full_ckpt = options.checkpointing == ActivationCheckpointing::full;
   const bool selective = options.checkpointing == ActivationCheckpointing::selective;
   const bool head = options.stage.has_head;
@@ -356,14 +376,19 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     return l;
   };
   ModelMemory mem;
-  slots.assign(size_t(options.activation_slots), {});
-  for (Slot& s : slots) {
+  slots.assign(size_t(options.activation_slots) * size_t(chunks), {});
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = slots[i];
+    const bool head_slot = head && int(i) / options.activation_slots == chunks - 1;
     s.tokens = a.take_int({n});
     s.targets = a.take_int({n});
     for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({nl, d}));
     if (!full_ckpt)
       for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts(selective ? kProducts : kAll));
-    if (head) {
+    if (options.split_backward)
+      for (int l = 0; l < layers; ++l)
+        s.grads.push_back({a.take({nl, d}), a.take({n, fc}), a.take({nl, d}), a.take({n, qkv})});
+    if (head_slot) {
       s.lnf = a.take({n, d});
       if (!z.llama) s.lnf_mean = a.take({nl});
       s.lnf_rstd = a.take({nl});
@@ -578,17 +603,26 @@ Tensor Model::forward_cached(Tensor tokens, int64_t position) {
   const int64_t n = int64_t(b) * t;
   kernels::copy(s.tokens.flat(0, n), tokens.view({n}));
   embedding_forward_held(s, position);
-  forward_blocks(s, position, true);
+  forward_blocks(s, position, true, 0);
   head_forward_held(s);
   return s.logits.flat(0, n * config_.padded_vocab()).view({b, t, config_.padded_vocab()});
 }
 
-void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
-  LT_CHECK(slot >= 0 && slot < int(slots_.size()), "activation slot {} of {}", slot, slots_.size());
-  Slot& s = slots_[size_t(slot)];
+Model::Slot& Model::slot_at(int slot, int chunk) {
+  const int slots = options_.activation_slots, chunks = options_.stage.chunks;
+  LT_CHECK(slot >= 0 && slot < slots && chunk >= 0 && chunk < chunks, "activation slot {} of {}, chunk {} of {}", slot,
+           slots, chunk, chunks);
+  return slots_[size_t(chunk) * size_t(slots) + size_t(slot)];
+}
+
+const Model::Slot& Model::slot_at(int slot, int chunk) const { return const_cast<Model*>(this)->slot_at(slot, chunk); }
+
+void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input, int chunk) {
+  Slot& s = slot_at(slot, chunk);
   const StageLayout& st = options_.stage;
+  const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
   int b = 0, t = 0;
-  if (st.has_embedding) {
+  if (embedding) {
     std::tie(b, t) = batch_shape(mb.tokens, "tokens", options_.micro_batch, seq_);
   } else {
     LT_CHECK(input.defined() && input.shape.rank() == 3 && input.shape[2] == config_.hidden, "stage input {}",
@@ -602,20 +636,20 @@ void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input) {
   const int64_t n = int64_t(b) * t;
   if (sp_ && n % tp_.size() != 0)
     throw Error(fmt::format("sequence parallelism: {} × {} token rows do not divide over tp {}", b, t, tp_.size()));
-  s.has_targets = st.has_head && mb.targets.defined();
+  s.has_targets = head && mb.targets.defined();
   if (s.has_targets) {
     const auto [tb, tt] = batch_shape(mb.targets, "targets", options_.micro_batch, seq_);
     LT_CHECK(tb == b && tt == t, "targets [{}, {}] for tokens [{}, {}]", tb, tt, b, t);
     kernels::copy(s.targets.flat(0, n), mb.targets.view({n}));
   }
-  if (st.has_embedding) {
+  if (embedding) {
     kernels::copy(s.tokens.flat(0, n), mb.tokens.view({n}));
     embedding_forward_held(s, 0);
   } else {
     kernels::copy(s.residual[0].flat(0, n * config_.hidden), input.view({n * config_.hidden}));
   }
-  forward_blocks(s, 0, false);
-  if (st.has_head) head_forward_held(s);
+  forward_blocks(s, 0, false, chunk);
+  if (head) head_forward_held(s);
 }
 
 // The embedding's and the head's forward with their values held (external_params); a tied
@@ -633,49 +667,50 @@ void Model::head_forward_held(Slot& s) {
   if (tied_in_stage()) release_params(ParamPlace::embedding, -1);
 }
 
-void Model::forward_blocks(Slot& s, int64_t position, bool cached) {
-  const int layers = options_.stage.layer_end - options_.stage.layer_begin;
+void Model::forward_blocks(Slot& s, int64_t position, bool cached, int chunk) {
+  const int layers = options_.stage.chunk_blocks(), first = chunk * layers;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
   const bool selective = options_.checkpointing == ActivationCheckpointing::selective;
   for (int l = 0; l < layers; ++l) {
     LayerActs merged = selective ? selective_acts(s.layers[size_t(l)]) : LayerActs{};
     LayerActs& acts = ckpt ? work_->recompute : selective ? merged : s.layers[size_t(l)];
-    const int layer = options_.stage.layer_begin + l;
+    const int layer = options_.stage.layer(first + l);
     hold_params(ParamPlace::block, layer, false);
-    block_forward(l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], s.batch, s.seq, false, position,
-                  cached ? &work_->cache[size_t(l)] : nullptr);
+    block_forward(first + l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], s.batch, s.seq, false, position,
+                  cached ? &work_->cache[size_t(first + l)] : nullptr);
     release_params(ParamPlace::block, layer);
   }
 }
 
 Tensor Model::loss(int slot) const {
   LT_CHECK(options_.stage.has_head, "loss() on a stage without the head");
-  return slots_.at(size_t(slot)).loss;
+  return slot_at(slot, options_.stage.chunks - 1).loss;
 }
 
-Tensor Model::stage_output(int slot) const {
+Tensor Model::stage_output(int slot, int chunk) const {
   LT_CHECK(!sp_, "stage_output with sequence parallelism (the stream holds 1/tp of the rows)");
-  const Slot& s = slots_.at(size_t(slot));
+  const Slot& s = slot_at(slot, chunk);
   const int64_t n = int64_t(s.batch) * s.seq;
   return s.residual.back().flat(0, n * config_.hidden).view({s.batch, s.seq, config_.hidden});
 }
 
-void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
-  LT_CHECK(slot >= 0 && slot < int(slots_.size()), "activation slot {} of {}", slot, slots_.size());
-  Slot& s = slots_[size_t(slot)];
+void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int chunk) {
+  Slot& s = slot_at(slot, chunk);
   const StageLayout& st = options_.stage;
+  const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
   const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
   Work& w = *work_;
   // External gradient storage: each group's gradient views are bound just before backward first
   // writes them; a tied head writes the embedding's gradient, so that group is bound first.
   const bool external = options_.external_grads;
   LT_CHECK(!external || grad_storage_, "a model with external gradients needs a grad-storage hook");
+  // One chunk holds both ends only without virtual chunks.
   const bool tied_head = tied_in_stage();
   // External parameters: each group's values are held from just before its backward (and
   // recomputation) reads them until it is done; a tied head reads the embedding's.
   if (tied_head) hold_params(ParamPlace::embedding, -1, true);
   if (external && tied_head) bind_group_grads(ParamPlace::embedding, -1);
-  if (st.has_head) {
+  if (head) {
     LT_CHECK(s.has_targets, "backward of a forward without targets");
     hold_params(ParamPlace::head, -1, true);
     if (external) bind_group_grads(ParamPlace::head, -1);
@@ -687,24 +722,25 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
              grad_output.shape.str(), n);
     kernels::copy(w.dres.flat(0, n * d), grad_output.view({n * d}));
   }
-  const int layers = st.layer_end - st.layer_begin;
+  const int layers = st.chunk_blocks(), first = chunk * layers;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
   const bool selective = options_.checkpointing == ActivationCheckpointing::selective;
   for (int l = layers - 1; l >= 0; --l) {
-    hold_params(ParamPlace::block, st.layer_begin + l, true);
-    if (ckpt) block_forward(l, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true, 0, nullptr);
+    const int local = first + l, layer = st.layer(local);
+    hold_params(ParamPlace::block, layer, true);
+    if (ckpt) block_forward(local, w.recompute, s.residual[size_t(l)], Tensor{}, s.batch, s.seq, true, 0, nullptr);
     LayerActs merged = selective ? selective_acts(s.layers[size_t(l)]) : LayerActs{};
-    if (selective) block_recompute_elementwise(l, merged, s.residual[size_t(l)], s.batch, s.seq);
-    if (external) bind_group_grads(ParamPlace::block, st.layer_begin + l);
-    block_backward(l,
+    if (selective) block_recompute_elementwise(local, merged, s.residual[size_t(l)], s.batch, s.seq);
+    if (external) bind_group_grads(ParamPlace::block, layer);
+    block_backward(local,
                    ckpt        ? w.recompute
                    : selective ? merged
                                : s.layers[size_t(l)],
                    s.residual[size_t(l)], s.batch, s.seq);
-    release_params(ParamPlace::block, st.layer_begin + l);
-    if (grad_ready_) grad_ready_(ParamPlace::block, st.layer_begin + l);
+    release_params(ParamPlace::block, layer);
+    if (grad_ready_) grad_ready_(ParamPlace::block, layer);
   }
-  if (st.has_embedding) {
+  if (embedding) {
     if (!tied_head) hold_params(ParamPlace::embedding, -1, true);
     if (external && !tied_head) bind_group_grads(ParamPlace::embedding, -1);
     embed_backward(s);
@@ -715,6 +751,47 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale) {
 }
 
 Tensor Model::stage_input_grad() const { return work_->input_grad; }
+
+void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale, int chunk) {
+  LT_CHECK(options_.split_backward, "stage_backward_input on a model built without split_backward");
+  Slot& s = slot_at(slot, chunk);
+  const StageLayout& st = options_.stage;
+  const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
+  const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
+  Work& w = *work_;
+  if (head) {
+    LT_CHECK(s.has_targets, "backward of a forward without targets");
+    head_backward(s, loss_scale, true);
+  } else {
+    LT_CHECK(grad_output.defined() && grad_output.numel() == n * d, "stage grad_output {} for {} tokens",
+             grad_output.shape.str(), n);
+    kernels::copy(w.dres.flat(0, n * d), grad_output.view({n * d}));
+  }
+  const int layers = st.chunk_blocks(), first = chunk * layers;
+  for (int l = layers - 1; l >= 0; --l)
+    block_backward(first + l, s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq, &s.grads[size_t(l)]);
+  if (embedding) embed_backward(s);  // the embedding has no input gradient: all of it is here
+  w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+}
+
+void Model::stage_backward_weight(int slot, int chunk) {
+  LT_CHECK(options_.split_backward, "stage_backward_weight on a model built without split_backward");
+  Slot& s = slot_at(slot, chunk);
+  const StageLayout& st = options_.stage;
+  const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
+  if (head) {
+    head_backward_weight(s);
+    if (grad_ready_) grad_ready_(ParamPlace::head, -1);
+  }
+  const int layers = st.chunk_blocks(), first = chunk * layers;
+  for (int l = layers - 1; l >= 0; --l) {
+    block_backward_weight(first + l, s.layers[size_t(l)], s.grads[size_t(l)], s.batch, s.seq);
+    if (grad_ready_) grad_ready_(ParamPlace::block, st.layer(first + l));
+  }
+  // The embedding's gradient was complete after the input half; it is reported here, in the
+  // grad-ready order (after the blocks).
+  if (embedding && grad_ready_) grad_ready_(ParamPlace::embedding, -1);
+}
 
 Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
   LayerActs a = work_->recompute;  // the element-wise results, shared by every layer and slot

@@ -45,10 +45,30 @@
 namespace llmtrain::trainer {
 
 // Which part of the model this rank holds.
+//
+// With virtual pipeline stages (the interleaved schedule) a stage holds `chunks` non-contiguous
+// runs of blocks: chunk c is virtual stage c · stages + s and holds blocks [layer_begin + c ·
+// chunk_stride, layer_end + c · chunk_stride). Local block l (0 ≤ l < blocks(), the order of the
+// parameters in the flat buffers and of the activations) is chunk l / chunk_blocks(). The
+// embedding belongs to chunk 0 and the head to chunk chunks - 1.
 struct StageLayout {
-  int layer_begin = 0, layer_end = 0;  // blocks [layer_begin, layer_end)
+  int layer_begin = 0, layer_end = 0;  // chunk 0's blocks [layer_begin, layer_end)
   bool has_embedding = true;           // the first stage: token (+ position) embedding
   bool has_head = true;                // the last stage: final norm, LM head and loss
+  int chunks = 1;                      // virtual chunks (parallel.virtual_stages)
+  int chunk_stride = 0;                // blocks from one chunk's first block to the next's
+
+  int chunk_blocks() const { return layer_end - layer_begin; }
+  int blocks() const { return chunks * chunk_blocks(); }
+  // The global layer of local block l, and the local block of a global layer (-1: not held).
+  int layer(int local) const { return layer_begin + (local / chunk_blocks()) * chunk_stride + local % chunk_blocks(); }
+  int local(int layer) const {
+    for (int c = 0; c < chunks; ++c) {
+      const int begin = layer_begin + c * chunk_stride;
+      if (layer >= begin && layer < begin + chunk_blocks()) return c * chunk_blocks() + layer - begin;
+    }
+    return -1;
+  }
 };
 
 // Stage `stage` of `stages` equal pipeline stages (layers must divide evenly; recipe_check
@@ -58,6 +78,10 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
 // each ≥ 1, adding up to the model's layers (recipe_check guarantees it). Empty: the even split
 // over `stages`.
 StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, const std::vector<int>& blocks);
+// Stage `stage` of `stages` with `chunks` virtual chunks each (the interleaved schedule): layers
+// split evenly over stages × chunks blocks, block c · stages + stage in chunk c. chunks = 1 is the
+// even split.
+StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, int chunks);
 
 struct ModelOptions {
   StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0
@@ -67,7 +91,8 @@ struct ModelOptions {
   // residual after attention) are kept and the norms and the MLP activation recomputed in
   // backward; full: only block inputs are kept and the whole block's forward recomputed.
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
-  int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules)
+  int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules),
+                             // per virtual chunk of the stage
   // Generation: > 0 allocates per-layer K and V caches [micro_batch, kv_cache_tokens, kv_heads/tp,
   // head dim] for forward_cached (at most model.max_positions). 0 = a training model, no cache.
   int64_t kv_cache_tokens = 0;
@@ -84,6 +109,11 @@ struct ModelOptions {
   // reduce-scatters after the row-parallel ones replace the all-reduces (parallel/tensor_parallel.h).
   // Needs the whole model on this stage and micro_batch·seq_len divisible by tp.
   bool sequence_parallel = false;
+  // Zero-bubble pipeline schedules: backward runs as stage_backward_input then
+  // stage_backward_weight, and each slot keeps the linears' output gradients in between. Needs
+  // every activation kept (no checkpointing), gradients and parameters of its own, no sequence
+  // parallelism.
+  bool split_backward = false;
 };
 
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
@@ -208,15 +238,27 @@ class Model {
   // `input` [B, T, hidden] comes from the previous stage (absent on the first). mb.tokens and
   // mb.targets may be host or device tensors (copied in with kernels::copy). On the last stage
   // with mb.targets, loss(slot) then holds the loss.
-  void stage_forward(int slot, const MicroBatch& mb, kernels::Tensor input);
+  // With virtual chunks (options.stage.chunks > 1) `chunk` says which of the stage's runs of blocks
+  // to run: chunk 0 starts from the embedding (stage 0) or `input`, the last chunk ends in the head
+  // (last stage); each chunk has its own options.activation_slots slots.
+  void stage_forward(int slot, const MicroBatch& mb, kernels::Tensor input, int chunk = 0);
   // [1] fp32 on the model's device: the mean loss over counted targets of the slot's last forward
   // (last stage, with targets; 0 without targets). The caller copies it where it needs it.
-  kernels::Tensor loss(int slot) const;
-  kernels::Tensor stage_output(int slot) const;  // [B, T, hidden], for the next stage
+  kernels::Tensor loss(int slot) const;                         // of the last chunk
+  kernels::Tensor stage_output(int slot, int chunk = 0) const;  // [B, T, hidden], for the next stage
   // `grad_output` [B, T, hidden] comes from the next stage (absent on the last, which starts from
   // its loss · loss_scale).
-  void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale);
+  // The grad-ready hook fires for the groups of this chunk only (the head in the last, the
+  // embedding in chunk 0).
+  void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale, int chunk = 0);
   kernels::Tensor stage_input_grad() const;  // [B, T, hidden] of the last backward, for the previous stage
+  // options.split_backward: stage_backward in two. The input half computes stage_input_grad(), the
+  // norms' and the embedding's gradients, and keeps each linear's output gradient in the slot; the
+  // weight half accumulates the linears' weight (and bias) gradients from them and fires the
+  // grad-ready hook. Weight halves must run in the order of the input halves per chunk (the
+  // pipeline's ascending micro-batches); the slot is busy until its weight half.
+  void stage_backward_input(int slot, kernels::Tensor grad_output, float loss_scale, int chunk = 0);
+  void stage_backward_weight(int slot, int chunk = 0);
 
   // Bytes of the activation buffers (all slots, the backward's work buffers and a KV cache), for
   // memory reports; model_memory_plan() gives the same number without building a model.
@@ -257,6 +299,7 @@ class Model {
   struct BlockWeights;
   struct EndWeights;
   struct LayerActs;
+  struct LayerGrads;
   struct Slot;
   struct Work;
   struct Cache;
@@ -279,21 +322,27 @@ class Model {
   void hold_params(ParamPlace place, int layer, bool backward);
   void release_params(ParamPlace place, int layer);
   void init_param_elements(const ModelParam& p, uint64_t seed, int64_t begin, int64_t end, float* out) const;
-  void forward_blocks(Slot& s, int64_t position, bool cached);
+  void forward_blocks(Slot& s, int64_t position, bool cached, int chunk);
+  Slot& slot_at(int slot, int chunk);
+  const Slot& slot_at(int slot, int chunk) const;
   void embed_forward(Slot& s, int64_t position);
   void embedding_forward_held(Slot& s, int64_t position);
   void head_forward_held(Slot& s);
   void embed_backward(Slot& s);
   void block_forward(int layer, LayerActs& a, kernels::Tensor x, kernels::Tensor out, int b, int t, bool recompute,
                      int64_t position, const Cache* cache);
-  void block_backward(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
+  // The input-gradient half of a block's backward when `keep` is given (the linears' output
+  // gradients go there), else the whole backward; block_backward_weight is the other half.
+  void block_backward(int layer, LayerActs& a, kernels::Tensor x, int b, int t, const LayerGrads* keep = nullptr);
+  void block_backward_weight(int layer, const LayerActs& a, const LayerGrads& kept, int b, int t);
   // Selective recomputation: a layer's kept products with the shared element-wise buffers, and
   // the element-wise results (norms, MLP activation) recomputed from the block input and the kept
   // products, before the block's backward.
   LayerActs selective_acts(const LayerActs& kept) const;
   void block_recompute_elementwise(int layer, LayerActs& a, kernels::Tensor x, int b, int t);
   void head_forward(Slot& s);
-  void head_backward(Slot& s, float loss_scale);
+  void head_backward(Slot& s, float loss_scale, bool split = false);  // split: without the head's weight
+  void head_backward_weight(Slot& s);
   void require_whole_model(const char* what) const;
   void require_tp1(const char* what) const;
   // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a

@@ -87,6 +87,15 @@ struct Model::LayerActs {
   Tensor act;  // [N, f/tp] GELU or SwiGLU output
 };
 
+// A split backward (options.split_backward): what the input-gradient half keeps of one block for
+// the weight-gradient half — each linear's output gradient (its input is a kept activation).
+struct Model::LayerGrads {
+  Tensor d_out;  // [N, d] d(block output): mlp_out's output gradient
+  Tensor dfc;    // [N, f/tp] or [N, 2·f/tp]: the MLP input linear's
+  Tensor d_mid;  // [N, d] d(mid): attn_out's
+  Tensor dqkv;   // [N, (H + 2·KV)/tp · hd]: the qkv linear's
+};
+
 // Everything one micro-batch in flight keeps between its forward and its backward.
 struct Model::Slot {
   int batch = 0, seq = 0;
@@ -95,6 +104,7 @@ struct Model::Slot {
   std::vector<Tensor> residual;    // layers + 1 tensors [N, d] ([N/tp, d] with sequence parallelism):
                                    // block inputs, then the stage output
   std::vector<LayerActs> layers;   // per layer; empty with activation checkpointing
+  std::vector<LayerGrads> grads;   // per layer with options.split_backward, else empty
   Tensor lnf, lnf_mean, lnf_rstd;  // final norm (last stage)
   Tensor logits;                   // [N, V/tp]: this rank's vocabulary columns, never gathered
   Tensor losses, ce_lse;           // [N]

@@ -195,7 +195,7 @@ void Model::block_recompute_elementwise(int layer, LayerActs& a, Tensor x_in, in
     k::gelu_forward(act, fc);
 }
 
-void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
+void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, const LayerGrads* keep) {
   const BlockWeights &w = weights_[size_t(layer)], &g = weight_grads_[size_t(layer)];
   Work& wk = *work_;
   const int64_t n = int64_t(b) * t, hd = head_dim_;
@@ -203,8 +203,11 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
   const Tensor x = rows(x_in, nl), ln1 = rows(a.ln1, n), qkv = rows(a.qkv, n), att = rows(a.att, n);
   const Tensor mid = rows(a.mid, nl), ln2 = rows(a.ln2, n), fc = rows(a.fc, n), act = rows(a.act, n);
   const Tensor lse = first(a.lse, b * heads_ * t);
-  const Tensor dres = rows(wk.dres, nl), dln = rows(wk.dln, n), dqkv = rows(wk.dqkv, n), datt = rows(wk.datt, n);
-  const Tensor dfc = rows(wk.dfc, n), dact = rows(wk.dact, n);
+  // A split backward (keep): the qkv and MLP input linears' output gradients are computed where the
+  // weight half will read them; the other two are copied there from the stream's gradient.
+  const Tensor dres = rows(wk.dres, nl), dln = rows(wk.dln, n), datt = rows(wk.datt, n);
+  const Tensor dqkv = rows(keep ? keep->dqkv : wk.dqkv, n), dfc = rows(keep ? keep->dfc : wk.dfc, n);
+  const Tensor dact = rows(wk.dact, n);
   // Sequence parallelism: the gathered d(stream) for the row-parallel backward, and the norms'
   // input gradient reduce-scattered to this rank's rows; the replicated gradients reduced over tp.
   const Tensor dfull = sp_ ? rows(wk.sp_full, n) : dres, dln_own = sp_ ? rows(wk.sp_rows, nl) : dln;
@@ -216,12 +219,20 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
     tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
   else
     tpx::reduce_from_tp_region_backward(tp_, dres);
-  k::linear_backward(dact, g.out_w, Tensor{}, dfull, act, w.out_w);
+  if (keep) {
+    k::copy(rows(keep->d_out, n), dfull);
+    k::linear_backward_input(dact, dfull, w.out_w);
+  } else {
+    k::linear_backward(dact, g.out_w, Tensor{}, dfull, act, w.out_w);
+  }
   if (llama_)
     k::swiglu_backward(dfc, dact, fc);
   else
     k::gelu_backward(dfc, dact, fc);
-  k::linear_backward(dln, g.fc_w, g.fc_b, dfc, ln2, w.fc_w);
+  if (keep)
+    k::linear_backward_input(dln, dfc, w.fc_w);
+  else
+    k::linear_backward(dln, g.fc_w, g.fc_b, dfc, ln2, w.fc_w);
   if (sp_)
     tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
   else
@@ -238,7 +249,12 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
     tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
   else
     tpx::reduce_from_tp_region_backward(tp_, dres);
-  k::linear_backward(datt, g.o_w, Tensor{}, dfull, att, w.o_w);
+  if (keep) {
+    k::copy(rows(keep->d_mid, n), dfull);
+    k::linear_backward_input(datt, dfull, w.o_w);
+  } else {
+    k::linear_backward(datt, g.o_w, Tensor{}, dfull, att, w.o_w);
+  }
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   const Tensor dqkv4 = dqkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   k::attention_backward(dqkv4, datt.view({b, t, heads_, hd}), qkv4, att.view({b, t, heads_, hd}), lse, heads_,
@@ -247,9 +263,13 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
   // Replicated key/value heads: each rank's gradient of them is its query heads' part only.
   const Tensor kv_grad =
       kv_group_ ? g.qkv_w.flat(heads_ * hd * config_.hidden, 2 * kv_heads_ * hd * config_.hidden) : Tensor{};
-  if (kv_group_) tpx::replicated_grads_begin(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
-  k::linear_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w);
-  if (kv_group_) tpx::replicated_grads_end(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
+  if (keep) {
+    k::linear_backward_input(dln, dqkv, w.qkv_w);
+  } else {
+    if (kv_group_) tpx::replicated_grads_begin(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
+    k::linear_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w);
+    if (kv_group_) tpx::replicated_grads_end(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
+  }
   if (sp_)
     tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
   else
@@ -260,6 +280,22 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t) {
     k::layernorm_backward(dres, g.ln1_w, g.ln1_b, dln_own, x, w.ln1_w, first(a.ln1_mean, nl), first(a.ln1_rstd, nl),
                           dres);
   if (sp_) sp_grads(layer, false);
+}
+
+// The weight half of a split block backward: the four linears' weight (and bias) gradients from
+// the output gradients the input half kept and the block's kept activations, in the order the
+// whole backward accumulates them.
+void Model::block_backward_weight(int layer, const LayerActs& a, const LayerGrads& kept, int b, int t) {
+  const BlockWeights &w = weights_[size_t(layer)], &g = weight_grads_[size_t(layer)];
+  const int64_t n = int64_t(b) * t, hd = head_dim_;
+  k::linear_backward(Tensor{}, g.out_w, Tensor{}, rows(kept.d_out, n), rows(a.act, n), w.out_w);
+  k::linear_backward(Tensor{}, g.fc_w, g.fc_b, rows(kept.dfc, n), rows(a.ln2, n), w.fc_w);
+  k::linear_backward(Tensor{}, g.o_w, Tensor{}, rows(kept.d_mid, n), rows(a.att, n), w.o_w);
+  const Tensor kv_grad =
+      kv_group_ ? g.qkv_w.flat(heads_ * hd * config_.hidden, 2 * kv_heads_ * hd * config_.hidden) : Tensor{};
+  if (kv_group_) tpx::replicated_grads_begin(*kv_group_, std::span(&kv_grad, 1), work_->kv_grad_saved);
+  k::linear_backward(Tensor{}, g.qkv_w, g.qkv_b, rows(kept.dqkv, n), rows(a.ln1, n), w.qkv_w);
+  if (kv_group_) tpx::replicated_grads_end(*kv_group_, std::span(&kv_grad, 1), work_->kv_grad_saved);
 }
 
 void Model::head_forward(Slot& s) {
@@ -294,7 +330,7 @@ void Model::head_forward(Slot& s) {
   k::loss_mean_forward(s.loss, s.count, losses, targets, kIgnoreIndex);
 }
 
-void Model::head_backward(Slot& s, float loss_scale) {
+void Model::head_backward(Slot& s, float loss_scale, bool split) {
   const EndWeights &h = *ends_, &g = *end_grads_;
   const int64_t n = int64_t(s.batch) * s.seq;
   const int64_t nl = sp_ ? n / tp_.size() : n;
@@ -310,7 +346,10 @@ void Model::head_backward(Slot& s, float loss_scale) {
                                                config_.vocab, kIgnoreIndex, loss_scale, s.count);
   const Tensor dln = rows(work_->dln, n), dres = rows(work_->dres, nl);
   const Tensor dln_own = sp_ ? rows(work_->sp_rows, nl) : dln;
-  k::linear_backward(dln, g.head, Tensor{}, logits, lnf, h.head);
+  if (split)
+    k::linear_backward_input(dln, logits, h.head);  // the logits' gradient stays for the weight half
+  else
+    k::linear_backward(dln, g.head, Tensor{}, logits, lnf, h.head);
   if (sp_)
     tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
   else
@@ -321,6 +360,11 @@ void Model::head_backward(Slot& s, float loss_scale) {
     k::layernorm_backward(dres, g.norm_w, g.norm_b, dln_own, x, h.norm_w, first(s.lnf_mean, nl), first(s.lnf_rstd, nl),
                           Tensor{});
   if (sp_) sp_grads(-1, false);
+}
+
+void Model::head_backward_weight(Slot& s) {
+  const int64_t n = int64_t(s.batch) * s.seq;
+  k::linear_backward(Tensor{}, end_grads_->head, Tensor{}, rows(s.logits, n), rows(s.lnf, n), ends_->head);
 }
 
 }  // namespace llmtrain::trainer
