@@ -29,55 +29,10 @@ eval: {every: 10, batches: 1}
 log: {every: 1}
 YAML
 
-# compare A B [FIRST]: losses per step within 1e-5 (relative) from step FIRST, validation losses
-# likewise, and the final parameters, each assembled from the slices the manifest lists, within
-# ||a-b||/||b|| <= 1e-5.
+# compare A B [FIRST]: losses and validation losses per step within 1e-5 (relative) from step
+# FIRST, and the final parameters (assembled from the checkpoints' slices) within ||a-b||/||b|| <= 1e-5.
 compare() {
-  $PY - "$1" "$2" "${3:-1}" <<'PY'
-import json, sys
-import numpy as np
-from safetensors.numpy import load_file
-a, b, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def losses(d, key):
-    return {r["step"]: r[key] for r in map(json.loads, open(d + "/metrics.jsonl")) if key in r}
-la, lb = losses(a, "loss"), losses(b, "loss")
-steps = range(first, 21)
-bad = [(s, la[s], lb[s]) for s in steps if abs(la[s] - lb[s]) > 1e-5 * abs(lb[s])]
-assert not bad, f"losses differ: {bad[:3]}"
-worst = max(abs(la[s] - lb[s]) / abs(lb[s]) for s in steps)
-va, vb = losses(a, "val_loss"), losses(b, "val_loss")
-vsteps = [s for s in vb if s >= first]
-assert vsteps and all(s in va for s in vsteps), f"validation steps {sorted(va)} / {sorted(vb)}"
-bad = [(s, va[s], vb[s]) for s in vsteps if abs(va[s] - vb[s]) > 1e-5 * abs(vb[s])]
-assert not bad, f"validation losses differ: {bad[:3]}"
-def params(d):
-    d += "/ckpt/step_00000020"
-    m = json.load(open(d + "/manifest.json"))
-    files, out = {}, {}
-    for t in m["tensors"]:
-        if t["role"] != "param":
-            continue
-        whole = np.full(t["shape"], np.nan, dtype=np.float32)
-        for s in t["slices"]:
-            f = files.setdefault(s["file"], load_file(d + "/" + s["file"]))
-            block = np.full(s["shape"], np.nan, dtype=np.float32).ravel()
-            block[s["begin"]:s["end"]] = f[s["key"]].ravel()
-            where = tuple(slice(o, o + n) for o, n in zip(s["offset"], s["shape"]))
-            part = whole[where].ravel()
-            have = ~np.isnan(block)
-            part[have] = block[have]
-            whole[where] = part.reshape(s["shape"])
-        assert not np.isnan(whole).any(), f"{d}: {t['name']} is not covered by its slices"
-        out[t["name"]] = whole
-    return out
-pa, pb = params(a), params(b)
-assert pa.keys() == pb.keys() and pa, (sorted(pa)[:3], sorted(pb)[:3])
-xa = np.concatenate([pa[k].ravel() for k in sorted(pa)])
-xb = np.concatenate([pb[k].ravel() for k in sorted(pa)])
-rel = np.linalg.norm(xa - xb) / np.linalg.norm(xb)
-assert rel <= 1e-5, f"parameters differ: {rel}"
-print(f"loss difference ≤ {worst:.1e}, relative parameter difference {rel:.2e}")
-PY
+  $PY "$SRC/tests/e2e/compare_runs.py" "$1" "$2" --first "${3:-1}" --val
 }
 
 run_cmd pp1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=pp1
