@@ -82,8 +82,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // `tied`: this stage holds one of two copies of a tied word embedding (pp > 1); its group's
   // gradient is final only after TrainStep sums the copies, after the schedule, so backward does not
   // mark it (GradSync::finish marks it).
-  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, int micro_batches, Tensor losses,
-             bool tied)
+  // `pp`: the pipeline group, whose transfers advance between layers (with more than one stage).
+  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::Comm& pp, int micro_batches,
+             Tensor losses, bool tied)
       : model_(model),
         batches_(batches),
         micro_batches_(micro_batches),
@@ -103,8 +104,12 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
             return sync.group_params(group_of(st, place, layer), backward);
           },
           [st, &sync](ParamPlace place, int layer) { sync.group_params_done(group_of(st, place, layer)); });
+    // A send posted after a forward or backward moves (without a single-copy transport) only while
+    // its sender calls into MPI: between layers, not just between micro-batches.
+    if (pp.size() > 1) model_.set_layer_done_hook([&pp] { pp.progress(); });
   }
   ~ModelStage() override {
+    model_.set_layer_done_hook({});
     model_.set_grad_ready_hook({});
     model_.set_grad_storage_hook({});
     model_.set_param_storage_hook({}, {});
@@ -217,7 +222,8 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
     tied_scratch_ = kernels::Buffer(DType::fp32, {model.parameters()[size_t(tied_param_)].numel()}, model.device(),
                                     kernels::MemoryKind::communication);
   }
-  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, micro_batches_, losses_.tensor(), tied_peer_ >= 0);
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, *comms.pp, micro_batches_, losses_.tensor(),
+                                        tied_peer_ >= 0);
   if (recipe.train.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
 }

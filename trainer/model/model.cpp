@@ -679,6 +679,7 @@ void Model::forward_blocks(Slot& s, int64_t position, bool cached, int chunk) {
     block_forward(first + l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], s.batch, s.seq, false, position,
                   cached ? &work_->cache[size_t(first + l)] : nullptr);
     release_params(ParamPlace::block, layer);
+    if (layer_done_) layer_done_();
   }
 }
 
@@ -739,6 +740,7 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int c
                    s.residual[size_t(l)], s.batch, s.seq);
     release_params(ParamPlace::block, layer);
     if (grad_ready_) grad_ready_(ParamPlace::block, layer);
+    if (layer_done_) layer_done_();
   }
   if (embedding) {
     if (!tied_head) hold_params(ParamPlace::embedding, -1, true);
@@ -768,8 +770,10 @@ void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale,
     kernels::copy(w.dres.flat(0, n * d), grad_output.view({n * d}));
   }
   const int layers = st.chunk_blocks(), first = chunk * layers;
-  for (int l = layers - 1; l >= 0; --l)
+  for (int l = layers - 1; l >= 0; --l) {
     block_backward(first + l, s.layers[size_t(l)], s.residual[size_t(l)], s.batch, s.seq, &s.grads[size_t(l)]);
+    if (layer_done_) layer_done_();
+  }
   if (embedding) embed_backward(s);  // the embedding has no input gradient: all of it is here
   w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
 }
@@ -787,6 +791,7 @@ void Model::stage_backward_weight(int slot, int chunk) {
   for (int l = layers - 1; l >= 0; --l) {
     block_backward_weight(first + l, s.layers[size_t(l)], s.grads[size_t(l)], s.batch, s.seq);
     if (grad_ready_) grad_ready_(ParamPlace::block, st.layer(first + l));
+    if (layer_done_) layer_done_();
   }
   // The embedding's gradient was complete after the input half; it is reported here, in the
   // grad-ready order (after the blocks).

@@ -272,6 +272,12 @@ class Model {
   // bucket all-reduces from it on the last micro-batch of a step. An empty function clears it.
   using GradReadyHook = std::function<void(ParamPlace place, int layer)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+  // Called after every block's forward and every block's backward (either half of a split
+  // backward too): between layers, where a caller lets its asynchronous transfers advance (a
+  // pipeline's sends and receives progress only inside communicator calls). An empty function
+  // clears it.
+  using LayerDoneHook = std::function<void()>;
+  void set_layer_done_hook(LayerDoneHook hook) { layer_done_ = std::move(hook); }
   // With options.external_grads: called during stage_backward before backward first writes a
   // group's gradients (the same (place, layer) the grad-ready hook names; a tied embedding's group
   // before the head's); returns fp32 storage for the group's flat range (its first parameter's
@@ -368,6 +374,7 @@ class Model {
   std::unique_ptr<Work> work_;
   std::vector<Slot> slots_;
   GradReadyHook grad_ready_;
+  LayerDoneHook layer_done_;
   GradStorageHook grad_storage_;
   ParamStorageHook param_storage_;
   ParamReleaseHook param_release_;
