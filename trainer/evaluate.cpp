@@ -15,8 +15,10 @@ double pipelined_loss_sum(Model& model, MicroBatchReader& valid, int batches, in
                           parallel::Comm& pp) {
   const StageLayout& st = model.options().stage;
   const int64_t hidden = model.config().hidden;
-  kernels::Buffer input(kernels::DType::fp32, {model.options().micro_batch, model.options().seq_len, hidden},
-                        model.device(), kernels::MemoryKind::communication);
+  // A full micro-batch's stage input; with sequence parallelism (rank 2: this tp rank's rows) every
+  // micro-batch is full.
+  const kernels::Shape shape = model.stage_activation_shape();
+  kernels::Buffer input(kernels::DType::fp32, shape, model.device(), kernels::MemoryKind::communication);
   double sum = 0;
   for (int b = 0; b < batches; ++b)
     for (int m = 0; m < micro_batches; ++m) {
@@ -28,7 +30,8 @@ double pipelined_loss_sum(Model& model, MicroBatchReader& valid, int batches, in
         const bool first = st.has_embedding && c == 0, last = st.has_head && c == st.chunks - 1;
         kernels::Tensor in;
         if (!first) {
-          in = input.tensor().flat(0, rows * cols * hidden).view({rows, cols, hidden});
+          in = shape.rank() == 2 ? input.tensor()
+                                 : input.tensor().flat(0, rows * cols * hidden).view({rows, cols, hidden});
           pp.recv(in, (pp.rank() + pp.size() - 1) % pp.size(), kEvalActivationTag);
         }
         model.stage_forward(0, mb, in, c);

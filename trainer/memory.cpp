@@ -33,8 +33,6 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
     out.notes.push_back(fmt::format("activations as with 1f1b: {}", e.what()));
   }
   const ModelOptions mo = step_model_options(r, coord.pp, schedule);
-  if (r.parallel.sequence_parallel && r.parallel.tp > 1 && !mo.sequence_parallel)
-    out.notes.push_back("activations as without sequence parallelism: with pp > 1 it is not supported yet");
   const ModelMemory model = model_memory_plan(mc, mo, r.parallel.tp, coord.tp);
   out.parameters = model.params;
   out.gradients = model.grads;
@@ -67,7 +65,9 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
-  const int64_t activation_message = int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4;
+  // A message is a micro-batch's residual stream: with sequence parallelism this rank's 1/tp of its rows.
+  const int64_t activation_message =
+      int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4 / (mo.sequence_parallel ? r.parallel.tp : 1);
   out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_pools;
   // pp > 1 with a tied word embedding: the first and the last stage receive the other's gradient of
   // it (TrainStep), the embedding's tensor-parallel shard.

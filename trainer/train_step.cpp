@@ -55,9 +55,9 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   });
   mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
   mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
-  // Sequence parallelism needs the whole model on a stage (with pp > 1 `llmtrain run` refuses it as
-  // not supported yet; its memory plan counts activations as without it, with a note).
-  mo.sequence_parallel = r.parallel.sequence_parallel && r.parallel.pp == 1;
+  // With pp > 1 each stage sends its tp rank's 1/tp of the token rows to the same tp rank of the
+  // next stage (Megatron's sequence-parallel pipelines): Model::stage_activation_shape.
+  mo.sequence_parallel = r.parallel.sequence_parallel;
   return mo;
 }
 
@@ -123,9 +123,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     times_ = times;
   }
 
-  kernels::Shape activation_shape() const override {
-    return {model_.options().micro_batch, model_.options().seq_len, model_.config().hidden};
-  }
+  kernels::Shape activation_shape() const override { return model_.stage_activation_shape(); }
   kernels::DType activation_dtype() const override { return DType::fp32; }
   kernels::Device activation_device() const override { return model_.device(); }
 
@@ -183,6 +181,10 @@ std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int
     throw Error(fmt::format("not supported yet: the zero_bubble pipeline schedule with activation_checkpointing {}",
                             to_string(recipe.train.activation_checkpointing)),
                 "use train.activation_checkpointing: none, or pp_schedule: 1f1b");
+  if (recipe.parallel.pp > 1 && recipe.parallel.pp_schedule == PipelineSchedule::zero_bubble &&
+      recipe.parallel.sequence_parallel && recipe.parallel.tp > 1)
+    throw Error("not supported yet: the zero_bubble pipeline schedule with parallel.sequence_parallel",
+                "use parallel.sequence_parallel: false, or pp_schedule: 1f1b");
   return parallel::make_schedule(recipe.parallel.pp_schedule,
                                  {recipe.parallel.pp, stage, micro_batches, recipe.parallel.virtual_stages});
 }

@@ -266,8 +266,10 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
         fmt::format("parallel.pp_schedule: zero_bubble with train.activation_checkpointing: {} (the split "
                     "backward keeps every activation)",
                     to_string(r.train.activation_checkpointing)));
-  if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
-    out.push_back(fmt::format("parallel.sequence_parallel with pipeline parallelism (parallel.pp {})", r.parallel.pp));
+  // The split backward's input half would have to keep the sequence-parallel norms' own rows.
+  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble && r.parallel.tp > 1 &&
+      r.parallel.sequence_parallel)
+    out.push_back("parallel.pp_schedule: zero_bubble with parallel.sequence_parallel");
   return out;
 }
 

@@ -91,15 +91,11 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
                                  !o.external_params && !(o.sequence_parallel && tp_size > 1) && o.kv_cache_tokens == 0),
            "a split backward with activation checkpointing, external gradients/parameters, sequence parallelism or "
            "a KV cache");
-  // Virtual chunks (the interleaved schedule): the recipe check refuses ZeRO 2/3 and sequence
-  // parallelism with pp > 1, and generation needs the whole model.
-  LT_CHECK(o.stage.chunks == 1 ||
-               (!o.external_grads && !o.external_params && !o.sequence_parallel && o.kv_cache_tokens == 0),
-           "virtual pipeline chunks with external gradients/parameters, sequence parallelism or a KV cache");
+  // Virtual chunks (the interleaved schedule): the recipe check refuses ZeRO 2/3 with pp > 1, and
+  // generation needs the whole model.
+  LT_CHECK(o.stage.chunks == 1 || (!o.external_grads && !o.external_params && o.kv_cache_tokens == 0),
+           "virtual pipeline chunks with external gradients/parameters or a KV cache");
   if (o.sequence_parallel && tp_size > 1) {
-    if (!o.stage.has_embedding || !o.stage.has_head)
-      throw Error("not supported yet: sequence parallelism with pipeline parallelism",
-                  "set parallel.sequence_parallel: false, or parallel.pp: 1");
     if (o.kv_cache_tokens > 0) throw Error("not supported yet: sequence parallelism in generation");
     if ((int64_t(o.micro_batch) * o.seq_len) % tp_size != 0)
       throw Error(fmt::format("sequence parallelism splits micro_batch {} × seq_len {} = {} token rows over tp {}, "
@@ -617,6 +613,11 @@ Model::Slot& Model::slot_at(int slot, int chunk) {
 
 const Model::Slot& Model::slot_at(int slot, int chunk) const { return const_cast<Model*>(this)->slot_at(slot, chunk); }
 
+kernels::Shape Model::stage_activation_shape() const {
+  if (sp_) return {int64_t(options_.micro_batch) * seq_ / tp_.size(), config_.hidden};
+  return {options_.micro_batch, seq_, config_.hidden};
+}
+
 void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input, int chunk) {
   Slot& s = slot_at(slot, chunk);
   const StageLayout& st = options_.stage;
@@ -624,6 +625,12 @@ void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input, int chun
   int b = 0, t = 0;
   if (embedding) {
     std::tie(b, t) = batch_shape(mb.tokens, "tokens", options_.micro_batch, seq_);
+  } else if (sp_) {
+    // This tp rank's rows of a full micro-batch.
+    LT_CHECK(input.defined() && input.shape == stage_activation_shape(),
+             "sequence-parallel stage input {}, expected {}", input.shape.str(), stage_activation_shape().str());
+    b = options_.micro_batch;
+    t = int(seq_);
   } else {
     LT_CHECK(input.defined() && input.shape.rank() == 3 && input.shape[2] == config_.hidden, "stage input {}",
              input.shape.str());
@@ -646,7 +653,8 @@ void Model::stage_forward(int slot, const MicroBatch& mb, Tensor input, int chun
     kernels::copy(s.tokens.flat(0, n), mb.tokens.view({n}));
     embedding_forward_held(s, 0);
   } else {
-    kernels::copy(s.residual[0].flat(0, n * config_.hidden), input.view({n * config_.hidden}));
+    const int64_t own = (sp_ ? n / tp_.size() : n) * config_.hidden;
+    kernels::copy(s.residual[0].flat(0, own), input.view({own}));
   }
   forward_blocks(s, 0, false, chunk);
   if (head) head_forward_held(s);
@@ -689,9 +697,9 @@ Tensor Model::loss(int slot) const {
 }
 
 Tensor Model::stage_output(int slot, int chunk) const {
-  LT_CHECK(!sp_, "stage_output with sequence parallelism (the stream holds 1/tp of the rows)");
   const Slot& s = slot_at(slot, chunk);
   const int64_t n = int64_t(s.batch) * s.seq;
+  if (sp_) return s.residual.back().flat(0, n / tp_.size() * config_.hidden).view(stage_activation_shape());
   return s.residual.back().flat(0, n * config_.hidden).view({s.batch, s.seq, config_.hidden});
 }
 
@@ -719,9 +727,10 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int c
     release_params(ParamPlace::head, -1);
     if (grad_ready_) grad_ready_(ParamPlace::head, -1);
   } else {
-    LT_CHECK(grad_output.defined() && grad_output.numel() == n * d, "stage grad_output {} for {} tokens",
+    const int64_t own = (sp_ ? n / tp_.size() : n) * d;  // sequence parallelism: this rank's rows
+    LT_CHECK(grad_output.defined() && grad_output.numel() == own, "stage grad_output {} for {} tokens",
              grad_output.shape.str(), n);
-    kernels::copy(w.dres.flat(0, n * d), grad_output.view({n * d}));
+    kernels::copy(w.dres.flat(0, own), grad_output.view({own}));
   }
   const int layers = st.chunk_blocks(), first = chunk * layers;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
@@ -749,7 +758,8 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int c
     release_params(ParamPlace::embedding, -1);
     if (grad_ready_) grad_ready_(ParamPlace::embedding, -1);
   }
-  if (!sp_) w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+  w.input_grad = sp_ ? w.dres.flat(0, n / tp_.size() * d).view(stage_activation_shape())
+                     : w.dres.flat(0, n * d).view({s.batch, s.seq, d});
 }
 
 Tensor Model::stage_input_grad() const { return work_->input_grad; }
@@ -765,9 +775,10 @@ void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale,
     LT_CHECK(s.has_targets, "backward of a forward without targets");
     head_backward(s, loss_scale, true);
   } else {
-    LT_CHECK(grad_output.defined() && grad_output.numel() == n * d, "stage grad_output {} for {} tokens",
+    const int64_t own = (sp_ ? n / tp_.size() : n) * d;  // sequence parallelism: this rank's rows
+    LT_CHECK(grad_output.defined() && grad_output.numel() == own, "stage grad_output {} for {} tokens",
              grad_output.shape.str(), n);
-    kernels::copy(w.dres.flat(0, n * d), grad_output.view({n * d}));
+    kernels::copy(w.dres.flat(0, own), grad_output.view({own}));
   }
   const int layers = st.chunk_blocks(), first = chunk * layers;
   for (int l = layers - 1; l >= 0; --l) {
@@ -775,7 +786,8 @@ void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale,
     if (layer_done_) layer_done_();
   }
   if (embedding) embed_backward(s);  // the embedding has no input gradient: all of it is here
-  w.input_grad = w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+  w.input_grad = sp_ ? w.dres.flat(0, n / tp_.size() * d).view(stage_activation_shape())
+                     : w.dres.flat(0, n * d).view({s.batch, s.seq, d});
 }
 
 void Model::stage_backward_weight(int slot, int chunk) {

@@ -235,7 +235,14 @@ class Model {
   kernels::Tensor forward_cached(kernels::Tensor tokens, int64_t position);
 
   // ---- one pipeline stage (the calls above are built on these) ----
-  // `input` [B, T, hidden] comes from the previous stage (absent on the first). mb.tokens and
+  // What crosses between stages (each stage's input and output, and their gradients):
+  // [micro_batch, seq_len, hidden], or with sequence parallelism this tp rank's rows of the
+  // residual stream, [micro_batch · seq_len / tp, hidden] (sent to the same tp rank of the next
+  // stage); a stage input of that shape is a micro-batch of micro_batch × seq_len tokens (training
+  // and evaluation micro-batches are full).
+  kernels::Shape stage_activation_shape() const;
+  // `input` (stage_activation_shape(), or [B, T, hidden] for a smaller micro-batch without sequence
+  // parallelism) comes from the previous stage (absent on the first). mb.tokens and
   // mb.targets may be host or device tensors (copied in with kernels::copy). On the last stage
   // with mb.targets, loss(slot) then holds the loss.
   // With virtual chunks (options.stage.chunks > 1) `chunk` says which of the stage's runs of blocks
@@ -245,13 +252,13 @@ class Model {
   // [1] fp32 on the model's device: the mean loss over counted targets of the slot's last forward
   // (last stage, with targets; 0 without targets). The caller copies it where it needs it.
   kernels::Tensor loss(int slot) const;                         // of the last chunk
-  kernels::Tensor stage_output(int slot, int chunk = 0) const;  // [B, T, hidden], for the next stage
-  // `grad_output` [B, T, hidden] comes from the next stage (absent on the last, which starts from
-  // its loss · loss_scale).
+  kernels::Tensor stage_output(int slot, int chunk = 0) const;  // [B, T, hidden] (or SP rows), for the next stage
+  // `grad_output` (as stage_output) comes from the next stage (absent on the last, which starts
+  // from its loss · loss_scale).
   // The grad-ready hook fires for the groups of this chunk only (the head in the last, the
   // embedding in chunk 0).
   void stage_backward(int slot, kernels::Tensor grad_output, float loss_scale, int chunk = 0);
-  kernels::Tensor stage_input_grad() const;  // [B, T, hidden] of the last backward, for the previous stage
+  kernels::Tensor stage_input_grad() const;  // as the stage input, of the last backward, for the previous stage
   // options.split_backward: stage_backward in two. The input half computes stage_input_grad(), the
   // norms' and the embedding's gradients, and keeps each linear's output gradient in the slot; the
   // weight half accumulates the linears' weight (and bias) gradients from them and fires the
