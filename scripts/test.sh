@@ -19,14 +19,20 @@ build=${LLMTRAIN_BUILD_DIR:-build}
 jobs=${LLMTRAIN_JOBS:-$(nproc)}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DLLMTRAIN_TESTS=ON >/dev/null
 echo "test: building in $build with $jobs jobs"
+t0=$SECONDS
 cmake --build "$build" -j "$jobs"
+echo "test: the build took $((SECONDS - t0)) s"
 status=0
+t0=$SECONDS
 (cd "$build" && ctest --output-on-failure -j "$jobs" "$@") || status=$?
+echo "test: ctest took $((SECONDS - t0)) s"
 # ctest says only "***Skipped"; the reasons are in its log.
 scripts/skipped_tests.sh "$build"
 # The sanitizer build: parser and reader unit tests under ASan + UBSan, each fuzz target over its
 # seeds and regression inputs plus 10 s of new ones (only for the whole suite, not for -R runs).
 if (($# == 0)); then
+  t0=$SECONDS
   scripts/sanitize.sh "${LLMTRAIN_FUZZ_SECONDS:-10}" || status=1
+  echo "test: the sanitizer build, its tests and the fuzz targets took $((SECONDS - t0)) s"
 fi
 exit $status
