@@ -104,9 +104,15 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
             return sync.group_params(group_of(st, place, layer), backward);
           },
           [st, &sync](ParamPlace place, int layer) { sync.group_params_done(group_of(st, place, layer)); });
-    // A send posted after a forward or backward moves (without a single-copy transport) only while
-    // its sender calls into MPI: between layers, not just between micro-batches.
-    if (pp.size() > 1) model_.set_layer_done_hook([&pp] { pp.progress(); });
+    // Asynchronous transfers move only while their ranks call into MPI: between layers, not just
+    // between micro-batches — a pipeline send posted after a forward or backward (without a
+    // single-copy transport it moves in fragments, each needing its sender), and the gradient
+    // sync's launched reductions and prefetched ZeRO-3 gathers.
+    const bool pipelined = pp.size() > 1;
+    model_.set_layer_done_hook([&pp, &sync, pipelined] {
+      if (pipelined) pp.progress();
+      sync.progress();
+    });
   }
   ~ModelStage() override {
     model_.set_layer_done_hook({});
@@ -192,6 +198,8 @@ std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int
 TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
                      std::vector<parallel::PipeOp> schedule)
     : recipe_(recipe), model_(model), comms_(comms) {
+  schedule_s_.reserve(kScheduleTimesKept);  // a step allocates nothing
+  busy_s_.reserve(kScheduleTimesKept);
   for (const parallel::PipeOp& op : schedule)
     if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
   LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
@@ -254,8 +262,12 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   const double run_start = now_s();
   executor_->run();  // forward, backward and data time themselves; pipeline waits are in none
   mark = now_s();
-  schedule_s_ += mark - run_start;
-  busy_s_ += times.forward + times.backward + times.data;
+  if (schedule_s_.size() == kScheduleTimesKept) {
+    schedule_s_.erase(schedule_s_.begin());
+    busy_s_.erase(busy_s_.begin());
+  }
+  schedule_s_.push_back(float(mark - run_start));
+  busy_s_.push_back(float(times.forward + times.backward + times.data));
   sum_tied_grads();
   sync_->finish();
   spent(times.grad_sync);
@@ -347,8 +359,6 @@ void TrainStep::sum_tied_grads() {
   recv->wait();
   kernels::residual_forward(grad, grad, tied_scratch_.tensor(), Tensor{});
 }
-
-double TrainStep::idle_fraction() const { return schedule_s_ > 0 ? std::max(0.0, 1.0 - busy_s_ / schedule_s_) : 0.0; }
 
 double schedule_bubble(const Recipe& recipe, int micro_batches) {
   const parallel::ScheduleSpec spec{recipe.parallel.pp, 0, micro_batches, recipe.parallel.virtual_stages};

@@ -84,10 +84,13 @@ class TrainStep {
   // Fault injection for tests: when `at(step)` is true, this rank's gradients hold an inf after the
   // gradient sync (on this rank only), as an fp16 overflow would leave them.
   void set_overflow_injection(std::function<bool(int64_t step)> at) { inject_overflow_ = std::move(at); }
-  // Of the wall time this rank spent in the pipeline schedule over every step run so far, the
-  // fraction spent waiting for other stages (neither forward, backward nor reading data): the
-  // measured bubble of this stage (0 before the first step).
-  double idle_fraction() const;
+  // This rank's time in the pipeline schedule of each of the last kScheduleTimesKept steps (oldest
+  // first), and of that the time it computed or read data (forward, backward, data reads): with
+  // every stage's, the measured bubble (pipeline_bubble_measured). Stages start a step's schedule
+  // together (the previous step ends in collectives over every rank).
+  static constexpr size_t kScheduleTimesKept = 4096;
+  const std::vector<float>& schedule_times() const { return schedule_s_; }
+  const std::vector<float>& busy_times() const { return busy_s_; }
   const parallel::GradSync& grad_sync() const { return *sync_; }
 
   // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
@@ -114,7 +117,7 @@ class TrainStep {
   // pp > 1 with tied embeddings, on the first and the last stage: the token embedding's index in
   // model.parameters(), the other stage's pp rank, and where its gradient lands.
   int tied_param_ = -1, tied_peer_ = -1;
-  double schedule_s_ = 0, busy_s_ = 0;  // in the schedule, and computing or reading data in it
+  std::vector<float> schedule_s_, busy_s_;  // per step: in the schedule, and computing or reading data in it
   kernels::Buffer tied_scratch_;
 
   void sum_tied_grads();

@@ -146,17 +146,34 @@ int train(const TrainContext& ctx) {
   if (checkpoints.last_saved() != at.step) checkpoints.save(at);
   remove_stop_handlers();
   log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
-  if (comms.pp->size() > 1) {
-    // Each stage's measured idle time in the schedule, next to the schedule's unit-time bubble.
+  if (comms.pp->size() > 1 && !step.schedule_times().empty()) {  // every rank ran the same steps
+    // Each stage's measured idle time in the schedule, next to the schedule's unit-time bubble: per
+    // step, the step's span is the slowest stage's time in the schedule (stages start it together),
+    // and a stage idles for the part of the span it did not compute in (waiting for the others).
     const int pp = comms.pp->size();
-    float mine = float(step.idle_fraction());
-    std::vector<float> idle(size_t(pp), 0.0f);
-    comms.control.pp->all_gather(kernels::host_tensor(&mine, {1}), kernels::host_tensor(idle.data(), {pp}));
+    const std::vector<float>& wall = step.schedule_times();
+    const std::vector<float>& busy = step.busy_times();
+    const int64_t steps = int64_t(wall.size());
+    std::vector<float> walls(size_t(pp * steps)), busys(size_t(pp * steps));
+    std::vector<float> mine_wall = wall, mine_busy = busy;
+    comms.control.pp->all_gather(kernels::host_tensor(mine_wall.data(), {steps}),
+                                 kernels::host_tensor(walls.data(), {pp * steps}));
+    comms.control.pp->all_gather(kernels::host_tensor(mine_busy.data(), {steps}),
+                                 kernels::host_tensor(busys.data(), {pp * steps}));
+    std::vector<double> idle_s(size_t(pp), 0.0);
+    double span_s = 0;
+    for (int64_t k = 0; k < steps; ++k) {
+      double span = 0;
+      for (int s = 0; s < pp; ++s) span = std::max(span, double(walls[size_t(s * steps + k)]));
+      for (int s = 0; s < pp; ++s) idle_s[size_t(s)] += std::max(0.0, span - double(busys[size_t(s * steps + k)]));
+      span_s += span;
+    }
     std::vector<std::string> parts;
     double mean = 0;
     for (int s = 0; s < pp; ++s) {
-      parts.push_back(fmt::format("stage {} {:.1f}%", s, 100.0 * idle[size_t(s)]));
-      mean += idle[size_t(s)] / pp;
+      const double idle = span_s > 0 ? idle_s[size_t(s)] / span_s : 0.0;
+      parts.push_back(fmt::format("stage {} {:.1f}%", s, 100.0 * idle));
+      mean += idle / pp;
     }
     log_progress("pipeline idle time per stage (measured): {}; mean {:.1f}%, the {} schedule's bubble {:.1f}%",
                  join(parts, ", "), 100.0 * mean, to_string(r.parallel.pp_schedule), 100.0 * schedule_bubble(r, accum));

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Pipeline bubble at pp 2 (one core per stage: one thread per rank, two ranks through mpirun): for
 # each schedule and m ∈ {2, 4, 8} micro-batches per step, the idle time each stage measured in the
-# schedule (TrainStep::idle_fraction, logged at the end of a run), next to the schedule's formula
+# schedule (logged at the end of a run: per step, the part of the slowest stage's time in the
+# schedule that the stage did not spend computing or reading data), next to the schedule's formula
 # (p − 1)/(m + p − 1) of the stage-time (for GPipe and 1F1B it holds for any forward:backward time
 # ratio, as long as every micro-batch takes the same time); interleaved with two virtual chunks per
-# stage (one block each), (p − 1)/(v·m + p − 1); zero_bubble (ZB-H1), (p − 1)/(3m + p − 1), which
+# stage (two blocks each), (p − 1)/(v·m + p − 1); zero_bubble (ZB-H1), (p − 1)/(3m + p − 1), which
 # assumes forward, input-gradient and weight-gradient work take equal time (next to 1F1B's
 # (p − 1)/(m + p − 1) with backward = 2 forwards: a third of 1F1B's idle time).
 #
@@ -16,6 +17,7 @@ steps=${1:-30}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (cmake --build build)"; exit 1; }
 source tests/parallel/mpi_env.sh
+mpi_transport_as_llmtrain_run  # what a user's `llmtrain run` gets here
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -25,10 +27,12 @@ mapfile -t corpus < <(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | gre
 common=(--set data.train=data/train --set data.valid=data/valid --set train.steps=$steps --set log.every=10
         --set eval.every=0 --set checkpoint.every=0 --set checkpoint.resume=none --set optimizer.warmup=5
         --set train.threads=1 --set train.micro_batch=2 --set parallel.pp=2
-        # wider than tiny, so that compute dominates the per-micro-batch transfers
-        --set model.hidden=256 --set model.heads=8 --set model.kv_heads=8)
+        # wider than tiny, so that compute dominates the per-micro-batch transfers, and deeper (4 blocks
+        # a stage), so that the last stage's head makes the stages less unequal (the formulas assume
+        # equal stages)
+        --set model.hidden=256 --set model.heads=8 --set model.kv_heads=8 --set model.layers=8)
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "recipes/tiny.yaml at hidden 256 (4 layers, 2 per stage), pp 2, micro_batch 2, $steps steps"
+echo "recipes/tiny.yaml at hidden 256 (8 layers, 4 per stage), pp 2, micro_batch 2, $steps steps"
 printf '%-12s %3s %10s %10s %10s %10s %8s\n' schedule m formula measured "stage 0" "stage 1" ratio
 for schedule in gpipe 1f1b interleaved zero_bubble; do
   v=1

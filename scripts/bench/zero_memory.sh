@@ -25,6 +25,7 @@ dp=${DP:-4}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (scripts/test.sh or cmake --build build)"; exit 1; }
 source tests/parallel/mpi_env.sh
+mpi_transport_as_llmtrain_run  # what a user's `llmtrain run` gets here
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"

@@ -19,3 +19,25 @@ mpi_run() {
   rm -rf "$scratch"
   return $status
 }
+
+# For benchmarks: Open MPI's shared-memory transport as `llmtrain run` sets it up
+# (launcher/launch_plan.cpp): single-copy cross-memory attach where the kernel permits
+# process_vm_readv, a copy through a shared buffer where it does not. Prints which.
+mpi_transport_as_llmtrain_run() {
+  if /usr/bin/python3 - <<'PY'; then
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+src, dst = ctypes.create_string_buffer(b"probe", 8), ctypes.create_string_buffer(8)
+local, remote = iovec(ctypes.addressof(dst), 8), iovec(ctypes.addressof(src), 8)
+libc.process_vm_readv.restype = ctypes.c_ssize_t
+n = libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+sys.exit(0 if n == 8 and dst.value == b"probe" else 1)
+PY
+    unset OMPI_MCA_btl_vader_single_copy_mechanism
+    echo "shared-memory transport: single copy (process_vm_readv is permitted), as llmtrain run uses it"
+  else
+    echo "shared-memory transport: copies through a buffer (process_vm_readv is not permitted here)"
+  fi
+}
