@@ -16,9 +16,11 @@ namespace llmtrain::trainer {
 MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
-  if (r.train.precision != Precision::fp32)
+  if (r.train.precision != Precision::fp32 && (r.parallel.tp > 1 || r.parallel.pp > 1 || r.parallel.zero >= 2))
     out.notes.push_back(
-        fmt::format("counted in fp32: train.precision {} is not supported yet", to_string(r.train.precision)));
+        fmt::format("train.precision {} with tp {}, pp {}, zero {} is not supported yet: counted as "
+                    "16-bit storage would lay it out",
+                    to_string(r.train.precision), r.parallel.tp, r.parallel.pp, r.parallel.zero));
 
   // This stage's schedule sets how many micro-batches keep activations at once, and the receive
   // buffers between stages.
@@ -42,24 +44,29 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   out.activations = model.activations();
   out.head_logits = model.head_logits;
 
-  // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
-  // whole stage at ZeRO stage 0; at stage 1 this rank's chunk of every sharding unit (parameter
-  // groups merged as buckets are), and the sync's scratch (each unit padded, plus one chunk) is
+  // AdamW keeps two fp32 moments (and, with 16-bit parameters, their fp32 master) over the ranges
+  // the gradient sync gives this rank to own: the whole stage at ZeRO stage 0; at stage 1 this
+  // rank's chunk of every sharding unit (parameter groups merged as buckets are, in bytes of the
+  // gradient dtype), and the sync's scratch (each unit padded, plus one chunk, in that dtype) is
   // communication memory. At stage 2 the gradients are that owned chunk plus the sync's pool; at
   // stage 3 the parameters are too (the owned values and the pool gathered units land in).
-  out.optimizer = 2 * model.params;
+  const int64_t element = int64_t(kernels::dtype_size(mo.dtype));
+  const int64_t fp32_states = mo.dtype == kernels::DType::fp32 ? 2 : 3;  // moments (+ master)
+  const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
+  int64_t numel = 0;
+  for (const ModelParam& p : layout) numel += p.numel();
+  out.optimizer = fp32_states * numel * 4;
   int64_t zero_scratch = 0;
   if (r.parallel.zero >= 1) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
-    const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
     std::vector<parallel::ParamRange> ranges;
     for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
     const std::vector<parallel::ShardUnit> units =
-        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, sizeof(float));
+        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, size_t(element));
     const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
-    out.optimizer = 2 * owned * 4;
+    out.optimizer = fp32_states * owned * 4;
     if (r.parallel.zero == 1) {
-      zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(units, shard), 1) * 4;
+      zero_scratch = std::max<int64_t>(parallel::sharded_scratch_numel(units, shard), 1) * element;
     } else {
       // Stage 2: the model holds no gradient buffer (mo.external_grads); the sync keeps the owned
       // shard and the pool of unit-sized slots backward writes into.

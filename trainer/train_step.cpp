@@ -46,6 +46,7 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   mo.micro_batch = r.train.micro_batch;
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;
+  mo.dtype = precision_dtype(r.train.precision);
   mo.activation_slots = parallel::max_in_flight(schedule);
   mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
   mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
@@ -176,7 +177,8 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
   // through the model.
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
-  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned());
+  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
+                                       model.options().dtype);
   losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
   losses_host_.assign(size_t(micro_batches_), 0.0f);
   // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.
@@ -319,6 +321,14 @@ double schedule_bubble(const Recipe& recipe, int micro_batches) {
   return parallel::schedule_timeline(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches,
                                      spec.chunks)
       .bubble_fraction();
+}
+
+void TrainStep::master_from_params() { optimizer_->master_from_params(model_.params()); }
+
+void TrainStep::params_from_master() {
+  if (!optimizer_->has_master()) return;
+  optimizer_->params_from_master(model_.params());
+  sync_->gather_params();
 }
 
 nlohmann::json TrainStep::state() const {

@@ -230,14 +230,6 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
                         t.global_batch / per_step, p.pp),
             "raise global_batch or change micro_batch so that the micro-batch count is a multiple of pp");
 
-  // Precision vs device: 16-bit storage is not built (fp16's loss scaler is).
-  if (t.device == DeviceKind::cpu && t.precision != Precision::fp32)
-    problem("train.precision",
-            fmt::format("not supported yet: precision {} on device cpu (16-bit parameters, activations and "
-                        "gradients are not built; CPU math is fp32)",
-                        to_string(t.precision)),
-            "use precision: fp32");
-
   // Optimizer schedule.
   const OptimizerConfig& o = r.optimizer;
   if (o.min_lr > o.lr)
@@ -264,6 +256,19 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
     out.push_back("parallel.pp_schedule: zero_bubble (ZB-H1: backward split into input and weight gradients)");
   if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
     out.push_back(fmt::format("parallel.sequence_parallel with pipeline parallelism (parallel.pp {})", r.parallel.pp));
+  // 16-bit storage (bf16, fp16) is built for the whole model on one stage at tp 1, ZeRO 0 and 1.
+  if (r.train.precision != Precision::fp32) {
+    const char* p = to_string(r.train.precision);
+    if (r.parallel.tp > 1)
+      out.push_back(fmt::format("train.precision {} with parallel.tp {} (16-bit: tp 1 only)", p, r.parallel.tp));
+    if (r.parallel.pp > 1)
+      out.push_back(fmt::format("train.precision {} with parallel.pp {} (16-bit: pp 1 only)", p, r.parallel.pp));
+    if (r.parallel.zero >= 2)
+      out.push_back(
+          fmt::format("train.precision {} with parallel.zero {} (16-bit: ZeRO 0 and 1 only)", p, r.parallel.zero));
+  }
+  if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16)
+    out.push_back("parallel.grad_reduce_dtype: bf16 (16-bit words on the wire; reductions sum in fp32)");
   return out;
 }
 
