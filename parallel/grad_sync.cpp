@@ -255,7 +255,11 @@ class GradShardSync final : public GradSync {
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
     replicas_ = dp.split(shard_index, dp.rank(), dp.name() + " replica");
     first_copy_ = replica == 0;
-    const std::vector<ShardUnit> units = shard_units(layout.param_ranges, groups_, bucket_mb, sizeof(float));
+    // Stage 2 with 16-bit parameters: backward writes (and the pool reduces) 16-bit gradients; the
+    // owned shard the optimizer reads stays fp32. Stage 3 holds fp32 values (its storage is fp32).
+    storage_ = shard_params ? kernels::DType::fp32 : layout.params.dtype;
+    const std::vector<ShardUnit> units =
+        shard_units(layout.param_ranges, groups_, bucket_mb, kernels::dtype_size(storage_));
     group_range_.assign(groups_.size(), FlatRange{});
     for (size_t g = 0; g < groups_.size(); ++g) {
       FlatRange r{INT64_MAX, 0};
@@ -303,8 +307,12 @@ class GradShardSync final : public GradSync {
         full = std::max(full, s.chunk_numel * n);
         chunk = std::max(chunk, s.chunk_numel);
       }
-    pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, device,
+    pool_ = kernels::Buffer(storage_, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, device,
                             kernels::MemoryKind::gradients);
+    // 16-bit: a retired chunk is widened here before it is added into the fp32 owned shard.
+    if (storage_ != kernels::DType::fp32)
+      wide_chunk_ =
+          kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device, kernels::MemoryKind::gradients);
     for (int i = 0; i < std::min(slots, kGradPoolSlots); ++i) {
       Slot sl;
       sl.full = pool_.tensor().flat(i * (full + chunk), full);
@@ -545,7 +553,7 @@ class GradShardSync final : public GradSync {
 
   void count(int64_t elements) {
     ++stats_.buckets;
-    stats_.bytes += elements * static_cast<int64_t>(sizeof(float));
+    stats_.bytes += elements * static_cast<int64_t>(kernels::dtype_size(storage_));
   }
 
   void rearm() {
@@ -570,8 +578,13 @@ class GradShardSync final : public GradSync {
     }
     if (u.own.numel() > 0) {
       Tensor acc = owned_grads_.flat(u.compact, u.own.numel());
+      Tensor add = chunk.flat(0, u.own.numel());
+      if (storage_ != kernels::DType::fp32) {
+        kernels::convert(wide_chunk_.tensor().flat(0, u.own.numel()), add);
+        add = wide_chunk_.tensor().flat(0, u.own.numel());
+      }
       kernels::residual_forward(acc.view({1, u.own.numel()}), acc.view({1, u.own.numel()}),
-                                chunk.flat(0, u.own.numel()).view({1, u.own.numel()}), Tensor{});
+                                add.view({1, u.own.numel()}), Tensor{});
     }
     sl.unit = -1;
   }
@@ -583,7 +596,8 @@ class GradShardSync final : public GradSync {
   std::unique_ptr<Comm> shard_, replicas_;
   bool first_copy_ = false;
   std::vector<FlatRange> owned_;
-  kernels::Buffer owned_buf_, pool_;
+  kernels::Buffer owned_buf_, pool_, wide_chunk_;
+  kernels::DType storage_ = kernels::DType::fp32;  // of the pool (and the parameters at stage 2)
   Tensor owned_grads_;
   std::vector<Unit> state_;
   std::vector<Slot> slots_;

@@ -16,7 +16,7 @@ namespace llmtrain::trainer {
 MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
-  if (r.train.precision != Precision::fp32 && (r.parallel.tp > 1 || r.parallel.pp > 1 || r.parallel.zero >= 2))
+  if (r.train.precision != Precision::fp32 && (r.parallel.tp > 1 || r.parallel.pp > 1 || r.parallel.zero >= 3))
     out.notes.push_back(
         fmt::format("train.precision {} with tp {}, pp {}, zero {} is not supported yet: counted as "
                     "16-bit storage would lay it out",
@@ -61,8 +61,8 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
     std::vector<parallel::ParamRange> ranges;
     for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
-    const std::vector<parallel::ShardUnit> units =
-        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, size_t(element));
+    const std::vector<parallel::ShardUnit> units = parallel::shard_units(
+        ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, r.parallel.zero >= 3 ? 4 : size_t(element));
     const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
     out.optimizer = fp32_states * owned * 4;
     if (r.parallel.zero == 1) {
@@ -70,7 +70,16 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
     } else {
       // Stage 2: the model holds no gradient buffer (mo.external_grads); the sync keeps the owned
       // shard and the pool of unit-sized slots backward writes into.
-      out.gradients = (std::max<int64_t>(owned, 1) + std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1)) * 4;
+      // With 16-bit parameters the pool is 16-bit, the owned shard fp32, and one fp32 chunk widens
+      // what the pool reduced before it is added into the shard.
+      out.gradients = std::max<int64_t>(owned, 1) * 4 + std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) *
+                                                            (r.parallel.zero >= 3 ? 4 : element);
+      if (r.parallel.zero == 2 && element != 4) {
+        int64_t chunk = 0;
+        for (const parallel::ShardUnit& u : units)
+          if (u.range.numel() > 0) chunk = std::max(chunk, (u.range.numel() + shard - 1) / shard);
+        out.gradients += std::max<int64_t>(chunk, 1) * 4;
+      }
     }
     if (r.parallel.zero >= 3)  // the model holds no parameter buffer (mo.external_params)
       out.parameters =

@@ -417,10 +417,10 @@ TEST_F(ZeroTest, CheckpointsMoveBetweenZeroOneAndZeroZero) {
 }
 
 // 16-bit storage (bf16, and fp16 with its loss scaler) with the optimizer's fp32 master: one rank
-// takes fp32's steps within 1% (loss per step), ZeRO 1 at dp 2 takes the steps of one rank within
-// 16-bit rounding, and a run resumed from a checkpoint continues BITWISE (losses and parameters)
-// where the uninterrupted run of the same layout is, at (zero 0, dp 1) and (zero 1, dp 2); the
-// checkpoint holds the fp32 master.
+// takes fp32's steps within 1% (loss per step), ZeRO 1 and 2 at dp 2 take the steps of one rank
+// within 16-bit rounding, and a run resumed from a checkpoint continues BITWISE (losses and
+// parameters) where the uninterrupted run of the same layout is, at (zero 0, dp 1), (zero 1, dp 2)
+// and (zero 2, dp 2); the checkpoint holds the fp32 master.
 TEST_F(ZeroTest, SixteenBitStorageTrainsShardedAndResumesBitwise) {
   const Run fp32 = run(0, 1, 0, 0, 20);
   for (const Precision precision : {Precision::bf16, Precision::fp16}) {
@@ -433,7 +433,11 @@ TEST_F(ZeroTest, SixteenBitStorageTrainsShardedAndResumesBitwise) {
     const Run sharded = run(1, 2, 0, 0, 20);
     for (size_t s = 0; s < want.losses.size(); ++s)
       EXPECT_NEAR(sharded.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "step " << s + 1;
-    for (auto [zero, dp, whole] : {std::tuple{0, 1, &want}, std::tuple{1, 2, &sharded}}) {
+    // ZeRO 2: 16-bit gradients in the pool, reduced and widened into the fp32 owned shard.
+    const Run stage2 = run(2, 2, 0, 0, 20);
+    for (size_t s = 0; s < want.losses.size(); ++s)
+      EXPECT_NEAR(stage2.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "zero 2, step " << s + 1;
+    for (auto [zero, dp, whole] : {std::tuple{0, 1, &want}, std::tuple{1, 2, &sharded}, std::tuple{2, 2, &stage2}}) {
       SCOPED_TRACE(::testing::Message() << "zero " << zero << " dp " << dp);
       const std::string ckpt = (dir_ / fmt::format("ckpt_{}_{}", to_string(precision), zero)).string();
       run(zero, dp, 0, 0, 10, "", ckpt);
@@ -680,11 +684,11 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   EXPECT_EQ(got3.activations, plan3.activations);
   EXPECT_EQ(got3.communication, plan3.communication);
 
-  // 16-bit storage at ZeRO 0 (dp 1) and 1 (dp 2): still what the ranks allocate; parameters and
-  // gradients in half the bytes, and the optimizer's fp32 master beside the moments.
+  // 16-bit storage at ZeRO 0 (dp 1), 1 and 2 (dp 2): still what the ranks allocate; parameters in
+  // half the bytes, and the optimizer's fp32 master beside the moments.
   for (const Precision precision : {Precision::bf16, Precision::fp16}) {
     SCOPED_TRACE(to_string(precision));
-    for (const int zero : {0, 1}) {
+    for (const int zero : {0, 1, 2}) {
       SCOPED_TRACE(::testing::Message() << "zero " << zero);
       Recipe r = recipe_;
       r.parallel.zero = zero, r.parallel.dp = zero == 0 ? 1 : 2;
