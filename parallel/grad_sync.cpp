@@ -255,9 +255,12 @@ class GradShardSync final : public GradSync {
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
     replicas_ = dp.split(shard_index, dp.rank(), dp.name() + " replica");
     first_copy_ = replica == 0;
-    // Stage 2 with 16-bit parameters: backward writes (and the pool reduces) 16-bit gradients; the
-    // owned shard the optimizer reads stays fp32. Stage 3 holds fp32 values (its storage is fp32).
-    storage_ = shard_params ? kernels::DType::fp32 : layout.params.dtype;
+    // 16-bit parameters: backward writes (and the pool reduces) 16-bit gradients, and at stage 3
+    // the units are gathered as 16-bit values; the owned gradient shard the optimizer reads and
+    // stage 3's owned values (the master weights) stay fp32.
+    storage_ = layout.dtype;
+    LT_CHECK(!layout.params.defined() || layout.params.dtype == storage_, "parameters of {} for a {} layout",
+             kernels::to_string(layout.params.dtype), kernels::to_string(storage_));
     const std::vector<ShardUnit> units =
         shard_units(layout.param_ranges, groups_, bucket_mb, kernels::dtype_size(storage_));
     group_range_.assign(groups_.size(), FlatRange{});
@@ -323,7 +326,7 @@ class GradShardSync final : public GradSync {
       owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
                                           kernels::MemoryKind::parameters);
       owned_params_ = owned_params_buf_.tensor().flat(0, owned_numel);
-      param_pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
+      param_pool_ = kernels::Buffer(storage_, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
                                     kernels::MemoryKind::parameters);
       for (int i = 0; i < std::min(slots, kParamPoolSlots); ++i) {
         ParamSlot ps;
@@ -542,7 +545,8 @@ class GradShardSync final : public GradSync {
     const Unit& u = state_[size_t(unit)];
     Tensor chunk = ps.chunk.flat(0, u.chunk_numel);
     kernels::fill_zero(chunk);
-    if (u.own.numel() > 0) kernels::copy(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
+    // The owned fp32 values, rounded once where the pool is 16-bit.
+    if (u.own.numel() > 0) kernels::convert(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
     const int64_t padded = u.chunk_numel * shard_->size();
     ps.gather = shard_->all_gather_async(chunk, ps.full.flat(0, padded));
     count(padded);

@@ -97,6 +97,9 @@ struct GradSyncLayout {
   std::vector<ParamRange> param_ranges;           // every parameter's range, in forward order
   std::vector<std::vector<int>> groups;           // group -> parameters (indices into param_ranges)
   kernels::Device device = kernels::Device::cpu;  // where stages 2 and 3 allocate their shards and pools
+  // The model's parameter and gradient dtype: stages 2 and 3 pool (and gather) in it; their owned
+  // gradient shard and stage 3's owned values (the fp32 master) stay fp32.
+  kernels::DType dtype = kernels::DType::fp32;
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,

@@ -16,11 +16,11 @@ namespace llmtrain::trainer {
 MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
-  if (r.train.precision != Precision::fp32 && (r.parallel.tp > 1 || r.parallel.pp > 1 || r.parallel.zero >= 3))
+  if (r.train.precision != Precision::fp32 && (r.parallel.tp > 1 || r.parallel.pp > 1))
     out.notes.push_back(
-        fmt::format("train.precision {} with tp {}, pp {}, zero {} is not supported yet: counted as "
-                    "16-bit storage would lay it out",
-                    to_string(r.train.precision), r.parallel.tp, r.parallel.pp, r.parallel.zero));
+        fmt::format("train.precision {} with tp {}, pp {} is not supported yet: counted as 16-bit "
+                    "storage would lay it out",
+                    to_string(r.train.precision), r.parallel.tp, r.parallel.pp));
 
   // This stage's schedule sets how many micro-batches keep activations at once, and the receive
   // buffers between stages.
@@ -51,7 +51,9 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   // communication memory. At stage 2 the gradients are that owned chunk plus the sync's pool; at
   // stage 3 the parameters are too (the owned values and the pool gathered units land in).
   const int64_t element = int64_t(kernels::dtype_size(mo.dtype));
-  const int64_t fp32_states = mo.dtype == kernels::DType::fp32 ? 2 : 3;  // moments (+ master)
+  // Moments, and a master for 16-bit parameters (at ZeRO 3 the owned values, fp32, are the master
+  // and count as parameters).
+  const int64_t fp32_states = mo.dtype == kernels::DType::fp32 || r.parallel.zero >= 3 ? 2 : 3;
   const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
   int64_t numel = 0;
   for (const ModelParam& p : layout) numel += p.numel();
@@ -61,8 +63,8 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
     std::vector<parallel::ParamRange> ranges;
     for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
-    const std::vector<parallel::ShardUnit> units = parallel::shard_units(
-        ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, r.parallel.zero >= 3 ? 4 : size_t(element));
+    const std::vector<parallel::ShardUnit> units =
+        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, size_t(element));
     const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
     out.optimizer = fp32_states * owned * 4;
     if (r.parallel.zero == 1) {
@@ -72,18 +74,19 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
       // shard and the pool of unit-sized slots backward writes into.
       // With 16-bit parameters the pool is 16-bit, the owned shard fp32, and one fp32 chunk widens
       // what the pool reduced before it is added into the shard.
-      out.gradients = std::max<int64_t>(owned, 1) * 4 + std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) *
-                                                            (r.parallel.zero >= 3 ? 4 : element);
-      if (r.parallel.zero == 2 && element != 4) {
+      out.gradients =
+          std::max<int64_t>(owned, 1) * 4 + std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
+      if (element != 4) {
         int64_t chunk = 0;
         for (const parallel::ShardUnit& u : units)
           if (u.range.numel() > 0) chunk = std::max(chunk, (u.range.numel() + shard - 1) / shard);
         out.gradients += std::max<int64_t>(chunk, 1) * 4;
       }
     }
-    if (r.parallel.zero >= 3)  // the model holds no parameter buffer (mo.external_params)
+    if (r.parallel.zero >= 3)  // the model holds no parameter buffer (mo.external_params): the owned
+      // values (fp32: with 16-bit storage they are the master) and the pool units are gathered into
       out.parameters =
-          (std::max<int64_t>(owned, 1) + std::max<int64_t>(parallel::param_pool_numel(units, shard), 1)) * 4;
+          std::max<int64_t>(owned, 1) * 4 + std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * element;
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);

@@ -12,7 +12,8 @@
 //    ranges, packed like the moments (so ZeRO 1 shards it with them). step() updates the master
 //    from the gradients (16-bit or fp32) and writes it, rounded once, into the owned ranges of the
 //    parameter buffer; the caller then gathers the parameters as for fp32. Checkpoints save the
-//    master (checkpoint_slices). With fp32 parameters there is no master: the parameters are it.
+//    master (checkpoint_slices). With fp32 parameters there is no master: the parameters are it;
+//    nor at ZeRO 3, whose compact owned values (GradSync::owned_params) are fp32 and are the master.
 #pragma once
 
 #include <cstdint>

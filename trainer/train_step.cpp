@@ -170,15 +170,17 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   LT_CHECK(parallel::max_in_flight(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight; the model has {} activation slots",
            parallel::max_in_flight(schedule), model.options().activation_slots);
-  parallel::GradSyncLayout layout{model.params(), model.grads(), {}, grad_ready_groups(model), model.device()};
+  parallel::GradSyncLayout layout{model.params(),           model.grads(),  {},
+                                  grad_ready_groups(model), model.device(), model.options().dtype};
   for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
   sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb,
                                    recipe.parallel.zero_group);
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
   // through the model.
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
+  // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
-                                       model.options().dtype);
+                                       sync_->params_compact() ? DType::fp32 : model.options().dtype);
   losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
   losses_host_.assign(size_t(micro_batches_), 0.0f);
   // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.

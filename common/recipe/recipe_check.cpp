@@ -256,16 +256,13 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
     out.push_back("parallel.pp_schedule: zero_bubble (ZB-H1: backward split into input and weight gradients)");
   if (r.parallel.pp > 1 && r.parallel.tp > 1 && r.parallel.sequence_parallel)
     out.push_back(fmt::format("parallel.sequence_parallel with pipeline parallelism (parallel.pp {})", r.parallel.pp));
-  // 16-bit storage (bf16, fp16) is built for the whole model on one stage at tp 1, ZeRO 0, 1 and 2.
+  // 16-bit storage (bf16, fp16) is built for the whole model on one stage at tp 1 (every ZeRO stage).
   if (r.train.precision != Precision::fp32) {
     const char* p = to_string(r.train.precision);
     if (r.parallel.tp > 1)
       out.push_back(fmt::format("train.precision {} with parallel.tp {} (16-bit: tp 1 only)", p, r.parallel.tp));
     if (r.parallel.pp > 1)
       out.push_back(fmt::format("train.precision {} with parallel.pp {} (16-bit: pp 1 only)", p, r.parallel.pp));
-    if (r.parallel.zero >= 3)
-      out.push_back(
-          fmt::format("train.precision {} with parallel.zero {} (16-bit: ZeRO 0, 1 and 2 only)", p, r.parallel.zero));
   }
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16)
     out.push_back("parallel.grad_reduce_dtype: bf16 (16-bit words on the wire; reductions sum in fp32)");

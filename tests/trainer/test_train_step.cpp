@@ -433,11 +433,15 @@ TEST_F(ZeroTest, SixteenBitStorageTrainsShardedAndResumesBitwise) {
     const Run sharded = run(1, 2, 0, 0, 20);
     for (size_t s = 0; s < want.losses.size(); ++s)
       EXPECT_NEAR(sharded.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "step " << s + 1;
-    // ZeRO 2: 16-bit gradients in the pool, reduced and widened into the fp32 owned shard.
-    const Run stage2 = run(2, 2, 0, 0, 20);
-    for (size_t s = 0; s < want.losses.size(); ++s)
+    // ZeRO 2: 16-bit gradients in the pool, reduced and widened into the fp32 owned shard; ZeRO 3:
+    // also the fp32 owned values (the master) rounded into 16-bit pool slots and gathered.
+    const Run stage2 = run(2, 2, 0, 0, 20), stage3 = run(3, 2, 0, 0, 20);
+    for (size_t s = 0; s < want.losses.size(); ++s) {
       EXPECT_NEAR(stage2.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "zero 2, step " << s + 1;
-    for (auto [zero, dp, whole] : {std::tuple{0, 1, &want}, std::tuple{1, 2, &sharded}, std::tuple{2, 2, &stage2}}) {
+      EXPECT_NEAR(stage3.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "zero 3, step " << s + 1;
+    }
+    for (auto [zero, dp, whole] :
+         {std::tuple{0, 1, &want}, std::tuple{1, 2, &sharded}, std::tuple{2, 2, &stage2}, std::tuple{3, 2, &stage3}}) {
       SCOPED_TRACE(::testing::Message() << "zero " << zero << " dp " << dp);
       const std::string ckpt = (dir_ / fmt::format("ckpt_{}_{}", to_string(precision), zero)).string();
       run(zero, dp, 0, 0, 10, "", ckpt);
@@ -688,7 +692,7 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   // half the bytes, and the optimizer's fp32 master beside the moments.
   for (const Precision precision : {Precision::bf16, Precision::fp16}) {
     SCOPED_TRACE(to_string(precision));
-    for (const int zero : {0, 1, 2}) {
+    for (const int zero : {0, 1, 2, 3}) {
       SCOPED_TRACE(::testing::Message() << "zero " << zero);
       Recipe r = recipe_;
       r.parallel.zero = zero, r.parallel.dp = zero == 0 ? 1 : 2;
@@ -704,8 +708,12 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
         plan16.activations += p.activations, plan16.communication += p.communication;
         plan32.parameters += q.parameters, plan32.optimizer += q.optimizer;
       }
-      EXPECT_EQ(2 * plan16.parameters, plan32.parameters);
-      EXPECT_EQ(2 * plan16.optimizer, 3 * plan32.optimizer);  // master + two moments, all fp32
+      if (zero < 3) {
+        EXPECT_EQ(2 * plan16.parameters, plan32.parameters);
+        EXPECT_EQ(2 * plan16.optimizer, 3 * plan32.optimizer);  // master + two moments, all fp32
+      } else {
+        EXPECT_EQ(plan16.optimizer, plan32.optimizer);  // the owned fp32 values are the master
+      }
       MemoryAccount got16;
       parallel::run_ranks_in_threads(r.parallel.dp, [&](parallel::Comm& world) {
         Rank me(r, prefix_, world.split(0, world.rank(), "world"), r.parallel.dp);

@@ -122,10 +122,9 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
   // unsupported_features (common/recipe/recipe_check.h) refuses these before any rank starts; the
   // memory plan of such a recipe (a dry run) counts them as they would be laid out.
-  LT_CHECK(
-      options_.dtype == DType::fp32 || (tp.size() == 1 && options_.stage.has_embedding && options_.stage.has_head &&
-                                        options_.kv_cache_tokens == 0 && !options_.external_params),
-      "16-bit storage with tp {}, a pipeline stage, a KV cache or external parameters", tp.size());
+  LT_CHECK(options_.dtype == DType::fp32 || (tp.size() == 1 && options_.stage.has_embedding &&
+                                             options_.stage.has_head && options_.kv_cache_tokens == 0),
+           "16-bit storage with tp {}, a pipeline stage or a KV cache", tp.size());
   const Dims z(config_, options_, tp_.size());
   llama_ = z.llama;
   sp_ = z.sp;
@@ -487,6 +486,14 @@ void Model::init_parameters(uint64_t seed) {
       if (lo < hi)
         init_param_elements(p, seed, lo - p.offset, hi - p.offset, shard_values_.ptr<float>() + param_shard_offset(lo));
     }
+  // 16-bit storage: the fp32 shard is the optimizer's master; it starts from the rounded values,
+  // as the master of a model with its own 16-bit buffer does (TrainStep::master_from_params).
+  if (options_.dtype != DType::fp32 && shard_values_.numel() > 0) {
+    std::vector<uint16_t> rounded(size_t(shard_values_.numel()));
+    const Tensor half(rounded.data(), options_.dtype, {shard_values_.numel()});
+    kernels::convert(half, shard_values_);
+    kernels::convert(shard_values_, half);
+  }
 }
 
 // Elements [begin, end) of p (this rank's shard, row-major) into out[0, end - begin).
