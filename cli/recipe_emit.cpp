@@ -112,6 +112,7 @@ std::string recipe_to_yaml(const Recipe& r) {
     line(2, "pp_layers", "[" + join(blocks, ", ") + "]");
   }
   line(2, "bucket_mb", num(p.bucket_mb));
+  line(2, "grad_reduce_dtype", to_string(p.grad_reduce_dtype));
   line(2, "timeout", num(p.timeout_s) + "s");
 
   const auto& c = r.checkpoint;

@@ -495,6 +495,8 @@ void parse_parallel(Section s, ParallelConfig& p) {
       p.pp_layers = std::move(blocks);
   }
   s.number("bucket_mb", p.bucket_mb, kPositiveFloat);
+  s.choice("grad_reduce_dtype", p.grad_reduce_dtype,
+           {{"fp32", GradReduceDtype::fp32}, {"bf16", GradReduceDtype::bf16}});
   duration(s, "timeout", "parallel.timeout", p.timeout_s, false);
   s.finish();
 }

@@ -4,9 +4,18 @@
 // model strings them together.
 //
 // Conventions (the rules a reader could get wrong):
-//  - Outputs come first, then inputs. All float tensors are fp32 and contiguous; token ids and
-//    targets are int32. All tensors of one call live on one device, except copy()'s two, which is
-//    how anything crosses between host and device memory.
+//  - Outputs come first, then inputs. Tensors are contiguous; token ids and targets are int32.
+//    All tensors of one call live on one device, except copy()'s two, which is how anything
+//    crosses between host and device memory.
+//  - Precision: the STORAGE operands of one call (activations, parameters, their gradients) are
+//    all fp32, all bf16 or all fp16; ops COMPUTE in fp32 whatever the storage (kernels/dispatch.cpp
+//    widens 16-bit operands exactly into the per-thread scratch, runs the fp32 kernel and rounds
+//    what it writes back once, to nearest even; an accumulating output is read, added to in fp32
+//    and rounded). The only other dtypes allowed in a 16-bit call are the fp32 STATISTICS — norm
+//    mean/rstd, attention and cross-entropy lse, per-row losses, the loss, the vocab-parallel
+//    loss's row maxima and sums — the RoPE table, and adamw_update, whose params and moments are
+//    the fp32 master (its gradients may be 16-bit). rope_table, the KV-cache ops (generation) and
+//    loss_mean_forward are fp32 only.
 //  - PARAMETER gradients ACCUMULATE (dweight += ...): gradient accumulation over micro-batches
 //    and tied weights rely on it; zero them once per optimizer step.
 //  - ACTIVATION gradients are OVERWRITTEN (din = ...). Where a gradient joins the residual stream,

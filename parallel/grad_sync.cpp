@@ -80,7 +80,16 @@ class GradShardSync final : public GradSync {
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
     replicas_ = dp.split(shard_index, dp.rank(), dp.name() + " replica");
     first_copy_ = replica == 0;
-    const std::vector<ShardUnit> units = shard_units(layout.param_ranges, groups_, bucket_mb, sizeof(float));
+    // 16-bit parameters: backward writes (and the pool reduces) 16-bit gradients, and at stage 3
+    // the units are gathered as 16-bit values; the owned gradient shard the optimizer reads and
+    // stage 3's owned values (the master weights) stay fp32.
+    storage_ = layout.dtype;
+    LT_CHECK(!layout.params.defined() || layout.params.dtype == storage_, "parameters of {} for a {} layout",
+             kernels::to_string(layout.params.dtype), kernels::to_string(storage_));
+    LT_CHECK(!layout.grads.defined() || layout.grads.dtype == storage_, "gradients of {} for a {} layout",
+             kernels::to_string(layout.grads.dtype), kernels::to_string(storage_));
+    const std::vector<ShardUnit> units =
+        shard_units(layout.param_ranges, groups_, bucket_mb, kernels::dtype_size(storage_));
     group_range_.assign(groups_.size(), FlatRange{});
     for (size_t g = 0; g < groups_.size(); ++g) {
       FlatRange r{INT64_MAX, 0};
@@ -132,8 +141,13 @@ class GradShardSync final : public GradSync {
         full = std::max(full, s.chunk_numel * n);
         chunk = std::max(chunk, s.chunk_numel);
       }
-    pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, device,
+    pool_ = kernels::Buffer(storage_, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, device,
                             kernels::MemoryKind::communication);
+    // 16-bit at stages 2 and 3: a retired chunk is widened here before it is added into the fp32
+    // owned shard (stage 1 copies it back into the 16-bit flat buffer as it is).
+    if (storage_ != kernels::DType::fp32 && stage_ >= 2)
+      wide_chunk_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device,
+                                    kernels::MemoryKind::communication);
     for (int i = 0; i < std::min(slots, kGradPoolSlots); ++i) {
       Slot sl;
       sl.full = pool_.tensor().flat(i * (full + chunk), full);
@@ -144,7 +158,7 @@ class GradShardSync final : public GradSync {
       owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
                                           kernels::MemoryKind::parameters);
       owned_params_ = owned_params_buf_.tensor().flat(0, owned_numel);
-      param_pool_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
+      param_pool_ = kernels::Buffer(storage_, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
                                     kernels::MemoryKind::communication);
       for (int i = 0; i < std::min(slots, kParamPoolSlots); ++i) {
         ParamSlot ps;
@@ -419,7 +433,8 @@ class GradShardSync final : public GradSync {
     const Unit& u = state_[size_t(unit)];
     Tensor chunk = ps.chunk.flat(0, u.chunk_numel);
     kernels::fill_zero(chunk);
-    if (u.own.numel() > 0) kernels::copy(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
+    // The owned fp32 values, rounded once where the pool is 16-bit.
+    if (u.own.numel() > 0) kernels::convert(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
     const int64_t padded = u.chunk_numel * shard_->size();
     ps.gather = shard_->all_gather_async(chunk, ps.full.flat(0, padded));
     count(padded);
@@ -430,7 +445,7 @@ class GradShardSync final : public GradSync {
 
   void count(int64_t elements) {
     ++stats_.buckets;
-    stats_.bytes += elements * static_cast<int64_t>(sizeof(float));
+    stats_.bytes += elements * static_cast<int64_t>(kernels::dtype_size(storage_));
   }
 
   void rearm() {
@@ -459,8 +474,13 @@ class GradShardSync final : public GradSync {
       kernels::copy(flat_grads_.flat(u.own.begin, u.own.numel()), chunk.flat(0, u.own.numel()));
     } else if (u.own.numel() > 0) {
       Tensor acc = owned_grads_.flat(u.compact, u.own.numel());
+      Tensor add = chunk.flat(0, u.own.numel());
+      if (storage_ != kernels::DType::fp32) {
+        kernels::convert(wide_chunk_.tensor().flat(0, u.own.numel()), add);
+        add = wide_chunk_.tensor().flat(0, u.own.numel());
+      }
       kernels::residual_forward(acc.view({1, u.own.numel()}), acc.view({1, u.own.numel()}),
-                                chunk.flat(0, u.own.numel()).view({1, u.own.numel()}), Tensor{});
+                                add.view({1, u.own.numel()}), Tensor{});
     }
     sl.unit = -1;
   }
@@ -473,7 +493,8 @@ class GradShardSync final : public GradSync {
   std::unique_ptr<Comm> shard_, replicas_;
   bool first_copy_ = false;
   std::vector<FlatRange> owned_;
-  kernels::Buffer owned_buf_, pool_;
+  kernels::Buffer owned_buf_, pool_, wide_chunk_;
+  kernels::DType storage_ = kernels::DType::fp32;  // of the pool (and the parameters at stage 2)
   Tensor owned_grads_;
   std::vector<Unit> state_;
   std::vector<Slot> slots_;

@@ -65,7 +65,8 @@ class GradSync {
   virtual bool first_copy() const = 0;
   virtual void gather_params() = 0;
 
-  // Stage 2: a zeroed fp32 view of pooled scratch covering group g's flat range (its first to its
+  // Stage 2: a zeroed view of pooled scratch, in the parameter buffer's dtype (fp32, or 16-bit:
+  // reduced as 16-bit, widened into the fp32 owned shard), covering group g's flat range (its first to its
   // last element) for the current micro-batch, valid until group_ready(g, ...). Undefined at
   // stages 0 and 1: backward accumulates into the model's flat gradient buffer.
   virtual Tensor group_grads(int group) = 0;
@@ -96,6 +97,9 @@ struct GradSyncLayout {
   std::vector<ParamRange> param_ranges;           // every parameter's range, in forward order
   std::vector<std::vector<int>> groups;           // group -> parameters (indices into param_ranges)
   kernels::Device device = kernels::Device::cpu;  // where stages 2 and 3 allocate their shards and pools
+  // The model's parameter and gradient dtype: stages 2 and 3 pool (and gather) in it; their owned
+  // gradient shard and stage 3's owned values (the fp32 master) stay fp32.
+  kernels::DType dtype = kernels::DType::fp32;
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,

@@ -106,14 +106,15 @@ RunPosition Checkpointer::resume() {
         cc.dir, cc.resume_path, weights_only ? " with load_weights_only" : "");
     explicit_path = weights_only = false;
   }
-  auto slices = checkpoint_slices(model_, weights_only ? nullptr : &step_.optimizer(), dp_rank_ == 0,
-                                  step_.grad_sync().first_copy());
+  auto slices = checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy(),
+                                  /*moments=*/!weights_only);
   std::optional<LoadedCheckpoint> loaded;
   {
     CheckpointPhase phase(world_, cc.timeout_s, 0, parallel::Phase::load);
     loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices, world_);
   }
   if (!loaded) return {};
+  step_.params_from_master();  // 16-bit parameters: the loaded fp32 master, rounded into the model
   if (weights_only) {
     log_progress("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
     return {};

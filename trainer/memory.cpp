@@ -16,9 +16,11 @@ namespace llmtrain::trainer {
 MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
-  if (r.train.precision != Precision::fp32)
+  if (r.train.precision != Precision::fp32 && (r.parallel.tp > 1 || r.parallel.pp > 1))
     out.notes.push_back(
-        fmt::format("counted in fp32: train.precision {} is not supported yet", to_string(r.train.precision)));
+        fmt::format("train.precision {} with tp {}, pp {} is not supported yet: counted as 16-bit "
+                    "storage would lay it out",
+                    to_string(r.train.precision), r.parallel.tp, r.parallel.pp));
 
   // This stage's schedule sets how many micro-batches keep activations at once, and the receive
   // buffers between stages.
@@ -39,28 +41,46 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   out.activations = model.activations();
   out.head_logits = model.head_logits;
 
-  // AdamW keeps two fp32 moments over the ranges the gradient sync gives this rank to own: the
-  // whole stage at ZeRO stage 0; at stages 1-3 this rank's chunk of every sharding unit (parameter
-  // groups merged as buckets are). The sync's gradient pool (and stage 3's gathered-parameter pool)
-  // is communication memory: what the ZeRO paper counts as model states is the owned shards. At
-  // stage 2 the gradients are the owned chunk; at stage 3 the parameters are too.
-  out.optimizer = 2 * model.params;
+  // AdamW keeps two fp32 moments (and, with 16-bit parameters, their fp32 master) over the ranges
+  // the gradient sync gives this rank to own: the whole stage at ZeRO stage 0; at stages 1-3 this
+  // rank's chunk of every sharding unit (parameter groups merged as buckets are, in bytes of the
+  // parameters' dtype). The sync's gradient pool (and stage 3's gathered-parameter pool), in that
+  // dtype, is communication memory: what the ZeRO paper counts as model states is the owned
+  // shards. At stage 2 the gradients are the owned chunk (fp32); at stage 3 the parameters are too
+  // (fp32: with 16-bit storage the owned values are the master).
+  const int64_t element = int64_t(kernels::dtype_size(mo.dtype));
+  // Moments, and a master for 16-bit parameters (at ZeRO 3 the owned values are the master and
+  // count as parameters).
+  const int64_t fp32_states = mo.dtype == kernels::DType::fp32 || r.parallel.zero >= 3 ? 2 : 3;
+  const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
+  int64_t numel = 0;
+  for (const ModelParam& p : layout) numel += p.numel();
+  out.optimizer = fp32_states * numel * 4;
   int64_t zero_pools = 0;
   if (r.parallel.zero >= 1) {
     const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
-    const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
     std::vector<parallel::ParamRange> ranges;
     for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
     const std::vector<parallel::ShardUnit> units =
-        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, sizeof(float));
+        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, size_t(element));
     const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
-    out.optimizer = 2 * owned * 4;
-    zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * 4;
-    // Stage 2: the model holds no gradient buffer (mo.external_grads); the sync keeps the owned shard.
-    if (r.parallel.zero >= 2) out.gradients = std::max<int64_t>(owned, 1) * 4;
+    out.optimizer = fp32_states * owned * 4;
+    zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
+    if (r.parallel.zero >= 2) {
+      // The model holds no gradient buffer (mo.external_grads); the sync keeps the owned shard.
+      out.gradients = std::max<int64_t>(owned, 1) * 4;
+      // With 16-bit parameters one fp32 chunk widens what the pool reduced before it is added into
+      // the shard.
+      if (element != 4) {
+        int64_t chunk = 0;
+        for (const parallel::ShardUnit& u : units)
+          if (u.range.numel() > 0) chunk = std::max(chunk, (u.range.numel() + shard - 1) / shard);
+        zero_pools += std::max<int64_t>(chunk, 1) * 4;
+      }
+    }
     if (r.parallel.zero >= 3) {  // the model holds no parameter buffer (mo.external_params)
       out.parameters = std::max<int64_t>(owned, 1) * 4;
-      zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * 4;
+      zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * element;
     }
   }
 

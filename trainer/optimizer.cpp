@@ -31,18 +31,42 @@ int64_t total_numel(const std::vector<parallel::FlatRange>& owned) {
 
 }  // namespace
 
-AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned)
+AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned,
+             kernels::DType param_dtype)
     : config_(config),
       ranges_(std::move(ranges)),
       owned_(std::move(owned)),
       m_(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu, kernels::MemoryKind::optimizer),
       v_(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu, kernels::MemoryKind::optimizer) {
+  if (param_dtype != kernels::DType::fp32)
+    master_ = kernels::Buffer(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu,
+                              kernels::MemoryKind::optimizer);
   for (size_t i = 1; i < owned_.size(); ++i)
     LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
              owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);
 }
 
 int64_t AdamW::owned_numel() const { return m_.tensor().numel(); }
+
+void AdamW::master_from_params(kernels::Tensor params) {
+  if (!has_master()) return;
+  master_set_ = true;
+  int64_t base = 0;
+  for (const parallel::FlatRange& own : owned_) {
+    kernels::convert(master_.tensor().flat(base, own.numel()), params.flat(own.begin, own.numel()));
+    base += own.numel();
+  }
+}
+
+void AdamW::params_from_master(kernels::Tensor params) {
+  if (!has_master()) return;
+  master_set_ = true;
+  int64_t base = 0;
+  for (const parallel::FlatRange& own : owned_) {
+    kernels::convert(params.flat(own.begin, own.numel()), master_.tensor().flat(base, own.numel()));
+    base += own.numel();
+  }
+}
 
 int64_t AdamW::state_offset(int64_t at) const {
   int64_t base = 0;
@@ -59,6 +83,7 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
   LT_CHECK(params.numel() >= (compact_params ? owned_numel() : end) &&
                grads.numel() >= (compact_grads ? owned_numel() : end),
            "AdamW step on {} / {} elements, owning up to {}", params.numel(), grads.numel(), end);
+  LT_CHECK(!has_master() || master_set_, "AdamW step before its fp32 master was set (master_from_params)");
   ++steps_;
   kernels::AdamWStep s{.lr = float(lr),
                        .beta1 = float(config_.beta1),
@@ -74,8 +99,17 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
       if (b >= e) continue;
       s.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
       const int64_t count = e - b, at = base + (b - own.begin);
-      kernels::adamw_update(params.flat(compact_params ? at : b, count), grads.flat(compact_grads ? at : b, count),
-                            m_.tensor().flat(at, count), v_.tensor().flat(at, count), s);
+      const kernels::Tensor g = grads.flat(compact_grads ? at : b, count);
+      if (has_master()) {
+        // The fp32 master takes the update; the 16-bit parameters get it rounded once.
+        LT_CHECK(!compact_params, "AdamW master weights with compact parameters");
+        kernels::adamw_update(master_.tensor().flat(at, count), g, m_.tensor().flat(at, count),
+                              v_.tensor().flat(at, count), s);
+        kernels::convert(params.flat(b, count), master_.tensor().flat(at, count));
+        continue;
+      }
+      kernels::adamw_update(params.flat(compact_params ? at : b, count), g, m_.tensor().flat(at, count),
+                            v_.tensor().flat(at, count), s);
     }
     base += own.numel();
   }

@@ -8,6 +8,12 @@
 //    corrections 1 - β^k, exactly as torch.optim.AdamW.
 //  - Clipping multiplies the gradient inside the update (grad_scale); the gradient buffer itself
 //    is not modified.
+//  - 16-bit parameters (train.precision bf16/fp16): AdamW keeps an fp32 MASTER copy of the owned
+//    ranges, packed like the moments (so ZeRO 1 shards it with them). step() updates the master
+//    from the gradients (16-bit or fp32) and writes it, rounded once, into the owned ranges of the
+//    parameter buffer; the caller then gathers the parameters as for fp32. Checkpoints save the
+//    master (checkpoint_slices). With fp32 parameters there is no master: the parameters are it;
+//    nor at ZeRO 3, whose compact owned values (GradSync::owned_params) are fp32 and are the master.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +40,9 @@ class AdamW {
   // Owns the moments of the `owned` ranges of the flat buffers (ascending, disjoint), kept compact:
   // the moments of owned[0], then of owned[1], ... `ranges` describe the whole buffer (from
   // decay_ranges).
-  AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned);
+  // `param_dtype`: the parameter buffer's dtype; a 16-bit one gets an fp32 master copy.
+  AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned,
+        kernels::DType param_dtype = kernels::DType::fp32);
 
   // One update of the owned ranges: params and grads are the WHOLE flat buffers (only the owned
   // ranges are read or written), or with compact_grads (ZeRO 2) grads holds only the owned ranges,
@@ -49,6 +57,13 @@ class AdamW {
   kernels::Tensor exp_avg_sq() const { return v_.tensor(); }  // second moment
   const std::vector<parallel::FlatRange>& owned() const { return owned_; }
   int64_t owned_numel() const;
+  // 16-bit parameters: the fp32 master of the owned ranges, [owned_numel()] packed as the moments.
+  bool has_master() const { return master_.data() != nullptr; }
+  kernels::Tensor master() const { return master_.tensor(); }
+  // The master from the owned ranges of the WHOLE flat parameter buffer (after initialisation),
+  // and back, rounded (after loading the master from a checkpoint). No-ops without a master.
+  void master_from_params(kernels::Tensor params);
+  void params_from_master(kernels::Tensor params);
   // Where flat element `at` (inside an owned range) has its moments in exp_avg(); -1 outside.
   int64_t state_offset(int64_t at) const;
 
@@ -57,7 +72,8 @@ class AdamW {
   std::vector<DecayRange> ranges_;
   std::vector<parallel::FlatRange> owned_;
   int64_t steps_ = 0;
-  kernels::Buffer m_, v_;
+  kernels::Buffer m_, v_, master_;
+  bool master_set_ = false;  // by master_from_params or params_from_master, before the first step
 };
 
 // Σ g² over this rank's gradients, counting each global parameter element once per model

@@ -49,6 +49,7 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   mo.micro_batch = r.train.micro_batch;
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = r.train.activation_checkpointing;
+  mo.dtype = precision_dtype(r.train.precision);
   mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);
   mo.split_backward = std::any_of(schedule.begin(), schedule.end(), [](const parallel::PipeOp& op) {
     return op.kind == parallel::PipeOpKind::backward_input;
@@ -212,14 +213,17 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   LT_CHECK(parallel::max_in_flight_per_chunk(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight per chunk; the model has {} activation slots",
            parallel::max_in_flight_per_chunk(schedule), model.options().activation_slots);
-  parallel::GradSyncLayout layout{model.params(), model.grads(), {}, grad_ready_groups(model), model.device()};
+  parallel::GradSyncLayout layout{model.params(),           model.grads(),  {},
+                                  grad_ready_groups(model), model.device(), model.options().dtype};
   for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
   sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb,
                                    recipe.parallel.zero_group);
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
   // through the model.
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
-  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned());
+  // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
+  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
+                                       sync_->params_compact() ? DType::fp32 : model.options().dtype);
   losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
   losses_host_.assign(size_t(micro_batches_), 0.0f);
   // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.
@@ -365,6 +369,14 @@ double schedule_bubble(const Recipe& recipe, int micro_batches) {
   return parallel::schedule_timeline(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches,
                                      spec.chunks)
       .bubble_fraction();
+}
+
+void TrainStep::master_from_params() { optimizer_->master_from_params(model_.params()); }
+
+void TrainStep::params_from_master() {
+  if (!optimizer_->has_master()) return;
+  optimizer_->params_from_master(model_.params());
+  sync_->gather_params();
 }
 
 nlohmann::json TrainStep::state() const {

@@ -80,6 +80,11 @@ class TrainStep {
   StepOutcome run(int64_t step, int64_t consumed_samples);
 
   AdamW& optimizer() { return *optimizer_; }
+  // 16-bit parameters (the optimizer keeps an fp32 master; no-ops without one): the master from
+  // the initialised parameters, and the parameters from a master loaded from a checkpoint (rounded
+  // into the owned ranges, then gathered on every data-parallel rank; collective over dp).
+  void master_from_params();
+  void params_from_master();
   const LossScaler* loss_scaler() const { return scaler_.get(); }  // precision fp16 only, else null
   // Fault injection for tests: when `at(step)` is true, this rank's gradients hold an inf after the
   // gradient sync (on this rank only), as an fp16 overflow would leave them.

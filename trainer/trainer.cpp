@@ -82,6 +82,7 @@ int train(const TrainContext& ctx) {
   Model model(mc, step_model_options(r, ctx.mesh->coord().pp, schedule), *comms.tp);
   TrainStep step(r, model, comms, train_batches, std::move(schedule));
   model.init_parameters(r.train.seed);  // after the step: at ZeRO 3 the values live in its shard
+  step.master_from_params();            // 16-bit parameters: the optimizer's fp32 master
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
                format_memory(memory_plan(r, ctx.mesh->coord())));
   const Fault fault = fault_from_env();

@@ -15,6 +15,7 @@ const char* to_string(Precision v) {
   }
   return "?";
 }
+const char* to_string(GradReduceDtype v) { return v == GradReduceDtype::fp32 ? "fp32" : "bf16"; }
 const char* to_string(ActivationCheckpointing v) {
   switch (v) {
     case ActivationCheckpointing::none:

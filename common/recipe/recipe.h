@@ -15,6 +15,7 @@ namespace llmtrain {
 enum class ModelFamily { gpt2, llama };
 enum class DeviceKind { cpu, cuda };
 enum class Precision { fp32, bf16, fp16 };
+enum class GradReduceDtype { fp32, bf16 };
 enum class ActivationCheckpointing { none, selective, full };
 enum class NonFiniteAction { stop, skip };
 enum class LrSchedule { cosine, linear, constant };
@@ -107,6 +108,9 @@ struct ParallelConfig {
   std::vector<int> pp_layers;
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
+  // What the data-parallel gradient reduction sums in: fp32 (16-bit gradients widened, summed in
+  // fp32, the result rounded once) or bf16 (the 16-bit buffer on the wire; not supported yet).
+  GradReduceDtype grad_reduce_dtype = GradReduceDtype::fp32;
 };
 
 struct CheckpointConfig {
@@ -181,6 +185,7 @@ struct Recipe {
 const char* to_string(ModelFamily v);
 const char* to_string(DeviceKind v);
 const char* to_string(Precision v);
+const char* to_string(GradReduceDtype v);
 const char* to_string(ActivationCheckpointing v);
 const char* to_string(NonFiniteAction v);
 const char* to_string(LrSchedule v);

@@ -230,14 +230,6 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
                         t.global_batch / per_step, p.pp),
             "raise global_batch or change micro_batch so that the micro-batch count is a multiple of pp");
 
-  // Precision vs device: 16-bit storage is not built (fp16's loss scaler is).
-  if (t.device == DeviceKind::cpu && t.precision != Precision::fp32)
-    problem("train.precision",
-            fmt::format("not supported yet: precision {} on device cpu (16-bit parameters, activations and "
-                        "gradients are not built; CPU math is fp32)",
-                        to_string(t.precision)),
-            "use precision: fp32");
-
   // Optimizer schedule.
   const OptimizerConfig& o = r.optimizer;
   if (o.min_lr > o.lr)
@@ -270,6 +262,16 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble && r.parallel.tp > 1 &&
       r.parallel.sequence_parallel)
     out.push_back("parallel.pp_schedule: zero_bubble with parallel.sequence_parallel");
+  // 16-bit storage (bf16, fp16) is built for the whole model on one stage at tp 1 (every ZeRO stage).
+  if (r.train.precision != Precision::fp32) {
+    const char* p = to_string(r.train.precision);
+    if (r.parallel.tp > 1)
+      out.push_back(fmt::format("train.precision {} with parallel.tp {} (16-bit: tp 1 only)", p, r.parallel.tp));
+    if (r.parallel.pp > 1)
+      out.push_back(fmt::format("train.precision {} with parallel.pp {} (16-bit: pp 1 only)", p, r.parallel.pp));
+  }
+  if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16)
+    out.push_back("parallel.grad_reduce_dtype: bf16 (16-bit words on the wire; reductions sum in fp32)");
   return out;
 }
 

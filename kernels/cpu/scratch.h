@@ -10,7 +10,9 @@
 
 namespace llmtrain::kernels::cpu {
 
-inline constexpr int kScratchSlots = 4;
+inline constexpr int kScratchSlots = 5;
+// The slot kernels/dispatch.cpp widens 16-bit operands into (kernels/ops.h); no op uses it.
+inline constexpr int kWidenSlot = 4;
 
 // At least `floats` floats, 64-byte aligned, owned by the calling thread.
 float* thread_scratch(int slot, size_t floats);

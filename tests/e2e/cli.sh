@@ -79,7 +79,7 @@ expect_out "dp groups:      [0 2 4 6] [1 3 5 7]"
 expect_out "parameters: 8.03B (8030261248)"
 expect_out "training FLOPs per token:"
 expect_out "32 micro-batches per step"
-expect_out "activations per rank by train.activation_checkpointing: none 41.4 GiB, selective 26.8 GiB, full 6.5 GiB (this recipe)"
+expect_out "activations per rank by train.activation_checkpointing: none 20.7 GiB, selective 13.4 GiB, full 3.2 GiB (this recipe)"
 expect_out "launch command: mpirun -np 8"
 
 # torchrun's spelling of --nproc.

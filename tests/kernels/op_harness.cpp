@@ -8,18 +8,58 @@
 #include <cstdlib>
 #include <limits>
 
+#include "kernels/dtype_convert.h"
+
 namespace llmtrain::kernels::test {
+
+namespace {
+
+uint16_t round_to(DType t, float x) { return t == DType::bf16 ? fp32_to_bf16(x) : fp32_to_fp16(x); }
+float widen(DType t, uint16_t h) { return t == DType::bf16 ? bf16_to_fp32(h) : fp16_to_fp32(h); }
+// x rounded to the 16-bit dtype t and back (exact); x itself for fp32.
+float rounded(DType t, float x) { return t == DType::fp32 ? x : widen(t, round_to(t, x)); }
+
+}  // namespace
+
+bool OpRun::half(const std::string& name) const {
+  return dtype != DType::fp32 && args.at(name)->role != Role::index && !fp32_args.count(name);
+}
+
+Tensor OpRun::half_view(const std::string& name, std::vector<float>& from,
+                        std::map<std::string, std::vector<uint16_t>>& h) {
+  const Arg* a = args.at(name);
+  auto it = h.find(name);
+  if (it == h.end()) {
+    std::vector<uint16_t> v(from.size());
+    for (size_t k = 0; k < v.size(); ++k) v[k] = round_to(dtype, from[k]);
+    it = h.emplace(name, std::move(v)).first;
+  }
+  return Tensor(it->second.data(), dtype, Shape(std::span<const int64_t>(a->shape)));
+}
 
 Tensor OpRun::t(const std::string& name) {
   const Arg* a = args.at(name);
   Shape shape(std::span<const int64_t>(a->shape));
   if (a->role == Role::index) return Tensor(i.at(name).data(), DType::int32, shape);
+  if (half(name)) return half_view(name, f.at(name), hf);
   return Tensor(f.at(name).data(), DType::fp32, shape);
 }
 
 Tensor OpRun::grad(const std::string& name) {
   const Arg* a = args.at(name);
+  if (half(name)) return half_view(name, g.at(name), hg);
   return Tensor(g.at(name).data(), DType::fp32, Shape(std::span<const int64_t>(a->shape)));
+}
+
+void OpRun::sync() {
+  for (auto* pair : {&hf, &hg}) {
+    for (auto& [name, v] : *pair) {
+      auto& to = (pair == &hf ? f : g)[name];
+      to.resize(v.size());
+      for (size_t k = 0; k < v.size(); ++k) to[k] = widen(dtype, v[k]);
+    }
+    pair->clear();
+  }
 }
 
 double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
@@ -75,11 +115,21 @@ double ref_loss(const OpCase& c, RefRun& ref, const std::map<std::string, std::v
 
 }  // namespace
 
-void run_case(const OpCase& c, uint64_t seed) {
-  SCOPED_TRACE("op case: " + c.name);
+namespace {
+
+void run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol, double grad_tol) {
+  SCOPED_TRACE(std::string("storage ") + to_string(dtype));
+  const std::string label = c.name + (dtype == DType::fp32 ? "" : std::string(" ") + to_string(dtype));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   OpRun ours;
+  ours.dtype = dtype;
+  ours.fp32_args.insert(c.fp32_args.begin(), c.fp32_args.end());
+  // The values an argument of this run can hold: rounded to its storage.
+  auto representable = [&](const std::string& name, std::vector<float>& v) {
+    const DType t = ours.fp32_args.count(name) ? DType::fp32 : dtype;
+    for (auto& x : v) x = rounded(t, x);
+  };
   for (const Arg& a : c.args) {
     ours.args[a.name] = &a;
     const size_t n = size_t(numel(a.shape));
@@ -93,19 +143,22 @@ void run_case(const OpCase& c, uint64_t seed) {
       v.assign(n, 0.0f);
       if (!is_output(a.role))
         for (auto& x : v) x = float(a.scale) * normal(rng);
+      representable(a.name, v);
     }
   }
   if (c.setup) c.setup(ours);
+  ours.sync();
 
-  // Forward against the reference.
+  // Forward against the reference (fed the same, rounded, inputs).
   c.forward(ours);
+  ours.sync();
   RefRun ref = make_ref(c, ours);
   c.reference(ref);
   for (const Arg& a : c.args) {
     if (!is_output(a.role)) continue;
     double err = rel_error(to_double(ours.f.at(a.name)), ref.y.at(a.name));
-    if (verbose()) std::printf("%-60s forward %-10s %.2e\n", c.name.c_str(), a.name.c_str(), err);
-    EXPECT_LE(err, c.forward_tol) << "forward output " << a.name << " differs from the double reference";
+    if (verbose()) std::printf("%-60s forward %-10s %.2e\n", label.c_str(), a.name.c_str(), err);
+    EXPECT_LE(err, forward_tol) << "forward output " << a.name << " differs from the double reference";
   }
   if (!c.backward) return;
 
@@ -119,16 +172,20 @@ void run_case(const OpCase& c, uint64_t seed) {
       g.resize(n);
       float u = normal(rng);
       for (auto& x : g) x = a.uniform_dout ? u : normal(rng);
+      representable(a.name, g);
       r[a.name] = to_double(g);
     } else if (a.role == Role::input) {
       g.assign(n, c.check_overwrite ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
     } else if (a.role == Role::param) {
+      // 16-bit: a smaller start, so that rounding start + gradient loses little of the gradient.
       g.resize(n);
-      for (auto& x : g) x = normal(rng);
+      for (auto& x : g) x = (dtype == DType::fp32 ? 1.0f : 0.125f) * normal(rng);
+      representable(a.name, g);
       start[a.name] = g;
     }
   }
   c.backward(ours);
+  ours.sync();
 
   const double l0 = ref_loss(c, ref, r);
   (void)l0;
@@ -162,7 +219,7 @@ void run_case(const OpCase& c, uint64_t seed) {
       mine.push_back(got[k]);
     }
     const double elem_err = rel_error(mine, fd);
-    EXPECT_LE(elem_err, c.grad_tol) << "element-wise finite differences disagree";
+    EXPECT_LE(elem_err, grad_tol) << "element-wise finite differences disagree";
 
     // One random direction over the whole argument.
     std::vector<double> dir(n);
@@ -180,11 +237,23 @@ void run_case(const OpCase& c, uint64_t seed) {
     x = keep;
     const double fd_dir = (lp - lm) / (2 * h);
     if (verbose())
-      std::printf("%-60s grad    %-10s %.2e  direction %.2e\n", c.name.c_str(), a.name.c_str(), elem_err,
+      std::printf("%-60s grad    %-10s %.2e  direction %.2e\n", label.c_str(), a.name.c_str(), elem_err,
                   std::abs(dot - fd_dir) / std::max(1.0, std::abs(fd_dir)));
-    EXPECT_LE(std::abs(dot - fd_dir), c.grad_tol * std::max(1.0, std::abs(fd_dir)))
+    EXPECT_LE(std::abs(dot - fd_dir), grad_tol * std::max(1.0, std::abs(fd_dir)))
         << "directional derivative: ours " << dot << ", finite differences " << fd_dir;
   }
+}
+
+}  // namespace
+
+void run_case(const OpCase& c, uint64_t seed) {
+  SCOPED_TRACE("op case: " + c.name);
+  run_case_as(c, seed, DType::fp32, c.forward_tol, c.grad_tol);
+  if (c.fp32_only) return;
+  ASSERT_TRUE(c.bf16.forward > 0 && c.bf16.grad > 0 && c.fp16.forward > 0 && c.fp16.grad > 0)
+      << "the case states no 16-bit tolerances (or fp32_only)";
+  run_case_as(c, seed, DType::bf16, c.bf16.forward, c.bf16.grad);
+  run_case_as(c, seed, DType::fp16, c.fp16.forward, c.fp16.grad);
 }
 
 }  // namespace llmtrain::kernels::test

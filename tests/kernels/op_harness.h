@@ -8,12 +8,19 @@
 //  - the gradient contract of kernels/ops.h: input (activation) gradients are overwritten (their
 //    buffers start as NaN), parameter gradients accumulate (theirs start random and the harness
 //    subtracts the start).
+// Every case then runs again with bf16 and with fp16 storage (kernels/ops.h, "Precision"): the
+// float arguments are rounded to the 16-bit dtype (except the case's fp32_args: statistics and
+// tables), the reference is fed the same rounded values, and the case's per-dtype tolerances
+// apply. A case must state both (an op without 16-bit support says so with fp32_only); they are
+// about 3x the largest error measured (LLMTRAIN_OP_VERBOSE=1), against unit roundoffs of 2^-9
+// (bf16) and 2^-11 (fp16) for every stored value.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,16 +46,27 @@ struct Arg {
   bool uniform_dout = false;  // output: R is one random constant (ops whose backward takes a scalar)
 };
 
-// Our side of a run: tensors over float/int storage the harness owns.
+// Our side of a run: tensors over float/int storage the harness owns. With 16-bit storage, t()
+// and grad() hand out 16-bit copies of f/g made at the first call (the same copy until sync());
+// the harness syncs them back into f/g after setup, forward and backward, and a case that reads
+// f/g inside its own forward or backward (in-place variants) calls sync() first.
 class OpRun {
  public:
   Tensor t(const std::string& name);     // value of an argument (input, param, constant, index, output)
   Tensor grad(const std::string& name);  // gradient buffer of an input/param, or R for an output
-  float* data(const std::string& name) { return t(name).ptr<float>(); }
+  void sync();                           // 16-bit copies back into f and g (widened exactly)
 
   std::map<std::string, std::vector<float>> f, g;
   std::map<std::string, std::vector<int32_t>> i;
   std::map<std::string, const Arg*> args;
+
+  DType dtype = DType::fp32;        // storage of the float arguments not in fp32_args
+  std::set<std::string> fp32_args;  // stay fp32 whatever the storage
+  std::map<std::string, std::vector<uint16_t>> hf, hg;
+
+ private:
+  bool half(const std::string& name) const;
+  Tensor half_view(const std::string& name, std::vector<float>& from, std::map<std::string, std::vector<uint16_t>>& h);
 };
 
 // The reference side: doubles in, doubles out.
@@ -72,9 +90,17 @@ struct OpCase {
   double forward_tol = 1e-5;
   double grad_tol = 3e-5;
   bool check_overwrite = true;  // input gradients must not depend on their buffer's old contents
+  // 16-bit storage: the same checks with these tolerances, both > 0 (or fp32_only).
+  struct Tolerances {
+    double forward = 0, grad = 0;
+  };
+  Tolerances bf16 = {}, fp16 = {};
+  std::vector<std::string> fp32_args = {};  // statistics (mean, rstd, lse, losses) and tables stay fp32
+  bool fp32_only = false;                   // the op takes no 16-bit storage (kernels/ops.h says which)
 };
 
-// Runs every check of a case; failures are reported through GoogleTest with the case name.
+// Runs every check of a case, in fp32 and then with bf16 and fp16 storage; failures are reported
+// through GoogleTest with the case name and the storage dtype.
 void run_case(const OpCase& c, uint64_t seed);
 
 // ‖a − b‖ / ‖b‖ (‖a‖ when b is all zero).

@@ -59,6 +59,9 @@ OpCase attention_case(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d) {
     attention_backward(r.grad("qkv"), r.grad("out"), r.t("qkv"), r.t("out"), r.t("lse"), h, kv);
   };
   oc.reference = [=](RefRun& r) { reference_attention(r, b, t, h, kv, d); };
+  oc.bf16 = {5e-3, 2e-2};
+  oc.fp16 = {6e-4, 4e-3};
+  oc.fp32_args = {"lse"};
   return oc;
 }
 
@@ -137,6 +140,7 @@ OpCase cached_case(int64_t b, int64_t past, int64_t t, int64_t h, int64_t kv, in
         }
       }
   };
+  oc.fp32_only = true;  // generation: the KV-cache ops are fp32 only (kernels/ops.h)
   return oc;
 }
 

@@ -113,4 +113,27 @@ TEST(DTypeConvert, ConvertOpOverTensors) {
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hb[i], reference_bf16(fp16_to_fp32(h[i])));
 }
 
+// The bulk op (vector instructions where the build has them, kernels/cpu/convert.cpp) gives the
+// scalar rule's bits for every fp16 pattern and a stride through the fp32 patterns (subnormals,
+// infinities and NaNs included), in long tensors (the vector path) with odd tails.
+TEST(DTypeConvert, ConvertOpIsTheScalarRuleOnEveryPattern) {
+  std::vector<uint16_t> h(65536 + 5);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = uint16_t(i);
+  std::vector<float> wide(h.size());
+  convert(host_tensor(wide.data(), {int64_t(h.size())}), Tensor(h.data(), DType::fp16, {int64_t(h.size())}));
+  for (size_t i = 0; i < h.size(); ++i) ASSERT_TRUE(same(wide[i], fp16_to_fp32(h[i]))) << std::hex << h[i];
+  std::vector<float> x;
+  for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 65521) x.push_back(std::bit_cast<float>(uint32_t(bits)));
+  for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u, 0x00000001u, 0x387fe000u, 0x477ff000u})
+    x.push_back(std::bit_cast<float>(bits));
+  const int64_t n = int64_t(x.size());
+  std::vector<uint16_t> half(x.size()), brain(x.size());
+  convert(Tensor(half.data(), DType::fp16, {n}), host_tensor(x.data(), {n}));
+  convert(Tensor(brain.data(), DType::bf16, {n}), host_tensor(x.data(), {n}));
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(half[size_t(i)], fp32_to_fp16(x[size_t(i)])) << std::hex << std::bit_cast<uint32_t>(x[size_t(i)]);
+    ASSERT_EQ(brain[size_t(i)], fp32_to_bf16(x[size_t(i)])) << std::hex << std::bit_cast<uint32_t>(x[size_t(i)]);
+  }
+}
+
 }  // namespace llmtrain::kernels

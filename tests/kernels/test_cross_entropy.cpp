@@ -42,6 +42,7 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
       if (in_place) {
         std::vector<float> keep = r.f["logits"];
         cross_entropy_backward(r.t("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss, count);
+        r.sync();
         r.g["logits"] = r.f["logits"];
         r.f["logits"] = keep;
       } else {
@@ -61,6 +62,9 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
         r.out("losses")[i] = t == kIgnore ? 0.0 : lse - x[i * vpad + t];
       }
     };
+    oc.bf16 = {1e-6, 6e-3};
+    oc.fp16 = {1e-6, 1e-3};
+    oc.fp32_args = {"losses", "lse"};
     run_case(oc, 1100 + trial);
   }
 }
@@ -190,6 +194,9 @@ TEST(LossMean, MeanAndItsGradientMatchReference) {
       }
       r.out("mean")[0] = counted ? sum / double(counted) : 0.0;
     };
+    oc.bf16 = {1e-6, 1e-2};
+    oc.fp16 = {1e-6, 2e-3};
+    oc.fp32_args = {"losses", "lse", "mean"};
     run_case(oc, 1200 + trial);
     int64_t want = 0;
     for (int64_t i = 0; i < n; ++i) want += !(none_counted || i % 3 == 1);

@@ -27,6 +27,8 @@ TEST(Embedding, TokenLookupMatchesReference) {
         for (int64_t j = 0; j < c; ++j) out[i * c + j] = (row >= 0 && row < v) ? r.in("wte")[row * c + j] : 0.0;
       }
     };
+    oc.bf16 = {1e-6, 5e-2};
+    oc.fp16 = {1e-6, 2e-2};
     run_case(oc, 100 + trial);
   }
 }
@@ -66,6 +68,8 @@ TEST(Embedding, PositionsMatchReference) {
           for (int64_t j = 0; j < c; ++j)
             r.out("y")[(s * t + i) * c + j] = r.in("x")[(s * t + i) * c + j] + r.in("wpe")[(begin + i) * c + j];
     };
+    oc.bf16 = {6e-3, 2e-2};
+    oc.fp16 = {8e-4, 4e-3};
     run_case(oc, 200 + trial);
   }
 }

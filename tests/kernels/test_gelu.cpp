@@ -23,6 +23,8 @@ TEST(Gelu, ForwardBackwardMatchReference) {
         r.out("y")[i] = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
       }
     };
+    oc.bf16 = {5e-3, 1.6e-2};
+    oc.fp16 = {6e-4, 4e-3};
     run_case(oc, 600 + trial);
   }
 }
@@ -33,6 +35,26 @@ TEST(Gelu, BackwardInPlace) {
   gelu_backward(host_tensor(ref.data(), {5}), host_tensor(d.data(), {5}), host_tensor(x.data(), {5}));
   gelu_backward(host_tensor(in_place.data(), {5}), host_tensor(in_place.data(), {5}), host_tensor(x.data(), {5}));
   EXPECT_EQ(ref, in_place);
+}
+
+// 16-bit storage (kernels/dispatch.cpp widens operands): an in-place call (din aliasing dout)
+// shares one widened copy and gives the out-of-place call's bits; mixing a 16-bit storage operand
+// with an fp32 one, or bf16 with fp16, is a broken invariant.
+TEST(Gelu, SixteenBitInPlaceAndMixedDtypes) {
+  std::vector<float> x = {-3.0f, -0.5f, 0.0f, 0.7f, 2.5f}, d = {1, -2, 3, 0.5f, 1};
+  std::vector<uint16_t> xh(5), dh(5), ref(5), in_place(5);
+  convert(Tensor(xh.data(), DType::bf16, {5}), host_tensor(x.data(), {5}));
+  convert(Tensor(dh.data(), DType::bf16, {5}), host_tensor(d.data(), {5}));
+  in_place = dh;
+  gelu_backward(Tensor(ref.data(), DType::bf16, {5}), Tensor(dh.data(), DType::bf16, {5}),
+                Tensor(xh.data(), DType::bf16, {5}));
+  gelu_backward(Tensor(in_place.data(), DType::bf16, {5}), Tensor(in_place.data(), DType::bf16, {5}),
+                Tensor(xh.data(), DType::bf16, {5}));
+  EXPECT_EQ(ref, in_place);
+  EXPECT_DEATH(gelu_forward(host_tensor(d.data(), {5}), Tensor(xh.data(), DType::bf16, {5})),
+               "bf16 and fp32 storage operands");
+  EXPECT_DEATH(gelu_forward(Tensor(dh.data(), DType::fp16, {5}), Tensor(xh.data(), DType::bf16, {5})),
+               "fp16 and bf16 operands|bf16 and fp16 operands");
 }
 
 }  // namespace llmtrain::kernels::test

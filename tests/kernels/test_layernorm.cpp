@@ -60,6 +60,9 @@ TEST(LayerNorm, ForwardBackwardMatchReference) {
       }
     };
     oc.reference = [=](RefRun& r) { reference_layernorm(r, n, c, eps); };
+    oc.bf16 = {5e-3, 7e-2};
+    oc.fp16 = {6e-4, 3e-3};
+    oc.fp32_args = {"mean", "rstd"};
     run_case(oc, 300 + trial);
   }
 }

@@ -30,6 +30,8 @@ TEST(Linear, ForwardBackwardMatchReference) {
           r.out("y")[i * out + o] = s;
         }
     };
+    oc.bf16 = {5e-3, 2e-2};
+    oc.fp16 = {8e-4, 3e-3};
     run_case(oc, 500 + trial);
   }
 }
@@ -48,6 +50,8 @@ TEST(Linear, BackwardWithoutInputGradient) {
         r.out("y")[i * 3 + o] = s;
       }
   };
+  oc.bf16 = {5e-3, 2e-2};
+  oc.fp16 = {8e-4, 3e-3};
   run_case(oc, 599);
 }
 

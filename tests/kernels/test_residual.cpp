@@ -34,6 +34,8 @@ TEST(Residual, ForwardBackwardMatchReference) {
         for (int64_t j = 0; j < c; ++j)
           r.out("y")[i * c + j] = r.in("a")[i * c + j] + r.in("b")[i * c + j] + (bias ? r.in("bias")[j] : 0.0);
     };
+    oc.bf16 = {6e-3, 7e-3};
+    oc.fp16 = {7e-4, 1e-3};
     run_case(oc, 900 + trial);
   }
 }

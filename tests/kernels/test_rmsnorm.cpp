@@ -42,6 +42,9 @@ TEST(RmsNorm, ForwardBackwardMatchReference) {
         r.out("rstd")[i] = rs;
       }
     };
+    oc.bf16 = {5e-3, 2e-2};
+    oc.fp16 = {6e-4, 2e-3};
+    oc.fp32_args = {"rstd"};
     run_case(oc, 400 + trial);
   }
 }

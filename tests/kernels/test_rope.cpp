@@ -43,6 +43,9 @@ TEST(Rope, RotatesQueryAndKeyHeadsInHuggingFaceConvention) {
             y[hi] = x[hi] * std::cos(angle) + x[lo] * std::sin(angle);
           }
     };
+    oc.bf16 = {4e-3, 5e-3};
+    oc.fp16 = {6e-4, 6e-4};
+    oc.fp32_args = {"table"};
     run_case(oc, 800 + trial);
   }
 }

@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 
+#include "kernels/ops.h"
 #include "parallel/comm_threads.h"
 #include "tests/common/count_allocations.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -55,17 +57,31 @@ class TrainStepTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // A rank's whole training set-up, as train() builds it.
+  // `storage`: the model's dtype when it is not train.precision's (fp16 loss scaling on fp32 storage).
   struct Rank {
-    Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world, int dp, int pp = 1)
+    Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world, int dp, int pp = 1,
+         std::optional<kernels::DType> storage = std::nullopt)
         : mesh({1, pp, dp}, world->rank()),
           comms(parallel::make_mesh_comms(mesh, std::move(world))),
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), dp),
           batches(data, sampler, r.model.seq_len),
           schedule(step_schedule(r, mesh.coord().pp, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, mesh.coord().pp, schedule), *comms.tp) {
+          model(r.model, with_storage(step_model_options(r, mesh.coord().pp, schedule), storage), *comms.tp) {
       step.emplace(r, model, comms, batches, schedule);
       model.init_parameters(11);  // after the step: at ZeRO 3 the values live in its shard
+      step->master_from_params();
+    }
+    static ModelOptions with_storage(ModelOptions o, std::optional<kernels::DType> storage) {
+      if (storage) o.dtype = *storage;
+      return o;
+    }
+    // The parameters, widened to fp32 (a copy).
+    std::vector<float> params_fp32() const {
+      const kernels::Tensor p = model.params();
+      std::vector<float> out(size_t(p.numel()));
+      kernels::convert(kernels::host_tensor(out.data(), {p.numel()}), p);
+      return out;
     }
     // The parameters this rank updates, as a flat buffer's tensor: the model's at stages 0-2, the
     // sync's owned shard at 3.
@@ -258,12 +274,12 @@ class ZeroTest : public TrainStepTest {
         LoadedCheckpoint c = checkpoint_load(load, slices(), *me.comms.world);
         EXPECT_EQ(c.manifest.step, from);
         me.step->restore(c.manifest.extra, from);
+        me.step->params_from_master();  // 16-bit: the loaded fp32 master into the parameters
       }
       for (int s = from; s < to; ++s)
         runs[size_t(rank)].losses.push_back(me.step->run(s, int64_t(s) * r.train.global_batch).loss);
       if (zero < 3) {
-        const kernels::Tensor p = me.model.params();
-        runs[size_t(rank)].params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
+        runs[size_t(rank)].params = me.params_fp32();
       } else {  // the first shard group's owned shards, assembled (they cover the model once)
         world.barrier();
         if (rank == 0) whole.assign(size_t(me.model.numel()), NAN);
@@ -422,23 +438,68 @@ TEST_F(ZeroTest, CheckpointsMoveBetweenZeroOneAndZeroZero) {
   expect_same(run(1, 4, 2, 10, 20, whole + "/step_00000010"), want, 10);
 }
 
-TEST_F(TrainStepTest, AWarmStepAllocatesNothing) {
-  Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
-  one.step->run(0, 0);
-  one.step->run(1, recipe_.train.global_batch);
-  g_allocations = 0;
-  g_counting = true;
-  one.step->run(2, 2 * recipe_.train.global_batch);
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+// 16-bit storage (bf16, and fp16 with its loss scaler) with the optimizer's fp32 master: one rank
+// takes fp32's steps within 1% (loss per step), ZeRO 1 and 2 at dp 2 take the steps of one rank
+// within 16-bit rounding, and a run resumed from a checkpoint continues BITWISE (losses and
+// parameters) where the uninterrupted run of the same layout is, at (zero 0, dp 1), (zero 1, dp 2)
+// and (zero 2, dp 2); the checkpoint holds the fp32 master.
+TEST_F(ZeroTest, SixteenBitStorageTrainsShardedAndResumesBitwise) {
+  const Run fp32 = run(0, 1, 0, 0, 20);
+  for (const Precision precision : {Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(to_string(precision));
+    recipe_.train.precision = precision;
+    recipe_.train.loss_scale = {.initial = 1024, .growth_interval = 4, .backoff = 0.5, .hysteresis = 2};
+    const Run want = run(0, 1, 0, 0, 20);
+    for (size_t s = 0; s < want.losses.size(); ++s)
+      EXPECT_NEAR(want.losses[s], fp32.losses[s], 1e-2 * fp32.losses[s]) << "step " << s + 1;
+    const Run sharded = run(1, 2, 0, 0, 20);
+    for (size_t s = 0; s < want.losses.size(); ++s)
+      EXPECT_NEAR(sharded.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "step " << s + 1;
+    // ZeRO 2: 16-bit gradients in the pool, reduced and widened into the fp32 owned shard; ZeRO 3:
+    // also the fp32 owned values (the master) rounded into 16-bit pool slots and gathered.
+    const Run stage2 = run(2, 2, 0, 0, 20), stage3 = run(3, 2, 0, 0, 20);
+    for (size_t s = 0; s < want.losses.size(); ++s) {
+      EXPECT_NEAR(stage2.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "zero 2, step " << s + 1;
+      EXPECT_NEAR(stage3.losses[s], want.losses[s], 2e-2 * want.losses[s]) << "zero 3, step " << s + 1;
+    }
+    for (auto [zero, dp, whole] :
+         {std::tuple{0, 1, &want}, std::tuple{1, 2, &sharded}, std::tuple{2, 2, &stage2}, std::tuple{3, 2, &stage3}}) {
+      SCOPED_TRACE(::testing::Message() << "zero " << zero << " dp " << dp);
+      const std::string ckpt = (dir_ / fmt::format("ckpt_{}_{}", to_string(precision), zero)).string();
+      run(zero, dp, 0, 0, 10, "", ckpt);
+      const Run resumed = run(zero, dp, 0, 10, 20, ckpt + "/step_00000010");
+      EXPECT_EQ(resumed.losses, std::vector<float>(whole->losses.begin() + 10, whole->losses.end()));
+      EXPECT_EQ(resumed.params, whole->params);
+    }
+  }
 }
 
-// fp16's dynamic loss scaling, on fp32 storage (the scaler does not depend on 16-bit tensors):
-// overflows injected into one rank's gradients (alternating ranks) at chosen steps skip exactly
-// those steps on both ranks, and the scale each step uses moves by the hysteresis rule, with
-// hysteresis 1 and 2; the step state a checkpoint keeps carries the scaler. Unscaling is exact:
-// the loss after the first (scaled) update is bitwise the unscaled run's.
-TEST_F(TrainStepTest, LossScalingSkipsOverflowStepsOnEveryRank) {
+TEST_F(TrainStepTest, AWarmStepAllocatesNothing) {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {  // bf16: the widening scratch is warm too
+    SCOPED_TRACE(to_string(precision));
+    recipe_.train.precision = precision;
+    Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+    one.step->run(0, 0);
+    one.step->run(1, recipe_.train.global_batch);
+    g_allocations = 0;
+    g_counting = true;
+    one.step->run(2, 2 * recipe_.train.global_batch);
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0);
+  }
+}
+
+// fp16's dynamic loss scaling, on fp32 storage (the scaler does not depend on 16-bit tensors) and
+// on fp16 storage: overflows injected into one rank's gradients (alternating ranks) at chosen
+// steps skip exactly those steps on both ranks, and the scale each step uses moves by the
+// hysteresis rule, with hysteresis 1 and 2; the step state a checkpoint keeps carries the scaler.
+// On fp32 storage unscaling is exact: the loss after the first (scaled) update is bitwise the
+// unscaled run's. On fp16 storage the first two losses are those of the same run without injected
+// overflows.
+class LossScalingTest : public TrainStepTest, public ::testing::WithParamInterface<kernels::DType> {};
+
+TEST_P(LossScalingTest, LossScalingSkipsOverflowStepsOnEveryRank) {
+  const kernels::DType storage = GetParam();
   const std::set<int64_t> overflows = {1, 2, 4, 9};
   // initial 1024, growth_interval 3, backoff 0.5. Hysteresis 1: every overflow halves the scale.
   // Hysteresis 2: the first overflow after a growth (or the start) keeps it.
@@ -449,19 +510,24 @@ TEST_F(TrainStepTest, LossScalingSkipsOverflowStepsOnEveryRank) {
   recipe_.train.steps = steps;
   recipe_.parallel.dp = 2;
   std::vector<float> plain(2);
-  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
-    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
-    for (int64_t s = 0; s < 2; ++s) {
-      const StepOutcome o = me.step->run(s, s * recipe_.train.global_batch);
-      if (world.rank() == 0) plain[size_t(s)] = o.loss;
-    }
-  });
+  auto plain_run = [&] {
+    parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+      Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2, 1, storage);
+      for (int64_t s = 0; s < 2; ++s) {
+        const StepOutcome o = me.step->run(s, s * recipe_.train.global_batch);
+        if (world.rank() == 0) plain[size_t(s)] = o.loss;
+      }
+    });
+  };
+  if (storage == kernels::DType::fp32) plain_run();  // unscaled
   recipe_.train.precision = Precision::fp16;
   for (const auto& [hysteresis, scales] : want) {
     SCOPED_TRACE(::testing::Message() << "hysteresis " << hysteresis);
     recipe_.train.loss_scale = {.initial = 1024, .growth_interval = 3, .backoff = 0.5, .hysteresis = hysteresis};
+    if (storage != kernels::DType::fp32) plain_run();  // scaled the same way, nothing injected
     parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
-      Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+      Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2, 1, storage);
+      EXPECT_EQ(me.model.params().dtype, storage);
       const int rank = world.rank();
       me.step->set_overflow_injection([&](int64_t step) { return overflows.count(step) && step % 2 == rank; });
       for (int64_t s = 0; s < steps; ++s) {
@@ -489,6 +555,9 @@ TEST_F(TrainStepTest, LossScalingSkipsOverflowStepsOnEveryRank) {
     });
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Storage, LossScalingTest, ::testing::Values(kernels::DType::fp32, kernels::DType::fp16),
+                         [](const auto& info) { return std::string(kernels::to_string(info.param)); });
 
 // At the minimum scale an overflow is a non-finite step: train.on_nonfinite decides.
 TEST_F(TrainStepTest, AnOverflowAtTheMinimumScaleIsNonFinite) {
@@ -641,9 +710,47 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   EXPECT_EQ(got3.activations, plan3.activations);
   EXPECT_EQ(got3.communication, plan3.communication);
 
-  recipe_.train.precision = Precision::bf16;
-  EXPECT_THAT(memory_plan(recipe_, {0, 0, 0}).notes,
-              ::testing::ElementsAre(::testing::HasSubstr("train.precision bf16 is not supported yet")));
+  // 16-bit storage at ZeRO 0 (dp 1), 1 and 2 (dp 2): still what the ranks allocate; parameters in
+  // half the bytes, and the optimizer's fp32 master beside the moments.
+  for (const Precision precision : {Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(to_string(precision));
+    for (const int zero : {0, 1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << "zero " << zero);
+      Recipe r = recipe_;
+      r.parallel.zero = zero, r.parallel.dp = zero == 0 ? 1 : 2;
+      r.parallel.bucket_mb = 25;
+      Recipe fp32 = r;
+      fp32.train.precision = Precision::fp32;
+      r.train.precision = precision;
+      MemoryAccount plan16, plan32;
+      for (int dp = 0; dp < r.parallel.dp; ++dp) {
+        const MemoryAccount p = memory_plan(r, {0, dp, 0}), q = memory_plan(fp32, {0, dp, 0});
+        EXPECT_TRUE(p.notes.empty());
+        plan16.parameters += p.parameters, plan16.gradients += p.gradients, plan16.optimizer += p.optimizer;
+        plan16.activations += p.activations, plan16.communication += p.communication;
+        plan32.parameters += q.parameters, plan32.optimizer += q.optimizer;
+      }
+      if (zero < 3) {
+        EXPECT_EQ(2 * plan16.parameters, plan32.parameters);
+        EXPECT_EQ(2 * plan16.optimizer, 3 * plan32.optimizer);  // master + two moments, all fp32
+      } else {
+        EXPECT_EQ(plan16.optimizer, plan32.optimizer);  // the owned fp32 values are the master
+      }
+      MemoryAccount got16;
+      parallel::run_ranks_in_threads(r.parallel.dp, [&](parallel::Comm& world) {
+        Rank me(r, prefix_, world.split(0, world.rank(), "world"), r.parallel.dp);
+        me.step->run(0, 0);
+        world.barrier();
+        if (world.rank() == 0) got16 = memory_measured(kernels::Device::cpu, false);
+        world.barrier();
+      });
+      EXPECT_EQ(got16.parameters, plan16.parameters);
+      EXPECT_EQ(got16.gradients, plan16.gradients);
+      EXPECT_EQ(got16.optimizer, plan16.optimizer);
+      EXPECT_EQ(got16.activations, plan16.activations);
+      EXPECT_EQ(got16.communication, plan16.communication);
+    }
+  }
 }
 
 TEST_F(TrainStepTest, GradientGroupsFollowBackward) {

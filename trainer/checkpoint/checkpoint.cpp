@@ -280,14 +280,17 @@ std::string checkpoint_tokenizer_file(const std::string& kind) {
 }
 
 std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* opt, bool write_params,
-                                               bool write_moments) {
+                                               bool write_moments, bool moments) {
   std::vector<CheckpointSlice> out;
+  const bool master = opt && opt->has_master();
   for (const ModelParam& p : model.parameters()) {
     const int dim = p.spec.tp_split_dim;
     SliceSpec block = dim >= 0 && p.shape[dim] != p.spec.shape[dim]
                           ? SliceSpec::block(p.spec.shape, dim, p.shard_begin, p.shape[dim])
                           : SliceSpec::whole(p.spec.shape);
-    if (!model.options().external_params) {
+    if (master) {
+      // The fp32 master of the owned ranges (below, with the moments).
+    } else if (!model.options().external_params) {
       out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value,
                      write_params && !p.tied_copy && !p.tp_replica});
     } else {
@@ -304,7 +307,7 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
                        write_moments && !p.tied_copy && !p.tp_replica});
       }
     }
-    if (!opt) continue;
+    if (!opt || (!moments && !master)) continue;
     // The part of this parameter's flat range the optimizer owns: at most one owned range meets a
     // parameter (ZeRO owns one chunk of each sharding unit, a union of whole parameter groups), so a rank has at most
     // one slice of each moment.
@@ -319,6 +322,9 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
       part.end = hi - p.offset;
       const bool write = write_moments && !p.tied_copy && !p.tp_replica;
       const int64_t at = opt->state_offset(lo);
+      if (master)
+        out.push_back({p.spec.name, TensorRole::param, p.spec.shape, part, opt->master().flat(at, hi - lo), write});
+      if (!moments) continue;
       out.push_back({p.spec.name, TensorRole::adam_m, p.spec.shape, part, opt->exp_avg().flat(at, hi - lo), write});
       out.push_back({p.spec.name, TensorRole::adam_v, p.spec.shape, part, opt->exp_avg_sq().flat(at, hi - lo), write});
     }

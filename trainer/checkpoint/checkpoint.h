@@ -43,8 +43,12 @@ struct CheckpointSlice {
 // With a model's external_params (ZeRO 3) the parameters are the element ranges of its param shard,
 // written as the moments are. Tied copies of an embedding are never written, nor tensor-parallel
 // replicas (ModelParam::tp_replica: the lowest tp rank holding a slice writes it).
+// 16-bit parameters (an optimizer with an fp32 master): the parameters are the master's owned
+// ranges, written as the moments are, so a checkpoint is fp32 whatever the precision; after loading,
+// TrainStep::params_from_master rounds them into the model. `moments` = false leaves the moments
+// out (loading weights only).
 std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* optimizer, bool write_params,
-                                               bool write_moments);
+                                               bool write_moments, bool moments = true);
 
 // Everything besides tensors that a checkpoint records.
 struct CheckpointMeta {

@@ -2,8 +2,9 @@
 //
 // A checkpoint is a directory `step_<8 digits>/` holding safetensors shard files (each written by
 // one rank, holding the slices that rank owns) and `manifest.json`, which says for every tensor
-// (parameters, master weights where they differ, both AdamW moments) its global name, shape and
-// dtype, and which slice of it each shard file holds, with CRC-32C checksums.
+// (the parameters, fp32 — the optimizer's master with 16-bit training —, and both AdamW moments)
+// its global name, shape and dtype, and which slice of it each shard file holds, with CRC-32C
+// checksums.
 //
 // Rule a reader could get wrong: a slice is a block of the *global* tensor (offset and shape in
 // every dimension) and, within that block in row-major order, the element range [begin, end).

@@ -19,6 +19,18 @@ namespace llmtrain::trainer {
 using kernels::DType;
 using kernels::Shape;
 
+DType precision_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::bf16:
+      return DType::bf16;
+    case Precision::fp16:
+      return DType::fp16;
+    case Precision::fp32:
+      break;
+  }
+  return DType::fp32;
+}
+
 int64_t ModelParam::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -105,6 +117,8 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   }
   LT_CHECK(o.micro_batch >= 1 && o.activation_slots >= 1 && o.kv_cache_tokens >= 0, "micro_batch {} slots {} cache {}",
            o.micro_batch, o.activation_slots, o.kv_cache_tokens);
+  LT_CHECK(o.dtype == DType::fp32 || o.dtype == DType::bf16 || o.dtype == DType::fp16, "model storage {}",
+           kernels::to_string(o.dtype));
   if (o.seq_len > m.max_positions)
     throw Error(fmt::format("sequence length {} exceeds model.max_positions {}", o.seq_len, m.max_positions),
                 "raise model.max_positions or lower model.seq_len");
@@ -120,6 +134,11 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
 
 Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp)
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
+  // unsupported_features (common/recipe/recipe_check.h) refuses these before any rank starts; the
+  // memory plan of such a recipe (a dry run) counts them as they would be laid out.
+  LT_CHECK(options_.dtype == DType::fp32 || (tp.size() == 1 && options_.stage.has_embedding &&
+                                             options_.stage.has_head && options_.kv_cache_tokens == 0),
+           "16-bit storage with tp {}, a pipeline stage or a KV cache", tp.size());
   const Dims z(config_, options_, tp_.size());
   llama_ = z.llama;
   sp_ = z.sp;
@@ -184,9 +203,9 @@ void Model::build_params() {
   params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), &numel);
   numel_ = numel;
   if (!options_.external_params)
-    param_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::parameters);
+    param_buf_ = kernels::Buffer(options_.dtype, {numel}, kernels::Device::cpu, kernels::MemoryKind::parameters);
   if (!options_.external_grads)
-    grad_buf_ = kernels::Buffer(DType::fp32, {numel}, kernels::Device::cpu, kernels::MemoryKind::gradients);
+    grad_buf_ = kernels::Buffer(options_.dtype, {numel}, kernels::Device::cpu, kernels::MemoryKind::gradients);
   for (ModelParam& p : params_) {
     const Shape shape{std::span<const int64_t>(p.shape)};
     if (!options_.external_params) p.value = param_buf_.tensor().flat(p.offset, p.numel()).view(shape);
@@ -228,15 +247,15 @@ void Model::bind_block(int i, bool grad) {
   // Only addresses are compared here; no parameter memory is read.
   auto stacked = [&](std::initializer_list<const ModelParam*> parts) {
     int64_t rows = 0;
-    const float* next = nullptr;
+    const char* next = nullptr;
     for (const ModelParam* p : parts) {
       const Tensor t = grad ? p->grad : p->value;
       LT_CHECK(!next || t.data == next, "{} is not adjacent to the parameter before it", p->spec.name);
-      next = static_cast<const float*>(t.data) + t.numel();
+      next = static_cast<const char*>(t.data) + t.bytes();
       rows += t.numel() / d;
     }
-    const ModelParam* first = *parts.begin();
-    return Tensor((grad ? first->grad : first->value).data, DType::fp32, {rows, d});
+    const Tensor first = grad ? (*parts.begin())->grad : (*parts.begin())->value;
+    return Tensor(first.data, first.dtype, {rows, d}, first.device);
   };
   const int layer = options_.stage.layer(i);
   auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
@@ -353,19 +372,19 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     LayerActs l;
     if (parts & kElementwise) {
       l.ln1 = a.take({n, d});
-      if (!z.llama) l.ln1_mean = a.take({nl});
-      l.ln1_rstd = a.take({nl});
+      if (!z.llama) l.ln1_mean = a.take_f32({nl});
+      l.ln1_rstd = a.take_f32({nl});
     }
     if (parts & kProducts) {
       l.qkv = a.take({n, qkv});
       l.att = a.take({n, q});
-      l.lse = a.take({b * z.heads * z.seq});
+      l.lse = a.take_f32({b * z.heads * z.seq});
       l.mid = a.take({nl, d});
     }
     if (parts & kElementwise) {
       l.ln2 = a.take({n, d});
-      if (!z.llama) l.ln2_mean = a.take({nl});
-      l.ln2_rstd = a.take({nl});
+      if (!z.llama) l.ln2_mean = a.take_f32({nl});
+      l.ln2_rstd = a.take_f32({nl});
     }
     if (parts & kProducts) l.fc = a.take({n, fc});
     if (parts & kElementwise) l.act = a.take({n, z.ffn});
@@ -386,13 +405,13 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
         s.grads.push_back({a.take({nl, d}), a.take({n, fc}), a.take({nl, d}), a.take({n, qkv})});
     if (head_slot) {
       s.lnf = a.take({n, d});
-      if (!z.llama) s.lnf_mean = a.take({nl});
-      s.lnf_rstd = a.take({nl});
+      if (!z.llama) s.lnf_mean = a.take_f32({nl});
+      s.lnf_rstd = a.take_f32({nl});
       s.logits = a.take({n, z.vocab_local});
-      mem.head_logits += int64_t(s.logits.numel()) * 4;
-      s.losses = a.take({n});
-      s.ce_lse = a.take({n});
-      s.loss = a.take({1});
+      mem.head_logits += int64_t(s.logits.bytes());
+      s.losses = a.take_f32({n});
+      s.ce_lse = a.take_f32({n});
+      s.loss = a.take_f32({1});
       s.count = a.take_int({1});
     }
   }
@@ -406,8 +425,8 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   work.datt = a.take({n, q});
   work.dfc = a.take({n, fc});
   work.dact = a.take({n, z.ffn});
-  if (z.llama) work.rope = a.take({config.max_positions, 2, z.head_dim / 2});
-  if (z.tp > 1 && head) work.ce_scratch = a.take({3 * n});
+  if (z.llama) work.rope = a.take_f32({config.max_positions, 2, z.head_dim / 2});
+  if (z.tp > 1 && head) work.ce_scratch = a.take_f32({3 * n});
   if (z.kv_replicas > 1 && layers > 0) work.kv_grad_saved = a.take({2 * z.head_dim * d});
   if (z.sp) {
     work.sp_full = a.take({n, d});
@@ -425,15 +444,16 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
 
 void Model::build_activations() {
   const Dims z(config_, options_, tp_.size());
-  Arena measure(nullptr);
+  Arena measure(nullptr, options_.dtype);
   {
     std::vector<Slot> slots;
     Work work;
     lay_out(config_, options_, z, measure, slots, work);
   }
+  // Raw bytes (a multiple of 64) carved into tensors of several dtypes.
   act_buf_ =
       kernels::Buffer(DType::fp32, {measure.bytes() / 4}, kernels::Device::cpu, kernels::MemoryKind::activations);
-  Arena real(static_cast<float*>(act_buf_.data()));
+  Arena real(act_buf_.data(), options_.dtype);
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
   if (llama_) kernels::rope_table(work_->rope, config_.rope_theta);
@@ -444,12 +464,13 @@ ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& opti
   const ModelOptions o = Model::resolve(model, options, tp_size);
   int64_t numel = 0;
   Model::param_layout(model, o.stage, tp_size, tp_rank, &numel);
-  Model::Arena measure(nullptr);
+  Model::Arena measure(nullptr, o.dtype);
   std::vector<Model::Slot> slots;
   Model::Work work;
   ModelMemory mem = Model::lay_out(model, o, Model::Dims(model, o, tp_size), measure, slots, work);
-  mem.params = o.external_params ? 0 : numel * int64_t(sizeof(float));
-  mem.grads = o.external_grads ? 0 : numel * int64_t(sizeof(float));
+  const int64_t element = int64_t(kernels::dtype_size(o.dtype));
+  mem.params = o.external_params ? 0 : numel * element;
+  mem.grads = o.external_grads ? 0 : numel * element;
   return mem;
 }
 
@@ -465,7 +486,17 @@ std::vector<ModelParam> model_param_layout(const ModelConfig& model, const Model
 // CUDA it becomes an op (or a host fill copied to the device). Nothing in a step does this.
 void Model::init_parameters(uint64_t seed) {
   if (!options_.external_params) {
-    for (const ModelParam& p : params_) init_param_elements(p, seed, 0, p.numel(), p.value.ptr<float>());
+    if (options_.dtype == DType::fp32) {
+      for (const ModelParam& p : params_) init_param_elements(p, seed, 0, p.numel(), p.value.ptr<float>());
+      return;
+    }
+    // 16-bit storage: each parameter drawn in fp32 and rounded once.
+    std::vector<float> wide;
+    for (const ModelParam& p : params_) {
+      wide.resize(size_t(p.numel()));
+      init_param_elements(p, seed, 0, p.numel(), wide.data());
+      kernels::convert(p.value.view({p.numel()}), kernels::host_tensor(wide.data(), {p.numel()}));
+    }
     return;
   }
   // ZeRO 3: only the owned elements, straight into the shard (each is a pure function of its index).
@@ -476,6 +507,14 @@ void Model::init_parameters(uint64_t seed) {
       if (lo < hi)
         init_param_elements(p, seed, lo - p.offset, hi - p.offset, shard_values_.ptr<float>() + param_shard_offset(lo));
     }
+  // 16-bit storage: the fp32 shard is the optimizer's master; it starts from the rounded values,
+  // as the master of a model with its own 16-bit buffer does (TrainStep::master_from_params).
+  if (options_.dtype != DType::fp32 && shard_values_.numel() > 0) {
+    std::vector<uint16_t> rounded(size_t(shard_values_.numel()));
+    const Tensor half(rounded.data(), options_.dtype, {shard_values_.numel()});
+    kernels::convert(half, shard_values_);
+    kernels::convert(shard_values_, half);
+  }
 }
 
 // Elements [begin, end) of p (this rank's shard, row-major) into out[0, end - begin).

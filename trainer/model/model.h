@@ -3,7 +3,8 @@
 // buffers). docs/model.md documents the parameter layout and every op of a block.
 //
 // Rules a reader could get wrong:
-//  - Parameters live in ONE flat fp32 buffer and gradients in another of the same layout, in the
+//  - Parameters live in ONE flat buffer and gradients in another of the same layout and dtype
+//    (options.dtype: fp32, or 16-bit with the fp32 master in the optimizer), in the
 //    order of model_param_specs() restricted to this stage; ModelParam::value/grad are views.
 //    Nothing may reallocate them: the optimizer, ZeRO shards and checkpoint I/O work on ranges.
 //  - With options.external_params (ZeRO 3) there is no parameter buffer either: the param-storage
@@ -83,6 +84,9 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
 // even split.
 StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, int chunks);
 
+// The storage dtype of train.precision: fp32, bf16 or fp16.
+kernels::DType precision_dtype(Precision precision);
+
 struct ModelOptions {
   StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0
   int micro_batch = 1;     // the largest micro-batch (sequences) forward/backward will see
@@ -93,6 +97,11 @@ struct ModelOptions {
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   int activation_slots = 1;  // micro-batches whose activations may be alive at once (pipeline schedules),
                              // per virtual chunk of the stage
+  // Storage of the parameter and gradient buffers and of the activations (train.precision): fp32,
+  // bf16 or fp16. The per-row statistics (norm mean/rstd, attention and loss lse, the losses) stay
+  // fp32 whatever it is; ops compute in fp32 (kernels/ops.h). 16-bit needs a training model of the
+  // whole network at tp 1 (no KV cache).
+  kernels::DType dtype = kernels::DType::fp32;
   // Generation: > 0 allocates per-layer K and V caches [micro_batch, kv_cache_tokens, kv_heads/tp,
   // head dim] for forward_cached (at most model.max_positions). 0 = a training model, no cache.
   int64_t kv_cache_tokens = 0;
@@ -119,8 +128,8 @@ struct ModelOptions {
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by
 // the same layout code the constructor runs, so it equals what a constructed Model holds.
 struct ModelMemory {
-  int64_t params = 0;            // the flat fp32 parameter buffer (this rank's shards; 0 with external_params)
-  int64_t grads = 0;             // the flat fp32 gradient buffer, same layout (0 with external_grads)
+  int64_t params = 0;  // the flat parameter buffer in options.dtype (this rank's shards; 0 with external_params)
+  int64_t grads = 0;   // the flat gradient buffer, same layout and dtype (0 with external_grads)
   int64_t activations_kept = 0;  // what the activation slots keep from forward to backward (all slots)
   int64_t activations_work = 0;  // shared by the slots: backward's gradient buffers, recomputation,
                                  // RoPE table, the vocab-parallel loss's scratch
@@ -195,14 +204,14 @@ class Model {
   // The parameter of `role` (of block `layer`, global index, for block roles); LT_CHECK-fails when
   // this stage does not hold it. A tied head is ParamRole::token_embedding.
   const ModelParam& parameter(ParamRole role, int layer = -1) const;
-  // [numel] flat fp32; undefined with options.external_params.
+  // [numel] flat, in options.dtype; undefined with options.external_params.
   kernels::Tensor params() const { return param_buf_.tensor(); }
   kernels::Tensor grads() const { return grad_buf_.tensor(); }  // undefined with options.external_grads
   int64_t numel() const { return numel_; }                      // elements of the flat layout
   kernels::Device device() const { return act_buf_.tensor().device; }
   // Every parameter from the counter-based RNG (trainer/model/param_init.h): a shard gets the values
-  // of its slice of the whole parameter. With options.external_params it writes the param shard
-  // (set_param_shard must come first).
+  // of its slice of the whole parameter (rounded once to a 16-bit options.dtype). With
+  // options.external_params it writes the param shard (set_param_shard must come first).
   void init_parameters(uint64_t seed);
   // With options.external_params: where the parameter values live between uses. `owned` are flat
   // ranges (ascending, disjoint) and `values` holds their elements packed (owned[0]'s, then

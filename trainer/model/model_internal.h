@@ -35,25 +35,25 @@ struct Model::Dims {
         sp(o.sequence_parallel && tp_size > 1) {}
 };
 
-// Carves fp32 (and int32) tensors out of one buffer, each 64-byte aligned. With a null base it
+// Carves tensors out of one buffer, each 64-byte aligned: activations in the storage dtype
+// (options.dtype), the per-row statistics fp32 (take_f32), token ids int32. With a null base it
 // only measures: model_memory_plan and the constructor's first pass run the same layout with it.
 class Model::Arena {
  public:
-  explicit Arena(float* base) : base_(base) {}
-  Tensor take(kernels::Shape s) {
-    Tensor t(base_ ? base_ + used_ : nullptr, kernels::DType::fp32, s);
-    used_ += (s.numel() + 15) / 16 * 16;
-    return t;
-  }
-  Tensor take_int(kernels::Shape s) {
-    Tensor t = take(s);
-    t.dtype = kernels::DType::int32;
-    return t;
-  }
-  int64_t bytes() const { return used_ * 4; }
+  Arena(void* base, kernels::DType storage) : base_(static_cast<char*>(base)), storage_(storage) {}
+  Tensor take(kernels::Shape s) { return take_as(s, storage_); }
+  Tensor take_f32(kernels::Shape s) { return take_as(s, kernels::DType::fp32); }
+  Tensor take_int(kernels::Shape s) { return take_as(s, kernels::DType::int32); }
+  int64_t bytes() const { return used_; }
 
  private:
-  float* base_;
+  Tensor take_as(kernels::Shape s, kernels::DType t) {
+    Tensor out(base_ ? base_ + used_ : nullptr, t, s);
+    used_ += (s.numel() * int64_t(kernels::dtype_size(t)) + 63) / 64 * 64;
+    return out;
+  }
+  char* base_;
+  kernels::DType storage_;
   int64_t used_ = 0;
 };
 
