@@ -28,3 +28,15 @@ finish() {
   if ((failures)); then echo "$failures failure(s)"; exit 1; fi
   echo "all passed"
 }
+
+# The layout tests' common start (tests/e2e/{dp,zero,tp,pp,precision}.sh): Python with numpy and
+# safetensors ($PY: the project's venv, else the system's), and Debian's fortunes prepared with the
+# byte tokenizer into data/{train,valid} (5% held out).
+use_python() {
+  PY=$SRC/.venv/bin/python
+  [[ -x $PY ]] || PY=/usr/bin/python3
+}
+prep_fortunes() {
+  "$LLMTRAIN" prep --input $(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese) --separator % \
+    --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1 || { echo "FAIL: prep"; exit 1; }
+}

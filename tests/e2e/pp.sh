@@ -13,11 +13,8 @@
 # uneven split's and the interleaved schedule's timelines.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
-PY=$SRC/.venv/bin/python
-[[ -x $PY ]] || PY=/usr/bin/python3
-
-"$LLMTRAIN" prep --input $(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese) --separator % \
-  --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1 || { echo "FAIL: prep"; exit 1; }
+use_python
+prep_fortunes
 
 cat >r.yaml <<'YAML'
 name: pp

@@ -10,11 +10,8 @@
 # fp16 starts at loss scale 1024 (the default 2^32 would spend its first ~40 steps backing off).
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
-PY=$SRC/.venv/bin/python
-[[ -x $PY ]] || PY=/usr/bin/python3
-
-"$LLMTRAIN" prep --input $(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese) --separator % \
-  --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1 || { echo "FAIL: prep"; exit 1; }
+use_python
+prep_fortunes
 
 common=(--set model.seq_len=64 --set train.steps=300 --set optimizer.warmup=30 --set train.threads=1
         --set data.train=data/train --set data.valid=data/valid --set eval.every=0 --set eval.batches=16

@@ -746,7 +746,6 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int c
   Slot& s = slot_at(slot, chunk);
   const StageLayout& st = options_.stage;
   const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
-  const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
   Work& w = *work_;
   // External gradient storage: each group's gradient views are bound just before backward first
   // writes them; a tied head writes the embedding's gradient, so that group is bound first.
@@ -766,10 +765,7 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int c
     release_params(ParamPlace::head, -1);
     if (grad_ready_) grad_ready_(ParamPlace::head, -1);
   } else {
-    const int64_t own = (sp_ ? n / tp_.size() : n) * d;  // sequence parallelism: this rank's rows
-    LT_CHECK(grad_output.defined() && grad_output.numel() == own, "stage grad_output {} for {} tokens",
-             grad_output.shape.str(), n);
-    kernels::copy(w.dres.flat(0, own), grad_output.view({own}));
+    take_grad_output(s, grad_output);
   }
   const int layers = st.chunk_blocks(), first = chunk * layers;
   const bool ckpt = options_.checkpointing == ActivationCheckpointing::full;
@@ -797,27 +793,35 @@ void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int c
     release_params(ParamPlace::embedding, -1);
     if (grad_ready_) grad_ready_(ParamPlace::embedding, -1);
   }
-  w.input_grad = sp_ ? w.dres.flat(0, n / tp_.size() * d).view(stage_activation_shape())
-                     : w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+  keep_input_grad(s);
 }
 
 Tensor Model::stage_input_grad() const { return work_->input_grad; }
+
+void Model::take_grad_output(const Slot& s, Tensor grad_output) {
+  const int64_t n = int64_t(s.batch) * s.seq;
+  const int64_t own = (sp_ ? n / tp_.size() : n) * config_.hidden;  // sequence parallelism: this rank's rows
+  LT_CHECK(grad_output.defined() && grad_output.numel() == own, "stage grad_output {} for {} tokens",
+           grad_output.shape.str(), n);
+  kernels::copy(work_->dres.flat(0, own), grad_output.view({own}));
+}
+
+void Model::keep_input_grad(const Slot& s) {
+  const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
+  work_->input_grad = sp_ ? work_->dres.flat(0, n / tp_.size() * d).view(stage_activation_shape())
+                          : work_->dres.flat(0, n * d).view({s.batch, s.seq, d});
+}
 
 void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale, int chunk) {
   LT_CHECK(options_.split_backward, "stage_backward_input on a model built without split_backward");
   Slot& s = slot_at(slot, chunk);
   const StageLayout& st = options_.stage;
   const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
-  const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
-  Work& w = *work_;
   if (head) {
     LT_CHECK(s.has_targets, "backward of a forward without targets");
     head_backward(s, loss_scale, true);
   } else {
-    const int64_t own = (sp_ ? n / tp_.size() : n) * d;  // sequence parallelism: this rank's rows
-    LT_CHECK(grad_output.defined() && grad_output.numel() == own, "stage grad_output {} for {} tokens",
-             grad_output.shape.str(), n);
-    kernels::copy(w.dres.flat(0, own), grad_output.view({own}));
+    take_grad_output(s, grad_output);
   }
   const int layers = st.chunk_blocks(), first = chunk * layers;
   for (int l = layers - 1; l >= 0; --l) {
@@ -825,8 +829,7 @@ void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale,
     if (layer_done_) layer_done_();
   }
   if (embedding) embed_backward(s);  // the embedding has no input gradient: all of it is here
-  w.input_grad = sp_ ? w.dres.flat(0, n / tp_.size() * d).view(stage_activation_shape())
-                     : w.dres.flat(0, n * d).view({s.batch, s.seq, d});
+  keep_input_grad(s);
 }
 
 void Model::stage_backward_weight(int slot, int chunk) {

@@ -371,6 +371,10 @@ class Model {
   // block (layer >= 0) or of the head (layer < 0), reduced over tp around their backward.
   void sp_grads(int layer, bool begin);
   float host_loss(int slot) const;
+  // A stage backward's start from the next stage's gradient (this rank's rows with sequence
+  // parallelism), and what it sends back: the gradient of its input, kept in work_->input_grad.
+  void take_grad_output(const Slot& s, kernels::Tensor grad_output);
+  void keep_input_grad(const Slot& s);
 
   ModelConfig config_;
   ModelOptions options_;
