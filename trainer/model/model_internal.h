@@ -1,8 +1,9 @@
-// The Model's private structures, shared by model.cpp (construction, parameters, the public
-// calls) and model_layers.cpp (the math of the embedding, the blocks and the head). Not for use
-// outside the model.
+// The Model's private structures, shared by model.cpp (construction, parameters, the whole-model
+// calls), model_stage.cpp (one pipeline stage's forward and backward) and model_layers.cpp (the
+// math of the embedding, the blocks and the head). Not for use outside the model.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "trainer/model/model.h"
@@ -134,5 +135,8 @@ struct Model::Work {
   Tensor input_grad;         // view of dres after the last backward
   std::vector<Cache> cache;  // per local layer (kv_cache_tokens > 0), else empty
 };
+
+// [B, T] int32 tensor → (B, T), or an Error naming what is wrong. Reads the shape only.
+std::pair<int, int> batch_shape(const kernels::Tensor& t, const char* what, int max_batch, int64_t max_seq);
 
 }  // namespace llmtrain::trainer
