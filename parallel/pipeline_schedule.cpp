@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -408,13 +409,14 @@ struct Endpoints {
 };
 
 struct Simulation {
-  std::vector<std::vector<std::pair<int, PipeOp>>> work;  // per stage: (start slot, compute op)
-  std::string deadlock;                                   // "" when every stage finished
+  std::vector<std::vector<std::pair<double, PipeOp>>> work;  // per stage: (start, compute op)
+  std::vector<double> busy, end;                             // per stage: time computing, last op's end
+  std::string deadlock;                                      // "" when every stage finished
 };
 
-// The executor's rules in unit time (see the top of this file). The lists must pass the per-stage
-// and matching checks.
-Simulation simulate(const std::vector<std::vector<PipeOp>>& lists) {
+// The executor's rules, each compute op taking `duration(stage, op)` (unit time when none is given;
+// see the top of this file). The lists must pass the per-stage and matching checks.
+Simulation simulate(const std::vector<std::vector<PipeOp>>& lists, const OpDuration& duration = {}) {
   const int p = static_cast<int>(lists.size());
   std::map<Channel, Endpoints> channels;
   // For each comm op: its partner (stage, index) once known through the channel order.
@@ -463,15 +465,17 @@ Simulation simulate(const std::vector<std::vector<PipeOp>>& lists) {
     }
   }
 
-  std::vector<std::vector<int>> posted(p);  // post time of each comm op, -1 before
+  std::vector<std::vector<double>> posted(p);  // post time of each comm op, -1 before
   for (int s = 0; s < p; ++s) posted[s].assign(lists[s].size(), -1);
   std::vector<size_t> pc(p, 0);
-  std::vector<int> clock(p, 0);
+  std::vector<double> clock(p, 0);
   Simulation sim;
   sim.work.resize(p);
+  sim.busy.assign(p, 0.0);
+  sim.end.assign(p, 0.0);
   auto transfer_done = [&](int s, int i) {  // when the message of comm op i moved, or -1
     auto [ps, pi] = partner[s][i];
-    if (ps < 0 || posted[s][i] < 0 || posted[ps][pi] < 0) return -1;
+    if (ps < 0 || posted[s][i] < 0 || posted[ps][pi] < 0) return -1.0;
     return std::max(posted[s][i], posted[ps][pi]);
   };
   for (bool moved = true; moved;) {
@@ -483,16 +487,18 @@ Simulation simulate(const std::vector<std::vector<PipeOp>>& lists) {
         if (!is_compute(ops[i].kind)) {
           posted[s][i] = clock[s];
         } else {
-          int start = clock[s];
+          double start = clock[s];
           bool ready = true;
           for (int d : deps[s][i]) {
-            const int t = transfer_done(s, d);
+            const double t = transfer_done(s, d);
             if (t < 0) ready = false;
             start = std::max(start, t);
           }
           if (!ready) break;
+          const double took = duration ? duration(s, ops[i]) : 1.0;
           sim.work[s].push_back({start, ops[i]});
-          clock[s] = start + 1;
+          clock[s] = sim.end[s] = start + took;
+          sim.busy[s] += took;
         }
         ++pc[s];
         moved = true;
@@ -554,18 +560,31 @@ double Timeline::bubble_fraction() const {
 Timeline schedule_timeline(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks) {
   const std::string problem = check_schedule(lists, micro_batches, chunks);
   LT_CHECK(problem.empty(), "timeline of an invalid schedule: {}", problem);
-  Simulation sim = simulate(lists);
+  Simulation sim = simulate(lists);  // unit time: every start is a whole number of slots
   int begin = -1, end = 0;
   for (const auto& w : sim.work)
-    for (const auto& [t, op] : w) {
+    for (const auto& [start, op] : w) {
+      const int t = int(std::lround(start));
       begin = begin < 0 ? t : std::min(begin, t);
       end = std::max(end, t + 1);
     }
   Timeline tl;
   tl.rows.assign(lists.size(), std::vector<std::optional<PipeOp>>(begin < 0 ? 0 : end - begin));
   for (size_t s = 0; s < sim.work.size(); ++s)
-    for (const auto& [t, op] : sim.work[s]) tl.rows[s][t - begin] = op;
+    for (const auto& [start, op] : sim.work[s]) tl.rows[s][int(std::lround(start)) - begin] = op;
   return tl;
+}
+
+double simulated_bubble(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks,
+                        const OpDuration& duration) {
+  const std::string problem = check_schedule(lists, micro_batches, chunks);
+  LT_CHECK(problem.empty(), "bubble of an invalid schedule: {}", problem);
+  const Simulation sim = simulate(lists, duration);
+  const double span = *std::max_element(sim.end.begin(), sim.end.end());
+  if (span <= 0) return 0.0;
+  double idle = 0;
+  for (size_t s = 0; s < lists.size(); ++s) idle += span - sim.busy[s];
+  return idle / (span * double(lists.size()));
 }
 
 std::string format_timeline(const Timeline& tl) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -133,6 +134,16 @@ struct Timeline {
 
 // The lists must be valid (check_schedule() == "", checked).
 Timeline schedule_timeline(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks = 1);
+// How long a compute op takes on a stage (any unit; e.g. the mean measured seconds of its kind and chunk).
+using OpDuration = std::function<double(int stage, const PipeOp& op)>;
+// The bubble of the lists when each compute op takes `duration(stage, op)` and communication takes
+// none (the timeline's model): the stages start together, the step ends when the last stage's last
+// op does, and each stage idles for the part of that span it does not compute; their mean, as a
+// fraction of the span. Unit durations give Timeline::bubble_fraction(); unequal stages, or
+// unequal forward, input-gradient and weight-gradient times, give what the closed-form bubbles
+// (which assume equal ones) do not. The lists must be valid (checked).
+double simulated_bubble(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks,
+                        const OpDuration& duration);
 // One row per stage, one column per slot, idle slots as ".", then the bubble:
 //   stage 0 | F0 F1 .  B0 F2 B1 .  B2
 //   stage 1 | .  F0 B0 F1 B1 F2 B2 .

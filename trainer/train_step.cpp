@@ -73,6 +73,17 @@ std::vector<std::vector<int>> grad_ready_groups(const StageLayout& st, const std
   return groups;
 }
 
+// The compute-op kinds whose times a stage measures, and where an op's kind and chunk sit in a
+// table of them (chunk-major).
+constexpr parallel::PipeOpKind kClockedKinds[] = {parallel::PipeOpKind::forward, parallel::PipeOpKind::backward,
+                                                  parallel::PipeOpKind::backward_input,
+                                                  parallel::PipeOpKind::backward_weight};
+size_t op_clock_index(parallel::PipeOpKind kind, int chunk) {
+  const auto k = std::find(std::begin(kClockedKinds), std::end(kClockedKinds), kind) - std::begin(kClockedKinds);
+  LT_CHECK(k < std::ssize(kClockedKinds), "{} is not a compute op", to_string(parallel::PipeOp{kind}));
+  return size_t(chunk) * std::size(kClockedKinds) + size_t(k);
+}
+
 // This rank's part of the model as the pipeline executor sees it: forward and backward of one
 // micro-batch and chunk at a time, each micro-batch's activations in the model's slot (micro-batch
 // mod slots) of the chunk. It reads the micro-batch's samples as its forward starts (the first
@@ -144,32 +155,46 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
     if (head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
     times_->data += t1 - t0;
-    times_->forward += now_s() - t1;
+    times_->forward += clocked(parallel::PipeOpKind::forward, chunk, t0) - (t1 - t0);
   }
   void backward(int micro_batch, int chunk, Tensor grad_output) override {
     const double t0 = now_s();
     // Every schedule runs each chunk's backwards in micro-batch order.
     last_backward_ = micro_batch == micro_batches_ - 1;
     model_.stage_backward(slot(micro_batch), grad_output, loss_scale_, chunk);
-    times_->backward += now_s() - t0;
+    times_->backward += clocked(parallel::PipeOpKind::backward, chunk, t0);
   }
   // Zero-bubble schedules: the weight half comes after the input half, in micro-batch order.
   void backward_input(int micro_batch, int chunk, Tensor grad_output) override {
     const double t0 = now_s();
     model_.stage_backward_input(slot(micro_batch), grad_output, loss_scale_, chunk);
-    times_->backward += now_s() - t0;
+    times_->backward += clocked(parallel::PipeOpKind::backward_input, chunk, t0);
   }
   void backward_weight(int micro_batch, int chunk) override {
     const double t0 = now_s();
     last_backward_ = micro_batch == micro_batches_ - 1;
     model_.stage_backward_weight(slot(micro_batch), chunk);
-    times_->backward += now_s() - t0;
+    times_->backward += clocked(parallel::PipeOpKind::backward_weight, chunk, t0);
+  }
+  // The mean seconds of this stage's ops of `op`'s kind and chunk so far (forwards with their data
+  // reads), or 0 before any ran.
+  double mean_seconds(const parallel::PipeOp& op) const {
+    const OpClock& c = op_clocks_[op_clock_index(op.kind, op.chunk)];
+    return c.count > 0 ? c.seconds / double(c.count) : 0.0;
   }
   Tensor output(int micro_batch, int chunk) override { return model_.stage_output(slot(micro_batch), chunk); }
   Tensor input_grad(int, int) override { return model_.stage_input_grad(); }
 
  private:
   int slot(int micro_batch) const { return micro_batch % model_.options().activation_slots; }
+  // Counts one op of `kind` that started at `t0` and returns its seconds.
+  double clocked(parallel::PipeOpKind kind, int chunk, double t0) {
+    const double took = now_s() - t0;
+    OpClock& c = op_clocks_[op_clock_index(kind, chunk)];
+    c.seconds += took;
+    ++c.count;
+    return took;
+  }
 
   Model& model_;
   MicroBatchReader& batches_;
@@ -179,6 +204,12 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   int64_t consumed_ = 0;
   PhaseTimes* times_ = nullptr;
   bool last_backward_ = false;
+  struct OpClock {
+    double seconds = 0;
+    int64_t count = 0;
+  };
+  std::vector<OpClock> op_clocks_ =
+      std::vector<OpClock>(std::size(kClockedKinds) * size_t(model_.options().stage.chunks));
 };
 
 std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches) {
@@ -370,6 +401,24 @@ double schedule_bubble(const Recipe& recipe, int micro_batches) {
   return parallel::schedule_timeline(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches,
                                      spec.chunks)
       .bubble_fraction();
+}
+
+double TrainStep::mean_op_seconds(const parallel::PipeOp& op) const { return stage_->mean_seconds(op); }
+
+double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp) {
+  const int v = recipe.parallel.virtual_stages, p = pp.size();
+  const size_t per_stage = std::size(kClockedKinds) * size_t(v);
+  std::vector<float> mine(per_stage), all(per_stage * size_t(p));
+  for (int c = 0; c < v; ++c)
+    for (parallel::PipeOpKind kind : kClockedKinds)
+      mine[op_clock_index(kind, c)] = float(step.mean_op_seconds({kind, 0, c}));
+  pp.all_gather(kernels::host_tensor(mine.data(), {int64_t(per_stage)}),
+                kernels::host_tensor(all.data(), {int64_t(all.size())}));
+  const parallel::ScheduleSpec spec{p, 0, micro_batches, v};
+  return parallel::simulated_bubble(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches, v,
+                                    [&](int stage, const parallel::PipeOp& op) {
+                                      return double(all[size_t(stage) * per_stage + op_clock_index(op.kind, op.chunk)]);
+                                    });
 }
 
 void TrainStep::master_from_params() { optimizer_->master_from_params(model_.params()); }

@@ -96,6 +96,10 @@ class TrainStep {
   static constexpr size_t kScheduleTimesKept = 4096;
   const std::vector<float>& schedule_times() const { return schedule_s_; }
   const std::vector<float>& busy_times() const { return busy_s_; }
+  // The mean seconds this stage's compute ops of `op`'s kind and chunk took over the run so far (a
+  // forward with its data read), 0 for a kind not run: with every stage's, the schedule's bubble at
+  // the measured op times (parallel::simulated_bubble).
+  double mean_op_seconds(const parallel::PipeOp& op) const;
   const parallel::GradSync& grad_sync() const { return *sync_; }
 
   // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
@@ -140,6 +144,11 @@ std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int
 // of them when forward and backward take one unit (parallel::Timeline::bubble_fraction). Throws
 // for a schedule make_schedule refuses.
 double schedule_bubble(const Recipe& recipe, int micro_batches);
+// The same schedule's bubble when each compute op takes the mean time the stages measured for its
+// kind and chunk (TrainStep::mean_op_seconds, all-gathered over `pp`: collective over it) and
+// communication none (parallel::simulated_bubble): the bubble the schedule itself leaves on these
+// stages, with their imbalance and their real forward:backward ratios, without transfer costs.
+double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp);
 
 // The options of the model a stage builds for training with `schedule` (its slots are the
 // micro-batches the schedule keeps in flight): train() and the memory plan both use it.

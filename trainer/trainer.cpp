@@ -176,8 +176,11 @@ int train(const TrainContext& ctx) {
       parts.push_back(fmt::format("stage {} {:.1f}%", s, 100.0 * idle));
       mean += idle / pp;
     }
-    log_progress("pipeline idle time per stage (measured): {}; mean {:.1f}%, the {} schedule's bubble {:.1f}%",
-                 join(parts, ", "), 100.0 * mean, to_string(r.parallel.pp_schedule), 100.0 * schedule_bubble(r, accum));
+    log_progress(
+        "pipeline idle time per stage (measured): {}; mean {:.1f}%, the {} schedule's bubble {:.1f}%; at "
+        "the measured op times {:.1f}%",
+        join(parts, ", "), 100.0 * mean, to_string(r.parallel.pp_schedule), 100.0 * schedule_bubble(r, accum),
+        100.0 * measured_schedule_bubble(r, accum, step, *comms.control.pp));
   }
   log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
                format_memory(memory_measured(model.device(), true)),

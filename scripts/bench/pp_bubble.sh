@@ -7,7 +7,11 @@
 # ratio, as long as every micro-batch takes the same time); interleaved with two virtual chunks per
 # stage (two blocks each), (p − 1)/(v·m + p − 1); zero_bubble (ZB-H1), (p − 1)/(3m + p − 1), which
 # assumes forward, input-gradient and weight-gradient work take equal time (next to 1F1B's
-# (p − 1)/(m + p − 1) with backward = 2 forwards: a third of 1F1B's idle time).
+# (p − 1)/(m + p − 1) with backward = 2 forwards: a third of 1F1B's idle time). Those formulas
+# assume equal stages and, for zero_bubble, equal F, I and W; "at op times" is the same schedule
+# simulated with the mean time each stage measured for each kind of op (and chunk) and no cost for
+# communication (parallel::simulated_bubble): the bubble the schedule leaves on these stages. What
+# the run measures above it is the cost of moving the activations and gradients.
 #
 #   scripts/bench/pp_bubble.sh [STEPS]      (default 30 steps; build/llmtrain must exist)
 set -euo pipefail
@@ -33,7 +37,8 @@ common=(--set data.train=data/train --set data.valid=data/valid --set train.step
         --set model.hidden=256 --set model.heads=8 --set model.kv_heads=8 --set model.layers=8)
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "recipes/tiny.yaml at hidden 256 (8 layers, 4 per stage), pp 2, micro_batch 2, $steps steps"
-printf '%-12s %3s %10s %10s %10s %10s %8s\n' schedule m formula measured "stage 0" "stage 1" ratio
+printf '%-12s %3s %10s %10s %10s %10s %10s %8s %8s\n' schedule m formula "op times" measured "stage 0" "stage 1" \
+  "/formula" "/op times"
 for schedule in gpipe 1f1b interleaved zero_bubble; do
   v=1
   [[ $schedule == interleaved ]] && v=2
@@ -48,8 +53,10 @@ import re, sys
 schedule, m, line, v = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 stages = [float(x) for x in re.findall(r"stage \d+ ([0-9.]+)%", line)]
 mean = float(re.search(r"mean ([0-9.]+)%", line).group(1))
+at_op_times = float(re.search(r"at the measured op times ([0-9.]+)%", line).group(1))
 formula = 100.0 * (2 - 1) / ((3 if schedule == "zero_bubble" else v) * m + 2 - 1)
-print(f"{schedule:<12} {m:3d} {formula:9.1f}% {mean:9.1f}% {stages[0]:9.1f}% {stages[1]:9.1f}% {mean / formula:8.2f}")
+print(f"{schedule:<12} {m:3d} {formula:9.1f}% {at_op_times:9.1f}% {mean:9.1f}% {stages[0]:9.1f}% {stages[1]:9.1f}% "
+      f"{mean / formula:8.2f} {mean / at_op_times:8.2f}")
 PY
   done
 done

@@ -50,7 +50,7 @@ for cfg in "1 2 1 gpipe -" "1 2 1 1f1b -" "1 4 1 gpipe -" "1 4 1 1f1b -" "2 2 2 
     --set parallel.pp=$2 --set parallel.pp_schedule=$4 "${split[@]}"
   expect_status 0
   expect_out "[rank 0] done: 20 steps"
-  expect_out_re "pipeline idle time per stage \(measured\): stage 0 [0-9.]+%, stage 1 [0-9.]+%.*; mean [0-9.]+%, the $4 schedule's bubble"
+  expect_out_re "pipeline idle time per stage \(measured\): stage 0 [0-9.]+%, stage 1 [0-9.]+%.*; mean [0-9.]+%, the $4 schedule's bubble [0-9.]+%; at the measured op times [0-9.]+%"
   plan=$(grep -o 'memory per rank: .*' <<<"$out" | sed 's/memory per rank: //')
   measured=$(grep -o 'measured after the first step: .*' <<<"$out" | sed 's/.*first step: //')
   [[ -n $plan && $plan == "$measured" ]] && pass "$name: measured memory is the plan ($plan)" ||

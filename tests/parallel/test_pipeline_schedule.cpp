@@ -175,6 +175,29 @@ TEST(PipelineSchedule, BubbleFraction) {
       }
 }
 
+// The bubble simulated at given op times: with every op taking one unit it is the timeline's, for
+// every kind; scaling every time leaves it; and an unequal pipeline works out as by hand.
+TEST(PipelineSchedule, SimulatedBubbleAtOpTimes) {
+  const OpDuration unit = [](int, const PipeOp&) { return 1.0; };
+  const OpDuration slow = [](int, const PipeOp&) { return 0.37; };
+  for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved,
+                                PipelineSchedule::zero_bubble})
+    for (int p = 2; p <= 4; ++p)
+      for (int m = p; m <= 8; m += p) {
+        const int v = kind == PipelineSchedule::interleaved ? 2 : 1;
+        SCOPED_TRACE(fmt::format("{} p {} m {}", to_string(kind), p, m));
+        const auto lists = make_schedules(kind, {.stages = p, .micro_batches = m, .chunks = v});
+        const double want = schedule_timeline(lists, m, v).bubble_fraction();
+        EXPECT_DOUBLE_EQ(simulated_bubble(lists, m, v, unit), want);
+        EXPECT_NEAR(simulated_bubble(lists, m, v, slow), want, 1e-12);
+      }
+  // 1F1B, p 2, m 2, stage 1 twice as slow. Stage 0: F0 [0, 1], F1 [1, 2], B0 [5, 6] (after stage 1's
+  // B0), B1 [9, 10]. Stage 1: F0 [1, 3], B0 [3, 5], F1 [5, 7], B1 [7, 9]. The span is 10; stage 0
+  // idles 6, stage 1 2: (6 + 2) / (2 · 10).
+  const auto lists = make_schedules(PipelineSchedule::one_f_one_b, {.stages = 2, .micro_batches = 2});
+  EXPECT_DOUBLE_EQ(simulated_bubble(lists, 2, 1, [](int stage, const PipeOp&) { return stage == 1 ? 2.0 : 1.0; }), 0.4);
+}
+
 // Megatron's interleaved 1F1B at p 2, v 2, m 4, compute order written out from its rule: forwards
 // in groups of p · v virtual micro-batches (chunk 0 of micro-batches 0 and 1, then chunk 1 of the
 // same), backwards the same with the chunks reversed; stage s warms up with (p - s - 1) · 2 +
