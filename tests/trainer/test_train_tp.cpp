@@ -5,7 +5,9 @@
 // the same parameters, gathered from the shards (‖a − b‖ / ‖b‖ ≤ 1e-5);
 // every tp rank's copy of a replicated parameter must be the same. Layouts: tp 2 and 4,
 // tp 2 × dp 2 (ZeRO 0, 1 and 2), sequence parallelism, replicated key/value heads (kv_heads 2 and
-// 1 at tp 4); checkpoints move between tp 4 and tp 1 both ways.
+// 1 at tp 4); checkpoints move between tp 4 and tp 1 both ways. 16-bit storage (bf16, fp16) at tp 2,
+// with and without sequence parallelism and ZeRO, takes the steps of its own tp 1 run within
+// 16-bit rounding (bounds and why at the test) and resumes bitwise.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -70,8 +72,8 @@ class TensorParallelTrain : public ::testing::Test {
           batches(data, sampler, r.model.seq_len),
           schedule(step_schedule(r, 0, sampler.micro_batches_per_step())),
           model(r.model, step_model_options(r, 0, schedule), *comms.tp) {
-      model.init_parameters(11);
       step.emplace(r, model, comms, batches, schedule);
+      model.init_parameters(11);   // after the step: at ZeRO 3 the values live in its shard
       step->master_from_params();  // 16-bit: the optimizer's fp32 master (a no-op at fp32)
     }
     parallel::Mesh mesh;
@@ -89,6 +91,33 @@ class TensorParallelTrain : public ::testing::Test {
     std::vector<double> grad_norms;                    // before clipping (replicated parameters counted once)
     std::map<std::string, std::vector<float>> params;  // gathered global tensors after the last step
   };
+
+  // This rank's elements of p (its shard's, row-major) as the model's storage holds them, widened
+  // to fp32. ZeRO 3: the owned elements of the param shard (fp32, the master), rounded as the
+  // 16-bit parameters of the other stages are; NaN where another data-parallel rank owns them.
+  static std::vector<float> values(const Model& model, const ModelParam& p) {
+    std::vector<float> v(size_t(p.numel()), NAN);
+    const kernels::DType dtype = model.options().dtype;
+    if (!model.options().external_params) {
+      kernels::convert(kernels::host_tensor(v.data(), {p.numel()}), p.value.view({p.numel()}));
+      return v;
+    }
+    for (const parallel::FlatRange& own : model.param_shard_ranges()) {
+      const int64_t lo = std::max(p.offset, own.begin), hi = std::min(p.offset + p.numel(), own.end);
+      if (lo >= hi) continue;
+      const kernels::Tensor master = model.param_shard().flat(model.param_shard_offset(lo), hi - lo);
+      const kernels::Tensor out = kernels::host_tensor(v.data() + (lo - p.offset), {hi - lo});
+      if (dtype == kernels::DType::fp32) {
+        kernels::copy(out, master);
+        continue;
+      }
+      std::vector<uint16_t> rounded(size_t(hi - lo));
+      const kernels::Tensor half(rounded.data(), dtype, {hi - lo});
+      kernels::convert(half, master);
+      kernels::convert(out, half);
+    }
+    return v;
+  }
 
   // Steps [from, to) at `layout`; `load`: a checkpoint to start from; `save`: where to write one.
   Run run(Layout layout, int from, int to, const std::string& load = "", const std::string& save = "") {
@@ -125,10 +154,10 @@ class TensorParallelTrain : public ::testing::Test {
         for (int64_t d : p.spec.shape) numel *= d;
         std::vector<float>& global = out.params[p.spec.name];
         if (global.empty()) global.assign(size_t(numel), NAN);
-        std::vector<float> v(size_t(p.numel()));  // widened from 16-bit storage (fp32: a copy)
-        kernels::convert(kernels::host_tensor(v.data(), {p.numel()}), p.value.view({p.numel()}));
+        const std::vector<float> v = values(me.model, p);
         for_each_shard_run(p, [&](int64_t l, int64_t g, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
+            if (std::isnan(v[size_t(l + i)])) continue;  // ZeRO 3: another data-parallel rank's
             float& dst = global[size_t(g + i)];
             if (std::isnan(dst))
               dst = v[size_t(l + i)];
@@ -299,13 +328,13 @@ TEST_F(TensorParallelTrain, CheckpointsMoveBetweenTpFourAndTpOne) {
 // move (all-reduces, sequence parallelism's all-gathers and reduce-scatters) in bf16 or fp16, the
 // per-row statistics, the vocab-parallel loss's exchange and the optimizer's master in fp32.
 // bf16 LLaMA with grouped-query attention (kv_heads 2: split over tp 2) at tp 2 with and without
-// sequence parallelism and with kv_heads 1 (one key/value head replicated on both ranks), and fp16
-// GPT-2 with its loss scaler at tp 2 with and without sequence parallelism, take the steps of the
-// same precision's tp 1 run up to 16-bit rounding. Not bitwise: a row-parallel linear's partial sum
-// is rounded to 16 bits before it is reduced (tp 1 rounds the whole sum once), and a replicated
-// parameter's gradient increment is rounded before its reduction. Each rounding is a relative
-// 2^-8 (bf16) or 2^-11 (fp16), and 20 steps of AdamW carry them on as they carry the difference
-// between 16-bit and fp32 storage on the same run.
+// sequence parallelism, at tp 2 × dp 2 with sequence parallelism and ZeRO 1, 2 and 3 (16-bit
+// gradients through the pools, the fp32 owned shards), and with kv_heads 1 (one key/value head replicated on both
+// ranks), and fp16 GPT-2 with its loss scaler at tp 2 with and without sequence parallelism, take the steps of the same
+// precision's tp 1 run up to 16-bit rounding. Not bitwise: a row-parallel linear's partial sum is rounded to 16 bits
+// before it is reduced (tp 1 rounds the whole sum once), and a replicated parameter's gradient increment is rounded
+// before its reduction. Each rounding is a relative 2^-8 (bf16) or 2^-11 (fp16), and 20 steps of AdamW carry them on as
+// they carry the difference between 16-bit and fp32 storage on the same run.
 //
 // Measured (20 steps, worst of the layouts): bf16 tp 2 against bf16 tp 1 loss ≤ 8.4e-4 per step,
 // grad norm ≤ 3.4e-3, parameters 3.3e-3 — the size of bf16 tp 1's own distance from fp32 tp 1
@@ -322,6 +351,9 @@ TEST_F(TensorParallelTrain, SixteenBitTakesTheStepsOfSixteenBitOneRank) {
   expect_close(want, fp32, "bf16 llama tp 1 against fp32 tp 1 (for scale)", scale);
   expect_close(run({2, 1, 0, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 sp", bf16);
   expect_close(run({2, 1, 0}, 0, 20), want, "bf16 llama kv_heads 2 tp 2", bf16);
+  expect_close(run({2, 2, 1, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 1", bf16);
+  expect_close(run({2, 2, 2, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 2", bf16);
+  expect_close(run({2, 2, 3, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 3", bf16);
   use(ModelFamily::llama, 1);
   recipe_.train.precision = Precision::bf16;
   const Run mqa = run({1, 1, 0}, 0, 20);
