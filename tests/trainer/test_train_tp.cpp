@@ -328,7 +328,8 @@ TEST_F(TensorParallelTrain, CheckpointsMoveBetweenTpFourAndTpOne) {
 // move (all-reduces, sequence parallelism's all-gathers and reduce-scatters) in bf16 or fp16, the
 // per-row statistics, the vocab-parallel loss's exchange and the optimizer's master in fp32.
 // bf16 LLaMA with grouped-query attention (kv_heads 2: split over tp 2) at tp 2 with and without
-// sequence parallelism, at tp 2 × dp 2 with sequence parallelism and ZeRO 1, 2 and 3 (16-bit
+// sequence parallelism (and bitwise the same with full or selective recomputation), at tp 2 × dp 2
+// with sequence parallelism and ZeRO 1, 2 and 3 (16-bit
 // gradients through the pools, the fp32 owned shards), and with kv_heads 1 (one key/value head replicated on both
 // ranks), and fp16 GPT-2 with its loss scaler at tp 2 with and without sequence parallelism, take the steps of the same
 // precision's tp 1 run up to 16-bit rounding. Not bitwise: a row-parallel linear's partial sum is rounded to 16 bits
@@ -349,7 +350,16 @@ TEST_F(TensorParallelTrain, SixteenBitTakesTheStepsOfSixteenBitOneRank) {
   recipe_.train.precision = Precision::bf16;
   const Run want = run({1, 1, 0}, 0, 20);
   expect_close(want, fp32, "bf16 llama tp 1 against fp32 tp 1 (for scale)", scale);
-  expect_close(run({2, 1, 0, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 sp", bf16);
+  const Run sp = run({2, 1, 0, true}, 0, 20);
+  expect_close(sp, want, "bf16 llama kv_heads 2 tp 2 sp", bf16);
+  // Recomputation redoes the same 16-bit ops, the sequence-parallel gathers included: bitwise.
+  for (const ActivationCheckpointing ckpt : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
+    recipe_.train.activation_checkpointing = ckpt;
+    const Run again = run({2, 1, 0, true}, 0, 20);
+    EXPECT_EQ(again.losses, sp.losses) << to_string(ckpt) << " recomputation";
+    EXPECT_EQ(again.params, sp.params) << to_string(ckpt) << " recomputation";
+  }
+  recipe_.train.activation_checkpointing = ActivationCheckpointing::none;
   expect_close(run({2, 1, 0}, 0, 20), want, "bf16 llama kv_heads 2 tp 2", bf16);
   expect_close(run({2, 2, 1, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 1", bf16);
   expect_close(run({2, 2, 2, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 2", bf16);
