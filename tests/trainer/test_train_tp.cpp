@@ -327,15 +327,15 @@ TEST_F(TensorParallelTrain, CheckpointsMoveBetweenTpFourAndTpOne) {
 // 16-bit storage with tensor parallelism: parameters, gradients, activations and what the crossings
 // move (all-reduces, sequence parallelism's all-gathers and reduce-scatters) in bf16 or fp16, the
 // per-row statistics, the vocab-parallel loss's exchange and the optimizer's master in fp32.
-// bf16 LLaMA with grouped-query attention (kv_heads 2: split over tp 2) at tp 2 with and without
-// sequence parallelism (and bitwise the same with full or selective recomputation), at tp 2 × dp 2
-// with sequence parallelism and ZeRO 1, 2 and 3 (16-bit
-// gradients through the pools, the fp32 owned shards), and with kv_heads 1 (one key/value head replicated on both
-// ranks), and fp16 GPT-2 with its loss scaler at tp 2 with and without sequence parallelism, take the steps of the same
-// precision's tp 1 run up to 16-bit rounding. Not bitwise: a row-parallel linear's partial sum is rounded to 16 bits
-// before it is reduced (tp 1 rounds the whole sum once), and a replicated parameter's gradient increment is rounded
-// before its reduction. Each rounding is a relative 2^-8 (bf16) or 2^-11 (fp16), and 20 steps of AdamW carry them on as
-// they carry the difference between 16-bit and fp32 storage on the same run.
+// Layouts: bf16 LLaMA with grouped-query attention (kv_heads 2: split over tp 2) at tp 2 with and
+// without sequence parallelism (and bitwise the same with full or selective recomputation), at
+// tp 2 × dp 2 with sequence parallelism and ZeRO 1, 2 and 3 (16-bit gradients through the pools,
+// fp32 owned shards; ZeRO 1 also with parallel.grad_reduce_dtype bf16), and with kv_heads 1 (one key/value head
+// replicated on both ranks); fp16 GPT-2 with its loss scaler at tp 2 with and without sequence parallelism. Each takes
+// the steps of the same precision's tp 1 run up to 16-bit rounding. Not bitwise: a row-parallel linear's partial sum is
+// rounded to 16 bits before it is reduced (tp 1 rounds the whole sum once), and a replicated parameter's gradient
+// increment is rounded before its reduction. Each rounding is a relative 2^-8 (bf16) or 2^-11 (fp16), and 20 steps of
+// AdamW carry them on as they carry the difference between 16-bit and fp32 storage on the same run.
 //
 // Measured (20 steps, worst of the layouts): bf16 tp 2 against bf16 tp 1 loss ≤ 8.4e-4 per step,
 // grad norm ≤ 3.4e-3, parameters 3.3e-3 — the size of bf16 tp 1's own distance from fp32 tp 1
@@ -364,6 +364,10 @@ TEST_F(TensorParallelTrain, SixteenBitTakesTheStepsOfSixteenBitOneRank) {
   expect_close(run({2, 2, 1, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 1", bf16);
   expect_close(run({2, 2, 2, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 2", bf16);
   expect_close(run({2, 2, 3, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 3", bf16);
+  // The data-parallel reduction in bf16 words (at dp 2 one sum rounded once: the same numbers).
+  recipe_.parallel.grad_reduce_dtype = GradReduceDtype::bf16;
+  expect_close(run({2, 2, 1, true}, 0, 20), want, "bf16 llama kv_heads 2 tp 2 x dp 2 sp, zero 1, bf16 reduction", bf16);
+  recipe_.parallel.grad_reduce_dtype = GradReduceDtype::fp32;
   use(ModelFamily::llama, 1);
   recipe_.train.precision = Precision::bf16;
   const Run mqa = run({1, 1, 0}, 0, 20);
