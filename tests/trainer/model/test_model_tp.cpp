@@ -87,18 +87,22 @@ std::vector<float> widened(const kernels::Tensor& t) {
 
 // 16-bit storage at tp 2, with and without sequence parallelism, in bf16 and fp16: the loss and
 // every gradient shard match the 16-bit unsharded model's up to 16-bit rounding. Not bitwise: each
-// rank rounds its row-parallel partial sums (and, with sequence parallelism, its part of a
-// replicated parameter's gradient) to 16 bits before they are reduced, where the whole model rounds
-// the full sum once, and every later op sees the other rounding. Measured over the four models
-// (‖a − b‖ / ‖b‖ per parameter, the worst): bf16 loss ≤ 6.1e-4 and gradients ≤ 2.3e-2, fp16 loss
-// ≤ 1.2e-4 and gradients ≤ 3.4e-3 — the size of the 16-bit models' own distance from fp32 (bf16
-// gradients 1.5e-2 to 3.7e-2, fp16 2.0e-3 to 4.6e-3; printed), several unit roundoffs (2^-8 bf16,
-// 2^-11 fp16) carried through two blocks. The bounds are about three times the measured: a crossing
-// that sums twice or not at all, or a replica's gradient left unreduced, is off by order 1.
+// rank rounds its row-parallel partial sums (and its part of a replicated parameter's gradient) to
+// 16 bits before they are reduced, where the whole model rounds the full sum once, and every later
+// op sees the other rounding. Measured over the four models (‖a − b‖ / ‖b‖ per parameter, the
+// worst): bf16 loss ≤ 1.1e-3 and gradients ≤ 2.6e-2, fp16 loss ≤ 2.1e-4 and gradients ≤ 3.4e-3 —
+// the size of the 16-bit models' own distance from fp32 (gradients: bf16 1.5e-2 to 3.7e-2, fp16
+// 2.0e-3 to 4.6e-3; printed), several unit roundoffs (2^-8 bf16, 2^-11 fp16) carried through two
+// blocks. The bounds are about three times the measured. Tried by breaking the code: leaving the
+// sequence-parallel norms' and biases' gradient increments unreduced, or the replicated key/value
+// head's, puts those gradients 0.6 to 0.9 off.
 TEST_P(ModelTensorParallel, SixteenBitShardsMatchTheSixteenBitWholeModel) {
   ModelConfig m;
   m.family = GetParam().family;
-  m.layers = 2, m.hidden = 32, m.heads = 4, m.kv_heads = m.family == ModelFamily::llama ? 2 : 4;
+  // LLaMA: grouped-query attention, its two key/value heads split over tp 2 (untied) or one head
+  // replicated on both ranks (tied; its gradient reduced over them).
+  const bool llama = m.family == ModelFamily::llama;
+  m.layers = 2, m.hidden = 32, m.heads = 4, m.kv_heads = llama ? (GetParam().tied ? 1 : 2) : 4;
   m.ffn_hidden = 64, m.vocab = 60, m.vocab_pad = 32, m.seq_len = 9, m.max_positions = 12, m.init_std = 0.2;
   m.tie_embeddings = GetParam().tied;
   const int b = 2;
@@ -118,7 +122,7 @@ TEST_P(ModelTensorParallel, SixteenBitShardsMatchTheSixteenBitWholeModel) {
   const float loss32 = exact.forward_backward(mb, 1.0f);
   for (const kernels::DType dtype : {kernels::DType::bf16, kernels::DType::fp16}) {
     const bool bf16 = dtype == kernels::DType::bf16;
-    const double loss_bound = bf16 ? 2e-3 : 5e-4, grad_bound = bf16 ? 6e-2 : 1e-2;
+    const double loss_bound = bf16 ? 3e-3 : 6e-4, grad_bound = bf16 ? 7e-2 : 1e-2;
     Model whole(m, ModelOptions{.micro_batch = b, .dtype = dtype}, *one);
     whole.init_parameters(17);
     const float want = whole.forward_backward(mb, 1.0f);
