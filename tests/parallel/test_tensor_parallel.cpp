@@ -212,6 +212,10 @@ TEST(TensorParallel, SixteenBitCrossings) {
       gather_from_sequence_parallel_region_backward(tp, t(full, {4, 2}), t(back, {2, 2}));
       EXPECT_EQ(wide(back),
                 r == 0 ? (std::vector<float>{2, 2.015625f, 6, 8}) : (std::vector<float>{4, 2.015625f, 6, 10}));
+      // Along the last dimension, through a 16-bit scratch: row i is rank 0's columns, then rank 1's.
+      std::vector<uint16_t> columns(8), scratch(8);
+      gather_from_tp_region_forward(tp, t(local, {2, 2}), t(columns, {2, 4}), t(scratch, {8}));
+      EXPECT_EQ(wide(columns), (std::vector<float>{1, 1.0078125f, 2, 1.0078125f, 3, 4, 3, 5}));
       copy_to_tp_region_backward(tp, t(local, {4}));
       EXPECT_EQ(wide(local), (std::vector<float>{3, 2.015625f, 6, 9}));
       // Replicated gradients: only this backward's increment is summed.
