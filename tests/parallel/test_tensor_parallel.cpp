@@ -1,8 +1,8 @@
 // The tensor-parallel crossings (parallel/tensor_parallel.h): identities on a one-rank group; which
 // side of each conjugate pair all-reduces, the column layout of gather/scatter along the last
 // dimension, sequence parallelism's row gather/reduce-scatter, replicated gradients reduced once per
-// backward, and the vocab-parallel cross-entropy against the whole-vocabulary one, with ranks as
-// threads on the in-process communicator.
+// backward, the vocab-parallel cross-entropy against the whole-vocabulary one, and the same
+// crossings on bf16 and fp16 tensors, with ranks as threads on the in-process communicator.
 #include <gtest/gtest.h>
 
 #include <array>
