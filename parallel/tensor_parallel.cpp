@@ -48,7 +48,9 @@ void gather_from_tp_region_forward(Comm& tp, Tensor local, Tensor full, Tensor s
     return;
   }
   require_host(full, "tensor-parallel gather");
-  LT_CHECK(scratch.numel() >= full.numel(), "gather scratch of {} for {}", scratch.numel(), full.numel());
+  LT_CHECK(scratch.numel() >= full.numel() && scratch.dtype == local.dtype && full.dtype == local.dtype,
+           "gather scratch of {} {} for {} {}", scratch.numel(), kernels::to_string(scratch.dtype), full.numel(),
+           kernels::to_string(local.dtype));
   Tensor staged = scratch.flat(0, full.numel());
   tp.all_gather(local, staged);  // [rank][rows][lc]
   const int64_t rows = local.numel() / lc;
@@ -72,6 +74,8 @@ void scatter_to_tp_region_forward(Comm& tp, Tensor full, Tensor local) {
     return;
   }
   require_host(full, "tensor-parallel scatter");
+  LT_CHECK(full.dtype == local.dtype, "scatter {} into {}", kernels::to_string(full.dtype),
+           kernels::to_string(local.dtype));
   copy_columns(local, full, tp.rank() * lc);
 }
 
@@ -113,6 +117,9 @@ void replicated_grads_begin(Comm& group, std::span<const Tensor> grads, Tensor s
   const int64_t total = defined_numel(grads);
   LT_CHECK(saved.numel() >= (grads.size() > 1 ? 2 : 1) * total, "replicated gradients of {} saved in {}", total,
            saved.numel());
+  for (const Tensor& g : grads)
+    LT_CHECK(!g.defined() || g.dtype == saved.dtype, "replicated {} gradients saved as {}", kernels::to_string(g.dtype),
+             kernels::to_string(saved.dtype));
   int64_t at = 0;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;

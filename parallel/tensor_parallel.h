@@ -10,10 +10,14 @@
 //   scatter_to_tp_region    forward: keep this rank's slice   backward: all-gather
 //
 // Rules a reader could get wrong:
+//  - Activations and gradients are in the model's storage dtype (fp32, bf16 or fp16) and cross in
+//    it: 16-bit all-gathers move 16-bit words, 16-bit all-reduces and reduce-scatters sum in fp32
+//    and round once (parallel/comm.h). Every tensor of one call shares that dtype, except the
+//    vocab-parallel cross-entropy's statistics (below), which are fp32.
 //  - "last dimension" gathers are of [rows, cols_local] slices into [rows, tp·cols_local] with rank
 //    r's columns at [r·cols_local, (r+1)·cols_local); Comm::all_gather concatenates along the
-//    FIRST dimension, so these functions rearrange through `scratch` (tp·rows·cols_local floats;
-//    may be absent when tp = 1).
+//    FIRST dimension, so these functions rearrange through `scratch` (tp·rows·cols_local elements
+//    of local's dtype; may be absent when tp = 1).
 //  - A bias that is replicated across a row-parallel layer is added after reduce_from_tp_region,
 //    never before (it would be counted tp times).
 //
@@ -23,7 +27,9 @@
 //                                  same losses and lse. No rank holds the full logits.
 //                                  backward: local (softmax − one-hot on this rank's columns)
 //  - Rank r's logits [N, V/tp] hold the columns [r·V/tp, (r+1)·V/tp); columns >= vocab are
-//    padding, excluded exactly as in kernels::cross_entropy_forward. scratch holds 3·N floats.
+//    padding, excluded exactly as in kernels::cross_entropy_forward. scratch holds 3·N floats
+//    (fp32 whatever the logits' dtype: the row maxima and the [Σ exp, target logit] sums cross in
+//    fp32, as do losses and lse).
 //
 //   replicated_grads               forward: identity (every rank of `group` holds the same copy)
 //                                  backward: all-reduce (sum) of what this backward added to the
@@ -34,8 +40,10 @@
 //    replicated_grads_begin saves the gradients so far into `saved` and zeroes them; backward adds
 //    this micro-batch's part; replicated_grads_end all-reduces that part (several tensors packed
 //    into one all-reduce) and adds the saved gradients back (identical on every rank, as they were
-//    reduced before). `saved` holds their elements once (one tensor) or twice (several: the pack).
-//    Undefined tensors in the list are skipped.
+//    reduced before). `saved` holds their elements once (one tensor) or twice (several: the pack),
+//    in the gradients' dtype (with 16-bit gradients the increment is rounded to 16 bits, reduced in
+//    fp32 and added to the saved gradients with one more rounding). Undefined tensors in the list
+//    are skipped.
 //
 // Sequence parallelism (Megatron's), along the first dimension (token rows, rank r holding rows
 // [r·N/tp, (r+1)·N/tp)):

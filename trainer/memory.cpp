@@ -16,11 +16,11 @@ namespace llmtrain::trainer {
 MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
-  if (r.train.precision != Precision::fp32 && (r.parallel.tp > 1 || r.parallel.pp > 1))
+  if (r.train.precision != Precision::fp32 && r.parallel.pp > 1)
     out.notes.push_back(
-        fmt::format("train.precision {} with tp {}, pp {} is not supported yet: counted as 16-bit "
+        fmt::format("train.precision {} with pp {} is not supported yet: counted as 16-bit "
                     "storage would lay it out",
-                    to_string(r.train.precision), r.parallel.tp, r.parallel.pp));
+                    to_string(r.train.precision), r.parallel.pp));
 
   // This stage's schedule sets how many micro-batches keep activations at once, and the receive
   // buffers between stages.

@@ -9,7 +9,7 @@
 //    (kernels/buffer.h): the run prints the peaks, which must equal the plan.
 //
 // Rule a reader could get wrong: the plan is what THIS build would allocate for the recipe. Where a
-// recipe asks for something not built yet (16-bit precision with tp > 1 or pp > 1, the zero-bubble
+// recipe asks for something not built yet (16-bit precision with pp > 1, the zero-bubble
 // schedule with recomputation), the
 // plan says so in `notes` and counts what this build would allocate instead; the work that builds
 // those features extends this module, so that plan and measurement stay equal.

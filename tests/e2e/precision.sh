@@ -5,7 +5,8 @@
 #     reference of both): each 16-bit run ends within 3% of fp32's validation loss;
 #  2. a bf16 run killed after its step-20 checkpoint resumes BITWISE (every later loss);
 #  3. bf16 at dp 2 with ZeRO 1, 2 and 3 under mpirun takes the steps of dp 1 within 16-bit rounding,
-#     and its checkpoint holds fp32 parameters;
+#     and its checkpoint holds fp32 parameters; so does bf16 at tp 2 with sequence parallelism
+#     (16-bit activations across the tensor-parallel crossings);
 #  4. --dry-run counts parameters and gradients in 16 bits and the master with the moments.
 # fp16 starts at loss scale 1024 (the default 2^32 would spend its first ~40 steps backing off).
 source "$(dirname "$0")/lib.sh"
@@ -67,8 +68,11 @@ for z in 2 3; do
     "${dp[@]}" --set parallel.dp=2 --set parallel.zero=$z
   expect_status 0
 done
-for d in D2 D3 D4; do
-$PY - D1 $d <<'PY' && pass "bf16 at dp 2 ($d: ZeRO 1, 2, 3) takes the steps of dp 1 within 2%; its checkpoint is fp32" ||
+run_cmd "bf16 tp 2 sp" mpi_run 300 2 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" --set log.dir=T2 \
+  "${dp[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true
+expect_status 0
+for d in D2 D3 D4 T2; do
+$PY - D1 $d <<'PY' && pass "bf16 at dp 2 (ZeRO 1, 2, 3) or tp 2 sp ($d) takes the steps of one rank within 2%; its checkpoint is fp32" ||
 import json, sys, glob
 from safetensors import safe_open
 def losses(d):
@@ -81,7 +85,7 @@ for f in glob.glob(sys.argv[2] + "/ckpt/step_00000020/*.safetensors"):
         for k in st.keys():
             assert str(st.get_tensor(k).dtype) == "float32", (f, k)
 PY
-  fail "bf16 dp 2 ($d) against dp 1"
+  fail "bf16 $d against one rank"
 done
 
 # 4. The memory plan of a dry run.

@@ -1,8 +1,8 @@
 // The tensor-parallel crossings (parallel/tensor_parallel.h): identities on a one-rank group; which
 // side of each conjugate pair all-reduces, the column layout of gather/scatter along the last
 // dimension, sequence parallelism's row gather/reduce-scatter, replicated gradients reduced once per
-// backward, and the vocab-parallel cross-entropy against the whole-vocabulary one, with ranks as
-// threads on the in-process communicator.
+// backward, the vocab-parallel cross-entropy against the whole-vocabulary one, and the same
+// crossings on bf16 and fp16 tensors, with ranks as threads on the in-process communicator.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -179,6 +179,96 @@ TEST(TensorParallel, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
         }
       });
     }
+  }
+}
+
+// 16-bit storage: the crossings move bf16 and fp16 tensors in their dtype (a 16-bit reduction sums
+// in fp32 and rounds once), the replicated gradients save and reduce in the gradients' dtype, and
+// the vocab-parallel cross-entropy over 16-bit logits gives exactly what the fp32 one gives on the
+// same (widened) logits, its gradient rounded once: the kernels widen the logits exactly, and the
+// row maxima and sums cross in fp32.
+TEST(TensorParallel, SixteenBitCrossings) {
+  using kernels::DType;
+  for (const DType dtype : {DType::bf16, DType::fp16}) {
+    SCOPED_TRACE(kernels::to_string(dtype));
+    auto narrow = [dtype](const std::vector<float>& v) {
+      std::vector<uint16_t> out(v.size());
+      kernels::convert(Tensor(out.data(), dtype, {int64_t(v.size())}),
+                       host_tensor(const_cast<float*>(v.data()), {int64_t(v.size())}));
+      return out;
+    };
+    auto wide = [dtype](std::vector<uint16_t>& v) {
+      std::vector<float> out(v.size());
+      kernels::convert(host_tensor(out.data(), {int64_t(v.size())}), Tensor(v.data(), dtype, {int64_t(v.size())}));
+      return out;
+    };
+    run_ranks_in_threads(2, [&](Comm& tp) {
+      const float r = float(tp.rank());
+      auto t = [dtype](std::vector<uint16_t>& v, kernels::Shape s) { return Tensor(v.data(), dtype, s); };
+      // 1 + 1/128 is a bf16 and an fp16; so are the sums below.
+      std::vector<uint16_t> local = narrow({1 + r, 1.0078125f, 3, 4 + r}), full(8), back(4);
+      gather_from_sequence_parallel_region_forward(tp, t(local, {2, 2}), t(full, {4, 2}));
+      EXPECT_EQ(wide(full), (std::vector<float>{1, 1.0078125f, 3, 4, 2, 1.0078125f, 3, 5}));
+      gather_from_sequence_parallel_region_backward(tp, t(full, {4, 2}), t(back, {2, 2}));
+      EXPECT_EQ(wide(back),
+                r == 0 ? (std::vector<float>{2, 2.015625f, 6, 8}) : (std::vector<float>{4, 2.015625f, 6, 10}));
+      // Along the last dimension, through a 16-bit scratch: row i is rank 0's columns, then rank 1's.
+      std::vector<uint16_t> columns(8), scratch(8);
+      gather_from_tp_region_forward(tp, t(local, {2, 2}), t(columns, {2, 4}), t(scratch, {8}));
+      EXPECT_EQ(wide(columns), (std::vector<float>{1, 1.0078125f, 2, 1.0078125f, 3, 4, 3, 5}));
+      copy_to_tp_region_backward(tp, t(local, {4}));
+      EXPECT_EQ(wide(local), (std::vector<float>{3, 2.015625f, 6, 9}));
+      // Replicated gradients: only this backward's increment is summed.
+      std::vector<uint16_t> g = narrow({0.5f, 1}), saved(4);
+      const std::array<Tensor, 1> one = {t(g, {2})};
+      replicated_grads_begin(tp, one, t(saved, {4}));
+      std::vector<float> inc = wide(g);
+      inc[0] += 1 + r, inc[1] += 2 * (1 + r);
+      const std::vector<uint16_t> added = narrow(inc);
+      std::copy(added.begin(), added.end(), g.begin());  // in place: `one` views g's memory
+      replicated_grads_end(tp, one, t(saved, {4}));
+      EXPECT_EQ(wide(g), (std::vector<float>{3.5f, 7}));
+    });
+    // Vocab-parallel cross-entropy: 4 rows, 8 padded columns of a vocabulary of 7, over 2 ranks.
+    constexpr int64_t rows = 4, vp = 8, vocab = 7;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> z(0.0f, 2.0f);
+    std::vector<float> logits(rows * vp);
+    for (float& x : logits) x = z(rng);
+    std::vector<uint16_t> half = narrow(logits);
+    logits = wide(half);  // the values the 16-bit logits hold
+    std::vector<int32_t> targets = {0, 6, -100, 3}, count = {3};
+    run_ranks_in_threads(2, [&](Comm& tp) {
+      const int64_t vl = vp / 2, begin = tp.rank() * vl;
+      std::vector<float> local(rows * vl);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < vl; ++j) local[size_t(i * vl + j)] = logits[size_t(i * vp + begin + j)];
+      std::vector<uint16_t> local16 = narrow(local), grad16(local.size());
+      std::vector<float> loss(rows), lse(rows), grad(local.size()), scratch(3 * rows);
+      std::vector<float> loss16(rows), lse16(rows);
+      const Tensor tt = host_tensor(targets.data(), {rows}), ct = host_tensor(count.data(), {1});
+      vocab_parallel_cross_entropy_forward(tp, host_tensor(loss.data(), {rows}), host_tensor(lse.data(), {rows}),
+                                           host_tensor(local.data(), {rows, vl}), tt, vocab, -100,
+                                           host_tensor(scratch.data(), {3 * rows}));
+      vocab_parallel_cross_entropy_backward(tp, host_tensor(grad.data(), {rows, vl}),
+                                            host_tensor(local.data(), {rows, vl}), host_tensor(lse.data(), {rows}), tt,
+                                            vocab, -100, 0.5f, ct);
+      const Tensor l16(local16.data(), dtype, {rows, vl});
+      vocab_parallel_cross_entropy_forward(tp, host_tensor(loss16.data(), {rows}), host_tensor(lse16.data(), {rows}),
+                                           l16, tt, vocab, -100, host_tensor(scratch.data(), {3 * rows}));
+      vocab_parallel_cross_entropy_backward(tp, Tensor(grad16.data(), dtype, {rows, vl}), l16,
+                                            host_tensor(lse16.data(), {rows}), tt, vocab, -100, 0.5f, ct);
+      // The same fp32 arithmetic (up to the order a vectorised sum takes on other addresses), and the
+      // gradient rounded once: within half the 16-bit spacing.
+      const double roundoff = dtype == DType::bf16 ? 0x1p-8 : 0x1p-11;  // half the spacing, relative
+      const std::vector<float> g16 = wide(grad16);
+      for (int64_t i = 0; i < rows; ++i) {
+        EXPECT_NEAR(loss16[size_t(i)], loss[size_t(i)], 1e-6 * std::abs(loss[size_t(i)]));
+        EXPECT_NEAR(lse16[size_t(i)], lse[size_t(i)], 1e-6 * std::abs(lse[size_t(i)]));
+      }
+      for (size_t i = 0; i < grad.size(); ++i)
+        EXPECT_NEAR(g16[i], grad[i], roundoff * std::abs(grad[i]) + 1e-7) << "element " << i;
+    });
   }
 }
 

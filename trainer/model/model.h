@@ -99,8 +99,9 @@ struct ModelOptions {
                              // per virtual chunk of the stage
   // Storage of the parameter and gradient buffers and of the activations (train.precision): fp32,
   // bf16 or fp16. The per-row statistics (norm mean/rstd, attention and loss lse, the losses) stay
-  // fp32 whatever it is; ops compute in fp32 (kernels/ops.h). 16-bit needs a training model of the
-  // whole network at tp 1 (no KV cache).
+  // fp32 whatever it is, and so does the vocab-parallel loss's scratch; ops compute in fp32
+  // (kernels/ops.h) and tp's crossings move this dtype (reductions sum in fp32). 16-bit needs a
+  // training model of the whole network (any tp, no KV cache).
   kernels::DType dtype = kernels::DType::fp32;
   // Generation: > 0 allocates per-layer K and V caches [micro_batch, kv_cache_tokens, kv_heads/tp,
   // head dim] for forward_cached (at most model.max_positions). 0 = a training model, no cache.

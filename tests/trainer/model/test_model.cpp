@@ -457,6 +457,9 @@ TEST_P(ModelTest, MemoryPlanEqualsWhatTheModelAllocates) {
                     .activation_slots = 2,
                     .dtype = kernels::DType::fp16},
        1, 0},
+      {"bf16 storage, tp rank 1 of 2", false, ModelOptions{.micro_batch = 2, .dtype = kernels::DType::bf16}, 2, 1},
+      {"fp16 storage, sequence parallelism, tp rank 0 of 2", true,
+       ModelOptions{.micro_batch = 2, .dtype = kernels::DType::fp16, .sequence_parallel = true}, 2, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
