@@ -262,13 +262,11 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble && r.parallel.tp > 1 &&
       r.parallel.sequence_parallel)
     out.push_back("parallel.pp_schedule: zero_bubble with parallel.sequence_parallel");
-  // 16-bit storage (bf16, fp16) is built for the whole model on one stage at tp 1 (every ZeRO stage).
+  // 16-bit storage (bf16, fp16) is built at tp 1 (every ZeRO stage, every pipeline layout).
   if (r.train.precision != Precision::fp32) {
     const char* p = to_string(r.train.precision);
     if (r.parallel.tp > 1)
       out.push_back(fmt::format("train.precision {} with parallel.tp {} (16-bit: tp 1 only)", p, r.parallel.tp));
-    if (r.parallel.pp > 1)
-      out.push_back(fmt::format("train.precision {} with parallel.pp {} (16-bit: pp 1 only)", p, r.parallel.pp));
   }
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16)
     out.push_back("parallel.grad_reduce_dtype: bf16 (16-bit words on the wire; reductions sum in fp32)");

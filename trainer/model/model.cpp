@@ -137,9 +137,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
   // unsupported_features (common/recipe/recipe_check.h) refuses these before any rank starts; the
   // memory plan of such a recipe (a dry run) counts them as they would be laid out.
-  LT_CHECK(options_.dtype == DType::fp32 || (tp.size() == 1 && options_.stage.has_embedding &&
-                                             options_.stage.has_head && options_.kv_cache_tokens == 0),
-           "16-bit storage with tp {}, a pipeline stage or a KV cache", tp.size());
+  LT_CHECK(options_.dtype == DType::fp32 || (tp.size() == 1 && options_.kv_cache_tokens == 0),
+           "16-bit storage with tp {} or a KV cache", tp.size());
   const Dims z(config_, options_, tp_.size());
   llama_ = z.llama;
   sp_ = z.sp;
