@@ -30,6 +30,31 @@ using kernels::Tensor;
 enum class ReduceOp { sum, avg, max };
 const char* to_string(ReduceOp op);
 
+// How a sum (or avg) of 16-bit floats (bf16, fp16) adds; other dtypes, and max, ignore it.
+//  - fp32: each rank's values are widened, summed in fp32 and the result rounded once; fp32 moves
+//    between ranks (twice the bytes of the buffer).
+//  - in_dtype: the 16-bit words move as they are, and every partial sum is rounded to 16 bits (each
+//    addition widens its two operands, adds in fp32 and rounds), as NCCL reduces bf16: half the
+//    bytes, and the result depends on the backend's order of additions (parallel.grad_reduce_dtype).
+enum class Accumulate { fp32, in_dtype };
+const char* to_string(Accumulate a);
+
+// What a reduction computes. Converts from a ReduceOp (accumulating in fp32), so `ReduceOp::sum`
+// is a Reduction.
+struct Reduction {
+  Reduction(ReduceOp op, Accumulate accumulate = Accumulate::fp32) : op(op), accumulate(accumulate) {}  // NOLINT
+  ReduceOp op;
+  Accumulate accumulate;
+  bool operator==(const Reduction&) const = default;
+  // Whether a reduction of `dtype` sums in 16 bits (in_dtype on bf16/fp16, op sum or avg).
+  bool sums_in_16_bits(kernels::DType dtype) const;
+};
+// Bytes one element of a `dtype` reduction moves between ranks in our backends: 4 for 16-bit
+// floats widened to fp32, else the dtype's size.
+size_t wire_element_size(const Reduction& r, kernels::DType dtype);
+// "sum", or "sum in bf16" when it sums in 16 bits.
+std::string to_string(const Reduction& r, kernels::DType dtype);
+
 // Reductions every backend supports: sum and max on every dtype, avg on the floating-point ones
 // (fp32, bf16, fp16). Anything else is a bug of the caller (checked).
 bool reduce_supported(kernels::DType dtype, ReduceOp op);
@@ -67,9 +92,9 @@ class Comm {
   virtual std::unique_ptr<Comm> split(int color, int key, std::string name) = 0;
 
   // In place: every rank ends with the reduction of every rank's `buf`.
-  virtual void all_reduce(Tensor buf, ReduceOp op) = 0;
+  virtual void all_reduce(Tensor buf, Reduction op) = 0;
   // `in` holds size() equal chunks; rank r receives the reduction of every rank's chunk r in `out`.
-  virtual void reduce_scatter(Tensor in, Tensor out, ReduceOp op) = 0;
+  virtual void reduce_scatter(Tensor in, Tensor out, Reduction op) = 0;
   // `out` holds size() chunks of in.numel() elements; chunk r is rank r's `in`.
   virtual void all_gather(Tensor in, Tensor out) = 0;
   // Rank `root`'s `buf` is copied into every other rank's `buf`.
@@ -84,8 +109,8 @@ class Comm {
 
   // Asynchronous forms, for overlapping communication with computation. Each returns a handle
   // whose wait() completes the operation (and any finishing step, e.g. the division of avg).
-  virtual WorkHandle all_reduce_async(Tensor buf, ReduceOp op) = 0;
-  virtual WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) = 0;
+  virtual WorkHandle all_reduce_async(Tensor buf, Reduction op) = 0;
+  virtual WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) = 0;
   virtual WorkHandle all_gather_async(Tensor in, Tensor out) = 0;
   virtual WorkHandle broadcast_async(Tensor buf, int root) = 0;
   virtual WorkHandle send_async(Tensor buf, int peer, int tag = 0) = 0;

@@ -20,8 +20,8 @@ void CountingComm::count(Op op, int64_t bytes, int64_t num, int64_t den) {
   if (size() > 1) bytes_[size_t(op)] += bytes * num / den;
 }
 
-void CountingComm::ring(Op op, const Tensor& t) {
-  const int64_t n = size(), bytes = t.numel() * int64_t(kernels::dtype_size(t.dtype));
+void CountingComm::ring(Op op, const Tensor& t, const Reduction& reduction) {
+  const int64_t n = size(), bytes = t.numel() * int64_t(wire_element_size(reduction, t.dtype));
   count(op, bytes, op == all_reduce_op ? 2 * (n - 1) : n - 1, n);
 }
 
@@ -29,12 +29,12 @@ std::unique_ptr<Comm> CountingComm::split(int color, int key, std::string name) 
   return inner_->split(color, key, std::move(name));
 }
 
-void CountingComm::all_reduce(Tensor buf, ReduceOp op) {
-  ring(all_reduce_op, buf);
+void CountingComm::all_reduce(Tensor buf, Reduction op) {
+  ring(all_reduce_op, buf, op);
   inner_->all_reduce(buf, op);
 }
-void CountingComm::reduce_scatter(Tensor in, Tensor out, ReduceOp op) {
-  ring(reduce_scatter_op, in);
+void CountingComm::reduce_scatter(Tensor in, Tensor out, Reduction op) {
+  ring(reduce_scatter_op, in, op);
   inner_->reduce_scatter(in, out, op);
 }
 void CountingComm::all_gather(Tensor in, Tensor out) {
@@ -56,12 +56,12 @@ void CountingComm::all_to_all(Tensor in, Tensor out) {
 }
 void CountingComm::barrier() { inner_->barrier(); }
 
-WorkHandle CountingComm::all_reduce_async(Tensor buf, ReduceOp op) {
-  ring(all_reduce_op, buf);
+WorkHandle CountingComm::all_reduce_async(Tensor buf, Reduction op) {
+  ring(all_reduce_op, buf, op);
   return inner_->all_reduce_async(buf, op);
 }
-WorkHandle CountingComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
-  ring(reduce_scatter_op, in);
+WorkHandle CountingComm::reduce_scatter_async(Tensor in, Tensor out, Reduction op) {
+  ring(reduce_scatter_op, in, op);
   return inner_->reduce_scatter_async(in, out, op);
 }
 WorkHandle CountingComm::all_gather_async(Tensor in, Tensor out) {

@@ -7,7 +7,8 @@
 //    an all-reduce of B bytes counts 2·(n−1)/n·B, a reduce-scatter of a B-byte input and an
 //    all-gather into a B-byte output (n−1)/n·B each, an all-to-all of a B-byte input (n−1)/n·B,
 //    a broadcast B on the root, a send B; receives and barriers count nothing, and so does every
-//    call on one rank.
+//    call on one rank. B counts the bytes the reduction moves: a 16-bit buffer reduced with
+//    Accumulate::fp32 moves fp32 (wire_element_size), so B is twice its size.
 //  - Asynchronous calls count when they are started. split() returns the wrapped Comm's split,
 //    uncounted.
 #pragma once
@@ -41,8 +42,8 @@ class CountingComm final : public Comm {
   void progress() override { inner_->progress(); }
   std::unique_ptr<Comm> split(int color, int key, std::string name) override;
 
-  void all_reduce(Tensor buf, ReduceOp op) override;
-  void reduce_scatter(Tensor in, Tensor out, ReduceOp op) override;
+  void all_reduce(Tensor buf, Reduction op) override;
+  void reduce_scatter(Tensor in, Tensor out, Reduction op) override;
   void all_gather(Tensor in, Tensor out) override;
   void broadcast(Tensor buf, int root) override;
   void send(Tensor buf, int peer, int tag = 0) override;
@@ -50,8 +51,8 @@ class CountingComm final : public Comm {
   void all_to_all(Tensor in, Tensor out) override;
   void barrier() override;
 
-  WorkHandle all_reduce_async(Tensor buf, ReduceOp op) override;
-  WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override;
+  WorkHandle all_reduce_async(Tensor buf, Reduction op) override;
+  WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override;
   WorkHandle all_gather_async(Tensor in, Tensor out) override;
   WorkHandle broadcast_async(Tensor buf, int root) override;
   WorkHandle send_async(Tensor buf, int peer, int tag = 0) override;
@@ -62,7 +63,7 @@ class CountingComm final : public Comm {
  private:
   // Counts `num`/`den` of `bytes` (the ring share) for one call of `op`.
   void count(Op op, int64_t bytes, int64_t num, int64_t den);
-  void ring(Op op, const Tensor& t);
+  void ring(Op op, const Tensor& t, const Reduction& reduction = ReduceOp::sum);
 
   std::unique_ptr<Comm> inner_;
   std::array<int64_t, kOps> bytes_{}, calls_{};

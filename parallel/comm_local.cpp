@@ -2,6 +2,7 @@
 // and output are different buffers. Host buffers only; device buffers of a one-rank job go through
 // the NCCL backend, which handles one rank itself.
 #include <cstring>
+#include <string>
 
 #include "parallel/comm.h"
 
@@ -17,6 +18,24 @@ const char* to_string(ReduceOp op) {
       return "max";
   }
   return "?";
+}
+
+const char* to_string(Accumulate a) { return a == Accumulate::fp32 ? "fp32" : "in_dtype"; }
+
+bool Reduction::sums_in_16_bits(kernels::DType dtype) const {
+  return accumulate == Accumulate::in_dtype && op != ReduceOp::max &&
+         (dtype == kernels::DType::bf16 || dtype == kernels::DType::fp16);
+}
+
+size_t wire_element_size(const Reduction& r, kernels::DType dtype) {
+  const bool sixteen = dtype == kernels::DType::bf16 || dtype == kernels::DType::fp16;
+  return sixteen && !r.sums_in_16_bits(dtype) ? sizeof(float) : kernels::dtype_size(dtype);
+}
+
+std::string to_string(const Reduction& r, kernels::DType dtype) {
+  std::string out = to_string(r.op);
+  if (r.sums_in_16_bits(dtype)) out += std::string(" in ") + kernels::to_string(dtype);
+  return out;
 }
 
 bool reduce_supported(kernels::DType dtype, ReduceOp op) {
@@ -62,13 +81,13 @@ class LocalComm final : public Comm {
     return c;
   }
 
-  void all_reduce(Tensor buf, ReduceOp op) override {
-    LT_CHECK(reduce_supported(buf.dtype, op), "{} of {} in group {}", to_string(op), kernels::to_string(buf.dtype),
-             name_);
+  void all_reduce(Tensor buf, Reduction op) override {
+    LT_CHECK(reduce_supported(buf.dtype, op.op), "{} of {} in group {}", to_string(op, buf.dtype),
+             kernels::to_string(buf.dtype), name_);
   }
-  void reduce_scatter(Tensor in, Tensor out, ReduceOp op) override {
-    LT_CHECK(reduce_supported(in.dtype, op), "{} of {} in group {}", to_string(op), kernels::to_string(in.dtype),
-             name_);
+  void reduce_scatter(Tensor in, Tensor out, Reduction op) override {
+    LT_CHECK(reduce_supported(in.dtype, op.op), "{} of {} in group {}", to_string(op, in.dtype),
+             kernels::to_string(in.dtype), name_);
     copy(in, out);
   }
   void all_gather(Tensor in, Tensor out) override { copy(in, out); }
@@ -78,11 +97,11 @@ class LocalComm final : public Comm {
   void all_to_all(Tensor in, Tensor out) override { copy(in, out); }
   void barrier() override {}
 
-  WorkHandle all_reduce_async(Tensor buf, ReduceOp op) override {
+  WorkHandle all_reduce_async(Tensor buf, Reduction op) override {
     all_reduce(buf, op);
     return std::make_unique<DoneWork>();
   }
-  WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override {
+  WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override {
     reduce_scatter(in, out, op);
     return std::make_unique<DoneWork>();
   }

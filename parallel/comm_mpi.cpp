@@ -24,20 +24,20 @@ using kernels::DType;
 // What an operation is: enough to name it in a timeout or failure message, formatted only then.
 struct MpiComm::Op {
   explicit Op(const char* kind, int64_t count = 0, DType dtype = DType::fp32,
-              std::optional<ReduceOp> reduce = std::nullopt, int peer = -1, int tag = 0)
+              std::optional<Reduction> reduce = std::nullopt, int peer = -1, int tag = 0)
       : kind(kind), count(count), dtype(dtype), reduce(reduce), peer(peer), tag(tag) {}
   const char* kind;  // "all_reduce", "send", ...
   int64_t count;     // elements (per rank for all-gather input / reduce-scatter output)
   DType dtype;
-  std::optional<ReduceOp> reduce;
+  std::optional<Reduction> reduce;
   int peer;  // send/recv: the other rank; broadcast: the root
   int tag;
 };
 
 namespace {
 
-// Reductions of bf16/fp16 run in an fp32 scratch buffer.
-bool widened(DType t) { return t == DType::bf16 || t == DType::fp16; }
+// Reductions of bf16/fp16 run in an fp32 scratch buffer, unless they sum in 16 bits.
+bool widened(DType t, const Reduction& r) { return (t == DType::bf16 || t == DType::fp16) && !r.sums_in_16_bits(t); }
 
 MPI_Datatype element_type(DType t) {
   switch (t) {
@@ -52,12 +52,54 @@ MPI_Datatype element_type(DType t) {
     case DType::bf16:
     case DType::fp16:
     case DType::uint16:
-      return MPI_UINT16_T;  // moved as 16-bit words; reduced only after widening
+      return MPI_UINT16_T;  // moved as 16-bit words; summed by sum16_op or after widening
   }
   return MPI_BYTE;
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+// Accumulate::in_dtype: MPI calls these on pairs of 16-bit buffers (`inout` += `in`), each
+// addition widened to fp32 and rounded once (kernels/dtype_convert.h), as NCCL adds bf16.
+void add_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = kernels::fp32_to_bf16(kernels::bf16_to_fp32(a[i]) + kernels::bf16_to_fp32(b[i]));
+}
+void add_fp16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = kernels::fp32_to_fp16(kernels::fp16_to_fp32(a[i]) + kernels::fp16_to_fp32(b[i]));
+}
+
+// The user-defined (commutative) sums of 16-bit words, created on first use by the one thread that
+// calls MPI (MPI_Op_create is local); MPI_Finalize frees them.
+MPI_Op sum16_op(DType t) {
+  static MPI_Op bf16 = MPI_OP_NULL, fp16 = MPI_OP_NULL;
+  MPI_Op& op = t == DType::bf16 ? bf16 : fp16;
+  if (op == MPI_OP_NULL) LT_MPI(MPI_Op_create(t == DType::bf16 ? add_bf16 : add_fp16, 1, &op));
+  return op;
+}
+
+MPI_Op mpi_op(const Reduction& r, DType t) {
+  if (r.op == ReduceOp::max) return MPI_MAX;
+  return r.sums_in_16_bits(t) ? sum16_op(t) : MPI_SUM;
+}
+
+// avg's division, in the reduction's type: fp32 (the widened scratch, or an fp32 buffer) or, for
+// a sum in 16 bits, the 16-bit words (each quotient rounded once).
+void divide(void* p, DType t, int64_t n, int size) {
+  const float div = static_cast<float>(size);
+  if (t == DType::fp32) {
+    float* f = static_cast<float*>(p);
+    for (int64_t i = 0; i < n; ++i) f[i] /= div;
+    return;
+  }
+  auto* h = static_cast<uint16_t*>(p);
+  for (int64_t i = 0; i < n; ++i)
+    h[i] = t == DType::bf16 ? kernels::fp32_to_bf16(kernels::bf16_to_fp32(h[i]) / div)
+                            : kernels::fp32_to_fp16(kernels::fp16_to_fp32(h[i]) / div);
+}
 
 // 16-bit floats are reduced in fp32: widened, summed, narrowed (kernels/dtype_convert.h rounds).
 void widen(const void* src, DType t, float* dst, int64_t n) {
@@ -214,7 +256,7 @@ class MpiWork final : public Work {
   std::string describe() const {
     std::string what = op_.kind;
     std::vector<std::string> args;
-    if (op_.reduce) args.push_back(to_string(*op_.reduce));
+    if (op_.reduce) args.push_back(to_string(*op_.reduce, op_.dtype));
     if (std::string_view(op_.kind) != "barrier")
       args.push_back(fmt::format("{} {}", op_.count, kernels::to_string(op_.dtype)));
     if (std::string_view(op_.kind) == "broadcast") args.push_back(fmt::format("root {}", op_.peer));
@@ -335,10 +377,10 @@ std::unique_ptr<Comm> MpiComm::split(int color, int key, std::string name) {
 
 // --- collectives ---------------------------------------------------------------------------
 
-WorkHandle MpiComm::all_reduce_async(Tensor buf, ReduceOp op) {
+WorkHandle MpiComm::all_reduce_async(Tensor buf, Reduction op) {
   LT_CHECK(buf.device == kernels::Device::cpu, "MPI all_reduce on {} memory", kernels::to_string(buf.device));
-  LT_CHECK(reduce_supported(buf.dtype, op), "{} of {} on group {}", to_string(op), kernels::to_string(buf.dtype),
-           name_);
+  LT_CHECK(reduce_supported(buf.dtype, op.op), "{} of {} on group {}", to_string(op, buf.dtype),
+           kernels::to_string(buf.dtype), name_);
   const int64_t n = buf.numel();
   auto w = begin(Op{"all_reduce", n, buf.dtype, op});
   if (n == 0 || size_ == 1) return launch(std::move(w));
@@ -346,38 +388,37 @@ WorkHandle MpiComm::all_reduce_async(Tensor buf, ReduceOp op) {
   void* target = buf.data;
   size_t esz = kernels::dtype_size(buf.dtype);
   MPI_Datatype type = element_type(buf.dtype);
-  if (widened(buf.dtype)) {
-    float* wide = w->scratch<float>(n);
-    widen(buf.data, buf.dtype, wide, n);
-    target = wide, esz = sizeof(float), type = MPI_FLOAT;
+  const bool wide = widened(buf.dtype, op);
+  if (wide) {
+    float* w32 = w->scratch<float>(n);
+    widen(buf.data, buf.dtype, w32, n);
+    target = w32, esz = sizeof(float), type = MPI_FLOAT;
   }
+  const MPI_Op mop = mpi_op(op, buf.dtype);
   const int64_t piece = piece_elements(esz);
   w->reserve(static_cast<size_t>((n + piece - 1) / piece));
   for (int64_t o = 0; o < n; o += piece) {
     const int k = static_cast<int>(std::min(piece, n - o));
-    LT_MPI(MPI_Iallreduce(MPI_IN_PLACE, at(target, o, esz), k, type, mpi_op(op), comm_,
+    LT_MPI(MPI_Iallreduce(MPI_IN_PLACE, at(target, o, esz), k, type, mop, comm_,
                           w->add_request(int64_t(k) * int64_t(esz))));
   }
-  if (op == ReduceOp::avg || widened(buf.dtype)) {
-    w->set_finish([buf, target, n, op, size = size_] {
-      if (op == ReduceOp::avg) {
-        float* p = static_cast<float*>(target);
-        const float div = static_cast<float>(size);
-        for (int64_t i = 0; i < n; ++i) p[i] /= div;
-      }
-      if (widened(buf.dtype)) narrow(static_cast<const float*>(target), buf.dtype, buf.data, n);
+  if (op.op == ReduceOp::avg || wide) {
+    w->set_finish([buf, target, n, op, wide, size = size_] {
+      if (op.op == ReduceOp::avg) divide(target, wide ? DType::fp32 : buf.dtype, n, size);
+      if (wide) narrow(static_cast<const float*>(target), buf.dtype, buf.data, n);
     });
   }
   return launch(std::move(w));
 }
 
-WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
+WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, Reduction op) {
   LT_CHECK(in.device == kernels::Device::cpu && out.device == kernels::Device::cpu, "MPI reduce_scatter on {} memory",
            kernels::to_string(in.device));
   LT_CHECK(in.dtype == out.dtype && in.numel() == out.numel() * size_,
            "reduce_scatter of {} {} into {} {} on group '{}' of {} ranks", in.numel(), kernels::to_string(in.dtype),
            out.numel(), kernels::to_string(out.dtype), name_, size_);
-  LT_CHECK(reduce_supported(in.dtype, op), "{} of {} on group {}", to_string(op), kernels::to_string(in.dtype), name_);
+  LT_CHECK(reduce_supported(in.dtype, op.op), "{} of {} on group {}", to_string(op, in.dtype),
+           kernels::to_string(in.dtype), name_);
   const int64_t n = out.numel();
   auto w = begin(Op{"reduce_scatter", n, out.dtype, op});
   if (n == 0) return launch(std::move(w));
@@ -386,7 +427,8 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
     return launch(std::move(w));
   }
 
-  const bool wide = widened(in.dtype);
+  const bool wide = widened(in.dtype, op);
+  const MPI_Op mop = mpi_op(op, in.dtype);
   size_t esz = wide ? sizeof(float) : kernels::dtype_size(in.dtype);
   MPI_Datatype type = wide ? MPI_FLOAT : element_type(in.dtype);
   void* src = in.data;
@@ -404,7 +446,7 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
     dst = w->scratch<std::byte>(static_cast<int64_t>(out.bytes()));
 
   if (n <= max_count_) {
-    LT_MPI(MPI_Ireduce_scatter_block(src, dst, static_cast<int>(n), type, mpi_op(op), comm_,
+    LT_MPI(MPI_Ireduce_scatter_block(src, dst, static_cast<int>(n), type, mop, comm_,
                                      w->add_request(n * size_ * int64_t(esz))));
   } else {
     // Pieces of k elements of every rank's block: pack each piece's blocks side by side so that
@@ -415,17 +457,13 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
       char* piece = at(packed, o * size_, esz);
       for (int r = 0; r < size_; ++r)
         std::memcpy(at(piece, r * k, esz), at(src, r * n + o, esz), static_cast<size_t>(k) * esz);
-      LT_MPI(MPI_Ireduce_scatter_block(piece, at(dst, o, esz), static_cast<int>(k), type, mpi_op(op), comm_,
+      LT_MPI(MPI_Ireduce_scatter_block(piece, at(dst, o, esz), static_cast<int>(k), type, mop, comm_,
                                        w->add_request(k * size_ * int64_t(esz))));
     }
   }
-  if (op == ReduceOp::avg || dst != out.data) {
+  if (op.op == ReduceOp::avg || dst != out.data) {
     w->set_finish([out, dst, n, op, wide, size = size_] {
-      if (op == ReduceOp::avg) {
-        float* p = static_cast<float*>(dst);
-        const float div = static_cast<float>(size);
-        for (int64_t i = 0; i < n; ++i) p[i] /= div;
-      }
+      if (op.op == ReduceOp::avg) divide(dst, wide ? DType::fp32 : out.dtype, n, size);
       if (wide)
         narrow(static_cast<const float*>(dst), out.dtype, out.data, n);
       else if (dst != out.data)
@@ -565,8 +603,8 @@ WorkHandle MpiComm::recv_async(Tensor buf, int peer, int tag) {
 
 // --- blocking forms: the asynchronous ones, waited for ----------------------------------------
 
-void MpiComm::all_reduce(Tensor buf, ReduceOp op) { all_reduce_async(buf, op)->wait(); }
-void MpiComm::reduce_scatter(Tensor in, Tensor out, ReduceOp op) { reduce_scatter_async(in, out, op)->wait(); }
+void MpiComm::all_reduce(Tensor buf, Reduction op) { all_reduce_async(buf, op)->wait(); }
+void MpiComm::reduce_scatter(Tensor in, Tensor out, Reduction op) { reduce_scatter_async(in, out, op)->wait(); }
 void MpiComm::all_gather(Tensor in, Tensor out) { all_gather_async(in, out)->wait(); }
 void MpiComm::broadcast(Tensor buf, int root) { broadcast_async(buf, root)->wait(); }
 void MpiComm::send(Tensor buf, int peer, int tag) { send_async(buf, peer, tag)->wait(); }

@@ -20,7 +20,8 @@
 //    kPieceBytes), strided datatypes for all-gather and all-to-all, and a packed copy of the
 //    input for reduce-scatter.
 //  - Reductions: fp32, int32, int64, uint8, uint16 reduce natively; bf16 and fp16 are widened to an
-//    fp32 scratch buffer, reduced in fp32 and rounded once at the end. avg is an MPI sum followed
+//    fp32 scratch buffer, reduced in fp32 and rounded once at the end, or (Accumulate::in_dtype)
+//    moved as 16-bit words and summed by a user-defined MPI op that rounds each addition. avg is an MPI sum followed
 //    by a division by the group size in the reduction type (x / n, as torch's `/ world_size`);
 //    every rank gets bitwise the same result because Open MPI's algorithms combine the same
 //    operands in the same order on every rank (the multi-rank test checks it).
@@ -74,8 +75,8 @@ class MpiComm final : public Comm {
   void progress() override;
   std::unique_ptr<Comm> split(int color, int key, std::string name) override;
 
-  void all_reduce(Tensor buf, ReduceOp op) override;
-  void reduce_scatter(Tensor in, Tensor out, ReduceOp op) override;
+  void all_reduce(Tensor buf, Reduction op) override;
+  void reduce_scatter(Tensor in, Tensor out, Reduction op) override;
   void all_gather(Tensor in, Tensor out) override;
   void broadcast(Tensor buf, int root) override;
   void send(Tensor buf, int peer, int tag = 0) override;
@@ -83,8 +84,8 @@ class MpiComm final : public Comm {
   void all_to_all(Tensor in, Tensor out) override;
   void barrier() override;
 
-  WorkHandle all_reduce_async(Tensor buf, ReduceOp op) override;
-  WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override;
+  WorkHandle all_reduce_async(Tensor buf, Reduction op) override;
+  WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override;
   WorkHandle all_gather_async(Tensor in, Tensor out) override;
   WorkHandle broadcast_async(Tensor buf, int root) override;
   WorkHandle send_async(Tensor buf, int peer, int tag = 0) override;

@@ -84,7 +84,7 @@ struct OpDesc {
   std::string_view kind;  // "all_reduce", "send", ...
   int64_t count = 0;      // elements (per rank for all_gather's input, reduce_scatter's output and all_to_all's blocks)
   DType dtype = DType::fp32;
-  std::optional<ReduceOp> reduce = std::nullopt;
+  std::optional<Reduction> reduce = std::nullopt;
   int root = -1;  // broadcast
   int peer = -1;  // send/recv
   int tag = 0;
@@ -94,7 +94,7 @@ struct OpDesc {
   }
   std::string str() const {
     std::vector<std::string> args;
-    if (reduce) args.emplace_back(to_string(*reduce));
+    if (reduce) args.emplace_back(to_string(*reduce, dtype));
     if (kind != "barrier" && kind != "split") args.push_back(fmt::format("{} {}", count, kernels::to_string(dtype)));
     if (kind == "broadcast") args.push_back(fmt::format("root {}", root));
     if (kind == "send" || kind == "recv") args.push_back(fmt::format("tag {}", tag));
@@ -203,7 +203,8 @@ void reduce_native(const std::vector<Tensor>& in, int64_t count, ReduceOp op, st
 }
 
 // The reduction of every rank's `in` (all of the same dtype and count), in that dtype.
-std::vector<std::byte> reduce_ranks(const std::vector<Tensor>& in, ReduceOp op) {
+std::vector<std::byte> reduce_ranks(const std::vector<Tensor>& in, Reduction reduction) {
+  const ReduceOp op = reduction.op;
   const DType dtype = in[0].dtype;
   const int64_t count = in[0].numel();
   const float n = static_cast<float>(in.size());
@@ -218,15 +219,23 @@ std::vector<std::byte> reduce_ranks(const std::vector<Tensor>& in, ReduceOp op) 
     }
     case DType::bf16:
     case DType::fp16: {
+      // Widened in rank order; Accumulate::in_dtype also rounds every partial sum to 16 bits.
       std::vector<float> wide(static_cast<size_t>(count));
-      if (dtype == DType::bf16)
-        reduce_in_rank_order(in, count, op, wide.data(), [](const void* p, int64_t i) {
-          return kernels::bf16_to_fp32(static_cast<const uint16_t*>(p)[i]);
-        });
-      else
-        reduce_in_rank_order(in, count, op, wide.data(), [](const void* p, int64_t i) {
-          return kernels::fp16_to_fp32(static_cast<const uint16_t*>(p)[i]);
-        });
+      const auto load = [dtype](const void* p, int64_t i) {
+        const uint16_t x = static_cast<const uint16_t*>(p)[i];
+        return dtype == DType::bf16 ? kernels::bf16_to_fp32(x) : kernels::fp16_to_fp32(x);
+      };
+      if (reduction.sums_in_16_bits(dtype)) {
+        const auto round = [dtype](float x) {
+          return dtype == DType::bf16 ? kernels::bf16_to_fp32(kernels::fp32_to_bf16(x))
+                                      : kernels::fp16_to_fp32(kernels::fp32_to_fp16(x));
+        };
+        for (int64_t i = 0; i < count; ++i) wide[size_t(i)] = load(in[0].data, i);
+        for (size_t r = 1; r < in.size(); ++r)
+          for (int64_t i = 0; i < count; ++i) wide[size_t(i)] = round(wide[size_t(i)] + load(in[r].data, i));
+      } else {
+        reduce_in_rank_order(in, count, op, wide.data(), load);
+      }
       if (op == ReduceOp::avg)
         for (float& x : wide) x /= n;
       auto* narrow = reinterpret_cast<uint16_t*>(out.data());
@@ -433,20 +442,20 @@ class ThreadComm final : public Comm {
     return std::make_unique<ThreadComm>(c.new_group[me], c.new_rank[me], std::move(name), timeout_s_);
   }
 
-  WorkHandle all_reduce_async(Tensor buf, ReduceOp op) override {
+  WorkHandle all_reduce_async(Tensor buf, Reduction op) override {
     host_only(buf, "all_reduce");
-    LT_CHECK(reduce_supported(buf.dtype, op), "{} of {} on group {}", to_string(op), kernels::to_string(buf.dtype),
-             name_);
+    LT_CHECK(reduce_supported(buf.dtype, op.op), "{} of {} on group {}", to_string(op, buf.dtype),
+             kernels::to_string(buf.dtype), name_);
     return start_collective({.kind = "all_reduce", .count = buf.numel(), .dtype = buf.dtype, .reduce = op}, buf, buf);
   }
-  WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override {
+  WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override {
     host_only(in, "reduce_scatter");
     host_only(out, "reduce_scatter");
     LT_CHECK(in.dtype == out.dtype && in.numel() == out.numel() * size(),
              "reduce_scatter of {} {} into {} {} on group '{}' of {} ranks", in.numel(), kernels::to_string(in.dtype),
              out.numel(), kernels::to_string(out.dtype), name_, size());
-    LT_CHECK(reduce_supported(in.dtype, op), "{} of {} on group {}", to_string(op), kernels::to_string(in.dtype),
-             name_);
+    LT_CHECK(reduce_supported(in.dtype, op.op), "{} of {} on group {}", to_string(op, in.dtype),
+             kernels::to_string(in.dtype), name_);
     return start_collective({.kind = "reduce_scatter", .count = out.numel(), .dtype = out.dtype, .reduce = op}, in,
                             out);
   }
@@ -479,8 +488,8 @@ class ThreadComm final : public Comm {
   WorkHandle send_async(Tensor buf, int peer, int tag) override { return start_transfer(true, buf, peer, tag); }
   WorkHandle recv_async(Tensor buf, int peer, int tag) override { return start_transfer(false, buf, peer, tag); }
 
-  void all_reduce(Tensor buf, ReduceOp op) override { all_reduce_async(buf, op)->wait(); }
-  void reduce_scatter(Tensor in, Tensor out, ReduceOp op) override { reduce_scatter_async(in, out, op)->wait(); }
+  void all_reduce(Tensor buf, Reduction op) override { all_reduce_async(buf, op)->wait(); }
+  void reduce_scatter(Tensor in, Tensor out, Reduction op) override { reduce_scatter_async(in, out, op)->wait(); }
   void all_gather(Tensor in, Tensor out) override { all_gather_async(in, out)->wait(); }
   void broadcast(Tensor buf, int root) override { broadcast_async(buf, root)->wait(); }
   void send(Tensor buf, int peer, int tag) override { send_async(buf, peer, tag)->wait(); }

@@ -235,10 +235,10 @@ class RecordedComm : public Comm {
     return std::make_unique<RecordedComm>(std::move(c));
   }
 
-  void all_reduce(Tensor buf, ReduceOp op) override {
+  void all_reduce(Tensor buf, Reduction op) override {
     run("all_reduce", buf, -1, [&] { inner_->all_reduce(buf, op); });
   }
-  void reduce_scatter(Tensor in, Tensor out, ReduceOp op) override {
+  void reduce_scatter(Tensor in, Tensor out, Reduction op) override {
     run("reduce_scatter", in, -1, [&] { inner_->reduce_scatter(in, out, op); });
   }
   void all_gather(Tensor in, Tensor out) override {
@@ -260,10 +260,10 @@ class RecordedComm : public Comm {
     run("barrier", Tensor{}, -1, [&] { inner_->barrier(); });
   }
 
-  WorkHandle all_reduce_async(Tensor buf, ReduceOp op) override {
+  WorkHandle all_reduce_async(Tensor buf, Reduction op) override {
     return launch("all_reduce_async", buf, -1, [&] { return inner_->all_reduce_async(buf, op); });
   }
-  WorkHandle reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override {
+  WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override {
     return launch("reduce_scatter_async", in, -1, [&] { return inner_->reduce_scatter_async(in, out, op); });
   }
   WorkHandle all_gather_async(Tensor in, Tensor out) override {

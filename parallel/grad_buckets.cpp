@@ -5,8 +5,9 @@
 
 namespace llmtrain::parallel {
 
-GradBuckets::GradBuckets(Comm& dp, Tensor grads, std::vector<ParamRange> params, double bucket_mb)
-    : comm_(dp), grads_(grads), params_(std::move(params)) {
+GradBuckets::GradBuckets(Comm& dp, Tensor grads, std::vector<ParamRange> params, double bucket_mb,
+                         Accumulate accumulate)
+    : comm_(dp), grads_(grads), params_(std::move(params)), average_(ReduceOp::avg, accumulate) {
   using kernels::DType;
   LT_CHECK(grads.dtype == DType::fp32 || grads.dtype == DType::bf16 || grads.dtype == DType::fp16,
            "gradient buffer of {}", kernels::to_string(grads.dtype));
@@ -59,9 +60,9 @@ void GradBuckets::launch_ready() {
   while (next_launch_ < n && pending_[next_launch_] == 0) {
     const Bucket& b = buckets_[next_launch_];
     if (comm_.size() > 1 && b.numel > 0) {
-      work_[next_launch_] = comm_.all_reduce_async(grads_.flat(b.offset, b.numel), ReduceOp::avg);
+      work_[next_launch_] = comm_.all_reduce_async(grads_.flat(b.offset, b.numel), average_);
       ++stats_.buckets;
-      stats_.bytes += b.numel * static_cast<int64_t>(kernels::dtype_size(grads_.dtype));
+      stats_.bytes += b.numel * static_cast<int64_t>(wire_element_size(average_, grads_.dtype));
     }
     ++next_launch_;
   }

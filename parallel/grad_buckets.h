@@ -16,8 +16,10 @@
 //  - mark_ready(p) means p's gradient is final for this step (after the last micro-batch's
 //    backward of p): the bucket may be sent at once, and its memory must not be written until
 //    finish() returns.
-//  - The result is exactly Comm::all_reduce(bucket, avg): the MPI sum, then a division by the dp
-//    size in fp32 (x / n, the same on every rank). With a one-rank group nothing is sent.
+//  - The result is exactly Comm::all_reduce(bucket, {avg, accumulate}): the MPI sum, then a
+//    division by the dp size in fp32 (x / n, the same on every rank; with Accumulate::in_dtype on
+//    16-bit gradients, the sum and the quotient rounded to 16 bits). With a one-rank group nothing
+//    is sent.
 //  - finish() marks any parameter not marked yet (its gradient is final by then), launches what is
 //    left, waits for every bucket (each wait bounded by the group's timeout) and re-arms for the
 //    next step.
@@ -40,7 +42,7 @@ struct ParamRange {
 struct GradBucketStats {
   int64_t steps = 0;          // finish() calls
   int64_t buckets = 0;        // all-reduces launched, over all steps
-  int64_t bytes = 0;          // bytes all-reduced, over all steps
+  int64_t bytes = 0;          // bytes the collectives moved (wire_element_size), over all steps
   double exposed_s = 0;       // time spent in finish() (communication not hidden by backward)
   double span_s = 0;          // from each step's first mark_ready() to the end of its finish()
   double last_exposed_s = 0;  // the same two for the last step
@@ -65,7 +67,9 @@ class GradBuckets {
   // `grads`: the flat gradient buffer (a float dtype: fp32, bf16, fp16; host memory for MPI).
   // `params`: every parameter's range in it, in forward order. `bucket_mb` > 0. The comm and the
   // buffer must outlive this object.
-  GradBuckets(Comm& dp, Tensor grads, std::vector<ParamRange> params, double bucket_mb);
+  // `accumulate`: how 16-bit gradients are summed (Accumulate::in_dtype: as 16-bit words).
+  GradBuckets(Comm& dp, Tensor grads, std::vector<ParamRange> params, double bucket_mb,
+              Accumulate accumulate = Accumulate::fp32);
 
   // Parameter `param` (forward-order index) has its final gradient for this step.
   void mark_ready(int param);
@@ -84,6 +88,7 @@ class GradBuckets {
   Comm& comm_;
   Tensor grads_;
   std::vector<ParamRange> params_;
+  Reduction average_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;    // per parameter
   std::vector<int> pending_;      // per bucket: parameters not yet ready

@@ -21,7 +21,7 @@ class AllReduceGradSync final : public GradSync {
       : numel_(layout.params.numel()),
         grads_(layout.grads),
         groups_(std::move(layout.groups)),
-        buckets_(dp, layout.grads, std::move(layout.param_ranges), bucket_mb),
+        buckets_(dp, layout.grads, std::move(layout.param_ranges), bucket_mb, layout.accumulate),
         owned_{{0, numel_}},
         first_copy_(dp.rank() == 0) {}
 
@@ -84,6 +84,7 @@ class GradShardSync final : public GradSync {
     // the units are gathered as 16-bit values; the owned gradient shard the optimizer reads and
     // stage 3's owned values (the master weights) stay fp32.
     storage_ = layout.dtype;
+    average_ = Reduction(ReduceOp::avg, layout.accumulate);
     LT_CHECK(!layout.params.defined() || layout.params.dtype == storage_, "parameters of {} for a {} layout",
              kernels::to_string(layout.params.dtype), kernels::to_string(storage_));
     LT_CHECK(!layout.grads.defined() || layout.grads.dtype == storage_, "gradients of {} for a {} layout",
@@ -313,7 +314,7 @@ class GradShardSync final : public GradSync {
       if (u.own.numel() > 0) kernels::copy(chunk.flat(0, u.own.numel()), params_.flat(u.own.begin, u.own.numel()));
       const int64_t padded = u.chunk_numel * shard_->size();
       sl.scatter = shard_->all_gather_async(chunk, sl.full.flat(0, padded));
-      count(padded);
+      count(padded, kernels::dtype_size(storage_));
       unit_in[i] = int(k);
     }
     for (size_t i = 0; i < slots_.size(); ++i) drain(i);
@@ -386,8 +387,8 @@ class GradShardSync final : public GradSync {
   void launch_scatter(Unit& u) {
     Slot& sl = slots_[size_t(u.slot)];
     const int64_t padded = u.chunk_numel * shard_->size();
-    sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), sl.chunk.flat(0, u.chunk_numel), ReduceOp::avg);
-    count(padded);
+    sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), sl.chunk.flat(0, u.chunk_numel), average_);
+    count(padded, wire_element_size(average_, storage_));
     in_flight_.push_back(u.slot);
     u.slot = -1;
   }
@@ -437,15 +438,16 @@ class GradShardSync final : public GradSync {
     if (u.own.numel() > 0) kernels::convert(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
     const int64_t padded = u.chunk_numel * shard_->size();
     ps.gather = shard_->all_gather_async(chunk, ps.full.flat(0, padded));
-    count(padded);
+    count(padded, kernels::dtype_size(storage_));
     ps.unit = unit;
     ps.used = ++clock_;
     param_slot_of_[size_t(unit)] = i;
   }
 
-  void count(int64_t elements) {
+  // One collective of `elements`, each moving `wire_size` bytes.
+  void count(int64_t elements, size_t wire_size) {
     ++stats_.buckets;
-    stats_.bytes += elements * static_cast<int64_t>(kernels::dtype_size(storage_));
+    stats_.bytes += elements * static_cast<int64_t>(wire_size);
   }
 
   void rearm() {
@@ -467,8 +469,8 @@ class GradShardSync final : public GradSync {
     sl.scatter.reset();
     Tensor chunk = sl.chunk.flat(0, u.chunk_numel);
     if (replicas_->size() > 1) {
-      replicas_->all_reduce_async(chunk, ReduceOp::avg)->wait();
-      count(u.chunk_numel);
+      replicas_->all_reduce_async(chunk, average_)->wait();
+      count(u.chunk_numel, wire_element_size(average_, storage_));
     }
     if (u.own.numel() > 0 && stage_ == 1) {
       kernels::copy(flat_grads_.flat(u.own.begin, u.own.numel()), chunk.flat(0, u.own.numel()));
@@ -495,6 +497,7 @@ class GradShardSync final : public GradSync {
   std::vector<FlatRange> owned_;
   kernels::Buffer owned_buf_, pool_, wide_chunk_;
   kernels::DType storage_ = kernels::DType::fp32;  // of the pool (and the parameters at stage 2)
+  Reduction average_ = ReduceOp::avg;              // of the gradients (GradSyncLayout::accumulate)
   Tensor owned_grads_;
   std::vector<Unit> state_;
   std::vector<Slot> slots_;

@@ -100,6 +100,9 @@ struct GradSyncLayout {
   // The model's parameter and gradient dtype: stages 2 and 3 pool (and gather) in it; their owned
   // gradient shard and stage 3's owned values (the fp32 master) stay fp32.
   kernels::DType dtype = kernels::DType::fp32;
+  // How 16-bit gradients are averaged (parallel.grad_reduce_dtype): widened and summed in fp32, or
+  // (Accumulate::in_dtype) as 16-bit words, each addition rounded (half the bytes).
+  Accumulate accumulate = Accumulate::fp32;
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,

@@ -26,7 +26,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 # One target per core at once (libFuzzer runs one thread); each reports when it ends.
-jobs=${LLMTRAIN_JOBS:-$(nproc)}
+source scripts/per_core.sh
 fuzz_one() {
   local t=$1
   local seeds=tests/fuzz/corpus/$t regressions=tests/fuzz/regressions/$t learned=$build/fuzz-corpus/$t
@@ -45,17 +45,5 @@ fuzz_one() {
   fi
 }
 status=0
-running=0
-for t in "${targets[@]}"; do
-  if ((running >= jobs)); then
-    wait -n || status=1
-    ((running--))
-  fi
-  fuzz_one "$t" &
-  ((++running))
-done
-while ((running > 0)); do
-  wait -n || status=1
-  ((running--))
-done
+per_core fuzz_one "${targets[@]}" || status=1
 exit $status

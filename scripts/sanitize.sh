@@ -37,6 +37,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 # One test binary per core at once; each reports when it ends.
+source scripts/per_core.sh
 sanitized_test() {
   local t=$1 start=$(date +%s)
   if "$build/tests/$t" --gtest_brief=1 >"$build/$t.log" 2>&1; then
@@ -48,18 +49,6 @@ sanitized_test() {
   fi
 }
 status=0
-running=0
-for t in "${unit_tests[@]}"; do
-  if ((running >= jobs)); then
-    wait -n || status=1
-    ((running--))
-  fi
-  sanitized_test "$t" &
-  ((++running))
-done
-while ((running > 0)); do
-  wait -n || status=1
-  ((running--))
-done
+per_core sanitized_test "${unit_tests[@]}" || status=1
 scripts/fuzz.sh "$fuzz_seconds" || status=1
 exit $status

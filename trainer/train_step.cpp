@@ -218,6 +218,7 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   parallel::GradSyncLayout layout{model.params(),           model.grads(),  {},
                                   grad_ready_groups(model), model.device(), model.options().dtype};
   for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
+  if (recipe.parallel.grad_reduce_dtype == GradReduceDtype::bf16) layout.accumulate = parallel::Accumulate::in_dtype;
   sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb,
                                    recipe.parallel.zero_group);
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them

@@ -108,8 +108,9 @@ struct ParallelConfig {
   std::vector<int> pp_layers;
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
-  // What the data-parallel gradient reduction sums in: fp32 (16-bit gradients widened, summed in
-  // fp32, the result rounded once) or bf16 (the 16-bit buffer on the wire; not supported yet).
+  // What the data-parallel gradient reduction moves and sums in: fp32 (16-bit gradients widened,
+  // summed in fp32, the result rounded once) or bf16 (train.precision bf16 only: the bf16 gradient
+  // words on the wire, half the bytes, every addition rounded to bf16 as NCCL does).
   GradReduceDtype grad_reduce_dtype = GradReduceDtype::fp32;
 };
 

@@ -239,6 +239,11 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     problem("optimizer.warmup", fmt::format("warmup {} is longer than decay_steps {}", o.warmup, o.decay_steps),
             "warmup steps count inside decay_steps: shorten warmup or lengthen decay_steps");
 
+  if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp16)
+    problem("parallel.grad_reduce_dtype", "bf16 with train.precision fp16",
+            "fp16 gradients (loss-scaled) would lose 3 mantissa bits as bf16: use grad_reduce_dtype: fp32, or "
+            "train.precision: bf16");
+
   // Launch.
   if (!r.launch.hostfile.empty() && r.launch.nodes > 1)
     problem("launch.nodes", "launch.hostfile and launch.nodes > 1 both given",
@@ -268,8 +273,9 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
     if (r.parallel.tp > 1)
       out.push_back(fmt::format("train.precision {} with parallel.tp {} (16-bit: tp 1 only)", p, r.parallel.tp));
   }
-  if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16)
-    out.push_back("parallel.grad_reduce_dtype: bf16 (16-bit words on the wire; reductions sum in fp32)");
+  // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
+  if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
+    out.push_back("parallel.grad_reduce_dtype: bf16 with train.precision fp32 (fp32 gradients reduced as bf16)");
   return out;
 }
 

@@ -14,6 +14,9 @@
 #                                                   the median step over all rounds: steadier ratios
 #                                                   on a shared machine; memory is the first round's)
 #   DP=2 scripts/bench/zero_memory.sh "0 3"          (another data-parallel size, e.g. one rank per core)
+#   MICRO_BATCH=4 SEQ=256 scripts/bench/zero_memory.sh "0 3"  (tokens per micro-batch; default 1 x 128.
+#                                                   ZeRO 3's extra gathers cost the same whatever the
+#                                                   batch, so their share of a step falls as it grows)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -22,6 +25,8 @@ steps=${2:-6}
 bucket_mb=${BUCKET_MB:-25}
 rounds=${ROUNDS:-1}
 dp=${DP:-4}
+micro_batch=${MICRO_BATCH:-1}
+seq=${SEQ:-128}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (scripts/test.sh or cmake --build build)"; exit 1; }
 source tests/parallel/mpi_env.sh
@@ -32,9 +37,9 @@ cd "$work"
 mapfile -t corpus < <(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese)
 "$llmtrain" prep --input "${corpus[@]}" --separator % --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1
 
-model=(--set model.layers=16 --set model.hidden=512 --set model.heads=8 --set model.kv_heads=8 --set model.seq_len=128)
-common=(--set data.train=data/train --set data.valid=data/valid --set train.steps="$steps" --set train.micro_batch=1
-        --set train.global_batch=$dp --set train.threads=1 --set optimizer.warmup=1 --set log.every=1
+model=(--set model.layers=16 --set model.hidden=512 --set model.heads=8 --set model.kv_heads=8 --set model.seq_len="$seq")
+common=(--set data.train=data/train --set data.valid=data/valid --set train.steps="$steps" --set train.micro_batch="$micro_batch"
+        --set train.global_batch=$((dp * micro_batch)) --set train.threads=1 --set optimizer.warmup=1 --set log.every=1
         --set eval.every=0 --set eval.batches=1 --set checkpoint.every=0 --set checkpoint.resume=none
         --set parallel.bucket_mb="$bucket_mb")
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -48,9 +53,10 @@ for ((round = 1; round <= rounds; round++)); do
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
-/usr/bin/python3 - "$dp" "$bucket_mb" "$rounds" $stages <<'PY'
+/usr/bin/python3 - "$dp" "$bucket_mb" "$rounds" "$micro_batch x $seq" $stages <<'PY'
 import json, re, statistics, sys
-dp = int(sys.argv[1]); bucket_mb = sys.argv[2]; rounds = int(sys.argv[3]); stages = [int(s) for s in sys.argv[4:]]
+dp = int(sys.argv[1]); bucket_mb = sys.argv[2]; rounds = int(sys.argv[3]); tokens = sys.argv[4]
+stages = [int(s) for s in sys.argv[5:]]
 unit = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 def size(text):
     v, u = text.split()
@@ -81,7 +87,7 @@ for z in stages:
     rows.append((z, dict(psi=psi, par=par, grad=grad, opt=opt, act=act, comm=comm, peak=peak, step=step,
                          loss=recs[-1]["loss"]), ""))
 mib = lambda b: f"{b / 2**20:.1f}"
-print(f"\ndp {dp}, bucket_mb {bucket_mb}, {rounds} round(s), per rank, MiB (Ψ from the run's parameter count; "
+print(f"\ndp {dp}, micro-batch {tokens} tokens, bucket_mb {bucket_mb}, {rounds} round(s), per rank, MiB (Ψ from the run's parameter count; "
       "formula: fp32 Adam model states; communication: the ZeRO pools, outside the formula)")
 print("| zero | parameters | gradients | optimizer | model states | formula | states/formula | communication "
       "| activations | peak, all at once | step time vs zero 0 | last loss |")

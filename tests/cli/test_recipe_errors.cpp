@@ -116,6 +116,9 @@ TEST_P(RecipeErrors, NamesKeyLineAndProblem) {
 }
 
 const Case kCases[] = {
+    // fp16 gradients reduced as bf16.
+    {"bf16_reduce_of_fp16", "tp: 1", "  tp: 1\n  grad_reduce_dtype: bf16", "parallel.grad_reduce_dtype",
+     "grad_reduce_dtype", "use grad_reduce_dtype: fp32", "device: cpu", "  device: cpu\n  precision: fp16"},
     // Schema: unknown keys, with suggestions.
     {"typo_key", "layers: 4", "  layres: 4", "model.layres", "layres", "did you mean model.layers"},
     {"typo_section", "", "optimiser:\n  lr: 0.1", "optimiser", "optimiser", "did you mean optimizer"},
@@ -294,9 +297,9 @@ TEST(RecipeErrorsSyntax, TypoOfARequiredKeyIsReportedAloneAndFirst) {
   EXPECT_EQ(diags[1].key, "train.steps");
 }
 
-// 16-bit training is built at tp 1 (every ZeRO stage and pipeline layout), and the reduction sums in fp32: the rest
-// validates (the CUDA recipes ask for bf16 at tp 8) but `llmtrain run` refuses it before any rank
-// starts, naming it.
+// 16-bit training is built at tp 1 (every ZeRO stage and pipeline layout): the rest validates (the
+// CUDA recipes ask for bf16 at tp 8) but `llmtrain run` refuses it before any rank starts, naming it.
+// bf16 gradients may be reduced in bf16; fp32 gradients reduced as bf16 are not built.
 TEST(UnsupportedFeatures, SixteenBitLayoutsNotBuilt) {
   Recipe r;
   r.train.precision = Precision::bf16;
@@ -304,16 +307,17 @@ TEST(UnsupportedFeatures, SixteenBitLayoutsNotBuilt) {
   r.parallel.zero = 1;
   EXPECT_TRUE(unsupported_features(r).empty());
   r.parallel.zero = 3;
+  r.parallel.grad_reduce_dtype = GradReduceDtype::bf16;
   EXPECT_TRUE(unsupported_features(r).empty());
   r.parallel.pp = 2;
   EXPECT_TRUE(unsupported_features(r).empty());
   r.parallel.tp = 2;
-  r.parallel.grad_reduce_dtype = GradReduceDtype::bf16;
   EXPECT_THAT(unsupported_features(r),
-              ::testing::ElementsAre(::testing::HasSubstr("train.precision bf16 with parallel.tp 2"),
-                                     ::testing::HasSubstr("parallel.grad_reduce_dtype: bf16")));
+              ::testing::ElementsAre(::testing::HasSubstr("train.precision bf16 with parallel.tp 2")));
   r.train.precision = Precision::fp32;
-  EXPECT_THAT(unsupported_features(r), ::testing::ElementsAre(::testing::HasSubstr("grad_reduce_dtype")));
+  EXPECT_THAT(
+      unsupported_features(r),
+      ::testing::ElementsAre(::testing::HasSubstr("parallel.grad_reduce_dtype: bf16 with train.precision fp32")));
 }
 
 }  // namespace

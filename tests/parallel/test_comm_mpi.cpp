@@ -14,6 +14,7 @@
 #include <fstream>
 #include <vector>
 
+#include "kernels/dtype_convert.h"
 #include "tests/parallel/mpi_test_env.h"
 
 namespace llmtrain::parallel {
@@ -152,14 +153,14 @@ const DType kAllDtypes[] = {DType::fp32,  DType::bf16,  DType::fp16,  DType::int
 
 // ---------------------------------------------------------------------------------------------
 
-void check_all_reduce(Comm& c, DType t, ReduceOp op, int64_t n, uint64_t seed) {
-  const double scale = op == ReduceOp::avg ? c.size() : 1;  // avg of multiples of the size is exact
+void check_all_reduce(Comm& c, DType t, Reduction op, int64_t n, uint64_t seed) {
+  const double scale = op.op == ReduceOp::avg ? c.size() : 1;  // avg of multiples of the size is exact
   Buffer b(t, n);
   for (int64_t i = 0; i < n; ++i) b.set(i, value(t, seed, c.rank(), i) * scale);
   c.all_reduce(b.tensor(), op);
   expect_all(
-      b, n, [&](int64_t i) { return reduce_naive(t, op, seed, c.size(), i, scale); },
-      label("all_reduce", t, n) + " " + to_string(op));
+      b, n, [&](int64_t i) { return reduce_naive(t, op.op, seed, c.size(), i, scale); },
+      label("all_reduce", t, n) + " " + to_string(op, t));
 }
 
 TEST(MpiComm, AllReduceEveryDtypeOpAndSize) {
@@ -170,9 +171,9 @@ TEST(MpiComm, AllReduceEveryDtypeOpAndSize) {
     }
 }
 
-void check_reduce_scatter(Comm& c, DType t, ReduceOp op, int64_t n, uint64_t seed, bool in_place) {
+void check_reduce_scatter(Comm& c, DType t, Reduction op, int64_t n, uint64_t seed, bool in_place) {
   const int p = c.size();
-  const double scale = op == ReduceOp::avg ? p : 1;
+  const double scale = op.op == ReduceOp::avg ? p : 1;
   Buffer in(t, n * p), separate(t, n);
   for (int64_t i = 0; i < n * p; ++i) in.set(i, value(t, seed, c.rank(), i) * scale);
   // In place: the result lands on this rank's own block of the input (as ZeRO does).
@@ -180,8 +181,9 @@ void check_reduce_scatter(Comm& c, DType t, ReduceOp op, int64_t n, uint64_t see
   c.reduce_scatter(in.tensor(), out, op);
   const Buffer& got = in_place ? in : separate;
   expect_all(
-      got, n, [&](int64_t i) { return reduce_naive(t, op, seed, p, c.rank() * n + i, scale); },
-      label("reduce_scatter", t, n) + " " + to_string(op) + (in_place ? " in place" : ""), in_place ? c.rank() * n : 0);
+      got, n, [&](int64_t i) { return reduce_naive(t, op.op, seed, p, c.rank() * n + i, scale); },
+      label("reduce_scatter", t, n) + " " + to_string(op, t) + (in_place ? " in place" : ""),
+      in_place ? c.rank() * n : 0);
 }
 
 TEST(MpiComm, ReduceScatter) {
@@ -191,6 +193,58 @@ TEST(MpiComm, ReduceScatter) {
       for (int64_t n : sizes_for(t, true)) check_reduce_scatter(world(), t, op, n, 12, false);
     }
   for (int64_t n : {int64_t(1), kPrime}) check_reduce_scatter(world(), DType::fp32, ReduceOp::avg, n, 13, true);
+}
+
+// Accumulate::in_dtype (parallel.grad_reduce_dtype: bf16): the 16-bit words go through the user-
+// defined MPI sum. The small integers above sum exactly at every partial sum, so the naive result
+// holds at every size (the large ones go in pieces). Not bf16's avg: its inputs, scaled by the
+// group size, sum past 256, where bf16 holds only even integers (SixteenBitSumsRoundEveryAddition
+// checks its division).
+TEST(MpiComm, SixteenBitSumsInSixteenBitsAtEverySize) {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      if (t == DType::bf16 && op == ReduceOp::avg) continue;
+      const Reduction r(op, Accumulate::in_dtype);
+      for (int64_t n : sizes_for(t, false)) check_all_reduce(world(), t, r, n, 41);
+      for (int64_t n : sizes_for(t, true)) check_reduce_scatter(world(), t, r, n, 42, false);
+      check_reduce_scatter(world(), t, r, kPrime, 43, true);
+    }
+}
+
+// Values whose partial sums round: in 16 bits every order of additions gives one result, and it
+// differs from the fp32 sum rounded once (found by trying every order). bf16 has 8 significant bits.
+TEST(MpiComm, SixteenBitSumsRoundEveryAddition) {
+  const int p = world().size();
+  // Per group size: each rank's value, the sum in bf16 (any order), the fp32 sum rounded once.
+  struct Case {
+    float values[4];
+    float in_bf16, once;
+  };
+  const Case cases[] = {{{1.0f, 2.0f}, 3.0f, 3.0f},  // two ranks: one addition, one rounding either way
+                        {{1.0f, 0x1p-8f, 256.0f}, 256.0f, 258.0f},
+                        {{1.0f, 1.0f, 1.0078125f, 0x1p-9f}, 3.0f, 3.015625f}};
+  ASSERT_GE(p, 2);
+  ASSERT_LE(p, 4);
+  const Case& c = cases[p - 2];
+  const uint16_t mine = kernels::fp32_to_bf16(c.values[world().rank()]);
+  for (Accumulate a : {Accumulate::in_dtype, Accumulate::fp32}) {
+    SCOPED_TRACE(to_string(a));
+    const float want = a == Accumulate::in_dtype ? c.in_bf16 : c.once;
+    std::vector<uint16_t> buf(5, mine), in(size_t(p) * 3, mine), out(3);
+    world().all_reduce(Tensor(buf.data(), DType::bf16, {5}), Reduction(ReduceOp::sum, a));
+    for (uint16_t x : buf) EXPECT_EQ(kernels::bf16_to_fp32(x), want);
+    world().reduce_scatter(Tensor(in.data(), DType::bf16, {p * 3}), Tensor(out.data(), DType::bf16, {3}),
+                           Reduction(ReduceOp::sum, a));
+    for (uint16_t x : out) EXPECT_EQ(kernels::bf16_to_fp32(x), want);
+    // avg: the 16-bit sum divided, rounded again.
+    std::vector<uint16_t> avg(2, mine);
+    world().all_reduce(Tensor(avg.data(), DType::bf16, {2}), Reduction(ReduceOp::avg, a));
+    const float want_avg = a == Accumulate::in_dtype
+                               ? kernels::bf16_to_fp32(kernels::fp32_to_bf16(want / float(p)))
+                               : kernels::bf16_to_fp32(kernels::fp32_to_bf16(
+                                     (c.values[0] + c.values[1] + c.values[2] + c.values[3]) / float(p)));
+    for (uint16_t x : avg) EXPECT_EQ(kernels::bf16_to_fp32(x), want_avg);
+  }
 }
 
 void check_all_gather(Comm& c, DType t, int64_t n, uint64_t seed, bool in_place) {
@@ -324,6 +378,28 @@ TEST(MpiComm, ArbitraryFloatsAgreeBitwiseOnEveryRank) {
   for (int r = 0; r < c.size(); ++r)
     EXPECT_EQ(std::memcmp(all.data() + r * n, x.data(), n * sizeof(float)), 0)
         << "rank " << r << "'s average differs from rank " << c.rank() << "'s";
+
+  // The same in bf16 summed in bf16 (the user-defined op): within bf16's rounding of each of the
+  // size - 1 additions and the division, and bitwise the same everywhere (model replicas stay equal).
+  std::vector<uint16_t> h(n);
+  for (int64_t i = 0; i < n; ++i) h[i] = kernels::fp32_to_bf16(mpitest::unit_float(20, c.rank(), i) * 1e3f);
+  c.all_reduce(Tensor(h.data(), DType::bf16, {n}), Reduction(ReduceOp::avg, Accumulate::in_dtype));
+  num = den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double want = 0;
+    for (int r = 0; r < c.size(); ++r)
+      want += kernels::bf16_to_fp32(kernels::fp32_to_bf16(mpitest::unit_float(20, r, i) * 1e3f));
+    want /= c.size();
+    const double got = kernels::bf16_to_fp32(h[i]);
+    num += (got - want) * (got - want);
+    den += want * want;
+  }
+  EXPECT_LE(std::sqrt(num / den), c.size() * 0x1p-8);
+  std::vector<uint16_t> all16(n * c.size());
+  c.all_gather(Tensor(h.data(), DType::bf16, {n}), Tensor(all16.data(), DType::bf16, {n * c.size()}));
+  for (int r = 0; r < c.size(); ++r)
+    EXPECT_EQ(std::memcmp(all16.data() + r * n, h.data(), n * sizeof(uint16_t)), 0)
+        << "rank " << r << "'s bf16 average differs from rank " << c.rank() << "'s";
 }
 
 // The piecewise path for counts beyond INT_MAX, run on small buffers by lowering max_count.
@@ -335,6 +411,7 @@ TEST(MpiComm, CountsBeyondOneMpiCallGoInPieces) {
   check_all_reduce(*c, DType::fp32, ReduceOp::avg, n, 22);
   for (DType t : {DType::fp32, DType::bf16}) check_reduce_scatter(*c, t, ReduceOp::sum, n, 23, false);
   check_reduce_scatter(*c, DType::fp32, ReduceOp::avg, n, 24, true);
+  check_reduce_scatter(*c, DType::bf16, Reduction(ReduceOp::sum, Accumulate::in_dtype), n, 29, false);
   for (DType t : {DType::fp32, DType::uint8}) check_all_gather(*c, t, n, 25, false);
   check_all_gather(*c, DType::fp32, n, 26, true);
   check_broadcast(*c, DType::int32, n, c->size() - 1, 27);

@@ -15,8 +15,10 @@
 #include <functional>
 #include <latch>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "kernels/dtype_convert.h"
 #include "parallel/comm_threads.h"
 
 namespace llmtrain::parallel {
@@ -153,6 +155,32 @@ TEST_P(CommThreads, SixteenBitFloatsAreReducedInFp32AndRoundedOnce) {
       world.all_reduce(view(max, c.dtype), ReduceOp::max);
       EXPECT_EQ(avg, std::vector<uint16_t>(2, c.avg_of_1_to_n[n - 1]));
       EXPECT_EQ(max, std::vector<uint16_t>(2, c.max_of_1_to_n[n - 1]));
+    }
+  });
+}
+
+TEST_P(CommThreads, SixteenBitSumsInSixteenBitsRoundEveryAddition) {
+  // Accumulate::in_dtype adds in rank order and rounds each partial sum: 1.0 plus half an ulp is a
+  // tie that rounds back to 1.0, every time (rounding once would give 1 + (n-1)/2 ulp).
+  const int n = this->n();
+  run_ranks_in_threads(n, [&](Comm& world) {
+    const int r = world.rank();
+    for (auto [dtype, one, half_ulp] : {std::tuple{DType::bf16, uint16_t(0x3f80), uint16_t(0x3b80)},
+                                        std::tuple{DType::fp16, uint16_t(0x3c00), uint16_t(0x1000)}}) {
+      SCOPED_TRACE(kernels::to_string(dtype));
+      const Reduction sum(ReduceOp::sum, Accumulate::in_dtype);
+      std::vector<uint16_t> all(3, r == 0 ? one : half_ulp);
+      world.all_reduce(view(all, dtype), sum);
+      EXPECT_EQ(all, std::vector<uint16_t>(3, one));
+      std::vector<uint16_t> in(size_t(n) * 2, r == 0 ? one : half_ulp), out(2);
+      world.reduce_scatter(view(in, dtype), view(out, dtype), sum);
+      EXPECT_EQ(out, std::vector<uint16_t>(2, one));
+      // avg: the 16-bit sum 1.0, divided by n and rounded once more.
+      std::vector<uint16_t> avg(2, r == 0 ? one : half_ulp);
+      world.all_reduce(view(avg, dtype), Reduction(ReduceOp::avg, Accumulate::in_dtype));
+      const float q = 1.0f / float(n);
+      const uint16_t want = dtype == DType::bf16 ? kernels::fp32_to_bf16(q) : kernels::fp32_to_fp16(q);
+      EXPECT_EQ(avg, std::vector<uint16_t>(2, want));
     }
   });
 }

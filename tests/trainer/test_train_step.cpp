@@ -253,6 +253,7 @@ class ZeroTest : public TrainStepTest {
   struct Run {
     std::vector<float> losses;
     std::vector<float> params;  // dp rank 0's, after the last step
+    int64_t grad_bytes = 0;     // rank 0's gradient sync: bytes its collectives moved
   };
 
   // Steps [from, to) at (zero, dp, zero_group), every rank checked against rank 0. `load`: a
@@ -278,6 +279,7 @@ class ZeroTest : public TrainStepTest {
       }
       for (int s = from; s < to; ++s)
         runs[size_t(rank)].losses.push_back(me.step->run(s, int64_t(s) * r.train.global_batch).loss);
+      runs[size_t(rank)].grad_bytes = me.step->grad_sync().stats().bytes;
       if (zero < 3) {
         runs[size_t(rank)].params = me.params_fp32();
       } else {  // the first shard group's owned shards, assembled (they cover the model once)
@@ -472,6 +474,35 @@ TEST_F(ZeroTest, SixteenBitStorageTrainsShardedAndResumesBitwise) {
       EXPECT_EQ(resumed.params, whole->params);
     }
   }
+}
+
+// parallel.grad_reduce_dtype: bf16 moves the bf16 gradient words and sums them in bf16. Over two
+// ranks that is the same arithmetic as summing in fp32 (one addition, rounded once either way; the
+// division by 2 is exact), so the runs are bitwise equal while the gradient reductions move half the
+// bytes; over four ranks each partial sum is rounded, and the losses stay within bf16's rounding.
+TEST_F(ZeroTest, Bf16GradientReductionMovesHalfTheBytes) {
+  recipe_.train.precision = Precision::bf16;
+  for (const int zero : {0, 2}) {
+    SCOPED_TRACE(::testing::Message() << "zero " << zero);
+    const Run wide = run(zero, 2, 0, 0, 6);
+    recipe_.parallel.grad_reduce_dtype = GradReduceDtype::bf16;
+    const Run narrow = run(zero, 2, 0, 0, 6);
+    recipe_.parallel.grad_reduce_dtype = GradReduceDtype::fp32;
+    EXPECT_EQ(narrow.losses, wide.losses);
+    EXPECT_EQ(narrow.params, wide.params);
+    // Stage 0 all-reduces only gradients; stage 2 also all-gathers the bf16 parameters, the same
+    // bytes either way.
+    if (zero == 0) {
+      EXPECT_EQ(2 * narrow.grad_bytes, wide.grad_bytes);
+    } else {
+      EXPECT_LT(narrow.grad_bytes, wide.grad_bytes);
+    }
+  }
+  const Run wide = run(1, 4, 0, 0, 6);
+  recipe_.parallel.grad_reduce_dtype = GradReduceDtype::bf16;
+  const Run narrow = run(1, 4, 0, 0, 6);
+  for (size_t s = 0; s < wide.losses.size(); ++s)
+    EXPECT_NEAR(narrow.losses[s], wide.losses[s], 1e-2 * wide.losses[s]) << "step " << s + 1;
 }
 
 TEST_F(TrainStepTest, AWarmStepAllocatesNothing) {
