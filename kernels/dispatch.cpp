@@ -602,9 +602,11 @@ void scale(Tensor x, float s) {
 
 void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
   const int64_t i = cols(din), n = rows(din), o = weight.numel() / (i ? i : 1);
-  expect_f32("linear_backward_input", "din", din, n * i);
-  expect_f32("linear_backward_input", "weight", weight, o * i);
-  expect_f32("linear_backward_input", "dout", dout, n * o);
+  expect_float("linear_backward_input", "din", din, n * i);
+  expect_float("linear_backward_input", "weight", weight, o * i);
+  expect_float("linear_backward_input", "dout", dout, n * o);
+  // 16-bit storage: din rounded once, as linear_backward's.
+  Widen w("linear_backward_input", {{&din, kWrite}, {&dout, kRead}, {&weight, kRead}});
   LT_DISPATCH(linear_backward_input, linear_backward_input(din, dout, weight), &din, &dout, &weight);
 }
 

@@ -18,7 +18,8 @@ double pipelined_loss_sum(Model& model, MicroBatchReader& valid, int batches, in
   // A full micro-batch's stage input; with sequence parallelism (rank 2: this tp rank's rows) every
   // micro-batch is full.
   const kernels::Shape shape = model.stage_activation_shape();
-  kernels::Buffer input(kernels::DType::fp32, shape, model.device(), kernels::MemoryKind::communication);
+  // In the storage dtype, as the stages send it (TrainStep's pipeline messages too).
+  kernels::Buffer input(model.options().dtype, shape, model.device(), kernels::MemoryKind::communication);
   double sum = 0;
   for (int b = 0; b < batches; ++b)
     for (int m = 0; m < micro_batches; ++m) {

@@ -16,11 +16,6 @@ namespace llmtrain::trainer {
 MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
-  if (r.train.precision != Precision::fp32 && r.parallel.pp > 1)
-    out.notes.push_back(
-        fmt::format("train.precision {} with pp {} is not supported yet: counted as 16-bit "
-                    "storage would lay it out",
-                    to_string(r.train.precision), r.parallel.pp));
 
   // This stage's schedule sets how many micro-batches keep activations at once, and the receive
   // buffers between stages.
@@ -85,14 +80,15 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
-  // A message is a micro-batch's residual stream: with sequence parallelism this rank's 1/tp of its rows.
+  // A message is a micro-batch's residual stream in the storage dtype: with sequence parallelism
+  // this rank's 1/tp of its rows.
   const int64_t activation_message =
-      int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * 4 / (mo.sequence_parallel ? r.parallel.tp : 1);
+      int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * element / (mo.sequence_parallel ? r.parallel.tp : 1);
   out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_pools;
   // pp > 1 with a tied word embedding: the first and the last stage receive the other's gradient of
-  // it (TrainStep), the embedding's tensor-parallel shard.
+  // it (TrainStep), the embedding's tensor-parallel shard, in the gradients' dtype.
   if (r.parallel.pp > 1 && mc.tie_embeddings && (coord.pp == 0 || coord.pp == r.parallel.pp - 1))
-    out.communication += mc.padded_vocab() / r.parallel.tp * int64_t(mc.hidden) * 4;
+    out.communication += mc.padded_vocab() / r.parallel.tp * int64_t(mc.hidden) * element;
   return out;
 }
 

@@ -9,9 +9,8 @@
 //    (kernels/buffer.h): the run prints the peaks, which must equal the plan.
 //
 // Rule a reader could get wrong: the plan is what THIS build would allocate for the recipe. Where a
-// recipe asks for something not built yet (16-bit precision with pp > 1, the zero-bubble
-// schedule with recomputation), the
-// plan says so in `notes` and counts what this build would allocate instead; the work that builds
+// recipe asks for something not built yet (the zero-bubble schedule with recomputation), the plan
+// says so in `notes` and counts what this build would allocate instead; the work that builds
 // those features extends this module, so that plan and measurement stay equal.
 #pragma once
 

@@ -142,7 +142,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   }
 
   kernels::Shape activation_shape() const override { return model_.stage_activation_shape(); }
-  kernels::DType activation_dtype() const override { return DType::fp32; }
+  // The residual stream and its gradient in the storage dtype (16-bit: half the bytes of fp32): what
+  // the next stage would have read at pp 1, so crossing a stage rounds nothing.
+  kernels::DType activation_dtype() const override { return model_.options().dtype; }
   kernels::Device activation_device() const override { return model_.device(); }
 
   void forward(int micro_batch, int chunk, Tensor input) override {
@@ -265,8 +267,9 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
       if (model.parameters()[i].spec.role == ParamRole::token_embedding) tied_param_ = int(i);
     LT_CHECK(tied_param_ >= 0, "stage {} of {} holds no token embedding", stage, pp);
     tied_peer_ = stage == 0 ? pp - 1 : 0;
-    tied_scratch_ = kernels::Buffer(DType::fp32, {model.parameters()[size_t(tied_param_)].numel()}, model.device(),
-                                    kernels::MemoryKind::communication);
+    // In the gradients' dtype: a 16-bit copy's gradient crosses exactly, and the add widens both.
+    tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
+                                    model.device(), kernels::MemoryKind::communication);
   }
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, *comms.pp, micro_batches_, losses_.tensor(),
                                         tied_peer_ >= 0);
@@ -387,7 +390,9 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
 void TrainStep::sum_tied_grads() {
   if (tied_peer_ < 0) return;
   // Both stages send their copy's gradient and add the other's: a + b on one and b + a on the
-  // other are the same floats, so the copies stay identical through the update.
+  // other are the same floats, so the copies stay identical through the update. 16-bit gradients
+  // travel as they are stored (exact) and the add sums in fp32 and rounds once, as each
+  // micro-batch's accumulation into the one buffer does at pp 1.
   const Tensor grad = model_.parameters()[size_t(tied_param_)].grad.view({tied_scratch_.tensor().numel()});
   parallel::WorkHandle recv = comms_.pp->recv_async(tied_scratch_.tensor(), tied_peer_, kTiedGradTag);
   parallel::WorkHandle send = comms_.pp->send_async(grad, tied_peer_, kTiedGradTag);

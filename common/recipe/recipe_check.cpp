@@ -267,12 +267,6 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
   if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble && r.parallel.tp > 1 &&
       r.parallel.sequence_parallel)
     out.push_back("parallel.pp_schedule: zero_bubble with parallel.sequence_parallel");
-  // 16-bit storage (bf16, fp16) is built for the whole model on one stage (any tp, every ZeRO stage).
-  if (r.train.precision != Precision::fp32) {
-    const char* p = to_string(r.train.precision);
-    if (r.parallel.pp > 1)
-      out.push_back(fmt::format("train.precision {} with parallel.pp {} (16-bit: pp 1 only)", p, r.parallel.pp));
-  }
   // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
     out.push_back("parallel.grad_reduce_dtype: bf16 with train.precision fp32 (fp32 gradients reduced as bf16)");

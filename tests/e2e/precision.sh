@@ -5,8 +5,9 @@
 #     reference of both): each 16-bit run ends within 3% of fp32's validation loss;
 #  2. a bf16 run killed after its step-20 checkpoint resumes BITWISE (every later loss);
 #  3. bf16 at dp 2 with ZeRO 1, 2 and 3 under mpirun takes the steps of dp 1 within 16-bit rounding,
-#     and its checkpoint holds fp32 parameters; so does bf16 at tp 2 with sequence parallelism
-#     (16-bit activations across the tensor-parallel crossings);
+#     and its checkpoint holds fp32 parameters; so do bf16 at tp 2 with sequence parallelism
+#     (16-bit activations across the tensor-parallel crossings) and at tp 2 × pp 2 × dp 2 with ZeRO 1
+#     and the bf16 gradient reduction (8 ranks: 16-bit stage messages too);
 #  4. --dry-run counts parameters and gradients in 16 bits and the master with the moments.
 # fp16 starts at loss scale 1024 (the default 2^32 would spend its first ~40 steps backing off).
 source "$(dirname "$0")/lib.sh"
@@ -71,8 +72,13 @@ done
 run_cmd "bf16 tp 2 sp" mpi_run 300 2 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" --set log.dir=T2 \
   "${dp[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true
 expect_status 0
-for d in D2 D3 D4 T2; do
-$PY - D1 $d <<'PY' && pass "bf16 at dp 2 (ZeRO 1, 2, 3) or tp 2 sp ($d) takes the steps of one rank within 2%; its checkpoint is fp32" ||
+# Every kind of parallelism at once in bf16: tp 2 (sp) × pp 2 × dp 2, ZeRO 1, gradients reduced in bf16.
+run_cmd "bf16 tp 2 sp x pp 2 x dp 2" mpi_run 300 8 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+  --set log.dir=P3 "${dp[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.pp=2 \
+  --set parallel.dp=2 --set parallel.zero=1 --set parallel.grad_reduce_dtype=bf16
+expect_status 0
+for d in D2 D3 D4 T2 P3; do
+$PY - D1 $d <<'PY' && pass "bf16 at dp 2 (ZeRO 1, 2, 3), tp 2 sp or tp 2 x pp 2 x dp 2 ($d) takes the steps of one rank within 2%; its checkpoint is fp32" ||
 import json, sys, glob
 from safetensors import safe_open
 def losses(d):

@@ -1,6 +1,9 @@
 // Linear (kernels/cpu/linear.cpp) through the op harness: with and without bias, odd sizes.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "kernels/ops.h"
 #include "op_harness.h"
 
@@ -76,6 +79,32 @@ TEST(Linear, SplitBackwardIsTheWholeBackward) {
                   host_tensor(x.data(), {n, in}), host_tensor(w.data(), {out, in}));
   EXPECT_EQ(dx_split, dx_whole);
   EXPECT_EQ(dw_split, dw_whole);
+}
+
+// The same with 16-bit storage (zero-bubble pipelines in bf16/fp16): din widened, computed in fp32
+// and rounded once, bitwise linear_backward's din.
+TEST(Linear, SplitBackwardIsTheWholeBackwardIn16Bits) {
+  std::mt19937_64 rng(44);
+  const int64_t n = 11, in = 23, out = 19;
+  for (const DType dtype : {DType::bf16, DType::fp16}) {
+    SCOPED_TRACE(to_string(dtype));
+    auto make = [&](int64_t rows, int64_t cols) {
+      std::vector<float> v(size_t(rows * cols));
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (float& x : v) x = u(rng);
+      std::vector<uint16_t> h(v.size());
+      convert(Tensor(h.data(), dtype, {rows, cols}), host_tensor(v.data(), {rows, cols}));
+      return h;
+    };
+    std::vector<uint16_t> x = make(n, in), w = make(out, in), dy = make(n, out), dw = make(out, in);
+    std::vector<uint16_t> dx_whole(size_t(n * in)), dx_split(size_t(n * in));
+    auto t = [&](std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
+      return Tensor(v.data(), dtype, {rows, cols});
+    };
+    linear_backward(t(dx_whole, n, in), t(dw, out, in), Tensor{}, t(dy, n, out), t(x, n, in), t(w, out, in));
+    linear_backward_input(t(dx_split, n, in), t(dy, n, out), t(w, out, in));
+    EXPECT_EQ(dx_split, dx_whole);
+  }
 }
 
 }  // namespace llmtrain::kernels::test

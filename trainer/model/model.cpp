@@ -135,11 +135,8 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
 
 Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp)
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
-  // unsupported_features (common/recipe/recipe_check.h) refuses these before any rank starts; the
-  // memory plan of such a recipe (a dry run) counts them as they would be laid out.
-  LT_CHECK(options_.dtype == DType::fp32 ||
-               (options_.stage.has_embedding && options_.stage.has_head && options_.kv_cache_tokens == 0),
-           "16-bit storage with a pipeline stage or a KV cache");
+  // Generation (the KV cache) runs in fp32, from a checkpoint's fp32 weights.
+  LT_CHECK(options_.dtype == DType::fp32 || options_.kv_cache_tokens == 0, "16-bit storage with a KV cache");
   const Dims z(config_, options_, tp_.size());
   llama_ = z.llama;
   sp_ = z.sp;
