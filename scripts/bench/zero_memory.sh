@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO memory and speed at dp 4 on this host: a LLaMA-style model of 54.5M parameters (16 layers,
-# hidden 512, byte vocabulary) trained for a few steps at each ZeRO stage through mpirun. Per stage:
+# hidden 512, byte vocabulary; micro-batches of 4 sequences of 256 tokens) trained for a few steps at each ZeRO stage through mpirun. Per stage:
 # the measured per-rank bytes of parameters, gradients and optimizer state (rank 0's peaks over the
 # run, from its log), their sum next to the ZeRO paper's model-state formula for fp32 Adam
 # (stage 0: 16Ψ, 1: 8Ψ + 8Ψ/N, 2: 4Ψ + 12Ψ/N, 3: 16Ψ/N; Ψ parameters, N = dp), the communication
@@ -14,9 +14,9 @@
 #                                                   the median step over all rounds: steadier ratios
 #                                                   on a shared machine; memory is the first round's)
 #   DP=2 scripts/bench/zero_memory.sh "0 3"          (another data-parallel size, e.g. one rank per core)
-#   MICRO_BATCH=4 SEQ=256 scripts/bench/zero_memory.sh "0 3"  (tokens per micro-batch; default 1 x 128.
-#                                                   ZeRO 3's extra gathers cost the same whatever the
-#                                                   batch, so their share of a step falls as it grows)
+#   MICRO_BATCH=1 SEQ=128 scripts/bench/zero_memory.sh "0 3"  (tokens per micro-batch; default 4 x 256
+#                                                   = 1024. ZeRO 3's extra gathers cost the same whatever
+#                                                   the batch, so their share of a step falls as it grows)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -25,8 +25,8 @@ steps=${2:-6}
 bucket_mb=${BUCKET_MB:-25}
 rounds=${ROUNDS:-1}
 dp=${DP:-4}
-micro_batch=${MICRO_BATCH:-1}
-seq=${SEQ:-128}
+micro_batch=${MICRO_BATCH:-4}
+seq=${SEQ:-256}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (scripts/test.sh or cmake --build build)"; exit 1; }
 source tests/parallel/mpi_env.sh
