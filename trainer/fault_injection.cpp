@@ -26,7 +26,8 @@ Fault fault_from_env() {
   const std::string_view kind = s.substr(0, at);
   const std::string_view step = at == std::string_view::npos ? "" : s.substr(at + 1, colon - at - 1);
   const std::string_view rank = colon == std::string_view::npos ? "" : s.substr(colon + 1);
-  static const std::set<std::string_view> kinds = {"kill", "segv", "exit", "throw", "hang", "slow", "kill-in-save"};
+  static const std::set<std::string_view> kinds = {"kill", "segv", "exit",         "throw",
+                                                   "hang", "slow", "kill-in-save", "term"};
   Fault f{std::string(kind), 0, -1};
   const bool ok =
       kinds.count(kind) && is_digits(step) &&
@@ -35,7 +36,7 @@ Fault fault_from_env() {
        (is_digits(rank) && std::from_chars(rank.data(), rank.data() + rank.size(), f.rank).ec == std::errc()));
   if (!ok)
     throw Error(fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
-                "kinds: kill, segv, exit, throw, hang, slow, kill-in-save (a test hook; unset it for real runs)");
+                "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term (a test hook; unset it for real runs)");
   return f;
 }
 
@@ -95,6 +96,7 @@ void fault_maybe_fire(const Fault& f, int64_t step, int rank) {
   if (f.kind == "segv") std::raise(SIGSEGV);
   if (f.kind == "exit") std::exit(3);
   if (f.kind == "hang") std::raise(SIGSTOP);
+  if (f.kind == "term") std::raise(SIGTERM);  // handled as a user's would be: stop_requested()
   if (f.kind == "throw") throw environment_error(fmt::format("injected fault (LLMTRAIN_FAULT) after step {}", step));
 }
 

@@ -8,6 +8,8 @@
 //   hang   SIGSTOP: the rank stops responding; the others must hit parallel.timeout
 //   slow   from step <step> on, the rank computes 3× as long as it did (it sleeps twice its step's
 //          compute time, counted as forward time): a straggler, whatever the machine's speed
+//   term   SIGTERM, as from a scheduler's preemption: the rank's handler asks for a stop, every rank
+//          agrees (a max over the world), checkpoints this step and exits 75
 //   kill-in-save
 //          SIGKILL in the middle of step <step>'s checkpoint save: once the rank has written its
 //          shard's bytes, before it fsyncs them (fault_file_system)

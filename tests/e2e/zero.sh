@@ -4,7 +4,8 @@
 # and zero 2 and 3 at dp 2 and 4 with two micro-batches per rank (and zero_group 2), train GPT-2
 # to the losses, validation losses and parameters of zero 0 at dp 1, with the memory plan
 # measured; checkpoints written at (zero 1, 2 or 3, dp 4) resume at (zero 0, dp 1) and the
-# reverse on the same trajectory.
+# reverse on the same trajectory; a SIGTERM at zero 3 checkpoints and resumes on it; bf16 gradients
+# summed in bf16 stay within bf16's rounding of the fp32 sum.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 use_python
@@ -55,6 +56,20 @@ for wire in fp32 bf16; do
 done
 out=$($PY "$SRC/tests/e2e/compare_runs.py" bf16-z1-dp4-bf16 bf16-z1-dp4-fp32 --tol 1e-2 2>&1) &&
   pass "bf16 sums in bf16 stay within 1% of bf16 summed in fp32: $out" || fail "bf16 reduction diverges: $out"
+
+# SIGTERM to rank 1 alone after step 12 at (zero 3, dp 4), as a scheduler's preemption: every rank
+# agrees to stop, writes its shard of step 12 and exits 75; the next run resumes there on the
+# uninterrupted run's losses.
+z3=(--set parallel.zero=3 --set train.micro_batch=1 --set parallel.bucket_mb=0.05)
+run_cmd z3-term env LLMTRAIN_FAULT=term@12:1 bash -c "source '$SRC/tests/parallel/mpi_env.sh'; \
+  mpi_run 180 4 '$LLMTRAIN' run r.yaml --set log.dir=z3-term ${z3[*]}"
+expect_status 75
+expect_out "stop requested (signal): writing a checkpoint at step 12"
+run_cmd z3-term-resumed mpi_run 180 4 "$LLMTRAIN" run r.yaml --set log.dir=z3-term "${z3[@]}"
+expect_status 0
+expect_out "at step 12"
+out=$(compare z3-term z3-dp4-gauto-b0.05 13 2>&1) && pass "zero 3 stopped by SIGTERM, resumed: $out" ||
+  fail "zero 3 stopped by SIGTERM, resumed: $out"
 
 # Each rank of the first shard group wrote its own moments; the manifest records the shard group.
 $PY - z1-dp4-g2/ckpt/step_00000020/manifest.json <<'PY' && pass "zero_group 2 manifest" || fail "zero_group 2 manifest"

@@ -25,6 +25,7 @@ TEST(FaultInjection, ParsesKindStepAndRank) {
   EXPECT_EQ(f.kind, "slow");
   EXPECT_EQ(f.step, 0);
   EXPECT_EQ(f.rank, -1);
+  EXPECT_EQ(parse("term@5:1").kind, "term");
   EXPECT_EQ(parse("").kind, "");
 }
 
