@@ -575,15 +575,23 @@ Timeline schedule_timeline(const std::vector<std::vector<PipeOp>>& lists, int mi
   return tl;
 }
 
+double SimulatedStep::span() const { return end.empty() ? 0.0 : *std::max_element(end.begin(), end.end()); }
+
+SimulatedStep simulate_step(const std::vector<std::vector<PipeOp>>& lists, const OpDuration& duration) {
+  Simulation sim = simulate(lists, duration);
+  LT_CHECK(sim.deadlock.empty(), "simulating an invalid schedule: {}", sim.deadlock);
+  return {std::move(sim.busy), std::move(sim.end)};
+}
+
 double simulated_bubble(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks,
                         const OpDuration& duration) {
   const std::string problem = check_schedule(lists, micro_batches, chunks);
   LT_CHECK(problem.empty(), "bubble of an invalid schedule: {}", problem);
-  const Simulation sim = simulate(lists, duration);
-  const double span = *std::max_element(sim.end.begin(), sim.end.end());
+  const SimulatedStep step = simulate_step(lists, duration);
+  const double span = step.span();
   if (span <= 0) return 0.0;
   double idle = 0;
-  for (size_t s = 0; s < lists.size(); ++s) idle += span - sim.busy[s];
+  for (double busy : step.busy) idle += span - busy;
   return idle / (span * double(lists.size()));
 }
 

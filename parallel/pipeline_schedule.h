@@ -144,6 +144,13 @@ using OpDuration = std::function<double(int stage, const PipeOp& op)>;
 // (which assume equal ones) do not. The lists must be valid (checked).
 double simulated_bubble(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks,
                         const OpDuration& duration);
+// One step of the lists in that model: per stage, the time it computed and when its last op ended
+// (the stages start at 0). The lists must be valid (not checked here: check_schedule once).
+struct SimulatedStep {
+  std::vector<double> busy, end;
+  double span() const;  // the last stage's end
+};
+SimulatedStep simulate_step(const std::vector<std::vector<PipeOp>>& lists, const OpDuration& duration);
 // One row per stage, one column per slot, idle slots as ".", then the bubble:
 //   stage 0 | F0 F1 .  B0 F2 B1 .  B2
 //   stage 1 | .  F0 B0 F1 B1 F2 B2 .

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -73,17 +75,6 @@ std::vector<std::vector<int>> grad_ready_groups(const StageLayout& st, const std
   return groups;
 }
 
-// The compute-op kinds whose times a stage measures, and where an op's kind and chunk sit in a
-// table of them (chunk-major).
-constexpr parallel::PipeOpKind kClockedKinds[] = {parallel::PipeOpKind::forward, parallel::PipeOpKind::backward,
-                                                  parallel::PipeOpKind::backward_input,
-                                                  parallel::PipeOpKind::backward_weight};
-size_t op_clock_index(parallel::PipeOpKind kind, int chunk) {
-  const auto k = std::find(std::begin(kClockedKinds), std::end(kClockedKinds), kind) - std::begin(kClockedKinds);
-  LT_CHECK(k < std::ssize(kClockedKinds), "{} is not a compute op", to_string(parallel::PipeOp{kind}));
-  return size_t(chunk) * std::size(kClockedKinds) + size_t(k);
-}
-
 // This rank's part of the model as the pipeline executor sees it: forward and backward of one
 // micro-batch and chunk at a time, each micro-batch's activations in the model's slot (micro-batch
 // mod slots) of the chunk. It reads the micro-batch's samples as its forward starts (the first
@@ -136,9 +127,10 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // fp16: backward starts from the loss times `scale` (each micro-batch's share of it).
   void set_loss_scale(double scale) { loss_scale_ = float(scale / double(micro_batches_)); }
 
-  void begin_step(int64_t consumed_samples, PhaseTimes* times) {
+  void begin_step(int64_t consumed_samples, PhaseTimes* times, std::vector<float>* op_times) {
     consumed_ = consumed_samples;
     times_ = times;
+    op_times_ = op_times;
   }
 
   kernels::Shape activation_shape() const override { return model_.stage_activation_shape(); }
@@ -157,44 +149,37 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
     if (head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
     times_->data += t1 - t0;
-    times_->forward += clocked(parallel::PipeOpKind::forward, chunk, t0) - (t1 - t0);
+    times_->forward += clocked(t0) - (t1 - t0);
   }
   void backward(int micro_batch, int chunk, Tensor grad_output) override {
     const double t0 = now_s();
     // Every schedule runs each chunk's backwards in micro-batch order.
     last_backward_ = micro_batch == micro_batches_ - 1;
     model_.stage_backward(slot(micro_batch), grad_output, loss_scale_, chunk);
-    times_->backward += clocked(parallel::PipeOpKind::backward, chunk, t0);
+    times_->backward += clocked(t0);
   }
   // Zero-bubble schedules: the weight half comes after the input half, in micro-batch order.
   void backward_input(int micro_batch, int chunk, Tensor grad_output) override {
     const double t0 = now_s();
     model_.stage_backward_input(slot(micro_batch), grad_output, loss_scale_, chunk);
-    times_->backward += clocked(parallel::PipeOpKind::backward_input, chunk, t0);
+    times_->backward += clocked(t0);
   }
   void backward_weight(int micro_batch, int chunk) override {
     const double t0 = now_s();
     last_backward_ = micro_batch == micro_batches_ - 1;
     model_.stage_backward_weight(slot(micro_batch), chunk);
-    times_->backward += clocked(parallel::PipeOpKind::backward_weight, chunk, t0);
-  }
-  // The mean seconds of this stage's ops of `op`'s kind and chunk so far (forwards with their data
-  // reads), or 0 before any ran.
-  double mean_seconds(const parallel::PipeOp& op) const {
-    const OpClock& c = op_clocks_[op_clock_index(op.kind, op.chunk)];
-    return c.count > 0 ? c.seconds / double(c.count) : 0.0;
+    times_->backward += clocked(t0);
   }
   Tensor output(int micro_batch, int chunk) override { return model_.stage_output(slot(micro_batch), chunk); }
   Tensor input_grad(int, int) override { return model_.stage_input_grad(); }
 
  private:
   int slot(int micro_batch) const { return micro_batch % model_.options().activation_slots; }
-  // Counts one op of `kind` that started at `t0` and returns its seconds.
-  double clocked(parallel::PipeOpKind kind, int chunk, double t0) {
+  // Records the seconds of the compute op that started at `t0` (in the step's op times) and
+  // returns them.
+  double clocked(double t0) {
     const double took = now_s() - t0;
-    OpClock& c = op_clocks_[op_clock_index(kind, chunk)];
-    c.seconds += took;
-    ++c.count;
+    op_times_->push_back(float(took));
     return took;
   }
 
@@ -206,12 +191,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   int64_t consumed_ = 0;
   PhaseTimes* times_ = nullptr;
   bool last_backward_ = false;
-  struct OpClock {
-    double seconds = 0;
-    int64_t count = 0;
-  };
-  std::vector<OpClock> op_clocks_ =
-      std::vector<OpClock>(std::size(kClockedKinds) * size_t(model_.options().stage.chunks));
+  std::vector<float>* op_times_ = nullptr;  // each compute op's seconds, appended in list order
 };
 
 std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches) {
@@ -234,6 +214,9 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
     : recipe_(recipe), model_(model), comms_(comms) {
   schedule_s_.reserve(kScheduleTimesKept);  // a step allocates nothing
   busy_s_.reserve(kScheduleTimesKept);
+  compute_ops_ = size_t(std::count_if(schedule.begin(), schedule.end(),
+                                      [](const parallel::PipeOp& op) { return parallel::is_compute(op.kind); }));
+  op_s_.reserve(kScheduleTimesKept * compute_ops_);
   for (const parallel::PipeOp& op : schedule)
     if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
   LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
@@ -297,10 +280,12 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   }
   model_.zero_grads();
   spent(times.optimizer);
-  stage_->begin_step(consumed_samples, &times);
+  if (op_s_.size() + compute_ops_ > op_s_.capacity()) op_s_.erase(op_s_.begin(), op_s_.begin() + long(compute_ops_));
+  stage_->begin_step(consumed_samples, &times, &op_s_);
   const double run_start = now_s();
   executor_->run();  // forward, backward and data time themselves; pipeline waits are in none
   mark = now_s();
+  LT_CHECK(op_s_.size() % compute_ops_ == 0, "{} op times for {} compute ops a step", op_s_.size(), compute_ops_);
   if (schedule_s_.size() == kScheduleTimesKept) {
     schedule_s_.erase(schedule_s_.begin());
     busy_s_.erase(busy_s_.begin());
@@ -408,22 +393,36 @@ double schedule_bubble(const Recipe& recipe, int micro_batches) {
       .bubble_fraction();
 }
 
-double TrainStep::mean_op_seconds(const parallel::PipeOp& op) const { return stage_->mean_seconds(op); }
-
 double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp) {
   const int v = recipe.parallel.virtual_stages, p = pp.size();
-  const size_t per_stage = std::size(kClockedKinds) * size_t(v);
-  std::vector<float> mine(per_stage), all(per_stage * size_t(p));
-  for (int c = 0; c < v; ++c)
-    for (parallel::PipeOpKind kind : kClockedKinds)
-      mine[op_clock_index(kind, c)] = float(step.mean_op_seconds({kind, 0, c}));
-  pp.all_gather(kernels::host_tensor(mine.data(), {int64_t(per_stage)}),
-                kernels::host_tensor(all.data(), {int64_t(all.size())}));
   const parallel::ScheduleSpec spec{p, 0, micro_batches, v};
-  return parallel::simulated_bubble(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches, v,
-                                    [&](int stage, const parallel::PipeOp& op) {
-                                      return double(all[size_t(stage) * per_stage + op_clock_index(op.kind, op.chunk)]);
-                                    });
+  const std::vector<std::vector<parallel::PipeOp>> lists = parallel::make_schedules(recipe.parallel.pp_schedule, spec);
+  // Every stage runs each micro-batch's forward and backward (or I and W) of each chunk: the same
+  // number of compute ops. Where each op sits in its stage's list of them:
+  using OpKey = std::tuple<parallel::PipeOpKind, int, int>;  // kind, micro-batch, chunk
+  std::vector<std::map<OpKey, size_t>> position(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s)
+    for (const parallel::PipeOp& op : lists[size_t(s)])
+      if (parallel::is_compute(op.kind))
+        position[size_t(s)].emplace(std::tuple{op.kind, op.micro_batch, op.chunk}, position[size_t(s)].size());
+  const size_t ops = step.compute_ops();
+  LT_CHECK(position[0].size() == ops, "{} compute ops in the schedule, {} timed a step", position[0].size(), ops);
+  const std::vector<float>& mine = step.op_times();
+  const int64_t steps = int64_t(mine.size() / std::max<size_t>(ops, 1));
+  std::vector<float> all(size_t(p) * mine.size());
+  pp.all_gather(kernels::host_tensor(mine.data(), {int64_t(mine.size())}),
+                kernels::host_tensor(all.data(), {int64_t(all.size())}));
+  double idle = 0, span = 0;
+  for (int64_t k = 0; k < steps; ++k) {
+    const parallel::SimulatedStep sim = parallel::simulate_step(lists, [&](int s, const parallel::PipeOp& op) {
+      const size_t i = position[size_t(s)].at(std::tuple{op.kind, op.micro_batch, op.chunk});
+      return double(all[size_t(s) * mine.size() + size_t(k) * ops + i]);
+    });
+    const double t = sim.span();
+    for (double busy : sim.busy) idle += t - busy;
+    span += t;
+  }
+  return span > 0 ? idle / (span * double(p)) : 0.0;
 }
 
 void TrainStep::master_from_params() { optimizer_->master_from_params(model_.params()); }

@@ -96,10 +96,11 @@ class TrainStep {
   static constexpr size_t kScheduleTimesKept = 4096;
   const std::vector<float>& schedule_times() const { return schedule_s_; }
   const std::vector<float>& busy_times() const { return busy_s_; }
-  // The mean seconds this stage's compute ops of `op`'s kind and chunk took over the run so far (a
-  // forward with its data read), 0 for a kind not run: with every stage's, the schedule's bubble at
-  // the measured op times (parallel::simulated_bubble).
-  double mean_op_seconds(const parallel::PipeOp& op) const;
+  // The seconds each of this stage's compute ops took (a forward with its data read), in list
+  // order, compute_ops() per step, for the same steps as schedule_times(): with every stage's, the
+  // schedule's bubble at the measured op times (measured_schedule_bubble).
+  const std::vector<float>& op_times() const { return op_s_; }
+  size_t compute_ops() const { return compute_ops_; }
   const parallel::GradSync& grad_sync() const { return *sync_; }
 
   // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
@@ -127,6 +128,8 @@ class TrainStep {
   // model.parameters(), the other stage's pp rank, and where its gradient lands.
   int tied_param_ = -1, tied_peer_ = -1;
   std::vector<float> schedule_s_, busy_s_;  // per step: in the schedule, and computing or reading data in it
+  std::vector<float> op_s_;                 // per step: each compute op's seconds
+  size_t compute_ops_ = 0;                  // compute ops in this stage's list
   kernels::Buffer tied_scratch_;
 
   void sum_tied_grads();
@@ -144,10 +147,11 @@ std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int
 // of them when forward and backward take one unit (parallel::Timeline::bubble_fraction). Throws
 // for a schedule make_schedule refuses.
 double schedule_bubble(const Recipe& recipe, int micro_batches);
-// The same schedule's bubble when each compute op takes the mean time the stages measured for its
-// kind and chunk (TrainStep::mean_op_seconds, all-gathered over `pp`: collective over it) and
-// communication none (parallel::simulated_bubble): the bubble the schedule itself leaves on these
-// stages, with their imbalance and their real forward:backward ratios, without transfer costs.
+// The same schedule's bubble, step by step, when each compute op takes the time it took in that step
+// (TrainStep::op_times, all-gathered over `pp`: collective over it) and communication none
+// (parallel::simulate_step), summed as the measured idle time is (idle over span, over the steps):
+// the bubble the schedule leaves on these stages with their imbalance, their real forward:backward
+// ratios and their op-to-op variation, without transfer costs.
 double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp);
 
 // The options of the model a stage builds for training with `schedule` (its slots are the

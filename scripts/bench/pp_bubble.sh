@@ -8,10 +8,10 @@
 # stage (two blocks each), (p − 1)/(v·m + p − 1); zero_bubble (ZB-H1), (p − 1)/(3m + p − 1), which
 # assumes forward, input-gradient and weight-gradient work take equal time (next to 1F1B's
 # (p − 1)/(m + p − 1) with backward = 2 forwards: a third of 1F1B's idle time). Those formulas
-# assume equal stages and, for zero_bubble, equal F, I and W; "at op times" is the same schedule
-# simulated with the mean time each stage measured for each kind of op (and chunk) and no cost for
-# communication (parallel::simulated_bubble): the bubble the schedule leaves on these stages. What
-# the run measures above it is the cost of moving the activations and gradients.
+# assume equal stages and, for zero_bubble, equal F, I and W; "op times" is the same schedule
+# replayed step by step with the time each op took in that step and no cost for communication
+# (parallel::simulate_step): the bubble the schedule leaves on these stages. What the run measures
+# above it is the cost of moving the activations and gradients.
 #
 #   scripts/bench/pp_bubble.sh [STEPS]      (default 30 steps; build/llmtrain must exist)
 set -euo pipefail
