@@ -201,10 +201,6 @@ std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int
     throw Error(fmt::format("not supported yet: the zero_bubble pipeline schedule with activation_checkpointing {}",
                             to_string(recipe.train.activation_checkpointing)),
                 "use train.activation_checkpointing: none, or pp_schedule: 1f1b");
-  if (recipe.parallel.pp > 1 && recipe.parallel.pp_schedule == PipelineSchedule::zero_bubble &&
-      recipe.parallel.sequence_parallel && recipe.parallel.tp > 1)
-    throw Error("not supported yet: the zero_bubble pipeline schedule with parallel.sequence_parallel",
-                "use parallel.sequence_parallel: false, or pp_schedule: 1f1b");
   return parallel::make_schedule(recipe.parallel.pp_schedule,
                                  {recipe.parallel.pp, stage, micro_batches, recipe.parallel.virtual_stages});
 }

@@ -263,10 +263,6 @@ std::vector<std::string> unsupported_features(const Recipe& r) {
         fmt::format("parallel.pp_schedule: zero_bubble with train.activation_checkpointing: {} (the split "
                     "backward keeps every activation)",
                     to_string(r.train.activation_checkpointing)));
-  // The split backward's input half would have to keep the sequence-parallel norms' own rows.
-  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble && r.parallel.tp > 1 &&
-      r.parallel.sequence_parallel)
-    out.push_back("parallel.pp_schedule: zero_bubble with parallel.sequence_parallel");
   // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
     out.push_back("parallel.grad_reduce_dtype: bf16 with train.precision fp32 (fp32 gradients reduced as bf16)");

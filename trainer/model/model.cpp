@@ -101,9 +101,8 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   LT_CHECK(o.stage.chunks == 1 || (o.stage.chunks > 1 && o.stage.chunk_blocks() >= 1), "{} chunks of {} blocks",
            o.stage.chunks, o.stage.chunk_blocks());
   LT_CHECK(!o.split_backward || (o.checkpointing == ActivationCheckpointing::none && !o.external_grads &&
-                                 !o.external_params && !(o.sequence_parallel && tp_size > 1) && o.kv_cache_tokens == 0),
-           "a split backward with activation checkpointing, external gradients/parameters, sequence parallelism or "
-           "a KV cache");
+                                 !o.external_params && o.kv_cache_tokens == 0),
+           "a split backward with activation checkpointing, external gradients/parameters or a KV cache");
   // Virtual chunks (the interleaved schedule): the recipe check refuses ZeRO 2/3 with pp > 1, and
   // generation needs the whole model.
   LT_CHECK(o.stage.chunks == 1 || (!o.external_grads && !o.external_params && o.kv_cache_tokens == 0),
@@ -400,7 +399,9 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
       for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts(selective ? kProducts : kAll));
     if (options.split_backward)
       for (int l = 0; l < layers; ++l)
-        s.grads.push_back({a.take({nl, d}), a.take({n, fc}), a.take({nl, d}), a.take({n, qkv})});
+        // d(out) and d(mid) as the row-parallel linears' backward reads them: all n rows (sequence
+        // parallelism gathers them from each rank's nl).
+        s.grads.push_back({a.take({n, d}), a.take({n, fc}), a.take({n, d}), a.take({n, qkv})});
     if (head_slot) {
       s.lnf = a.take({n, d});
       if (!z.llama) s.lnf_mean = a.take_f32({nl});
