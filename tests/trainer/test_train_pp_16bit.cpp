@@ -14,63 +14,31 @@
 // micro-batch by micro-batch (a rounding after each), two stages each accumulate their own and add
 // the sums once (in fp32, rounded once). Both are rounding-level; the bounds are a few times what
 // these tests measured (see each).
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <cmath>
-#include <filesystem>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <random>
 
-#include "kernels/ops.h"
-#include "parallel/comm_threads.h"
-#include "trainer/checkpoint/checkpoint.h"
-#include "trainer/data/indexed_dataset.h"
+#include "tests/trainer/train_step_fixture.h"
 #include "trainer/evaluate.h"
-#include "trainer/memory.h"
-#include "trainer/train_step.h"
 
 namespace llmtrain::trainer {
 namespace {
-namespace fs = std::filesystem;
 
-struct Layout {
+struct PipeLayout {
   int pp = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int virtual_stages = 1;
   int dp = 1, zero = 0;
 };
 
-class SixteenBitPipeline : public ::testing::Test {
+class SixteenBitPipeline : public TrainStepTest {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("train_pp16_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-    prefix_ = (dir_ / "data").string();
-    IndexedDatasetWriter w(prefix_, TokenDtype::uint16);
-    std::mt19937 rng(3);
-    for (int d = 0; d < 40; ++d) {
-      std::vector<int32_t> doc(size_t(20 + rng() % 30));
-      for (auto& t : doc) t = int32_t(rng() % 60);
-      w.add_document(doc);
-    }
-    w.close();
-    w.commit();
-    Recipe& r = recipe_;
-    r.model.family = ModelFamily::llama;
-    r.model.layers = 4, r.model.hidden = 32, r.model.heads = 4, r.model.kv_heads = 2, r.model.ffn_hidden = 64;
-    r.model.vocab = 60, r.model.vocab_pad = 32, r.model.seq_len = 12, r.model.max_positions = 12;
-    r.model.init_std = 0.1, r.model.tie_embeddings = true;
-    r.train.micro_batch = 2, r.train.global_batch = 8, r.train.steps = 10, r.train.grad_clip = 1.0;
-    r.train.loss_scale = {.initial = 1024, .growth_interval = 4, .backoff = 0.5, .hysteresis = 2};
-    r.optimizer.lr = 1e-2, r.optimizer.warmup = 2, r.optimizer.decay_steps = 10;
+    TrainStepTest::SetUp();
+    recipe_.model.layers = 4;
+    recipe_.train.loss_scale = {.initial = 1024, .growth_interval = 4, .backoff = 0.5, .hysteresis = 2};
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  Recipe with(Precision precision, const Layout& l) const {
+  Recipe with(Precision precision, const PipeLayout& l) const {
     Recipe r = recipe_;
     r.train.precision = precision;
     r.parallel.tp = 1, r.parallel.dp = l.dp, r.parallel.pp = l.pp, r.parallel.pp_schedule = l.schedule;
@@ -78,36 +46,14 @@ class SixteenBitPipeline : public ::testing::Test {
     return r;
   }
 
-  // A rank's training set-up, as train() builds it.
-  struct Rank {
-    Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world)
-        : mesh({1, r.parallel.pp, r.parallel.dp}, world->rank()),
-          comms(parallel::make_mesh_comms(mesh, std::move(world))),
-          data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
-          sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), r.parallel.dp),
-          batches(data, sampler, r.model.seq_len),
-          schedule(step_schedule(r, mesh.coord().pp, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, mesh.coord().pp, schedule), *comms.tp) {
-      step.emplace(r, model, comms, batches, schedule);
-      model.init_parameters(11);
-      step->master_from_params();
-    }
-    std::vector<CheckpointSlice> slices() {
-      return checkpoint_slices(model, &step->optimizer(), comms.dp->rank() == 0, step->grad_sync().first_copy());
-    }
-    float evaluate(const Recipe& r) {
-      return trainer::evaluate(model, batches, 2, sampler.micro_batches_per_step(), r.train.global_batch,
-                               *comms.control.dp, comms.pp.get(), comms.control.pp.get());
-    }
-    parallel::Mesh mesh;
-    parallel::MeshComms comms;
-    GptDataset data;
-    Sampler sampler;
-    MicroBatchReader batches;
-    std::vector<parallel::PipeOp> schedule;
-    Model model;
-    std::optional<TrainStep> step;
-  };
+  static std::vector<CheckpointSlice> slices(Rank& me) {
+    return checkpoint_slices(me.model, &me.step->optimizer(), me.comms.dp->rank() == 0,
+                             me.step->grad_sync().first_copy());
+  }
+  static float evaluate_pipelined(Rank& me, const Recipe& r) {
+    return trainer::evaluate(me.model, me.batches, 2, me.sampler.micro_batches_per_step(), r.train.global_batch,
+                             *me.comms.control.dp, me.comms.pp.get(), me.comms.control.pp.get());
+  }
 
   // What a run ends with: every rank's outcomes, and every parameter (by name) widened to fp32 (the
   // tied embedding's copy on the last stage as "<name>#copy"; data-parallel replicas checked equal).
@@ -126,13 +72,13 @@ class SixteenBitPipeline : public ::testing::Test {
     std::mutex mu;
     parallel::run_ranks_in_threads(ranks, [&](parallel::Comm& world) {
       const int rank = world.rank();
-      Rank me(r, prefix_, world.split(0, rank, "world"));
+      Rank me(r, prefix_, world.split(0, rank, "world"), r.parallel.dp, r.parallel.pp);
       if (!load.empty()) {
-        const LoadedCheckpoint c = checkpoint_load(load, me.slices(), *me.comms.world);
+        const LoadedCheckpoint c = checkpoint_load(load, slices(me), *me.comms.world);
         me.step->restore(c.manifest.extra, from);
         me.step->params_from_master();
       }
-      const float eval = me.evaluate(r);
+      const float eval = evaluate_pipelined(me, r);
       for (int s = from; s < to; ++s)
         out.steps[size_t(rank)].push_back(me.step->run(s, int64_t(s) * r.train.global_batch));
       {
@@ -156,15 +102,11 @@ class SixteenBitPipeline : public ::testing::Test {
         meta.recipe_yaml = "name: pp16\n";
         meta.tokenizer_kind = "byte";
         meta.mesh = {1, r.parallel.pp, r.parallel.dp, r.parallel.zero, r.parallel.zero > 0 ? r.parallel.dp : 0};
-        checkpoint_save(default_file_system(), save, meta, me.slices(), *me.comms.world, 3);
+        checkpoint_save(default_file_system(), save, meta, slices(me), *me.comms.world, 3);
       }
     });
     return out;
   }
-
-  fs::path dir_;
-  std::string prefix_;
-  Recipe recipe_;
 };
 
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -201,7 +143,7 @@ TEST_F(SixteenBitPipeline, StagesTakeTheStepsOfOneRank) {
   struct Case {
     Precision precision;
     bool tied;
-    Layout layout;
+    PipeLayout layout;
     double loss, norm, param;  // bounds on the worst relative differences (tied)
   };
   const Case cases[] = {{Precision::bf16, true, {2, PipelineSchedule::one_f_one_b}, 1e-3, 5e-2, 2.5e-2},
@@ -276,9 +218,10 @@ TEST_F(SixteenBitPipeline, ACheckpointResumesBitwiseAtPpTwoAndLoadsAtPpOne) {
 // process: the allocator counts the sum of their plans), and their communication memory (the
 // receive buffers between stages, the tied embedding's gradient exchange) is half of fp32's.
 TEST_F(SixteenBitPipeline, TheMemoryPlanIsWhatTheStagesAllocate) {
-  for (const auto& [precision, layout] : {std::pair{Precision::bf16, Layout{2, PipelineSchedule::one_f_one_b}},
-                                          std::pair{Precision::fp16, Layout{2, PipelineSchedule::zero_bubble}},
-                                          std::pair{Precision::bf16, Layout{2, PipelineSchedule::interleaved, 2}}}) {
+  for (const auto& [precision, layout] :
+       {std::pair{Precision::bf16, PipeLayout{2, PipelineSchedule::one_f_one_b}},
+        std::pair{Precision::fp16, PipeLayout{2, PipelineSchedule::zero_bubble}},
+        std::pair{Precision::bf16, PipeLayout{2, PipelineSchedule::interleaved, 2}}}) {
     SCOPED_TRACE(fmt::format("{} {}", to_string(precision), to_string(layout.schedule)));
     const Recipe r = with(precision, layout), fp32 = with(Precision::fp32, layout);
     MemoryAccount plan;
@@ -292,7 +235,7 @@ TEST_F(SixteenBitPipeline, TheMemoryPlanIsWhatTheStagesAllocate) {
     }
     MemoryAccount got;
     parallel::run_ranks_in_threads(layout.pp, [&](parallel::Comm& world) {
-      Rank me(r, prefix_, world.split(0, world.rank(), "world"));
+      Rank me(r, prefix_, world.split(0, world.rank(), "world"), r.parallel.dp, r.parallel.pp);
       me.step->run(0, 0);
       world.barrier();
       if (world.rank() == 0) got = memory_measured(kernels::Device::cpu, false);
@@ -314,7 +257,7 @@ TEST_F(SixteenBitPipeline, AnOverflowOnOneStageSkipsTheStepOnEveryStage) {
   std::vector<StepOutcome> got[2];
   parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
     const int rank = world.rank();
-    Rank me(r, prefix_, world.split(0, rank, "world"));
+    Rank me(r, prefix_, world.split(0, rank, "world"), r.parallel.dp, r.parallel.pp);
     me.step->set_overflow_injection([rank](int64_t step) { return step == 2 - rank; });
     for (int s = 0; s < 4; ++s) got[rank].push_back(me.step->run(s, int64_t(s) * r.train.global_batch));
     EXPECT_EQ(me.step->optimizer().steps(), 2) << "rank " << rank;

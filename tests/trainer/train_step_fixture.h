@@ -108,7 +108,7 @@ class TrainStepTest : public ::testing::Test {
   Recipe recipe_;
 };
 
-double rel_diff(const kernels::Tensor& a, const kernels::Tensor& b) {
+inline double rel_diff(const kernels::Tensor& a, const kernels::Tensor& b) {
   double num = 0, den = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
     const double x = a.ptr<float>()[i], y = b.ptr<float>()[i];
