@@ -20,8 +20,8 @@ void CountingComm::count(Op op, int64_t bytes, int64_t num, int64_t den) {
   if (size() > 1) bytes_[size_t(op)] += bytes * num / den;
 }
 
-void CountingComm::ring(Op op, const Tensor& t, const Reduction& reduction) {
-  const int64_t n = size(), bytes = t.numel() * int64_t(wire_element_size(reduction, t.dtype));
+void CountingComm::ring(Op op, const Tensor& t, size_t element_size) {
+  const int64_t n = size(), bytes = t.numel() * int64_t(element_size);
   count(op, bytes, op == all_reduce_op ? 2 * (n - 1) : n - 1, n);
 }
 
@@ -30,15 +30,15 @@ std::unique_ptr<Comm> CountingComm::split(int color, int key, std::string name) 
 }
 
 void CountingComm::all_reduce(Tensor buf, Reduction op) {
-  ring(all_reduce_op, buf, op);
+  ring(all_reduce_op, buf, wire_element_size(op, buf.dtype));
   inner_->all_reduce(buf, op);
 }
 void CountingComm::reduce_scatter(Tensor in, Tensor out, Reduction op) {
-  ring(reduce_scatter_op, in, op);
+  ring(reduce_scatter_op, in, wire_element_size(op, in.dtype));
   inner_->reduce_scatter(in, out, op);
 }
 void CountingComm::all_gather(Tensor in, Tensor out) {
-  ring(all_gather_op, out);
+  ring(all_gather_op, out, kernels::dtype_size(out.dtype));
   inner_->all_gather(in, out);
 }
 void CountingComm::broadcast(Tensor buf, int root) {
@@ -51,21 +51,21 @@ void CountingComm::send(Tensor buf, int peer, int tag) {
 }
 void CountingComm::recv(Tensor buf, int peer, int tag) { inner_->recv(buf, peer, tag); }
 void CountingComm::all_to_all(Tensor in, Tensor out) {
-  ring(all_to_all_op, in);
+  ring(all_to_all_op, in, kernels::dtype_size(in.dtype));
   inner_->all_to_all(in, out);
 }
 void CountingComm::barrier() { inner_->barrier(); }
 
 WorkHandle CountingComm::all_reduce_async(Tensor buf, Reduction op) {
-  ring(all_reduce_op, buf, op);
+  ring(all_reduce_op, buf, wire_element_size(op, buf.dtype));
   return inner_->all_reduce_async(buf, op);
 }
 WorkHandle CountingComm::reduce_scatter_async(Tensor in, Tensor out, Reduction op) {
-  ring(reduce_scatter_op, in, op);
+  ring(reduce_scatter_op, in, wire_element_size(op, in.dtype));
   return inner_->reduce_scatter_async(in, out, op);
 }
 WorkHandle CountingComm::all_gather_async(Tensor in, Tensor out) {
-  ring(all_gather_op, out);
+  ring(all_gather_op, out, kernels::dtype_size(out.dtype));
   return inner_->all_gather_async(in, out);
 }
 WorkHandle CountingComm::broadcast_async(Tensor buf, int root) {
@@ -78,7 +78,7 @@ WorkHandle CountingComm::send_async(Tensor buf, int peer, int tag) {
 }
 WorkHandle CountingComm::recv_async(Tensor buf, int peer, int tag) { return inner_->recv_async(buf, peer, tag); }
 WorkHandle CountingComm::all_to_all_async(Tensor in, Tensor out) {
-  ring(all_to_all_op, in);
+  ring(all_to_all_op, in, kernels::dtype_size(in.dtype));
   return inner_->all_to_all_async(in, out);
 }
 WorkHandle CountingComm::barrier_async() { return inner_->barrier_async(); }

@@ -63,7 +63,8 @@ class CountingComm final : public Comm {
  private:
   // Counts `num`/`den` of `bytes` (the ring share) for one call of `op`.
   void count(Op op, int64_t bytes, int64_t num, int64_t den);
-  void ring(Op op, const Tensor& t, const Reduction& reduction = ReduceOp::sum);
+  // Counts the ring share of `t` for `op`, each element moving `element_size` bytes.
+  void ring(Op op, const Tensor& t, size_t element_size);
 
   std::unique_ptr<Comm> inner_;
   std::array<int64_t, kOps> bytes_{}, calls_{};

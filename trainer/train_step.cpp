@@ -276,7 +276,8 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   }
   model_.zero_grads();
   spent(times.optimizer);
-  if (op_s_.size() + compute_ops_ > op_s_.capacity()) op_s_.erase(op_s_.begin(), op_s_.begin() + long(compute_ops_));
+  // The same window as schedule_s_: the last kScheduleTimesKept steps.
+  if (op_s_.size() == kScheduleTimesKept * compute_ops_) op_s_.erase(op_s_.begin(), op_s_.begin() + long(compute_ops_));
   stage_->begin_step(consumed_samples, &times, &op_s_);
   const double run_start = now_s();
   executor_->run();  // forward, backward and data time themselves; pipeline waits are in none

@@ -31,6 +31,19 @@ TEST(CountingComm, CountsTheRingVolumeEachRankSends) {
     EXPECT_EQ(c.bytes_sent(), 0);
     EXPECT_EQ(c.calls(CountingComm::all_reduce_op), 0);
   });
+  // 16-bit buffers: gathers move their 2-byte words; a reduction widened to fp32 moves 4 bytes per
+  // element, one summed in 16 bits (Accumulate::in_dtype) 2.
+  run_ranks_in_threads(4, [](Comm& world) {
+    CountingComm c(world.split(0, world.rank(), "tp"));
+    std::vector<uint16_t> part(2, 0x3f80), all(8), sum(8, 0x3f80);
+    c.all_gather(Tensor(part.data(), kernels::DType::bf16, {2}), Tensor(all.data(), kernels::DType::bf16, {8}));
+    EXPECT_EQ(c.bytes_sent(CountingComm::all_gather_op), 3 * 16 / 4);
+    c.all_reduce(Tensor(sum.data(), kernels::DType::bf16, {8}), ReduceOp::sum);
+    EXPECT_EQ(c.bytes_sent(CountingComm::all_reduce_op), 2 * 3 * 32 / 4);
+    c.reset();
+    c.all_reduce(Tensor(sum.data(), kernels::DType::bf16, {8}), Reduction(ReduceOp::sum, Accumulate::in_dtype));
+    EXPECT_EQ(c.bytes_sent(CountingComm::all_reduce_op), 2 * 3 * 16 / 4);
+  });
   CountingComm one(make_local_comm("tp"));
   std::vector<float> x(4);
   one.all_reduce(host_tensor(x.data(), {4}), ReduceOp::sum);
