@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/model/generate.h"
 #include "trainer/model/model.h"
@@ -36,6 +37,24 @@ std::vector<std::string> step_dirs(const std::string& path) {
     throw Error(fmt::format("{} holds no checkpoint (no manifest.json, no step_<N>/, no ckpt/)", path),
                 "give a checkpoint: runs/<name>, runs/<name>/ckpt or a step_<N>/");
   return dirs;
+}
+
+// The logits after each prompt token ([tokens, vocab], the real ids only) and the ids, as a
+// safetensors file: what a comparison with another implementation of the model reads.
+void write_prompt_logits(trainer::KvCacheDecoder& decoder, const std::vector<int32_t>& prompt,
+                         const std::string& path) {
+  const int64_t vocab = decoder.vocab(), n = static_cast<int64_t>(prompt.size());
+  std::vector<float> logits(static_cast<size_t>(n * vocab));
+  for (int64_t t = 0; t < n; ++t) {
+    std::span<const float> row = decoder.append(std::span<const int32_t>(&prompt[size_t(t)], 1));
+    std::copy(row.begin(), row.begin() + vocab, logits.begin() + t * vocab);
+  }
+  decoder.reset();
+  std::string bytes;
+  trainer::safetensors_write(
+      {{"logits", kernels::DType::fp32, {n, vocab}, logits.data()}, {"ids", kernels::DType::int32, {n}, prompt.data()}},
+      {}, [&](const void* d, size_t k) { bytes.append(static_cast<const char*>(d), k); });
+  write_file_atomic(default_file_system(), path, bytes);
 }
 
 }  // namespace
@@ -66,7 +85,11 @@ int cmd_generate(const GenerateArgs& args) {
       std::string file = (fs::path(dir) / manifest.tokenizer).string();
       tok = trainer::load_tokenizer_from_bytes(manifest.tokenizer_kind, read_file(file), file);
     }
-    std::vector<int32_t> prompt = tok->encode(args.prompt);
+    std::vector<int32_t> prompt = args.prompt_ids.empty() ? tok->encode(args.prompt) : args.prompt_ids;
+    for (int32_t id : prompt)
+      if (id < 0 || id >= cfg.vocab)
+        throw Error(fmt::format("--prompt-ids: {} is not a token id of this model (0..{})", id, cfg.vocab - 1),
+                    "give ids of the checkpoint's tokenizer");
     if (prompt.empty()) {
       if (tok->eod_id() < 0)
         throw Error("the prompt is empty and the tokenizer has no end-of-document token to start from",
@@ -93,14 +116,18 @@ int cmd_generate(const GenerateArgs& args) {
              to_string(cfg.family), cfg.layers, tok->describe());
 
     trainer::KvCacheDecoder decoder(model);
+    if (!args.logits_out.empty()) write_prompt_logits(decoder, prompt, args.logits_out);
     trainer::GenerateOptions o;
     o.max_tokens = args.max_tokens;
     o.sampling = {args.temperature, args.top_k, args.top_p};
     o.seed = args.seed;
-    std::fputs(args.prompt.c_str(), stdout);
+    if (!args.ids) std::fputs(args.prompt_ids.empty() ? args.prompt.c_str() : tok->decode(prompt).c_str(), stdout);
     std::fflush(stdout);
+    bool first = true;
     auto out = trainer::generate(decoder, prompt, tok->eod_id(), o, [&](int32_t id) {
-      std::string text = tok->decode(std::span<const int32_t>(&id, 1));
+      std::string text =
+          args.ids ? fmt::format("{}{}", first ? "" : " ", id) : tok->decode(std::span<const int32_t>(&id, 1));
+      first = false;
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     });

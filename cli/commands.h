@@ -57,8 +57,31 @@ struct GenerateArgs {
   int top_k = 0;
   double top_p = 1.0;
   uint64_t seed = 0;
+  std::vector<int32_t> prompt_ids;  // --prompt-ids: token ids instead of --prompt's text
+  bool ids = false;                 // --ids: print the generated ids (one line) instead of text
+  std::string logits_out;           // --logits-out: the prompt's logits [tokens, vocab] as safetensors
 };
 int cmd_generate(const GenerateArgs& args);
+
+struct ExportArgs {
+  std::string checkpoint;                       // a step directory, a checkpoint directory or a run directory
+  std::string output;                           // --hf: the transformers model directory to create
+  std::string dtype = "fp32";                   // --dtype fp32 | bf16 | fp16
+  uint64_t max_shard_bytes = 5'000'000'000ull;  // --max-shard-size: transformers' default, 5 GB
+};
+int cmd_export(const ExportArgs& args);
+
+struct ImportArgs {
+  std::string hf_dir;  // a transformers model directory
+  std::string output;  // --out: the checkpoint directory to write (step_00000000/)
+  std::string recipe;  // --recipe: check the model against this recipe and record it
+};
+int cmd_import(const ImportArgs& args);
+
+struct CkptInspectArgs {
+  std::string checkpoint;
+};
+int cmd_ckpt_inspect(const CkptInspectArgs& args);
 
 struct PlotArgs {
   std::vector<std::string> runs;     // run directories or metrics.jsonl files

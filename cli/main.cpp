@@ -93,7 +93,7 @@ void add_prep_args(CLI::App* cmd, llmtrain::cli::PrepArgs& a) {
 }
 
 // Subcommands that are planned but not built yet (README "What works today").
-constexpr const char* kPlannedCommands[] = {"export", "import", "plan"};
+constexpr const char* kPlannedCommands[] = {"plan"};
 
 // CLI11 answers a first word that is no subcommand with "A subcommand is required". Returns the
 // exit status for such a word after saying what it is, or 0 for a known command.
@@ -224,11 +224,74 @@ int main(int argc, char** argv) {
   gen->add_option("--top-p", gen_args.top_p, "Nucleus sampling: the smallest set of probability >= P (default 1.0)")
       ->check(CLI::Range(0.0, 1.0));
   gen->add_option("--seed", gen_args.seed, "Random seed; the same seed gives the same text (default 0)");
+  gen->add_option("--prompt-ids", gen_args.prompt_ids, "The prompt as token ids instead of text")
+      ->delimiter(',')
+      ->type_name("ID,ID,...")
+      ->excludes("--prompt");
+  gen->add_flag("--ids", gen_args.ids, "Print the generated token ids (space-separated) instead of text");
+  gen->add_option("--logits-out", gen_args.logits_out,
+                  "Also write the prompt's logits [tokens, vocab] and ids to this safetensors file (to compare "
+                  "with another implementation)")
+      ->type_name("FILE");
   gen->footer(
       "Examples:\n"
       "  llmtrain generate runs/tiny --prompt \"The meaning of life is\" --max-tokens 300\n"
       "  llmtrain generate runs/tiny/ckpt/step_00002000 --prompt \"Q:\" --temperature 0.8 --top-k 40 --seed 1\n"
       "The tokenizer is the one recorded in the checkpoint.");
+
+  cli::ExportArgs export_args;
+  std::string max_shard = "5GB";
+  auto* exp = app.add_subcommand("export", "Write a checkpoint as a Hugging Face transformers model directory");
+  exp->add_option("checkpoint", export_args.checkpoint,
+                  "A checkpoint: step_<N>/ directory, a checkpoint directory (its newest), or a run directory")
+      ->required();
+  exp->add_option("--hf", export_args.output, "The model directory to create (must not exist, or be empty)")
+      ->required()
+      ->type_name("DIR");
+  exp->add_option("--dtype", export_args.dtype, "Tensor dtype of the files (default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  exp->add_option("--max-shard-size", max_shard,
+                  "Largest tensor file; more become model-0000K-of-0000N.safetensors with an index (default 5GB)")
+      ->type_name("SIZE");
+  exp->footer(
+      "Writes config.json (GPT2Config / LlamaConfig), model.safetensors (or shards and model.safetensors.index.json),\n"
+      "generation_config.json, tokenizer.json and tokenizer_config.json; transformers' AutoModelForCausalLM and\n"
+      "AutoTokenizer load the directory. Any checkpoint layout (tp, pp, dp, ZeRO) exports the same files.\n"
+      "Examples:\n"
+      "  llmtrain export runs/gpt2-124m --hf hf/gpt2-124m\n"
+      "  llmtrain export runs/llama/ckpt/step_00010000 --hf hf/llama --dtype bf16 --max-shard-size 2GB\n"
+      "Details: docs/hf.md");
+
+  cli::ImportArgs import_args;
+  auto* imp = app.add_subcommand("import", "Turn a Hugging Face transformers model directory into a checkpoint");
+  imp->add_option("hf_dir", import_args.hf_dir, "A transformers model directory (config.json, model.safetensors)")
+      ->required();
+  imp->add_option("--out", import_args.output, "The checkpoint directory to write (step_00000000/ inside it)")
+      ->required()
+      ->type_name("DIR");
+  imp->add_option("--recipe", import_args.recipe,
+                  "Check the model against this recipe (an error per differing field) and record it; default: derive "
+                  "one from config.json into <out>/recipe.yaml")
+      ->type_name("RECIPE");
+  imp->footer(
+      "The checkpoint holds the weights only: fine-tune with checkpoint.resume: <out> and load_weights_only: true.\n"
+      "GPT-2 and LLaMA architectures; options llmtrain does not implement are refused, naming the field.\n"
+      "Examples:\n"
+      "  llmtrain import hf/gpt2 --out ckpt/gpt2 && llmtrain generate ckpt/gpt2 --prompt \"Hello\"\n"
+      "  llmtrain import hf/llama --out ckpt/llama --recipe finetune.yaml\n"
+      "Details: docs/hf.md");
+
+  cli::CkptInspectArgs inspect_args;
+  auto* ckpt = app.add_subcommand("ckpt", "Checkpoint tools");
+  ckpt->require_subcommand(1);
+  auto* inspect =
+      ckpt->add_subcommand("inspect", "Show a checkpoint's step, layout, model and tensors, and verify every checksum");
+  inspect
+      ->add_option("checkpoint", inspect_args.checkpoint,
+                   "A checkpoint: step_<N>/ directory, a checkpoint directory (its newest), or a run directory")
+      ->required();
+  inspect->footer(
+      "Exit status: 0 intact, 1 damaged (every problem listed).\nExample:\n  llmtrain ckpt inspect runs/tiny");
 
   cli::PrepArgs prep_args;
   auto* prep = app.add_subcommand(
@@ -294,6 +357,16 @@ int main(int argc, char** argv) {
     if (*prep) return cli::cmd_prep(prep_args);
     if (*gen) return cli::cmd_generate(gen_args);
     if (*plot) return cli::cmd_plot(plot_args);
+    if (*exp) {
+      auto bytes = parse_byte_size(max_shard);
+      if (!bytes || *bytes == 0)
+        throw Error(fmt::format("--max-shard-size {}: expected a size such as 5GB, 500MB or 1000000", max_shard),
+                    "units: B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB");
+      export_args.max_shard_bytes = *bytes;
+      return cli::cmd_export(export_args);
+    }
+    if (*imp) return cli::cmd_import(import_args);
+    if (*inspect) return cli::cmd_ckpt_inspect(inspect_args);
   } catch (const cli::RecipeError& e) {
     std::fprintf(stderr, "%s\n", e.format().c_str());
     return kExitUserError;

@@ -143,6 +143,28 @@ std::optional<double> parse_duration_seconds(std::string_view s) {
   return v * scale;
 }
 
+std::optional<uint64_t> parse_byte_size(std::string_view s) {
+  std::string t = trim(s);
+  static const std::pair<std::string_view, double> units[] = {
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"KB", 1e3},
+      {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12},          {"B", 1.0}};
+  double scale = 1.0;
+  std::string_view num = t;
+  for (const auto& [suffix, factor] : units) {
+    if (num.size() > suffix.size() && num.substr(num.size() - suffix.size()) == suffix) {
+      scale = factor;
+      num.remove_suffix(suffix.size());
+      break;
+    }
+  }
+  double v = 0;
+  auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+  if (num.empty() || ec != std::errc() || p != num.data() + num.size() || !std::isfinite(v) || v < 0 ||
+      v * scale >= 1.8e19)
+    return std::nullopt;
+  return static_cast<uint64_t>(v * scale);
+}
+
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   if (seconds < 60) return fmt::format("{:.1f}s", seconds);

@@ -2,6 +2,7 @@
 // parsing of durations and byte sizes that recipes and flags use.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,9 @@ inline constexpr std::string_view kDigits = "0123456789";
 
 // "300s", "5m", "1.5h", "250ms", or a bare number of seconds. nullopt when malformed.
 std::optional<double> parse_duration_seconds(std::string_view s);
+// "5GB", "500MB", "2GiB", "1000000" (bytes; KB/MB/GB/TB are powers of 1000 as transformers'
+// max_shard_size, KiB/MiB/GiB of 1024). nullopt when malformed or beyond 2^64.
+std::optional<uint64_t> parse_byte_size(std::string_view s);
 // Formats seconds as "1h02m03s" / "4m05s" / "12.3s".
 std::string format_duration(double seconds);
 // Formats a count with a suffix: 124.44M, 8.03B, 1.20T; beyond 1e15 in scientific notation.

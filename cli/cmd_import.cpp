@@ -1,0 +1,278 @@
+// `llmtrain import HF_DIR --out CKPT [--recipe R]`: a transformers model directory (config.json,
+// model.safetensors or its index and shards, tokenizer.json) into a weights-only checkpoint, for
+// fine-tuning with checkpoint.load_weights_only. Every tensor of the file must be used (a tensor we
+// do not implement is refused, never dropped), every tensor of the model present, shapes exact.
+#include <filesystem>
+#include <set>
+
+#include "cli/commands.h"
+#include "cli/recipe_emit.h"
+#include "cli/recipe_load.h"
+#include "cli/recipe_parse.h"
+#include "common/checkpoint_dir.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/json_depth.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "kernels/dtype_convert.h"
+#include "parallel/comm.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/hf_bridge.h"
+#include "trainer/checkpoint/safetensors.h"
+
+namespace llmtrain::cli {
+namespace fs = std::filesystem;
+using kernels::DType;
+using nlohmann::json;
+
+namespace {
+
+json read_json_file(const fs::path& path) {
+  const std::string text = read_file(path.string());
+  require_json_depth(text, path.string());
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw Error(fmt::format("{} is not valid JSON", path.string()), "give transformers' files");
+  return j;
+}
+
+// The safetensors files of a model directory and where each tensor is.
+class HfWeights {
+ public:
+  explicit HfWeights(const fs::path& dir) {
+    const fs::path index = dir / "model.safetensors.index.json";
+    std::vector<std::string> names;
+    if (fs::exists(index)) {
+      json j = read_json_file(index);
+      if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+        throw Error(fmt::format("{}: no weight_map object", index.string()), "the index is damaged");
+      std::set<std::string> files;
+      for (const auto& [tensor, file] : j["weight_map"].items()) {
+        if (!file.is_string() || !is_plain_file_name(file.get<std::string>()))
+          throw Error(fmt::format("{}: tensor {} maps to {}, not a file name inside {}", index.string(), tensor,
+                                  file.dump().substr(0, 80), dir.string()),
+                      "the index is damaged (or crafted): shards are files of the model directory");
+        files.insert(file.get<std::string>());
+      }
+      names.assign(files.begin(), files.end());
+    } else if (fs::exists(dir / "model.safetensors")) {
+      names = {"model.safetensors"};
+    } else {
+      throw Error(fmt::format("{} has no model.safetensors (nor model.safetensors.index.json)", dir.string()),
+                  fs::exists(dir / "pytorch_model.bin")
+                      ? "not supported yet: pytorch_model.bin; save the model with transformers' "
+                        "save_pretrained(dir, safe_serialization=True)"
+                      : "give a directory written by transformers' save_pretrained or llmtrain export");
+    }
+    for (const std::string& n : names) files_.emplace_back((dir / n).string());
+    for (size_t f = 0; f < files_.size(); ++f)
+      for (const auto& t : files_[f].tensors()) {
+        if (!where_.emplace(t.name, std::make_pair(f, &t)).second)
+          throw Error(fmt::format("tensor {} is in two files ({} and {})", t.name, files_[where_[t.name].first].path(),
+                                  files_[f].path()),
+                      "the model directory is inconsistent");
+      }
+  }
+
+  const trainer::SafetensorsTensor* find(const std::string& name) const {
+    auto it = where_.find(name);
+    return it == where_.end() ? nullptr : it->second.second;
+  }
+  // The tensor as fp32 values (F32, BF16 and F16 are read; others refused).
+  std::vector<float> read(const std::string& name) {
+    const auto& [f, t] = where_.at(name);
+    used_.insert(name);
+    std::vector<float> out(static_cast<size_t>(t->numel()));
+    if (t->dtype == DType::fp32) {
+      files_[f].read(*t, out.data());
+    } else if (t->dtype == DType::bf16 || t->dtype == DType::fp16) {
+      std::vector<uint16_t> w(out.size());
+      files_[f].read(*t, w.data());
+      for (size_t i = 0; i < w.size(); ++i)
+        out[i] = t->dtype == DType::bf16 ? kernels::bf16_to_fp32(w[i]) : kernels::fp16_to_fp32(w[i]);
+    } else {
+      throw Error(fmt::format("{}: tensor {} is {}", files_[f].path(), name, kernels::to_string(t->dtype)),
+                  "not supported yet: weights that are not F32, BF16 or F16 (quantized models)");
+    }
+    return out;
+  }
+  std::vector<std::string> unused() const {
+    std::vector<std::string> out;
+    for (const auto& [name, ft] : where_)
+      if (!used_.count(name)) out.push_back(name);
+    return out;
+  }
+
+ private:
+  std::vector<trainer::SafetensorsFile> files_;
+  std::map<std::string, std::pair<size_t, const trainer::SafetensorsTensor*>> where_;
+  std::set<std::string> used_;
+};
+
+// Buffers transformers saves with some models that are derived, not learned (and not ours).
+bool derived_buffer(const std::string& name) {
+  for (std::string_view suffix : {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"})
+    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  return false;
+}
+
+// The recipe's model against config.json's: one line per field that differs.
+void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const std::string& recipe,
+                        const std::string& config) {
+  std::vector<std::string> bad;
+  auto cmp = [&](const char* key, auto a, auto b) {
+    if (a != b) bad.push_back(fmt::format("model.{}: the recipe says {}, {} says {}", key, a, config, b));
+  };
+  cmp("family", std::string(to_string(want.family)), std::string(to_string(have.family)));
+  cmp("layers", want.layers, have.layers);
+  cmp("hidden", want.hidden, have.hidden);
+  cmp("heads", want.heads, have.heads);
+  cmp("kv_heads", want.kv_heads, have.kv_heads);
+  cmp("ffn_hidden", want.ffn_hidden, have.ffn_hidden);
+  cmp("vocab", want.vocab, have.vocab);
+  cmp("max_positions", want.max_positions, have.max_positions);
+  cmp("norm_eps", want.norm_eps, have.norm_eps);
+  if (have.family == ModelFamily::llama) cmp("rope_theta", want.rope_theta, have.rope_theta);
+  cmp("tie_embeddings", want.tie_embeddings, have.tie_embeddings);
+  if (!bad.empty())
+    throw Error(fmt::format("{} does not describe the model in {}:\n  {}", recipe, config, fmt::join(bad, "\n  ")),
+                "set these model: keys as config.json has them, or import without --recipe to derive one");
+}
+
+// The tokenizer of a model directory: our byte tokenizer as llmtrain exports it, a tokenizer.json,
+// or GPT-2's vocab.json + merges.txt. nullptr when there is none.
+std::unique_ptr<trainer::Tokenizer> hf_dir_tokenizer(const fs::path& dir) {
+  const fs::path json_file = dir / "tokenizer.json";
+  if (fs::exists(json_file)) {
+    const std::string bytes = read_file(json_file.string());
+    if (bytes == trainer::hf_byte_tokenizer_json()) return trainer::load_tokenizer("byte");
+    return trainer::load_tokenizer_from_bytes(trainer::kTokenizerKindHfJson, bytes, json_file.string());
+  }
+  if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) return trainer::load_tokenizer(dir.string());
+  return nullptr;
+}
+
+// A run name from the model directory's name (letters, digits, '.', '_' and '-').
+std::string run_name(const fs::path& dir) {
+  fs::path base = fs::absolute(dir).lexically_normal();
+  if (base.filename().empty()) base = base.parent_path();
+  std::string name = base.filename().string();
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  return name.empty() || !std::isalnum(static_cast<unsigned char>(name[0])) ? "imported-" + name : name;
+}
+
+}  // namespace
+
+int cmd_import(const ImportArgs& args) {
+  const fs::path dir(args.hf_dir);
+  if (!fs::is_directory(dir))
+    throw Error(fmt::format("{} is not a directory", dir.string()), "give a transformers model directory");
+  const fs::path config_path = dir / "config.json";
+  if (!fs::exists(config_path))
+    throw Error(fmt::format("{} is missing", config_path.string()), "give a transformers model directory");
+  trainer::HfImportedConfig hf = trainer::hf_read_model_config(read_json_file(config_path), config_path.string());
+  for (const auto& w : hf.warnings) log_warn("{}: {}", config_path.string(), w);
+
+  std::unique_ptr<trainer::Tokenizer> tok = hf_dir_tokenizer(dir);
+  ModelConfig cfg = hf.model;
+  std::string recipe_yaml;
+  if (!args.recipe.empty()) {
+    LoadedRecipe loaded = recipe_load(args.recipe, {});
+    check_recipe_model(loaded.recipe.model, hf.model, args.recipe, config_path.string());
+    cfg = loaded.recipe.model;
+    auto recipe_tok = trainer::load_tokenizer(loaded.recipe.data.tokenizer);
+    if (tok && (tok->source().kind != recipe_tok->source().kind || tok->source().bytes != recipe_tok->source().bytes))
+      throw Error(fmt::format("{}'s data.tokenizer ({}) is not the tokenizer of {}", args.recipe,
+                              loaded.recipe.data.tokenizer, dir.string()),
+                  "fine-tune with the model's own tokenizer (data.tokenizer: the model directory)");
+    if (!tok) tok = std::move(recipe_tok);
+    recipe_yaml = recipe_to_yaml(loaded.recipe);
+  }
+  if (!tok)
+    throw Error(fmt::format("{} has no tokenizer (tokenizer.json, or vocab.json + merges.txt)", dir.string()),
+                "give --recipe with data.tokenizer, or add the model's tokenizer files");
+  if (tok->vocab_size() > cfg.vocab)
+    throw Error(
+        fmt::format("the tokenizer has {} ids but config.json's vocab_size is {}", tok->vocab_size(), cfg.vocab),
+        "the tokenizer does not belong to this model");
+
+  // The weights, in our layout.
+  HfWeights weights(dir);
+  std::vector<std::vector<float>> values;
+  std::vector<trainer::CheckpointSlice> slices;
+  const auto specs = trainer::model_param_specs(cfg);
+  values.reserve(specs.size());
+  for (const trainer::ParamSpec& p : specs) {
+    const trainer::HfTensorLayout layout = trainer::hf_tensor_layout(cfg, p);
+    std::string name = layout.name;
+    if (!weights.find(name) && starts_with(name, "transformer.")) name = name.substr(12);  // GPT-2's original files
+    const trainer::SafetensorsTensor* t = weights.find(name);
+    if (!t)
+      throw Error(fmt::format("{} has no tensor {}", dir.string(), layout.name),
+                  "the weights do not belong to this config.json");
+    if (t->shape != layout.shape)
+      throw Error(fmt::format("{}: tensor {} has shape [{}], config.json implies [{}]", dir.string(), name,
+                              fmt::join(t->shape, ", "), fmt::join(layout.shape, ", ")),
+                  "the weights do not belong to this config.json");
+    std::vector<float> hf_values = weights.read(name);
+    values.emplace_back(static_cast<size_t>(p.numel()));
+    trainer::from_hf_layout(layout, p, hf_values.data(), values.back().data());
+    slices.push_back({p.name, trainer::TensorRole::param, p.shape, trainer::SliceSpec::whole(p.shape),
+                      kernels::Tensor(values.back().data(), DType::fp32, {p.numel()}), true});
+  }
+  for (const std::string& name : weights.unused()) {
+    if (derived_buffer(name)) continue;
+    if (cfg.tie_embeddings && name == "lm_head.weight") {
+      // Some tied models store the head too: accept it only when it is the embedding.
+      std::vector<float> head = weights.read(name);
+      const std::vector<float>& wte = values.front();
+      if (std::equal(head.begin(), head.end(), wte.begin())) continue;
+      throw Error(fmt::format("{}: lm_head.weight differs from the token embedding, but tie_word_embeddings is true",
+                              dir.string()),
+                  "set tie_word_embeddings: false in config.json if the head is its own matrix");
+    }
+    throw Error(fmt::format("{}: tensor {} is not part of the {} model llmtrain builds from config.json", dir.string(),
+                            name, to_string(cfg.family)),
+                "not supported yet: this tensor's module (llmtrain refuses rather than drop weights)");
+  }
+
+  const fs::path out = fs::absolute(args.output);
+  if (recipe_yaml.empty()) {
+    // A fine-tuning starting point: the model as config.json says, this tokenizer, and the
+    // imported weights to start from; data.train is the user's to fill in.
+    const std::string tokenizer =
+        tok->source().kind == trainer::kTokenizerKindByte
+            ? "byte"
+            : (out / checkpoint_step_dir(0) / trainer::checkpoint_tokenizer_file(tok->source().kind)).string();
+    recipe_yaml = fmt::format(
+        "# Derived from {} by `llmtrain import`: set data.train to your dataset, then `llmtrain run`.\n"
+        "name: {}\n"
+        "model: {{family: {}, layers: {}, hidden: {}, heads: {}, kv_heads: {}, ffn_hidden: {}, vocab: {},\n"
+        "        seq_len: {}, max_positions: {}, rope_theta: {}, norm_eps: {}, init_std: {}, tie_embeddings: {}}}\n"
+        "data: {{tokenizer: {}, train: [data/train]}}\n"
+        "train: {{steps: 1000, micro_batch: 1}}\n"
+        "checkpoint: {{resume: {}, load_weights_only: true}}\n",
+        config_path.string(), json(run_name(dir)).dump(), to_string(cfg.family), cfg.layers, cfg.hidden, cfg.heads,
+        cfg.kv_heads, cfg.ffn_hidden, cfg.vocab, cfg.seq_len, cfg.max_positions, cfg.rope_theta, cfg.norm_eps,
+        cfg.init_std, cfg.tie_embeddings, json(tokenizer).dump(), json(out.string()).dump());
+    ParsedRecipe parsed = recipe_parse_text(recipe_yaml, "the derived recipe", {});
+    if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
+  }
+
+  trainer::CheckpointMeta meta;
+  meta.recipe_yaml = recipe_yaml;
+  meta.tokenizer_kind = tok->source().kind;
+  meta.tokenizer_bytes = tok->source().bytes;
+  meta.extra = json{{"imported_from", fs::absolute(dir).string()}};
+  auto world = parallel::make_local_comm();
+  const std::string step = trainer::checkpoint_save(default_file_system(), out.string(), meta, slices, *world, 1);
+  if (args.recipe.empty()) write_file_atomic(default_file_system(), (out / "recipe.yaml").string(), recipe_yaml);
+  log_info("imported {} ({} model, {} layers, hidden {}, vocab {}) into {}{}", dir.string(), to_string(cfg.family),
+           cfg.layers, cfg.hidden, cfg.vocab, step,
+           args.recipe.empty() ? fmt::format("; fine-tuning recipe template: {}", (out / "recipe.yaml").string()) : "");
+  return kExitOk;
+}
+
+}  // namespace llmtrain::cli

@@ -1,0 +1,309 @@
+#include "trainer/checkpoint/hf_bridge.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "common/error.h"
+
+namespace llmtrain::trainer {
+using nlohmann::json;
+
+HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
+  HfTensorLayout l;
+  l.name = p.name;
+  l.shape = p.shape;
+  auto transposed = [&](int64_t rows, int64_t cols) {
+    l.transpose = true;
+    l.rows = rows;
+    l.cols = cols;
+    l.shape = {cols, rows};
+  };
+  switch (p.role) {
+    case ParamRole::token_embedding:
+    case ParamRole::output_weight:
+      l.keep_rows = m.vocab;
+      l.shape[0] = m.vocab;
+      break;
+    case ParamRole::qkv_weight:  // [3, d, d] = [3d, d] out × in; Conv1D: [d, 3d]
+      transposed(p.shape[0] * p.shape[1], p.shape[2]);
+      break;
+    case ParamRole::qkv_bias:
+      l.shape = {p.shape[0] * p.shape[1]};
+      break;
+    case ParamRole::attn_out_weight:
+    case ParamRole::mlp_in_weight:
+    case ParamRole::mlp_out_weight:
+      if (m.family == ModelFamily::gpt2) transposed(p.shape[0], p.shape[1]);
+      break;
+    default:
+      break;
+  }
+  return l;
+}
+
+std::vector<float> to_hf_layout(const HfTensorLayout& l, const ParamSpec& p, const float* ours) {
+  int64_t n = 1;
+  for (int64_t d : l.shape) n *= d;
+  std::vector<float> out(static_cast<size_t>(n));
+  if (l.transpose) {
+    for (int64_t r = 0; r < l.rows; ++r)
+      for (int64_t c = 0; c < l.cols; ++c) out[size_t(c * l.rows + r)] = ours[r * l.cols + c];
+  } else {
+    std::copy(ours, ours + n, out.begin());  // the vocabulary's kept rows are its first n elements
+  }
+  (void)p;
+  return out;
+}
+
+void from_hf_layout(const HfTensorLayout& l, const ParamSpec& p, const float* hf, float* ours) {
+  const int64_t total = p.numel();
+  if (l.transpose) {
+    for (int64_t r = 0; r < l.rows; ++r)
+      for (int64_t c = 0; c < l.cols; ++c) ours[r * l.cols + c] = hf[c * l.rows + r];
+    return;
+  }
+  int64_t n = 1;
+  for (int64_t d : l.shape) n *= d;
+  std::copy(hf, hf + n, ours);
+  std::fill(ours + n, ours + total, 0.0f);  // padding rows of the vocabulary
+}
+
+namespace {
+
+json token_id(int32_t id) { return id >= 0 ? json(id) : json(nullptr); }
+
+}  // namespace
+
+json hf_model_config(const ModelConfig& m, const std::string& torch_dtype, int32_t bos, int32_t eos) {
+  if (m.family == ModelFamily::gpt2) {
+    if (m.kv_heads != m.heads)
+      throw Error(fmt::format("model.kv_heads is {} and model.heads {}: transformers' GPT2Config has no grouped-query "
+                              "attention",
+                              m.kv_heads, m.heads),
+                  "export a GPT-2 model with kv_heads = heads, or train the llama family");
+    return json{{"architectures", {"GPT2LMHeadModel"}},
+                {"model_type", "gpt2"},
+                {"vocab_size", m.vocab},
+                {"n_positions", m.max_positions},
+                {"n_ctx", m.max_positions},
+                {"n_embd", m.hidden},
+                {"n_layer", m.layers},
+                {"n_head", m.heads},
+                {"n_inner", m.ffn_hidden},
+                {"activation_function", "gelu_new"},
+                {"resid_pdrop", 0.0},
+                {"embd_pdrop", 0.0},
+                {"attn_pdrop", 0.0},
+                {"layer_norm_epsilon", m.norm_eps},
+                {"initializer_range", m.init_std},
+                {"scale_attn_weights", true},
+                {"scale_attn_by_inverse_layer_idx", false},
+                {"reorder_and_upcast_attn", false},
+                {"tie_word_embeddings", m.tie_embeddings},
+                {"use_cache", true},
+                {"bos_token_id", token_id(bos)},
+                {"eos_token_id", token_id(eos)},
+                {"torch_dtype", torch_dtype}};
+  }
+  return json{{"architectures", {"LlamaForCausalLM"}},
+              {"model_type", "llama"},
+              {"vocab_size", m.vocab},
+              {"hidden_size", m.hidden},
+              {"intermediate_size", m.ffn_hidden},
+              {"num_hidden_layers", m.layers},
+              {"num_attention_heads", m.heads},
+              {"num_key_value_heads", m.kv_heads},
+              {"hidden_act", "silu"},
+              {"max_position_embeddings", m.max_positions},
+              {"initializer_range", m.init_std},
+              {"rms_norm_eps", m.norm_eps},
+              {"rope_theta", m.rope_theta},
+              {"rope_scaling", nullptr},
+              {"attention_bias", false},
+              {"attention_dropout", 0.0},
+              {"mlp_bias", false},
+              {"pretraining_tp", 1},
+              {"tie_word_embeddings", m.tie_embeddings},
+              {"use_cache", true},
+              {"bos_token_id", token_id(bos)},
+              {"eos_token_id", token_id(eos)},
+              {"torch_dtype", torch_dtype}};
+}
+
+json hf_generation_config(int32_t bos, int32_t eos) {
+  return json{{"_from_model_config", true}, {"bos_token_id", token_id(bos)}, {"eos_token_id", token_id(eos)}};
+}
+
+// ---- import ----
+
+namespace {
+
+// PretrainedConfig's own fields (and bookkeeping keys) that do not change the forward pass.
+const std::set<std::string> kHarmless = {
+    "architectures", "model_type", "torch_dtype", "transformers_version", "_name_or_path", "_commit_hash",
+    "_attn_implementation", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+    "decoder_start_token_id", "task_specific_params", "id2label", "label2id", "num_labels", "problem_type",
+    "finetuning_task", "tokenizer_class", "prefix", "return_dict", "output_hidden_states", "output_attentions",
+    "torchscript", "use_bfloat16", "tf_legacy_loss", "chunk_size_feed_forward", "is_decoder", "max_length",
+    "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty", "temperature",
+    "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate",
+    "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens", "output_past", "initializer_range", "pretraining_tp", "n_ctx",
+    // GPT2DoubleHeadsModel's summary head (not part of the language model)
+    "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+    // numerics only in 16-bit attention; llmtrain computes attention in fp32
+    "reorder_and_upcast_attn"};
+
+const std::set<std::string> kDropout = {"resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout",
+                                        "summary_first_dropout"};
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
+
+  int integer(const std::string& key, int64_t fallback, bool required, int64_t lo, int64_t hi) {
+    used_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) {
+      if (required) problem(key, "missing", "a positive integer");
+      return static_cast<int>(fallback);
+    }
+    if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
+      problem(key, it->dump(), fmt::format("an integer in [{}, {}]", lo, hi));
+      return static_cast<int>(fallback);
+    }
+    return static_cast<int>(it->get<int64_t>());
+  }
+  double number(const std::string& key, double fallback, double lo, double hi) {
+    used_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_number() || !(it->get<double>() >= lo && it->get<double>() <= hi)) {
+      problem(key, it->dump(), fmt::format("a number in [{}, {}]", lo, hi));
+      return fallback;
+    }
+    return it->get<double>();
+  }
+  bool boolean(const std::string& key, bool fallback) {
+    used_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) {
+      problem(key, it->dump(), "true or false");
+      return fallback;
+    }
+    return it->get<bool>();
+  }
+  // The field must be absent, null or `want` (a value we implement).
+  void only(const std::string& key, const json& want, const std::string& supported) {
+    used_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null() || *it == want) return;
+    problem(key, it->dump(), supported);
+  }
+  void problem(const std::string& key, const std::string& found, const std::string& expected) {
+    problems_.push_back(fmt::format("{}: found {}, llmtrain supports {}", key, found, expected));
+  }
+  void finish(std::vector<std::string>& warnings) {
+    for (const auto& [key, value] : j_.items()) {
+      if (used_.count(key) || kHarmless.count(key)) continue;
+      if (kDropout.count(key)) {
+        if (value.is_number() && value.get<double>() != 0.0)
+          warnings.push_back(fmt::format("{}: {} is not used: llmtrain trains without dropout", key, value.dump()));
+        continue;
+      }
+      problem(key, value.dump().substr(0, 80), "no such field (it may change the architecture)");
+    }
+    if (problems_.empty()) return;
+    throw Error(fmt::format("{}: not supported yet by llmtrain import:\n  {}", origin_, fmt::join(problems_, "\n  ")),
+                "llmtrain implements transformers' GPT2LMHeadModel and LlamaForCausalLM without these options "
+                "(docs/hf.md lists what is accepted)");
+  }
+
+ private:
+  const json& j_;
+  std::string origin_;
+  std::set<std::string> used_;
+  std::vector<std::string> problems_;
+};
+
+constexpr int64_t kMaxDim = int64_t(1) << 20, kMaxVocab = int64_t(1) << 24, kMaxPositions = int64_t(1) << 22;
+
+}  // namespace
+
+HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) {
+  if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin), "give transformers' config.json");
+  HfImportedConfig out;
+  ModelConfig& m = out.model;
+  const std::string type =
+      j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  ConfigReader r(j, origin);
+  if (type == "gpt2") {
+    m.family = ModelFamily::gpt2;
+    m.hidden = r.integer("n_embd", 768, true, 1, kMaxDim);
+    m.layers = r.integer("n_layer", 12, true, 1, 4096);
+    m.heads = r.integer("n_head", 12, true, 1, kMaxDim);
+    m.kv_heads = m.heads;
+    m.ffn_hidden = r.integer("n_inner", int64_t(4) * m.hidden, false, 1, kMaxDim * 8);
+    m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
+    m.max_positions = r.integer("n_positions", 1024, false, 1, kMaxPositions);
+    m.norm_eps = r.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
+    m.tie_embeddings = r.boolean("tie_word_embeddings", true);
+    const std::string act = j.value("activation_function", std::string("gelu_new"));
+    if (act == "gelu_pytorch_tanh")
+      r.only("activation_function", "gelu_pytorch_tanh", "");
+    else
+      r.only("activation_function", "gelu_new", "\"gelu_new\" (GELU, tanh approximation)");
+    r.only("scale_attn_weights", true, "true (scores scaled by 1/sqrt(head dim))");
+    r.only("scale_attn_by_inverse_layer_idx", false, "false");
+    r.only("add_cross_attention", false, "false (a decoder-only model)");
+  } else if (type == "llama") {
+    m.family = ModelFamily::llama;
+    m.hidden = r.integer("hidden_size", 4096, true, 1, kMaxDim);
+    m.layers = r.integer("num_hidden_layers", 32, true, 1, 4096);
+    m.heads = r.integer("num_attention_heads", 32, true, 1, kMaxDim);
+    m.kv_heads = r.integer("num_key_value_heads", m.heads, false, 1, kMaxDim);
+    m.ffn_hidden = r.integer("intermediate_size", 11008, true, 1, kMaxDim * 8);
+    m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
+    m.max_positions = r.integer("max_position_embeddings", 2048, false, 1, kMaxPositions);
+    m.norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0);
+    m.rope_theta = r.number("rope_theta", 10000.0, 1.0, 1e12);
+    m.tie_embeddings = r.boolean("tie_word_embeddings", false);
+    r.only("hidden_act", "silu", "\"silu\" (SwiGLU)");
+    r.only("rope_scaling", nullptr, "null (plain RoPE; no linear, dynamic, yarn or llama3 scaling)");
+    r.only("attention_bias", false, "false (no biases on q, k, v, o)");
+    r.only("mlp_bias", false, "false (no biases on the MLP)");
+    if (j.contains("head_dim") && m.heads > 0)
+      r.only("head_dim", m.hidden / m.heads, fmt::format("hidden_size / num_attention_heads = {}", m.hidden / m.heads));
+  } else {
+    throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\" and \"llama\"", origin,
+                            j.contains("model_type") ? j["model_type"].dump() : "missing"),
+                "not supported yet: other architectures");
+  }
+  m.init_std = r.number("initializer_range", 0.02, 0.0, 10.0);
+  r.only("pruned_heads", json::object(), "{}");
+  r.only("is_encoder_decoder", false, "false");
+  r.only("quantization_config", nullptr, "none (an unquantized model)");
+  if (m.heads > 0 && m.hidden % m.heads != 0)
+    r.problem("num_attention_heads", std::to_string(m.heads), fmt::format("a divisor of the hidden size {}", m.hidden));
+  if (m.kv_heads > 0 && m.heads % m.kv_heads != 0)
+    r.problem("num_key_value_heads", std::to_string(m.kv_heads),
+              fmt::format("a divisor of the attention heads {}", m.heads));
+  auto id = [&](const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return int32_t(-1);
+    int64_t v = it->get<int64_t>();
+    return v >= 0 && v < m.vocab ? int32_t(v) : int32_t(-1);
+  };
+  out.bos = id("bos_token_id");
+  out.eos = id("eos_token_id");
+  r.finish(out.warnings);
+  m.seq_len = std::min(m.max_positions, 2048);
+  return out;
+}
+
+}  // namespace llmtrain::trainer

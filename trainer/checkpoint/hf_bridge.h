@@ -1,0 +1,71 @@
+// The Hugging Face bridge: our model and tokenizer in the form transformers loads (GPT2LMHeadModel,
+// LlamaForCausalLM, PreTrainedTokenizerFast), and back. docs/hf.md is the user's guide; this is the
+// one place that knows transformers' config fields and tensor layouts (names come from
+// model_spec.cpp, which already spells them as Hugging Face does).
+//
+// Rules a reader could get wrong:
+//  - Layouts: every linear weight of ours is [out, in]. GPT-2's Conv1D holds [in, out], so GPT-2's
+//    c_attn, c_proj, c_fc and mlp.c_proj are transposed (c_attn's [3, d, d] viewed as [3d, d]);
+//    LLaMA's nn.Linear weights are ours as they are. Our rotary layout (rotate_half over the two
+//    halves of a head) is transformers' LLaMA layout, so q and k are not permuted.
+//  - Vocabulary: our embedding and head have padded_vocab() rows; Hugging Face's have
+//    config.vocab_size = model.vocab. Export drops the padding rows, import fills them with zeros
+//    (ids past model.vocab never occur, so they are never read or trained).
+//  - Import refuses every config field that changes the architecture or the numerics in a way we
+//    do not implement (rope_scaling, attention/MLP biases on LLaMA, another activation, ...), naming
+//    the field. Fields known not to matter to the forward pass are accepted; an unknown field is
+//    refused (it might matter). Dropout probabilities are accepted with a warning: llmtrain trains
+//    without dropout.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/recipe/recipe.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/model/model_spec.h"
+
+namespace llmtrain::trainer {
+
+// How one of our parameters is stored by transformers.
+struct HfTensorLayout {
+  std::string name;            // transformers' state-dict key (model_spec.h's name)
+  std::vector<int64_t> shape;  // transformers' shape
+  bool transpose = false;      // transformers holds the transpose of ours viewed as [rows, cols]
+  int64_t rows = 0, cols = 0;  // ours as a matrix (transpose only)
+  int64_t keep_rows = -1;      // vocabulary: transformers has the first keep_rows rows (-1: all)
+};
+
+HfTensorLayout hf_tensor_layout(const ModelConfig& model, const ParamSpec& param);
+// Ours (param.shape, fp32) -> transformers' element order and shape.
+std::vector<float> to_hf_layout(const HfTensorLayout& layout, const ParamSpec& param, const float* ours);
+// transformers' (layout.shape) -> ours (param.shape); padding rows are set to zero.
+void from_hf_layout(const HfTensorLayout& layout, const ParamSpec& param, const float* hf, float* ours);
+
+// config.json for `model` (GPT2Config or LlamaConfig fields); `torch_dtype` "float32", "bfloat16" or
+// "float16"; bos/eos -1 = none.
+nlohmann::json hf_model_config(const ModelConfig& model, const std::string& torch_dtype, int32_t bos, int32_t eos);
+nlohmann::json hf_generation_config(int32_t bos, int32_t eos);
+
+struct HfImportedConfig {
+  ModelConfig model;  // family, shape, vocab, positions, eps, theta, tying, init_std (seq_len: min(positions, 2048))
+  int32_t bos = -1, eos = -1;
+  std::vector<std::string> warnings;  // accepted with a caveat (dropout)
+};
+// Reads a transformers config.json. Throws llmtrain::Error naming `origin` and every field it
+// refuses (one line each: field, value found, what llmtrain supports).
+HfImportedConfig hf_read_model_config(const nlohmann::json& config, const std::string& origin);
+
+// The tokenizer as transformers loads it: file name -> contents (tokenizer.json,
+// tokenizer_config.json). The byte tokenizer becomes a byte-level BPE with no merges whose ids are
+// the bytes (pre-tokenizer ByteLevel without the regex, so text is never split) and
+// <|endoftext|> = 256; GPT-2's vocab.json + merges.txt become their tokenizer.json; a tokenizer.json
+// is copied as it is.
+std::map<std::string, std::string> hf_tokenizer_files(const Tokenizer& tokenizer, int64_t model_max_length);
+// The tokenizer.json that hf_tokenizer_files writes for the byte tokenizer (import recognizes it).
+std::string hf_byte_tokenizer_json();
+
+}  // namespace llmtrain::trainer
