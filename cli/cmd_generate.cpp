@@ -121,6 +121,7 @@ int cmd_generate(const GenerateArgs& args) {
     o.max_tokens = args.max_tokens;
     o.sampling = {args.temperature, args.top_k, args.top_p};
     o.seed = args.seed;
+    o.stop_at_eod = !args.ignore_eod;
     if (!args.ids) std::fputs(args.prompt_ids.empty() ? args.prompt.c_str() : tok->decode(prompt).c_str(), stdout);
     std::fflush(stdout);
     bool first = true;

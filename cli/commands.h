@@ -59,6 +59,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   std::vector<int32_t> prompt_ids;  // --prompt-ids: token ids instead of --prompt's text
   bool ids = false;                 // --ids: print the generated ids (one line) instead of text
+  bool ignore_eod = false;          // --ignore-eod: go on past the end-of-document token
   std::string logits_out;           // --logits-out: the prompt's logits [tokens, vocab] as safetensors
 };
 int cmd_generate(const GenerateArgs& args);

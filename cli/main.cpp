@@ -228,6 +228,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->type_name("ID,ID,...")
       ->excludes("--prompt");
+  gen->add_flag("--ignore-eod", gen_args.ignore_eod,
+                "Go on past the end-of-document token (as transformers' generate with no eos_token_id)");
   gen->add_flag("--ids", gen_args.ids, "Print the generated token ids (space-separated) instead of text");
   gen->add_option("--logits-out", gen_args.logits_out,
                   "Also write the prompt's logits [tokens, vocab] and ids to this safetensors file (to compare "

@@ -76,5 +76,20 @@ if [[ $minimal == 0 ]]; then
   else
     echo "setup: Python oracles already installed (tokenizers, safetensors, tensorboard)"
   fi
+
+  # Hugging Face transformers for the export/import tests (tests/e2e/hf.sh), in its own venv:
+  # transformers 4.40.2 works with Debian's torch 1.13 but needs tokenizers < 0.20, while the
+  # tokenizer parity tests use the newest tokenizers from .venv.
+  hf_venv=.venv-hf
+  if [[ ! -x $hf_venv/bin/python ]]; then
+    echo "setup: creating Python venv $hf_venv (transformers 4.40.2, with Debian's torch visible)"
+    /usr/bin/python3 -m venv --system-site-packages "$hf_venv"
+  fi
+  if ! "$hf_venv/bin/python" -c "import transformers, safetensors; assert transformers.__version__ == '4.40.2'" 2>/dev/null; then
+    echo "setup: installing from PyPI into $hf_venv: transformers==4.40.2 tokenizers<0.20 safetensors"
+    "$hf_venv/bin/pip" install -q --disable-pip-version-check "transformers==4.40.2" "tokenizers<0.20" safetensors
+  else
+    echo "setup: transformers 4.40.2 already installed in $hf_venv"
+  fi
 fi
 echo "setup: done"

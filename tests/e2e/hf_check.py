@@ -6,6 +6,12 @@
       with --text, AutoTokenizer on HF_DIR encodes TEXT to our prompt ids.
   hf_check.py random FAMILY OUT_DIR
       saves a transformers model with random weights (GPT-2 or LLaMA, small) to OUT_DIR.
+  hf_check.py resave IN_DIR OUT_DIR [--bf16]
+      loads IN_DIR with transformers and saves it to OUT_DIR with save_pretrained (transformers'
+      own files; bf16 tensors with --bf16), the tokenizer files copied.
+  hf_check.py train-tokenizer OUT_DIR VOCAB FILE...
+      a byte-level BPE trained with Hugging Face tokenizers: OUT_DIR/tokenizer.json and GPT-2's
+      OUT_DIR/vocab.json + merges.txt of the same model.
   hf_check.py same-tensors A_DIR B_DIR
       every tensor of A's safetensors files is in B's, byte for byte (same dtype and shape), and
       B has no others.
@@ -20,11 +26,14 @@ from safetensors.numpy import load_file
 
 
 def tensors(d):
-    files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+    """name -> (dtype, shape, raw bytes) of every tensor in d's safetensors files (bf16 included)."""
+    from safetensors.torch import load_file as load_torch
     out = {}
-    for f in files:
-        for k, v in load_file(os.path.join(d, f)).items():
-            out[k] = v
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            for k, v in load_torch(os.path.join(d, f)).items():
+                raw = v.view(torch.int16) if v.dtype in (torch.bfloat16, torch.float16) else v
+                out[k] = (str(v.dtype), tuple(v.shape), raw.numpy().tobytes())
     return out
 
 
@@ -44,8 +53,10 @@ def cmd_logits(hf_dir, ours_path, generated, text=None):
     print(f"{'ok' if ok else 'FAIL'}: logits relative error {err:.2e} over {a.shape[0]} tokens x {a.shape[1]} ids")
     want = [int(x) for x in open(generated).read().split()]
     with torch.no_grad():
-        out = model.generate(torch.tensor(ids[None, :]), max_new_tokens=len(want), min_new_tokens=len(want),
-                             do_sample=False, num_beams=1, pad_token_id=model.config.eos_token_id)
+        # As `llmtrain generate --ignore-eod`: greedy, not stopping at the end-of-document token.
+        model.generation_config.eos_token_id = None
+        out = model.generate(torch.tensor(ids[None, :]), max_new_tokens=len(want), do_sample=False, num_beams=1,
+                             pad_token_id=0)
     got = out[0, len(ids):].tolist()
     same = got == want
     ok = ok and same and len(want) == 64
@@ -87,10 +98,35 @@ def cmd_random(family, out_dir):
     print(f"saved a random {family} model to {out_dir}")
 
 
+def cmd_resave(in_dir, out_dir, bf16=False):
+    import shutil
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(in_dir, torch_dtype=torch.float32)
+    if bf16:
+        model = model.to(torch.bfloat16)
+    model.save_pretrained(out_dir)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(in_dir, f)):
+            shutil.copy(os.path.join(in_dir, f), out_dir)
+    print(f"resaved {in_dir} to {out_dir} with transformers")
+
+
+def cmd_train_tokenizer(out_dir, vocab, *files):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train(list(files), trainers.BpeTrainer(vocab_size=int(vocab), special_tokens=["<|endoftext|>"],
+                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                               show_progress=False))
+    os.makedirs(out_dir, exist_ok=True)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    tok.model.save(out_dir)  # vocab.json, merges.txt
+
+
 def cmd_same_tensors(a_dir, b_dir):
     a, b = tensors(a_dir), tensors(b_dir)
-    bad = [k for k in a if k not in b or a[k].dtype != b[k].dtype or a[k].shape != b[k].shape
-           or a[k].tobytes() != b[k].tobytes()]
+    bad = [k for k in a if k not in b or a[k] != b[k]]
     extra = [k for k in b if k not in a]
     if bad or extra:
         sys.exit(f"FAIL: differing {bad}, only in {b_dir}: {extra}")
@@ -108,6 +144,10 @@ if __name__ == "__main__":
         cmd_logits(*rest, text=text)
     elif cmd == "random":
         cmd_random(*rest)
+    elif cmd == "resave":
+        cmd_resave(rest[0], rest[1], "--bf16" in rest)
+    elif cmd == "train-tokenizer":
+        cmd_train_tokenizer(*rest)
     elif cmd == "same-tensors":
         cmd_same_tensors(*rest)
     else:

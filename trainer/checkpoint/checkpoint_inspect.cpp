@@ -93,15 +93,17 @@ CheckpointReport checkpoint_inspect(const std::string& step_dir) {
         continue;
       }
       uint32_t whole = 0;
+      std::vector<std::string> bad;  // the damaged chunks' byte ranges
       for (uint64_t c = 0; c < chunks; ++c) {
         const uint64_t at = c * kChecksumChunkBytes, n = std::min<uint64_t>(kChecksumChunkBytes, e->bytes() - at);
         f->read(*e, at, n, buf.data());
-        const uint32_t crc = crc32c(buf.data(), n);
-        if (crc != s.chunk_crc32c[c])
-          r.problems.push_back(fmt::format("{}: checksum mismatch in bytes {}..{}", what, at, at + n));
+        if (crc32c(buf.data(), n) != s.chunk_crc32c[c]) bad.push_back(fmt::format("{}..{}", at, at + n));
         whole = crc32c_extend(whole, buf.data(), n);
       }
-      if (whole != s.crc32c) r.problems.push_back(fmt::format("{}: checksum mismatch over the slice", what));
+      if (!bad.empty())
+        r.problems.push_back(fmt::format("{}: checksum mismatch in bytes {}", what, fmt::join(bad, ", ")));
+      else if (whole != s.crc32c)
+        r.problems.push_back(fmt::format("{}: checksum mismatch over the slice (its chunks match)", what));
       tr.bytes += static_cast<int64_t>(e->bytes());
     }
     if (tr.covered != numel)
