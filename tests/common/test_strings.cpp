@@ -20,6 +20,15 @@ TEST(Strings, ClosestMatchOnlyForPlausibleTypos) {
   EXPECT_FALSE(closest_match("optimizer", keys).has_value());
 }
 
+TEST(Strings, ByteSizes) {
+  EXPECT_EQ(parse_byte_size("5GB"), 5'000'000'000ull);
+  EXPECT_EQ(parse_byte_size("100KB"), 100'000ull);
+  EXPECT_EQ(parse_byte_size("2GiB"), 2ull << 30);
+  EXPECT_EQ(parse_byte_size(" 1000000 "), 1'000'000ull);
+  EXPECT_EQ(parse_byte_size("1.5MB"), 1'500'000ull);
+  for (const char* bad : {"", "GB", "-1GB", "5 apples", "1e30TB", "nan"}) EXPECT_FALSE(parse_byte_size(bad)) << bad;
+}
+
 TEST(Strings, Durations) {
   EXPECT_DOUBLE_EQ(*parse_duration_seconds("300s"), 300);
   EXPECT_DOUBLE_EQ(*parse_duration_seconds("5m"), 300);

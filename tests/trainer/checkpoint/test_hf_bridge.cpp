@@ -1,0 +1,182 @@
+// The Hugging Face bridge's layouts and config reading (tests/e2e/hf.sh checks the files against
+// transformers itself; these pin the conventions and the refusals, quickly).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/error.h"
+#include "trainer/checkpoint/hf_bridge.h"
+#include "trainer/data/tokenizer.h"
+
+namespace llmtrain::trainer {
+namespace {
+
+using nlohmann::json;
+
+ModelConfig small(ModelFamily family) {
+  ModelConfig m;
+  m.family = family;
+  m.layers = 1;
+  m.hidden = 8;
+  m.heads = 2;
+  m.kv_heads = family == ModelFamily::llama ? 1 : 2;
+  m.ffn_hidden = 24;
+  m.vocab = 300;
+  m.vocab_pad = 128;  // padded to 384 rows
+  m.seq_len = m.max_positions = 16;
+  m.tie_embeddings = family == ModelFamily::gpt2;
+  return m;
+}
+
+const ParamSpec& spec(const std::vector<ParamSpec>& specs, ParamRole role) {
+  for (const auto& p : specs)
+    if (p.role == role) return p;
+  throw std::runtime_error("no such role");
+}
+
+// Conv1D holds [in, out]: transformers' c_attn.weight[i][j] is the weight from input channel i to
+// output j, where outputs 0..d-1 are q, d..2d-1 k, 2d..3d-1 v; ours is qkv[j / d][j % d][i].
+TEST(HfBridge, Gpt2Conv1DWeightsAreTransposed) {
+  const ModelConfig m = small(ModelFamily::gpt2);
+  const auto specs = model_param_specs(m);
+  const ParamSpec& qkv = spec(specs, ParamRole::qkv_weight);
+  std::vector<float> ours(static_cast<size_t>(qkv.numel()));
+  for (size_t i = 0; i < ours.size(); ++i) ours[i] = float(i);
+  const HfTensorLayout l = hf_tensor_layout(m, qkv);
+  EXPECT_EQ(l.shape, (std::vector<int64_t>{8, 24}));
+  const std::vector<float> hf = to_hf_layout(l, qkv, ours.data());
+  const int64_t d = 8;
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < 3 * d; ++j)
+      ASSERT_EQ(hf[size_t(i * 3 * d + j)], ours[size_t((j / d) * d * d + (j % d) * d + i)]) << i << "," << j;
+  EXPECT_EQ(hf_tensor_layout(m, spec(specs, ParamRole::mlp_in_weight)).shape, (std::vector<int64_t>{8, 24}));
+  EXPECT_EQ(hf_tensor_layout(m, spec(specs, ParamRole::qkv_bias)).shape, (std::vector<int64_t>{24}));
+}
+
+// LLaMA's nn.Linear weights are ours as they are; both families drop the vocabulary's padding.
+TEST(HfBridge, RoundTripEveryTensorAndTrimTheVocabulary) {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    const ModelConfig m = small(family);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    for (const ParamSpec& p : model_param_specs(m)) {
+      const HfTensorLayout l = hf_tensor_layout(m, p);
+      std::vector<float> ours(static_cast<size_t>(p.numel()));
+      for (auto& x : ours) x = normal(rng);
+      if (l.keep_rows >= 0) {
+        EXPECT_EQ(l.shape[0], 300) << p.name;
+        std::fill(ours.begin() + 300 * p.shape[1], ours.end(), 0.0f);  // padding rows are zero
+      }
+      if (family == ModelFamily::llama) {
+        EXPECT_FALSE(l.transpose) << p.name;
+      }
+      const std::vector<float> hf = to_hf_layout(l, p, ours.data());
+      std::vector<float> back(ours.size(), 7.0f);
+      from_hf_layout(l, p, hf.data(), back.data());
+      EXPECT_EQ(back, ours) << p.name;
+    }
+  }
+}
+
+TEST(HfBridge, ReadsWhatItWrites) {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    ModelConfig m = small(family);
+    m.norm_eps = 1e-6;
+    m.rope_theta = 500000.0;
+    const HfImportedConfig back = hf_read_model_config(hf_model_config(m, "float32", 256, 256), "config.json");
+    EXPECT_EQ(back.model.family, m.family);
+    EXPECT_EQ(back.model.layers, m.layers);
+    EXPECT_EQ(back.model.hidden, m.hidden);
+    EXPECT_EQ(back.model.heads, m.heads);
+    EXPECT_EQ(back.model.kv_heads, m.kv_heads);
+    EXPECT_EQ(back.model.ffn_hidden, m.ffn_hidden);
+    EXPECT_EQ(back.model.vocab, m.vocab);
+    EXPECT_EQ(back.model.max_positions, m.max_positions);
+    EXPECT_EQ(back.model.norm_eps, m.norm_eps);
+    EXPECT_EQ(back.model.tie_embeddings, m.tie_embeddings);
+    if (family == ModelFamily::llama) {
+      EXPECT_EQ(back.model.rope_theta, m.rope_theta);
+    }
+    EXPECT_EQ(back.eos, 256);
+    EXPECT_TRUE(back.warnings.empty());
+  }
+}
+
+std::string refusal(const json& j) {
+  try {
+    hf_read_model_config(j, "config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfBridge, RefusesWhatItDoesNotImplementNamingEachField) {
+  json llama = hf_model_config(small(ModelFamily::llama), "float32", -1, -1);
+  json j = llama;
+  j["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}};
+  j["mlp_bias"] = true;
+  j["hidden_act"] = "gelu";
+  j["sliding_window"] = 4096;
+  const std::string msg = refusal(j);
+  EXPECT_NE(msg.find("rope_scaling: found"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mlp_bias: found true"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("hidden_act: found \"gelu\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("sliding_window: found 4096, llmtrain supports no such field"), std::string::npos) << msg;
+
+  json gpt2 = hf_model_config(small(ModelFamily::gpt2), "float32", -1, -1);
+  j = gpt2;
+  j["scale_attn_by_inverse_layer_idx"] = true;
+  j["activation_function"] = "relu";
+  EXPECT_NE(refusal(j).find("scale_attn_by_inverse_layer_idx: found true"), std::string::npos);
+  EXPECT_NE(refusal(j).find("activation_function: found \"relu\""), std::string::npos);
+  j = gpt2;
+  j["model_type"] = "mistral";
+  EXPECT_NE(refusal(j).find("model_type is \"mistral\""), std::string::npos);
+}
+
+TEST(HfBridge, HostileValuesAreErrorsNotCrashes) {
+  json llama = hf_model_config(small(ModelFamily::llama), "float32", -1, -1);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{{"hidden_size", -8},
+                                                                            {"hidden_size", 1e30},
+                                                                            {"hidden_size", "8"},
+                                                                            {"num_hidden_layers", 0},
+                                                                            {"vocab_size", int64_t(1) << 40},
+                                                                            {"num_attention_heads", 3},
+                                                                            {"num_key_value_heads", 0},
+                                                                            {"rms_norm_eps", "tiny"},
+                                                                            {"tie_word_embeddings", 1}}) {
+    json j = llama;
+    j[key] = value;
+    EXPECT_NE(refusal(j).find(key), std::string::npos) << key << " = " << value.dump();
+  }
+  json missing = llama;
+  missing.erase("hidden_size");
+  EXPECT_NE(refusal(missing).find("hidden_size: found missing"), std::string::npos);
+  EXPECT_NE(refusal(json::array()).find("not a JSON object"), std::string::npos);
+}
+
+TEST(HfBridge, DropoutIsAcceptedWithAWarning) {
+  json j = hf_model_config(small(ModelFamily::gpt2), "float32", -1, -1);
+  j["resid_pdrop"] = 0.1;
+  const HfImportedConfig c = hf_read_model_config(j, "config.json");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("resid_pdrop"), std::string::npos);
+}
+
+// The byte tokenizer's tokenizer.json, read back by our own BPE loader, gives the byte ids of UTF-8
+// text (byte-level BPE, as Hugging Face's, takes only UTF-8; the byte tokenizer takes any bytes, which
+// is why `import` recognizes this file and records the byte tokenizer itself).
+TEST(HfBridge, ByteTokenizerJsonGivesTheByteIds) {
+  auto tok = load_tokenizer_from_bytes(kTokenizerKindHfJson, hf_byte_tokenizer_json(), "byte tokenizer.json");
+  const std::string text = "héllo, wörld\n\x01 <|endoftext|>";
+  std::vector<int32_t> want;
+  for (unsigned char c : text.substr(0, text.size() - 13)) want.push_back(c);
+  want.push_back(kByteEodId);  // a special token written in the text, as Hugging Face matches it
+  EXPECT_EQ(tok->encode(text), want);
+  EXPECT_EQ(tok->eod_id(), kByteEodId);
+  EXPECT_EQ(tok->vocab_size(), kByteVocabSize);
+}
+
+}  // namespace
+}  // namespace llmtrain::trainer
