@@ -253,8 +253,8 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
     m.max_positions = r.integer("n_positions", 1024, false, 1, kMaxPositions);
     m.norm_eps = r.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
     m.tie_embeddings = r.boolean("tie_word_embeddings", true);
-    const std::string act = j.value("activation_function", std::string("gelu_new"));
-    if (act == "gelu_pytorch_tanh")
+    const auto act = j.find("activation_function");
+    if (act != j.end() && *act == "gelu_pytorch_tanh")  // the same formula under another name
       r.only("activation_function", "gelu_pytorch_tanh", "");
     else
       r.only("activation_function", "gelu_new", "\"gelu_new\" (GELU, tanh approximation)");
