@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 
 namespace llmtrain::kernels {
@@ -92,7 +93,8 @@ class Widen {
     }
     if (half == DType::fp32) return;
     LT_CHECK(!fp32, "{}: {} and fp32 storage operands in one call", op, to_string(half));
-    require_cpu(op, operands);
+    // The CUDA kernels read and write 16-bit storage themselves (fp32 arithmetic, one rounding).
+    if (on_cuda(operands)) return;
     // One entry per distinct memory; views of the same memory must be the same elements.
     int64_t total = 0;
     for (const Operand& o : operands) {
@@ -143,10 +145,10 @@ class Widen {
       if (entries_[i].orig.data == data) return &entries_[i];
     return nullptr;
   }
-  // The CUDA backend will convert on the device; until then 16-bit operands are host memory.
-  static void require_cpu(const char* op, std::initializer_list<Operand> operands) {
+  static bool on_cuda(std::initializer_list<Operand> operands) {
     for (const Operand& o : operands)
-      if (o.t->defined()) LT_CHECK(o.t->device == Device::cpu, "{}: 16-bit operands on {}", op, to_string(o.t->device));
+      if (o.t->defined()) return o.t->device == Device::cuda;
+    return false;
   }
   Entry entries_[kMaxOperands];
   int count_ = 0;
@@ -196,6 +198,7 @@ class OpProfile {
   std::map<std::string, std::pair<double, long long>> totals_;
 };
 
+// LT_DISPATCH: an op the CUDA backend does not have yet (an error on a cuda tensor).
 #define LT_DISPATCH(op, call, ...)            \
   switch (device_of(#op, {__VA_ARGS__})) {    \
     case Device::cpu:                         \
@@ -210,9 +213,30 @@ class OpProfile {
   LT_CHECK(false, "{}: unknown device", #op); \
   __builtin_unreachable()
 
+// LT_DISPATCH_CUDA: an op the CUDA backend implements (kernels/cuda/cuda_ops.h); in a build without
+// that backend, a cuda tensor is the same error as above.
+#if LLMTRAIN_CUDA_BACKEND
+#define LT_CUDA_OP(op, call) return cuda::call
+#else
+#define LT_CUDA_OP(op, call) no_cuda(#op)
+#endif
+#define LT_DISPATCH_CUDA(op, call, ...)       \
+  switch (device_of(#op, {__VA_ARGS__})) {    \
+    case Device::cpu:                         \
+      if (OpProfile::enabled()) {             \
+        OpProfile::Timer timer{#op};          \
+        return cpu::call;                     \
+      }                                       \
+      return cpu::call;                       \
+    case Device::cuda:                        \
+      LT_CUDA_OP(op, call);                   \
+  }                                           \
+  LT_CHECK(false, "{}: unknown device", #op); \
+  __builtin_unreachable()
+
 }  // namespace
 
-void fill_zero(Tensor x) { LT_DISPATCH(fill_zero, fill_zero(x), &x); }
+void fill_zero(Tensor x) { LT_DISPATCH_CUDA(fill_zero, fill_zero(x), &x); }
 
 void convert(Tensor out, Tensor in) {
   LT_CHECK(out.numel() == in.numel(), "convert: {} elements into {}", in.numel(), out.numel());
@@ -233,7 +257,7 @@ void copy(Tensor out, Tensor in) {
     }
     return cpu::copy(out, in);
   }
-  no_cuda("copy");
+  LT_CUDA_OP(copy, copy(out, in));
 }
 
 void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {
