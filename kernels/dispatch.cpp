@@ -242,7 +242,7 @@ void convert(Tensor out, Tensor in) {
   LT_CHECK(out.numel() == in.numel(), "convert: {} elements into {}", in.numel(), out.numel());
   LT_CHECK(out.dtype == in.dtype || (is_float(out.dtype) && is_float(in.dtype)), "convert: {} to {}",
            to_string(in.dtype), to_string(out.dtype));
-  LT_DISPATCH(convert, convert(out, in), &out, &in);
+  LT_DISPATCH_CUDA(convert, convert(out, in), &out, &in);
 }
 
 void copy(Tensor out, Tensor in) {
@@ -504,14 +504,14 @@ void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
   expect_float("residual_forward", "b", b, out.numel());
   if (bias.defined()) expect_float("residual_forward", "bias", bias, cols(out));
   Widen w("residual_forward", {{&out, kWrite}, {&a, kRead}, {&b, kRead}, {&bias, kRead}});
-  LT_DISPATCH(residual_forward, residual_forward(out, a, b, bias), &out, &a, &b, &bias);
+  LT_DISPATCH_CUDA(residual_forward, residual_forward(out, a, b, bias), &out, &a, &b, &bias);
 }
 
 void residual_backward(Tensor dbias, Tensor dout) {
   expect_float("residual_backward", "dbias", dbias, cols(dout));
   expect_float("residual_backward", "dout", dout, dout.numel());
   Widen w("residual_backward", {{&dbias, kAccumulate}, {&dout, kRead}});
-  LT_DISPATCH(residual_backward, residual_backward(dbias, dout), &dbias, &dout);
+  LT_DISPATCH_CUDA(residual_backward, residual_backward(dbias, dout), &dbias, &dout);
 }
 
 static void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& lse, const Tensor& targets,

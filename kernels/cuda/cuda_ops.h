@@ -20,4 +20,9 @@ void copy(Tensor out, Tensor in);
 // Waits for all work queued on the device (the simulator runs everything in order, at once).
 void synchronize();
 
+// The ops of kernels/ops.h that have CUDA kernels (one .cu per op family, kernels/cuda/launch.h).
+void convert(Tensor out, Tensor in);
+void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias);
+void residual_backward(Tensor dbias, Tensor dout);
+
 }  // namespace llmtrain::kernels::cuda
