@@ -267,7 +267,7 @@ void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begi
   expect_float("embedding_forward", "wte", wte, wte.numel());
   LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_forward: vocab {} vocab_begin {}", vocab, vocab_begin);
   Widen w("embedding_forward", {{&out, kWrite}, {&wte, kRead}});
-  LT_DISPATCH(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin, vocab), &out, &tokens, &wte);
+  LT_DISPATCH_CUDA(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin, vocab), &out, &tokens, &wte);
 }
 
 void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
@@ -277,7 +277,8 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_b
   expect_float("embedding_backward", "dwte", dwte, dwte.numel());
   LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_backward: vocab {} vocab_begin {}", vocab, vocab_begin);
   Widen w("embedding_backward", {{&dwte, kAccumulate}, {&dout, kRead}});
-  LT_DISPATCH(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin, vocab), &dwte, &dout, &tokens);
+  LT_DISPATCH_CUDA(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin, vocab), &dwte, &dout,
+                   &tokens);
 }
 
 void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
@@ -287,7 +288,7 @@ void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
            "position_embedding_forward: positions [{}, {}) beyond the {} learned positions", pos_begin,
            pos_begin + x.shape[1], wpe.shape[0]);
   Widen w("position_embedding_forward", {{&x, kAccumulate}, {&wpe, kRead}});
-  LT_DISPATCH(position_embedding_forward, position_embedding_forward(x, wpe, pos_begin), &x, &wpe);
+  LT_DISPATCH_CUDA(position_embedding_forward, position_embedding_forward(x, wpe, pos_begin), &x, &wpe);
 }
 
 void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
@@ -295,7 +296,7 @@ void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
                pos_begin + dx.shape[1] <= dwpe.shape[0],
            "position_embedding_backward: dx {} dwpe {}", dx.shape.str(), dwpe.shape.str());
   Widen w("position_embedding_backward", {{&dwpe, kAccumulate}, {&dx, kRead}});
-  LT_DISPATCH(position_embedding_backward, position_embedding_backward(dwpe, dx, pos_begin), &dwpe, &dx);
+  LT_DISPATCH_CUDA(position_embedding_backward, position_embedding_backward(dwpe, dx, pos_begin), &dwpe, &dx);
 }
 
 void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps) {
@@ -305,8 +306,8 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w
   expect_f32("layernorm_forward", "mean", mean, n);
   expect_f32("layernorm_forward", "rstd", rstd, n);
   Widen w("layernorm_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}, {&bias, kRead}});
-  LT_DISPATCH(layernorm_forward, layernorm_forward(out, mean, rstd, in, weight, bias, eps), &out, &mean, &rstd, &in,
-              &weight, &bias);
+  LT_DISPATCH_CUDA(layernorm_forward, layernorm_forward(out, mean, rstd, in, weight, bias, eps), &out, &mean, &rstd,
+                   &in, &weight, &bias);
 }
 
 void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
@@ -328,8 +329,8 @@ void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, T
                                  {&in, kRead},
                                  {&weight, kRead},
                                  {&dresidual, kRead}});
-  LT_DISPATCH(layernorm_backward, layernorm_backward(din, dweight, dbias, dout, in, weight, mean, rstd, dresidual),
-              &din, &dweight, &dbias, &dout, &in, &weight, &mean, &rstd, &dresidual);
+  LT_DISPATCH_CUDA(layernorm_backward, layernorm_backward(din, dweight, dbias, dout, in, weight, mean, rstd, dresidual),
+                   &din, &dweight, &dbias, &dout, &in, &weight, &mean, &rstd, &dresidual);
 }
 
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
@@ -338,7 +339,7 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float ep
     expect_float("rmsnorm_forward", what, *t, numel);
   expect_f32("rmsnorm_forward", "rstd", rstd, n);
   Widen w("rmsnorm_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}});
-  LT_DISPATCH(rmsnorm_forward, rmsnorm_forward(out, rstd, in, weight, eps), &out, &rstd, &in, &weight);
+  LT_DISPATCH_CUDA(rmsnorm_forward, rmsnorm_forward(out, rstd, in, weight, eps), &out, &rstd, &in, &weight);
 }
 
 void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd,
@@ -352,8 +353,8 @@ void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor
   Widen w(
       "rmsnorm_backward",
       {{&din, kWrite}, {&dweight, kAccumulate}, {&dout, kRead}, {&in, kRead}, {&weight, kRead}, {&dresidual, kRead}});
-  LT_DISPATCH(rmsnorm_backward, rmsnorm_backward(din, dweight, dout, in, weight, rstd, dresidual), &din, &dweight,
-              &dout, &in, &weight, &rstd, &dresidual);
+  LT_DISPATCH_CUDA(rmsnorm_backward, rmsnorm_backward(din, dweight, dout, in, weight, rstd, dresidual), &din, &dweight,
+                   &dout, &in, &weight, &rstd, &dresidual);
 }
 
 void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
@@ -383,14 +384,14 @@ void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tens
 void gelu_forward(Tensor out, Tensor in) {
   expect_float("gelu_forward", "out", out, in.numel());
   Widen w("gelu_forward", {{&out, kWrite}, {&in, kRead}});
-  LT_DISPATCH(gelu_forward, gelu_forward(out, in), &out, &in);
+  LT_DISPATCH_CUDA(gelu_forward, gelu_forward(out, in), &out, &in);
 }
 
 void gelu_backward(Tensor din, Tensor dout, Tensor in) {
   expect_float("gelu_backward", "din", din, in.numel());
   expect_float("gelu_backward", "dout", dout, in.numel());
   Widen w("gelu_backward", {{&din, kWrite}, {&dout, kRead}, {&in, kRead}});
-  LT_DISPATCH(gelu_backward, gelu_backward(din, dout, in), &din, &dout, &in);
+  LT_DISPATCH_CUDA(gelu_backward, gelu_backward(din, dout, in), &din, &dout, &in);
 }
 
 void swiglu_forward(Tensor out, Tensor in) {
@@ -398,7 +399,7 @@ void swiglu_forward(Tensor out, Tensor in) {
   LT_CHECK(cols(in) % 2 == 0, "swiglu_forward: input rows of {} are not [gate | up]", cols(in));
   expect_float("swiglu_forward", "out", out, n * f);
   Widen w("swiglu_forward", {{&out, kWrite}, {&in, kRead}});
-  LT_DISPATCH(swiglu_forward, swiglu_forward(out, in), &out, &in);
+  LT_DISPATCH_CUDA(swiglu_forward, swiglu_forward(out, in), &out, &in);
 }
 
 void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
@@ -406,13 +407,13 @@ void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
   expect_float("swiglu_backward", "din", din, n * 2 * f);
   expect_float("swiglu_backward", "dout", dout, n * f);
   Widen w("swiglu_backward", {{&din, kWrite}, {&dout, kRead}, {&in, kRead}});
-  LT_DISPATCH(swiglu_backward, swiglu_backward(din, dout, in), &din, &dout, &in);
+  LT_DISPATCH_CUDA(swiglu_backward, swiglu_backward(din, dout, in), &din, &dout, &in);
 }
 
 void rope_table(Tensor table, double theta) {
   LT_CHECK(table.shape.rank() == 3 && table.shape[1] == 2 && table.dtype == DType::fp32, "rope_table: table {}",
            table.shape.str());
-  LT_DISPATCH(rope_table, rope_table(table, theta), &table);
+  LT_DISPATCH_CUDA(rope_table, rope_table(table, theta), &table);
 }
 
 static void check_rope(const char* op, const Tensor& x, const Tensor& table, int64_t rotary_heads, int64_t pos_begin) {
@@ -428,13 +429,13 @@ static void check_rope(const char* op, const Tensor& x, const Tensor& table, int
 void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
   check_rope("rope_forward", x, table, rotary_heads, pos_begin);
   Widen w("rope_forward", {{&x, kAccumulate}});
-  LT_DISPATCH(rope_forward, rope_forward(x, table, rotary_heads, pos_begin), &x, &table);
+  LT_DISPATCH_CUDA(rope_forward, rope_forward(x, table, rotary_heads, pos_begin), &x, &table);
 }
 
 void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
   check_rope("rope_backward", dx, table, rotary_heads, pos_begin);
   Widen w("rope_backward", {{&dx, kAccumulate}});
-  LT_DISPATCH(rope_backward, rope_backward(dx, table, rotary_heads, pos_begin), &dx, &table);
+  LT_DISPATCH_CUDA(rope_backward, rope_backward(dx, table, rotary_heads, pos_begin), &dx, &table);
 }
 
 static void check_attention(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t heads,

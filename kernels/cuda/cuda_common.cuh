@@ -12,6 +12,19 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #define LLMTRAIN_CUDA_SIMULATOR 0
+#include <cstdio>
+// LT_DEVICE_CHECK(cond, "printf format", args...): a broken invariant inside a kernel (a token id
+// outside the vocabulary). The kernel prints and traps; the next CUDA call fails with a launch
+// error, which its LT_CUDA check reports. In the simulator: the message and abort.
+#define LT_DEVICE_CHECK(cond, ...)                                           \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      printf("%s:%d: kernel check failed: %s: ", __FILE__, __LINE__, #cond); \
+      printf(__VA_ARGS__);                                                   \
+      printf("\n");                                                          \
+      __trap();                                                              \
+    }                                                                        \
+  } while (0)
 // LT_LAUNCH(grid, block, shared_bytes, stream, kernel)(args...): the kernel comes last so that a
 // template kernel's commas need no parentheses.
 #define LT_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<(grid), (block), (smem), (stream)>>>
@@ -25,4 +38,8 @@
 #define LLMTRAIN_CUDA_SIMULATOR 1
 #define LT_LAUNCH(grid, block, smem, stream, ...) LT_SIM_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
 #define LT_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::llmtrain::cuda_sim::dynamic_shared_memory())
+#define LT_DEVICE_CHECK(cond, ...)                                                                  \
+  do {                                                                                              \
+    if (!(cond)) ::llmtrain::cuda_sim::device_check_failed(__FILE__, __LINE__, #cond, __VA_ARGS__); \
+  } while (0)
 #endif

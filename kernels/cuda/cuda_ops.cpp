@@ -29,6 +29,7 @@ Storage storage(const Tensor& t) {
 }
 
 const void* data_or_null(const Tensor& t) { return t.defined() ? t.data : nullptr; }
+int64_t last_dim(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
 
 }  // namespace
 
@@ -52,6 +53,101 @@ void residual_backward(Tensor dbias, Tensor dout) {
   const int64_t c = dbias.numel();
   residual_backward_launch(storage(dbias), dbias.data, dout.data, c ? dout.numel() / c : 0, c);
   LT_CUDA_LAUNCHED("column_sum_add_kernel");
+}
+
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {
+  embedding_forward_launch(storage(out), out.data, tokens.ptr<int32_t>(), wte.data, tokens.numel(), wte.shape[0],
+                           wte.shape[1], vocab_begin, vocab);
+  LT_CUDA_LAUNCHED("embedding_forward_kernel");
+}
+
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
+  embedding_backward_launch(storage(dwte), dwte.data, dout.data, tokens.ptr<int32_t>(), tokens.numel(), dwte.shape[0],
+                            dwte.shape[1], vocab_begin, vocab);
+  LT_CUDA_LAUNCHED("embedding_backward_kernel");
+}
+
+void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
+  const int64_t c = x.shape[2];
+  const char* w = static_cast<const char*>(wpe.data) + pos_begin * c * int64_t(dtype_size(wpe.dtype));
+  position_embedding_forward_launch(storage(x), x.data, w, x.shape[0], x.shape[1], c);
+  LT_CUDA_LAUNCHED("position_forward_kernel");
+}
+
+void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
+  const int64_t c = dx.shape[2];
+  char* w = static_cast<char*>(dwpe.data) + pos_begin * c * int64_t(dtype_size(dwpe.dtype));
+  position_embedding_backward_launch(storage(dwpe), w, dx.data, dx.shape[0], dx.shape[1], c);
+  LT_CUDA_LAUNCHED("position_backward_kernel");
+}
+
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps) {
+  const int64_t c = weight.numel();
+  layernorm_forward_launch(storage(out), out.data, mean.ptr<float>(), rstd.ptr<float>(), in.data, weight.data,
+                           bias.data, c ? in.numel() / c : 0, c, eps);
+  LT_CUDA_LAUNCHED("layernorm_forward_kernel");
+}
+
+void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                        Tensor rstd, Tensor dresidual) {
+  const int64_t c = weight.numel();
+  layernorm_backward_launch(storage(din), din.data, dweight.data, dbias.data, dout.data, in.data, weight.data,
+                            mean.ptr<float>(), rstd.ptr<float>(), data_or_null(dresidual), c ? in.numel() / c : 0, c);
+  LT_CUDA_LAUNCHED("layernorm_backward_kernel");
+}
+
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
+  const int64_t c = weight.numel();
+  rmsnorm_forward_launch(storage(out), out.data, rstd.ptr<float>(), in.data, weight.data, c ? in.numel() / c : 0, c,
+                         eps);
+  LT_CUDA_LAUNCHED("rmsnorm_forward_kernel");
+}
+
+void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd,
+                      Tensor dresidual) {
+  const int64_t c = weight.numel();
+  rmsnorm_backward_launch(storage(din), din.data, dweight.data, dout.data, in.data, weight.data, rstd.ptr<float>(),
+                          data_or_null(dresidual), c ? in.numel() / c : 0, c);
+  LT_CUDA_LAUNCHED("rmsnorm_backward_kernel");
+}
+
+void gelu_forward(Tensor out, Tensor in) {
+  gelu_forward_launch(storage(out), out.data, in.data, in.numel());
+  LT_CUDA_LAUNCHED("gelu_forward_kernel");
+}
+
+void gelu_backward(Tensor din, Tensor dout, Tensor in) {
+  gelu_backward_launch(storage(din), din.data, dout.data, in.data, in.numel());
+  LT_CUDA_LAUNCHED("gelu_backward_kernel");
+}
+
+void swiglu_forward(Tensor out, Tensor in) {
+  const int64_t f = last_dim(out);
+  swiglu_forward_launch(storage(out), out.data, in.data, f ? out.numel() / f : 0, f);
+  LT_CUDA_LAUNCHED("swiglu_forward_kernel");
+}
+
+void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
+  const int64_t f = last_dim(dout);
+  swiglu_backward_launch(storage(din), din.data, dout.data, in.data, f ? dout.numel() / f : 0, f);
+  LT_CUDA_LAUNCHED("swiglu_backward_kernel");
+}
+
+void rope_table(Tensor table, double theta) {
+  rope_table_launch(table.ptr<float>(), table.shape[0], table.shape[2], theta);
+  LT_CUDA_LAUNCHED("rope_table_kernel");
+}
+
+void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
+  rope_launch(storage(x), x.data, table.ptr<float>(), x.shape[0], x.shape[1], x.shape[2], rotary_heads, x.shape[3],
+              pos_begin, 1.0f);
+  LT_CUDA_LAUNCHED("rope_kernel");
+}
+
+void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
+  rope_launch(storage(dx), dx.data, table.ptr<float>(), dx.shape[0], dx.shape[1], dx.shape[2], rotary_heads,
+              dx.shape[3], pos_begin, -1.0f);
+  LT_CUDA_LAUNCHED("rope_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

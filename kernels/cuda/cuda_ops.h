@@ -24,5 +24,21 @@ void synchronize();
 void convert(Tensor out, Tensor in);
 void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias);
 void residual_backward(Tensor dbias, Tensor dout);
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab);
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab);
+void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin);
+void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin);
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps);
+void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                        Tensor rstd, Tensor dresidual);
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps);
+void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd, Tensor dresidual);
+void gelu_forward(Tensor out, Tensor in);
+void gelu_backward(Tensor din, Tensor dout, Tensor in);
+void swiglu_forward(Tensor out, Tensor in);
+void swiglu_backward(Tensor din, Tensor dout, Tensor in);
+void rope_table(Tensor table, double theta);
+void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin);
+void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin);
 
 }  // namespace llmtrain::kernels::cuda

@@ -22,4 +22,34 @@ void residual_forward_launch(Storage s, void* out, const void* a, const void* b,
                              int64_t c);
 void residual_backward_launch(Storage s, void* dbias, const void* dout, int64_t n, int64_t c);
 
+// embedding.cu: the arguments of kernels/ops.h's embedding ops; wpe starts at position pos_begin.
+void embedding_forward_launch(Storage s, void* out, const int32_t* tokens, const void* wte, int64_t n, int64_t v,
+                              int64_t c, int64_t vocab_begin, int64_t vocab);
+void embedding_backward_launch(Storage s, void* dwte, const void* dout, const int32_t* tokens, int64_t n, int64_t v,
+                               int64_t c, int64_t vocab_begin, int64_t vocab);
+void position_embedding_forward_launch(Storage s, void* x, const void* wpe, int64_t b, int64_t t, int64_t c);
+void position_embedding_backward_launch(Storage s, void* dwpe, const void* dx, int64_t b, int64_t t, int64_t c);
+
+// layernorm.cu, rmsnorm.cu: rows n of c channels; mean and rstd are fp32; dresidual may be null.
+void layernorm_forward_launch(Storage s, void* out, float* mean, float* rstd, const void* in, const void* weight,
+                              const void* bias, int64_t n, int64_t c, float eps);
+void layernorm_backward_launch(Storage s, void* din, void* dweight, void* dbias, const void* dout, const void* in,
+                               const void* weight, const float* mean, const float* rstd, const void* dresidual,
+                               int64_t n, int64_t c);
+void rmsnorm_forward_launch(Storage s, void* out, float* rstd, const void* in, const void* weight, int64_t n, int64_t c,
+                            float eps);
+void rmsnorm_backward_launch(Storage s, void* din, void* dweight, const void* dout, const void* in, const void* weight,
+                             const float* rstd, const void* dresidual, int64_t n, int64_t c);
+
+// gelu.cu, swiglu.cu: n elements (gelu), n rows of f outputs (swiglu; in has 2f per row).
+void gelu_forward_launch(Storage s, void* out, const void* in, int64_t n);
+void gelu_backward_launch(Storage s, void* din, const void* dout, const void* in, int64_t n);
+void swiglu_forward_launch(Storage s, void* out, const void* in, int64_t n, int64_t f);
+void swiglu_backward_launch(Storage s, void* din, const void* dout, const void* in, int64_t n, int64_t f);
+
+// rope.cu: table [p, 2, half] fp32; x [b, t, heads, d] rotated in place (sign -1: the inverse).
+void rope_table_launch(float* table, int64_t p, int64_t half, double theta);
+void rope_launch(Storage s, void* x, const float* table, int64_t b, int64_t t, int64_t heads, int64_t rotary_heads,
+                 int64_t d, int64_t pos_begin, float sign);
+
 }  // namespace llmtrain::kernels::cuda

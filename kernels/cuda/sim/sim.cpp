@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -274,6 +275,18 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   }
   w.arrived = 0;
   return w.result[lane];
+}
+
+void device_check_failed(const char* file, int line, const char* cond, const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof(text), format, args);
+  va_end(args);
+  Executor& e = executor();
+  std::string where = e.current != nullptr ? block_name(e) + ", thread " + std::to_string(e.current->linear) : "";
+  fatal(std::string(file) + ":" + std::to_string(line) + ": kernel check failed in " + where + ": " + cond + ": " +
+        text);
 }
 
 void* dynamic_shared_memory() {

@@ -65,6 +65,9 @@ void syncthreads();
 // mask; `arg` is the lane (idx), delta (up, down), lane mask (xor) or predicate (votes).
 enum class WarpOp : uint8_t { sync, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* what);
+// LT_DEVICE_CHECK's failure: prints where, which thread and the message, and aborts.
+[[noreturn]] void device_check_failed(const char* file, int line, const char* cond, const char* format, ...)
+    __attribute__((format(printf, 4, 5)));
 // This block's dynamic shared memory (the launch's `smem` bytes, at least 16-byte aligned).
 void* dynamic_shared_memory();
 
