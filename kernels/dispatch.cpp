@@ -364,7 +364,7 @@ void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
   LT_CHECK(cols(out) == o || out.shape.rank() > 2, "linear_forward: out {} for weight [{}, {}]", out.shape.str(), o, i);
   if (bias.defined()) expect_float("linear_forward", "bias", bias, o);
   Widen w("linear_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}, {&bias, kRead}});
-  LT_DISPATCH(linear_forward, linear_forward(out, in, weight, bias), &out, &in, &weight, &bias);
+  LT_DISPATCH_CUDA(linear_forward, linear_forward(out, in, weight, bias), &out, &in, &weight, &bias);
 }
 
 void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight) {
@@ -377,8 +377,8 @@ void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tens
   Widen w(
       "linear_backward",
       {{&din, kWrite}, {&dweight, kAccumulate}, {&dbias, kAccumulate}, {&dout, kRead}, {&in, kRead}, {&weight, kRead}});
-  LT_DISPATCH(linear_backward, linear_backward(din, dweight, dbias, dout, in, weight), &din, &dweight, &dbias, &dout,
-              &in, &weight);
+  LT_DISPATCH_CUDA(linear_backward, linear_backward(din, dweight, dbias, dout, in, weight), &din, &dweight, &dbias,
+                   &dout, &in, &weight);
 }
 
 void gelu_forward(Tensor out, Tensor in) {
@@ -632,7 +632,7 @@ void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
   expect_float("linear_backward_input", "dout", dout, n * o);
   // 16-bit storage: din rounded once, as linear_backward's.
   Widen w("linear_backward_input", {{&din, kWrite}, {&dout, kRead}, {&weight, kRead}});
-  LT_DISPATCH(linear_backward_input, linear_backward_input(din, dout, weight), &din, &dout, &weight);
+  LT_DISPATCH_CUDA(linear_backward_input, linear_backward_input(din, dout, weight), &din, &dout, &weight);
 }
 
 }  // namespace llmtrain::kernels

@@ -111,6 +111,29 @@ void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor
   LT_CUDA_LAUNCHED("rmsnorm_backward_kernel");
 }
 
+void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  const int64_t o = weight.shape[0], i = weight.shape[1];
+  linear_forward_launch(storage(out), out.data, in.data, weight.data, data_or_null(bias), i ? in.numel() / i : 0, i, o);
+  LT_CUDA_LAUNCHED("gemm_kernel (linear_forward)");
+}
+
+void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
+  const int64_t o = weight.shape[0], i = weight.shape[1];
+  linear_backward_input_launch(storage(din), din.data, dout.data, weight.data, o ? dout.numel() / o : 0, i, o);
+  LT_CUDA_LAUNCHED("gemm_kernel (linear_backward_input)");
+}
+
+void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight) {
+  const int64_t o = weight.shape[0], i = weight.shape[1], n = o ? dout.numel() / o : 0;
+  if (din.defined()) cuda::linear_backward_input(din, dout, weight);
+  linear_backward_weight_launch(storage(dweight), dweight.data, dout.data, in.data, n, i, o);
+  LT_CUDA_LAUNCHED("gemm_kernel (linear_backward weight)");
+  if (dbias.defined()) {
+    residual_backward_launch(storage(dbias), dbias.data, dout.data, n, o);
+    LT_CUDA_LAUNCHED("column_sum_add_kernel (linear_backward bias)");
+  }
+}
+
 void gelu_forward(Tensor out, Tensor in) {
   gelu_forward_launch(storage(out), out.data, in.data, in.numel());
   LT_CUDA_LAUNCHED("gelu_forward_kernel");

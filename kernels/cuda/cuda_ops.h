@@ -33,6 +33,9 @@ void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, T
                         Tensor rstd, Tensor dresidual);
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps);
 void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd, Tensor dresidual);
+void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
+void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight);
+void linear_backward_input(Tensor din, Tensor dout, Tensor weight);
 void gelu_forward(Tensor out, Tensor in);
 void gelu_backward(Tensor din, Tensor dout, Tensor in);
 void swiglu_forward(Tensor out, Tensor in);

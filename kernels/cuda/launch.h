@@ -52,4 +52,12 @@ void rope_table_launch(float* table, int64_t p, int64_t half, double theta);
 void rope_launch(Storage s, void* x, const float* table, int64_t b, int64_t t, int64_t heads, int64_t rotary_heads,
                  int64_t d, int64_t pos_begin, float sign);
 
+// linear.cu (our tiled GEMM): in [n, i], weight [o, i], out [n, o]; bias may be null.
+void linear_forward_launch(Storage s, void* out, const void* in, const void* weight, const void* bias, int64_t n,
+                           int64_t i, int64_t o);
+void linear_backward_input_launch(Storage s, void* din, const void* dout, const void* weight, int64_t n, int64_t i,
+                                  int64_t o);
+void linear_backward_weight_launch(Storage s, void* dweight, const void* dout, const void* in, int64_t n, int64_t i,
+                                   int64_t o);
+
 }  // namespace llmtrain::kernels::cuda
