@@ -529,8 +529,8 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
   check_cross_entropy("cross_entropy_forward", logits, lse, targets, vocab);
   expect_f32("cross_entropy_forward", "losses", losses, rows(logits));
   Widen w("cross_entropy_forward", {{&logits, kRead}});
-  LT_DISPATCH(cross_entropy_forward, cross_entropy_forward(losses, lse, logits, targets, vocab, ignore_index), &losses,
-              &lse, &logits, &targets);
+  LT_DISPATCH_CUDA(cross_entropy_forward, cross_entropy_forward(losses, lse, logits, targets, vocab, ignore_index),
+                   &losses, &lse, &logits, &targets);
 }
 
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
@@ -539,9 +539,9 @@ void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor ta
   expect_float("cross_entropy_backward", "dlogits", dlogits, logits.numel());
   Widen w("cross_entropy_backward", {{&dlogits, kWrite}, {&logits, kRead}});
   expect("cross_entropy_backward", "count", count, DType::int32, 1);
-  LT_DISPATCH(cross_entropy_backward,
-              cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, loss_scale, count), &dlogits,
-              &logits, &lse, &targets, &count);
+  LT_DISPATCH_CUDA(cross_entropy_backward,
+                   cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, loss_scale, count),
+                   &dlogits, &logits, &lse, &targets, &count);
 }
 
 static void check_shard(const char* op, const Tensor& logits, int64_t col_begin, int64_t vocab) {
@@ -600,8 +600,8 @@ void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets,
   expect("loss_mean_forward", "count", count, DType::int32, 1);
   expect_f32("loss_mean_forward", "losses", losses, losses.numel());
   expect("loss_mean_forward", "targets", targets, DType::int32, losses.numel());
-  LT_DISPATCH(loss_mean_forward, loss_mean_forward(mean, count, losses, targets, ignore_index), &mean, &count, &losses,
-              &targets);
+  LT_DISPATCH_CUDA(loss_mean_forward, loss_mean_forward(mean, count, losses, targets, ignore_index), &mean, &count,
+                   &losses, &targets);
 }
 
 void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {

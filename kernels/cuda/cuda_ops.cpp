@@ -134,6 +134,29 @@ void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tens
   }
 }
 
+void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  const int64_t vp = last_dim(logits);
+  cross_entropy_forward_launch(storage(logits), losses.ptr<float>(), lse.ptr<float>(), logits.data,
+                               targets.ptr<int32_t>(), vp ? logits.numel() / vp : 0, vp, vocab, ignore_index);
+  LT_CUDA_LAUNCHED("cross_entropy_forward_kernel");
+}
+
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
+                            int32_t ignore_index, float loss_scale, Tensor count) {
+  const int64_t vp = last_dim(logits);
+  cross_entropy_backward_launch(storage(dlogits), dlogits.data, logits.data, lse.ptr<float>(), targets.ptr<int32_t>(),
+                                count.ptr<int32_t>(), vp ? logits.numel() / vp : 0, vp, vocab, ignore_index,
+                                loss_scale);
+  LT_CUDA_LAUNCHED("cross_entropy_backward_kernel");
+}
+
+void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
+  loss_mean_launch(mean.ptr<float>(), count.ptr<int32_t>(), losses.ptr<float>(), targets.ptr<int32_t>(), losses.numel(),
+                   ignore_index);
+  LT_CUDA_LAUNCHED("loss_mean_kernel");
+}
+
 void gelu_forward(Tensor out, Tensor in) {
   gelu_forward_launch(storage(out), out.data, in.data, in.numel());
   LT_CUDA_LAUNCHED("gelu_forward_kernel");

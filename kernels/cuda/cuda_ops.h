@@ -36,6 +36,11 @@ void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor
 void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
 void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight);
 void linear_backward_input(Tensor din, Tensor dout, Tensor weight);
+void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
+                           int32_t ignore_index);
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
+                            int32_t ignore_index, float loss_scale, Tensor count);
+void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index);
 void gelu_forward(Tensor out, Tensor in);
 void gelu_backward(Tensor din, Tensor dout, Tensor in);
 void swiglu_forward(Tensor out, Tensor in);

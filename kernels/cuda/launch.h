@@ -60,4 +60,13 @@ void linear_backward_input_launch(Storage s, void* din, const void* dout, const 
 void linear_backward_weight_launch(Storage s, void* dweight, const void* dout, const void* in, int64_t n, int64_t i,
                                    int64_t o);
 
+// cross_entropy.cu: logits [n, vp] of which the first `vocab` columns are real; losses, lse fp32.
+void cross_entropy_forward_launch(Storage s, float* losses, float* lse, const void* logits, const int32_t* targets,
+                                  int64_t n, int64_t vp, int64_t vocab, int32_t ignore_index);
+void cross_entropy_backward_launch(Storage s, void* dlogits, const void* logits, const float* lse,
+                                   const int32_t* targets, const int32_t* count, int64_t n, int64_t vp, int64_t vocab,
+                                   int32_t ignore_index, float loss_scale);
+void loss_mean_launch(float* mean, int32_t* count, const float* losses, const int32_t* targets, int64_t n,
+                      int32_t ignore_index);
+
 }  // namespace llmtrain::kernels::cuda

@@ -41,6 +41,18 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(v);
 }
 
+// The maximum of v over the block, returned to every thread (same rules as block_sum).
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), warps = int(blockDim.x / 32);
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : -INFINITY;
+  return warp_max(v);
+}
+
 // Calls f(T{}) with T the storage type of s: the host side of a kernel templated on storage.
 template <class F>
 void with_storage(Storage s, F&& f) {

@@ -63,7 +63,18 @@ Tensor OpRun::grad(const std::string& name) {
   return on_device(name, Tensor(g.at(name).data(), DType::fp32, Shape(std::span<const int64_t>(a->shape))), dg);
 }
 
+Tensor OpRun::ints(int32_t* p, int64_t n) {
+  Tensor host(p, DType::int32, {n});
+  if (device == Device::cpu) return host;
+  Buffer b(DType::int32, {n}, device);
+  copy(b.tensor(), host);
+  dints.emplace_back(p, std::move(b));
+  return dints.back().second.tensor();
+}
+
 void OpRun::sync() {
+  for (auto& [p, buf] : dints) copy(Tensor(p, DType::int32, buf.tensor().shape), buf.tensor());
+  dints.clear();
   // Device copies back into the host storage they were made from (16-bit copies included).
   for (auto* pair : {&df, &dg}) {
     for (auto& [name, buf] : *pair) {

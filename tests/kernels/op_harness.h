@@ -27,6 +27,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/buffer.h"
@@ -61,6 +62,9 @@ class OpRun {
   Tensor t(const std::string& name);     // value of an argument (input, param, constant, index, output)
   Tensor grad(const std::string& name);  // gradient buffer of an input/param, or R for an output
   void sync();                           // 16-bit copies back into f and g (widened exactly)
+  // int32 memory of the case's own (a count) as a tensor on the run's device; a device copy is
+  // copied back into *p at sync().
+  Tensor ints(int32_t* p, int64_t n);
 
   std::map<std::string, std::vector<float>> f, g;
   std::map<std::string, std::vector<int32_t>> i;
@@ -72,6 +76,7 @@ class OpRun {
   // Device::cuda: t() and grad() hand out device copies (made at the first call, until sync()).
   Device device = Device::cpu;
   std::map<std::string, Buffer> df, dg;
+  std::vector<std::pair<int32_t*, Buffer>> dints;
 
  private:
   Tensor on_device(const std::string& name, Tensor host, std::map<std::string, Buffer>& d);

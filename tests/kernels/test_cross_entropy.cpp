@@ -38,7 +38,7 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
       // With a count of 1 the per-row gradient is loss_scale itself: the uniform dloss R.
       const float dloss = r.g["losses"][0];
       int32_t one = 1;
-      const Tensor count = host_tensor(&one, {1});
+      const Tensor count = r.ints(&one, 1);
       if (in_place) {
         std::vector<float> keep = r.f["logits"];
         cross_entropy_backward(r.t("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss, count);
@@ -48,6 +48,7 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
       } else {
         cross_entropy_backward(r.grad("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss,
                                count);
+        r.sync();  // `one` ends here
       }
     };
     oc.reference = [=](RefRun& r) {
@@ -65,6 +66,9 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
     oc.bf16 = {1e-6, 6e-3};
     oc.fp16 = {1e-6, 1e-3};
     oc.fp32_args = {"losses", "lse"};
+    oc.cuda = true;  // the device's expf and a block's sums
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     run_case(oc, 1100 + trial);
   }
 }
@@ -172,11 +176,11 @@ TEST(LossMean, MeanAndItsGradientMatchReference) {
     };
     oc.forward = [=](OpRun& r) {
       cross_entropy_forward(r.t("losses"), r.t("lse"), r.t("logits"), r.t("targets"), vocab, kIgnore);
-      loss_mean_forward(r.t("mean"), host_tensor(count.get(), {1}), r.t("losses"), r.t("targets"), kIgnore);
+      loss_mean_forward(r.t("mean"), r.ints(count.get(), 1), r.t("losses"), r.t("targets"), kIgnore);
     };
     oc.backward = [=](OpRun& r) {
       cross_entropy_backward(r.grad("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore,
-                             r.g["mean"][0], host_tensor(count.get(), {1}));
+                             r.g["mean"][0], r.ints(count.get(), 1));
     };
     oc.reference = [=](RefRun& r) {
       const auto& x = r.in("logits");
@@ -197,6 +201,9 @@ TEST(LossMean, MeanAndItsGradientMatchReference) {
     oc.bf16 = {1e-6, 1e-2};
     oc.fp16 = {1e-6, 2e-3};
     oc.fp32_args = {"losses", "lse", "mean"};
+    oc.cuda = true;
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     run_case(oc, 1200 + trial);
     int64_t want = 0;
     for (int64_t i = 0; i < n; ++i) want += !(none_counted || i % 3 == 1);
