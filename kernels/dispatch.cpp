@@ -610,19 +610,19 @@ void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWSt
   expect_float("adamw_update", "grads", grads, n);  // 16-bit gradients update fp32 master weights
   Widen w("adamw_update", {{&grads, kRead}});
   LT_CHECK(s.step >= 1, "adamw_update: step {} (1-based)", s.step);
-  LT_DISPATCH(adamw_update, adamw_update(params, grads, m, v, s), &params, &grads, &m, &v);
+  LT_DISPATCH_CUDA(adamw_update, adamw_update(params, grads, m, v, s), &params, &grads, &m, &v);
 }
 
 double sum_squares(Tensor x) {
   expect_float("sum_squares", "x", x, x.numel());
   Widen w("sum_squares", {{&x, kRead}});
-  LT_DISPATCH(sum_squares, sum_squares(x), &x);
+  LT_DISPATCH_CUDA(sum_squares, sum_squares(x), &x);
 }
 
 void scale(Tensor x, float s) {
   expect_float("scale", "x", x, x.numel());
   Widen w("scale", {{&x, kAccumulate}});
-  LT_DISPATCH(scale, scale(x, s), &x);
+  LT_DISPATCH_CUDA(scale, scale(x, s), &x);
 }
 
 void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {

@@ -6,7 +6,12 @@
 // is device memory and only travels to the kernels.
 #include "kernels/cuda/cuda_ops.h"
 
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+
 #include "common/error.h"
+#include "kernels/buffer.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 
@@ -155,6 +160,36 @@ void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets,
   loss_mean_launch(mean.ptr<float>(), count.ptr<int32_t>(), losses.ptr<float>(), targets.ptr<int32_t>(), losses.numel(),
                    ignore_index);
   LT_CUDA_LAUNCHED("loss_mean_kernel");
+}
+
+void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
+  // The constants exactly as kernels/cpu/adamw.cpp computes them.
+  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
+  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
+  const float step_size = float(double(s.lr) / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  const float decay = 1.0f - s.lr * s.weight_decay;
+  adamw_launch(storage(grads), params.ptr<float>(), grads.data, m.ptr<float>(), v.ptr<float>(), params.numel(), s.beta1,
+               s.beta2, s.eps, s.grad_scale, decay, step_size, inv_sqrt_bc2);
+  LT_CUDA_LAUNCHED("adamw_kernel");
+}
+
+double sum_squares(Tensor x) {
+  // Device scratch for the chunk partials and the total, per host thread, grown to its high-water
+  // mark once (ops allocate nothing per call after that).
+  thread_local Buffer scratch;
+  const int64_t need = 1 + sum_squares_chunks(x.numel());
+  if (scratch.tensor().numel() < need) scratch = Buffer(DType::int64, {need}, Device::cuda);
+  double* total = static_cast<double*>(scratch.data());
+  sum_squares_launch(storage(x), total, total + 1, x.data, x.numel());
+  LT_CUDA_LAUNCHED("chunk_squares_kernel");
+  double result = 0;
+  LT_CUDA(cudaMemcpy(&result, total, sizeof(result), cudaMemcpyDeviceToHost));
+  return result;
+}
+
+void scale(Tensor x, float s) {
+  scale_launch(storage(x), x.data, x.numel(), s);
+  LT_CUDA_LAUNCHED("scale_kernel");
 }
 
 void gelu_forward(Tensor out, Tensor in) {

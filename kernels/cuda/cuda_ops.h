@@ -41,6 +41,10 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
                             int32_t ignore_index, float loss_scale, Tensor count);
 void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index);
+void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s);
+// Computed on the device, the double copied back (a synchronization point).
+double sum_squares(Tensor x);
+void scale(Tensor x, float s);
 void gelu_forward(Tensor out, Tensor in);
 void gelu_backward(Tensor din, Tensor dout, Tensor in);
 void swiglu_forward(Tensor out, Tensor in);

@@ -69,4 +69,13 @@ void cross_entropy_backward_launch(Storage s, void* dlogits, const void* logits,
 void loss_mean_launch(float* mean, int32_t* count, const float* losses, const int32_t* targets, int64_t n,
                       int32_t ignore_index);
 
+// adamw.cu: params, m, v fp32; the step's constants as kernels/cpu/adamw.cpp derives them.
+void adamw_launch(Storage grads_storage, float* params, const void* grads, float* m, float* v, int64_t n, float beta1,
+                  float beta2, float eps, float grad_scale, float decay, float step_size, float inv_sqrt_bc2);
+
+// l2norm.cu: total (one double) = Σ x², through `partial` (sum_squares_chunks(n) doubles).
+int64_t sum_squares_chunks(int64_t n);
+void sum_squares_launch(Storage s, double* total, double* partial, const void* x, int64_t n);
+void scale_launch(Storage s, void* x, int64_t n, float factor);
+
 }  // namespace llmtrain::kernels::cuda
