@@ -452,7 +452,7 @@ static void check_attention(const char* op, const Tensor& qkv, const Tensor& out
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
   check_attention("attention_forward", qkv, out, lse, heads, kv_heads);
   Widen w("attention_forward", {{&out, kWrite}, {&qkv, kRead}});
-  LT_DISPATCH(attention_forward, attention_forward(out, lse, qkv, heads, kv_heads), &out, &lse, &qkv);
+  LT_DISPATCH_CUDA(attention_forward, attention_forward(out, lse, qkv, heads, kv_heads), &out, &lse, &qkv);
 }
 
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads) {
@@ -460,8 +460,8 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
   expect_float("attention_backward", "dqkv", dqkv, qkv.numel());
   expect_float("attention_backward", "dout", dout, out.numel());
   Widen w("attention_backward", {{&dqkv, kWrite}, {&dout, kRead}, {&qkv, kRead}, {&out, kRead}});
-  LT_DISPATCH(attention_backward, attention_backward(dqkv, dout, qkv, out, lse, heads, kv_heads), &dqkv, &dout, &qkv,
-              &out, &lse);
+  LT_DISPATCH_CUDA(attention_backward, attention_backward(dqkv, dout, qkv, out, lse, heads, kv_heads), &dqkv, &dout,
+                   &qkv, &out, &lse);
 }
 
 // The cache is [B, T_max, kv_heads, D] with the batch and head dim of qkv; rows [position,

@@ -192,6 +192,29 @@ void scale(Tensor x, float s) {
   LT_CUDA_LAUNCHED("scale_kernel");
 }
 
+void check_head_dim(int64_t d) {
+  if (d > kMaxHeadDim)
+    throw Error(fmt::format("not supported yet: attention with head dim {} on CUDA (the kernel takes up to {})", d,
+                            kMaxHeadDim),
+                "use a model with model.hidden / model.heads <= 128, or train.device: cpu");
+}
+
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
+  const int64_t d = qkv.shape[3];
+  check_head_dim(d);
+  attention_forward_launch(storage(qkv), out.data, lse.ptr<float>(), qkv.data, qkv.shape[0], qkv.shape[1], heads,
+                           kv_heads, d);
+  LT_CUDA_LAUNCHED("attention_forward_kernel");
+}
+
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads) {
+  const int64_t d = qkv.shape[3];
+  check_head_dim(d);
+  attention_backward_launch(storage(qkv), dqkv.data, dout.data, qkv.data, out.data, lse.ptr<float>(), qkv.shape[0],
+                            qkv.shape[1], heads, kv_heads, d);
+  LT_CUDA_LAUNCHED("attention_backward_dq_kernel / attention_backward_dkv_kernel");
+}
+
 void gelu_forward(Tensor out, Tensor in) {
   gelu_forward_launch(storage(out), out.data, in.data, in.numel());
   LT_CUDA_LAUNCHED("gelu_forward_kernel");

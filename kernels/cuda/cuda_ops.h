@@ -45,6 +45,9 @@ void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWSt
 // Computed on the device, the double copied back (a synchronization point).
 double sum_squares(Tensor x);
 void scale(Tensor x, float s);
+// Head dims up to kMaxHeadDim (kernels/cuda/launch.h); larger is an llmtrain::Error.
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads);
 void gelu_forward(Tensor out, Tensor in);
 void gelu_backward(Tensor din, Tensor dout, Tensor in);
 void swiglu_forward(Tensor out, Tensor in);

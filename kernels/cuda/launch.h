@@ -78,4 +78,12 @@ int64_t sum_squares_chunks(int64_t n);
 void sum_squares_launch(Storage s, double* total, double* partial, const void* x, int64_t n);
 void scale_launch(Storage s, void* x, int64_t n, float factor);
 
+// attention.cu: qkv [b, t, heads + 2·kv_heads, d], out [b, t, heads, d], lse [b, heads, t] fp32;
+// d <= kMaxHeadDim (the tiles' shared memory).
+inline constexpr int64_t kMaxHeadDim = 128;
+void attention_forward_launch(Storage s, void* out, float* lse, const void* qkv, int64_t b, int64_t t, int64_t heads,
+                              int64_t kv_heads, int64_t d);
+void attention_backward_launch(Storage s, void* dqkv, const void* dout, const void* qkv, const void* out,
+                               const float* lse, int64_t b, int64_t t, int64_t heads, int64_t kv_heads, int64_t d);
+
 }  // namespace llmtrain::kernels::cuda
