@@ -554,7 +554,8 @@ void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, i
   check_shard("cross_entropy_shard_max", logits, col_begin, vocab);
   expect_f32("cross_entropy_shard_max", "row_max", row_max, rows(logits));
   Widen w("cross_entropy_shard_max", {{&logits, kRead}});
-  LT_DISPATCH(cross_entropy_shard_max, cross_entropy_shard_max(row_max, logits, col_begin, vocab), &row_max, &logits);
+  LT_DISPATCH_CUDA(cross_entropy_shard_max, cross_entropy_shard_max(row_max, logits, col_begin, vocab), &row_max,
+                   &logits);
 }
 
 void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
@@ -564,9 +565,9 @@ void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tenso
   expect_f32("cross_entropy_shard_sums", "row_max", row_max, rows(logits));
   expect("cross_entropy_shard_sums", "targets", targets, DType::int32, rows(logits));
   Widen w("cross_entropy_shard_sums", {{&logits, kRead}});
-  LT_DISPATCH(cross_entropy_shard_sums,
-              cross_entropy_shard_sums(stats, logits, row_max, targets, col_begin, vocab, ignore_index), &stats,
-              &logits, &row_max, &targets);
+  LT_DISPATCH_CUDA(cross_entropy_shard_sums,
+                   cross_entropy_shard_sums(stats, logits, row_max, targets, col_begin, vocab, ignore_index), &stats,
+                   &logits, &row_max, &targets);
 }
 
 void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
@@ -577,8 +578,9 @@ void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor sta
   expect_f32("cross_entropy_combine", "row_max", row_max, n);
   expect_f32("cross_entropy_combine", "stats", stats, 2 * n);
   expect("cross_entropy_combine", "targets", targets, DType::int32, n);
-  LT_DISPATCH(cross_entropy_combine, cross_entropy_combine(losses, lse, row_max, stats, targets, vocab, ignore_index),
-              &losses, &lse, &row_max, &stats, &targets);
+  LT_DISPATCH_CUDA(cross_entropy_combine,
+                   cross_entropy_combine(losses, lse, row_max, stats, targets, vocab, ignore_index), &losses, &lse,
+                   &row_max, &stats, &targets);
 }
 
 void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
@@ -589,7 +591,7 @@ void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Ten
   expect("cross_entropy_shard_backward", "targets", targets, DType::int32, rows(logits));
   expect("cross_entropy_shard_backward", "count", count, DType::int32, 1);
   Widen w("cross_entropy_shard_backward", {{&dlogits, kWrite}, {&logits, kRead}});
-  LT_DISPATCH(
+  LT_DISPATCH_CUDA(
       cross_entropy_shard_backward,
       cross_entropy_shard_backward(dlogits, logits, lse, targets, col_begin, vocab, ignore_index, loss_scale, count),
       &dlogits, &logits, &lse, &targets, &count);

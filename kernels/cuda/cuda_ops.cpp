@@ -151,9 +151,41 @@ void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor ta
                             int32_t ignore_index, float loss_scale, Tensor count) {
   const int64_t vp = last_dim(logits);
   cross_entropy_backward_launch(storage(dlogits), dlogits.data, logits.data, lse.ptr<float>(), targets.ptr<int32_t>(),
-                                count.ptr<int32_t>(), vp ? logits.numel() / vp : 0, vp, vocab, ignore_index,
+                                count.ptr<int32_t>(), vp ? logits.numel() / vp : 0, vp, 0, vocab, ignore_index,
                                 loss_scale);
   LT_CUDA_LAUNCHED("cross_entropy_backward_kernel");
+}
+
+void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, int64_t vocab) {
+  const int64_t vp = last_dim(logits);
+  cross_entropy_shard_max_launch(storage(logits), row_max.ptr<float>(), logits.data, vp ? logits.numel() / vp : 0, vp,
+                                 col_begin, vocab);
+  LT_CUDA_LAUNCHED("shard_max_kernel");
+}
+
+void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
+                              int64_t vocab, int32_t ignore_index) {
+  const int64_t vp = last_dim(logits);
+  cross_entropy_shard_sums_launch(storage(logits), stats.ptr<float>(), logits.data, row_max.ptr<float>(),
+                                  targets.ptr<int32_t>(), vp ? logits.numel() / vp : 0, vp, col_begin, vocab,
+                                  ignore_index);
+  LT_CUDA_LAUNCHED("shard_sums_kernel");
+}
+
+void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  cross_entropy_combine_launch(losses.ptr<float>(), lse.ptr<float>(), row_max.ptr<float>(), stats.ptr<float>(),
+                               targets.ptr<int32_t>(), losses.numel(), vocab, ignore_index);
+  LT_CUDA_LAUNCHED("combine_kernel");
+}
+
+void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
+                                  int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count) {
+  const int64_t vp = last_dim(logits);
+  cross_entropy_backward_launch(storage(dlogits), dlogits.data, logits.data, lse.ptr<float>(), targets.ptr<int32_t>(),
+                                count.ptr<int32_t>(), vp ? logits.numel() / vp : 0, vp, col_begin, vocab, ignore_index,
+                                loss_scale);
+  LT_CUDA_LAUNCHED("cross_entropy_backward_kernel (shard)");
 }
 
 void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {

@@ -63,9 +63,17 @@ void linear_backward_weight_launch(Storage s, void* dweight, const void* dout, c
 // cross_entropy.cu: logits [n, vp] of which the first `vocab` columns are real; losses, lse fp32.
 void cross_entropy_forward_launch(Storage s, float* losses, float* lse, const void* logits, const int32_t* targets,
                                   int64_t n, int64_t vp, int64_t vocab, int32_t ignore_index);
+// The backward over the global columns [col_begin, col_begin + vp) (0 for the whole vocabulary).
 void cross_entropy_backward_launch(Storage s, void* dlogits, const void* logits, const float* lse,
-                                   const int32_t* targets, const int32_t* count, int64_t n, int64_t vp, int64_t vocab,
-                                   int32_t ignore_index, float loss_scale);
+                                   const int32_t* targets, const int32_t* count, int64_t n, int64_t vp,
+                                   int64_t col_begin, int64_t vocab, int32_t ignore_index, float loss_scale);
+void cross_entropy_shard_max_launch(Storage s, float* row_max, const void* logits, int64_t n, int64_t vp,
+                                    int64_t col_begin, int64_t vocab);
+void cross_entropy_shard_sums_launch(Storage s, float* stats, const void* logits, const float* row_max,
+                                     const int32_t* targets, int64_t n, int64_t vp, int64_t col_begin, int64_t vocab,
+                                     int32_t ignore_index);
+void cross_entropy_combine_launch(float* losses, float* lse, const float* row_max, const float* stats,
+                                  const int32_t* targets, int64_t n, int64_t vocab, int32_t ignore_index);
 void loss_mean_launch(float* mean, int32_t* count, const float* losses, const int32_t* targets, int64_t n,
                       int32_t ignore_index);
 

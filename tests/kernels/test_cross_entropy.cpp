@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 
+#include "kernels/backend_info.h"
+#include "kernels/buffer.h"
 #include "kernels/ops.h"
 #include "op_harness.h"
 
@@ -77,7 +80,25 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
 // parallel::vocab_parallel_cross_entropy do): max of the shard maxima, sums of the shard sums; the
 // losses, lse and every shard's gradient against a double reference, with padding columns (one
 // shard holding only padding), an ignored row, and a target in each shard.
-TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) {
+// Runs `op` with the tensors `ts` point to mirrored on `device`: copied there before, back after.
+static void on(Device device, std::vector<Tensor*> ts, const std::function<void()>& op) {
+  if (device == Device::cpu) return op();
+  std::vector<Buffer> bufs;
+  std::vector<Tensor> host;
+  for (Tensor* t : ts) {
+    host.push_back(*t);
+    bufs.emplace_back(t->dtype, t->shape, device);
+    copy(bufs.back().tensor(), *t);
+    *t = bufs.back().tensor();
+  }
+  op();
+  for (size_t k = 0; k < ts.size(); ++k) {
+    copy(host[k], bufs[k].tensor());
+    *ts[k] = host[k];
+  }
+}
+
+static void shards_compose(Device device) {
   constexpr int64_t n = 7, vocab = 45, vpad = 64, shards = 4, vl = vpad / shards;
   std::mt19937_64 rng(95);
   std::normal_distribution<float> z(0.0f, 2.0f);
@@ -89,20 +110,25 @@ TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) {
   for (int64_t k = 0; k < shards; ++k)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < vl; ++j) local[size_t(k)][size_t(i * vl + j)] = x[size_t(i * vpad + k * vl + j)];
-  const Tensor t = host_tensor(targets.data(), {n});
+  Tensor t = host_tensor(targets.data(), {n});
   for (int64_t k = 0; k < shards; ++k) {
     std::vector<float> m(n);
-    cross_entropy_shard_max(host_tensor(m.data(), {n}), host_tensor(local[size_t(k)].data(), {n, vl}), k * vl, vocab);
+    Tensor tm = host_tensor(m.data(), {n}), tl = host_tensor(local[size_t(k)].data(), {n, vl});
+    on(device, {&tm, &tl}, [&] { cross_entropy_shard_max(tm, tl, k * vl, vocab); });
     for (int64_t i = 0; i < n; ++i) row_max[size_t(i)] = std::max(row_max[size_t(i)], m[size_t(i)]);
   }
   for (int64_t k = 0; k < shards; ++k) {
     std::vector<float> st(2 * n);
-    cross_entropy_shard_sums(host_tensor(st.data(), {2 * n}), host_tensor(local[size_t(k)].data(), {n, vl}),
-                             host_tensor(row_max.data(), {n}), t, k * vl, vocab, kIgnore);
+    Tensor ts = host_tensor(st.data(), {2 * n}), tl = host_tensor(local[size_t(k)].data(), {n, vl}),
+           tm = host_tensor(row_max.data(), {n});
+    on(device, {&ts, &tl, &tm, &t}, [&] { cross_entropy_shard_sums(ts, tl, tm, t, k * vl, vocab, kIgnore); });
     for (int64_t i = 0; i < 2 * n; ++i) stats[size_t(i)] += st[size_t(i)];
   }
-  cross_entropy_combine(host_tensor(losses.data(), {n}), host_tensor(lse.data(), {n}), host_tensor(row_max.data(), {n}),
-                        host_tensor(stats.data(), {2 * n}), t, vocab, kIgnore);
+  {
+    Tensor tlo = host_tensor(losses.data(), {n}), tls = host_tensor(lse.data(), {n}),
+           tm = host_tensor(row_max.data(), {n}), ts = host_tensor(stats.data(), {2 * n});
+    on(device, {&tlo, &tls, &tm, &ts, &t}, [&] { cross_entropy_combine(tlo, tls, tm, ts, t, vocab, kIgnore); });
+  }
   int32_t count = n - 1;
   for (int64_t i = 0; i < n; ++i) {
     double mx = -1e300, sum = 0;
@@ -113,20 +139,37 @@ TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) {
     const int32_t tg = targets[size_t(i)];
     const double want_loss = tg == kIgnore ? 0.0 : want_lse - x[size_t(i * vpad + tg)];
     EXPECT_NEAR(losses[size_t(i)], want_loss, 1e-5 * std::abs(want_loss) + 1e-6) << "row " << i;
-    for (int64_t k = 0; k < shards; ++k) {
-      std::vector<float> grad(n * vl);
-      cross_entropy_shard_backward(host_tensor(grad.data(), {n, vl}), host_tensor(local[size_t(k)].data(), {n, vl}),
-                                   host_tensor(lse.data(), {n}), t, k * vl, vocab, kIgnore, 0.5f,
-                                   host_tensor(&count, {1}));
+  }
+  for (int64_t k = 0; k < shards; ++k) {
+    std::vector<float> grad(n * vl);
+    Tensor tg = host_tensor(grad.data(), {n, vl}), tl = host_tensor(local[size_t(k)].data(), {n, vl}),
+           tls = host_tensor(lse.data(), {n}), tc(&count, DType::int32, {1});
+    on(device, {&tg, &tl, &tls, &t, &tc},
+       [&] { cross_entropy_shard_backward(tg, tl, tls, t, k * vl, vocab, kIgnore, 0.5f, tc); });
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t target = targets[size_t(i)];
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, double(x[size_t(i * vpad + j)]));
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(double(x[size_t(i * vpad + j)]) - mx);
+      const double want_lse = mx + std::log(sum);
       for (int64_t j = 0; j < vl; ++j) {
         const int64_t col = k * vl + j;
         double want = 0;
-        if (tg != kIgnore && col < vocab)
-          want = 0.5 / count * (std::exp(double(x[size_t(i * vpad + col)]) - want_lse) - (col == tg ? 1.0 : 0.0));
+        if (target != kIgnore && col < vocab)
+          want = 0.5 / count * (std::exp(double(x[size_t(i * vpad + col)]) - want_lse) - (col == target ? 1.0 : 0.0));
         EXPECT_NEAR(grad[size_t(i * vl + j)], want, 1e-6) << "row " << i << " column " << col;
       }
     }
   }
+}
+
+TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) { shards_compose(Device::cpu); }
+
+// The same pieces on the CUDA device, against the same double reference.
+TEST(CrossEntropy, ShardsComposeToTheWholeVocabularyOnTheCudaDevice) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  shards_compose(Device::cuda);
 }
 
 TEST(CrossEntropy, NonFiniteLogitGivesNanLoss) {
