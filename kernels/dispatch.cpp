@@ -1,12 +1,13 @@
 // The one place where ops pick their backend: shapes, dtypes and devices are checked here (so
 // every backend sees the same validated arguments), then the tensors' device selects the
-// implementation. The CUDA backend adds its `case Device::cuda:` lines here and nowhere else.
+// implementation: kernels/cpu/ or kernels/cuda/ (LT_DISPATCH's `case Device::cuda:`, here and
+// nowhere else).
 //
-// 16-bit storage (kernels/ops.h, "Precision"): an op whose storage operands are bf16 or fp16 runs
-// the same fp32 CPU kernel on fp32 copies of them (Widen below, the one place that does it): read
-// operands are widened exactly into the per-thread scratch, the kernel runs, and written operands
-// are rounded back once (nearest even). All-fp32 calls skip it entirely, so fp32 is bitwise as
-// before.
+// 16-bit storage (kernels/ops.h, "Precision"): on the CPU, an op whose storage operands are bf16
+// or fp16 runs the same fp32 CPU kernel on fp32 copies of them (Widen below, the one place that
+// does it): read operands are widened exactly into the per-thread scratch, the kernel runs, and
+// written operands are rounded back once (nearest even). All-fp32 calls skip it entirely, so fp32
+// is bitwise as before. The CUDA kernels read and write 16-bit storage themselves.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,10 +27,12 @@ namespace llmtrain::kernels {
 
 namespace {
 
+#if !LLMTRAIN_CUDA_BACKEND
 [[noreturn]] void no_cuda(const char* op) {
-  throw Error(fmt::format("not supported yet: the CUDA implementation of {} (CUDA ops come with the CUDA backend)", op),
+  throw Error(fmt::format("not supported yet: {} on CUDA tensors in this build (it has no CUDA backend)", op),
               "use train.device: cpu");
 }
+#endif
 
 // The device every defined tensor of one call shares.
 Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
@@ -198,29 +201,14 @@ class OpProfile {
   std::map<std::string, std::pair<double, long long>> totals_;
 };
 
-// LT_DISPATCH: an op the CUDA backend does not have yet (an error on a cuda tensor).
-#define LT_DISPATCH(op, call, ...)            \
-  switch (device_of(#op, {__VA_ARGS__})) {    \
-    case Device::cpu:                         \
-      if (OpProfile::enabled()) {             \
-        OpProfile::Timer timer{#op};          \
-        return cpu::call;                     \
-      }                                       \
-      return cpu::call;                       \
-    case Device::cuda:                        \
-      no_cuda(#op);                           \
-  }                                           \
-  LT_CHECK(false, "{}: unknown device", #op); \
-  __builtin_unreachable()
-
-// LT_DISPATCH_CUDA: an op the CUDA backend implements (kernels/cuda/cuda_ops.h); in a build without
-// that backend, a cuda tensor is the same error as above.
+// LT_DISPATCH: the CPU op (kernels/cpu/cpu_ops.h) or the CUDA one (kernels/cuda/cuda_ops.h) by the
+// tensors' device; in a build without the CUDA backend a cuda tensor is a "not supported yet" error.
 #if LLMTRAIN_CUDA_BACKEND
 #define LT_CUDA_OP(op, call) return cuda::call
 #else
 #define LT_CUDA_OP(op, call) no_cuda(#op)
 #endif
-#define LT_DISPATCH_CUDA(op, call, ...)       \
+#define LT_DISPATCH(op, call, ...)            \
   switch (device_of(#op, {__VA_ARGS__})) {    \
     case Device::cpu:                         \
       if (OpProfile::enabled()) {             \
@@ -236,13 +224,13 @@ class OpProfile {
 
 }  // namespace
 
-void fill_zero(Tensor x) { LT_DISPATCH_CUDA(fill_zero, fill_zero(x), &x); }
+void fill_zero(Tensor x) { LT_DISPATCH(fill_zero, fill_zero(x), &x); }
 
 void convert(Tensor out, Tensor in) {
   LT_CHECK(out.numel() == in.numel(), "convert: {} elements into {}", in.numel(), out.numel());
   LT_CHECK(out.dtype == in.dtype || (is_float(out.dtype) && is_float(in.dtype)), "convert: {} to {}",
            to_string(in.dtype), to_string(out.dtype));
-  LT_DISPATCH_CUDA(convert, convert(out, in), &out, &in);
+  LT_DISPATCH(convert, convert(out, in), &out, &in);
 }
 
 void copy(Tensor out, Tensor in) {
@@ -267,7 +255,7 @@ void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begi
   expect_float("embedding_forward", "wte", wte, wte.numel());
   LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_forward: vocab {} vocab_begin {}", vocab, vocab_begin);
   Widen w("embedding_forward", {{&out, kWrite}, {&wte, kRead}});
-  LT_DISPATCH_CUDA(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin, vocab), &out, &tokens, &wte);
+  LT_DISPATCH(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin, vocab), &out, &tokens, &wte);
 }
 
 void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
@@ -277,8 +265,7 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_b
   expect_float("embedding_backward", "dwte", dwte, dwte.numel());
   LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_backward: vocab {} vocab_begin {}", vocab, vocab_begin);
   Widen w("embedding_backward", {{&dwte, kAccumulate}, {&dout, kRead}});
-  LT_DISPATCH_CUDA(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin, vocab), &dwte, &dout,
-                   &tokens);
+  LT_DISPATCH(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin, vocab), &dwte, &dout, &tokens);
 }
 
 void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
@@ -288,7 +275,7 @@ void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
            "position_embedding_forward: positions [{}, {}) beyond the {} learned positions", pos_begin,
            pos_begin + x.shape[1], wpe.shape[0]);
   Widen w("position_embedding_forward", {{&x, kAccumulate}, {&wpe, kRead}});
-  LT_DISPATCH_CUDA(position_embedding_forward, position_embedding_forward(x, wpe, pos_begin), &x, &wpe);
+  LT_DISPATCH(position_embedding_forward, position_embedding_forward(x, wpe, pos_begin), &x, &wpe);
 }
 
 void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
@@ -296,7 +283,7 @@ void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
                pos_begin + dx.shape[1] <= dwpe.shape[0],
            "position_embedding_backward: dx {} dwpe {}", dx.shape.str(), dwpe.shape.str());
   Widen w("position_embedding_backward", {{&dwpe, kAccumulate}, {&dx, kRead}});
-  LT_DISPATCH_CUDA(position_embedding_backward, position_embedding_backward(dwpe, dx, pos_begin), &dwpe, &dx);
+  LT_DISPATCH(position_embedding_backward, position_embedding_backward(dwpe, dx, pos_begin), &dwpe, &dx);
 }
 
 void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps) {
@@ -306,8 +293,8 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w
   expect_f32("layernorm_forward", "mean", mean, n);
   expect_f32("layernorm_forward", "rstd", rstd, n);
   Widen w("layernorm_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}, {&bias, kRead}});
-  LT_DISPATCH_CUDA(layernorm_forward, layernorm_forward(out, mean, rstd, in, weight, bias, eps), &out, &mean, &rstd,
-                   &in, &weight, &bias);
+  LT_DISPATCH(layernorm_forward, layernorm_forward(out, mean, rstd, in, weight, bias, eps), &out, &mean, &rstd, &in,
+              &weight, &bias);
 }
 
 void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
@@ -329,8 +316,8 @@ void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, T
                                  {&in, kRead},
                                  {&weight, kRead},
                                  {&dresidual, kRead}});
-  LT_DISPATCH_CUDA(layernorm_backward, layernorm_backward(din, dweight, dbias, dout, in, weight, mean, rstd, dresidual),
-                   &din, &dweight, &dbias, &dout, &in, &weight, &mean, &rstd, &dresidual);
+  LT_DISPATCH(layernorm_backward, layernorm_backward(din, dweight, dbias, dout, in, weight, mean, rstd, dresidual),
+              &din, &dweight, &dbias, &dout, &in, &weight, &mean, &rstd, &dresidual);
 }
 
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
@@ -339,7 +326,7 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float ep
     expect_float("rmsnorm_forward", what, *t, numel);
   expect_f32("rmsnorm_forward", "rstd", rstd, n);
   Widen w("rmsnorm_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}});
-  LT_DISPATCH_CUDA(rmsnorm_forward, rmsnorm_forward(out, rstd, in, weight, eps), &out, &rstd, &in, &weight);
+  LT_DISPATCH(rmsnorm_forward, rmsnorm_forward(out, rstd, in, weight, eps), &out, &rstd, &in, &weight);
 }
 
 void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd,
@@ -353,8 +340,8 @@ void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor
   Widen w(
       "rmsnorm_backward",
       {{&din, kWrite}, {&dweight, kAccumulate}, {&dout, kRead}, {&in, kRead}, {&weight, kRead}, {&dresidual, kRead}});
-  LT_DISPATCH_CUDA(rmsnorm_backward, rmsnorm_backward(din, dweight, dout, in, weight, rstd, dresidual), &din, &dweight,
-                   &dout, &in, &weight, &rstd, &dresidual);
+  LT_DISPATCH(rmsnorm_backward, rmsnorm_backward(din, dweight, dout, in, weight, rstd, dresidual), &din, &dweight,
+              &dout, &in, &weight, &rstd, &dresidual);
 }
 
 void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
@@ -364,7 +351,7 @@ void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
   LT_CHECK(cols(out) == o || out.shape.rank() > 2, "linear_forward: out {} for weight [{}, {}]", out.shape.str(), o, i);
   if (bias.defined()) expect_float("linear_forward", "bias", bias, o);
   Widen w("linear_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}, {&bias, kRead}});
-  LT_DISPATCH_CUDA(linear_forward, linear_forward(out, in, weight, bias), &out, &in, &weight, &bias);
+  LT_DISPATCH(linear_forward, linear_forward(out, in, weight, bias), &out, &in, &weight, &bias);
 }
 
 void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight) {
@@ -377,21 +364,21 @@ void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tens
   Widen w(
       "linear_backward",
       {{&din, kWrite}, {&dweight, kAccumulate}, {&dbias, kAccumulate}, {&dout, kRead}, {&in, kRead}, {&weight, kRead}});
-  LT_DISPATCH_CUDA(linear_backward, linear_backward(din, dweight, dbias, dout, in, weight), &din, &dweight, &dbias,
-                   &dout, &in, &weight);
+  LT_DISPATCH(linear_backward, linear_backward(din, dweight, dbias, dout, in, weight), &din, &dweight, &dbias, &dout,
+              &in, &weight);
 }
 
 void gelu_forward(Tensor out, Tensor in) {
   expect_float("gelu_forward", "out", out, in.numel());
   Widen w("gelu_forward", {{&out, kWrite}, {&in, kRead}});
-  LT_DISPATCH_CUDA(gelu_forward, gelu_forward(out, in), &out, &in);
+  LT_DISPATCH(gelu_forward, gelu_forward(out, in), &out, &in);
 }
 
 void gelu_backward(Tensor din, Tensor dout, Tensor in) {
   expect_float("gelu_backward", "din", din, in.numel());
   expect_float("gelu_backward", "dout", dout, in.numel());
   Widen w("gelu_backward", {{&din, kWrite}, {&dout, kRead}, {&in, kRead}});
-  LT_DISPATCH_CUDA(gelu_backward, gelu_backward(din, dout, in), &din, &dout, &in);
+  LT_DISPATCH(gelu_backward, gelu_backward(din, dout, in), &din, &dout, &in);
 }
 
 void swiglu_forward(Tensor out, Tensor in) {
@@ -399,7 +386,7 @@ void swiglu_forward(Tensor out, Tensor in) {
   LT_CHECK(cols(in) % 2 == 0, "swiglu_forward: input rows of {} are not [gate | up]", cols(in));
   expect_float("swiglu_forward", "out", out, n * f);
   Widen w("swiglu_forward", {{&out, kWrite}, {&in, kRead}});
-  LT_DISPATCH_CUDA(swiglu_forward, swiglu_forward(out, in), &out, &in);
+  LT_DISPATCH(swiglu_forward, swiglu_forward(out, in), &out, &in);
 }
 
 void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
@@ -407,13 +394,13 @@ void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
   expect_float("swiglu_backward", "din", din, n * 2 * f);
   expect_float("swiglu_backward", "dout", dout, n * f);
   Widen w("swiglu_backward", {{&din, kWrite}, {&dout, kRead}, {&in, kRead}});
-  LT_DISPATCH_CUDA(swiglu_backward, swiglu_backward(din, dout, in), &din, &dout, &in);
+  LT_DISPATCH(swiglu_backward, swiglu_backward(din, dout, in), &din, &dout, &in);
 }
 
 void rope_table(Tensor table, double theta) {
   LT_CHECK(table.shape.rank() == 3 && table.shape[1] == 2 && table.dtype == DType::fp32, "rope_table: table {}",
            table.shape.str());
-  LT_DISPATCH_CUDA(rope_table, rope_table(table, theta), &table);
+  LT_DISPATCH(rope_table, rope_table(table, theta), &table);
 }
 
 static void check_rope(const char* op, const Tensor& x, const Tensor& table, int64_t rotary_heads, int64_t pos_begin) {
@@ -429,13 +416,13 @@ static void check_rope(const char* op, const Tensor& x, const Tensor& table, int
 void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
   check_rope("rope_forward", x, table, rotary_heads, pos_begin);
   Widen w("rope_forward", {{&x, kAccumulate}});
-  LT_DISPATCH_CUDA(rope_forward, rope_forward(x, table, rotary_heads, pos_begin), &x, &table);
+  LT_DISPATCH(rope_forward, rope_forward(x, table, rotary_heads, pos_begin), &x, &table);
 }
 
 void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
   check_rope("rope_backward", dx, table, rotary_heads, pos_begin);
   Widen w("rope_backward", {{&dx, kAccumulate}});
-  LT_DISPATCH_CUDA(rope_backward, rope_backward(dx, table, rotary_heads, pos_begin), &dx, &table);
+  LT_DISPATCH(rope_backward, rope_backward(dx, table, rotary_heads, pos_begin), &dx, &table);
 }
 
 static void check_attention(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t heads,
@@ -452,7 +439,7 @@ static void check_attention(const char* op, const Tensor& qkv, const Tensor& out
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
   check_attention("attention_forward", qkv, out, lse, heads, kv_heads);
   Widen w("attention_forward", {{&out, kWrite}, {&qkv, kRead}});
-  LT_DISPATCH_CUDA(attention_forward, attention_forward(out, lse, qkv, heads, kv_heads), &out, &lse, &qkv);
+  LT_DISPATCH(attention_forward, attention_forward(out, lse, qkv, heads, kv_heads), &out, &lse, &qkv);
 }
 
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads) {
@@ -460,8 +447,8 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
   expect_float("attention_backward", "dqkv", dqkv, qkv.numel());
   expect_float("attention_backward", "dout", dout, out.numel());
   Widen w("attention_backward", {{&dqkv, kWrite}, {&dout, kRead}, {&qkv, kRead}, {&out, kRead}});
-  LT_DISPATCH_CUDA(attention_backward, attention_backward(dqkv, dout, qkv, out, lse, heads, kv_heads), &dqkv, &dout,
-                   &qkv, &out, &lse);
+  LT_DISPATCH(attention_backward, attention_backward(dqkv, dout, qkv, out, lse, heads, kv_heads), &dqkv, &dout, &qkv,
+              &out, &lse);
 }
 
 // The cache is [B, T_max, kv_heads, D] with the batch and head dim of qkv; rows [position,
@@ -505,14 +492,14 @@ void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
   expect_float("residual_forward", "b", b, out.numel());
   if (bias.defined()) expect_float("residual_forward", "bias", bias, cols(out));
   Widen w("residual_forward", {{&out, kWrite}, {&a, kRead}, {&b, kRead}, {&bias, kRead}});
-  LT_DISPATCH_CUDA(residual_forward, residual_forward(out, a, b, bias), &out, &a, &b, &bias);
+  LT_DISPATCH(residual_forward, residual_forward(out, a, b, bias), &out, &a, &b, &bias);
 }
 
 void residual_backward(Tensor dbias, Tensor dout) {
   expect_float("residual_backward", "dbias", dbias, cols(dout));
   expect_float("residual_backward", "dout", dout, dout.numel());
   Widen w("residual_backward", {{&dbias, kAccumulate}, {&dout, kRead}});
-  LT_DISPATCH_CUDA(residual_backward, residual_backward(dbias, dout), &dbias, &dout);
+  LT_DISPATCH(residual_backward, residual_backward(dbias, dout), &dbias, &dout);
 }
 
 static void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& lse, const Tensor& targets,
@@ -529,8 +516,8 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
   check_cross_entropy("cross_entropy_forward", logits, lse, targets, vocab);
   expect_f32("cross_entropy_forward", "losses", losses, rows(logits));
   Widen w("cross_entropy_forward", {{&logits, kRead}});
-  LT_DISPATCH_CUDA(cross_entropy_forward, cross_entropy_forward(losses, lse, logits, targets, vocab, ignore_index),
-                   &losses, &lse, &logits, &targets);
+  LT_DISPATCH(cross_entropy_forward, cross_entropy_forward(losses, lse, logits, targets, vocab, ignore_index), &losses,
+              &lse, &logits, &targets);
 }
 
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
@@ -539,9 +526,9 @@ void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor ta
   expect_float("cross_entropy_backward", "dlogits", dlogits, logits.numel());
   Widen w("cross_entropy_backward", {{&dlogits, kWrite}, {&logits, kRead}});
   expect("cross_entropy_backward", "count", count, DType::int32, 1);
-  LT_DISPATCH_CUDA(cross_entropy_backward,
-                   cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, loss_scale, count),
-                   &dlogits, &logits, &lse, &targets, &count);
+  LT_DISPATCH(cross_entropy_backward,
+              cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, loss_scale, count), &dlogits,
+              &logits, &lse, &targets, &count);
 }
 
 static void check_shard(const char* op, const Tensor& logits, int64_t col_begin, int64_t vocab) {
@@ -554,8 +541,7 @@ void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, i
   check_shard("cross_entropy_shard_max", logits, col_begin, vocab);
   expect_f32("cross_entropy_shard_max", "row_max", row_max, rows(logits));
   Widen w("cross_entropy_shard_max", {{&logits, kRead}});
-  LT_DISPATCH_CUDA(cross_entropy_shard_max, cross_entropy_shard_max(row_max, logits, col_begin, vocab), &row_max,
-                   &logits);
+  LT_DISPATCH(cross_entropy_shard_max, cross_entropy_shard_max(row_max, logits, col_begin, vocab), &row_max, &logits);
 }
 
 void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
@@ -565,9 +551,9 @@ void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tenso
   expect_f32("cross_entropy_shard_sums", "row_max", row_max, rows(logits));
   expect("cross_entropy_shard_sums", "targets", targets, DType::int32, rows(logits));
   Widen w("cross_entropy_shard_sums", {{&logits, kRead}});
-  LT_DISPATCH_CUDA(cross_entropy_shard_sums,
-                   cross_entropy_shard_sums(stats, logits, row_max, targets, col_begin, vocab, ignore_index), &stats,
-                   &logits, &row_max, &targets);
+  LT_DISPATCH(cross_entropy_shard_sums,
+              cross_entropy_shard_sums(stats, logits, row_max, targets, col_begin, vocab, ignore_index), &stats,
+              &logits, &row_max, &targets);
 }
 
 void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
@@ -578,9 +564,8 @@ void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor sta
   expect_f32("cross_entropy_combine", "row_max", row_max, n);
   expect_f32("cross_entropy_combine", "stats", stats, 2 * n);
   expect("cross_entropy_combine", "targets", targets, DType::int32, n);
-  LT_DISPATCH_CUDA(cross_entropy_combine,
-                   cross_entropy_combine(losses, lse, row_max, stats, targets, vocab, ignore_index), &losses, &lse,
-                   &row_max, &stats, &targets);
+  LT_DISPATCH(cross_entropy_combine, cross_entropy_combine(losses, lse, row_max, stats, targets, vocab, ignore_index),
+              &losses, &lse, &row_max, &stats, &targets);
 }
 
 void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
@@ -591,7 +576,7 @@ void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Ten
   expect("cross_entropy_shard_backward", "targets", targets, DType::int32, rows(logits));
   expect("cross_entropy_shard_backward", "count", count, DType::int32, 1);
   Widen w("cross_entropy_shard_backward", {{&dlogits, kWrite}, {&logits, kRead}});
-  LT_DISPATCH_CUDA(
+  LT_DISPATCH(
       cross_entropy_shard_backward,
       cross_entropy_shard_backward(dlogits, logits, lse, targets, col_begin, vocab, ignore_index, loss_scale, count),
       &dlogits, &logits, &lse, &targets, &count);
@@ -602,8 +587,8 @@ void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets,
   expect("loss_mean_forward", "count", count, DType::int32, 1);
   expect_f32("loss_mean_forward", "losses", losses, losses.numel());
   expect("loss_mean_forward", "targets", targets, DType::int32, losses.numel());
-  LT_DISPATCH_CUDA(loss_mean_forward, loss_mean_forward(mean, count, losses, targets, ignore_index), &mean, &count,
-                   &losses, &targets);
+  LT_DISPATCH(loss_mean_forward, loss_mean_forward(mean, count, losses, targets, ignore_index), &mean, &count, &losses,
+              &targets);
 }
 
 void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
@@ -612,19 +597,19 @@ void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWSt
   expect_float("adamw_update", "grads", grads, n);  // 16-bit gradients update fp32 master weights
   Widen w("adamw_update", {{&grads, kRead}});
   LT_CHECK(s.step >= 1, "adamw_update: step {} (1-based)", s.step);
-  LT_DISPATCH_CUDA(adamw_update, adamw_update(params, grads, m, v, s), &params, &grads, &m, &v);
+  LT_DISPATCH(adamw_update, adamw_update(params, grads, m, v, s), &params, &grads, &m, &v);
 }
 
 double sum_squares(Tensor x) {
   expect_float("sum_squares", "x", x, x.numel());
   Widen w("sum_squares", {{&x, kRead}});
-  LT_DISPATCH_CUDA(sum_squares, sum_squares(x), &x);
+  LT_DISPATCH(sum_squares, sum_squares(x), &x);
 }
 
 void scale(Tensor x, float s) {
   expect_float("scale", "x", x, x.numel());
   Widen w("scale", {{&x, kAccumulate}});
-  LT_DISPATCH_CUDA(scale, scale(x, s), &x);
+  LT_DISPATCH(scale, scale(x, s), &x);
 }
 
 void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
@@ -634,7 +619,7 @@ void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
   expect_float("linear_backward_input", "dout", dout, n * o);
   // 16-bit storage: din rounded once, as linear_backward's.
   Widen w("linear_backward_input", {{&din, kWrite}, {&dout, kRead}, {&weight, kRead}});
-  LT_DISPATCH_CUDA(linear_backward_input, linear_backward_input(din, dout, weight), &din, &dout, &weight);
+  LT_DISPATCH(linear_backward_input, linear_backward_input(din, dout, weight), &din, &dout, &weight);
 }
 
 }  // namespace llmtrain::kernels

@@ -3,7 +3,8 @@
 // never stored. Forward: a block per (query tile, head, sequence), one thread per query row, key
 // tiles streamed through shared memory with an online softmax; lse is saved. Backward (flash
 // attention 2's split): one kernel per (query tile, head) for dq, one per (key tile, kv head) for dk
-// and dv, which walks every query head of its group, so nothing is accumulated across blocks.
+// and dv, which walks every query head of its group, so nothing is accumulated across blocks. The
+// forward also serves decoding with a KV cache (generation): the same kernel over cache rows.
 //
 // The rules a reader could get wrong: every thread of a block takes part in every __syncthreads,
 // also those whose row lies past the sequence (they load and wait, and compute nothing); the tiles
@@ -28,9 +29,20 @@ struct Layout {
   __device__ int64_t lse(int64_t b, int64_t h, int64_t row) const { return (b * heads + h) * t + row; }
 };
 
+// Where the forward reads keys and values: the packed qkv itself (training), or the KV cache of
+// generation ([b, t_max, kv_heads, d]); kv head g of sequence b, row r at
+// base + b·batch_stride + r·row_stride + g·d.
+template <class T>
+struct KvSource {
+  const T* k;
+  const T* v;
+  int64_t batch_stride, row_stride, len;  // len: keys visible to the last query
+  int64_t q_pos0;                         // the position of query row 0 (cache: `position`)
+};
+
 template <class T>
 __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ qkv,
-                                         Layout lay, float scale) {
+                                         KvSource<T> kv, Layout lay, float scale) {
   LT_DYNAMIC_SHARED(float, smem);
   const int64_t d = lay.d;
   float* q_s = smem;                  // [kFwdRows][d]
@@ -39,7 +51,7 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
   float* v_s = k_s + kFwdKeys * d;    // [kFwdKeys][d]
   const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(blockIdx.x) * kFwdRows;
   const int tid = int(threadIdx.x);
-  const int64_t row = q0 + tid, g = h / (lay.heads / lay.kv_heads);
+  const int64_t row = q0 + tid, g = h / (lay.heads / lay.kv_heads), pos = kv.q_pos0 + row;
   const bool active = row < lay.t;
   if (active)
     for (int64_t e = 0; e < d; ++e) {
@@ -47,13 +59,14 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
       acc_s[tid * d + e] = 0.0f;
     }
   float m = -INFINITY, l = 0.0f;
-  const int64_t kv_end = q0 + kFwdRows < lay.t ? q0 + kFwdRows : lay.t;
+  const int64_t last = kv.q_pos0 + q0 + kFwdRows, kv_end = last < kv.len ? last : kv.len;
+  const int64_t kv_base = b * kv.batch_stride + g * d;
   for (int64_t k0 = 0; k0 < kv_end; k0 += kFwdKeys) {
     __syncthreads();  // nobody still reads the previous tile
     for (int64_t e = tid; e < kFwdKeys * d; e += blockDim.x) {
-      const int64_t key = k0 + e / d, c = e % d;
-      k_s[e] = key < lay.t ? load(qkv, lay.k(b, key, g) + c) : 0.0f;
-      v_s[e] = key < lay.t ? load(qkv, lay.v(b, key, g) + c) : 0.0f;
+      const int64_t key = k0 + e / d, at = kv_base + key * kv.row_stride + e % d;
+      k_s[e] = key < kv.len ? load(kv.k, at) : 0.0f;
+      v_s[e] = key < kv.len ? load(kv.v, at) : 0.0f;
     }
     __syncthreads();
     if (!active) continue;
@@ -62,7 +75,7 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
     for (int j = 0; j < kFwdKeys; ++j) {
       const int64_t key = k0 + j;
       p[j] = -INFINITY;
-      if (key > row || key >= lay.t) continue;
+      if (key > pos || key >= kv.len) continue;
       float dot = 0.0f;
       for (int64_t e = 0; e < d; ++e) dot += q_s[tid * d + e] * k_s[j * d + e];
       p[j] = dot * scale;
@@ -87,6 +100,19 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
   const float inv = 1.0f / l;
   for (int64_t e = 0; e < d; ++e) store(out, lay.o(b, row, h) + e, acc_s[tid * d + e] * inv);
   lse[lay.lse(b, h, row)] = m + logf(l);
+}
+
+// The k and v heads of qkv into cache rows [position, position + t).
+__global__ void kv_cache_write_kernel(float* __restrict__ k_cache, float* __restrict__ v_cache,
+                                      const float* __restrict__ qkv, Layout lay, int64_t t_max, int64_t position) {
+  const int64_t width = lay.kv_heads * lay.d;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < lay.t * width;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = blockIdx.y, row = e / width, c = e % width;
+    const int64_t at = (b * t_max + position + row) * width + c;
+    k_cache[at] = qkv[lay.k(b, row, 0) + c];
+    v_cache[at] = qkv[lay.v(b, row, 0) + c];
+  }
 }
 
 // dq_i = scale · Σ_j p_ij (dO_i·v_j − δ_i) k_j, with p_ij = exp(scale q_i·k_j − lse_i) and
@@ -220,12 +246,36 @@ void attention_forward_launch(Storage s, void* out, float* lse, const void* qkv,
   const Layout lay{t, heads, kv_heads, d};
   const float scale = 1.0f / sqrtf(float(d));
   const size_t smem = size_t(2 * kFwdRows + 2 * kFwdKeys) * size_t(d) * sizeof(float);
+  const int64_t width = heads + 2 * kv_heads;
   with_storage(s, [&](auto tag) {
     using T = decltype(tag);
+    const T* x = static_cast<const T*>(qkv);
+    const KvSource<T> kv{x + heads * d, x + (heads + kv_heads) * d, t * width * d, width * d, t, 0};
     LT_LAUNCH(dim3(tiles(t, kFwdRows), unsigned(heads), unsigned(b)), kFwdRows, smem, nullptr,
               attention_forward_kernel<T>)
-    (static_cast<T*>(out), lse, static_cast<const T*>(qkv), lay, scale);
+    (static_cast<T*>(out), lse, x, kv, lay, scale);
   });
+}
+
+void kv_cache_write_launch(float* k_cache, float* v_cache, const float* qkv, int64_t b, int64_t t, int64_t heads,
+                           int64_t kv_heads, int64_t d, int64_t t_max, int64_t position) {
+  if (b * t == 0) return;
+  const Layout lay{t, heads, kv_heads, d};
+  LT_LAUNCH(dim3(blocks_for(t * kv_heads * d, 256), unsigned(b)), 256, 0, nullptr, kv_cache_write_kernel)
+  (k_cache, v_cache, qkv, lay, t_max, position);
+}
+
+void attention_cached_forward_launch(float* out, float* lse, const float* qkv, const float* k_cache,
+                                     const float* v_cache, int64_t b, int64_t t, int64_t heads, int64_t kv_heads,
+                                     int64_t d, int64_t t_max, int64_t position) {
+  if (b * t == 0) return;
+  const Layout lay{t, heads, kv_heads, d};
+  const float scale = 1.0f / sqrtf(float(d));
+  const size_t smem = size_t(2 * kFwdRows + 2 * kFwdKeys) * size_t(d) * sizeof(float);
+  const KvSource<float> kv{k_cache, v_cache, t_max * kv_heads * d, kv_heads * d, position + t, position};
+  LT_LAUNCH(dim3(tiles(t, kFwdRows), unsigned(heads), unsigned(b)), kFwdRows, smem, nullptr,
+            attention_forward_kernel<float>)
+  (out, lse, qkv, kv, lay, scale);
 }
 
 void attention_backward_launch(Storage s, void* dqkv, const void* dout, const void* qkv, const void* out,

@@ -247,6 +247,22 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
   LT_CUDA_LAUNCHED("attention_backward_dq_kernel / attention_backward_dkv_kernel");
 }
 
+void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position) {
+  kv_cache_write_launch(k_cache.ptr<float>(), v_cache.ptr<float>(), qkv.ptr<float>(), qkv.shape[0], qkv.shape[1], heads,
+                        kv_heads, qkv.shape[3], k_cache.shape[1], position);
+  LT_CUDA_LAUNCHED("kv_cache_write_kernel");
+}
+
+void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
+                              int64_t kv_heads, int64_t position) {
+  const int64_t d = qkv.shape[3];
+  check_head_dim(d);
+  attention_cached_forward_launch(out.ptr<float>(), lse.ptr<float>(), qkv.ptr<float>(), k_cache.ptr<float>(),
+                                  v_cache.ptr<float>(), qkv.shape[0], qkv.shape[1], heads, kv_heads, d,
+                                  k_cache.shape[1], position);
+  LT_CUDA_LAUNCHED("attention_forward_kernel (cached)");
+}
+
 void gelu_forward(Tensor out, Tensor in) {
   gelu_forward_launch(storage(out), out.data, in.data, in.numel());
   LT_CUDA_LAUNCHED("gelu_forward_kernel");

@@ -55,6 +55,9 @@ void scale(Tensor x, float s);
 // Head dims up to kMaxHeadDim (kernels/cuda/launch.h); larger is an llmtrain::Error.
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads);
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads);
+void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position);
+void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
+                              int64_t kv_heads, int64_t position);
 void gelu_forward(Tensor out, Tensor in);
 void gelu_backward(Tensor din, Tensor dout, Tensor in);
 void swiglu_forward(Tensor out, Tensor in);

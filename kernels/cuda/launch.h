@@ -93,5 +93,11 @@ void attention_forward_launch(Storage s, void* out, float* lse, const void* qkv,
                               int64_t kv_heads, int64_t d);
 void attention_backward_launch(Storage s, void* dqkv, const void* dout, const void* qkv, const void* out,
                                const float* lse, int64_t b, int64_t t, int64_t heads, int64_t kv_heads, int64_t d);
+// Generation (fp32): caches [b, t_max, kv_heads, d]; the t queries sit at positions [position, +t).
+void kv_cache_write_launch(float* k_cache, float* v_cache, const float* qkv, int64_t b, int64_t t, int64_t heads,
+                           int64_t kv_heads, int64_t d, int64_t t_max, int64_t position);
+void attention_cached_forward_launch(float* out, float* lse, const float* qkv, const float* k_cache,
+                                     const float* v_cache, int64_t b, int64_t t, int64_t heads, int64_t kv_heads,
+                                     int64_t d, int64_t t_max, int64_t position);
 
 }  // namespace llmtrain::kernels::cuda

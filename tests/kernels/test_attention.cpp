@@ -84,7 +84,8 @@ class Attention : public ::testing::TestWithParam<cpu::AttentionIsa> {
 // Decoding: `past` positions already in the cache (random keys and values, a constant), then t
 // new tokens at positions [past, past + t). The cache has `spare` unused rows after them, which
 // must stay untouched (zero).
-OpCase cached_case(int64_t b, int64_t past, int64_t t, int64_t h, int64_t kv, int64_t d, int64_t spare) {
+OpCase cached_case(cpu::AttentionIsa form, int64_t b, int64_t past, int64_t t, int64_t h, int64_t kv, int64_t d,
+                   int64_t spare) {
   const int64_t t_max = past + t + spare;
   OpCase oc{.name = "attention_cached b=" + std::to_string(b) + " past=" + std::to_string(past) +
                     " t=" + std::to_string(t) + " heads=" + std::to_string(h) + " kv_heads=" + std::to_string(kv) +
@@ -145,7 +146,8 @@ OpCase cached_case(int64_t b, int64_t past, int64_t t, int64_t h, int64_t kv, in
         }
       }
   };
-  oc.fp32_only = true;  // generation: the KV-cache ops are fp32 only (kernels/ops.h)
+  oc.fp32_only = true;                        // generation: the KV-cache ops are fp32 only (kernels/ops.h)
+  oc.cuda = form == cpu::AttentionIsa::blas;  // the CUDA cache write and cached forward, once
   return oc;
 }
 
@@ -158,11 +160,11 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_P(Attention, CachedDecodingMatchesReference) {
-  run_case(cached_case(1, 0, 1, 2, 2, 8, 3), 1100);     // the first token of a sequence
-  run_case(cached_case(2, 37, 1, 4, 2, 16, 0), 1101);   // one new token over a long past, GQA, full cache
-  run_case(cached_case(1, 30, 40, 2, 2, 64, 5), 1102);  // a prompt chunk across query blocks
-  run_case(cached_case(2, 5, 9, 6, 1, 5, 2), 1103);     // multi-query, odd head dim
-  run_case(cached_case(1, 64, 33, 3, 3, 48, 1), 1104);  // keys past two blocks, 48 = 3 AVX-512 vectors
+  run_case(cached_case(GetParam(), 1, 0, 1, 2, 2, 8, 3), 1100);     // the first token of a sequence
+  run_case(cached_case(GetParam(), 2, 37, 1, 4, 2, 16, 0), 1101);   // one new token over a long past, GQA, full cache
+  run_case(cached_case(GetParam(), 1, 30, 40, 2, 2, 64, 5), 1102);  // a prompt chunk across query blocks
+  run_case(cached_case(GetParam(), 2, 5, 9, 6, 1, 5, 2), 1103);     // multi-query, odd head dim
+  run_case(cached_case(GetParam(), 1, 64, 33, 3, 3, 48, 1), 1104);  // keys past two blocks, 48 = 3 AVX-512 vectors
 }
 
 TEST_P(Attention, CachedChunksGiveTheFullSequenceResult) {
