@@ -147,10 +147,14 @@ void run_block(Executor& e, const LaunchConfig& c, uint3 block_idx) {
     f.context.uc_link = &e.scheduler;
     makecontext(&f.context, fiber_entry, 0);
   }
-  // Run every runnable thread until it blocks or exits, in index order, until all have exited.
-  while (e.alive > 0) {
+  // Run every runnable thread until it blocks or exits, pass after pass, until all have exited.
+  // The order alternates between passes (index order, then reverse) and starts reversed on odd
+  // blocks, so that a read missing its barrier sees stale data whichever neighbour it reads.
+  for (int pass = 0; e.alive > 0; ++pass) {
+    const bool reverse = (pass + int(block_idx.x + block_idx.y + block_idx.z)) % 2 == 1;
     bool progress = false;
-    for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < n; ++k) {
+      const int i = reverse ? n - 1 - k : k;
       Fiber& f = e.fibers[size_t(i)];
       if (f.state != State::runnable) continue;
       progress = true;

@@ -13,7 +13,8 @@
 //
 // The rule a reader could get wrong: a kernel that is wrong under CUDA's rules must be wrong here
 // too, not happen to work. A missing __syncthreads lets a thread read shared memory before another
-// thread of its block wrote it (threads run until they block, in index order); a shuffle that
+// thread of its block wrote it (threads run until they block: in index order on even blocks and
+// passes, in reverse on odd ones); a shuffle that
 // names a lane outside its mask, a mask that names an exited lane or a lane that does not exist,
 // and a block whose threads wait on each other forever abort the process with a message saying so.
 #pragma once

@@ -26,6 +26,14 @@ __global__ void reverse_missing_sync_kernel(const float* __restrict__ in, float*
   out[i] = tile[n - 1 - i];
 }
 
+__global__ void rotate_missing_sync_kernel(const float* __restrict__ in, float* __restrict__ out, int n) {
+  __shared__ float tile[1024];
+  const int i = int(threadIdx.x), base = int(blockIdx.x) * n;
+  tile[i] = in[base + i];
+  // planted bug: no __syncthreads() here
+  out[base + i] = tile[(i + n - 1) % n];
+}
+
 __global__ void warp_sum_xor_kernel(const float* __restrict__ in, float* __restrict__ out) {
   float v = in[blockIdx.x * 32 + threadIdx.x];
   for (int mask = 16; mask > 0; mask /= 2) v += __shfl_xor_sync(0xffffffffu, v, mask);
@@ -132,6 +140,10 @@ cudaError_t reverse_block(const float* in, float* out, int n) {
 }
 cudaError_t reverse_block_missing_sync(const float* in, float* out, int n) {
   LT_LAUNCH(1, n, 0, nullptr, reverse_missing_sync_kernel)(in, out, n);
+  return cudaGetLastError();
+}
+cudaError_t rotate_missing_sync(const float* in, float* out, int n, int blocks) {
+  LT_LAUNCH(blocks, n, 0, nullptr, rotate_missing_sync_kernel)(in, out, n);
   return cudaGetLastError();
 }
 cudaError_t warp_sum_xor(const float* in, float* out, int blocks) {

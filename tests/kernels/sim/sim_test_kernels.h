@@ -10,6 +10,9 @@ namespace llmtrain::cuda_sim_test {
 cudaError_t reverse_block(const float* in, float* out, int n);
 // The same with the __syncthreads between the write and the read left out (a planted bug).
 cudaError_t reverse_block_missing_sync(const float* in, float* out, int n);
+// out[b * n + i] = in[b * n + (i - 1) mod n] through shared memory, `blocks` blocks of n threads,
+// with the __syncthreads left out (a planted bug whose reads go to the lower neighbour).
+cudaError_t rotate_missing_sync(const float* in, float* out, int n, int blocks);
 // out[block] = the sum of in[block * 32 .. + 32], one warp per block, by __shfl_xor_sync.
 cudaError_t warp_sum_xor(const float* in, float* out, int blocks);
 // The same by __shfl_down_sync (the sum lands in lane 0).

@@ -67,6 +67,22 @@ TEST(CudaSim, PlantedMissingSyncthreadsGivesAWrongAnswer) {
   EXPECT_EQ(wrong, n / 2);
 }
 
+TEST(CudaSim, PlantedMissingSyncthreadsReadingTheLowerNeighbourGivesAWrongAnswer) {
+  // rotate_missing_sync_kernel: thread i reads tile[i-1] without a barrier. Block 0 runs its
+  // threads in index order, so only thread 0 (reading tile[n-1]) sees a stale value; block 1 runs
+  // them in reverse, so every thread but thread 0 does.
+  const int n = 64, blocks = 2;
+  const std::vector<float> in = fresh_values(n * blocks);
+  DeviceArray<float> din(in), dout(static_cast<size_t>(n * blocks));
+  ASSERT_EQ(rotate_missing_sync(din.get(), dout.get(), n, blocks), cudaSuccess);
+  const std::vector<float> out = dout.host();
+  int wrong[2] = {0, 0};
+  for (int b = 0; b < blocks; ++b)
+    for (int i = 0; i < n; ++i) wrong[b] += out[size_t(b * n + i)] != in[size_t(b * n + (i + n - 1) % n)];
+  EXPECT_EQ(wrong[0], 1);
+  EXPECT_EQ(wrong[1], n - 1);
+}
+
 TEST(CudaSim, WarpReductionsByXorAndDown) {
   const int blocks = 3;
   std::vector<float> in(static_cast<size_t>(blocks) * 32);
