@@ -36,6 +36,16 @@ Storage storage(const Tensor& t) {
 const void* data_or_null(const Tensor& t) { return t.defined() ? t.data : nullptr; }
 int64_t last_dim(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
 
+// Device scratch of this host thread, grown to its high-water mark once (ops allocate nothing per
+// call after that); `slot` keeps users that live at the same time apart.
+void* scratch_bytes(int slot, size_t bytes) {
+  thread_local Buffer buffers[2];
+  Buffer& b = buffers[slot];
+  if (b.bytes() < bytes) b = Buffer(DType::uint8, {int64_t(bytes)}, Device::cuda);
+  return b.data();
+}
+int32_t* scratch_ints(int64_t n) { return static_cast<int32_t*>(scratch_bytes(0, size_t(n) * sizeof(int32_t))); }
+
 }  // namespace
 
 void convert(Tensor out, Tensor in) {
@@ -67,9 +77,10 @@ void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begi
 }
 
 void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
-  embedding_backward_launch(storage(dwte), dwte.data, dout.data, tokens.ptr<int32_t>(), tokens.numel(), dwte.shape[0],
-                            dwte.shape[1], vocab_begin, vocab);
-  LT_CUDA_LAUNCHED("embedding_backward_kernel");
+  const int64_t n = tokens.numel();
+  embedding_backward_launch(storage(dwte), dwte.data, dout.data, tokens.ptr<int32_t>(), scratch_ints(2 * n), n,
+                            dwte.shape[0], dwte.shape[1], vocab_begin, vocab);
+  LT_CUDA_LAUNCHED("token_chains_kernel / embedding_backward_kernel");
 }
 
 void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
@@ -206,12 +217,8 @@ void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWSt
 }
 
 double sum_squares(Tensor x) {
-  // Device scratch for the chunk partials and the total, per host thread, grown to its high-water
-  // mark once (ops allocate nothing per call after that).
-  thread_local Buffer scratch;
-  const int64_t need = 1 + sum_squares_chunks(x.numel());
-  if (scratch.tensor().numel() < need) scratch = Buffer(DType::int64, {need}, Device::cuda);
-  double* total = static_cast<double*>(scratch.data());
+  // The total and the chunk partials in device scratch.
+  double* total = static_cast<double*>(scratch_bytes(1, size_t(1 + sum_squares_chunks(x.numel())) * sizeof(double)));
   sum_squares_launch(storage(x), total, total + 1, x.data, x.numel());
   LT_CUDA_LAUNCHED("chunk_squares_kernel");
   double result = 0;

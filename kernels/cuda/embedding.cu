@@ -1,10 +1,10 @@
 // Token and position embeddings on the device (kernels/cpu/embedding.cpp is the reference).
 //
-// The rule a reader could get wrong: the backward's scatter-add never races. One thread owns one
-// column of the table and walks the token rows in order; each distinct token's rows are summed in
-// fp32 and added to its table row once (one rounding for 16-bit storage, as on the CPU). That is
-// O(N²) token compares per column: simple and deterministic, right for the sizes this backend is
-// verified at; a sorted-bucket version (llm.c's) is the faster one for long batches.
+// The rule a reader could get wrong: the backward's scatter-add never races. A first kernel links
+// the rows of each token into a chain (O(N²) token compares, once per call, a thread per row); then
+// one thread owns one column of the table and, for each distinct token, sums its rows in order in
+// fp32 and adds that to the table row once (one rounding for 16-bit storage, as on the CPU).
+// Deterministic; a sorted-bucket version (llm.c's) is the faster one for long batches.
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
@@ -24,24 +24,38 @@ __global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __r
   }
 }
 
-template <class T>
-__global__ void embedding_backward_kernel(T* __restrict__ dwte, const T* __restrict__ dout,
-                                          const int32_t* __restrict__ tokens, int64_t n, int64_t v, int64_t c,
-                                          int64_t vocab_begin, int64_t vocab) {
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= c) return;
-  for (int64_t r = 0; r < n; ++r) {
+// For each token row r: head[r] = 1 when no earlier row has its token, next[r] = the next row
+// with the same token (-1 at the end of the chain). One thread per row; ids checked here.
+__global__ void token_chains_kernel(int32_t* __restrict__ head, int32_t* __restrict__ next,
+                                    const int32_t* __restrict__ tokens, int64_t n, int64_t vocab) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < n; r += int64_t(gridDim.x) * blockDim.x) {
     const int32_t tok = tokens[r];
     LT_DEVICE_CHECK(tok >= 0 && tok < vocab, "token id %d at position %lld is outside the vocabulary [0, %lld)", tok,
                     (long long)r, (long long)vocab);
-    const int64_t row = int64_t(tok) - vocab_begin;
+    int32_t first = 1;
+    for (int64_t q = 0; q < r && first; ++q) first = tokens[q] != tok;
+    int32_t after = -1;
+    for (int64_t q = r + 1; q < n && after < 0; ++q)
+      if (tokens[q] == tok) after = int32_t(q);
+    head[r] = first;
+    next[r] = after;
+  }
+}
+
+// One thread per table column: each distinct token's rows, in order, summed then added once.
+template <class T>
+__global__ void embedding_backward_kernel(T* __restrict__ dwte, const T* __restrict__ dout,
+                                          const int32_t* __restrict__ tokens, const int32_t* __restrict__ head,
+                                          const int32_t* __restrict__ next, int64_t n, int64_t v, int64_t c,
+                                          int64_t vocab_begin) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= c) return;
+  for (int64_t r = 0; r < n; ++r) {
+    if (!head[r]) continue;
+    const int64_t row = int64_t(tokens[r]) - vocab_begin;
     if (row < 0 || row >= v) continue;
-    bool seen = false;
-    for (int64_t q = 0; q < r && !seen; ++q) seen = tokens[q] == tok;
-    if (seen) continue;  // added with its first occurrence
     float s = 0.0f;
-    for (int64_t q = r; q < n; ++q)
-      if (tokens[q] == tok) s += load(dout, q * c + j);
+    for (int64_t q = r; q >= 0; q = next[q]) s += load(dout, q * c + j);
     store(dwte, row * c + j, load(dwte, row * c + j) + s);
   }
 }
@@ -75,13 +89,15 @@ void embedding_forward_launch(Storage s, void* out, const int32_t* tokens, const
   });
 }
 
-void embedding_backward_launch(Storage s, void* dwte, const void* dout, const int32_t* tokens, int64_t n, int64_t v,
-                               int64_t c, int64_t vocab_begin, int64_t vocab) {
+void embedding_backward_launch(Storage s, void* dwte, const void* dout, const int32_t* tokens, int32_t* chains,
+                               int64_t n, int64_t v, int64_t c, int64_t vocab_begin, int64_t vocab) {
   if (n * c == 0) return;
+  int32_t *head = chains, *next = chains + n;
+  LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, token_chains_kernel)(head, next, tokens, n, vocab);
   with_storage(s, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(unsigned((c + 63) / 64), 64, 0, nullptr, embedding_backward_kernel<T>)
-    (static_cast<T*>(dwte), static_cast<const T*>(dout), tokens, n, v, c, vocab_begin, vocab);
+    (static_cast<T*>(dwte), static_cast<const T*>(dout), tokens, head, next, n, v, c, vocab_begin);
   });
 }
 

@@ -25,8 +25,9 @@ void residual_backward_launch(Storage s, void* dbias, const void* dout, int64_t 
 // embedding.cu: the arguments of kernels/ops.h's embedding ops; wpe starts at position pos_begin.
 void embedding_forward_launch(Storage s, void* out, const int32_t* tokens, const void* wte, int64_t n, int64_t v,
                               int64_t c, int64_t vocab_begin, int64_t vocab);
-void embedding_backward_launch(Storage s, void* dwte, const void* dout, const int32_t* tokens, int64_t n, int64_t v,
-                               int64_t c, int64_t vocab_begin, int64_t vocab);
+// `chains`: device scratch of 2n int32.
+void embedding_backward_launch(Storage s, void* dwte, const void* dout, const int32_t* tokens, int32_t* chains,
+                               int64_t n, int64_t v, int64_t c, int64_t vocab_begin, int64_t vocab);
 void position_embedding_forward_launch(Storage s, void* x, const void* wpe, int64_t b, int64_t t, int64_t c);
 void position_embedding_backward_launch(Storage s, void* dwpe, const void* dx, int64_t b, int64_t t, int64_t c);
 

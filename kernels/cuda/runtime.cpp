@@ -48,8 +48,10 @@ class DeviceAllocator final : public Allocator {
   void deallocate(void* p, size_t) noexcept override {
     // A failing free is reported and ignored: this runs in destructors, and the memory is lost
     // either way.
+    // At process exit the runtime may already be unloading: nothing is lost then.
     const cudaError_t e = cudaFree(p);
-    if (e != cudaSuccess) std::fprintf(stderr, "warning: cudaFree failed: %s\n", cuda_error_text(e).c_str());
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading)
+      std::fprintf(stderr, "warning: cudaFree failed: %s\n", cuda_error_text(e).c_str());
   }
 };
 

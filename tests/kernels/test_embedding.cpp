@@ -62,6 +62,10 @@ TEST(EmbeddingDeathTest, AnIdOutsideTheVocabularyStopsTheCudaKernel) {
   copy(dtok.tensor(), Tensor(tokens.data(), DType::int32, {4}));
   EXPECT_DEATH(embedding_forward(out.tensor(), dtok.tensor(), wte.tensor(), 0, 5),
                "token id 7 at position 2 is outside the vocabulary \\[0, 5\\)");
+  tokens[2] = -1;
+  copy(dtok.tensor(), Tensor(tokens.data(), DType::int32, {4}));
+  EXPECT_DEATH(embedding_backward(wte.tensor(), out.tensor(), dtok.tensor(), 0, 5),
+               "token id -1 at position 2 is outside the vocabulary");
 }
 
 TEST(Embedding, PositionsMatchReference) {
