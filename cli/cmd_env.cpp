@@ -43,6 +43,11 @@ int cmd_env() {
   kernels::CudaInfo c = kernels::cuda_info();
   if (!c.built) {
     std::printf("cuda:      %s\n", c.unavailable_reason.c_str());
+  } else if (c.simulator) {
+    std::printf(
+        "cuda:      simulator (kernels/cuda/sim): CUDA kernels run on this CPU, one simulated device, "
+        "headers of CUDA %d.%d\n",
+        c.runtime_version / 1000, (c.runtime_version % 1000) / 10);
   } else {
     std::printf("cuda:      built for %s, runtime %d.%d, driver %s\n", c.built_archs.c_str(), c.runtime_version / 1000,
                 (c.runtime_version % 1000) / 10,

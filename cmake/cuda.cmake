@@ -1,12 +1,24 @@
 # Optional CUDA backend. LLMTRAIN_CUDA: AUTO builds it when nvcc, cuBLAS(Lt) and NCCL are all
-# found; ON fails clearly when one is missing; OFF never builds it.
+# found; ON fails clearly when one is missing; OFF never builds it; SIM builds the .cu files with the
+# host compiler against the SIMT simulator (kernels/cuda/sim/, docs/cuda.md): no nvcc, cuBLAS or
+# NCCL, only CUDA's headers (cuda_bf16.h, cuda_fp16.h, cuda_runtime_api.h).
 set(LLMTRAIN_HAVE_CUDA OFF)
+set(LLMTRAIN_CUDA_SIM OFF)
 string(TOUPPER "${LLMTRAIN_CUDA}" _lt_cuda)
-if(NOT _lt_cuda MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "LLMTRAIN_CUDA=${LLMTRAIN_CUDA}: expected AUTO, ON or OFF")
+if(NOT _lt_cuda MATCHES "^(AUTO|ON|OFF|SIM)$")
+  message(FATAL_ERROR "LLMTRAIN_CUDA=${LLMTRAIN_CUDA}: expected AUTO, ON, OFF or SIM")
 endif()
 
-if(NOT _lt_cuda STREQUAL "OFF")
+if(_lt_cuda STREQUAL "SIM")
+  find_path(LLMTRAIN_CUDA_SIM_INCLUDE cuda_bf16.h HINTS /usr/local/cuda/include ENV CUDA_HOME PATH_SUFFIXES include)
+  if(NOT LLMTRAIN_CUDA_SIM_INCLUDE)
+    message(FATAL_ERROR "LLMTRAIN_CUDA=SIM needs CUDA's headers (cuda_bf16.h, cuda_runtime_api.h), not found under "
+                        "/usr/local/cuda/include or $CUDA_HOME/include. Install the CUDA toolkit's headers, or set "
+                        "LLMTRAIN_CUDA_SIM_INCLUDE to their folder.")
+  endif()
+  set(LLMTRAIN_CUDA_SIM ON)
+  message(STATUS "llmtrain: CUDA backend on the SIMT simulator (CUDA headers ${LLMTRAIN_CUDA_SIM_INCLUDE})")
+elseif(NOT _lt_cuda STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   set(_lt_missing "")

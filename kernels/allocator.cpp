@@ -1,6 +1,8 @@
 // The one place that maps a device to its allocator.
 #include "kernels/allocator.h"
 
+#include "kernels/cuda/cuda_ops.h"
+
 namespace llmtrain::kernels {
 
 Allocator& allocator_for(Device device) {
@@ -8,10 +10,10 @@ Allocator& allocator_for(Device device) {
     case Device::cpu:
       return cpu::host_allocator();
     case Device::cuda:
-      break;
+      return cuda::device_allocator();
   }
-  throw Error("not supported yet: allocating CUDA device memory (the CUDA allocator comes with the CUDA backend)",
-              "use train.device: cpu");
+  LT_CHECK(false, "allocator_for: unknown device {}", int(device));
+  __builtin_unreachable();
 }
 
 }  // namespace llmtrain::kernels

@@ -1,9 +1,9 @@
 // Allocator: where owning memory comes from, one per device. Buffers (kernels/buffer.h) are the
 // only users; everything else works on Tensor views into buffers.
 //
-// Rule a reader could get wrong: allocator_for(Device::cuda) is the seam for the CUDA backend.
-// Until that backend has its allocator, asking for device memory is an llmtrain::Error saying so,
-// never a silent fallback to host memory.
+// Rule a reader could get wrong: allocator_for(Device::cuda) is the CUDA backend's allocator
+// (kernels/cuda/runtime.cu, on a GPU or the simulator). In a build without that backend, asking
+// for device memory is an llmtrain::Error saying so, never a silent fallback to host memory.
 #pragma once
 
 #include <cstddef>

@@ -34,6 +34,7 @@ struct CudaDevice {
 
 struct CudaInfo {
   bool built = false;       // this binary has the CUDA backend
+  bool simulator = false;   // ... built against the SIMT simulator (LLMTRAIN_CUDA=SIM): no GPU is used
   std::string built_archs;  // "80-real 90-real"
   int runtime_version = 0;  // e.g. 13000
   int driver_version = 0;   // 0 when no driver

@@ -1,12 +1,13 @@
 // The one place where ops pick their backend: shapes, dtypes and devices are checked here (so
 // every backend sees the same validated arguments), then the tensors' device selects the
-// implementation. The CUDA backend adds its `case Device::cuda:` lines here and nowhere else.
+// implementation: kernels/cpu/ or kernels/cuda/ (LT_DISPATCH's `case Device::cuda:`, here and
+// nowhere else).
 //
-// 16-bit storage (kernels/ops.h, "Precision"): an op whose storage operands are bf16 or fp16 runs
-// the same fp32 CPU kernel on fp32 copies of them (Widen below, the one place that does it): read
-// operands are widened exactly into the per-thread scratch, the kernel runs, and written operands
-// are rounded back once (nearest even). All-fp32 calls skip it entirely, so fp32 is bitwise as
-// before.
+// 16-bit storage (kernels/ops.h, "Precision"): on the CPU, an op whose storage operands are bf16
+// or fp16 runs the same fp32 CPU kernel on fp32 copies of them (Widen below, the one place that
+// does it): read operands are widened exactly into the per-thread scratch, the kernel runs, and
+// written operands are rounded back once (nearest even). All-fp32 calls skip it entirely, so fp32
+// is bitwise as before. The CUDA kernels read and write 16-bit storage themselves.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,16 +20,19 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 
 namespace llmtrain::kernels {
 
 namespace {
 
+#if !LLMTRAIN_CUDA_BACKEND
 [[noreturn]] void no_cuda(const char* op) {
-  throw Error(fmt::format("not supported yet: the CUDA implementation of {} (CUDA ops come with the CUDA backend)", op),
+  throw Error(fmt::format("not supported yet: {} on CUDA tensors in this build (it has no CUDA backend)", op),
               "use train.device: cpu");
 }
+#endif
 
 // The device every defined tensor of one call shares.
 Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
@@ -92,7 +96,8 @@ class Widen {
     }
     if (half == DType::fp32) return;
     LT_CHECK(!fp32, "{}: {} and fp32 storage operands in one call", op, to_string(half));
-    require_cpu(op, operands);
+    // The CUDA kernels read and write 16-bit storage themselves (fp32 arithmetic, one rounding).
+    if (on_cuda(operands)) return;
     // One entry per distinct memory; views of the same memory must be the same elements.
     int64_t total = 0;
     for (const Operand& o : operands) {
@@ -143,10 +148,10 @@ class Widen {
       if (entries_[i].orig.data == data) return &entries_[i];
     return nullptr;
   }
-  // The CUDA backend will convert on the device; until then 16-bit operands are host memory.
-  static void require_cpu(const char* op, std::initializer_list<Operand> operands) {
+  static bool on_cuda(std::initializer_list<Operand> operands) {
     for (const Operand& o : operands)
-      if (o.t->defined()) LT_CHECK(o.t->device == Device::cpu, "{}: 16-bit operands on {}", op, to_string(o.t->device));
+      if (o.t->defined()) return o.t->device == Device::cuda;
+    return false;
   }
   Entry entries_[kMaxOperands];
   int count_ = 0;
@@ -196,6 +201,13 @@ class OpProfile {
   std::map<std::string, std::pair<double, long long>> totals_;
 };
 
+// LT_DISPATCH: the CPU op (kernels/cpu/cpu_ops.h) or the CUDA one (kernels/cuda/cuda_ops.h) by the
+// tensors' device; in a build without the CUDA backend a cuda tensor is a "not supported yet" error.
+#if LLMTRAIN_CUDA_BACKEND
+#define LT_CUDA_OP(op, call) return cuda::call
+#else
+#define LT_CUDA_OP(op, call) no_cuda(#op)
+#endif
 #define LT_DISPATCH(op, call, ...)            \
   switch (device_of(#op, {__VA_ARGS__})) {    \
     case Device::cpu:                         \
@@ -205,7 +217,7 @@ class OpProfile {
       }                                       \
       return cpu::call;                       \
     case Device::cuda:                        \
-      no_cuda(#op);                           \
+      LT_CUDA_OP(op, call);                   \
   }                                           \
   LT_CHECK(false, "{}: unknown device", #op); \
   __builtin_unreachable()
@@ -233,7 +245,7 @@ void copy(Tensor out, Tensor in) {
     }
     return cpu::copy(out, in);
   }
-  no_cuda("copy");
+  LT_CUDA_OP(copy, copy(out, in));
 }
 
 void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {

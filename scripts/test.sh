@@ -7,7 +7,8 @@
 #                                   and no sanitizer build
 #
 # After ctest it lists the skipped tests with their reasons (scripts/skipped_tests.sh), then runs
-# the sanitizer build (scripts/sanitize.sh: ASan + UBSan unit tests and the fuzz targets, in build-asan/).
+# the CUDA backend's tests on the SIMT simulator (build-sim/, cmake -DLLMTRAIN_CUDA=SIM) and the
+# sanitizer build (scripts/sanitize.sh: ASan + UBSan unit tests and the fuzz targets, in build-asan/).
 #
 # The CUDA parts are compiled for sm_90 only here, to keep the build short; GPU tests report
 # "skipped: no GPU" on machines without one.
@@ -28,6 +29,17 @@ t0=$SECONDS
 echo "test: ctest took $((SECONDS - t0)) s"
 # ctest says only "***Skipped"; the reasons are in its log.
 scripts/skipped_tests.sh "$build"
+# The CUDA backend on the SIMT simulator (docs/cuda.md; only for the whole suite): its own build in
+# build-sim/ (LLMTRAIN_CUDA=SIM: the .cu files compiled as C++), only the targets its tests need, and
+# the tests labelled cuda_sim (the simulator's own, and every op case on the simulated device).
+if (($# == 0)); then
+  t0=$SECONDS
+  sim=${LLMTRAIN_SIM_BUILD_DIR:-build-sim}
+  cmake -S . -B "$sim" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_CUDA=SIM -DLLMTRAIN_TESTS=ON >/dev/null
+  cmake --build "$sim" -j "$jobs" --target test_cuda_sim test_kernels
+  (cd "$sim" && ctest --output-on-failure -j "$jobs" -L cuda_sim) || status=1
+  echo "test: the simulator build and its tests took $((SECONDS - t0)) s"
+fi
 # The sanitizer build: parser and reader unit tests under ASan + UBSan, each fuzz target over its
 # seeds and regression inputs plus 10 s of new ones (only for the whole suite, not for -R runs).
 if (($# == 0)); then

@@ -1,5 +1,7 @@
-// Built only when the CUDA backend is off: the CUDA queries answer "not built".
+// Built only when the CUDA backend is off: the CUDA queries answer "not built", and device memory
+// is an error saying so.
 #include "kernels/backend_info.h"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace llmtrain::kernels {
 
@@ -9,5 +11,15 @@ CudaInfo cuda_info() {
   c.unavailable_reason = "this build has no CUDA backend (configured with LLMTRAIN_CUDA=OFF or CUDA not found)";
   return c;
 }
+
+namespace cuda {
+
+Allocator& device_allocator() {
+  throw Error("not supported yet: CUDA device memory in this build (it has no CUDA backend)",
+              "use train.device: cpu, or build with the CUDA backend (cmake -DLLMTRAIN_CUDA=ON on a machine with "
+              "the CUDA toolkit, or -DLLMTRAIN_CUDA=SIM for the simulator)");
+}
+
+}  // namespace cuda
 
 }  // namespace llmtrain::kernels

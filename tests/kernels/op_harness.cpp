@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <limits>
 
+#include "kernels/backend_info.h"
 #include "kernels/dtype_convert.h"
+#include "kernels/ops.h"
 
 namespace llmtrain::kernels::test {
 
@@ -37,21 +39,57 @@ Tensor OpRun::half_view(const std::string& name, std::vector<float>& from,
   return Tensor(it->second.data(), dtype, Shape(std::span<const int64_t>(a->shape)));
 }
 
+Tensor OpRun::on_device(const std::string& name, Tensor host, std::map<std::string, Buffer>& d) {
+  if (device == Device::cpu) return host;
+  auto it = d.find(name);
+  if (it == d.end()) {
+    it = d.emplace(name, Buffer(host.dtype, host.shape, device)).first;
+    copy(it->second.tensor(), host);
+  }
+  return it->second.tensor();
+}
+
 Tensor OpRun::t(const std::string& name) {
   const Arg* a = args.at(name);
   Shape shape(std::span<const int64_t>(a->shape));
-  if (a->role == Role::index) return Tensor(i.at(name).data(), DType::int32, shape);
-  if (half(name)) return half_view(name, f.at(name), hf);
-  return Tensor(f.at(name).data(), DType::fp32, shape);
+  if (a->role == Role::index) return on_device(name, Tensor(i.at(name).data(), DType::int32, shape), df);
+  if (half(name)) return on_device(name, half_view(name, f.at(name), hf), df);
+  return on_device(name, Tensor(f.at(name).data(), DType::fp32, shape), df);
 }
 
 Tensor OpRun::grad(const std::string& name) {
   const Arg* a = args.at(name);
-  if (half(name)) return half_view(name, g.at(name), hg);
-  return Tensor(g.at(name).data(), DType::fp32, Shape(std::span<const int64_t>(a->shape)));
+  if (half(name)) return on_device(name, half_view(name, g.at(name), hg), dg);
+  return on_device(name, Tensor(g.at(name).data(), DType::fp32, Shape(std::span<const int64_t>(a->shape))), dg);
+}
+
+Tensor OpRun::ints(int32_t* p, int64_t n) {
+  Tensor host(p, DType::int32, {n});
+  if (device == Device::cpu) return host;
+  Buffer b(DType::int32, {n}, device);
+  copy(b.tensor(), host);
+  dints.emplace_back(p, std::move(b));
+  return dints.back().second.tensor();
 }
 
 void OpRun::sync() {
+  for (auto& [p, buf] : dints) copy(Tensor(p, DType::int32, buf.tensor().shape), buf.tensor());
+  dints.clear();
+  // Device copies back into the host storage they were made from (16-bit copies included).
+  for (auto* pair : {&df, &dg}) {
+    for (auto& [name, buf] : *pair) {
+      const bool is_f = pair == &df;
+      void* host = nullptr;
+      if (args.at(name)->role == Role::index)
+        host = i.at(name).data();
+      else if (half(name))
+        host = (is_f ? hf : hg).at(name).data();
+      else
+        host = (is_f ? f : g).at(name).data();
+      copy(Tensor(host, buf.dtype(), buf.tensor().shape), buf.tensor());
+    }
+    pair->clear();
+  }
   for (auto* pair : {&hf, &hg}) {
     for (auto& [name, v] : *pair) {
       auto& to = (pair == &hf ? f : g)[name];
@@ -61,6 +99,9 @@ void OpRun::sync() {
     pair->clear();
   }
 }
+
+// The bound for fp32: the CUDA kernels against the CPU's, per tensor.
+constexpr double kCudaFp32Tolerance = 1e-5;
 
 double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
   double num = 0, den = 0, na = 0;
@@ -117,13 +158,23 @@ double ref_loss(const OpCase& c, RefRun& ref, const std::map<std::string, std::v
 
 namespace {
 
-void run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol, double grad_tol) {
-  SCOPED_TRACE(std::string("storage ") + to_string(dtype));
+// What one run computed: every output after forward, every gradient after backward.
+struct RunResult {
+  std::map<std::string, std::vector<float>> outputs, grads;
+};
+
+// On Device::cpu: every check against the reference. On Device::cuda: the same inputs, and only
+// what was computed (run_case compares it with the CPU's).
+RunResult run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol, double grad_tol,
+                      Device device = Device::cpu) {
+  SCOPED_TRACE(std::string("storage ") + to_string(dtype) + " on " + to_string(device));
   const std::string label = c.name + (dtype == DType::fp32 ? "" : std::string(" ") + to_string(dtype));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  RunResult result;
   OpRun ours;
   ours.dtype = dtype;
+  ours.device = device;
   ours.fp32_args.insert(c.fp32_args.begin(), c.fp32_args.end());
   // The values an argument of this run can hold: rounded to its storage.
   auto representable = [&](const std::string& name, std::vector<float>& v) {
@@ -152,15 +203,17 @@ void run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol
   // Forward against the reference (fed the same, rounded, inputs).
   c.forward(ours);
   ours.sync();
+  for (const Arg& a : c.args)
+    if (is_output(a.role)) result.outputs[a.name] = ours.f.at(a.name);
   RefRun ref = make_ref(c, ours);
   c.reference(ref);
   for (const Arg& a : c.args) {
-    if (!is_output(a.role)) continue;
+    if (!is_output(a.role) || device != Device::cpu) continue;
     double err = rel_error(to_double(ours.f.at(a.name)), ref.y.at(a.name));
     if (verbose()) std::printf("%-60s forward %-10s %.2e\n", label.c_str(), a.name.c_str(), err);
     EXPECT_LE(err, forward_tol) << "forward output " << a.name << " differs from the double reference";
   }
-  if (!c.backward) return;
+  if (!c.backward) return result;
 
   // Backward: R for outputs, NaN-filled input gradients, random-filled parameter gradients.
   std::map<std::string, std::vector<double>> r;
@@ -186,6 +239,9 @@ void run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol
   }
   c.backward(ours);
   ours.sync();
+  for (const Arg& a : c.args)
+    if (differentiable(a.role)) result.grads[a.name] = ours.g.at(a.name);
+  if (device != Device::cpu) return result;
 
   const double l0 = ref_loss(c, ref, r);
   (void)l0;
@@ -195,7 +251,12 @@ void run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol
     std::vector<double> got = to_double(ours.g.at(a.name));
     if (a.role == Role::param)
       for (size_t k = 0; k < got.size(); ++k) got[k] -= start.at(a.name)[k];
-    for (double v : got) ASSERT_TRUE(std::isfinite(v)) << "gradient not fully written (or not finite)";
+    for (double v : got) {
+      if (!std::isfinite(v)) {
+        ADD_FAILURE() << "gradient not fully written (or not finite)";
+        return result;
+      }
+    }
 
     auto& x = ref.x.at(a.name);
     const size_t n = x.size();
@@ -242,18 +303,49 @@ void run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol
     EXPECT_LE(std::abs(dot - fd_dir), grad_tol * std::max(1.0, std::abs(fd_dir)))
         << "directional derivative: ours " << dot << ", finite differences " << fd_dir;
   }
+  return result;
+}
+
+bool have_cuda_device() {
+  static const bool have = [] {
+    const CudaInfo c = cuda_info();
+    return c.built && !c.devices.empty();
+  }();
+  return have;
+}
+
+// The CUDA run of a case against the CPU run: every output and gradient, one tolerance.
+void compare_devices(const OpCase& c, const std::string& what, const RunResult& cuda, const RunResult& cpu,
+                     double tol) {
+  for (auto pair : {&RunResult::outputs, &RunResult::grads}) {
+    for (const auto& [name, want] : cpu.*pair) {
+      const double err = rel_error(to_double((cuda.*pair).at(name)), to_double(want));
+      if (verbose())
+        std::printf("%-60s cuda vs cpu %-5s %-10s %.2e\n", c.name.c_str(), what.c_str(), name.c_str(), err);
+      EXPECT_LE(err, tol) << (pair == &RunResult::outputs ? "output " : "gradient of ") << name << " (" << what
+                          << ") on the CUDA device differs from the CPU's";
+    }
+  }
 }
 
 }  // namespace
 
 void run_case(const OpCase& c, uint64_t seed) {
   SCOPED_TRACE("op case: " + c.name);
-  run_case_as(c, seed, DType::fp32, c.forward_tol, c.grad_tol);
+  const bool on_cuda = c.cuda && have_cuda_device();
+  const RunResult cpu32 = run_case_as(c, seed, DType::fp32, c.forward_tol, c.grad_tol);
+  if (on_cuda)
+    compare_devices(c, "fp32", run_case_as(c, seed, DType::fp32, 0, 0, Device::cuda), cpu32, kCudaFp32Tolerance);
   if (c.fp32_only) return;
   ASSERT_TRUE(c.bf16.forward > 0 && c.bf16.grad > 0 && c.fp16.forward > 0 && c.fp16.grad > 0)
       << "the case states no 16-bit tolerances (or fp32_only)";
-  run_case_as(c, seed, DType::bf16, c.bf16.forward, c.bf16.grad);
-  run_case_as(c, seed, DType::fp16, c.fp16.forward, c.fp16.grad);
+  if (on_cuda) {
+    ASSERT_TRUE(c.cuda_bf16 > 0 && c.cuda_fp16 > 0) << "the case states no 16-bit CUDA tolerances";
+  }
+  const RunResult cpu_bf16 = run_case_as(c, seed, DType::bf16, c.bf16.forward, c.bf16.grad);
+  if (on_cuda) compare_devices(c, "bf16", run_case_as(c, seed, DType::bf16, 0, 0, Device::cuda), cpu_bf16, c.cuda_bf16);
+  const RunResult cpu_fp16 = run_case_as(c, seed, DType::fp16, c.fp16.forward, c.fp16.grad);
+  if (on_cuda) compare_devices(c, "fp16", run_case_as(c, seed, DType::fp16, 0, 0, Device::cuda), cpu_fp16, c.cuda_fp16);
 }
 
 }  // namespace llmtrain::kernels::test

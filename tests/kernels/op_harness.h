@@ -14,6 +14,11 @@
 // apply. A case must state both (an op without 16-bit support says so with fp32_only); they are
 // about 3x the largest error measured (LLMTRAIN_OP_VERBOSE=1), against unit roundoffs of 2^-9
 // (bf16) and 2^-11 (fp16) for every stored value.
+//
+// A case whose op has a CUDA kernel (`cuda = true`) runs once more per storage dtype on the CUDA
+// device, where the build has one (a GPU, or the simulator of the LLMTRAIN_CUDA=SIM build): the
+// same inputs, and every output and gradient compared with the CPU's, ‖cuda − cpu‖/‖cpu‖ ≤ 1e-5
+// for fp32 and the case's cuda_bf16 / cuda_fp16 tolerances for 16-bit storage.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +27,10 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/buffer.h"
 #include "kernels/tensor.h"
 
 namespace llmtrain::kernels::test {
@@ -55,6 +62,9 @@ class OpRun {
   Tensor t(const std::string& name);     // value of an argument (input, param, constant, index, output)
   Tensor grad(const std::string& name);  // gradient buffer of an input/param, or R for an output
   void sync();                           // 16-bit copies back into f and g (widened exactly)
+  // int32 memory of the case's own (a count) as a tensor on the run's device; a device copy is
+  // copied back into *p at sync().
+  Tensor ints(int32_t* p, int64_t n);
 
   std::map<std::string, std::vector<float>> f, g;
   std::map<std::string, std::vector<int32_t>> i;
@@ -63,8 +73,13 @@ class OpRun {
   DType dtype = DType::fp32;        // storage of the float arguments not in fp32_args
   std::set<std::string> fp32_args;  // stay fp32 whatever the storage
   std::map<std::string, std::vector<uint16_t>> hf, hg;
+  // Device::cuda: t() and grad() hand out device copies (made at the first call, until sync()).
+  Device device = Device::cpu;
+  std::map<std::string, Buffer> df, dg;
+  std::vector<std::pair<int32_t*, Buffer>> dints;
 
  private:
+  Tensor on_device(const std::string& name, Tensor host, std::map<std::string, Buffer>& d);
   bool half(const std::string& name) const;
   Tensor half_view(const std::string& name, std::vector<float>& from, std::map<std::string, std::vector<uint16_t>>& h);
 };
@@ -97,6 +112,11 @@ struct OpCase {
   Tolerances bf16 = {}, fp16 = {};
   std::vector<std::string> fp32_args = {};  // statistics (mean, rstd, lse, losses) and tables stay fp32
   bool fp32_only = false;                   // the op takes no 16-bit storage (kernels/ops.h says which)
+  // The op has a CUDA kernel: the case also runs on the CUDA device against the CPU (above). The
+  // 16-bit tolerances are stated per op: the two devices round the same fp32 math once, but sum in
+  // different orders, so a stored value may differ by a unit in its last place.
+  bool cuda = false;
+  double cuda_bf16 = 0, cuda_fp16 = 0;
 };
 
 // Runs every check of a case, in fp32 and then with bf16 and fp16 storage; failures are reported

@@ -48,7 +48,7 @@ void reference_attention(RefRun& r, int64_t b, int64_t t, int64_t h, int64_t kv,
     }
 }
 
-OpCase attention_case(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d) {
+OpCase attention_case(cpu::AttentionIsa form, int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d) {
   OpCase oc{.name = "attention b=" + std::to_string(b) + " t=" + std::to_string(t) + " heads=" + std::to_string(h) +
                     " kv_heads=" + std::to_string(kv) + " d=" + std::to_string(d),
             .args = {{"qkv", {b, t, h + 2 * kv, d}, Role::input},
@@ -62,6 +62,11 @@ OpCase attention_case(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d) {
   oc.bf16 = {5e-3, 2e-2};
   oc.fp16 = {6e-4, 4e-3};
   oc.fp32_args = {"lse"};
+  // The flash-style CUDA kernels against the CPU (once, in the blas form's run: the CUDA side does
+  // not depend on the CPU's form).
+  oc.cuda = form == cpu::AttentionIsa::blas;
+  oc.cuda_bf16 = 2e-3;
+  oc.cuda_fp16 = 5e-4;
   return oc;
 }
 
@@ -79,7 +84,8 @@ class Attention : public ::testing::TestWithParam<cpu::AttentionIsa> {
 // Decoding: `past` positions already in the cache (random keys and values, a constant), then t
 // new tokens at positions [past, past + t). The cache has `spare` unused rows after them, which
 // must stay untouched (zero).
-OpCase cached_case(int64_t b, int64_t past, int64_t t, int64_t h, int64_t kv, int64_t d, int64_t spare) {
+OpCase cached_case(cpu::AttentionIsa form, int64_t b, int64_t past, int64_t t, int64_t h, int64_t kv, int64_t d,
+                   int64_t spare) {
   const int64_t t_max = past + t + spare;
   OpCase oc{.name = "attention_cached b=" + std::to_string(b) + " past=" + std::to_string(past) +
                     " t=" + std::to_string(t) + " heads=" + std::to_string(h) + " kv_heads=" + std::to_string(kv) +
@@ -140,7 +146,8 @@ OpCase cached_case(int64_t b, int64_t past, int64_t t, int64_t h, int64_t kv, in
         }
       }
   };
-  oc.fp32_only = true;  // generation: the KV-cache ops are fp32 only (kernels/ops.h)
+  oc.fp32_only = true;                        // generation: the KV-cache ops are fp32 only (kernels/ops.h)
+  oc.cuda = form == cpu::AttentionIsa::blas;  // the CUDA cache write and cached forward, once
   return oc;
 }
 
@@ -153,11 +160,11 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_P(Attention, CachedDecodingMatchesReference) {
-  run_case(cached_case(1, 0, 1, 2, 2, 8, 3), 1100);     // the first token of a sequence
-  run_case(cached_case(2, 37, 1, 4, 2, 16, 0), 1101);   // one new token over a long past, GQA, full cache
-  run_case(cached_case(1, 30, 40, 2, 2, 64, 5), 1102);  // a prompt chunk across query blocks
-  run_case(cached_case(2, 5, 9, 6, 1, 5, 2), 1103);     // multi-query, odd head dim
-  run_case(cached_case(1, 64, 33, 3, 3, 48, 1), 1104);  // keys past two blocks, 48 = 3 AVX-512 vectors
+  run_case(cached_case(GetParam(), 1, 0, 1, 2, 2, 8, 3), 1100);     // the first token of a sequence
+  run_case(cached_case(GetParam(), 2, 37, 1, 4, 2, 16, 0), 1101);   // one new token over a long past, GQA, full cache
+  run_case(cached_case(GetParam(), 1, 30, 40, 2, 2, 64, 5), 1102);  // a prompt chunk across query blocks
+  run_case(cached_case(GetParam(), 2, 5, 9, 6, 1, 5, 2), 1103);     // multi-query, odd head dim
+  run_case(cached_case(GetParam(), 1, 64, 33, 3, 3, 48, 1), 1104);  // keys past two blocks, 48 = 3 AVX-512 vectors
 }
 
 TEST_P(Attention, CachedChunksGiveTheFullSequenceResult) {
@@ -192,22 +199,22 @@ TEST_P(Attention, CachedChunksGiveTheFullSequenceResult) {
 }
 
 TEST_P(Attention, MultiHeadMatchesReference) {
-  run_case(attention_case(2, 1, 2, 2, 4), 1000);   // one token
-  run_case(attention_case(1, 13, 3, 3, 8), 1001);  // within one query block
-  run_case(attention_case(2, 64, 2, 2, 5), 1002);  // exactly two blocks, odd head dim
+  run_case(attention_case(GetParam(), 2, 1, 2, 2, 4), 1000);   // one token
+  run_case(attention_case(GetParam(), 1, 13, 3, 3, 8), 1001);  // within one query block
+  run_case(attention_case(GetParam(), 2, 64, 2, 2, 5), 1002);  // exactly two blocks, odd head dim
 }
 
 TEST_P(Attention, AcrossQueryBlocks) {
-  run_case(attention_case(1, 130, 2, 2, 16), 1003);
-  run_case(attention_case(2, 77, 1, 1, 32), 1004);
-  run_case(attention_case(1, 150, 2, 2, 64), 1007);  // GPT-2's head dim, keys not a multiple of 32
-  run_case(attention_case(1, 67, 1, 1, 40), 1008);   // head dim 32 + 8: every chunk width
-  run_case(attention_case(1, 45, 1, 1, 48), 1009);   // 48 = 3 AVX-512 vectors
+  run_case(attention_case(GetParam(), 1, 130, 2, 2, 16), 1003);
+  run_case(attention_case(GetParam(), 2, 77, 1, 1, 32), 1004);
+  run_case(attention_case(GetParam(), 1, 150, 2, 2, 64), 1007);  // GPT-2's head dim, keys not a multiple of 32
+  run_case(attention_case(GetParam(), 1, 67, 1, 1, 40), 1008);   // head dim 32 + 8: every chunk width
+  run_case(attention_case(GetParam(), 1, 45, 1, 1, 48), 1009);   // 48 = 3 AVX-512 vectors
 }
 
 TEST_P(Attention, GroupedQueryHeads) {
-  run_case(attention_case(2, 70, 4, 2, 8), 1005);
-  run_case(attention_case(1, 19, 6, 1, 6), 1006);  // multi-query
+  run_case(attention_case(GetParam(), 2, 70, 4, 2, 8), 1005);
+  run_case(attention_case(GetParam(), 1, 19, 6, 1, 6), 1006);  // multi-query
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, Attention,

@@ -4,7 +4,9 @@
 #include <cstdint>
 
 #include "kernels/allocator.h"
+#include "kernels/backend_info.h"
 #include "kernels/buffer.h"
+#include "kernels/ops.h"
 
 namespace llmtrain::kernels {
 
@@ -33,13 +35,34 @@ TEST(Buffer, MoveKeepsTheMemory) {
   EXPECT_EQ(c.dtype(), DType::int32);
 }
 
-TEST(Buffer, DeviceMemoryIsRejectedUntilTheCudaAllocatorExists) {
-  try {
-    Buffer b(DType::fp32, {16}, Device::cuda);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
+// Device memory: an error naming what is missing in a build without the CUDA backend or on a
+// machine without a device; zeroed memory that copies to and from the host where there is one (a
+// GPU, or the simulator of the LLMTRAIN_CUDA=SIM build).
+TEST(Buffer, DeviceMemoryWhereThereIsADevice) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) {
+    try {
+      Buffer b(DType::fp32, {16}, Device::cuda);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(cuda.built ? "cudaMalloc" : "not supported yet"), std::string::npos) << what;
+    }
+    return;
   }
+  Buffer d(DType::int32, {1000}, Device::cuda, MemoryKind::activations);
+  EXPECT_EQ(memory_use(Device::cuda, MemoryKind::activations).current, 4000);
+  Buffer h(DType::int32, {1000});
+  for (int i = 0; i < 1000; ++i) h.ptr<int32_t>()[i] = i;
+  copy(h.tensor(), d.tensor());  // starts zeroed
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(h.ptr<int32_t>()[i], 0);
+  for (int i = 0; i < 1000; ++i) h.ptr<int32_t>()[i] = 3 * i;
+  copy(d.tensor(), h.tensor());
+  Buffer d2(DType::int32, {1000}, Device::cuda);
+  copy(d2.tensor(), d.tensor());
+  Buffer back(DType::int32, {1000});
+  copy(back.tensor(), d2.tensor());
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(back.ptr<int32_t>()[i], 3 * i);
 }
 
 // The memory account's measured side: bytes per kind now and at the peak, moves and releases

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/backend_info.h"
+#include "kernels/buffer.h"
 #include "kernels/dtype_convert.h"
 #include "kernels/ops.h"
 
@@ -133,6 +135,52 @@ TEST(DTypeConvert, ConvertOpIsTheScalarRuleOnEveryPattern) {
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(half[size_t(i)], fp32_to_fp16(x[size_t(i)])) << std::hex << std::bit_cast<uint32_t>(x[size_t(i)]);
     ASSERT_EQ(brain[size_t(i)], fp32_to_bf16(x[size_t(i)])) << std::hex << std::bit_cast<uint32_t>(x[size_t(i)]);
+  }
+}
+
+// The CUDA kernel (kernels/cuda/convert.cu, CUDA's own conversions) gives the CPU's bits for every
+// fp16 pattern and a stride through the fp32 patterns, in every direction; NaN stays NaN.
+TEST(DTypeConvert, ConvertOnTheCudaDeviceIsTheScalarRule) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  std::vector<uint16_t> h(65536);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = uint16_t(i);
+  std::vector<float> x;
+  for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 262139) x.push_back(std::bit_cast<float>(uint32_t(bits)));
+  for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x00000001u, 0x387fe000u, 0x477ff000u, 0x3f808000u, 0x3f818000u})
+    x.push_back(std::bit_cast<float>(bits));
+  const int64_t nh = int64_t(h.size()), nx = int64_t(x.size());
+  Buffer dh(DType::fp16, {nh}, Device::cuda), dwide(DType::fp32, {nh}, Device::cuda);
+  Buffer dx(DType::fp32, {nx}, Device::cuda), dhalf(DType::fp16, {nx}, Device::cuda),
+      dbrain(DType::bf16, {nx}, Device::cuda);
+  Buffer dbrain_from_half(DType::bf16, {nh}, Device::cuda);
+  copy(dh.tensor(), Tensor(h.data(), DType::fp16, {nh}));
+  copy(dx.tensor(), host_tensor(x.data(), {nx}));
+  convert(dwide.tensor(), dh.tensor());
+  convert(dhalf.tensor(), dx.tensor());
+  convert(dbrain.tensor(), dx.tensor());
+  convert(dbrain_from_half.tensor(), dh.tensor());
+  std::vector<float> wide(h.size());
+  std::vector<uint16_t> half(x.size()), brain(x.size()), brain_from_half(h.size());
+  copy(host_tensor(wide.data(), {nh}), dwide.tensor());
+  copy(Tensor(half.data(), DType::fp16, {nx}), dhalf.tensor());
+  copy(Tensor(brain.data(), DType::bf16, {nx}), dbrain.tensor());
+  copy(Tensor(brain_from_half.data(), DType::bf16, {nh}), dbrain_from_half.tensor());
+  for (size_t i = 0; i < h.size(); ++i) {
+    ASSERT_TRUE(same(wide[i], fp16_to_fp32(h[i]))) << std::hex << h[i];
+    const uint16_t want = fp32_to_bf16(fp16_to_fp32(h[i]));
+    if (std::isnan(fp16_to_fp32(h[i])))
+      ASSERT_TRUE(std::isnan(bf16_to_fp32(brain_from_half[i])));
+    else
+      ASSERT_EQ(brain_from_half[i], want) << std::hex << h[i];
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      ASSERT_TRUE(std::isnan(fp16_to_fp32(half[i])) && std::isnan(bf16_to_fp32(brain[i])));
+      continue;
+    }
+    ASSERT_EQ(half[i], fp32_to_fp16(x[i])) << std::hex << std::bit_cast<uint32_t>(x[i]);
+    ASSERT_EQ(brain[i], fp32_to_bf16(x[i])) << std::hex << std::bit_cast<uint32_t>(x[i]);
   }
 }
 

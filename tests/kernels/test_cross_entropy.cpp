@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 
+#include "kernels/backend_info.h"
+#include "kernels/buffer.h"
 #include "kernels/ops.h"
 #include "op_harness.h"
 
@@ -38,7 +41,7 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
       // With a count of 1 the per-row gradient is loss_scale itself: the uniform dloss R.
       const float dloss = r.g["losses"][0];
       int32_t one = 1;
-      const Tensor count = host_tensor(&one, {1});
+      const Tensor count = r.ints(&one, 1);
       if (in_place) {
         std::vector<float> keep = r.f["logits"];
         cross_entropy_backward(r.t("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss, count);
@@ -48,6 +51,7 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
       } else {
         cross_entropy_backward(r.grad("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore, dloss,
                                count);
+        r.sync();  // `one` ends here
       }
     };
     oc.reference = [=](RefRun& r) {
@@ -65,6 +69,9 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
     oc.bf16 = {1e-6, 6e-3};
     oc.fp16 = {1e-6, 1e-3};
     oc.fp32_args = {"losses", "lse"};
+    oc.cuda = true;  // the device's expf and a block's sums
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     run_case(oc, 1100 + trial);
   }
 }
@@ -73,7 +80,25 @@ TEST(CrossEntropy, ForwardBackwardMatchReference) {
 // parallel::vocab_parallel_cross_entropy do): max of the shard maxima, sums of the shard sums; the
 // losses, lse and every shard's gradient against a double reference, with padding columns (one
 // shard holding only padding), an ignored row, and a target in each shard.
-TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) {
+// Runs `op` with the tensors `ts` point to mirrored on `device`: copied there before, back after.
+static void on(Device device, std::vector<Tensor*> ts, const std::function<void()>& op) {
+  if (device == Device::cpu) return op();
+  std::vector<Buffer> bufs;
+  std::vector<Tensor> host;
+  for (Tensor* t : ts) {
+    host.push_back(*t);
+    bufs.emplace_back(t->dtype, t->shape, device);
+    copy(bufs.back().tensor(), *t);
+    *t = bufs.back().tensor();
+  }
+  op();
+  for (size_t k = 0; k < ts.size(); ++k) {
+    copy(host[k], bufs[k].tensor());
+    *ts[k] = host[k];
+  }
+}
+
+static void shards_compose(Device device) {
   constexpr int64_t n = 7, vocab = 45, vpad = 64, shards = 4, vl = vpad / shards;
   std::mt19937_64 rng(95);
   std::normal_distribution<float> z(0.0f, 2.0f);
@@ -85,20 +110,25 @@ TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) {
   for (int64_t k = 0; k < shards; ++k)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < vl; ++j) local[size_t(k)][size_t(i * vl + j)] = x[size_t(i * vpad + k * vl + j)];
-  const Tensor t = host_tensor(targets.data(), {n});
+  Tensor t = host_tensor(targets.data(), {n});
   for (int64_t k = 0; k < shards; ++k) {
     std::vector<float> m(n);
-    cross_entropy_shard_max(host_tensor(m.data(), {n}), host_tensor(local[size_t(k)].data(), {n, vl}), k * vl, vocab);
+    Tensor tm = host_tensor(m.data(), {n}), tl = host_tensor(local[size_t(k)].data(), {n, vl});
+    on(device, {&tm, &tl}, [&] { cross_entropy_shard_max(tm, tl, k * vl, vocab); });
     for (int64_t i = 0; i < n; ++i) row_max[size_t(i)] = std::max(row_max[size_t(i)], m[size_t(i)]);
   }
   for (int64_t k = 0; k < shards; ++k) {
     std::vector<float> st(2 * n);
-    cross_entropy_shard_sums(host_tensor(st.data(), {2 * n}), host_tensor(local[size_t(k)].data(), {n, vl}),
-                             host_tensor(row_max.data(), {n}), t, k * vl, vocab, kIgnore);
+    Tensor ts = host_tensor(st.data(), {2 * n}), tl = host_tensor(local[size_t(k)].data(), {n, vl}),
+           tm = host_tensor(row_max.data(), {n});
+    on(device, {&ts, &tl, &tm, &t}, [&] { cross_entropy_shard_sums(ts, tl, tm, t, k * vl, vocab, kIgnore); });
     for (int64_t i = 0; i < 2 * n; ++i) stats[size_t(i)] += st[size_t(i)];
   }
-  cross_entropy_combine(host_tensor(losses.data(), {n}), host_tensor(lse.data(), {n}), host_tensor(row_max.data(), {n}),
-                        host_tensor(stats.data(), {2 * n}), t, vocab, kIgnore);
+  {
+    Tensor tlo = host_tensor(losses.data(), {n}), tls = host_tensor(lse.data(), {n}),
+           tm = host_tensor(row_max.data(), {n}), ts = host_tensor(stats.data(), {2 * n});
+    on(device, {&tlo, &tls, &tm, &ts, &t}, [&] { cross_entropy_combine(tlo, tls, tm, ts, t, vocab, kIgnore); });
+  }
   int32_t count = n - 1;
   for (int64_t i = 0; i < n; ++i) {
     double mx = -1e300, sum = 0;
@@ -109,20 +139,37 @@ TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) {
     const int32_t tg = targets[size_t(i)];
     const double want_loss = tg == kIgnore ? 0.0 : want_lse - x[size_t(i * vpad + tg)];
     EXPECT_NEAR(losses[size_t(i)], want_loss, 1e-5 * std::abs(want_loss) + 1e-6) << "row " << i;
-    for (int64_t k = 0; k < shards; ++k) {
-      std::vector<float> grad(n * vl);
-      cross_entropy_shard_backward(host_tensor(grad.data(), {n, vl}), host_tensor(local[size_t(k)].data(), {n, vl}),
-                                   host_tensor(lse.data(), {n}), t, k * vl, vocab, kIgnore, 0.5f,
-                                   host_tensor(&count, {1}));
+  }
+  for (int64_t k = 0; k < shards; ++k) {
+    std::vector<float> grad(n * vl);
+    Tensor tg = host_tensor(grad.data(), {n, vl}), tl = host_tensor(local[size_t(k)].data(), {n, vl}),
+           tls = host_tensor(lse.data(), {n}), tc(&count, DType::int32, {1});
+    on(device, {&tg, &tl, &tls, &t, &tc},
+       [&] { cross_entropy_shard_backward(tg, tl, tls, t, k * vl, vocab, kIgnore, 0.5f, tc); });
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t target = targets[size_t(i)];
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, double(x[size_t(i * vpad + j)]));
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(double(x[size_t(i * vpad + j)]) - mx);
+      const double want_lse = mx + std::log(sum);
       for (int64_t j = 0; j < vl; ++j) {
         const int64_t col = k * vl + j;
         double want = 0;
-        if (tg != kIgnore && col < vocab)
-          want = 0.5 / count * (std::exp(double(x[size_t(i * vpad + col)]) - want_lse) - (col == tg ? 1.0 : 0.0));
+        if (target != kIgnore && col < vocab)
+          want = 0.5 / count * (std::exp(double(x[size_t(i * vpad + col)]) - want_lse) - (col == target ? 1.0 : 0.0));
         EXPECT_NEAR(grad[size_t(i * vl + j)], want, 1e-6) << "row " << i << " column " << col;
       }
     }
   }
+}
+
+TEST(CrossEntropy, ShardsComposeToTheWholeVocabulary) { shards_compose(Device::cpu); }
+
+// The same pieces on the CUDA device, against the same double reference.
+TEST(CrossEntropy, ShardsComposeToTheWholeVocabularyOnTheCudaDevice) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  shards_compose(Device::cuda);
 }
 
 TEST(CrossEntropy, NonFiniteLogitGivesNanLoss) {
@@ -172,11 +219,11 @@ TEST(LossMean, MeanAndItsGradientMatchReference) {
     };
     oc.forward = [=](OpRun& r) {
       cross_entropy_forward(r.t("losses"), r.t("lse"), r.t("logits"), r.t("targets"), vocab, kIgnore);
-      loss_mean_forward(r.t("mean"), host_tensor(count.get(), {1}), r.t("losses"), r.t("targets"), kIgnore);
+      loss_mean_forward(r.t("mean"), r.ints(count.get(), 1), r.t("losses"), r.t("targets"), kIgnore);
     };
     oc.backward = [=](OpRun& r) {
       cross_entropy_backward(r.grad("logits"), r.t("logits"), r.t("lse"), r.t("targets"), vocab, kIgnore,
-                             r.g["mean"][0], host_tensor(count.get(), {1}));
+                             r.g["mean"][0], r.ints(count.get(), 1));
     };
     oc.reference = [=](RefRun& r) {
       const auto& x = r.in("logits");
@@ -197,6 +244,9 @@ TEST(LossMean, MeanAndItsGradientMatchReference) {
     oc.bf16 = {1e-6, 1e-2};
     oc.fp16 = {1e-6, 2e-3};
     oc.fp32_args = {"losses", "lse", "mean"};
+    oc.cuda = true;
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     run_case(oc, 1200 + trial);
     int64_t want = 0;
     for (int64_t i = 0; i < n; ++i) want += !(none_counted || i % 3 == 1);

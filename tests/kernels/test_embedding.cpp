@@ -1,6 +1,8 @@
 // Token and position embeddings (kernels/cpu/embedding.cpp) through the op harness.
 #include <gtest/gtest.h>
 
+#include "kernels/backend_info.h"
+#include "kernels/buffer.h"
 #include "kernels/ops.h"
 #include "op_harness.h"
 
@@ -29,6 +31,9 @@ TEST(Embedding, TokenLookupMatchesReference) {
     };
     oc.bf16 = {1e-6, 5e-2};
     oc.fp16 = {1e-6, 2e-2};
+    oc.cuda = true;  // forward copies rows; backward sums a token's rows in another order
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     run_case(oc, 100 + trial);
   }
 }
@@ -44,6 +49,22 @@ TEST(EmbeddingDeathTest, AnIdOutsideTheVocabularyStopsWithItsPosition) {
   tokens[2] = -1;
   EXPECT_DEATH(embedding_backward(host_tensor(wte.data(), {8, 3}), host_tensor(dout.data(), {4, 3}),
                                   host_tensor(tokens.data(), {4}), 0, 5),
+               "token id -1 at position 2 is outside the vocabulary");
+}
+
+TEST(EmbeddingDeathTest, AnIdOutsideTheVocabularyStopsTheCudaKernel) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<int32_t> tokens = {1, 0, 7, 2};
+  Buffer dtok(DType::int32, {4}, Device::cuda), wte(DType::fp32, {8, 3}, Device::cuda),
+      out(DType::fp32, {4, 3}, Device::cuda);
+  copy(dtok.tensor(), Tensor(tokens.data(), DType::int32, {4}));
+  EXPECT_DEATH(embedding_forward(out.tensor(), dtok.tensor(), wte.tensor(), 0, 5),
+               "token id 7 at position 2 is outside the vocabulary \\[0, 5\\)");
+  tokens[2] = -1;
+  copy(dtok.tensor(), Tensor(tokens.data(), DType::int32, {4}));
+  EXPECT_DEATH(embedding_backward(wte.tensor(), out.tensor(), dtok.tensor(), 0, 5),
                "token id -1 at position 2 is outside the vocabulary");
 }
 
@@ -70,6 +91,9 @@ TEST(Embedding, PositionsMatchReference) {
     };
     oc.bf16 = {6e-3, 2e-2};
     oc.fp16 = {8e-4, 4e-3};
+    oc.cuda = true;
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     run_case(oc, 200 + trial);
   }
 }

@@ -35,6 +35,9 @@ TEST(Linear, ForwardBackwardMatchReference) {
     };
     oc.bf16 = {5e-3, 2e-2};
     oc.fp16 = {8e-4, 3e-3};
+    oc.cuda = true;  // our tiled GEMM: fp32 sums in k order, where BLAS blocks them
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     run_case(oc, 500 + trial);
   }
 }
@@ -55,6 +58,9 @@ TEST(Linear, BackwardWithoutInputGradient) {
   };
   oc.bf16 = {5e-3, 2e-2};
   oc.fp16 = {8e-4, 3e-3};
+  oc.cuda = true;
+  oc.cuda_bf16 = 2e-3;
+  oc.cuda_fp16 = 5e-4;
   run_case(oc, 599);
 }
 

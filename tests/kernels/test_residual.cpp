@@ -36,6 +36,9 @@ TEST(Residual, ForwardBackwardMatchReference) {
     };
     oc.bf16 = {6e-3, 7e-3};
     oc.fp16 = {7e-4, 1e-3};
+    oc.cuda = true;  // the same fp32 sums in the same order: equal to the CPU's up to the bias's column sums
+    oc.cuda_bf16 = 1e-3;
+    oc.cuda_fp16 = 1e-4;
     run_case(oc, 900 + trial);
   }
 }

@@ -45,6 +45,9 @@ TEST(Rope, RotatesQueryAndKeyHeadsInHuggingFaceConvention) {
     };
     oc.bf16 = {4e-3, 5e-3};
     oc.fp16 = {6e-4, 6e-4};
+    oc.cuda = true;  // the same fp32 rotation; the table is built on the device too
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
     oc.fp32_args = {"table"};
     run_case(oc, 800 + trial);
   }

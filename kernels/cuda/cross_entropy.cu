@@ -1,0 +1,191 @@
+// Softmax cross-entropy on the device (kernels/cpu/cross_entropy.cpp is the reference): one block
+// per row for the log-sum-exp and the gradient, the vocab-parallel pieces (shard max, shard sums,
+// combine, shard backward) and the micro-batch's mean loss.
+//
+// The rules a reader could get wrong: a row with a non-finite logit gets a NaN loss (the probe
+// Σ x·0 is NaN then), never a finite number; dlogits may alias logits (each element read, then
+// written, by one thread); loss_mean sums in double in row order on one thread, so the mean is
+// bitwise the CPU's for the same losses (kernels/ops.h asks for that).
+#include "kernels/cuda/storage.cuh"
+
+namespace llmtrain::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+template <class T>
+__global__ void cross_entropy_forward_kernel(float* __restrict__ losses, float* __restrict__ lse,
+                                             const T* __restrict__ logits, const int32_t* __restrict__ targets,
+                                             int64_t vp, int64_t vocab, int32_t ignore_index) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vp;
+  float mx = -INFINITY, probe = 0.0f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float v = load(x, j);
+    mx = fmaxf(mx, v);
+    probe += v * 0.0f;
+  }
+  mx = block_max(mx);
+  probe = block_sum(probe);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(load(x, j) - mx);
+  s = block_sum(s);
+  if (threadIdx.x != 0) return;
+  const double l = double(mx) + log(double(s));
+  lse[row] = float(l);
+  const int32_t t = targets[row];
+  if (t == ignore_index) {
+    losses[row] = 0.0f;
+    return;
+  }
+  LT_DEVICE_CHECK(t >= 0 && t < vocab, "target %d at position %lld is outside the vocabulary [0, %lld)", t,
+                  (long long)row, (long long)vocab);
+  losses[row] = probe == 0.0f ? float(l - double(load(x, t))) : NAN;
+}
+
+// Columns [col_begin, col_begin + vp) of the vocabulary (the whole row when col_begin is 0 and vp
+// covers it); `real` of them are real, the rest padding.
+template <class T>
+__global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* __restrict__ lse,
+                                              const int32_t* __restrict__ targets, const int32_t* __restrict__ count,
+                                              int64_t vp, int64_t col_begin, int64_t real, int64_t vocab,
+                                              int32_t ignore_index, float loss_scale) {
+  const int64_t row = blockIdx.x;
+  const int32_t t = targets[row];
+  const int32_t counted = *count;
+  const float dloss = counted > 0 ? loss_scale / float(counted) : 0.0f;
+  if (t != ignore_index)
+    LT_DEVICE_CHECK(t >= 0 && t < vocab, "target %d at position %lld is outside the vocabulary [0, %lld)", t,
+                    (long long)row, (long long)vocab);
+  const float l = lse[row];
+  for (int64_t j = threadIdx.x; j < vp; j += blockDim.x) {
+    float d = 0.0f;
+    if (t != ignore_index && j < real) {
+      d = dloss * expf(load(logits, row * vp + j) - l);
+      if (j + col_begin == t) d -= dloss;
+    }
+    store(dlogits, row * vp + j, d);
+  }
+}
+
+template <class T>
+__global__ void shard_max_kernel(float* __restrict__ row_max, const T* __restrict__ logits, int64_t vp, int64_t real) {
+  const int64_t row = blockIdx.x;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) mx = fmaxf(mx, load(logits, row * vp + j));
+  mx = block_max(mx);
+  if (threadIdx.x == 0) row_max[row] = mx;
+}
+
+template <class T>
+__global__ void shard_sums_kernel(float* __restrict__ stats, const T* __restrict__ logits,
+                                  const float* __restrict__ row_max, const int32_t* __restrict__ targets, int64_t n,
+                                  int64_t vp, int64_t col_begin, int64_t real, int32_t ignore_index) {
+  const int64_t row = blockIdx.x;
+  const float mx = row_max[row];
+  float s = 0.0f, probe = 0.0f;
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) {
+    const float v = load(logits, row * vp + j);
+    probe += v * 0.0f;
+    s += expf(v - mx);
+  }
+  s = block_sum(s);
+  probe = block_sum(probe);
+  if (threadIdx.x != 0) return;
+  stats[row] = probe == 0.0f ? s : NAN;
+  const int32_t t = targets[row];
+  stats[n + row] =
+      t != ignore_index && t >= col_begin && t < col_begin + real ? load(logits, row * vp + (t - col_begin)) : 0.0f;
+}
+
+__global__ void combine_kernel(float* __restrict__ losses, float* __restrict__ lse, const float* __restrict__ row_max,
+                               const float* __restrict__ stats, const int32_t* __restrict__ targets, int64_t n,
+                               int64_t vocab, int32_t ignore_index) {
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < n; row += int64_t(gridDim.x) * blockDim.x) {
+    const double l = double(row_max[row]) + log(double(stats[row]));
+    lse[row] = float(l);
+    const int32_t t = targets[row];
+    if (t == ignore_index) {
+      losses[row] = 0.0f;
+      continue;
+    }
+    LT_DEVICE_CHECK(t >= 0 && t < vocab, "target %d at position %lld is outside the vocabulary [0, %lld)", t,
+                    (long long)row, (long long)vocab);
+    losses[row] = float(l - double(stats[n + row]));  // NaN where a logit was not finite (the sum is NaN)
+  }
+}
+
+__global__ void loss_mean_kernel(float* __restrict__ mean, int32_t* __restrict__ count,
+                                 const float* __restrict__ losses, const int32_t* __restrict__ targets, int64_t n,
+                                 int32_t ignore_index) {
+  double sum = 0.0;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (targets[i] != ignore_index) {
+      sum += double(losses[i]);
+      ++counted;
+    }
+  *count = int32_t(counted);
+  *mean = counted ? float(sum / double(counted)) : 0.0f;
+}
+
+}  // namespace
+
+void cross_entropy_forward_launch(Storage s, float* losses, float* lse, const void* logits, const int32_t* targets,
+                                  int64_t n, int64_t vp, int64_t vocab, int32_t ignore_index) {
+  if (n == 0) return;
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, cross_entropy_forward_kernel<T>)
+    (losses, lse, static_cast<const T*>(logits), targets, vp, vocab, ignore_index);
+  });
+}
+
+void cross_entropy_backward_launch(Storage s, void* dlogits, const void* logits, const float* lse,
+                                   const int32_t* targets, const int32_t* count, int64_t n, int64_t vp,
+                                   int64_t col_begin, int64_t vocab, int32_t ignore_index, float loss_scale) {
+  if (n == 0) return;
+  const int64_t real = vocab - col_begin < 0 ? 0 : (vocab - col_begin > vp ? vp : vocab - col_begin);
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, cross_entropy_backward_kernel<T>)
+    (static_cast<T*>(dlogits), static_cast<const T*>(logits), lse, targets, count, vp, col_begin, real, vocab,
+     ignore_index, loss_scale);
+  });
+}
+
+void cross_entropy_shard_max_launch(Storage s, float* row_max, const void* logits, int64_t n, int64_t vp,
+                                    int64_t col_begin, int64_t vocab) {
+  if (n == 0) return;
+  const int64_t real = vocab - col_begin < 0 ? 0 : (vocab - col_begin > vp ? vp : vocab - col_begin);
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, shard_max_kernel<T>)(row_max, static_cast<const T*>(logits), vp, real);
+  });
+}
+
+void cross_entropy_shard_sums_launch(Storage s, float* stats, const void* logits, const float* row_max,
+                                     const int32_t* targets, int64_t n, int64_t vp, int64_t col_begin, int64_t vocab,
+                                     int32_t ignore_index) {
+  if (n == 0) return;
+  const int64_t real = vocab - col_begin < 0 ? 0 : (vocab - col_begin > vp ? vp : vocab - col_begin);
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, shard_sums_kernel<T>)
+    (stats, static_cast<const T*>(logits), row_max, targets, n, vp, col_begin, real, ignore_index);
+  });
+}
+
+void cross_entropy_combine_launch(float* losses, float* lse, const float* row_max, const float* stats,
+                                  const int32_t* targets, int64_t n, int64_t vocab, int32_t ignore_index) {
+  if (n == 0) return;
+  LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, combine_kernel)
+  (losses, lse, row_max, stats, targets, n, vocab, ignore_index);
+}
+
+void loss_mean_launch(float* mean, int32_t* count, const float* losses, const int32_t* targets, int64_t n,
+                      int32_t ignore_index) {
+  LT_LAUNCH(1, 1, 0, nullptr, loss_mean_kernel)(mean, count, losses, targets, n, ignore_index);
+}
+
+}  // namespace llmtrain::kernels::cuda

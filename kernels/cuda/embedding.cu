@@ -1,0 +1,122 @@
+// Token and position embeddings on the device (kernels/cpu/embedding.cpp is the reference).
+//
+// The rule a reader could get wrong: the backward's scatter-add never races. A first kernel links
+// the rows of each token into a chain (O(N²) token compares, once per call, a thread per row); then
+// one thread owns one column of the table and, for each distinct token, sums its rows in order in
+// fp32 and adds that to the table row once (one rounding for 16-bit storage, as on the CPU).
+// Deterministic; a sorted-bucket version (llm.c's) is the faster one for long batches.
+#include "kernels/cuda/storage.cuh"
+
+namespace llmtrain::kernels::cuda {
+namespace {
+
+template <class T>
+__global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
+                                         const T* __restrict__ wte, int64_t n, int64_t v, int64_t c,
+                                         int64_t vocab_begin, int64_t vocab) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * c; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c, j = i % c;
+    const int32_t tok = tokens[r];
+    LT_DEVICE_CHECK(tok >= 0 && tok < vocab, "token id %d at position %lld is outside the vocabulary [0, %lld)", tok,
+                    (long long)r, (long long)vocab);
+    const int64_t row = int64_t(tok) - vocab_begin;
+    store(out, i, row >= 0 && row < v ? load(wte, row * c + j) : 0.0f);
+  }
+}
+
+// For each token row r: head[r] = 1 when no earlier row has its token, next[r] = the next row
+// with the same token (-1 at the end of the chain). One thread per row; ids checked here.
+__global__ void token_chains_kernel(int32_t* __restrict__ head, int32_t* __restrict__ next,
+                                    const int32_t* __restrict__ tokens, int64_t n, int64_t vocab) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < n; r += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t tok = tokens[r];
+    LT_DEVICE_CHECK(tok >= 0 && tok < vocab, "token id %d at position %lld is outside the vocabulary [0, %lld)", tok,
+                    (long long)r, (long long)vocab);
+    int32_t first = 1;
+    for (int64_t q = 0; q < r && first; ++q) first = tokens[q] != tok;
+    int32_t after = -1;
+    for (int64_t q = r + 1; q < n && after < 0; ++q)
+      if (tokens[q] == tok) after = int32_t(q);
+    head[r] = first;
+    next[r] = after;
+  }
+}
+
+// One thread per table column: each distinct token's rows, in order, summed then added once.
+template <class T>
+__global__ void embedding_backward_kernel(T* __restrict__ dwte, const T* __restrict__ dout,
+                                          const int32_t* __restrict__ tokens, const int32_t* __restrict__ head,
+                                          const int32_t* __restrict__ next, int64_t n, int64_t v, int64_t c,
+                                          int64_t vocab_begin) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= c) return;
+  for (int64_t r = 0; r < n; ++r) {
+    if (!head[r]) continue;
+    const int64_t row = int64_t(tokens[r]) - vocab_begin;
+    if (row < 0 || row >= v) continue;
+    float s = 0.0f;
+    for (int64_t q = r; q >= 0; q = next[q]) s += load(dout, q * c + j);
+    store(dwte, row * c + j, load(dwte, row * c + j) + s);
+  }
+}
+
+template <class T>
+__global__ void position_forward_kernel(T* x, const T* __restrict__ wpe, int64_t rows, int64_t t, int64_t c) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * c; i += int64_t(gridDim.x) * blockDim.x)
+    store(x, i, load(x, i) + load(wpe, (i / c % t) * c + i % c));
+}
+
+// One thread per (position, column): the batch's rows summed in order.
+template <class T>
+__global__ void position_backward_kernel(T* __restrict__ dwpe, const T* __restrict__ dx, int64_t b, int64_t t,
+                                         int64_t c) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < t * c; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t q = 0; q < b; ++q) s += load(dx, q * t * c + i);
+    store(dwpe, i, load(dwpe, i) + s);
+  }
+}
+
+}  // namespace
+
+void embedding_forward_launch(Storage s, void* out, const int32_t* tokens, const void* wte, int64_t n, int64_t v,
+                              int64_t c, int64_t vocab_begin, int64_t vocab) {
+  if (n * c == 0) return;
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n * c, 256), 256, 0, nullptr, embedding_forward_kernel<T>)
+    (static_cast<T*>(out), tokens, static_cast<const T*>(wte), n, v, c, vocab_begin, vocab);
+  });
+}
+
+void embedding_backward_launch(Storage s, void* dwte, const void* dout, const int32_t* tokens, int32_t* chains,
+                               int64_t n, int64_t v, int64_t c, int64_t vocab_begin, int64_t vocab) {
+  if (n * c == 0) return;
+  int32_t *head = chains, *next = chains + n;
+  LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, token_chains_kernel)(head, next, tokens, n, vocab);
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(unsigned((c + 63) / 64), 64, 0, nullptr, embedding_backward_kernel<T>)
+    (static_cast<T*>(dwte), static_cast<const T*>(dout), tokens, head, next, n, v, c, vocab_begin);
+  });
+}
+
+void position_embedding_forward_launch(Storage s, void* x, const void* wpe, int64_t b, int64_t t, int64_t c) {
+  if (b * t * c == 0) return;
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(b * t * c, 256), 256, 0, nullptr, position_forward_kernel<T>)
+    (static_cast<T*>(x), static_cast<const T*>(wpe), b * t, t, c);
+  });
+}
+
+void position_embedding_backward_launch(Storage s, void* dwpe, const void* dx, int64_t b, int64_t t, int64_t c) {
+  if (t * c == 0) return;
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(t * c, 256), 256, 0, nullptr, position_backward_kernel<T>)
+    (static_cast<T*>(dwpe), static_cast<const T*>(dx), b, t, c);
+  });
+}
+
+}  // namespace llmtrain::kernels::cuda

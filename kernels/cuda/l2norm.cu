@@ -1,0 +1,59 @@
+// Σ x² and x *= s on the device (kernels/cpu/l2norm.cpp is the reference): the sum in chunks of
+// 2^14 elements, each summed in fp32 by one block, the chunks added in double in order by one
+// thread, so the result does not depend on the launch and is within fp32 rounding of the CPU's.
+#include "kernels/cuda/storage.cuh"
+
+namespace llmtrain::kernels::cuda {
+namespace {
+
+constexpr int64_t kChunk = int64_t(1) << 14;
+constexpr int kThreads = 256;
+
+template <class T>
+__global__ void chunk_squares_kernel(double* __restrict__ partial, const T* __restrict__ x, int64_t n) {
+  const int64_t i0 = int64_t(blockIdx.x) * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
+  float s = 0.0f;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    const float e = load(x, i);
+    s += e * e;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = double(s);
+}
+
+__global__ void sum_partials_kernel(double* __restrict__ total, const double* __restrict__ partial, int64_t chunks) {
+  double s = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) s += partial[c];
+  *total = s;
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, int64_t n, float s) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store(x, i, load(x, i) * s);
+}
+
+}  // namespace
+
+int64_t sum_squares_chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+void sum_squares_launch(Storage s, double* total, double* partial, const void* x, int64_t n) {
+  const int64_t chunks = sum_squares_chunks(n);
+  if (chunks > 0) {
+    with_storage(s, [&](auto tag) {
+      using T = decltype(tag);
+      LT_LAUNCH(unsigned(chunks), kThreads, 0, nullptr, chunk_squares_kernel<T>)(partial, static_cast<const T*>(x), n);
+    });
+  }
+  LT_LAUNCH(1, 1, 0, nullptr, sum_partials_kernel)(total, partial, chunks);
+}
+
+void scale_launch(Storage s, void* x, int64_t n, float factor) {
+  if (n == 0) return;
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, scale_kernel<T>)(static_cast<T*>(x), n, factor);
+  });
+}
+
+}  // namespace llmtrain::kernels::cuda

@@ -1,0 +1,51 @@
+// Rotary position embedding on the device (kernels/cpu/rope.cpp is the reference): the table in
+// double, as on the CPU, and the rotation of each (i, i + D/2) pair by one thread, in place.
+#include "kernels/cuda/storage.cuh"
+
+namespace llmtrain::kernels::cuda {
+namespace {
+
+__global__ void rope_table_kernel(float* __restrict__ table, int64_t p, int64_t half, double theta) {
+  const int64_t d = 2 * half;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < p * half; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t pos = k / half, i = k % half;
+    const double angle = double(pos) * pow(theta, -double(2 * i) / double(d));
+    table[pos * d + i] = float(cos(angle));
+    table[pos * d + half + i] = float(sin(angle));
+  }
+}
+
+template <class T>
+__global__ void rope_kernel(T* x, const float* __restrict__ table, int64_t rows, int64_t t, int64_t heads,
+                            int64_t rotary_heads, int64_t half, int64_t pos_begin, float sign) {
+  const int64_t d = 2 * half, total = rows * rotary_heads * half;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = k % half, h = k / half % rotary_heads, row = k / (half * rotary_heads);
+    const float* cs = table + (pos_begin + row % t) * d;
+    const float c = cs[i], s = sign * cs[half + i];
+    const int64_t lo = (row * heads + h) * d + i, hi = lo + half;
+    const float a = load(x, lo), b = load(x, hi);
+    store(x, lo, a * c - b * s);
+    store(x, hi, b * c + a * s);
+  }
+}
+
+}  // namespace
+
+void rope_table_launch(float* table, int64_t p, int64_t half, double theta) {
+  if (p * half == 0) return;
+  LT_LAUNCH(blocks_for(p * half, 128), 128, 0, nullptr, rope_table_kernel)(table, p, half, theta);
+}
+
+void rope_launch(Storage s, void* x, const float* table, int64_t b, int64_t t, int64_t heads, int64_t rotary_heads,
+                 int64_t d, int64_t pos_begin, float sign) {
+  const int64_t total = b * t * rotary_heads * (d / 2);
+  if (total == 0) return;
+  with_storage(s, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(total, 256), 256, 0, nullptr, rope_kernel<T>)
+    (static_cast<T*>(x), table, b * t, t, heads, rotary_heads, d / 2, pos_begin, sign);
+  });
+}
+
+}  // namespace llmtrain::kernels::cuda

@@ -1,0 +1,80 @@
+// The CUDA backend's runtime: the device allocator, zero fills, host<->device copies, the check
+// of every CUDA call. Host code against CUDA's runtime API: linked with cudart for a GPU, with the
+// simulator (kernels/cuda/sim/sim_runtime.cpp implements the calls used here) in the SIM build.
+//
+// The rule a reader could get wrong: an allocation failure is the user's to fix (a smaller batch),
+// every other failed call is the machine's; both name the call and the bytes involved.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+
+#include "common/strings.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace llmtrain::kernels::cuda {
+
+std::string cuda_error_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+
+void check_launch(const char* kernel, const char* file, int line) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) [[unlikely]]
+    foreign_call_failed("CUDA", (std::string("the launch of ") + kernel).c_str(), static_cast<long long>(e),
+                        cuda_error_text(e), file, line);
+}
+
+namespace {
+
+class DeviceAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::cuda; }
+
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it so that later calls do not report it again
+      throw environment_error(fmt::format("out of CUDA device memory allocating {} (cudaMalloc: {})",
+                                          format_bytes(double(bytes)), cuda_error_text(e)),
+                              "lower train.micro_batch or model.seq_len, turn on activation checkpointing, or shard "
+                              "with parallel.zero_stage / tensor parallelism");
+    }
+    if (e != cudaSuccess)
+      foreign_call_failed("CUDA", fmt::format("cudaMalloc(&p, {})", bytes).c_str(), static_cast<long long>(e),
+                          cuda_error_text(e), __FILE__, __LINE__);
+    return p;
+  }
+
+  void deallocate(void* p, size_t) noexcept override {
+    // A failing free is reported and ignored: this runs in destructors, and the memory is lost
+    // either way.
+    // At process exit the runtime may already be unloading: nothing is lost then.
+    const cudaError_t e = cudaFree(p);
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading)
+      std::fprintf(stderr, "warning: cudaFree failed: %s\n", cuda_error_text(e).c_str());
+  }
+};
+
+}  // namespace
+
+Allocator& device_allocator() {
+  static DeviceAllocator allocator;
+  return allocator;
+}
+
+void fill_zero(Tensor x) {
+  if (x.bytes() > 0) LT_CUDA(cudaMemsetAsync(x.data, 0, x.bytes(), nullptr));
+}
+
+void copy(Tensor out, Tensor in) {
+  if (out.bytes() == 0) return;
+  cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
+  if (out.device == Device::cpu) kind = cudaMemcpyDeviceToHost;
+  if (in.device == Device::cpu) kind = cudaMemcpyHostToDevice;
+  // Synchronous: a copy to the host is read right after, and a host source may be reused at once.
+  LT_CUDA(cudaMemcpy(out.data, in.data, out.bytes(), kind));
+}
+
+void synchronize() { LT_CUDA(cudaDeviceSynchronize()); }
+
+}  // namespace llmtrain::kernels::cuda

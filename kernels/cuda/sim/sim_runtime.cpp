@@ -1,0 +1,304 @@
+// The simulated device's runtime: the subset of CUDA's runtime API (cuda_runtime_api.h, NVIDIA's
+// declarations) that llmtrain calls, implemented on the host. One device; streams and events are
+// in order (every call completes before it returns); device memory is mapped with no access
+// except while a kernel or a copy runs.
+//
+// The rule a reader could get wrong: a device pointer is never host-readable here. Each
+// allocation is its own mapping, ending at a guard page (an overrun past the 256-byte rounding
+// faults even inside a kernel), and every allocation is PROT_NONE whenever no DeviceAccess is
+// open, so a host read or write of device memory dies with SIGSEGV, the bug a GPU would report
+// as garbage or a crash far away.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
+
+#include "kernels/cuda/sim/sim_internal.h"
+
+struct CUstream_st {
+  int unused = 0;
+};
+struct CUevent_st {
+  std::chrono::steady_clock::time_point time;
+  bool recorded = false;
+};
+
+namespace llmtrain::cuda_sim {
+namespace {
+
+struct Region {
+  char* map_base;
+  size_t map_bytes;   // the mapping, guard page included
+  size_t data_bytes;  // the accessible part (whole pages before the guard)
+  size_t bytes;       // what was asked for
+};
+
+struct Memory {
+  std::mutex mutex;
+  std::map<uintptr_t, Region> regions;  // by the pointer handed out
+  int open = 0;                         // DeviceAccess objects alive
+};
+
+Memory& memory() {
+  static Memory m;
+  return m;
+}
+
+size_t page_bytes() { return size_t(sysconf(_SC_PAGESIZE)); }
+
+void protect(const Region& r, bool accessible) {
+  if (mprotect(r.map_base, r.data_bytes, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
+    fatal("mprotect of simulated device memory failed");
+}
+
+thread_local cudaError_t tl_last_error = cudaSuccess;
+
+cudaError_t fail(cudaError_t e) {
+  tl_last_error = e;
+  return e;
+}
+
+bool inside(const Memory& m, const void* p, size_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.regions.upper_bound(a);
+  if (it == m.regions.begin()) return false;
+  --it;
+  return a - it->first <= it->second.bytes && bytes <= it->second.bytes - (a - it->first);
+}
+
+}  // namespace
+
+void set_last_error(cudaError_t e) { tl_last_error = e; }
+
+DeviceAccess::DeviceAccess() {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  if (m.open++ == 0)
+    for (auto& [p, r] : m.regions) protect(r, true);
+}
+
+DeviceAccess::~DeviceAccess() {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  if (--m.open == 0)
+    for (auto& [p, r] : m.regions) protect(r, false);
+}
+
+bool is_device_range(const void* p, size_t bytes) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  return inside(m, p, bytes);
+}
+
+}  // namespace llmtrain::cuda_sim
+
+using llmtrain::cuda_sim::DeviceAccess;
+using llmtrain::cuda_sim::fail;
+using llmtrain::cuda_sim::is_device_range;
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+  using namespace llmtrain::cuda_sim;
+  if (ptr == nullptr) return fail(cudaErrorInvalidValue);
+  const size_t page = page_bytes();
+  const size_t rounded = (std::max<size_t>(size, 1) + 255) / 256 * 256;
+  const size_t data = (rounded + page - 1) / page * page;
+  void* base = mmap(nullptr, data + page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    *ptr = nullptr;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  Region r{static_cast<char*>(base), data + page, data, size};
+  char* user = r.map_base + data - rounded;  // ends at the guard page, 256-byte aligned
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  if (m.open > 0) protect(r, true);
+  m.regions.emplace(reinterpret_cast<uintptr_t>(user), r);
+  *ptr = user;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  using namespace llmtrain::cuda_sim;
+  if (ptr == nullptr) return cudaSuccess;
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  auto it = m.regions.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == m.regions.end()) return fail(cudaErrorInvalidDevicePointer);
+  munmap(it->second.map_base, it->second.map_bytes);
+  m.regions.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
+  const bool dst_dev = is_device_range(dst, count), src_dev = is_device_range(src, count);
+  bool ok = false;
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+      ok = !dst_dev && !src_dev;
+      break;
+    case cudaMemcpyHostToDevice:
+      ok = dst_dev && !src_dev;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ok = !dst_dev && src_dev;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      ok = dst_dev && src_dev;
+      break;
+    case cudaMemcpyDefault:
+      ok = true;
+      break;
+  }
+  // A device pointer on the wrong side, or a range past its allocation's end.
+  if (!ok) return fail(cudaErrorInvalidValue);
+  DeviceAccess access;
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (!is_device_range(ptr, count)) return fail(cudaErrorInvalidValue);
+  DeviceAccess access;
+  std::memset(ptr, value, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) { return cudaMemset(ptr, value, count); }
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  if (stream == nullptr) return fail(cudaErrorInvalidValue);
+  *stream = new CUstream_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
+  return event == nullptr ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (event == nullptr) return fail(cudaErrorInvalidValue);
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  event->time = std::chrono::steady_clock::now();
+  event->recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event == nullptr ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr || start == nullptr || end == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t e = llmtrain::cuda_sim::tl_last_error;
+  llmtrain::cuda_sim::tl_last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return llmtrain::cuda_sim::tl_last_error; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    default:
+      return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+      return "invalid device pointer";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    default:
+      return "unknown error (the simulator does not produce this code)";
+  }
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return fail(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return fail(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;  // the headers the simulator was built against
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue);
+  *version = 0;  // no driver: this is the simulator
+  return cudaSuccess;
+}
+
+}  // extern "C"

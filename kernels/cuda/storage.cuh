@@ -1,0 +1,78 @@
+// Device-side helpers every kernel shares: reading and writing a storage dtype (fp32, bf16, fp16;
+// arithmetic is always fp32, a store rounds once to nearest even), warp and block sums, and the
+// host-side switch from a Storage value to the kernel's template type.
+//
+// The rule a reader could get wrong: block_sum needs every thread of the block to call it (it has
+// __syncthreads inside) and a block of a multiple of 32 threads, at most 1024.
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace llmtrain::kernels::cuda {
+
+__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
+
+__device__ __forceinline__ void store(float* p, int64_t i, float x) { p[i] = x; }
+__device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float x) { p[i] = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store(__half* p, int64_t i, float x) { p[i] = __float2half_rn(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2) v += __shfl_xor_sync(0xffffffffu, v, lane_mask);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, lane_mask));
+  return v;
+}
+
+// The sum of v over the block, returned to every thread.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), warps = int(blockDim.x / 32);
+  v = warp_sum(v);
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+// The maximum of v over the block, returned to every thread (same rules as block_sum).
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), warps = int(blockDim.x / 32);
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+// Calls f(T{}) with T the storage type of s: the host side of a kernel templated on storage.
+template <class F>
+void with_storage(Storage s, F&& f) {
+  switch (s) {
+    case Storage::fp32:
+      f(float{});
+      return;
+    case Storage::bf16:
+      f(__nv_bfloat16{});
+      return;
+    case Storage::fp16:
+      f(__half{});
+      return;
+  }
+}
+
+// Grid size for n elements at `threads` per block, capped (the kernels loop over the rest).
+inline unsigned blocks_for(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return unsigned(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+
+}  // namespace llmtrain::kernels::cuda
