@@ -77,10 +77,26 @@ void set_launch(Recipe& r, const PlanArgs& a) {
                 "remove launch.hostfile (--set launch.hostfile=) or plan for one node");
 }
 
+// Pads to `width` columns counting code points, not bytes (the layouts' "·" is two bytes).
+std::string pad(const std::string& text, size_t width) {
+  size_t columns = 0;
+  for (unsigned char ch : text) columns += (ch & 0xC0) != 0x80 ? 1 : 0;
+  return text + std::string(columns < width ? width - columns : 0, ' ');
+}
+
 }  // namespace
 
 int cmd_plan(const PlanArgs& args) {
-  if (args.gpus < 1) throw Error(fmt::format("--gpus {}: need at least one", args.gpus), "give --gpus N, N ≥ 1");
+  // The recipe's own counts are bounded by 2^16 (recipe_parse); so are these.
+  constexpr int kMaxRanks = 1 << 16;
+  if (args.gpus < 1 || args.gpus > kMaxRanks)
+    throw Error(fmt::format("--gpus {}: expected 1 to {}", args.gpus, kMaxRanks), "give the number of GPUs in all");
+  if (args.gpus_per_node < 1 || args.gpus_per_node > kMaxRanks)
+    throw Error(fmt::format("--gpus-per-node {}: expected 1 to {}", args.gpus_per_node, kMaxRanks),
+                "give the GPUs of one node (one NVLink domain), e.g. 8");
+  if (!(args.inter_node_gbps > 0 && args.inter_node_gbps < 1e6))
+    throw Error(fmt::format("--inter-node-gbps {}: expected a positive bandwidth in Gb/s", args.inter_node_gbps),
+                "e.g. 400 for one NDR InfiniBand port per GPU");
   LoadedRecipe loaded = recipe_load(args.recipe.recipe, args.recipe.overrides);
   const Recipe& base = loaded.recipe;
   std::string device = args.gpu;
@@ -90,7 +106,7 @@ int cmd_plan(const PlanArgs& args) {
                   "give --gpu " + join(trainer::plan::device_names(), "|") + " (docs/plan.md lists them)");
     device = "cpu";
   }
-  trainer::plan::Cluster cluster{trainer::plan::device_lookup(device), args.gpus, args.gpus_per_node,
+  trainer::plan::Cluster cluster{trainer::plan::device_lookup(device, &base), args.gpus, args.gpus_per_node,
                                  args.inter_node_gbps * 1e9 / 8};
   const trainer::plan::SearchResult found = trainer::plan::search_layouts(base, cluster);
   const int valid = int(found.fitting.size() + found.too_big.size());
@@ -146,10 +162,10 @@ int cmd_plan(const PlanArgs& args) {
       args.inter_node_gbps);
   std::printf("%zu layouts fit, %zu do not; %d refused by the recipe checks\n", ranked.size(), found.too_big.size(),
               found.rejected);
-  std::printf("%4s  %-66s %11s %10s %8s  %s\n", "rank", "layout", "memory", "step", "TF/s", "limit");
+  std::printf("%4s  %s %11s %10s %8s  %s\n", "rank", pad("layout", 66).c_str(), "memory", "step", "TF/s", "limit");
   for (size_t i = 0; i < shown; ++i) {
     const Candidate& c = ranked[i];
-    std::printf("%4zu  %-66s %11s %9.4gs %8.3g  %s\n", i + 1, c.layout().c_str(),
+    std::printf("%4zu  %s %11s %9.4gs %8.3g  %s\n", i + 1, pad(c.layout(), 66).c_str(),
                 format_bytes(double(c.memory.bytes)).c_str(), c.time.total,
                 c.time.model_flops_per_gpu(args.gpus) / 1e12, c.time.limit.c_str());
   }

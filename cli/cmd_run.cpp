@@ -240,7 +240,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
     if (!device.empty()) {
       // The performance model on this layout (llmtrain plan ranks the others); nodes of
       // launch.procs_per_node ranks, 400 Gb/s per rank between them.
-      const trainer::plan::Cluster cluster{trainer::plan::device_lookup(device), r.world_size(),
+      const trainer::plan::Cluster cluster{trainer::plan::device_lookup(device, &r), r.world_size(),
                                            std::max(1, plan.ranks_per_node), 50e9};
       const trainer::plan::StepPrediction t = trainer::plan::predict_step(r, cluster);
       std::printf(

@@ -39,6 +39,9 @@ expect_status 2; expect_out "train.device is cuda: which GPU?"
 run_cmd plan-unknown-gpu "$LLMTRAIN" plan "$SRC/recipes/llama-8b.yaml" --gpus 8 --gpu v100
 expect_status 2; expect_out "unknown device 'v100'"; expect_out "a100-40g, a100-80g, h100, h200, cpu"
 
+run_cmd plan-too-many "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 100000
+expect_status 2; expect_out "--gpus 100000: expected 1 to 65536"
+
 run_cmd plan-no-layout "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 7
 expect_status 2; expect_out "no layout of 7 ranks passes the recipe checks"
 

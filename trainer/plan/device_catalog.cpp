@@ -51,13 +51,13 @@ DeviceSpec gpu(std::string name, std::string model, double bf16, double fp32, do
 
 std::vector<std::string> device_names() { return {"a100-40g", "a100-80g", "h100", "h200", "cpu"}; }
 
-DeviceSpec device_lookup(const std::string& name) {
+DeviceSpec device_lookup(const std::string& name, const Recipe* recipe) {
   // Memory as cudaMemGetInfo reports the total (a little under the marketing GB).
   if (name == "a100-40g") return gpu(name, "NVIDIA A100 SXM4 40GB", 312 * kT, 19.5 * kT, 39.4, 1555 * kG, 300 * kG);
   if (name == "a100-80g") return gpu(name, "NVIDIA A100 SXM4 80GB", 312 * kT, 19.5 * kT, 79.2, 2039 * kG, 300 * kG);
   if (name == "h100") return gpu(name, "NVIDIA H100 SXM5 80GB", 989.4 * kT, 66.9 * kT, 79.6, 3350 * kG, 450 * kG);
   if (name == "h200") return gpu(name, "NVIDIA H200 SXM 141GB", 989.4 * kT, 66.9 * kT, 139.8, 4800 * kG, 450 * kG);
-  if (name == "cpu") return cpu_device();
+  if (name == "cpu") return cpu_device(recipe);
   throw Error(fmt::format("unknown device '{}'", name),
               fmt::format("the catalogue holds {} (docs/plan.md)", join(device_names(), ", ")));
 }
@@ -72,34 +72,39 @@ DeviceSpec device_memory(const std::string& name) {
   return d;
 }
 
-DeviceSpec cpu_device() {
-  static const DeviceSpec measured = [] {
-    const HostInfo host = host_info();
-    const int threads = std::max(1, host.cores_usable);
-    kernels::set_cpu_threads(threads);
-    DeviceSpec d;
-    d.name = "cpu";
-    d.model = host.cpu_model.empty() ? "this machine's CPU" : host.cpu_model;
-    const kernels::CpuPeak rated = kernels::cpu_peak_derive(kernels::cpu_facts_read(threads));
-    // The shapes of a small model's products (the tiny recipe's: hidden 128-512, a few hundred rows).
-    const double gflops = kernels::sgemm_best_gflops({{512, 512, 512}, {512, 1024, 256}, {512, 256, 1024}}, 3);
-    d.achievable_fp32 = gflops * kG;
-    d.achievable_bf16 = d.achievable_fp32;  // 16-bit operands are widened and computed in fp32
-    d.rated_fp32 = rated.flops > 0 ? rated.flops : d.achievable_fp32;
-    d.rated_bf16 = d.rated_fp32;
-    d.memory = host.memory_total;
-    d.reserved = 0;
-    // Stated, not measured: a host's memory bandwidth for the optimizer's pass and MPI's
-    // shared-memory transport between its ranks (docs/plan.md §1).
-    d.memory_bandwidth = 10 * kG;
-    d.intra_node_bandwidth = 2 * kG;
-    d.intra_node_latency = 20e-6;
-    d.inter_node_latency = 50e-6;
-    d.shares_host = true;
-    d.rate_source = fmt::format("sgemm measured on {} thread{}", threads, threads == 1 ? "" : "s");
-    return d;
-  }();
-  return measured;
+DeviceSpec cpu_device(const Recipe* recipe) {
+  std::vector<kernels::GemmShape> shapes{{512, 512, 512}, {512, 1024, 256}, {512, 256, 1024}};
+  if (recipe != nullptr) {
+    const ModelConfig& m = recipe->model;
+    const int64_t rows = int64_t(recipe->train.micro_batch) * m.seq_len, d = m.hidden;
+    shapes = {{rows, (m.heads + 2 * int64_t(m.kv_heads)) * m.head_dim(), d},
+              {rows, m.ffn_hidden, d},
+              {rows, d, m.ffn_hidden},
+              {rows, m.padded_vocab(), d}};
+  }
+  const HostInfo host = host_info();
+  const int threads = std::max(1, host.cores_usable);
+  kernels::set_cpu_threads(threads);
+  DeviceSpec d;
+  d.name = "cpu";
+  d.model = host.cpu_model.empty() ? "this machine's CPU" : host.cpu_model;
+  const kernels::CpuPeak rated = kernels::cpu_peak_derive(kernels::cpu_facts_read(threads));
+  const double gflops = kernels::sgemm_best_gflops(shapes, 10);  // the best of 10: load only lowers it
+  d.achievable_fp32 = gflops * kG;
+  d.achievable_bf16 = d.achievable_fp32;  // 16-bit operands are widened and computed in fp32
+  d.rated_fp32 = rated.flops > 0 ? rated.flops : d.achievable_fp32;
+  d.rated_bf16 = d.rated_fp32;
+  d.memory = host.memory_total;
+  d.reserved = 0;
+  // Stated, not measured: a host's memory bandwidth for the optimizer's pass and MPI's
+  // shared-memory transport between its ranks (docs/plan.md §1).
+  d.memory_bandwidth = 10 * kG;
+  d.intra_node_bandwidth = 2 * kG;
+  d.intra_node_latency = 20e-6;
+  d.inter_node_latency = 50e-6;
+  d.shares_host = true;
+  d.rate_source = fmt::format("sgemm measured on {} thread{}", threads, threads == 1 ? "" : "s");
+  return d;
 }
 
 }  // namespace llmtrain::trainer::plan

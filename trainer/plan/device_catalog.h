@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/recipe/recipe.h"
+
 namespace llmtrain::trainer::plan {
 
 struct DeviceSpec {
@@ -36,12 +38,13 @@ struct DeviceSpec {
 // The catalogue's names: a100-40g, a100-80g, h100, h200, cpu.
 std::vector<std::string> device_names();
 // The GPUs' rows; throws llmtrain::Error naming the catalogue for an unknown name. "cpu" is
-// cpu_device().
-DeviceSpec device_lookup(const std::string& name);
+// cpu_device() at the recipe's matrix shapes (without a recipe: 512-wide ones).
+DeviceSpec device_lookup(const std::string& name, const Recipe* recipe = nullptr);
 // This machine: its memory, its rated fp32 peak (kernels' cpu_peak) and the measured sgemm rate of
-// all its usable cores (a fraction of a second); achievable_bf16 = achievable_fp32 (16-bit ops
-// compute in fp32 on the CPU). Measured once per process.
-DeviceSpec cpu_device();
+// all its usable cores at the products of `recipe`'s model (one micro-batch's rows, no tensor
+// parallelism; a fraction of a second); achievable_bf16 = achievable_fp32 (16-bit ops compute in
+// fp32 on the CPU).
+DeviceSpec cpu_device(const Recipe* recipe);
 // A device's memory fields only (memory, reserved, shares_host), without measuring anything: what
 // a memory check needs. The rates of the cpu row are 0 here; use device_lookup for predictions.
 DeviceSpec device_memory(const std::string& name);
