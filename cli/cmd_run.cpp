@@ -356,6 +356,15 @@ int cmd_run(const RunArgs& args) {
     print_plan(loaded, plan, args.gpu);
     return kExitOk;
   }
+  // A CPU run whose ranks will not fit this host's memory is told so before any rank starts (once:
+  // by the process that launches, or by rank 0 of ranks the user's mpirun started). It still runs:
+  // the host may swap, or the prediction's margin may not matter.
+  if (!rank_program && loaded.recipe.train.device == DeviceKind::cpu &&
+      (plan.mode != launcher::LaunchMode::as_rank || env.rank == 0)) {
+    std::string line;
+    const std::string warning = memory_check(loaded.recipe, std::max(1, plan.ranks_per_node), "", &line);
+    if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+  }
   // The data and tokenizer files, checked before anything is created: the run directory comes
   // from pre-flight (spawned ranks), from the check below (one rank in this process), or from
   // rank 0's trainer (ranks started by the user's mpirun/srun, where rank 0 checks and reports).

@@ -60,6 +60,12 @@ expect_status 0; expect_out "cannot check it against the device without --gpu NA
 run_cmd gpu-without-dry-run "$LLMTRAIN" run "$SRC/recipes/llama-8b.yaml" --gpu h100
 expect_status 2; expect_out "--gpu h100 is for --dry-run"
 
+# A real CPU run that will not fit this host says so before any rank starts (here it then stops
+# for its missing data).
+run_cmd run-too-big "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set model.layers=64 --set model.hidden=8192 \
+  --set model.heads=64 --set model.kv_heads=64 --set data.train=nothing/here --set data.valid=nothing/here
+expect_status 2; expect_out_re "^warning: predicted [0-9.]+ [GT]iB per rank > [0-9.]+ GiB"; expect_out "do not exist"
+
 run_cmd dry-run-tiny "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run
 expect_status 0; expect_out "predicted memory per rank: "; expect_out "this host's memory / 1 ranks on it"
 finish
