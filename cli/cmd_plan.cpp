@@ -135,7 +135,8 @@ int cmd_plan(const PlanArgs& args) {
     recipe_load(args.apply, {});  // what `llmtrain validate` would say of it; throws with every problem
     applied = args.apply;
   }
-  const size_t shown = std::min(ranked.size(), size_t(std::max(1, args.top)));
+  // --top unset: the ten best in the table, every layout that fits in the JSON.
+  const size_t shown = std::min(ranked.size(), args.top > 0 ? size_t(args.top) : args.json ? ranked.size() : 10);
   if (args.json) {
     nlohmann::json j = {{"recipe", base.name},
                         {"gpus", args.gpus},

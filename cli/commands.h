@@ -49,7 +49,7 @@ struct PlanArgs {
   double inter_node_gbps = 400;  // per GPU (its NIC)
   std::string apply;             // write the best layout into this copy of the recipe
   bool json = false;
-  int top = 10;
+  int top = 0;  // 0: the ten best as a table, all with --json
 };
 int cmd_plan(const PlanArgs& args);
 

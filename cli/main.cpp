@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
                    "activation_checkpointing, launch) to this file, validated")
       ->type_name("OUT.yaml");
   plan->add_flag("--json", plan_args.json, "Print the ranking as JSON");
-  plan->add_option("--top", plan_args.top, "Layouts shown (default 10)")->check(CLI::PositiveNumber);
+  plan->add_option("--top", plan_args.top, "Layouts shown (default: the ten fastest; with --json every one that fits)")
+      ->check(CLI::PositiveNumber);
   plan->footer(
       "Memory per GPU is the one memory account (`run --dry-run`'s) plus the device's reserved bytes; step time\n"
       "is the performance model's (compute, tensor-parallel collectives, pipeline transfers and bubble,\n"

@@ -8,13 +8,13 @@ run_cmd plan-tiny "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 2
 expect_status 0; expect_out "layouts fit"; expect_out "best: "; expect_out "why: "
 expect_out_re '^ +1  tp [12] · pp [12]'
 
-run_cmd plan-json "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 2 --json --top 50
+run_cmd plan-json "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 2 --json
 expect_status 0
 if python3 - "$out" <<'PY'
 import json, sys
 j = json.loads(sys.argv[1])
 ls = j["layouts"]
-assert j["gpus"] == 2 and len(ls) > 1, j
+assert j["gpus"] == 2 and len(ls) > 1 and len(ls) == j["fitting"], j
 assert all(l["tp"] * l["pp"] * l["dp"] == 2 for l in ls)
 assert [l["step_s"] for l in ls] == sorted(l["step_s"] for l in ls)
 assert all(l["memory_bytes"] <= l["memory_capacity_bytes"] for l in ls)
