@@ -7,6 +7,8 @@
 # through `llmtrain run --nproc N` (each rank one thread when N > 1), after the first step.
 #
 #   scripts/bench/plan_check.sh [STEPS]     (default 12; build/llmtrain must exist)
+#   ROUNDS=3 scripts/bench/plan_check.sh    (every layout predicted and run 3 times, round-robin; the
+#                                            medians: steadier on a shared machine)
 #   LAYERS=8 HIDDEN=256 SEQ=256 MICRO_BATCH=4 scripts/bench/plan_check.sh   (the model; these are the defaults)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,6 +18,7 @@ layers=${LAYERS:-8}
 hidden=${HIDDEN:-256}
 seq=${SEQ:-256}
 micro_batch=${MICRO_BATCH:-4}
+rounds=${ROUNDS:-1}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (scripts/test.sh or cmake --build build)"; exit 1; }
 work=$(mktemp -d)
@@ -43,28 +46,39 @@ layouts=(
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| layout | ranks | predicted step (s) | measured step (s) | predicted / measured | limit (predicted) |"
 echo "| --- | --- | --- | --- | --- | --- |"
+for ((round = 1; round <= rounds; round++)); do
+  i=0
+  for entry in "${layouts[@]}"; do
+    IFS='|' read -r name ranks sets <<<"$entry"
+    i=$((i + 1))
+    threads=$((ranks > 1 ? 1 : 2))
+    # shellcheck disable=SC2086
+    args=("$root/recipes/tiny.yaml" "${common[@]}" $sets --set train.threads=$threads --set log.dir="run$i.$round")
+    nproc=()
+    ((ranks > 1)) && nproc=(--nproc "$ranks")
+    "$llmtrain" run "${args[@]}" "${nproc[@]}" --dry-run | grep '^predicted step time: ' >"predicted$i.$round"
+    "$llmtrain" run "${args[@]}" "${nproc[@]}" >"run$i.$round.log" 2>&1 || echo failed >"run$i.$round.failed"
+  done
+done
 i=0
 for entry in "${layouts[@]}"; do
   IFS='|' read -r name ranks sets <<<"$entry"
   i=$((i + 1))
-  threads=$((ranks > 1 ? 1 : 2))
-  # shellcheck disable=SC2086
-  args=("$root/recipes/tiny.yaml" "${common[@]}" $sets --set train.threads=$threads --set log.dir="run$i")
-  nproc=()
-  ((ranks > 1)) && nproc=(--nproc "$ranks")
-  line=$("$llmtrain" run "${args[@]}" "${nproc[@]}" --dry-run | grep '^predicted step time: ')
-  predicted=$(sed -E 's/^predicted step time: ([0-9.e+-]+) s.*/\1/' <<<"$line")
-  limit=$(sed -E 's/.*; limit: (.*) \(docs.*/\1/' <<<"$line")
-  if ! "$llmtrain" run "${args[@]}" "${nproc[@]}" >"run$i.log" 2>&1; then
-    echo "| $name | $ranks | $predicted | failed (run$i.log below) | | |"; tail -5 "run$i.log"; continue
-  fi
-  measured=$(/usr/bin/python3 - "run$i/metrics.jsonl" <<'PY'
-import json, statistics, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-print(f"{statistics.median(b['elapsed_s'] - a['elapsed_s'] for a, b in zip(recs[1:], recs[2:])):.4g}")
+  /usr/bin/python3 - "$name" "$ranks" "$i" "$rounds" <<'PY'
+import glob, json, os, re, statistics, sys
+name, ranks, i, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+pred, meas, limit = [], [], ""
+for r in range(1, rounds + 1):
+    line = open(f"predicted{i}.{r}").read()
+    pred.append(float(re.match(r"predicted step time: ([0-9.e+-]+) s", line).group(1)))
+    limit = re.search(r"; limit: (.*) \(docs", line).group(1)
+    if os.path.exists(f"run{i}.{r}.failed"):
+        print(f"| {name} | {ranks} | failed: " + open(f"run{i}.{r}.log").read()[-300:].replace("\n", " ") + " | | | |")
+        sys.exit(0)
+    recs = [json.loads(l) for l in open(f"run{i}.{r}/metrics.jsonl") if '"loss"' in l]
+    meas += [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(recs[1:], recs[2:])]
+p, m = statistics.median(pred), statistics.median(meas)
+print(f"| {name} | {ranks} | {p:.3f} | {m:.3f} | {p / m:.2f} | {limit} |")
 PY
-)
-  ratio=$(/usr/bin/python3 -c "print(f'{$predicted / $measured:.2f}')")
-  echo "| $name | $ranks | $predicted | $measured | $ratio | $limit |"
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
