@@ -36,6 +36,7 @@
 #include "trainer/memory.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
+#include "trainer/plan/layout_search.h"
 #include "trainer/trainer.h"
 
 namespace llmtrain::cli {
@@ -120,7 +121,43 @@ void print_pipeline(const Recipe& r) {
         100.0 * timeline.bubble_fraction(), p, m, 100.0 * (p - 1) / m);
 }
 
-void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
+// The planner's memory per rank (the largest stage's account plus what the device reserves) against
+// the device: this host for train.device cpu (its ranks share it), --gpu NAME for cuda. Returns
+// the warning when it does not fit ("" when it does or cannot be known), with what would fit.
+std::string memory_check(const Recipe& r, int ranks_per_node, const std::string& gpu, std::string* line) {
+  if (r.train.device == DeviceKind::cuda && gpu.empty()) {
+    const trainer::plan::RankMemory m =
+        trainer::plan::predict_memory(r, {trainer::plan::device_memory("a100-80g"), r.world_size(), ranks_per_node});
+    *line = fmt::format(
+        "predicted memory per rank: {} (stage {}) in our buffers, plus the CUDA context and library workspaces; "
+        "cannot check it against the device without --gpu NAME ({})",
+        format_bytes(double(m.account.total())), m.stage, join(trainer::plan::device_names(), ", "));
+    return "";
+  }
+  const std::string name = r.train.device == DeviceKind::cpu ? "cpu" : gpu;
+  const trainer::plan::Cluster cluster{trainer::plan::device_memory(name), r.world_size(), ranks_per_node};
+  const trainer::plan::RankMemory m = trainer::plan::predict_memory(r, cluster);
+  const bool host = cluster.device.shares_host;
+  *line = fmt::format(
+      "predicted memory per rank: {} (stage {}{}) of {} {}", format_bytes(double(m.bytes)), m.stage,
+      cluster.device.reserved > 0
+          ? fmt::format("; + {} reserved by CUDA and its libraries", format_bytes(double(cluster.device.reserved)))
+          : "",
+      format_bytes(double(m.capacity)),
+      host ? fmt::format("(this host's memory / {} ranks on it)", std::max(1, std::min(r.world_size(), ranks_per_node)))
+           : fmt::format("per GPU ({})", cluster.device.model));
+  if (m.fits()) return "";
+  std::vector<std::string> fixes;
+  for (const trainer::plan::Change& c : trainer::plan::fitting_changes(r, cluster))
+    fixes.push_back(fmt::format("{} ({})", c.what, format_bytes(double(c.memory.bytes))));
+  return fmt::format("predicted {} per {} > {}: {}", format_bytes(double(m.bytes)), host ? "rank" : "GPU",
+                     format_bytes(double(m.capacity)),
+                     fixes.empty()
+                         ? "no single change of zero, tp, pp, recompute or micro_batch fits; see `llmtrain plan`"
+                         : join(fixes, " or ") + " would fit");
+}
+
+void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::string& gpu) {
   const Recipe& r = loaded.recipe;
   const auto& m = r.model;
   parallel::MeshShape shape{r.parallel.tp, r.parallel.pp, r.parallel.dp};
@@ -194,6 +231,25 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
                 modes.c_str());
   }
   for (const auto& note : notes) std::printf("memory note: %s\n", note.c_str());
+  {
+    std::string line;
+    const std::string warning = memory_check(r, std::max(1, plan.ranks_per_node), gpu, &line);
+    std::printf("%s\n", line.c_str());
+    if (!warning.empty()) std::printf("warning: %s\n", warning.c_str());
+    const std::string device = r.train.device == DeviceKind::cpu ? "cpu" : gpu;
+    if (!device.empty()) {
+      // The performance model on this layout (llmtrain plan ranks the others); nodes of
+      // launch.procs_per_node ranks, 400 Gb/s per rank between them.
+      const trainer::plan::Cluster cluster{trainer::plan::device_lookup(device, &r), r.world_size(),
+                                           std::max(1, plan.ranks_per_node), 50e9};
+      const trainer::plan::StepPrediction t = trainer::plan::predict_step(r, cluster);
+      std::printf(
+          "predicted step time: %.4g s on %s = compute %.4g + pipeline bubble %.4g + tensor-parallel %.4g + pipeline "
+          "transfers %.4g + data-parallel %.4g + optimizer %.4g; limit: %s (docs/plan.md)\n",
+          t.total, cluster.device.model.c_str(), t.compute, t.bubble, t.tp_comm, t.pp_comm, t.dp_comm, t.optimizer,
+          t.limit.c_str());
+    }
+  }
   if (r.parallel.pp > 1) print_pipeline(r);
   std::printf("launch: %s, %d rank(s) per node, %d thread(s) per rank\n", launcher::to_string(plan.mode),
               plan.ranks_per_node, plan.threads_per_rank);
@@ -266,6 +322,10 @@ int cmd_run(const RunArgs& args) {
     install_stop_handlers();
     launcher::install_stop_relay();
   }
+  if (!args.gpu.empty() && !args.dry_run)
+    throw Error(fmt::format("--gpu {} is for --dry-run", args.gpu),
+                "add --dry-run to check the predicted memory against that GPU; a run uses the device it has");
+  if (!args.gpu.empty()) trainer::plan::device_memory(args.gpu);  // an unknown name fails before anything else
   RecipeArgs recipe_args = args.recipe;
   if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
   const bool rank_program = !args.rank_command.empty();
@@ -293,8 +353,17 @@ int cmd_run(const RunArgs& args) {
     throw;
   }
   if (args.dry_run) {
-    print_plan(loaded, plan);
+    print_plan(loaded, plan, args.gpu);
     return kExitOk;
+  }
+  // A CPU run whose ranks will not fit this host's memory is told so before any rank starts (once:
+  // by the process that launches, or by rank 0 of ranks the user's mpirun started). It still runs:
+  // the host may swap, or the prediction's margin may not matter.
+  if (!rank_program && loaded.recipe.train.device == DeviceKind::cpu &&
+      (plan.mode != launcher::LaunchMode::as_rank || env.rank == 0)) {
+    std::string line;
+    const std::string warning = memory_check(loaded.recipe, std::max(1, plan.ranks_per_node), "", &line);
+    if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
   }
   // The data and tokenizer files, checked before anything is created: the run directory comes
   // from pre-flight (spawned ranks), from the check below (one rank in this process), or from

@@ -21,6 +21,7 @@ struct RunArgs {
   RecipeArgs recipe;
   bool dry_run = false;
   int nproc = 0;                          // --nproc N: sets launch.procs_per_node
+  std::string gpu;                        // --gpu NAME (--dry-run, train.device cuda): the catalogue device
   double stop_grace_s = 600.0;            // --stop-grace: time the ranks get to checkpoint after a stop
   std::vector<std::string> rank_command;  // after `--`: the program every rank runs instead of training
 };
@@ -39,6 +40,18 @@ struct SbatchArgs {
 int cmd_sbatch(const SbatchArgs& args);
 
 int cmd_env();
+
+struct PlanArgs {
+  RecipeArgs recipe;
+  int gpus = 0;
+  std::string gpu;  // catalogue name; empty: cpu for train.device cpu
+  int gpus_per_node = 8;
+  double inter_node_gbps = 400;  // per GPU (its NIC)
+  std::string apply;             // write the best layout into this copy of the recipe
+  bool json = false;
+  int top = 0;  // 0: the ten best as a table, all with --json
+};
+int cmd_plan(const PlanArgs& args);
 
 struct PrepArgs {
   trainer::PrepOptions options;

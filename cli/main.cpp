@@ -92,9 +92,6 @@ void add_prep_args(CLI::App* cmd, llmtrain::cli::PrepArgs& a) {
       "  llmtrain prep --input dump.jsonl --jsonl-key content --tokenizer llama3/ --output data/dump --skip-bad");
 }
 
-// Subcommands that are planned but not built yet (README "What works today").
-constexpr const char* kPlannedCommands[] = {"plan"};
-
 // CLI11 answers a first word that is no subcommand with "A subcommand is required". Returns the
 // exit status for such a word after saying what it is, or 0 for a known command.
 int refuse_unknown_command(CLI::App& app, const std::string& word) {
@@ -104,11 +101,7 @@ int refuse_unknown_command(CLI::App& app, const std::string& word) {
     names.push_back(sub->get_name());
   }
   std::string hint = "the commands are " + llmtrain::join(names, ", ") + " (`llmtrain --help`)";
-  bool planned = false;
-  for (const char* p : kPlannedCommands) planned = planned || word == p;
-  llmtrain::Error e(planned ? fmt::format("`llmtrain {}` is not supported yet (planned)", word)
-                            : fmt::format("unknown command '{}'", word),
-                    hint);
+  llmtrain::Error e(fmt::format("unknown command '{}'", word), hint);
   std::fprintf(stderr, "%s\n", llmtrain::format_error(e).c_str());
   return llmtrain::kExitUserError;
 }
@@ -128,6 +121,7 @@ int main(int argc, char** argv) {
       "  llmtrain run recipes/tiny.yaml --nproc 4\n"
       "  llmtrain sbatch recipes/gpt2-124m.yaml --nodes 2 --time 04:00:00 --submit\n"
       "  llmtrain env\n"
+      "  llmtrain plan recipes/llama-8b.yaml --gpus 8 --gpu h100\n"
       "  llmtrain prep --input corpus.jsonl --tokenizer byte --output data/corpus/ --valid-fraction 0.05\n"
       "  llmtrain generate runs/tiny --prompt \"Once upon a time\"\n"
       "  llmtrain plot runs/tiny -o loss.png\n"
@@ -152,6 +146,10 @@ int main(int argc, char** argv) {
   run->add_option("--nproc,--nproc_per_node,--nproc-per-node", run_args.nproc,
                   "Ranks on this host (sets launch.procs_per_node; --nproc_per_node as torchrun)")
       ->check(CLI::PositiveNumber);
+  run->add_option("--gpu", run_args.gpu,
+                  "With --dry-run and train.device cuda: the catalogue GPU to check the predicted memory per rank "
+                  "against (a100-40g, a100-80g, h100, h200; docs/plan.md)")
+      ->type_name("NAME");
   run->add_option("--stop-grace", run_args.stop_grace_s,
                   "Seconds the ranks get to write a checkpoint and exit after SIGTERM/SIGINT before they are killed")
       ->check(CLI::PositiveNumber)
@@ -322,6 +320,39 @@ int main(int argc, char** argv) {
       "  llmtrain plot runs/tiny runs/tiny-lr1e-3 -o compare.svg --title \"lr sweep\"\n"
       "  llmtrain plot runs/gpt2 --metric loss,val_loss,lr,grad_norm --log-y -o gpt2.png\n"
       "Details: docs/metrics.md");
+  cli::PlanArgs plan_args;
+  auto* plan = app.add_subcommand(
+      "plan", "Rank every layout of a recipe's model on N GPUs by predicted step time, with memory per GPU");
+  add_recipe_args(plan, plan_args.recipe);
+  plan->add_option("--gpus", plan_args.gpus, "Ranks (GPUs, or CPU ranks with --gpu cpu) in all")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--gpu", plan_args.gpu,
+                   "Device from the catalogue: a100-40g, a100-80g, h100, h200, cpu (default: cpu for train.device "
+                   "cpu; required for cuda)")
+      ->type_name("NAME");
+  plan->add_option("--gpus-per-node", plan_args.gpus_per_node, "GPUs per node (one NVLink domain)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  plan->add_option("--inter-node-gbps", plan_args.inter_node_gbps, "Network bandwidth per GPU between nodes, Gb/s")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  plan->add_option("--apply", plan_args.apply,
+                   "Write a copy of the recipe with the best layout (parallel.*, train.micro_batch, "
+                   "activation_checkpointing, launch) to this file, validated")
+      ->type_name("OUT.yaml");
+  plan->add_flag("--json", plan_args.json, "Print the ranking as JSON");
+  plan->add_option("--top", plan_args.top, "Layouts shown (default: the ten fastest; with --json every one that fits)")
+      ->check(CLI::PositiveNumber);
+  plan->footer(
+      "Memory per GPU is the one memory account (`run --dry-run`'s) plus the device's reserved bytes; step time\n"
+      "is the performance model's (compute, tensor-parallel collectives, pipeline transfers and bubble,\n"
+      "data-parallel/ZeRO collectives, optimizer). Formulas, catalogue and their errors: docs/plan.md.\n"
+      "Examples:\n"
+      "  llmtrain plan recipes/llama-8b.yaml --gpus 8 --gpu h100\n"
+      "  llmtrain plan recipes/llama-70b.yaml --gpus 64 --gpu a100-80g --inter-node-gbps 200 --apply 70b-64.yaml\n"
+      "  llmtrain plan recipes/tiny.yaml --gpus 2 --json");
+
   // `run ... -- PROGRAM ARGS`: everything after the first `--` is the ranks' command.
   std::vector<std::string> rank_command;
   for (int i = 1; i < argc; ++i) {
@@ -356,6 +387,7 @@ int main(int argc, char** argv) {
     if (*run) return cli::cmd_run(run_args);
     if (*sbatch) return cli::cmd_sbatch(sbatch_args);
     if (*env) return cli::cmd_env();
+    if (*plan) return cli::cmd_plan(plan_args);
     if (*prep) return cli::cmd_prep(prep_args);
     if (*gen) return cli::cmd_generate(gen_args);
     if (*plot) return cli::cmd_plot(plot_args);

@@ -21,12 +21,6 @@ expect_status 2
 expect_out "error: unknown command 'frobnicate'"
 expect_out "the commands are validate, run, sbatch, env, generate, export, import, ckpt, prep"
 
-# Planned commands are named as such, not as unknown.
-for sub in plan; do
-  run_cmd "planned-$sub" "$LLMTRAIN" "$sub" runs/tiny
-  expect_status 2; expect_out "\`llmtrain $sub\` is not supported yet (planned)"
-done
-
 for r in "$SRC"/recipes/*.yaml; do
   run_cmd "validate-$(basename "$r")" "$LLMTRAIN" validate "$r"
   expect_status 0; expect_out "name: "

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `llmtrain plan` and `run --dry-run`'s memory check as a user meets them: a ranked table, JSON that
+# parses and is ranked, --apply writing a recipe `validate` accepts, clear refusals (no layout
+# fits, no device named, an unknown device), and the dry run's prediction and warning.
+source "$(dirname "$0")/lib.sh"
+
+run_cmd plan-tiny "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 2
+expect_status 0; expect_out "layouts fit"; expect_out "best: "; expect_out "why: "
+expect_out_re '^ +1  tp [12] · pp [12]'
+
+run_cmd plan-json "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 2 --json
+expect_status 0
+if python3 - "$out" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+ls = j["layouts"]
+assert j["gpus"] == 2 and len(ls) > 1 and len(ls) == j["fitting"], j
+assert all(l["tp"] * l["pp"] * l["dp"] == 2 for l in ls)
+assert [l["step_s"] for l in ls] == sorted(l["step_s"] for l in ls)
+assert all(l["memory_bytes"] <= l["memory_capacity_bytes"] for l in ls)
+assert all(abs(sum(l["step_parts_s"].values()) - l["step_s"]) < 1e-9 * max(1, l["step_s"]) for l in ls)
+PY
+then pass "plan --json parses, ranked by step time"; else fail "plan --json: $out"; fi
+
+run_cmd plan-8b-apply "$LLMTRAIN" plan "$SRC/recipes/llama-8b.yaml" --gpus 16 --gpu h100 --apply applied.yaml
+expect_status 0; expect_out "wrote applied.yaml (validated)"
+best=$(grep '^best: ' <<<"$out")
+run_cmd validate-applied "$LLMTRAIN" validate applied.yaml
+expect_status 0; expect_out "procs_per_node: 8"; expect_out "nodes: 2"
+tp=$(sed -E 's/^best: tp ([0-9]+).*/\1/' <<<"$best")
+grep -qE "^  tp: $tp\$" <<<"$out" && pass "applied recipe has the best layout's tp $tp" || fail "applied tp != $tp: $best"
+
+run_cmd plan-70b-one-gpu "$LLMTRAIN" plan "$SRC/recipes/llama-70b.yaml" --gpus 1 --gpu a100-40g
+expect_status 2; expect_out "no layout fits 1 × NVIDIA A100 SXM4 40GB"; expect_out "per rank"
+
+run_cmd plan-cuda-no-gpu "$LLMTRAIN" plan "$SRC/recipes/llama-8b.yaml" --gpus 8
+expect_status 2; expect_out "train.device is cuda: which GPU?"
+
+run_cmd plan-unknown-gpu "$LLMTRAIN" plan "$SRC/recipes/llama-8b.yaml" --gpus 8 --gpu v100
+expect_status 2; expect_out "unknown device 'v100'"; expect_out "a100-40g, a100-80g, h100, h200, cpu"
+
+run_cmd plan-too-many "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 100000
+expect_status 2; expect_out "--gpus 100000: expected 1 to 65536"
+
+run_cmd plan-no-layout "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 7
+expect_status 2; expect_out "no layout of 7 ranks passes the recipe checks"
+
+# run --dry-run: the same account and the device's memory.
+run_cmd dry-run-8b-h100 "$LLMTRAIN" run "$SRC/recipes/llama-8b.yaml" --dry-run --gpu h100
+expect_status 0; expect_out "predicted memory per rank: "; expect_out "per GPU (NVIDIA H100 SXM5 80GB)"
+[[ $out != *"warning: predicted"* ]] && pass "llama-8b fits an H100" || fail "dry-run-8b-h100 warns: $out"
+
+run_cmd dry-run-8b-too-big "$LLMTRAIN" run "$SRC/recipes/llama-8b.yaml" --dry-run --gpu a100-80g --set parallel.zero=0 \
+  --set parallel.tp=1 --set parallel.sequence_parallel=false --set train.activation_checkpointing=selective
+expect_status 0; expect_out_re "^warning: predicted [0-9.]+ GiB per GPU > [0-9.]+ GiB: .*zero 1 .* would fit"
+
+run_cmd dry-run-8b-no-gpu "$LLMTRAIN" run "$SRC/recipes/llama-8b.yaml" --dry-run
+expect_status 0; expect_out "cannot check it against the device without --gpu NAME"
+
+run_cmd gpu-without-dry-run "$LLMTRAIN" run "$SRC/recipes/llama-8b.yaml" --gpu h100
+expect_status 2; expect_out "--gpu h100 is for --dry-run"
+
+# A real CPU run that will not fit this host says so before any rank starts (here it then stops
+# for its missing data).
+run_cmd run-too-big "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set model.layers=64 --set model.hidden=8192 \
+  --set model.heads=64 --set model.kv_heads=64 --set data.train=nothing/here --set data.valid=nothing/here
+expect_status 2; expect_out_re "^warning: predicted [0-9.]+ [GT]iB per rank > [0-9.]+ GiB"; expect_out "do not exist"
+
+run_cmd dry-run-tiny "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run
+expect_status 0; expect_out "predicted memory per rank: "; expect_out "this host's memory / 1 ranks on it"
+finish
