@@ -52,6 +52,16 @@ int train(const TrainContext& ctx) {
   const bool root = world.rank() == 0;
   log_set_progress(root);
   kernels::set_cpu_threads(ctx.threads);
+  if (r.train.device == DeviceKind::cuda) {
+    const kernels::CudaInfo cuda = kernels::cuda_info();
+    if (!cuda.built)
+      throw Error(fmt::format("this build has no CUDA backend: train.device is cuda ({})", cuda.unavailable_reason),
+                  "build with -DLLMTRAIN_CUDA=ON (a GPU) or SIM (the simulator), or set train.device: cpu");
+    if (world.size() > 1)
+      throw Error(fmt::format("not supported yet: train.device cuda with {} ranks (one rank trains on one device)",
+                              world.size()),
+                  "run one rank (launch.procs_per_node 1, tp = pp = dp = 1), or train.device: cpu");
+  }
 
   // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
   FileSystem& fsys = ctx.fs ? *ctx.fs : default_file_system();
