@@ -78,6 +78,10 @@ int train(const TrainContext& ctx) {
     if (!cuda.built)
       throw Error(fmt::format("this build has no CUDA backend: train.device is cuda ({})", cuda.unavailable_reason),
                   "build with -DLLMTRAIN_CUDA=ON (a GPU) or SIM (the simulator), or set train.device: cpu");
+    if (cuda.devices.empty())
+      throw Error(fmt::format("train.device is cuda, but no CUDA device is usable here ({})", cuda.unavailable_reason),
+                  "run on a machine with an NVIDIA GPU (`llmtrain env` lists what this one has), or set "
+                  "train.device: cpu");
     if (world.size() > 1)
       throw Error(fmt::format("not supported yet: train.device cuda with {} ranks (one rank trains on one device)",
                               world.size()),
