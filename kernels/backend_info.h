@@ -124,8 +124,8 @@ struct GpuPeak {
   double fp32 = 0;        // FLOP/s, CUDA cores (not TF32)
 };
 // The table row for a device name as the CUDA runtime reports it ("NVIDIA H100 80GB HBM3",
-// "NVIDIA A100-SXM4-40GB"); nullopt for a device it does not know. The CUDA backend's MFU is to
-// use it; train.device: cuda is refused today, so nothing in training calls it yet.
+// "NVIDIA A100-SXM4-40GB"); nullopt for a device it does not know. A cuda run's MFU is measured
+// against it (trainer/trainer.cpp).
 std::optional<GpuPeak> gpu_peak_lookup(std::string_view device_name);
 
 }  // namespace llmtrain::kernels

@@ -31,12 +31,13 @@ echo "test: ctest took $((SECONDS - t0)) s"
 scripts/skipped_tests.sh "$build"
 # The CUDA backend on the SIMT simulator (docs/cuda.md; only for the whole suite): its own build in
 # build-sim/ (LLMTRAIN_CUDA=SIM: the .cu files compiled as C++), only the targets its tests need, and
-# the tests labelled cuda_sim (the simulator's own, and every op case on the simulated device).
+# the tests labelled cuda_sim (the simulator's own, every op case on the simulated device, and
+# training tiny on it against the CPU: tests/e2e/cuda_sim.sh).
 if (($# == 0)); then
   t0=$SECONDS
   sim=${LLMTRAIN_SIM_BUILD_DIR:-build-sim}
   cmake -S . -B "$sim" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_CUDA=SIM -DLLMTRAIN_TESTS=ON >/dev/null
-  cmake --build "$sim" -j "$jobs" --target test_cuda_sim test_kernels
+  cmake --build "$sim" -j "$jobs" --target test_cuda_sim test_kernels llmtrain
   (cd "$sim" && ctest --output-on-failure -j "$jobs" -L cuda_sim) || status=1
   echo "test: the simulator build and its tests took $((SECONDS - t0)) s"
 fi

@@ -32,15 +32,14 @@ int64_t total_numel(const std::vector<parallel::FlatRange>& owned) {
 }  // namespace
 
 AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned,
-             kernels::DType param_dtype)
+             kernels::DType param_dtype, kernels::Device device)
     : config_(config),
       ranges_(std::move(ranges)),
       owned_(std::move(owned)),
-      m_(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu, kernels::MemoryKind::optimizer),
-      v_(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu, kernels::MemoryKind::optimizer) {
+      m_(kernels::DType::fp32, {total_numel(owned_)}, device, kernels::MemoryKind::optimizer),
+      v_(kernels::DType::fp32, {total_numel(owned_)}, device, kernels::MemoryKind::optimizer) {
   if (param_dtype != kernels::DType::fp32)
-    master_ = kernels::Buffer(kernels::DType::fp32, {total_numel(owned_)}, kernels::Device::cpu,
-                              kernels::MemoryKind::optimizer);
+    master_ = kernels::Buffer(kernels::DType::fp32, {total_numel(owned_)}, device, kernels::MemoryKind::optimizer);
   for (size_t i = 1; i < owned_.size(); ++i)
     LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
              owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);

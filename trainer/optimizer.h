@@ -41,8 +41,9 @@ class AdamW {
   // the moments of owned[0], then of owned[1], ... `ranges` describe the whole buffer (from
   // decay_ranges).
   // `param_dtype`: the parameter buffer's dtype; a 16-bit one gets an fp32 master copy.
+  // `device`: where the moments and the master live (the parameters' and gradients' device).
   AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned,
-        kernels::DType param_dtype = kernels::DType::fp32);
+        kernels::DType param_dtype = kernels::DType::fp32, kernels::Device device = kernels::Device::cpu);
 
   // One update of the owned ranges: params and grads are the WHOLE flat buffers (only the owned
   // ranges are read or written), or with compact_grads (ZeRO 2) grads holds only the owned ranges,

@@ -61,6 +61,7 @@ ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<pa
   // With pp > 1 each stage sends its tp rank's 1/tp of the token rows to the same tp rank of the
   // next stage (Megatron's sequence-parallel pipelines): Model::stage_activation_shape.
   mo.sequence_parallel = r.parallel.sequence_parallel;
+  mo.device = r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
   return mo;
 }
 
@@ -236,7 +237,7 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
   // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
-                                       sync_->params_compact() ? DType::fp32 : model.options().dtype);
+                                       sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device());
   losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
   losses_host_.assign(size_t(micro_batches_), 0.0f);
   // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.

@@ -31,15 +31,36 @@ namespace {
 // The per-rank peak MFU is measured against: log.peak_tflops, else the CPU's theoretical peak with
 // this rank's threads, else (kernels/cpu/cpu_peak.cpp says why) its best sgemm rate at this rank's
 // matrix products of the model.
+// On cuda: the device's rated peak (kernels/gpu_peak.cpp; fp32 CUDA cores for fp32, dense tensor
+// cores for 16-bit), or where the table does not know the device (the simulator, which runs on the
+// CPU, included) the CPU's as below, saying so.
 kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
   if (r.log.peak_tflops > 0)
     return {r.log.peak_tflops * 1e12, fmt::format("{} TFLOP/s (log.peak_tflops)", r.log.peak_tflops)};
+  std::string unknown_gpu;
+  if (r.train.device == DeviceKind::cuda) {
+    const kernels::CudaInfo cuda = kernels::cuda_info();
+    const std::string name = cuda.devices.empty() ? "" : cuda.devices[0].name;
+    const std::optional<kernels::GpuPeak> gpu = kernels::gpu_peak_lookup(name);
+    const bool wide = r.train.precision == Precision::fp32;
+    if (gpu && (wide ? gpu->fp32 : gpu->bf16_dense) > 0) {
+      const double flops = wide ? gpu->fp32 : gpu->bf16_dense;
+      return {flops, fmt::format("{} rated {} TFLOP/s ({})", gpu->model, flops / 1e12,
+                                 wide ? "fp32, CUDA cores" : "16-bit dense tensor cores")};
+    }
+    unknown_gpu = cuda.simulator
+                      ? " (the CPU's: the CUDA simulator runs on it)"
+                      : fmt::format(" (the CPU's: no rated peak for CUDA device '{}'; set log.peak_tflops)", name);
+  }
   const ModelConfig& mc = r.model;
   const int64_t rows = int64_t(r.train.micro_batch) * mc.seq_len, d = mc.hidden, f = mc.ffn_hidden, tp = r.parallel.tp;
-  return kernels::cpu_peak(threads, {{rows, (mc.heads + 2 * mc.kv_heads) * int64_t(mc.head_dim()) / tp, d},
-                                     {rows, f / tp, d},
-                                     {rows, d, f / tp},
-                                     {rows, mc.padded_vocab() / tp, d}});
+  kernels::CpuPeak peak =
+      kernels::cpu_peak(threads, {{rows, (mc.heads + 2 * mc.kv_heads) * int64_t(mc.head_dim()) / tp, d},
+                                  {rows, f / tp, d},
+                                  {rows, d, f / tp},
+                                  {rows, mc.padded_vocab() / tp, d}});
+  peak.how += unknown_gpu;
+  return peak;
 }
 
 }  // namespace
@@ -52,6 +73,20 @@ int train(const TrainContext& ctx) {
   const bool root = world.rank() == 0;
   log_set_progress(root);
   kernels::set_cpu_threads(ctx.threads);
+  if (r.train.device == DeviceKind::cuda) {
+    const kernels::CudaInfo cuda = kernels::cuda_info();
+    if (!cuda.built)
+      throw Error(fmt::format("this build has no CUDA backend: train.device is cuda ({})", cuda.unavailable_reason),
+                  "build with -DLLMTRAIN_CUDA=ON (a GPU) or SIM (the simulator), or set train.device: cpu");
+    if (cuda.devices.empty())
+      throw Error(fmt::format("train.device is cuda, but no CUDA device is usable here ({})", cuda.unavailable_reason),
+                  "run on a machine with an NVIDIA GPU (`llmtrain env` lists what this one has), or set "
+                  "train.device: cpu");
+    if (world.size() > 1)
+      throw Error(fmt::format("not supported yet: train.device cuda with {} ranks (one rank trains on one device)",
+                              world.size()),
+                  "run one rank (launch.procs_per_node 1, tp = pp = dp = 1), or train.device: cpu");
+  }
 
   // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
   FileSystem& fsys = ctx.fs ? *ctx.fs : default_file_system();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "common/error.h"
 
@@ -254,7 +255,20 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
 std::vector<std::string> unsupported_features(const Recipe& r) {
   std::vector<std::string> out;
   if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
-  if (r.train.device == DeviceKind::cuda) out.push_back("train.device: cuda (the CUDA backend)");
+  // One rank trains on one device (fp32, bf16, fp16); no multi-rank path (NCCL) is verified yet.
+  if (r.train.device == DeviceKind::cuda) {
+    const ParallelConfig& p = r.parallel;
+    const LaunchConfig& l = r.launch;
+    const bool more_ranks = p.tp > 1 || p.pp > 1 || p.dp > 1 ||
+                            (p.dp == 0 && (int64_t(l.procs_per_node) * l.nodes > 1 || !l.hostfile.empty()));
+    if (more_ranks)
+      out.push_back(
+          fmt::format("train.device: cuda with more than one rank (tp {}, pp {}, dp {}, launch {} × {}{}): "
+                      "only one rank on one device trains",
+                      p.tp, p.pp, p.dp == 0 ? "auto" : std::to_string(p.dp), l.nodes, l.procs_per_node,
+                      l.hostfile.empty() ? "" : ", a hostfile"));
+    if (p.zero > 0) out.push_back(fmt::format("train.device: cuda with parallel.zero {} (ZeRO)", p.zero));
+  }
   // ZB-H1's weight-gradient half reads the activations a recomputation would have recomputed into
   // shared buffers long before.
   if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble &&

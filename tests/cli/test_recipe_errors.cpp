@@ -316,4 +316,26 @@ TEST(UnsupportedFeatures, SixteenBitTrainsAtEveryLayout) {
       ::testing::ElementsAre(::testing::HasSubstr("parallel.grad_reduce_dtype: bf16 with train.precision fp32")));
 }
 
+// train.device cuda trains on one rank (every precision); more ranks and ZeRO are not built.
+TEST(UnsupportedFeatures, CudaTrainsOnOneRank) {
+  Recipe r;
+  r.train.device = DeviceKind::cuda;
+  r.parallel.dp = 1;
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    r.train.precision = p;
+    EXPECT_TRUE(unsupported_features(r).empty());
+  }
+  r.parallel.dp = 0;  // auto: one rank with one process
+  EXPECT_TRUE(unsupported_features(r).empty());
+  r.launch.procs_per_node = 2;
+  EXPECT_THAT(unsupported_features(r),
+              ::testing::ElementsAre(::testing::HasSubstr("train.device: cuda with more than one rank")));
+  r.launch.procs_per_node = 1;
+  r.parallel.tp = 2;
+  EXPECT_THAT(unsupported_features(r), ::testing::ElementsAre(::testing::HasSubstr("tp 2")));
+  r.parallel.tp = 1;
+  r.parallel.zero = 1;
+  EXPECT_THAT(unsupported_features(r), ::testing::ElementsAre(::testing::HasSubstr("parallel.zero 1")));
+}
+
 }  // namespace

@@ -200,9 +200,9 @@ void Model::build_params() {
   params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), &numel);
   numel_ = numel;
   if (!options_.external_params)
-    param_buf_ = kernels::Buffer(options_.dtype, {numel}, kernels::Device::cpu, kernels::MemoryKind::parameters);
+    param_buf_ = kernels::Buffer(options_.dtype, {numel}, options_.device, kernels::MemoryKind::parameters);
   if (!options_.external_grads)
-    grad_buf_ = kernels::Buffer(options_.dtype, {numel}, kernels::Device::cpu, kernels::MemoryKind::gradients);
+    grad_buf_ = kernels::Buffer(options_.dtype, {numel}, options_.device, kernels::MemoryKind::gradients);
   for (ModelParam& p : params_) {
     const Shape shape{std::span<const int64_t>(p.shape)};
     if (!options_.external_params) p.value = param_buf_.tensor().flat(p.offset, p.numel()).view(shape);
@@ -450,9 +450,8 @@ void Model::build_activations() {
     lay_out(config_, options_, z, measure, slots, work);
   }
   // Raw bytes (a multiple of 64) carved into tensors of several dtypes.
-  act_buf_ =
-      kernels::Buffer(DType::fp32, {measure.bytes() / 4}, kernels::Device::cpu, kernels::MemoryKind::activations);
-  Arena real(act_buf_.data(), options_.dtype);
+  act_buf_ = kernels::Buffer(DType::fp32, {measure.bytes() / 4}, options_.device, kernels::MemoryKind::activations);
+  Arena real(act_buf_.data(), options_.dtype, options_.device);
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
   if (llama_) kernels::rope_table(work_->rope, config_.rope_theta);
@@ -481,23 +480,32 @@ std::vector<ModelParam> model_param_layout(const ModelConfig& model, const Model
   return Model::param_layout(model, o.stage, tp_size, tp_rank, &numel);
 }
 
-// Initialization writes parameter memory through host pointers: it runs once at start, and with
-// CUDA it becomes an op (or a host fill copied to the device). Nothing in a step does this.
+// Initialization draws every value on the host: straight into a CPU parameter buffer, or into a
+// host copy of the whole flat buffer that one kernels::copy then moves to the device. It runs once
+// at start; nothing in a step does this.
 void Model::init_parameters(uint64_t seed) {
   if (!options_.external_params) {
+    kernels::Buffer staged;
+    if (param_buf_.device() != kernels::Device::cpu)
+      staged = kernels::Buffer(options_.dtype, {numel_}, kernels::Device::cpu, kernels::MemoryKind::other);
+    const Tensor flat = staged.data() ? staged.tensor() : param_buf_.tensor();
     if (options_.dtype == DType::fp32) {
-      for (const ModelParam& p : params_) init_param_elements(p, seed, 0, p.numel(), p.value.ptr<float>());
-      return;
+      for (const ModelParam& p : params_)
+        init_param_elements(p, seed, 0, p.numel(), flat.flat(p.offset, p.numel()).ptr<float>());
+    } else {
+      // 16-bit storage: each parameter drawn in fp32 and rounded once.
+      std::vector<float> wide;
+      for (const ModelParam& p : params_) {
+        wide.resize(size_t(p.numel()));
+        init_param_elements(p, seed, 0, p.numel(), wide.data());
+        kernels::convert(flat.flat(p.offset, p.numel()), kernels::host_tensor(wide.data(), {p.numel()}));
+      }
     }
-    // 16-bit storage: each parameter drawn in fp32 and rounded once.
-    std::vector<float> wide;
-    for (const ModelParam& p : params_) {
-      wide.resize(size_t(p.numel()));
-      init_param_elements(p, seed, 0, p.numel(), wide.data());
-      kernels::convert(p.value.view({p.numel()}), kernels::host_tensor(wide.data(), {p.numel()}));
-    }
+    if (staged.data()) kernels::copy(param_buf_.tensor(), staged.tensor());
     return;
   }
+  LT_CHECK(options_.device == kernels::Device::cpu, "external parameters (ZeRO 3) on a {} device",
+           kernels::to_string(options_.device));
   // ZeRO 3: only the owned elements, straight into the shard (each is a pure function of its index).
   LT_CHECK(shard_values_.defined(), "init_parameters on a model with external parameters and no param shard");
   for (const ModelParam& p : params_)

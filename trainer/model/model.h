@@ -124,6 +124,9 @@ struct ModelOptions {
   // every activation kept (no checkpointing), gradients and parameters of its own, no sequence
   // parallelism.
   bool split_backward = false;
+  // Where the parameters, gradients and activations live (train.device). Initialization draws on
+  // the host and copies to the device; everything else runs as ops on the device.
+  kernels::Device device = kernels::Device::cpu;
 };
 
 // What a model of this shape allocates on one rank, in bytes, without allocating it: computed by

@@ -41,7 +41,8 @@ struct Model::Dims {
 // only measures: model_memory_plan and the constructor's first pass run the same layout with it.
 class Model::Arena {
  public:
-  Arena(void* base, kernels::DType storage) : base_(static_cast<char*>(base)), storage_(storage) {}
+  Arena(void* base, kernels::DType storage, kernels::Device device = kernels::Device::cpu)
+      : base_(static_cast<char*>(base)), storage_(storage), device_(device) {}
   Tensor take(kernels::Shape s) { return take_as(s, storage_); }
   Tensor take_f32(kernels::Shape s) { return take_as(s, kernels::DType::fp32); }
   Tensor take_int(kernels::Shape s) { return take_as(s, kernels::DType::int32); }
@@ -49,12 +50,13 @@ class Model::Arena {
 
  private:
   Tensor take_as(kernels::Shape s, kernels::DType t) {
-    Tensor out(base_ ? base_ + used_ : nullptr, t, s);
+    Tensor out(base_ ? base_ + used_ : nullptr, t, s, device_);
     used_ += (s.numel() * int64_t(kernels::dtype_size(t)) + 63) / 64 * 64;
     return out;
   }
   char* base_;
   kernels::DType storage_;
+  kernels::Device device_;
   int64_t used_ = 0;
 };
 
