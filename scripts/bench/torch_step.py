@@ -2,7 +2,10 @@
 grad-norm clipping, AdamW) of the reference model (scripts/reference/model.py) in float32, for the
 same shapes as llmtrain's step_bench. Prints one line of key=value pairs.
 
-    python3 torch_step.py --shape tiny|gpt2-124m --batch B [--seq T] --threads N [--steps S]
+    python3 torch_step.py --shape tiny|gpt2-124m --batch B [--seq T] --threads N [--steps S] [--device cpu|cuda]
+
+With --device cuda (scripts/gpu_check.sh) the model runs on the GPU and each step is timed up to
+torch.cuda.synchronize().
 """
 import argparse
 import os
@@ -28,6 +31,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--foreach", type=int, default=1, help="AdamW's multi-tensor implementation (1) or the loop (0)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -50,21 +54,23 @@ def main():
         p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"] = torch.randn(f, d) * 0.02, torch.zeros(f)
         p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"] = torch.randn(d, f) * 0.02, torch.zeros(d)
     p["transformer.ln_f.weight"], p["transformer.ln_f.bias"] = torch.ones(d), torch.zeros(d)
-    for t in p.values():
-        t.requires_grad_(True)
+    for k in p:
+        p[k] = p[k].to(a.device).requires_grad_(True)
     opt = ref.adamw(p, cfg, foreach=bool(a.foreach))
     params = list(p.values())
     b, t = a.batch, cfg["seq_len"]
     times, cpu = [], []
     for s in range(a.warmup + a.steps):
-        tokens = torch.randint(0, v, (b, t))
-        targets = torch.randint(0, v, (b, t))
+        tokens = torch.randint(0, v, (b, t), device=a.device)
+        targets = torch.randint(0, v, (b, t), device=a.device)
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = ref.loss(p, tokens, targets, cfg)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        if a.device == "cuda":
+            torch.cuda.synchronize()
         if s >= a.warmup:
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)

@@ -51,7 +51,7 @@ def gpt2_logits(p, tokens, cfg):
     b, t = tokens.shape
     d, h, layers = cfg["hidden"], cfg["heads"], cfg["layers"]
     hd, eps = d // h, cfg["norm_eps"]
-    mask = causal_mask(t)
+    mask = causal_mask(t, tokens.device)
     x = p["transformer.wte.weight"][tokens] + p["transformer.wpe.weight"][:t]
     for i in range(layers):
         w = lambda s: p[f"transformer.h.{i}.{s}"]  # noqa: E731
@@ -72,9 +72,9 @@ def llama_logits(p, tokens, cfg):
     b, t = tokens.shape
     d, h, kv, layers = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["layers"]
     hd, eps = d // h, cfg["norm_eps"]
-    mask = causal_mask(t)
+    mask = causal_mask(t, tokens.device)
     x = p["model.embed_tokens.weight"][tokens]
-    cos, sin = rope_cos_sin(t, hd, cfg["rope_theta"], x.dtype)
+    cos, sin = (z.to(x.device) for z in rope_cos_sin(t, hd, cfg["rope_theta"], x.dtype))
     for i in range(layers):
         w = lambda s: p[f"model.layers.{i}.{s}"]  # noqa: E731
         y = rms_norm(x, w("input_layernorm.weight"), eps)

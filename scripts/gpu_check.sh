@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# For anyone with an NVIDIA GPU: checks llmtrain's CUDA backend on the real device and prints a
+# report (docs/cuda.md, "On a GPU"). Whoever runs it records the report in docs/benchmarks.md with
+# the GPU's name; nothing in the test suite waits for it.
+#
+#   scripts/gpu_check.sh          builds build-gpu/ for this GPU's architecture, then checks:
+#
+#   1. the op harness: every op case of tests/kernels on the device against the CPU (fp32 ≤ 1e-5
+#      per tensor, 16-bit tolerances per op, as in the simulator);
+#   2. tiny (model.seq_len 64, micro_batch 1, global_batch 2) for STEPS (50) steps on cuda and on
+#      cpu: the worst relative loss difference per step, and the final parameters' ||a-b||/||b||;
+#   3. step time: the GPT-2 "tiny" benchmark shape (4 layers, hidden 128, seq 256, batch 8) on cuda,
+#      llmtrain's tokens/s against PyTorch's (scripts/bench/torch_step.py --device cuda) when a
+#      python3 with CUDA-enabled torch is there.
+#
+# Environment: STEPS (default 50); BUILD=DIR uses an existing CUDA or simulator build instead of
+# building (BUILD=build-sim STEPS=3 runs parts 1-2 on the simulator, to check this script without a
+# GPU). The report also goes to DIR/gpu_check/report.md. Exit status 1 when a check fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+steps=${STEPS:-50}
+if [[ -n ${BUILD:-} ]]; then
+  build=$BUILD
+else
+  if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu_check: no NVIDIA GPU here (nvidia-smi lists none): nothing to check" >&2
+    exit 1
+  fi
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
+  build=build-gpu
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${arch}-real" \
+    -DLLMTRAIN_TESTS=ON >/dev/null || exit 1
+  cmake --build "$build" -j "$(nproc)" --target llmtrain test_kernels >/dev/null || exit 1
+fi
+L=$PWD/$build/llmtrain
+work=$PWD/$build/gpu_check
+rm -rf "$work" && mkdir -p "$work"
+py=/usr/bin/python3
+[[ -x .venv/bin/python ]] && py=$PWD/.venv/bin/python
+status=0
+report() { echo "$*" | tee -a "$work/report.md"; }
+
+report "# llmtrain gpu_check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+report "device: $("$L" env 2>&1 | grep -E '^(cuda|devices):' | tr -s ' ' | paste -sd ';' -)"
+
+# 1. The op harness on the device.
+LLMTRAIN_OP_VERBOSE=1 "$build/tests/test_kernels" --gtest_brief=1 >"$work/ops.log" 2>&1
+ops=$?
+cuda_cases=$(grep -c 'cuda vs cpu' "$work/ops.log" || true)
+failed=$(grep -c '^\[  FAILED  \]' "$work/ops.log" || true)
+skipped=$(grep -c 'SKIPPED' "$work/ops.log" || true)
+report "ops: test_kernels exit $ops; $cuda_cases op cases compared on the device; $failed failed lines; $skipped skipped (log: $work/ops.log)"
+((ops == 0)) || status=1
+
+# 2. tiny on cuda against cpu.
+"$L" prep --input README.md docs/*.md --tokenizer byte --output "$work/data/" --valid-fraction 0.2 >/dev/null 2>&1 ||
+  { report "prep failed"; exit 1; }
+for dev in cpu cuda; do
+  "$L" run recipes/tiny.yaml --set data.train="$work/data/train" --set data.valid="$work/data/valid" \
+    --set model.seq_len=64 --set train.micro_batch=1 --set train.global_batch=2 --set train.steps="$steps" \
+    --set optimizer.warmup=$((steps / 5)) --set train.device=$dev --set checkpoint.every="$steps" --set eval.every=0 --set log.every=1 \
+    --set log.dir="$work/tiny-$dev" >"$work/tiny-$dev.log" 2>&1 || { report "tiny on $dev failed: $work/tiny-$dev.log"; status=1; }
+done
+if out=$("$py" scripts/../tests/e2e/compare_runs.py "$work/tiny-cuda" "$work/tiny-cpu" --last "$steps" --tol 1e-4 2>&1); then
+  report "tiny, $steps steps, cuda against cpu: $out"
+else
+  report "tiny, $steps steps, cuda against cpu: DIFFERS: $(tail -1 <<<"$out")"
+  status=1
+fi
+
+# 3. Step time against PyTorch.
+if [[ -z ${BUILD:-} ]] && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  "$L" run recipes/tiny.yaml --set model.family=gpt2 --set model.layers=4 --set model.hidden=128 --set model.heads=4 \
+    --set model.kv_heads=4 --set model.seq_len=256 --set train.micro_batch=8 --set train.global_batch=8 \
+    --set train.steps=30 --set train.device=cuda --set data.train="$work/data/train" --set data.valid="$work/data/valid" \
+    --set eval.every=0 --set checkpoint.every=0 --set log.every=1 --set log.dir="$work/speed" >"$work/speed.log" 2>&1
+  ours=$("$py" -c "import json,statistics,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(statistics.median(x['tokens_per_s'] for x in r if 'tokens_per_s' in x and x['step'] > 5))" \
+    "$work/speed/metrics.jsonl" 2>/dev/null || echo "?")
+  theirs=$("$py" scripts/bench/torch_step.py --shape tiny --batch 8 --device cuda --steps 20 2>/dev/null |
+    sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p')
+  report "step time, GPT-2 tiny shape on cuda: llmtrain ${ours:-?} tokens/s, PyTorch ${theirs:-?} tokens/s" \
+    "(ratio $("$py" -c "print(f'{float(\"$ours\")/float(\"$theirs\"):.2f}')" 2>/dev/null || echo '?'))"
+else
+  report "step time: skipped (no python3 with CUDA-enabled torch, or BUILD given)"
+fi
+report "result: $([[ $status == 0 ]] && echo passed || echo FAILED)"
+exit $status
