@@ -48,11 +48,13 @@ int cmd_env() {
         "cuda:      simulator (kernels/cuda/sim): CUDA kernels run on this CPU, one simulated device, "
         "headers of CUDA %d.%d\n",
         c.runtime_version / 1000, (c.runtime_version % 1000) / 10);
+    std::printf("gemm:      %s\n", c.gemm.c_str());
   } else {
     std::printf("cuda:      built for %s, runtime %d.%d, driver %s\n", c.built_archs.c_str(), c.runtime_version / 1000,
                 (c.runtime_version % 1000) / 10,
                 c.driver_version ? fmt::format("{}.{}", c.driver_version / 1000, (c.driver_version % 1000) / 10).c_str()
                                  : "none");
+    std::printf("gemm:      %s\n", c.gemm.c_str());
     if (c.devices.empty()) std::printf("devices:   none (%s)\n", c.unavailable_reason.c_str());
     for (const auto& d : c.devices) {
       std::printf("device %d:  %s, compute capability %d.%d, %s, %d SMs\n", d.index, d.name.c_str(), d.cc_major,

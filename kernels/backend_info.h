@@ -40,6 +40,7 @@ struct CudaInfo {
   int driver_version = 0;   // 0 when no driver
   std::vector<CudaDevice> devices;
   std::string unavailable_reason;  // why devices is empty, when it is
+  std::string gemm;                // what takes the matrix products: cuBLASLt, or our tiled GEMM
 };
 
 BlasInfo blas_info();

@@ -1,23 +1,38 @@
 // Causal self-attention with grouped-query heads on the device, flash-attention style
 // (kernels/cpu/attention.cpp is the reference; kernels/ops.h has the packed qkv layout): scores are
-// never stored. Forward: a block per (query tile, head, sequence), one thread per query row, key
-// tiles streamed through shared memory with an online softmax; lse is saved. Backward (flash
-// attention 2's split): one kernel per (query tile, head) for dq, one per (key tile, kv head) for dk
-// and dv, which walks every query head of its group, so nothing is accumulated across blocks. The
-// forward also serves decoding with a KV cache (generation): the same kernel over cache rows.
+// never stored. Every kernel gives each row (a query row, or a key row for dk/dv) a group of 1, 2
+// or 4 consecutive threads, each holding kDims of the head dims in registers (q and the output
+// accumulator; dO and dq; k, v, dk and dv), and a block of kThreads threads streams tiles of the
+// other side's rows through shared memory; a dot product is each thread's part, summed over its
+// group by warp shuffles. Forward: an online softmax over key tiles, lse saved. Backward (flash
+// attention 2's split): one kernel per (query tile, head) for dq, which also saves δ = dO·O per row,
+// then one per (key tile, kv head) for dk and dv, which walks every query head of its group, so
+// nothing is accumulated across blocks. The forward also serves decoding with a KV cache
+// (generation): the same kernel over cache rows. Query tiles run last-first: the causal mask makes
+// the late ones the longest.
 //
-// The rules a reader could get wrong: every thread of a block takes part in every __syncthreads,
-// also those whose row lies past the sequence (they load and wait, and compute nothing); the tiles
-// live in dynamic shared memory sized by the head dim (at most kMaxHeadDim: 48 KiB, the default
-// limit of a launch).
+// The rules a reader could get wrong: every thread of a block takes part in every __syncthreads
+// and every shuffle, also those whose row lies past the sequence (they compute on zeros and store
+// nothing); so masked keys are skipped by value (p = 0), never by branching around a shuffle. In
+// shared memory each thread's chunk of a row is padded to kChunk floats, so that the 2 or 4 chunks
+// a warp reads at once fall in different banks.
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
 namespace {
 
-constexpr int kFwdRows = 32, kFwdKeys = 16;  // forward: query rows (threads) and keys per tile
-constexpr int kBwdRows = 16, kBwdKeys = 16;  // dq: query rows (threads), keys per tile
-constexpr int kKvRows = 16, kKvQueries = 8;  // dk/dv: key rows (threads), queries per tile
+constexpr int kThreads = 128;      // threads per block, every kernel
+constexpr int kDims = 32;          // head dims per thread
+constexpr int kChunk = kDims + 4;  // floats per chunk in shared memory (padded)
+constexpr int kTile = 32;          // rows of the streamed side per shared-memory tile
+constexpr unsigned kAll = 0xffffffffu;
+
+// Threads per row: the power of two that covers d with kDims each (1, 2 or 4 for d <= 128).
+int group_for(int64_t d) {
+  int g = 1;
+  while (int64_t(g) * kDims < d) g *= 2;
+  return g;
+}
 
 struct Layout {
   int64_t t, heads, kv_heads, d;
@@ -40,66 +55,109 @@ struct KvSource {
   int64_t q_pos0;                         // the position of query row 0 (cache: `position`)
 };
 
+// This thread's place: row r of the block's rows, chunk c of the row (dims [c·kDims, +kDims)).
+struct Place {
+  int group, c, r;
+  __device__ explicit Place(int g) : group(g), c(int(threadIdx.x) % g), r(int(threadIdx.x) / g) {}
+  __device__ int rows() const { return kThreads / group; }
+  __device__ int64_t dim0() const { return int64_t(c) * kDims; }
+};
+
+// x[0, kDims) = the chunk of src's row at `at` (dims past d are zero; nothing read when !valid).
+template <class T>
+__device__ void load_chunk(float* x, const T* src, int64_t at, const Place& p, int64_t d, bool valid) {
+  LT_UNROLL
+  for (int e = 0; e < kDims; ++e) x[e] = valid && p.dim0() + e < d ? load(src, at + p.dim0() + e) : 0.0f;
+}
+
+template <class T>
+__device__ void store_chunk(T* dst, int64_t at, const float* x, float factor, const Place& p, int64_t d) {
+  LT_UNROLL
+  for (int e = 0; e < kDims; ++e)
+    if (p.dim0() + e < d) store(dst, at + p.dim0() + e, x[e] * factor);
+}
+
+// A tile of `rows` rows from two sources into shared memory, padded chunks, zeros past d and past
+// the valid rows. Row j of the tile is source row first + j, at a_at(row) / b_at(row).
+template <class T, class At>
+__device__ void load_tile(float* a_s, float* b_s, const T* a, const T* b, int64_t first, int64_t valid_end, int group,
+                          int64_t d, At at) {
+  const int per_row = group * kDims;
+  for (int e = int(threadIdx.x); e < kTile * per_row; e += kThreads) {
+    const int j = e / per_row, dim = e % per_row;
+    const int64_t row = first + j;
+    const bool ok = row < valid_end && dim < d;
+    const int s = (j * group + dim / kDims) * kChunk + dim % kDims;
+    a_s[s] = ok ? load(a, at(row, 0) + dim) : 0.0f;
+    b_s[s] = ok ? load(b, at(row, 1) + dim) : 0.0f;
+  }
+}
+
+// The dot product of this thread's chunk x with its chunk of tile row j, summed over the group.
+__device__ __forceinline__ float group_dot(const float* x, const float* tile, int j, const Place& p) {
+  const float* y = tile + (j * p.group + p.c) * kChunk;
+  float s = 0.0f;
+  LT_UNROLL
+  for (int e = 0; e < kDims; ++e) s += x[e] * y[e];
+  for (int lane_mask = p.group / 2; lane_mask > 0; lane_mask /= 2) s += __shfl_xor_sync(kAll, s, lane_mask);
+  return s;
+}
+
+__device__ __forceinline__ void add_scaled_row(float* acc, float a, const float* tile, int j, const Place& p) {
+  const float* y = tile + (j * p.group + p.c) * kChunk;
+  LT_UNROLL
+  for (int e = 0; e < kDims; ++e) acc[e] += a * y[e];
+}
+
 template <class T>
 __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ qkv,
-                                         KvSource<T> kv, Layout lay, float scale) {
+                                         KvSource<T> kv, Layout lay, float scale, int group) {
   LT_DYNAMIC_SHARED(float, smem);
-  const int64_t d = lay.d;
-  float* q_s = smem;                  // [kFwdRows][d]
-  float* acc_s = q_s + kFwdRows * d;  // [kFwdRows][d]
-  float* k_s = acc_s + kFwdRows * d;  // [kFwdKeys][d]
-  float* v_s = k_s + kFwdKeys * d;    // [kFwdKeys][d]
-  const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(blockIdx.x) * kFwdRows;
-  const int tid = int(threadIdx.x);
-  const int64_t row = q0 + tid, g = h / (lay.heads / lay.kv_heads), pos = kv.q_pos0 + row;
+  float* k_s = smem;                          // [kTile][group][kChunk]
+  float* v_s = k_s + kTile * group * kChunk;  // [kTile][group][kChunk]
+  const Place pl(group);
+  const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * pl.rows();
+  const int64_t row = q0 + pl.r, pos = kv.q_pos0 + row, g = h / (lay.heads / lay.kv_heads), d = lay.d;
   const bool active = row < lay.t;
-  if (active)
-    for (int64_t e = 0; e < d; ++e) {
-      q_s[tid * d + e] = load(qkv, lay.q(b, row, h) + e);
-      acc_s[tid * d + e] = 0.0f;
-    }
+  float q[kDims], acc[kDims];
+  load_chunk(q, qkv, lay.q(b, active ? row : 0, h), pl, d, active);
+  LT_UNROLL
+  for (int e = 0; e < kDims; ++e) acc[e] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  const int64_t last = kv.q_pos0 + q0 + kFwdRows, kv_end = last < kv.len ? last : kv.len;
+  const int64_t last = kv.q_pos0 + q0 + pl.rows(), kv_end = last < kv.len ? last : kv.len;
   const int64_t kv_base = b * kv.batch_stride + g * d;
-  for (int64_t k0 = 0; k0 < kv_end; k0 += kFwdKeys) {
+  for (int64_t k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();  // nobody still reads the previous tile
-    for (int64_t e = tid; e < kFwdKeys * d; e += blockDim.x) {
-      const int64_t key = k0 + e / d, at = kv_base + key * kv.row_stride + e % d;
-      k_s[e] = key < kv.len ? load(kv.k, at) : 0.0f;
-      v_s[e] = key < kv.len ? load(kv.v, at) : 0.0f;
-    }
+    load_tile(k_s, v_s, kv.k, kv.v, k0, kv.len, group, d,
+              [&](int64_t key, int) { return kv_base + key * kv.row_stride; });
     __syncthreads();
-    if (!active) continue;
-    float p[kFwdKeys];
+    float p[kTile];
     float tile_max = -INFINITY;
-    for (int j = 0; j < kFwdKeys; ++j) {
+    LT_UNROLL
+    for (int j = 0; j < kTile; ++j) {
+      const float dot = group_dot(q, k_s, j, pl);
       const int64_t key = k0 + j;
-      p[j] = -INFINITY;
-      if (key > pos || key >= kv.len) continue;
-      float dot = 0.0f;
-      for (int64_t e = 0; e < d; ++e) dot += q_s[tid * d + e] * k_s[j * d + e];
-      p[j] = dot * scale;
+      p[j] = key <= pos && key < kv.len ? dot * scale : -INFINITY;
       tile_max = fmaxf(tile_max, p[j]);
     }
     if (tile_max == -INFINITY) continue;  // no key of this tile is visible to this row
     const float m_new = fmaxf(m, tile_max), correction = expf(m - m_new);
     float sum = 0.0f;
-    for (int j = 0; j < kFwdKeys; ++j) {
+    LT_UNROLL
+    for (int j = 0; j < kTile; ++j) {
       p[j] = p[j] == -INFINITY ? 0.0f : expf(p[j] - m_new);
       sum += p[j];
     }
     l = l * correction + sum;
-    for (int64_t e = 0; e < d; ++e) {
-      float a = acc_s[tid * d + e] * correction;
-      for (int j = 0; j < kFwdKeys; ++j) a += p[j] * v_s[j * d + e];
-      acc_s[tid * d + e] = a;
-    }
+    LT_UNROLL
+    for (int e = 0; e < kDims; ++e) acc[e] *= correction;
+    LT_UNROLL
+    for (int j = 0; j < kTile; ++j) add_scaled_row(acc, p[j], v_s, j, pl);
     m = m_new;
   }
   if (!active) return;
-  const float inv = 1.0f / l;
-  for (int64_t e = 0; e < d; ++e) store(out, lay.o(b, row, h) + e, acc_s[tid * d + e] * inv);
-  lse[lay.lse(b, h, row)] = m + logf(l);
+  store_chunk(out, lay.o(b, row, h), acc, 1.0f / l, pl, d);
+  if (pl.c == 0) lse[lay.lse(b, h, row)] = m + logf(l);
 }
 
 // The k and v heads of qkv into cache rows [position, position + t).
@@ -116,127 +174,99 @@ __global__ void kv_cache_write_kernel(float* __restrict__ k_cache, float* __rest
 }
 
 // dq_i = scale · Σ_j p_ij (dO_i·v_j − δ_i) k_j, with p_ij = exp(scale q_i·k_j − lse_i) and
-// δ_i = dO_i·O_i.
+// δ_i = dO_i·O_i, which this kernel also saves for the dk/dv kernel.
 template <class T>
-__global__ void attention_backward_dq_kernel(T* __restrict__ dqkv, const T* __restrict__ dout,
-                                             const T* __restrict__ qkv, const T* __restrict__ out,
-                                             const float* __restrict__ lse, Layout lay, float scale) {
+__global__ void attention_backward_dq_kernel(T* __restrict__ dqkv, float* __restrict__ delta_out,
+                                             const T* __restrict__ dout, const T* __restrict__ qkv,
+                                             const T* __restrict__ out, const float* __restrict__ lse, Layout lay,
+                                             float scale, int group) {
   LT_DYNAMIC_SHARED(float, smem);
-  const int64_t d = lay.d;
-  float* q_s = smem;                  // [kBwdRows][d]
-  float* do_s = q_s + kBwdRows * d;   // [kBwdRows][d]
-  float* dq_s = do_s + kBwdRows * d;  // [kBwdRows][d]
-  float* k_s = dq_s + kBwdRows * d;   // [kBwdKeys][d]
-  float* v_s = k_s + kBwdKeys * d;    // [kBwdKeys][d]
-  const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(blockIdx.x) * kBwdRows;
-  const int tid = int(threadIdx.x);
-  const int64_t row = q0 + tid, g = h / (lay.heads / lay.kv_heads);
+  float* k_s = smem;                          // [kTile][group][kChunk]
+  float* v_s = k_s + kTile * group * kChunk;  // [kTile][group][kChunk]
+  const Place pl(group);
+  const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * pl.rows();
+  const int64_t row = q0 + pl.r, g = h / (lay.heads / lay.kv_heads), d = lay.d;
   const bool active = row < lay.t;
-  float delta = 0.0f, row_lse = 0.0f;
-  if (active) {
-    for (int64_t e = 0; e < d; ++e) {
-      q_s[tid * d + e] = load(qkv, lay.q(b, row, h) + e);
-      do_s[tid * d + e] = load(dout, lay.o(b, row, h) + e);
-      dq_s[tid * d + e] = 0.0f;
-      delta += do_s[tid * d + e] * load(out, lay.o(b, row, h) + e);
+  float q[kDims], dO[kDims], dq[kDims];
+  load_chunk(q, qkv, lay.q(b, active ? row : 0, h), pl, d, active);
+  load_chunk(dO, dout, lay.o(b, active ? row : 0, h), pl, d, active);
+  float delta = 0.0f;
+  {
+    float o[kDims];
+    load_chunk(o, out, lay.o(b, active ? row : 0, h), pl, d, active);
+    LT_UNROLL
+    for (int e = 0; e < kDims; ++e) {
+      delta += dO[e] * o[e];
+      dq[e] = 0.0f;
     }
-    row_lse = lse[lay.lse(b, h, row)];
+    for (int lane_mask = group / 2; lane_mask > 0; lane_mask /= 2) delta += __shfl_xor_sync(kAll, delta, lane_mask);
   }
-  const int64_t kv_end = q0 + kBwdRows < lay.t ? q0 + kBwdRows : lay.t;
-  for (int64_t k0 = 0; k0 < kv_end; k0 += kBwdKeys) {
+  if (active && pl.c == 0) delta_out[lay.lse(b, h, row)] = delta;
+  const float row_lse = active ? lse[lay.lse(b, h, row)] : 0.0f;
+  const int64_t kv_end = q0 + pl.rows() < lay.t ? q0 + pl.rows() : lay.t;
+  for (int64_t k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();
-    for (int64_t e = tid; e < kBwdKeys * d; e += blockDim.x) {
-      const int64_t key = k0 + e / d, c = e % d;
-      k_s[e] = key < lay.t ? load(qkv, lay.k(b, key, g) + c) : 0.0f;
-      v_s[e] = key < lay.t ? load(qkv, lay.v(b, key, g) + c) : 0.0f;
-    }
+    load_tile(k_s, v_s, qkv, qkv, k0, lay.t, group, d,
+              [&](int64_t key, int which) { return which == 0 ? lay.k(b, key, g) : lay.v(b, key, g); });
     __syncthreads();
-    if (!active) continue;
-    for (int j = 0; j < kBwdKeys; ++j) {
+    for (int j = 0; j < kTile; ++j) {
+      const float s = group_dot(q, k_s, j, pl), dp = group_dot(dO, v_s, j, pl);
       const int64_t key = k0 + j;
-      if (key > row || key >= lay.t) continue;
-      float s = 0.0f, dp = 0.0f;
-      for (int64_t e = 0; e < d; ++e) {
-        s += q_s[tid * d + e] * k_s[j * d + e];
-        dp += do_s[tid * d + e] * v_s[j * d + e];
-      }
-      const float p = expf(s * scale - row_lse), ds = p * (dp - delta);
-      for (int64_t e = 0; e < d; ++e) dq_s[tid * d + e] += ds * k_s[j * d + e];
+      const float p = key <= row && key < lay.t ? expf(s * scale - row_lse) : 0.0f;
+      add_scaled_row(dq, p * (dp - delta), k_s, j, pl);
     }
   }
   if (!active) return;
-  for (int64_t e = 0; e < d; ++e) store(dqkv, lay.q(b, row, h) + e, dq_s[tid * d + e] * scale);
+  store_chunk(dqkv, lay.q(b, row, h), dq, scale, pl, d);
 }
 
 // dv_j = Σ_i p_ij dO_i and dk_j = scale · Σ_i p_ij (dO_i·v_j − δ_i) q_i over every query row i >= j
-// of every query head reading kv head g.
+// of every query head reading kv head g (δ from the dq kernel).
 template <class T>
-__global__ void attention_backward_dkv_kernel(T* __restrict__ dqkv, const T* __restrict__ dout,
-                                              const T* __restrict__ qkv, const T* __restrict__ out,
-                                              const float* __restrict__ lse, Layout lay, float scale) {
+__global__ void attention_backward_dkv_kernel(T* __restrict__ dqkv, const float* __restrict__ delta,
+                                              const T* __restrict__ dout, const T* __restrict__ qkv,
+                                              const float* __restrict__ lse, Layout lay, float scale, int group) {
   LT_DYNAMIC_SHARED(float, smem);
-  const int64_t d = lay.d;
-  float* k_s = smem;                     // [kKvRows][d]
-  float* v_s = k_s + kKvRows * d;        // [kKvRows][d]
-  float* dk_s = v_s + kKvRows * d;       // [kKvRows][d]
-  float* dv_s = dk_s + kKvRows * d;      // [kKvRows][d]
-  float* q_s = dv_s + kKvRows * d;       // [kKvQueries][d]
-  float* do_s = q_s + kKvQueries * d;    // [kKvQueries][d]
-  float* lse_s = do_s + kKvQueries * d;  // [kKvQueries]
-  float* delta_s = lse_s + kKvQueries;   // [kKvQueries]
-  const int64_t b = blockIdx.z, g = blockIdx.y, k0 = int64_t(blockIdx.x) * kKvRows;
-  const int tid = int(threadIdx.x);
-  const int64_t key = k0 + tid, group = lay.heads / lay.kv_heads;
+  float* q_s = smem;                             // [kTile][group][kChunk]
+  float* do_s = q_s + kTile * group * kChunk;    // [kTile][group][kChunk]
+  float* lse_s = do_s + kTile * group * kChunk;  // [kTile]
+  float* delta_s = lse_s + kTile;                // [kTile]
+  const Place pl(group);
+  const int64_t b = blockIdx.z, g = blockIdx.y, k0 = int64_t(blockIdx.x) * pl.rows();
+  const int64_t key = k0 + pl.r, per_kv = lay.heads / lay.kv_heads, d = lay.d;
   const bool active = key < lay.t;
-  if (active)
-    for (int64_t e = 0; e < d; ++e) {
-      k_s[tid * d + e] = load(qkv, lay.k(b, key, g) + e);
-      v_s[tid * d + e] = load(qkv, lay.v(b, key, g) + e);
-      dk_s[tid * d + e] = 0.0f;
-      dv_s[tid * d + e] = 0.0f;
-    }
-  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t q0 = k0; q0 < lay.t; q0 += kKvQueries) {
+  float k[kDims], v[kDims], dk[kDims], dv[kDims];
+  load_chunk(k, qkv, lay.k(b, active ? key : 0, g), pl, d, active);
+  load_chunk(v, qkv, lay.v(b, active ? key : 0, g), pl, d, active);
+  LT_UNROLL
+  for (int e = 0; e < kDims; ++e) dk[e] = dv[e] = 0.0f;
+  for (int64_t h = g * per_kv; h < (g + 1) * per_kv; ++h) {
+    for (int64_t q0 = k0; q0 < lay.t; q0 += kTile) {
       __syncthreads();
-      for (int64_t e = tid; e < kKvQueries * d; e += blockDim.x) {
-        const int64_t row = q0 + e / d, c = e % d;
-        q_s[e] = row < lay.t ? load(qkv, lay.q(b, row, h) + c) : 0.0f;
-        do_s[e] = row < lay.t ? load(dout, lay.o(b, row, h) + c) : 0.0f;
-      }
-      if (tid < kKvQueries) {
-        const int64_t row = q0 + tid;
-        float delta = 0.0f;
-        if (row < lay.t)
-          for (int64_t e = 0; e < d; ++e) delta += load(dout, lay.o(b, row, h) + e) * load(out, lay.o(b, row, h) + e);
-        delta_s[tid] = delta;
-        lse_s[tid] = row < lay.t ? lse[lay.lse(b, h, row)] : 0.0f;
+      load_tile(q_s, do_s, qkv, dout, q0, lay.t, group, d,
+                [&](int64_t row, int which) { return which == 0 ? lay.q(b, row, h) : lay.o(b, row, h); });
+      if (threadIdx.x < kTile) {
+        const int64_t row = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = row < lay.t ? lse[lay.lse(b, h, row)] : 0.0f;
+        delta_s[threadIdx.x] = row < lay.t ? delta[lay.lse(b, h, row)] : 0.0f;
       }
       __syncthreads();
-      if (!active) continue;
-      for (int i = 0; i < kKvQueries; ++i) {
+      for (int i = 0; i < kTile; ++i) {
+        const float s = group_dot(k, q_s, i, pl), dp = group_dot(v, do_s, i, pl);
         const int64_t row = q0 + i;
-        if (row < key || row >= lay.t) continue;
-        float s = 0.0f, dp = 0.0f;
-        for (int64_t e = 0; e < d; ++e) {
-          s += q_s[i * d + e] * k_s[tid * d + e];
-          dp += do_s[i * d + e] * v_s[tid * d + e];
-        }
-        const float p = expf(s * scale - lse_s[i]), ds = p * (dp - delta_s[i]);
-        for (int64_t e = 0; e < d; ++e) {
-          dv_s[tid * d + e] += p * do_s[i * d + e];
-          dk_s[tid * d + e] += ds * q_s[i * d + e];
-        }
+        const float p = row >= key && row < lay.t ? expf(s * scale - lse_s[i]) : 0.0f;
+        add_scaled_row(dv, p, do_s, i, pl);
+        add_scaled_row(dk, p * (dp - delta_s[i]), q_s, i, pl);
       }
     }
   }
   if (!active) return;
-  for (int64_t e = 0; e < d; ++e) {
-    store(dqkv, lay.k(b, key, g) + e, dk_s[tid * d + e] * scale);
-    store(dqkv, lay.v(b, key, g) + e, dv_s[tid * d + e]);
-  }
+  store_chunk(dqkv, lay.k(b, key, g), dk, scale, pl, d);
+  store_chunk(dqkv, lay.v(b, key, g), dv, 1.0f, pl, d);
 }
 
 unsigned tiles(int64_t t, int rows) { return unsigned((t + rows - 1) / rows); }
+size_t tile_bytes(int group) { return size_t(2 * kTile * group * kChunk) * sizeof(float); }
 
 }  // namespace
 
@@ -245,15 +275,15 @@ void attention_forward_launch(Storage s, void* out, float* lse, const void* qkv,
   if (b * t == 0) return;
   const Layout lay{t, heads, kv_heads, d};
   const float scale = 1.0f / sqrtf(float(d));
-  const size_t smem = size_t(2 * kFwdRows + 2 * kFwdKeys) * size_t(d) * sizeof(float);
+  const int group = group_for(d);
   const int64_t width = heads + 2 * kv_heads;
   with_storage(s, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(qkv);
     const KvSource<T> kv{x + heads * d, x + (heads + kv_heads) * d, t * width * d, width * d, t, 0};
-    LT_LAUNCH(dim3(tiles(t, kFwdRows), unsigned(heads), unsigned(b)), kFwdRows, smem, nullptr,
+    LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(heads), unsigned(b)), kThreads, tile_bytes(group), nullptr,
               attention_forward_kernel<T>)
-    (static_cast<T*>(out), lse, x, kv, lay, scale);
+    (static_cast<T*>(out), lse, x, kv, lay, scale, group);
   });
 }
 
@@ -271,30 +301,28 @@ void attention_cached_forward_launch(float* out, float* lse, const float* qkv, c
   if (b * t == 0) return;
   const Layout lay{t, heads, kv_heads, d};
   const float scale = 1.0f / sqrtf(float(d));
-  const size_t smem = size_t(2 * kFwdRows + 2 * kFwdKeys) * size_t(d) * sizeof(float);
+  const int group = group_for(d);
   const KvSource<float> kv{k_cache, v_cache, t_max * kv_heads * d, kv_heads * d, position + t, position};
-  LT_LAUNCH(dim3(tiles(t, kFwdRows), unsigned(heads), unsigned(b)), kFwdRows, smem, nullptr,
+  LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(heads), unsigned(b)), kThreads, tile_bytes(group), nullptr,
             attention_forward_kernel<float>)
-  (out, lse, qkv, kv, lay, scale);
+  (out, lse, qkv, kv, lay, scale, group);
 }
 
-void attention_backward_launch(Storage s, void* dqkv, const void* dout, const void* qkv, const void* out,
+void attention_backward_launch(Storage s, void* dqkv, float* delta, const void* dout, const void* qkv, const void* out,
                                const float* lse, int64_t b, int64_t t, int64_t heads, int64_t kv_heads, int64_t d) {
   if (b * t == 0) return;
   const Layout lay{t, heads, kv_heads, d};
   const float scale = 1.0f / sqrtf(float(d));
-  const size_t smem_dq = size_t(3 * kBwdRows + 2 * kBwdKeys) * size_t(d) * sizeof(float);
-  const size_t smem_dkv = (size_t(4 * kKvRows + 2 * kKvQueries) * size_t(d) + 2 * kKvQueries) * sizeof(float);
+  const int group = group_for(d);
   with_storage(s, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(dim3(tiles(t, kBwdRows), unsigned(heads), unsigned(b)), kBwdRows, smem_dq, nullptr,
+    LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(heads), unsigned(b)), kThreads, tile_bytes(group), nullptr,
               attention_backward_dq_kernel<T>)
-    (static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv), static_cast<const T*>(out), lse,
-     lay, scale);
-    LT_LAUNCH(dim3(tiles(t, kKvRows), unsigned(kv_heads), unsigned(b)), kKvRows, smem_dkv, nullptr,
-              attention_backward_dkv_kernel<T>)
-    (static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv), static_cast<const T*>(out), lse,
-     lay, scale);
+    (static_cast<T*>(dqkv), delta, static_cast<const T*>(dout), static_cast<const T*>(qkv), static_cast<const T*>(out),
+     lse, lay, scale, group);
+    LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(kv_heads), unsigned(b)), kThreads,
+              tile_bytes(group) + 2 * kTile * sizeof(float), nullptr, attention_backward_dkv_kernel<T>)
+    (static_cast<T*>(dqkv), delta, static_cast<const T*>(dout), static_cast<const T*>(qkv), lse, lay, scale, group);
   });
 }
 

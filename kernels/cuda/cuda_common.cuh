@@ -30,6 +30,11 @@
 #define LT_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<(grid), (block), (smem), (stream)>>>
 // LT_DYNAMIC_SHARED(float, buf): `buf` points at this block's dynamic shared memory (the launch's
 // shared_bytes), 16-byte aligned.
+// LT_UNROLL before a loop of compile-time trip count: unrolled by nvcc (so arrays indexed by its
+// counter stay in registers); nothing in the simulator.
+#define LT_UNROLL _Pragma("unroll")
+#define LT_UNROLL_BY(n) _Pragma(LT_STRINGIFY(unroll n))
+#define LT_STRINGIFY(x) #x
 #define LT_DYNAMIC_SHARED(T, name)                                   \
   extern __shared__ __align__(16) unsigned char name##_lt_dynamic[]; \
   T* name = reinterpret_cast<T*>(name##_lt_dynamic)
@@ -38,6 +43,8 @@
 #define LLMTRAIN_CUDA_SIMULATOR 1
 #define LT_LAUNCH(grid, block, smem, stream, ...) LT_SIM_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
 #define LT_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::llmtrain::cuda_sim::dynamic_shared_memory())
+#define LT_UNROLL
+#define LT_UNROLL_BY(n)
 #define LT_DEVICE_CHECK(cond, ...)                                                                  \
   do {                                                                                              \
     if (!(cond)) ::llmtrain::cuda_sim::device_check_failed(__FILE__, __LINE__, #cond, __VA_ARGS__); \

@@ -13,6 +13,9 @@
 #include "common/error.h"
 #include "kernels/buffer.h"
 #include "kernels/cuda/cuda_check.h"
+#if LLMTRAIN_CUBLASLT
+#include "kernels/cuda/cublaslt.h"
+#endif
 #include "kernels/cuda/launch.h"
 
 namespace llmtrain::kernels::cuda {
@@ -67,7 +70,7 @@ void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
 void residual_backward(Tensor dbias, Tensor dout) {
   const int64_t c = dbias.numel();
   residual_backward_launch(storage(dbias), dbias.data, dout.data, c ? dout.numel() / c : 0, c);
-  LT_CUDA_LAUNCHED("column_sum_add_kernel");
+  LT_CUDA_LAUNCHED("column_sums_kernel (residual_backward)");
 }
 
 void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {
@@ -127,26 +130,46 @@ void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor
   LT_CUDA_LAUNCHED("rmsnorm_backward_kernel");
 }
 
+// The linear layer's three products. Row-major X[r, c] is column-major Xᵀ, so each goes to cuBLASLt
+// transposed: out = in·Wᵀ is outᵀ[o, n] = W[o, i]·inᵀ[i, n]; din = dout·W is dinᵀ[i, n] =
+// Wᵀ[i, o]·doutᵀ[o, n]; dW += doutᵀ·in is dWᵀ[i, o] += inᵀ[i, n]·dout[n, o].
 void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
-  const int64_t o = weight.shape[0], i = weight.shape[1];
-  linear_forward_launch(storage(out), out.data, in.data, weight.data, data_or_null(bias), i ? in.numel() / i : 0, i, o);
+  const int64_t o = weight.shape[0], i = weight.shape[1], n = i ? in.numel() / i : 0;
+#if LLMTRAIN_CUBLASLT
+  if (gemm_uses_cublaslt() && cublaslt_matmul(storage(out), out.data, weight.data, in.data, data_or_null(bias), o, n, i,
+                                              i, i, o, true, false, false))
+    return;
+#endif
+  linear_forward_launch(storage(out), out.data, in.data, weight.data, data_or_null(bias), n, i, o);
   LT_CUDA_LAUNCHED("gemm_kernel (linear_forward)");
 }
 
 void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
-  const int64_t o = weight.shape[0], i = weight.shape[1];
-  linear_backward_input_launch(storage(din), din.data, dout.data, weight.data, o ? dout.numel() / o : 0, i, o);
+  const int64_t o = weight.shape[0], i = weight.shape[1], n = o ? dout.numel() / o : 0;
+#if LLMTRAIN_CUBLASLT
+  if (gemm_uses_cublaslt() &&
+      cublaslt_matmul(storage(din), din.data, weight.data, dout.data, nullptr, i, n, o, i, o, i, false, false, false))
+    return;
+#endif
+  linear_backward_input_launch(storage(din), din.data, dout.data, weight.data, n, i, o);
   LT_CUDA_LAUNCHED("gemm_kernel (linear_backward_input)");
 }
 
 void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight) {
   const int64_t o = weight.shape[0], i = weight.shape[1], n = o ? dout.numel() / o : 0;
   if (din.defined()) cuda::linear_backward_input(din, dout, weight);
-  linear_backward_weight_launch(storage(dweight), dweight.data, dout.data, in.data, n, i, o);
-  LT_CUDA_LAUNCHED("gemm_kernel (linear_backward weight)");
+  bool done = false;
+#if LLMTRAIN_CUBLASLT
+  done = gemm_uses_cublaslt() && cublaslt_matmul(storage(dweight), dweight.data, in.data, dout.data, nullptr, i, o, n,
+                                                 i, o, i, false, true, true);
+#endif
+  if (!done) {
+    linear_backward_weight_launch(storage(dweight), dweight.data, dout.data, in.data, n, i, o);
+    LT_CUDA_LAUNCHED("gemm_kernel (linear_backward weight)");
+  }
   if (dbias.defined()) {
     residual_backward_launch(storage(dbias), dbias.data, dout.data, n, o);
-    LT_CUDA_LAUNCHED("column_sum_add_kernel (linear_backward bias)");
+    LT_CUDA_LAUNCHED("column_sums_kernel (linear_backward bias)");
   }
 }
 
@@ -249,8 +272,9 @@ void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads) {
   const int64_t d = qkv.shape[3];
   check_head_dim(d);
-  attention_backward_launch(storage(qkv), dqkv.data, dout.data, qkv.data, out.data, lse.ptr<float>(), qkv.shape[0],
-                            qkv.shape[1], heads, kv_heads, d);
+  float* delta = static_cast<float*>(scratch_bytes(1, size_t(lse.numel()) * sizeof(float)));
+  attention_backward_launch(storage(qkv), dqkv.data, delta, dout.data, qkv.data, out.data, lse.ptr<float>(),
+                            qkv.shape[0], qkv.shape[1], heads, kv_heads, d);
   LT_CUDA_LAUNCHED("attention_backward_dq_kernel / attention_backward_dkv_kernel");
 }
 

@@ -2,7 +2,10 @@
 // without a driver or GPU is normal (CI), and is reported as a reason string.
 #include <cuda_runtime.h>
 
+#include <exception>
+
 #include "kernels/backend_info.h"
+#include "kernels/cuda/cublaslt.h"
 #include "llmtrain_version.h"
 
 namespace llmtrain::kernels {
@@ -11,6 +14,11 @@ CudaInfo cuda_info() {
   CudaInfo c;
   c.built = true;
   c.built_archs = LLMTRAIN_CUDA_ARCHS;
+  try {
+    c.gemm = cuda::gemm_backend_name();
+  } catch (const std::exception& e) {
+    c.gemm = e.what();
+  }
   cudaRuntimeGetVersion(&c.runtime_version);
   if (cudaDriverGetVersion(&c.driver_version) != cudaSuccess) c.driver_version = 0;
   int count = 0;

@@ -92,7 +92,8 @@ void scale_launch(Storage s, void* x, int64_t n, float factor);
 inline constexpr int64_t kMaxHeadDim = 128;
 void attention_forward_launch(Storage s, void* out, float* lse, const void* qkv, int64_t b, int64_t t, int64_t heads,
                               int64_t kv_heads, int64_t d);
-void attention_backward_launch(Storage s, void* dqkv, const void* dout, const void* qkv, const void* out,
+// delta: scratch of b·heads·t floats (δ = dO·O per row, from the dq kernel to the dk/dv kernel).
+void attention_backward_launch(Storage s, void* dqkv, float* delta, const void* dout, const void* qkv, const void* out,
                                const float* lse, int64_t b, int64_t t, int64_t heads, int64_t kv_heads, int64_t d);
 // Generation (fp32): caches [b, t_max, kv_heads, d]; the t queries sit at positions [position, +t).
 void kv_cache_write_launch(float* k_cache, float* v_cache, const float* qkv, int64_t b, int64_t t, int64_t heads,

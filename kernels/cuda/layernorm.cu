@@ -1,10 +1,10 @@
 // LayerNorm on the device (kernels/cpu/layernorm.cpp is the reference): one warp per row for the
-// row statistics and the input gradient, one thread per column for the parameter gradients (rows
-// in order: deterministic, no atomics).
+// row statistics and the input gradient, column_sums.cuh for the parameter gradients
+// (deterministic, no atomics).
 //
 // The rule a reader could get wrong: din may alias dresidual, so the row kernel reads an element
 // of dresidual and writes the same element of din in one thread, and nothing else reads din.
-#include "kernels/cuda/storage.cuh"
+#include "kernels/cuda/column_sums.cuh"
 
 namespace llmtrain::kernels::cuda {
 namespace {
@@ -59,21 +59,27 @@ __global__ void layernorm_backward_kernel(T* din, const T* __restrict__ dout, co
   }
 }
 
+// The weight and bias gradients' terms of row r, column j.
 template <class T>
-__global__ void layernorm_params_kernel(T* __restrict__ dweight, T* __restrict__ dbias, const T* __restrict__ dout,
-                                        const T* __restrict__ in, const float* __restrict__ mean,
-                                        const float* __restrict__ rstd, int64_t n, int64_t c) {
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= c) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (int64_t r = 0; r < n; ++r) {
+struct LayernormParamTerms {
+  const T *dout, *in;
+  const float *mean, *rstd;
+  int64_t c;
+  __device__ void operator()(int64_t r, int64_t j, float* v) const {
     const float dy = load(dout, r * c + j);
-    sw += dy * (load(in, r * c + j) - mean[r]) * rstd[r];
-    sb += dy;
+    v[0] = dy * (load(in, r * c + j) - mean[r]) * rstd[r];
+    v[1] = dy;
   }
-  store(dweight, j, load(dweight, j) + sw);
-  store(dbias, j, load(dbias, j) + sb);
-}
+};
+
+template <class T>
+struct AddToWeightAndBias {
+  T *dweight, *dbias;
+  __device__ void operator()(int64_t j, const float* sums) const {
+    store(dweight, j, load(dweight, j) + sums[0]);
+    store(dbias, j, load(dbias, j) + sums[1]);
+  }
+};
 
 }  // namespace
 
@@ -95,9 +101,8 @@ void layernorm_backward_launch(Storage s, void* din, void* dweight, void* dbias,
   if (n == 0) return;
   with_storage(s, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned((c + 127) / 128), 128, 0, nullptr, layernorm_params_kernel<T>)
-    (static_cast<T*>(dweight), static_cast<T*>(dbias), static_cast<const T*>(dout), static_cast<const T*>(in), mean,
-     rstd, n, c);
+    column_sums<2>(LayernormParamTerms<T>{static_cast<const T*>(dout), static_cast<const T*>(in), mean, rstd, c},
+                   AddToWeightAndBias<T>{static_cast<T*>(dweight), static_cast<T*>(dbias)}, n, c);
     LT_LAUNCH(unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr,
               layernorm_backward_kernel<T>)
     (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const T*>(weight), mean,

@@ -1,6 +1,6 @@
 // The residual stream on the device: out = a + b (+ bias), and the bias gradient's column sums
-// (kernels/cpu/residual.cpp is the reference; the same fp32 sums in the same order per element).
-#include "kernels/cuda/storage.cuh"
+// (kernels/cpu/residual.cpp is the reference; fp32 sums, in column_sums.cuh's order).
+#include "kernels/cuda/column_sums.cuh"
 
 namespace llmtrain::kernels::cuda {
 namespace {
@@ -15,15 +15,12 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, const T*
   }
 }
 
-// One thread per column, rows in order: coalesced reads across a warp's columns.
 template <class T>
-__global__ void column_sum_add_kernel(T* __restrict__ dbias, const T* __restrict__ dout, int64_t n, int64_t c) {
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= c) return;
-  float s = 0.0f;
-  for (int64_t r = 0; r < n; ++r) s += load(dout, r * c + j);
-  store(dbias, j, load(dbias, j) + s);
-}
+struct ColumnOf {
+  const T* x;
+  int64_t c;
+  __device__ void operator()(int64_t r, int64_t j, float* v) const { v[0] = load(x, r * c + j); }
+};
 
 }  // namespace
 
@@ -42,8 +39,7 @@ void residual_backward_launch(Storage s, void* dbias, const void* dout, int64_t 
   if (c == 0) return;
   with_storage(s, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned((c + 127) / 128), 128, 0, nullptr, column_sum_add_kernel<T>)
-    (static_cast<T*>(dbias), static_cast<const T*>(dout), n, c);
+    column_sums<1>(ColumnOf<T>{static_cast<const T*>(dout), c}, AddToColumn<T>{static_cast<T*>(dbias)}, n, c);
   });
 }
 

@@ -1,8 +1,8 @@
 // RMSNorm on the device (kernels/cpu/rmsnorm.cpp is the reference), laid out as layernorm.cu: a
-// warp per row, a thread per column for the weight gradient.
+// warp per row, column_sums.cuh for the weight gradient.
 //
 // The rule a reader could get wrong: din may alias dresidual (read and written by one thread).
-#include "kernels/cuda/storage.cuh"
+#include "kernels/cuda/column_sums.cuh"
 
 namespace llmtrain::kernels::cuda {
 namespace {
@@ -41,15 +41,16 @@ __global__ void rmsnorm_backward_kernel(T* din, const T* __restrict__ dout, cons
   }
 }
 
+// The weight gradient's term of row r, column j.
 template <class T>
-__global__ void rmsnorm_weight_kernel(T* __restrict__ dweight, const T* __restrict__ dout, const T* __restrict__ in,
-                                      const float* __restrict__ rstd, int64_t n, int64_t c) {
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= c) return;
-  float sw = 0.0f;
-  for (int64_t r = 0; r < n; ++r) sw += load(dout, r * c + j) * load(in, r * c + j) * rstd[r];
-  store(dweight, j, load(dweight, j) + sw);
-}
+struct RmsnormWeightTerm {
+  const T *dout, *in;
+  const float* rstd;
+  int64_t c;
+  __device__ void operator()(int64_t r, int64_t j, float* v) const {
+    v[0] = load(dout, r * c + j) * load(in, r * c + j) * rstd[r];
+  }
+};
 
 }  // namespace
 
@@ -69,8 +70,8 @@ void rmsnorm_backward_launch(Storage s, void* din, void* dweight, const void* do
   if (n == 0) return;
   with_storage(s, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned((c + 127) / 128), 128, 0, nullptr, rmsnorm_weight_kernel<T>)
-    (static_cast<T*>(dweight), static_cast<const T*>(dout), static_cast<const T*>(in), rstd, n, c);
+    column_sums<1>(RmsnormWeightTerm<T>{static_cast<const T*>(dout), static_cast<const T*>(in), rstd, c},
+                   AddToColumn<T>{static_cast<T*>(dweight)}, n, c);
     LT_LAUNCH(unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr,
               rmsnorm_backward_kernel<T>)
     (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const T*>(weight), rstd,

@@ -3,9 +3,12 @@ grad-norm clipping, AdamW) of the reference model (scripts/reference/model.py) i
 same shapes as llmtrain's step_bench. Prints one line of key=value pairs.
 
     python3 torch_step.py --shape tiny|gpt2-124m --batch B [--seq T] --threads N [--steps S] [--device cpu|cuda]
+                          [--autocast bf16] [--sdpa 1]
 
 With --device cuda (scripts/gpu_check.sh) the model runs on the GPU and each step is timed up to
-torch.cuda.synchronize().
+torch.cuda.synchronize(). --autocast bf16 runs forward and loss under torch.autocast (fp32 master
+weights, bf16 products: what PyTorch users train in); --sdpa 1 swaps the reference's hand-written
+attention for torch's fused scaled_dot_product_attention (flash attention on a GPU).
 """
 import argparse
 import os
@@ -32,9 +35,18 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--autocast", default="", choices=["", "bf16"])
+    ap.add_argument("--sdpa", type=int, default=0)
     ap.add_argument("--foreach", type=int, default=1, help="AdamW's multi-tensor implementation (1) or the loop (0)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.sdpa:
+        def sdpa(q, k, v, mask):
+            group = q.shape[1] // k.shape[1]
+            if group > 1:
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ref.attention = sdpa
     torch.manual_seed(0)
     cfg = dict(SHAPES[a.shape])
     if a.seq:
@@ -65,7 +77,8 @@ def main():
         targets = torch.randint(0, v, (b, t), device=a.device)
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        loss = ref.loss(p, tokens, targets, cfg)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = ref.loss(p, tokens, targets, cfg)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -78,7 +91,8 @@ def main():
     cpu.sort()
     median = times[len(times) // 2]
     print(f"torch threads={a.threads} tokens={b * t} median_s={median:.5f} best_s={times[0]:.5f} "
-          f"tokens_per_s={b * t / median:.1f} cpu_s={cpu[len(cpu) // 2]:.5f} loss={loss.item():.4f} foreach={a.foreach}")
+          f"tokens_per_s={b * t / median:.1f} cpu_s={cpu[len(cpu) // 2]:.5f} loss={loss.item():.4f} foreach={a.foreach} "
+          f"autocast={a.autocast or 'none'} sdpa={a.sdpa}")
 
 
 if __name__ == "__main__":

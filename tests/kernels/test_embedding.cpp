@@ -1,6 +1,10 @@
 // Token and position embeddings (kernels/cpu/embedding.cpp) through the op harness.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "kernels/backend_info.h"
 #include "kernels/buffer.h"
 #include "kernels/ops.h"
@@ -57,15 +61,29 @@ TEST(EmbeddingDeathTest, AnIdOutsideTheVocabularyStopsTheCudaKernel) {
   if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::vector<int32_t> tokens = {1, 0, 7, 2};
+  std::vector<float> host(4 * 3);
   Buffer dtok(DType::int32, {4}, Device::cuda), wte(DType::fp32, {8, 3}, Device::cuda),
       out(DType::fp32, {4, 3}, Device::cuda);
+  // The simulator stops at the check with its message. On a GPU the kernel traps (its message goes
+  // to stdout through device printf) and the launch's failure surfaces at the next synchronising
+  // call, here the copy back, as an Error naming CUDA's sticky error.
+  auto launch_then_read = [&](auto op) {
+    try {
+      op();
+      copy(Tensor(host.data(), DType::fp32, {4, 3}), out.tensor());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::_Exit(1);
+    }
+  };
+  const std::string on_gpu = "cudaErrorLaunchFailure|cudaErrorIllegalInstruction|cudaErrorAssert";
   copy(dtok.tensor(), Tensor(tokens.data(), DType::int32, {4}));
-  EXPECT_DEATH(embedding_forward(out.tensor(), dtok.tensor(), wte.tensor(), 0, 5),
-               "token id 7 at position 2 is outside the vocabulary \\[0, 5\\)");
+  EXPECT_DEATH(launch_then_read([&] { embedding_forward(out.tensor(), dtok.tensor(), wte.tensor(), 0, 5); }),
+               cuda.simulator ? "token id 7 at position 2 is outside the vocabulary \\[0, 5\\)" : on_gpu);
   tokens[2] = -1;
   copy(dtok.tensor(), Tensor(tokens.data(), DType::int32, {4}));
-  EXPECT_DEATH(embedding_backward(wte.tensor(), out.tensor(), dtok.tensor(), 0, 5),
-               "token id -1 at position 2 is outside the vocabulary");
+  EXPECT_DEATH(launch_then_read([&] { embedding_backward(wte.tensor(), out.tensor(), dtok.tensor(), 0, 5); }),
+               cuda.simulator ? "token id -1 at position 2 is outside the vocabulary" : on_gpu);
 }
 
 TEST(Embedding, PositionsMatchReference) {

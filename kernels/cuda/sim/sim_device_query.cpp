@@ -13,6 +13,7 @@ CudaInfo cuda_info() {
   c.built_archs = "simulator";
   c.runtime_version = CUDART_VERSION;
   c.driver_version = 0;
+  c.gemm = "llmtrain's tiled GEMM (the simulator has no cuBLASLt)";
   c.devices.push_back({0, "SIMT simulator (kernels/cuda/sim), on the CPU", 0, 0, 0, 1});
   return c;
 }
