@@ -210,6 +210,7 @@ TEST_P(Attention, AcrossQueryBlocks) {
   run_case(attention_case(GetParam(), 1, 150, 2, 2, 64), 1007);  // GPT-2's head dim, keys not a multiple of 32
   run_case(attention_case(GetParam(), 1, 67, 1, 1, 40), 1008);   // head dim 32 + 8: every chunk width
   run_case(attention_case(GetParam(), 1, 45, 1, 1, 48), 1009);   // 48 = 3 AVX-512 vectors
+  run_case(attention_case(GetParam(), 1, 35, 2, 1, 128), 1010);  // the largest head dim: 4 threads per row on CUDA
 }
 
 TEST_P(Attention, GroupedQueryHeads) {
