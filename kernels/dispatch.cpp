@@ -233,6 +233,15 @@ void convert(Tensor out, Tensor in) {
   LT_DISPATCH(convert, convert(out, in), &out, &in);
 }
 
+void synchronize(Device device) {
+  if (device == Device::cpu) return;
+#if LLMTRAIN_CUDA_BACKEND
+  cuda::synchronize();
+#else
+  no_cuda("synchronize");
+#endif
+}
+
 void copy(Tensor out, Tensor in) {
   LT_CHECK(out.dtype == in.dtype && out.numel() == in.numel(), "copy: {} {} into {} {}", to_string(in.dtype),
            in.shape.str(), to_string(out.dtype), out.shape.str());

@@ -45,6 +45,10 @@ void convert(Tensor out, Tensor in);
 // reads its loss back with it; a copy into host memory of a device tensor is a synchronization
 // point on that device (it waits for the work that produces `in`).
 void copy(Tensor out, Tensor in);
+// Waits until every op queued on `device` is done: a no-op on the CPU, whose ops finish before they
+// return; on a GPU, where a launch returns at once, the step's phase timers call it so that each
+// phase's time is its ops' own.
+void synchronize(Device device);
 
 // ---- embeddings (cpu/embedding.cpp) --------------------------------------------------------
 

@@ -179,6 +179,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // Records the seconds of the compute op that started at `t0` (in the step's op times) and
   // returns them.
   double clocked(double t0) {
+    kernels::synchronize(model_.device());  // on a GPU: until the op's kernels are done, not launched
     const double took = now_s() - t0;
     op_times_->push_back(float(took));
     return took;
@@ -264,7 +265,8 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   PhaseTimes& times = out.times;
   // Adds the time since the last mark to one phase.
   double mark = now_s();
-  auto spent = [&mark](double& phase) {
+  auto spent = [&mark, this](double& phase) {
+    kernels::synchronize(model_.device());
     const double t = now_s();
     phase += t - mark;
     mark = t;
