@@ -4,7 +4,8 @@
 //  - compute: each pipeline stage's FLOPs (its blocks, the embedding or the head) for forward,
 //    backward and what activation recomputation repeats, over the device's achievable rate;
 //  - tensor parallelism: the ring all-reduces (or, with sequence parallelism, all-gathers and
-//    reduce-scatters of the same bytes) of every block's forward and backward, on the critical path;
+//    reduce-scatters of the same bytes) of every block's forward and backward, the embedding's,
+//    the head's and the vocab-parallel loss's, on the critical path: what the run sends;
 //  - pipeline: each micro-batch's activation send/recv added to its forward and backward, and the
 //    schedule's bubble from the timeline simulator (parallel::simulate_step) at those durations;
 //  - data parallelism / ZeRO: ring all-reduce, reduce-scatter and all-gather over the dp group,
