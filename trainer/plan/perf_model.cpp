@@ -45,7 +45,7 @@ double host_rank_rate(const Recipe& r, const DeviceSpec& dev, double all_cores_r
   const int threads = r.train.threads > 0 ? r.train.threads : std::max(1, cores / ranks);
   double rate = threads == 1 && dev.achievable_one_thread > 0 ? dev.achievable_one_thread
                                                               : all_cores_rate * std::min(threads, cores) / cores;
-  const double demand = double(ranks) * threads;
+  const double demand = double(ranks) * std::min(threads, cores);  // a rank's extra threads add no cores
   if (demand > cores) rate *= cores / demand;
   return rate;
 }

@@ -69,8 +69,8 @@ TEST(PerfModel, OneFOneBAndGPipeTakeTheSameTimeOnEqualStages) {
 
 TEST(PerfModel, CpuRanksOfOneThreadComputeAtTheOneThreadRate) {
   // A host of 2 cores whose two threads together reach 1.8 × one thread: two ranks of one thread
-  // each compute at the one-thread rate, one rank of two threads at the two-thread rate, and four
-  // ranks of one thread share the two cores.
+  // each compute at the one-thread rate, one rank of two threads (or more) at the two-thread rate,
+  // and four ranks of one thread share the two cores.
   DeviceSpec cpu;
   cpu.name = "cpu", cpu.shares_host = true, cpu.cores = 2;
   cpu.achievable_one_thread = 100e9, cpu.achievable_fp32 = cpu.achievable_bf16 = 180e9;
@@ -79,6 +79,8 @@ TEST(PerfModel, CpuRanksOfOneThreadComputeAtTheOneThreadRate) {
   r.model.vocab = 128, r.train.device = DeviceKind::cpu, r.train.precision = Precision::fp32;
   r.train.threads = 2;
   const double one_rank = predict_step(r, {cpu, 1, 8, 50e9}).compute;
+  r.train.threads = 4;  // more threads than cores: no faster, and no slower in the model
+  EXPECT_DOUBLE_EQ(predict_step(r, {cpu, 1, 8, 50e9}).compute, one_rank);
   r.train.threads = 1, r.parallel.dp = 2;
   const double two_ranks = predict_step(r, {cpu, 2, 8, 50e9}).compute;
   EXPECT_NEAR(two_ranks / one_rank, 0.5 * 180 / 100, 1e-9);  // each rank half the work at 100 of 180
