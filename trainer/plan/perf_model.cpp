@@ -125,7 +125,7 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // norm and bias gradients, one all-reduce per block and one for the final norm (backward).
   const double stream_bytes = tokens * m.hidden * element;
   const double tp_collective = ring_all_reduce_time(stream_bytes, tp, tp_bw, tp_lat);
-  const double full_recompute = r.train.activation_checkpointing == ActivationCheckpointing::full;
+  const bool full_recompute = r.train.activation_checkpointing == ActivationCheckpointing::full;
   const double tp_forward_block = 2 * tp_collective;
   const double tp_backward_block = (full_recompute ? 3 : 2) * tp_collective;
   const double loss_time =
