@@ -8,7 +8,8 @@
 #
 #   scripts/bench/plan_check.sh [STEPS]     (default 12; build/llmtrain must exist)
 #   ROUNDS=3 scripts/bench/plan_check.sh    (every layout predicted and run 3 times, round-robin; the
-#                                            medians: steadier on a shared machine)
+#                                            medians, and the predictions' range: each dry run
+#                                            measures the sgemm rates again, so load moves them)
 #   LAYERS=8 HIDDEN=256 SEQ=256 MICRO_BATCH=4 scripts/bench/plan_check.sh   (the model; these are the defaults)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,7 +79,8 @@ for r in range(1, rounds + 1):
     recs = [json.loads(l) for l in open(f"run{i}.{r}/metrics.jsonl") if '"loss"' in l]
     meas += [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(recs[1:], recs[2:])]
 p, m = statistics.median(pred), statistics.median(meas)
-print(f"| {name} | {ranks} | {p:.3f} | {m:.3f} | {p / m:.2f} | {limit} |")
+spread = f" ({min(pred):.3f}-{max(pred):.3f})" if rounds > 1 else ""
+print(f"| {name} | {ranks} | {p:.3f}{spread} | {m:.3f} | {p / m:.2f} | {limit} |")
 PY
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -32,7 +32,11 @@ struct DeviceSpec {
   double intra_node_latency = 0;  // seconds per message step
   double inter_node_latency = 0;
   bool shares_host = false;  // cpu: the ranks of a node share its cores and its memory
-  std::string rate_source;   // how achievable was found
+  // cpu only: the usable cores, and the sgemm rate of one thread (a rank of one thread computes at
+  // it while the other cores run the other ranks; achievable_* are the rates of all cores at once).
+  int cores = 0;
+  double achievable_one_thread = 0;
+  std::string rate_source;  // how achievable was found
 };
 
 // The catalogue's names: a100-40g, a100-80g, h100, h200, cpu.
@@ -40,10 +44,10 @@ std::vector<std::string> device_names();
 // The GPUs' rows; throws llmtrain::Error naming the catalogue for an unknown name. "cpu" is
 // cpu_device() at the recipe's matrix shapes (without a recipe: 512-wide ones).
 DeviceSpec device_lookup(const std::string& name, const Recipe* recipe = nullptr);
-// This machine: its memory, its rated fp32 peak (kernels' cpu_peak) and the measured sgemm rate of
-// all its usable cores at the products of `recipe`'s model (one micro-batch's rows, no tensor
-// parallelism; a fraction of a second); achievable_bf16 = achievable_fp32 (16-bit ops compute in
-// fp32 on the CPU).
+// This machine: its memory, its rated fp32 peak (kernels' cpu_peak) and the measured sgemm rates of
+// all its usable cores and of one thread at the products of `recipe`'s model (one micro-batch's
+// rows, no tensor parallelism; about half a second); achievable_bf16 = achievable_fp32 (16-bit ops
+// compute in fp32 on the CPU).
 DeviceSpec cpu_device(const Recipe* recipe);
 // A device's memory fields only (memory, reserved, shares_host), without measuring anything: what
 // a memory check needs. The rates of the cpu row are 0 here; use device_lookup for predictions.

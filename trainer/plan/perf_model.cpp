@@ -36,6 +36,20 @@ ParamCounts param_counts(const ModelConfig& m, int tp) {
   return c;
 }
 
+// What one rank of a CPU host computes at: a rank of one thread at the measured one-thread rate
+// (the other cores run the other ranks), a rank of more at its share of the all-cores rate; ranks
+// whose threads outnumber the cores share them. Threads per rank: train.threads, else the host's
+// cores divided among its ranks (what the launcher gives them).
+double host_rank_rate(const Recipe& r, const DeviceSpec& dev, double all_cores_rate, int ranks) {
+  const int cores = std::max(1, dev.cores);
+  const int threads = r.train.threads > 0 ? r.train.threads : std::max(1, cores / ranks);
+  double rate = threads == 1 && dev.achievable_one_thread > 0 ? dev.achievable_one_thread
+                                                              : all_cores_rate * std::min(threads, cores) / cores;
+  const double demand = double(ranks) * std::min(threads, cores);  // a rank's extra threads add no cores
+  if (demand > cores) rate *= cores / demand;
+  return rate;
+}
+
 }  // namespace
 
 double ring_all_reduce_time(double bytes, int ranks, double bandwidth, double latency) {
@@ -67,7 +81,7 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
 
   // Compute rate per rank: the ranks of a CPU host share its cores.
   double rate = r.train.precision == Precision::fp32 ? dev.achievable_fp32 : dev.achievable_bf16;
-  if (dev.shares_host) rate /= per_node;
+  if (dev.shares_host) rate = host_rank_rate(r, dev, rate, per_node);
 
   // Which links each kind of group crosses (mesh order: tp fastest, then dp, then pp).
   auto link = [&](bool inter) {
@@ -102,14 +116,39 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   double bandwidth = dev.memory_bandwidth;
   if (dev.shares_host) bandwidth /= per_node;
 
-  // Tensor parallelism: per block two all-reduces of the residual stream forward, two backward, and
-  // two more in a fully recomputed forward (sequence parallelism: all-gathers and reduce-scatters
-  // of the same total bytes).
+  // Tensor parallelism, what the model's crossings send (parallel/tensor_parallel.h): per block two
+  // all-reduces of the residual stream forward, two backward, and one more in a fully recomputed
+  // forward (the attention output's: the recomputation stops before the MLP's output is reduced)
+  // (sequence parallelism: all-gathers and reduce-scatters of the same total bytes); one
+  // at the embedding (forward) and one at the head (backward); the vocab-parallel loss's two
+  // all-reduces of 1 and 2 fp32 per token (forward); with sequence parallelism the replicated
+  // norm and bias gradients, one all-reduce per block and one for the final norm (backward).
   const double stream_bytes = tokens * m.hidden * element;
   const double tp_collective = ring_all_reduce_time(stream_bytes, tp, tp_bw, tp_lat);
+  const bool full_recompute = r.train.activation_checkpointing == ActivationCheckpointing::full;
   const double tp_forward_block = 2 * tp_collective;
-  const double tp_backward_block =
-      (r.train.activation_checkpointing == ActivationCheckpointing::full ? 4 : 2) * tp_collective;
+  const double tp_backward_block = (full_recompute ? 3 : 2) * tp_collective;
+  const double loss_time =
+      ring_all_reduce_time(tokens * 4, tp, tp_bw, tp_lat) + ring_all_reduce_time(tokens * 8, tp, tp_bw, tp_lat);
+  double block_replicated = 0, head_replicated = 0;  // 1-D parameters every tp rank holds whole
+  for (const ParamSpec& ps : model_param_specs(m)) {
+    if (ps.tp_split_dim >= 0 || ps.shape.size() != 1) continue;
+    if (ps.place == ParamPlace::block && ps.layer == 0) block_replicated += double(ps.numel()) * element;
+    if (ps.place == ParamPlace::head) head_replicated += double(ps.numel()) * element;
+  }
+  const bool sp = p.sequence_parallel && tp > 1;
+  const double sp_grads_block = sp ? ring_all_reduce_time(block_replicated, tp, tp_bw, tp_lat) : 0;
+  const double sp_grads_head = sp ? ring_all_reduce_time(head_replicated, tp, tp_bw, tp_lat) : 0;
+  // The bytes one tp rank sends (ring volumes) for a stage's micro-batch.
+  const double ring_share = tp > 1 ? 2.0 * (tp - 1) / tp : 0;
+  auto tp_bytes_per_micro_batch = [&](const StageLayout& layout) {
+    const double blocks = layout.blocks();
+    double all_reduced = blocks * (2 + (full_recompute ? 3 : 2)) * stream_bytes;
+    if (layout.has_embedding) all_reduced += stream_bytes;
+    if (layout.has_head) all_reduced += stream_bytes + tokens * 12 + (sp ? head_replicated : 0);
+    if (sp) all_reduced += blocks * block_replicated;
+    return ring_share * all_reduced;
+  };
   // Pipeline: one message per forward and backward, the stream (1/tp of it with sequence parallelism).
   const double p2p = pp > 1 ? stream_bytes / (p.sequence_parallel ? tp : 1) / pp_bw + pp_lat : 0;
 
@@ -130,8 +169,11 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     const double bwd_traffic = tokens * blocks * (traffic_backward + traffic_recompute);
     sc.forward = (fwd_flops / rate + fwd_traffic / bandwidth) / v;  // per chunk: each op is one chunk's work
     sc.backward = ((2 * fwd_flops + recompute_flops) / rate + bwd_traffic / bandwidth) / v;
-    sc.tp_forward = blocks * tp_forward_block / v;
-    sc.tp_backward = blocks * tp_backward_block / v;
+    sc.tp_forward =
+        (blocks * tp_forward_block + (layout.has_embedding ? tp_collective : 0) + (layout.has_head ? loss_time : 0)) /
+        v;
+    sc.tp_backward =
+        (blocks * (tp_backward_block + sp_grads_block) + (layout.has_head ? tp_collective + sp_grads_head : 0)) / v;
   }
   enum Part { compute, tensor, pipe };
   auto op_time = [&](int s, const parallel::PipeOp& op, Part part) {
@@ -166,6 +208,7 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     out.pp_comm += op_time(int(busiest), op, pipe);
   }
   out.bubble = std::max(0.0, span - sim.busy[busiest]);
+  out.tp_bytes = mbs * tp_bytes_per_micro_batch(stage_layout(int(busiest)));
   const StageCost& last = stages[busiest];
 
   // Data parallelism and ZeRO over the stage's parameters.

@@ -4,7 +4,8 @@
 //  - compute: each pipeline stage's FLOPs (its blocks, the embedding or the head) for forward,
 //    backward and what activation recomputation repeats, over the device's achievable rate;
 //  - tensor parallelism: the ring all-reduces (or, with sequence parallelism, all-gathers and
-//    reduce-scatters of the same bytes) of every block's forward and backward, on the critical path;
+//    reduce-scatters of the same bytes) of every block's forward and backward, the embedding's,
+//    the head's and the vocab-parallel loss's, on the critical path: what the run sends;
 //  - pipeline: each micro-batch's activation send/recv added to its forward and backward, and the
 //    schedule's bubble from the timeline simulator (parallel::simulate_step) at those durations;
 //  - data parallelism / ZeRO: ring all-reduce, reduce-scatter and all-gather over the dp group,
@@ -46,6 +47,10 @@ struct StepPrediction {
   double dp_comm = 0;  // the data-parallel / ZeRO collectives the backward does not hide
   double optimizer = 0;
   double total = 0;
+  // Bytes one tensor-parallel rank of the busiest stage sends per step in its tp collectives (ring
+  // volumes: an all-reduce of B bytes over n ranks sends 2(n−1)/n·B; what parallel::CountingComm
+  // counts in a run of the layout); 0 without tensor parallelism.
+  double tp_bytes = 0;
   double model_flops = 0;  // the step's FLOPs by the model formula (6N + 12·L·d·T per token, docs/metrics.md)
   double flops_with_recompute = 0;  // plus what recomputation repeats (what the device computes)
   // The part other than compute that costs the most ("pipeline bubble", "tensor-parallel

@@ -51,6 +51,44 @@ TEST(PerfModel, TheBubbleIsTheClosedFormForEqualStages) {
   EXPECT_EQ(predict_step(r, {dev, 4, 8, 50e9}).bubble, 0.0);
 }
 
+TEST(PerfModel, OneFOneBAndGPipeTakeTheSameTimeOnEqualStages) {
+  // Two equal stages (a tiny vocabulary), no recomputation, transfers that cost something: the two
+  // schedules idle the same (p − 1) forward-backward pairs, so they predict the same step, as they
+  // measure the same on this CPU (docs/plan.md §4); 1F1B only holds fewer activations.
+  for (int micro_batches : {2, 4, 8}) {
+    Recipe r = gpt(8, 1024, 16, 512, 1, 2, 1, 1, micro_batches);
+    r.model.vocab = 128;
+    const Cluster c{device_lookup("h100"), 2, 1, 1e9};  // one rank per node: the transfers cross a slow NIC
+    const StepPrediction one_f_one_b = predict_step(r, c);
+    r.parallel.pp_schedule = PipelineSchedule::gpipe;
+    const StepPrediction gpipe = predict_step(r, c);
+    EXPECT_GT(gpipe.pp_comm, 0.01 * gpipe.total) << micro_batches;
+    EXPECT_NEAR(one_f_one_b.total / gpipe.total, 1.0, 0.02) << micro_batches;
+  }
+}
+
+TEST(PerfModel, CpuRanksOfOneThreadComputeAtTheOneThreadRate) {
+  // A host of 2 cores whose two threads together reach 1.8 × one thread: two ranks of one thread
+  // each compute at the one-thread rate, one rank of two threads (or more) at the two-thread rate,
+  // and four ranks of one thread share the two cores.
+  DeviceSpec cpu;
+  cpu.name = "cpu", cpu.shares_host = true, cpu.cores = 2;
+  cpu.achievable_one_thread = 100e9, cpu.achievable_fp32 = cpu.achievable_bf16 = 180e9;
+  cpu.memory_bandwidth = 1e18, cpu.intra_node_bandwidth = 1e18;  // compute only
+  Recipe r = gpt(4, 256, 8, 256, 1, 1, 1, 4, 16);
+  r.model.vocab = 128, r.train.device = DeviceKind::cpu, r.train.precision = Precision::fp32;
+  r.train.threads = 2;
+  const double one_rank = predict_step(r, {cpu, 1, 8, 50e9}).compute;
+  r.train.threads = 4;  // more threads than cores: no faster, and no slower in the model
+  EXPECT_DOUBLE_EQ(predict_step(r, {cpu, 1, 8, 50e9}).compute, one_rank);
+  r.train.threads = 1, r.parallel.dp = 2;
+  const double two_ranks = predict_step(r, {cpu, 2, 8, 50e9}).compute;
+  EXPECT_NEAR(two_ranks / one_rank, 0.5 * 180 / 100, 1e-9);  // each rank half the work at 100 of 180
+  r.train.threads = 0, r.parallel.dp = 4;                    // auto: one thread each, two on a core
+  const double four_ranks = predict_step(r, {cpu, 4, 8, 50e9}).compute;
+  EXPECT_NEAR(four_ranks / two_ranks, 0.5 * 2, 1e-9);  // a quarter of the work at half the rate
+}
+
 TEST(PerfModel, ZeroAndNodesChangeOnlyTheDataParallelTime) {
   Recipe r = gpt(24, 2048, 16, 2048, 1, 1, 16, 1, 64);
   const DeviceSpec dev = device_lookup("a100-80g");
