@@ -104,8 +104,9 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // bytes moved per token and block, Korthikanti et al.'s activation bytes per token and layer for a
   // model that stores its attention scores, h·(10 + 24/t + 5·a·s/(h·t)) at 16 bits (sequence
   // parallelism: h·(34 + 5·a·s/h)/t), written once forward and read and written again backward.
+  // Without stored scores (llmtrain's flash-style attention) the 5·a·s/h term is not there.
   const double h = m.hidden, a = m.heads, seq = m.seq_len;
-  const double scores = 5 * a * seq / h;
+  const double scores = c.stores_attention_scores ? 5 * a * seq / h : 0.0;
   const double stored = p.sequence_parallel ? h * (34 + scores) / tp : h * (10 + 24.0 / tp + scores / tp);
   const double byte_scale = element / 2;
   const double traffic_forward = stored * byte_scale, traffic_backward = 2 * stored * byte_scale;

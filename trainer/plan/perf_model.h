@@ -28,6 +28,10 @@ struct Cluster {
   int gpus = 1;                        // ranks in all
   int gpus_per_node = 8;               // ranks per node (NVLink domain)
   double inter_node_bandwidth = 50e9;  // bytes/s per rank and direction (its NIC: 400 Gb/s = 50 GB/s)
+  // Whether the trainer stores each layer's attention scores ([heads, seq, seq] per sequence), as
+  // Megatron-LM did before flash attention (its 2021 anchor). llmtrain's attention kernels, CPU and
+  // CUDA, never do: the scores' bytes are then not part of the memory-bound traffic.
+  bool stores_attention_scores = false;
 };
 
 // Ring collectives of `bytes` (the whole buffer) over `ranks` ranks at `bandwidth` bytes/s per
