@@ -54,12 +54,12 @@ class TrainStepTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // A rank's whole training set-up, as train() builds it.
+  // A rank's whole training set-up, as train() builds it (tensor parallelism: the recipe's tp).
   // `storage`: the model's dtype when it is not train.precision's (fp16 loss scaling on fp32 storage).
   struct Rank {
     Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world, int dp, int pp = 1,
          std::optional<kernels::DType> storage = std::nullopt)
-        : mesh({1, pp, dp}, world->rank()),
+        : mesh({r.parallel.tp, pp, dp}, world->rank()),
           comms(parallel::make_mesh_comms(mesh, std::move(world))),
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), dp),

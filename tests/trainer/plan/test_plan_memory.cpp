@@ -17,29 +17,6 @@ namespace {
 
 class PlanMemory : public TrainStepTest {
  protected:
-  struct MeshRank {
-    MeshRank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world)
-        : mesh({r.parallel.tp, r.parallel.pp, r.parallel.dp}, world->rank()),
-          comms(parallel::make_mesh_comms(mesh, std::move(world))),
-          data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
-          sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), r.parallel.dp),
-          batches(data, sampler, r.model.seq_len),
-          schedule(step_schedule(r, mesh.coord().pp, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, mesh.coord().pp, schedule), *comms.tp) {
-      step.emplace(r, model, comms, batches, schedule);
-      model.init_parameters(11);
-      step->master_from_params();
-    }
-    parallel::Mesh mesh;
-    parallel::MeshComms comms;
-    GptDataset data;
-    Sampler sampler;
-    MicroBatchReader batches;
-    std::vector<parallel::PipeOp> schedule;
-    Model model;
-    std::optional<TrainStep> step;
-  };
-
   struct Case {
     int tp, pp, dp, zero;
     Precision precision = Precision::fp32;
@@ -75,7 +52,7 @@ TEST_F(PlanMemory, PredictedPeakPerRankIsWithinTenPercentOfTheMeasured) {
     int64_t measured = 0;
     parallel::run_ranks_in_threads(world, [&](parallel::Comm& comm) {
       {
-        MeshRank me(r, prefix_, comm.split(0, comm.rank(), "world"));
+        Rank me(r, prefix_, comm.split(0, comm.rank(), "world"), r.parallel.dp, r.parallel.pp);
         me.step->run(0, 0);
         comm.barrier();
         if (comm.rank() == 0) measured = kernels::memory_use(kernels::Device::cpu).peak;
