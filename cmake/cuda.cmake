@@ -48,7 +48,14 @@ elseif(NOT _lt_cuda STREQUAL "OFF")
     message(STATUS "llmtrain: CUDA backend off (missing: ${_lt_missing})")
   else()
     set(LLMTRAIN_HAVE_CUDA ON)
-    set(CMAKE_CUDA_STANDARD 17)
+    # C++20, as the host code: the kernels' entry points include kernels/ops.h (std::span,
+    # __VA_OPT__, designated initializers). Debian's CMake 3.25 does not know nvcc's flag for it
+    # (nvcc has taken -std=c++20 since CUDA 12), so it is told.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     add_library(llmtrain_nccl UNKNOWN IMPORTED)
     set_target_properties(llmtrain_nccl PROPERTIES IMPORTED_LOCATION ${LLMTRAIN_NCCL_LIB}

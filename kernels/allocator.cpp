@@ -1,6 +1,7 @@
 // The one place that maps a device to its allocator.
 #include "kernels/allocator.h"
 
+#include "common/error.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace llmtrain::kernels {

@@ -1,23 +1,24 @@
-// The one place where ops pick their backend: shapes, dtypes and devices are checked here (so
-// every backend sees the same validated arguments), then the tensors' device selects the
-// implementation: kernels/cpu/ or kernels/cuda/ (LT_DISPATCH's `case Device::cuda:`, here and
-// nowhere else).
+// The one place where ops pick their backend. Every op of the table (kernels/op_table.def) gets
+// its definition here from its entry: the entry's preconditions, then its operands' presence,
+// dtypes and element counts (so every backend sees the same validated arguments), then the
+// tensors' device selects the implementation: kernels/cpu/ or kernels/cuda/ (run_op below, here
+// and nowhere else).
 //
 // 16-bit storage (kernels/ops.h, "Precision"): on the CPU, an op whose storage operands are bf16
 // or fp16 runs the same fp32 CPU kernel on fp32 copies of them (Widen below, the one place that
-// does it): read operands are widened exactly into the per-thread scratch, the kernel runs, and
-// written operands are rounded back once (nearest even). All-fp32 calls skip it entirely, so fp32
-// is bitwise as before. The CUDA kernels read and write 16-bit storage themselves.
+// does it): operands it reads are widened exactly into the per-thread scratch, the kernel runs, and
+// operands it writes are rounded back once (nearest even). All-fp32 calls skip it entirely, so
+// fp32 is bitwise as before. The CUDA kernels read and write 16-bit storage themselves.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -34,79 +35,182 @@ namespace {
 }
 #endif
 
+bool is_float(DType d) { return d == DType::fp32 || d == DType::bf16 || d == DType::fp16; }
+
+// ---- what the table's counts and conditions are written in ------------------------------------
+
+constexpr int64_t kAny = -1;  // a count: any number of elements
+int64_t numel(const Tensor& t) { return t.numel(); }
+// Columns (the last dimension) and rows of a tensor viewed as [rows, last dim].
+int64_t cols(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
+int64_t rows(const Tensor& t) { return t.numel() / (cols(t) ? cols(t) : 1); }
+
+bool rope_layout_ok(const Tensor& x, const Tensor& table, int64_t rotary_heads, int64_t pos_begin) {
+  LT_CHECK(x.shape.rank() == 4 && table.shape.rank() == 3 && table.shape[1] == 2 && x.shape[3] == 2 * table.shape[2],
+           "rope: x {} (expected [B, T, heads, D]) with table {}", x.shape.str(), table.shape.str());
+  LT_CHECK(rotary_heads >= 0 && rotary_heads <= x.shape[2], "rope: {} rotary heads of {}", rotary_heads, x.shape[2]);
+  LT_CHECK(pos_begin >= 0 && pos_begin + x.shape[1] <= table.shape[0], "rope: positions [{}, {}) beyond the table's {}",
+           pos_begin, pos_begin + x.shape[1], table.shape[0]);
+  return true;
+}
+
+// q, k and v [B, T, *, D] with the spec's heads inside them; out and lse the sizes of q's rows.
+bool attention_layout_ok(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionSpec& s) {
+  LT_CHECK(s.heads >= 1 && s.kv_heads >= 1 && s.heads % s.kv_heads == 0, "attention: heads {} kv_heads {}", s.heads,
+           s.kv_heads);
+  LT_CHECK(q.shape.rank() == 4 && k.shape.rank() == 4 && v.shape.rank() == 4,
+           "attention: q {} k {} v {} (expected "
+           "[B, T, heads, D])",
+           q.shape.str(), k.shape.str(), v.shape.str());
+  LT_CHECK(k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0] && k.shape[3] == q.shape[3] &&
+               v.shape[3] == q.shape[3] && v.shape[1] == k.shape[1],
+           "attention: q {} k {} v {} differ in batch, head dim or key rows", q.shape.str(), k.shape.str(),
+           v.shape.str());
+  for (auto [what, t, first, count] :
+       {std::tuple{"q", &q, s.q_head, s.heads}, {"k", &k, s.k_head, s.kv_heads}, {"v", &v, s.v_head, s.kv_heads}})
+    LT_CHECK(first >= 0 && first + count <= t->shape[2], "attention: {} heads [{}, {}) of {} {}", what, first,
+             first + count, what, t->shape.str());
+  const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3];
+  LT_CHECK(out.numel() == b * tq * s.heads * d, "attention: out {} for {} query rows of {} heads of {}",
+           out.shape.str(), b * tq, s.heads, d);
+  LT_CHECK(lse.numel() == b * s.heads * tq, "attention: lse {} for {} query rows of {} heads", lse.shape.str(), b * tq,
+           s.heads);
+  LT_CHECK(s.q_begin >= 0 && s.kv_begin >= 0 && s.window >= 0 && (s.window == 0 || s.causal),
+           "attention: q_begin {} kv_begin {} window {} causal {} (a window needs the causal mask)", s.q_begin,
+           s.kv_begin, s.window, s.causal);
+  return true;
+}
+
+// The gradients have their inputs' shapes, and two of them in one tensor name disjoint heads.
+bool attention_grads_ok(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const AttentionSpec& s) {
+  LT_CHECK(dq.shape == q.shape && dk.shape == k.shape && dv.shape == v.shape,
+           "attention_backward: dq {} dk {} dv {} "
+           "for q {} k {} v {}",
+           dq.shape.str(), dk.shape.str(), dv.shape.str(), q.shape.str(), k.shape.str(), v.shape.str());
+  const std::tuple<const Tensor*, int64_t, int64_t> grads[] = {
+      {&dq, s.q_head, s.heads}, {&dk, s.k_head, s.kv_heads}, {&dv, s.v_head, s.kv_heads}};
+  for (int i = 0; i < 3; ++i)
+    for (int j = i + 1; j < 3; ++j) {
+      const auto& [a, a0, an] = grads[i];
+      const auto& [b, b0, bn] = grads[j];
+      LT_CHECK(a->data != b->data || a0 + an <= b0 || b0 + bn <= a0,
+               "attention_backward: two gradients write heads [{}, {}) and [{}, {}) of one tensor", a0, a0 + an, b0,
+               b0 + bn);
+    }
+  return true;
+}
+
+// The cache is [B, T_max, kv_heads, D] with the batch and head dim of qkv; rows [position,
+// position + T) must fit.
+bool kv_cache_layout_ok(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t heads,
+                        int64_t kv_heads, int64_t position) {
+  LT_CHECK(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, "kv_cache_write: heads {} kv_heads {}", heads,
+           kv_heads);
+  LT_CHECK(qkv.shape.rank() == 4 && qkv.shape[2] == heads + 2 * kv_heads,
+           "kv_cache_write: qkv {} is not [B, T, heads {} + 2·kv_heads {}, D]", qkv.shape.str(), heads, kv_heads);
+  for (const Tensor* c : {&k_cache, &v_cache})
+    LT_CHECK(
+        c->shape.rank() == 4 && c->shape[0] == qkv.shape[0] && c->shape[2] == kv_heads && c->shape[3] == qkv.shape[3],
+        "kv_cache_write: cache {} for qkv {} (expected [B, T_max, kv_heads {}, D])", c->shape.str(), qkv.shape.str(),
+        kv_heads);
+  LT_CHECK(k_cache.shape == v_cache.shape, "kv_cache_write: k cache {} v cache {}", k_cache.shape.str(),
+           v_cache.shape.str());
+  LT_CHECK(position >= 0 && position + qkv.shape[1] <= k_cache.shape[1],
+           "kv_cache_write: positions [{}, {}) beyond the cache's {} rows", position, position + qkv.shape[1],
+           k_cache.shape[1]);
+  return true;
+}
+
+// ---- an op's operands, as its table entry describes them ---------------------------------------
+
+enum class Use : uint8_t { read = 1, write = 2, read_write = 3 };
+enum class Class : uint8_t { storage, f32, i32, any };
+enum class Need : uint8_t { required, optional };
+struct Operand {
+  const char* name;
+  Tensor* t;
+  Use use;
+  Class cls;
+  Need need;
+  int64_t count;  // kAny or the element count the entry demands
+};
+bool reads(Use u) { return (uint8_t(u) & uint8_t(Use::read)) != 0; }
+bool writes(Use u) { return (uint8_t(u) & uint8_t(Use::write)) != 0; }
+
+void check_operand(const char* op, const Operand& o) {
+  const Tensor& t = *o.t;
+  if (!t.defined()) {
+    LT_CHECK(o.need == Need::optional, "{}: {} is missing", op, o.name);
+    return;
+  }
+  switch (o.cls) {
+    case Class::storage:
+      LT_CHECK(is_float(t.dtype), "{}: {} is {}, expected a float dtype", op, o.name, to_string(t.dtype));
+      break;
+    case Class::f32:
+      LT_CHECK(t.dtype == DType::fp32, "{}: {} is {}, expected fp32", op, o.name, to_string(t.dtype));
+      break;
+    case Class::i32:
+      LT_CHECK(t.dtype == DType::int32, "{}: {} is {}, expected int32", op, o.name, to_string(t.dtype));
+      break;
+    case Class::any:
+      break;
+  }
+  LT_CHECK(o.count == kAny || t.numel() == o.count, "{}: {} has shape {} ({} elements), expected {} elements", op,
+           o.name, t.shape.str(), t.numel(), o.count);
+}
+
 // The device every defined tensor of one call shares.
-Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
+Device device_of(const char* op, std::span<const Operand> operands) {
   const Tensor* first = nullptr;
-  for (const Tensor* t : ts) {
-    if (!t->defined()) continue;
-    if (!first) first = t;
-    LT_CHECK(t->device == first->device, "{}: tensors on {} and {}", op, to_string(first->device),
-             to_string(t->device));
+  for (const Operand& o : operands) {
+    if (!o.t->defined()) continue;
+    if (!first) first = o.t;
+    LT_CHECK(o.t->device == first->device, "{}: tensors on {} and {}", op, to_string(first->device),
+             to_string(o.t->device));
   }
   return first ? first->device : Device::cpu;
 }
 
-void expect(const char* op, const char* what, const Tensor& t, DType dtype, int64_t numel) {
-  LT_CHECK(t.defined(), "{}: {} is missing", op, what);
-  LT_CHECK(t.dtype == dtype, "{}: {} is {}, expected {}", op, what, to_string(t.dtype), to_string(dtype));
-  LT_CHECK(t.numel() == numel, "{}: {} has shape {} ({} elements), expected {} elements", op, what, t.shape.str(),
-           t.numel(), numel);
+// The storage dtype of a call: fp32, or the one 16-bit dtype all its storage operands share.
+// Mixing a 16-bit dtype with fp32 storage operands, or bf16 with fp16, is a broken invariant:
+// only the table's fp32 operands (statistics, tables, master weights) may differ.
+DType storage_dtype(const char* op, std::span<const Operand> operands) {
+  DType half = DType::fp32;
+  bool fp32 = false;
+  for (const Operand& o : operands) {
+    if (o.cls != Class::storage || !o.t->defined()) continue;
+    if (o.t->dtype == DType::fp32) {
+      fp32 = true;
+      continue;
+    }
+    LT_CHECK(half == DType::fp32 || half == o.t->dtype, "{}: {} and {} operands in one call", op, to_string(half),
+             to_string(o.t->dtype));
+    half = o.t->dtype;
+  }
+  LT_CHECK(half == DType::fp32 || !fp32, "{}: {} and fp32 storage operands in one call", op, to_string(half));
+  return half;
 }
-void expect_f32(const char* op, const char* what, const Tensor& t, int64_t numel) {
-  expect(op, what, t, DType::fp32, numel);
-}
-bool is_float(DType d) { return d == DType::fp32 || d == DType::bf16 || d == DType::fp16; }
 
-// A storage operand: any float dtype (all of one call's storage operands share it).
-void expect_float(const char* op, const char* what, const Tensor& t, int64_t numel) {
-  LT_CHECK(t.defined(), "{}: {} is missing", op, what);
-  LT_CHECK(is_float(t.dtype), "{}: {} is {}, expected a float dtype", op, what, to_string(t.dtype));
-  LT_CHECK(t.numel() == numel, "{}: {} has shape {} ({} elements), expected {} elements", op, what, t.shape.str(),
-           t.numel(), numel);
-}
-
-// How an op uses a storage operand: read, written (overwritten), or both (accumulated, in place).
-enum Use : uint8_t { kRead = 1, kWrite = 2, kAccumulate = 3 };
-struct Operand {
-  Tensor* t;
-  Use use;
-};
-
-// Runs a call with 16-bit storage operands in fp32: the constructor points each such operand at an
-// fp32 copy in the calling thread's widening scratch (operands sharing memory share the copy, so
+// Runs a CPU call with 16-bit storage operands in fp32: the constructor points each such operand at
+// an fp32 copy in the calling thread's widening scratch (operands sharing memory share the copy, so
 // the in-place forms of ops.h keep working), and the destructor rounds the written ones back. With
-// only fp32 operands it does nothing. Mixing a 16-bit storage dtype with fp32 storage operands, or
-// bf16 with fp16, in one call is a broken invariant: only the statistics (checked as fp32 by each
-// op) and adamw_update's gradients may differ.
+// fp32 storage it does nothing.
 class Widen {
  public:
-  Widen(const char* op, std::initializer_list<Operand> operands) {
-    DType half = DType::fp32;
-    bool fp32 = false;
-    for (const Operand& o : operands) {
-      if (!o.t->defined()) continue;
-      LT_CHECK(is_float(o.t->dtype), "{}: a storage operand of {}", op, to_string(o.t->dtype));
-      if (o.t->dtype == DType::fp32) {
-        fp32 = true;
-        continue;
-      }
-      LT_CHECK(half == DType::fp32 || half == o.t->dtype, "{}: {} and {} operands in one call", op, to_string(half),
-               to_string(o.t->dtype));
-      half = o.t->dtype;
-    }
-    if (half == DType::fp32) return;
-    LT_CHECK(!fp32, "{}: {} and fp32 storage operands in one call", op, to_string(half));
-    // The CUDA kernels read and write 16-bit storage themselves (fp32 arithmetic, one rounding).
-    if (on_cuda(operands)) return;
+  Widen(const char* op, std::span<Operand> operands, DType storage) {
+    if (storage == DType::fp32) return;
     // One entry per distinct memory; views of the same memory must be the same elements.
     int64_t total = 0;
     for (const Operand& o : operands) {
-      if (!o.t->defined()) continue;
+      if (o.cls != Class::storage || !o.t->defined()) continue;
       Entry* e = find(o.t->data);
       if (e) {
         LT_CHECK(e->orig.numel() == o.t->numel(), "{}: operands share memory with {} and {} elements", op,
                  e->orig.numel(), o.t->numel());
-        e->use = Use(e->use | o.use);
+        e->use = Use(uint8_t(e->use) | uint8_t(o.use));
         continue;
       }
       LT_CHECK(count_ < kMaxOperands, "{}: more than {} operands", op, kMaxOperands);
@@ -120,14 +224,14 @@ class Widen {
     for (int i = 0; i < count_; ++i) {
       Entry& e = entries_[i];
       e.wide = Tensor(base + e.offset, DType::fp32, e.orig.shape);
-      if (e.use & kRead) cpu::convert(e.wide, e.orig);
+      if (reads(e.use)) cpu::convert(e.wide, e.orig);
     }
     for (const Operand& o : operands)
-      if (o.t->defined()) *o.t = Tensor(find(o.t->data)->wide.data, DType::fp32, o.t->shape);
+      if (o.cls == Class::storage && o.t->defined()) *o.t = Tensor(find(o.t->data)->wide.data, DType::fp32, o.t->shape);
   }
   ~Widen() {
     for (int i = 0; i < count_; ++i)
-      if (entries_[i].use & kWrite) cpu::convert(entries_[i].orig, entries_[i].wide);
+      if (writes(entries_[i].use)) cpu::convert(entries_[i].orig, entries_[i].wide);
   }
   Widen(const Widen&) = delete;
   Widen& operator=(const Widen&) = delete;
@@ -136,7 +240,7 @@ class Widen {
   static constexpr int kMaxOperands = 10;
   struct Entry {
     Tensor orig, wide;
-    Use use = kRead;
+    Use use = Use::read;
     int64_t offset = 0;
   };
   static bool overlap(const Tensor& a, const Tensor& b) {
@@ -148,18 +252,9 @@ class Widen {
       if (entries_[i].orig.data == data) return &entries_[i];
     return nullptr;
   }
-  static bool on_cuda(std::initializer_list<Operand> operands) {
-    for (const Operand& o : operands)
-      if (o.t->defined()) return o.t->device == Device::cuda;
-    return false;
-  }
   Entry entries_[kMaxOperands];
   int count_ = 0;
 };
-
-// Rows and columns of a 2-D-or-more tensor viewed as [rows, last dim].
-int64_t cols(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
-int64_t rows(const Tensor& t) { return t.numel() / (cols(t) ? cols(t) : 1); }
 
 // LLMTRAIN_OP_PROFILE=1: wall time per op, printed to stderr at exit (for finding what a step
 // spends its time on; off by default, and then it costs one branch per op).
@@ -201,37 +296,46 @@ class OpProfile {
   std::map<std::string, std::pair<double, long long>> totals_;
 };
 
-// LT_DISPATCH: the CPU op (kernels/cpu/cpu_ops.h) or the CUDA one (kernels/cuda/cuda_ops.h) by the
-// tensors' device; in a build without the CUDA backend a cuda tensor is a "not supported yet" error.
-#if LLMTRAIN_CUDA_BACKEND
-#define LT_CUDA_OP(op, call) return cuda::call
-#else
-#define LT_CUDA_OP(op, call) no_cuda(#op)
-#endif
-#define LT_DISPATCH(op, call, ...)            \
-  switch (device_of(#op, {__VA_ARGS__})) {    \
-    case Device::cpu:                         \
-      if (OpProfile::enabled()) {             \
-        OpProfile::Timer timer{#op};          \
-        return cpu::call;                     \
-      }                                       \
-      return cpu::call;                       \
-    case Device::cuda:                        \
-      LT_CUDA_OP(op, call);                   \
-  }                                           \
-  LT_CHECK(false, "{}: unknown device", #op); \
-  __builtin_unreachable()
+// Checks a call's operands and runs it on their device: the CUDA backend's entry point, or the
+// CPU's (with 16-bit storage widened).
+template <class R, class CpuCall, class CudaCall>
+R run_op(const char* op, std::span<Operand> operands, CpuCall cpu_call, CudaCall cuda_call) {
+  for (const Operand& o : operands) check_operand(op, o);
+  const DType storage = storage_dtype(op, operands);
+  switch (device_of(op, operands)) {
+    case Device::cpu:
+      break;
+    case Device::cuda:
+      return cuda_call();
+  }
+  Widen widen(op, operands, storage);
+  if (OpProfile::enabled()) {
+    OpProfile::Timer timer{op};
+    return cpu_call();
+  }
+  return cpu_call();
+}
 
 }  // namespace
 
-void fill_zero(Tensor x) { LT_DISPATCH(fill_zero, fill_zero(x), &x); }
-
-void convert(Tensor out, Tensor in) {
-  LT_CHECK(out.numel() == in.numel(), "convert: {} elements into {}", in.numel(), out.numel());
-  LT_CHECK(out.dtype == in.dtype || (is_float(out.dtype) && is_float(in.dtype)), "convert: {} to {}",
-           to_string(in.dtype), to_string(out.dtype));
-  LT_DISPATCH(convert, convert(out, in), &out, &in);
-}
+// Every op of the table: its preconditions, then its operands (checked by run_op), then the call.
+#if LLMTRAIN_CUDA_BACKEND
+#define LT_OP_CUDA_CALL(ret, name, ...) [&] { return cuda::name(__VA_ARGS__); }
+#else
+#define LT_OP_CUDA_CALL(ret, name, ...) [&]() -> ret { no_cuda(#name); }
+#endif
+#define LT_OP(ret, name, ...)                                             \
+  ret name(LT_OP_PARAMS(__VA_ARGS__)) {                                   \
+    static constexpr const char* op = #name;                              \
+    LT_OP_REQUIRES(__VA_ARGS__)                                           \
+    Operand operands[] = {LT_OP_OPERANDS(__VA_ARGS__)};                   \
+    return run_op<ret>(                                                   \
+        op, operands, [&] { return cpu::name(LT_OP_ARGS(__VA_ARGS__)); }, \
+        LT_OP_CUDA_CALL(ret, name, LT_OP_ARGS(__VA_ARGS__)));             \
+  }
+#include "kernels/op_table.def"
+#undef LT_OP
+#undef LT_OP_CUDA_CALL
 
 void synchronize(Device device) {
   if (device == Device::cpu) return;
@@ -254,381 +358,11 @@ void copy(Tensor out, Tensor in) {
     }
     return cpu::copy(out, in);
   }
-  LT_CUDA_OP(copy, copy(out, in));
-}
-
-void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {
-  const int64_t n = tokens.numel(), c = cols(wte);
-  expect("embedding_forward", "tokens", tokens, DType::int32, n);
-  expect_float("embedding_forward", "out", out, n * c);
-  expect_float("embedding_forward", "wte", wte, wte.numel());
-  LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_forward: vocab {} vocab_begin {}", vocab, vocab_begin);
-  Widen w("embedding_forward", {{&out, kWrite}, {&wte, kRead}});
-  LT_DISPATCH(embedding_forward, embedding_forward(out, tokens, wte, vocab_begin, vocab), &out, &tokens, &wte);
-}
-
-void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
-  const int64_t n = tokens.numel(), c = cols(dwte);
-  expect("embedding_backward", "tokens", tokens, DType::int32, n);
-  expect_float("embedding_backward", "dout", dout, n * c);
-  expect_float("embedding_backward", "dwte", dwte, dwte.numel());
-  LT_CHECK(vocab >= 1 && vocab_begin >= 0, "embedding_backward: vocab {} vocab_begin {}", vocab, vocab_begin);
-  Widen w("embedding_backward", {{&dwte, kAccumulate}, {&dout, kRead}});
-  LT_DISPATCH(embedding_backward, embedding_backward(dwte, dout, tokens, vocab_begin, vocab), &dwte, &dout, &tokens);
-}
-
-void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
-  LT_CHECK(x.shape.rank() == 3 && wpe.shape.rank() == 2 && x.shape[2] == wpe.shape[1],
-           "position_embedding_forward: x {} wpe {}", x.shape.str(), wpe.shape.str());
-  LT_CHECK(pos_begin >= 0 && pos_begin + x.shape[1] <= wpe.shape[0],
-           "position_embedding_forward: positions [{}, {}) beyond the {} learned positions", pos_begin,
-           pos_begin + x.shape[1], wpe.shape[0]);
-  Widen w("position_embedding_forward", {{&x, kAccumulate}, {&wpe, kRead}});
-  LT_DISPATCH(position_embedding_forward, position_embedding_forward(x, wpe, pos_begin), &x, &wpe);
-}
-
-void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
-  LT_CHECK(dx.shape.rank() == 3 && dwpe.shape.rank() == 2 && dx.shape[2] == dwpe.shape[1] &&
-               pos_begin + dx.shape[1] <= dwpe.shape[0],
-           "position_embedding_backward: dx {} dwpe {}", dx.shape.str(), dwpe.shape.str());
-  Widen w("position_embedding_backward", {{&dwpe, kAccumulate}, {&dx, kRead}});
-  LT_DISPATCH(position_embedding_backward, position_embedding_backward(dwpe, dx, pos_begin), &dwpe, &dx);
-}
-
-void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps) {
-  const int64_t c = cols(in), n = rows(in);
-  for (auto [what, t, numel] : {std::tuple{"out", &out, n * c}, {"weight", &weight, c}, {"bias", &bias, c}})
-    expect_float("layernorm_forward", what, *t, numel);
-  expect_f32("layernorm_forward", "mean", mean, n);
-  expect_f32("layernorm_forward", "rstd", rstd, n);
-  Widen w("layernorm_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}, {&bias, kRead}});
-  LT_DISPATCH(layernorm_forward, layernorm_forward(out, mean, rstd, in, weight, bias, eps), &out, &mean, &rstd, &in,
-              &weight, &bias);
-}
-
-void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
-                        Tensor rstd, Tensor dresidual) {
-  const int64_t c = cols(in), n = rows(in);
-  for (auto [what, t, numel] : {std::tuple{"din", &din, n * c},
-                                {"dweight", &dweight, c},
-                                {"dbias", &dbias, c},
-                                {"dout", &dout, n * c},
-                                {"weight", &weight, c}})
-    expect_float("layernorm_backward", what, *t, numel);
-  expect_f32("layernorm_backward", "mean", mean, n);
-  expect_f32("layernorm_backward", "rstd", rstd, n);
-  if (dresidual.defined()) expect_float("layernorm_backward", "dresidual", dresidual, n * c);
-  Widen w("layernorm_backward", {{&din, kWrite},
-                                 {&dweight, kAccumulate},
-                                 {&dbias, kAccumulate},
-                                 {&dout, kRead},
-                                 {&in, kRead},
-                                 {&weight, kRead},
-                                 {&dresidual, kRead}});
-  LT_DISPATCH(layernorm_backward, layernorm_backward(din, dweight, dbias, dout, in, weight, mean, rstd, dresidual),
-              &din, &dweight, &dbias, &dout, &in, &weight, &mean, &rstd, &dresidual);
-}
-
-void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
-  const int64_t c = cols(in), n = rows(in);
-  for (auto [what, t, numel] : {std::tuple{"out", &out, n * c}, {"weight", &weight, c}})
-    expect_float("rmsnorm_forward", what, *t, numel);
-  expect_f32("rmsnorm_forward", "rstd", rstd, n);
-  Widen w("rmsnorm_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}});
-  LT_DISPATCH(rmsnorm_forward, rmsnorm_forward(out, rstd, in, weight, eps), &out, &rstd, &in, &weight);
-}
-
-void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd,
-                      Tensor dresidual) {
-  const int64_t c = cols(in), n = rows(in);
-  for (auto [what, t, numel] :
-       {std::tuple{"din", &din, n * c}, {"dweight", &dweight, c}, {"dout", &dout, n * c}, {"weight", &weight, c}})
-    expect_float("rmsnorm_backward", what, *t, numel);
-  expect_f32("rmsnorm_backward", "rstd", rstd, n);
-  if (dresidual.defined()) expect_float("rmsnorm_backward", "dresidual", dresidual, n * c);
-  Widen w(
-      "rmsnorm_backward",
-      {{&din, kWrite}, {&dweight, kAccumulate}, {&dout, kRead}, {&in, kRead}, {&weight, kRead}, {&dresidual, kRead}});
-  LT_DISPATCH(rmsnorm_backward, rmsnorm_backward(din, dweight, dout, in, weight, rstd, dresidual), &din, &dweight,
-              &dout, &in, &weight, &rstd, &dresidual);
-}
-
-void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
-  const int64_t i = cols(in), n = rows(in), o = weight.numel() / (i ? i : 1);
-  expect_float("linear_forward", "weight", weight, o * i);
-  expect_float("linear_forward", "out", out, n * o);
-  LT_CHECK(cols(out) == o || out.shape.rank() > 2, "linear_forward: out {} for weight [{}, {}]", out.shape.str(), o, i);
-  if (bias.defined()) expect_float("linear_forward", "bias", bias, o);
-  Widen w("linear_forward", {{&out, kWrite}, {&in, kRead}, {&weight, kRead}, {&bias, kRead}});
-  LT_DISPATCH(linear_forward, linear_forward(out, in, weight, bias), &out, &in, &weight, &bias);
-}
-
-void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight) {
-  const int64_t i = cols(in), n = rows(in), o = weight.numel() / (i ? i : 1);
-  expect_float("linear_backward", "weight", weight, o * i);
-  expect_float("linear_backward", "dweight", dweight, o * i);
-  expect_float("linear_backward", "dout", dout, n * o);
-  if (din.defined()) expect_float("linear_backward", "din", din, n * i);
-  if (dbias.defined()) expect_float("linear_backward", "dbias", dbias, o);
-  Widen w(
-      "linear_backward",
-      {{&din, kWrite}, {&dweight, kAccumulate}, {&dbias, kAccumulate}, {&dout, kRead}, {&in, kRead}, {&weight, kRead}});
-  LT_DISPATCH(linear_backward, linear_backward(din, dweight, dbias, dout, in, weight), &din, &dweight, &dbias, &dout,
-              &in, &weight);
-}
-
-void gelu_forward(Tensor out, Tensor in) {
-  expect_float("gelu_forward", "out", out, in.numel());
-  Widen w("gelu_forward", {{&out, kWrite}, {&in, kRead}});
-  LT_DISPATCH(gelu_forward, gelu_forward(out, in), &out, &in);
-}
-
-void gelu_backward(Tensor din, Tensor dout, Tensor in) {
-  expect_float("gelu_backward", "din", din, in.numel());
-  expect_float("gelu_backward", "dout", dout, in.numel());
-  Widen w("gelu_backward", {{&din, kWrite}, {&dout, kRead}, {&in, kRead}});
-  LT_DISPATCH(gelu_backward, gelu_backward(din, dout, in), &din, &dout, &in);
-}
-
-void swiglu_forward(Tensor out, Tensor in) {
-  const int64_t f = cols(in) / 2, n = rows(in);
-  LT_CHECK(cols(in) % 2 == 0, "swiglu_forward: input rows of {} are not [gate | up]", cols(in));
-  expect_float("swiglu_forward", "out", out, n * f);
-  Widen w("swiglu_forward", {{&out, kWrite}, {&in, kRead}});
-  LT_DISPATCH(swiglu_forward, swiglu_forward(out, in), &out, &in);
-}
-
-void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
-  const int64_t f = cols(in) / 2, n = rows(in);
-  expect_float("swiglu_backward", "din", din, n * 2 * f);
-  expect_float("swiglu_backward", "dout", dout, n * f);
-  Widen w("swiglu_backward", {{&din, kWrite}, {&dout, kRead}, {&in, kRead}});
-  LT_DISPATCH(swiglu_backward, swiglu_backward(din, dout, in), &din, &dout, &in);
-}
-
-void rope_table(Tensor table, double theta) {
-  LT_CHECK(table.shape.rank() == 3 && table.shape[1] == 2 && table.dtype == DType::fp32, "rope_table: table {}",
-           table.shape.str());
-  LT_DISPATCH(rope_table, rope_table(table, theta), &table);
-}
-
-static void check_rope(const char* op, const Tensor& x, const Tensor& table, int64_t rotary_heads, int64_t pos_begin) {
-  LT_CHECK(x.shape.rank() == 4 && table.shape.rank() == 3 && table.shape[1] == 2 && x.shape[3] == 2 * table.shape[2],
-           "{}: x {} (expected [B, T, heads, D]) with table {}", op, x.shape.str(), table.shape.str());
-  LT_CHECK(rotary_heads >= 0 && rotary_heads <= x.shape[2], "{}: {} rotary heads of {}", op, rotary_heads, x.shape[2]);
-  LT_CHECK(pos_begin >= 0 && pos_begin + x.shape[1] <= table.shape[0], "{}: positions [{}, {}) beyond the table's {}",
-           op, pos_begin, pos_begin + x.shape[1], table.shape[0]);
-  expect_f32(op, "table", table, table.numel());
-  expect_float(op, "x", x, x.numel());
-}
-
-void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
-  check_rope("rope_forward", x, table, rotary_heads, pos_begin);
-  Widen w("rope_forward", {{&x, kAccumulate}});
-  LT_DISPATCH(rope_forward, rope_forward(x, table, rotary_heads, pos_begin), &x, &table);
-}
-
-void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
-  check_rope("rope_backward", dx, table, rotary_heads, pos_begin);
-  Widen w("rope_backward", {{&dx, kAccumulate}});
-  LT_DISPATCH(rope_backward, rope_backward(dx, table, rotary_heads, pos_begin), &dx, &table);
-}
-
-static void check_attention(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t heads,
-                            int64_t kv_heads) {
-  LT_CHECK(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, "{}: heads {} kv_heads {}", op, heads, kv_heads);
-  LT_CHECK(qkv.shape.rank() == 4 && qkv.shape[2] == heads + 2 * kv_heads,
-           "{}: qkv {} is not [B, T, heads {} + 2·kv_heads {}, D]", op, qkv.shape.str(), heads, kv_heads);
-  const int64_t b = qkv.shape[0], t = qkv.shape[1], d = qkv.shape[3];
-  expect_float(op, "qkv", qkv, qkv.numel());
-  expect_float(op, "out", out, b * t * heads * d);
-  expect_f32(op, "lse", lse, b * heads * t);
-}
-
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
-  check_attention("attention_forward", qkv, out, lse, heads, kv_heads);
-  Widen w("attention_forward", {{&out, kWrite}, {&qkv, kRead}});
-  LT_DISPATCH(attention_forward, attention_forward(out, lse, qkv, heads, kv_heads), &out, &lse, &qkv);
-}
-
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads) {
-  check_attention("attention_backward", qkv, out, lse, heads, kv_heads);
-  expect_float("attention_backward", "dqkv", dqkv, qkv.numel());
-  expect_float("attention_backward", "dout", dout, out.numel());
-  Widen w("attention_backward", {{&dqkv, kWrite}, {&dout, kRead}, {&qkv, kRead}, {&out, kRead}});
-  LT_DISPATCH(attention_backward, attention_backward(dqkv, dout, qkv, out, lse, heads, kv_heads), &dqkv, &dout, &qkv,
-              &out, &lse);
-}
-
-// The cache is [B, T_max, kv_heads, D] with the batch and head dim of qkv; rows [position,
-// position + T) must fit.
-static void check_kv_cache(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                           int64_t heads, int64_t kv_heads, int64_t position) {
-  LT_CHECK(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, "{}: heads {} kv_heads {}", op, heads, kv_heads);
-  LT_CHECK(qkv.shape.rank() == 4 && qkv.shape[2] == heads + 2 * kv_heads && qkv.dtype == DType::fp32,
-           "{}: qkv {} is not [B, T, heads {} + 2·kv_heads {}, D]", op, qkv.shape.str(), heads, kv_heads);
-  for (const Tensor* c : {&k_cache, &v_cache})
-    LT_CHECK(c->dtype == DType::fp32 && c->shape.rank() == 4 && c->shape[0] == qkv.shape[0] &&
-                 c->shape[2] == kv_heads && c->shape[3] == qkv.shape[3],
-             "{}: cache {} for qkv {} (expected [B, T_max, kv_heads {}, D])", op, c->shape.str(), qkv.shape.str(),
-             kv_heads);
-  LT_CHECK(k_cache.shape == v_cache.shape, "{}: k cache {} v cache {}", op, k_cache.shape.str(), v_cache.shape.str());
-  LT_CHECK(position >= 0 && position + qkv.shape[1] <= k_cache.shape[1],
-           "{}: positions [{}, {}) beyond the cache's {} rows", op, position, position + qkv.shape[1],
-           k_cache.shape[1]);
-}
-
-void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position) {
-  check_kv_cache("kv_cache_write", qkv, k_cache, v_cache, heads, kv_heads, position);
-  LT_DISPATCH(kv_cache_write, kv_cache_write(k_cache, v_cache, qkv, heads, kv_heads, position), &k_cache, &v_cache,
-              &qkv);
-}
-
-void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
-                              int64_t kv_heads, int64_t position) {
-  check_kv_cache("attention_cached_forward", qkv, k_cache, v_cache, heads, kv_heads, position);
-  const int64_t b = qkv.shape[0], t = qkv.shape[1], d = qkv.shape[3];
-  expect_f32("attention_cached_forward", "out", out, b * t * heads * d);
-  expect_f32("attention_cached_forward", "lse", lse, b * heads * t);
-  LT_DISPATCH(attention_cached_forward,
-              attention_cached_forward(out, lse, qkv, k_cache, v_cache, heads, kv_heads, position), &out, &lse, &qkv,
-              &k_cache, &v_cache);
-}
-
-void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
-  expect_float("residual_forward", "out", out, out.numel());
-  expect_float("residual_forward", "a", a, out.numel());
-  expect_float("residual_forward", "b", b, out.numel());
-  if (bias.defined()) expect_float("residual_forward", "bias", bias, cols(out));
-  Widen w("residual_forward", {{&out, kWrite}, {&a, kRead}, {&b, kRead}, {&bias, kRead}});
-  LT_DISPATCH(residual_forward, residual_forward(out, a, b, bias), &out, &a, &b, &bias);
-}
-
-void residual_backward(Tensor dbias, Tensor dout) {
-  expect_float("residual_backward", "dbias", dbias, cols(dout));
-  expect_float("residual_backward", "dout", dout, dout.numel());
-  Widen w("residual_backward", {{&dbias, kAccumulate}, {&dout, kRead}});
-  LT_DISPATCH(residual_backward, residual_backward(dbias, dout), &dbias, &dout);
-}
-
-static void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                                int64_t vocab) {
-  const int64_t n = rows(logits);
-  LT_CHECK(vocab >= 1 && vocab <= cols(logits), "{}: vocab {} with logits {}", op, vocab, logits.shape.str());
-  expect(op, "targets", targets, DType::int32, n);
-  expect_f32(op, "lse", lse, n);
-  expect_float(op, "logits", logits, n * cols(logits));
-}
-
-void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
-                           int32_t ignore_index) {
-  check_cross_entropy("cross_entropy_forward", logits, lse, targets, vocab);
-  expect_f32("cross_entropy_forward", "losses", losses, rows(logits));
-  Widen w("cross_entropy_forward", {{&logits, kRead}});
-  LT_DISPATCH(cross_entropy_forward, cross_entropy_forward(losses, lse, logits, targets, vocab, ignore_index), &losses,
-              &lse, &logits, &targets);
-}
-
-void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
-                            int32_t ignore_index, float loss_scale, Tensor count) {
-  check_cross_entropy("cross_entropy_backward", logits, lse, targets, vocab);
-  expect_float("cross_entropy_backward", "dlogits", dlogits, logits.numel());
-  Widen w("cross_entropy_backward", {{&dlogits, kWrite}, {&logits, kRead}});
-  expect("cross_entropy_backward", "count", count, DType::int32, 1);
-  LT_DISPATCH(cross_entropy_backward,
-              cross_entropy_backward(dlogits, logits, lse, targets, vocab, ignore_index, loss_scale, count), &dlogits,
-              &logits, &lse, &targets, &count);
-}
-
-static void check_shard(const char* op, const Tensor& logits, int64_t col_begin, int64_t vocab) {
-  LT_CHECK(col_begin >= 0 && vocab >= 1 && logits.shape.rank() >= 1, "{}: columns from {} of vocab {}, logits {}", op,
-           col_begin, vocab, logits.shape.str());
-  expect_float(op, "logits", logits, rows(logits) * cols(logits));
-}
-
-void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, int64_t vocab) {
-  check_shard("cross_entropy_shard_max", logits, col_begin, vocab);
-  expect_f32("cross_entropy_shard_max", "row_max", row_max, rows(logits));
-  Widen w("cross_entropy_shard_max", {{&logits, kRead}});
-  LT_DISPATCH(cross_entropy_shard_max, cross_entropy_shard_max(row_max, logits, col_begin, vocab), &row_max, &logits);
-}
-
-void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
-                              int64_t vocab, int32_t ignore_index) {
-  check_shard("cross_entropy_shard_sums", logits, col_begin, vocab);
-  expect_f32("cross_entropy_shard_sums", "stats", stats, 2 * rows(logits));
-  expect_f32("cross_entropy_shard_sums", "row_max", row_max, rows(logits));
-  expect("cross_entropy_shard_sums", "targets", targets, DType::int32, rows(logits));
-  Widen w("cross_entropy_shard_sums", {{&logits, kRead}});
-  LT_DISPATCH(cross_entropy_shard_sums,
-              cross_entropy_shard_sums(stats, logits, row_max, targets, col_begin, vocab, ignore_index), &stats,
-              &logits, &row_max, &targets);
-}
-
-void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
-                           int32_t ignore_index) {
-  const int64_t n = losses.numel();
-  expect_f32("cross_entropy_combine", "losses", losses, n);
-  expect_f32("cross_entropy_combine", "lse", lse, n);
-  expect_f32("cross_entropy_combine", "row_max", row_max, n);
-  expect_f32("cross_entropy_combine", "stats", stats, 2 * n);
-  expect("cross_entropy_combine", "targets", targets, DType::int32, n);
-  LT_DISPATCH(cross_entropy_combine, cross_entropy_combine(losses, lse, row_max, stats, targets, vocab, ignore_index),
-              &losses, &lse, &row_max, &stats, &targets);
-}
-
-void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
-                                  int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count) {
-  check_shard("cross_entropy_shard_backward", logits, col_begin, vocab);
-  expect_float("cross_entropy_shard_backward", "dlogits", dlogits, logits.numel());
-  expect_f32("cross_entropy_shard_backward", "lse", lse, rows(logits));
-  expect("cross_entropy_shard_backward", "targets", targets, DType::int32, rows(logits));
-  expect("cross_entropy_shard_backward", "count", count, DType::int32, 1);
-  Widen w("cross_entropy_shard_backward", {{&dlogits, kWrite}, {&logits, kRead}});
-  LT_DISPATCH(
-      cross_entropy_shard_backward,
-      cross_entropy_shard_backward(dlogits, logits, lse, targets, col_begin, vocab, ignore_index, loss_scale, count),
-      &dlogits, &logits, &lse, &targets, &count);
-}
-
-void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
-  expect_f32("loss_mean_forward", "mean", mean, 1);
-  expect("loss_mean_forward", "count", count, DType::int32, 1);
-  expect_f32("loss_mean_forward", "losses", losses, losses.numel());
-  expect("loss_mean_forward", "targets", targets, DType::int32, losses.numel());
-  LT_DISPATCH(loss_mean_forward, loss_mean_forward(mean, count, losses, targets, ignore_index), &mean, &count, &losses,
-              &targets);
-}
-
-void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
-  const int64_t n = params.numel();
-  for (auto [what, t] : {std::pair{"params", &params}, {"m", &m}, {"v", &v}}) expect_f32("adamw_update", what, *t, n);
-  expect_float("adamw_update", "grads", grads, n);  // 16-bit gradients update fp32 master weights
-  Widen w("adamw_update", {{&grads, kRead}});
-  LT_CHECK(s.step >= 1, "adamw_update: step {} (1-based)", s.step);
-  LT_DISPATCH(adamw_update, adamw_update(params, grads, m, v, s), &params, &grads, &m, &v);
-}
-
-double sum_squares(Tensor x) {
-  expect_float("sum_squares", "x", x, x.numel());
-  Widen w("sum_squares", {{&x, kRead}});
-  LT_DISPATCH(sum_squares, sum_squares(x), &x);
-}
-
-void scale(Tensor x, float s) {
-  expect_float("scale", "x", x, x.numel());
-  Widen w("scale", {{&x, kAccumulate}});
-  LT_DISPATCH(scale, scale(x, s), &x);
-}
-
-void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
-  const int64_t i = cols(din), n = rows(din), o = weight.numel() / (i ? i : 1);
-  expect_float("linear_backward_input", "din", din, n * i);
-  expect_float("linear_backward_input", "weight", weight, o * i);
-  expect_float("linear_backward_input", "dout", dout, n * o);
-  // 16-bit storage: din rounded once, as linear_backward's.
-  Widen w("linear_backward_input", {{&din, kWrite}, {&dout, kRead}, {&weight, kRead}});
-  LT_DISPATCH(linear_backward_input, linear_backward_input(din, dout, weight), &din, &dout, &weight);
+#if LLMTRAIN_CUDA_BACKEND
+  cuda::copy(out, in);
+#else
+  no_cuda("copy");
+#endif
 }
 
 }  // namespace llmtrain::kernels

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
+
 namespace llmtrain::kernels {
 
 const char* to_string(DType t) {
@@ -25,6 +27,11 @@ const char* to_string(DType t) {
 }
 
 const char* to_string(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+void dtype_mismatch(DType have, DType want) {
+  LT_CHECK(false, "tensor of dtype {} accessed as {}", to_string(have), to_string(want));
+  __builtin_unreachable();
+}
 
 Shape::Shape(std::initializer_list<int64_t> dims) {
   LT_CHECK(dims.size() <= kMaxDims, "shape of rank {} exceeds {}", dims.size(), kMaxDims);

@@ -4,7 +4,7 @@
 //
 // Rule a reader could get wrong: a view never owns or frees its data, and it is always contiguous
 // (row-major, innermost dimension last). Slicing is only along the first dimension, which keeps
-// that true.
+// that true. This header uses nothing of fmt (the CUDA entry points, compiled by nvcc, include it).
 #pragma once
 
 #include <array>
@@ -13,8 +13,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
-
-#include "common/error.h"
+#include <type_traits>
 
 namespace llmtrain::kernels {
 
@@ -101,33 +100,26 @@ Tensor host_tensor(const float* data, Shape shape);  // callers promise not to w
 Tensor host_tensor(int32_t* data, Shape shape);
 Tensor host_tensor(const int32_t* data, Shape shape);  // callers promise not to write through it
 
+// The dtype of a host element type: DTypeOf<float>::value is DType::fp32.
 template <typename T>
-struct DTypeOf;
-template <>
-struct DTypeOf<float> {
-  static constexpr DType value = DType::fp32;
+struct DTypeOf {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, int32_t> || std::is_same_v<T, uint16_t> ||
+                    std::is_same_v<T, int64_t> || std::is_same_v<T, uint8_t>,
+                "no DType for this element type");
+  static constexpr DType value = std::is_same_v<T, float>      ? DType::fp32
+                                 : std::is_same_v<T, int32_t>  ? DType::int32
+                                 : std::is_same_v<T, uint16_t> ? DType::uint16
+                                 : std::is_same_v<T, int64_t>  ? DType::int64
+                                                               : DType::uint8;
 };
-template <>
-struct DTypeOf<int32_t> {
-  static constexpr DType value = DType::int32;
-};
-template <>
-struct DTypeOf<uint16_t> {
-  static constexpr DType value = DType::uint16;
-};
-template <>
-struct DTypeOf<int64_t> {
-  static constexpr DType value = DType::int64;
-};
-template <>
-struct DTypeOf<uint8_t> {
-  static constexpr DType value = DType::uint8;
-};
+
+// A broken invariant: a tensor read as another dtype than its own (aborts, naming both).
+[[noreturn]] void dtype_mismatch(DType have, DType want);
 
 template <typename T>
 T* Tensor::ptr() const {
-  LT_CHECK(dtype == DTypeOf<T>::value, "tensor of dtype {} accessed as {}", to_string(dtype),
-           to_string(DTypeOf<T>::value));
+  if (dtype != DTypeOf<T>::value) [[unlikely]]
+    dtype_mismatch(dtype, DTypeOf<T>::value);
   return static_cast<T*>(data);
 }
 

@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "common/error.h"
+
 namespace llmtrain::parallel {
 
 CountingComm::CountingComm(std::unique_ptr<Comm> inner) : inner_(std::move(inner)) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/error.h"
 #include "parallel/comm.h"
 
 namespace llmtrain::parallel {

@@ -17,6 +17,8 @@
 #include <string>
 #include <utility>
 
+#include "common/error.h"
+
 namespace llmtrain::parallel {
 
 namespace {

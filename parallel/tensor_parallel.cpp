@@ -3,6 +3,7 @@
 #include <cstring>
 #include <span>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 
 namespace llmtrain::parallel {

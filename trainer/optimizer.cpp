@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 
 namespace llmtrain::trainer {

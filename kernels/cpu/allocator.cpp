@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "common/error.h"
 #include "common/strings.h"
 
 namespace llmtrain::kernels::cpu {

@@ -1,17 +1,22 @@
-// Causal multi-head attention with grouped-query heads, forward and backward, flash-style: the
-// [T, T] score matrix is never materialized. Work is split into blocks of kBlock query rows; for
-// each block the scores against the keys it may see are computed into a per-thread scratch
-// ([kBlock, keys] floats), softmaxed, and multiplied by V. Forward saves only the log-sum-exp of
-// each query row; backward recomputes the probabilities from it.
+// Attention of a block of query rows over a block of keys and values, with grouped-query heads,
+// forward and backward, flash-style: the score matrix is never materialized. Work is split into
+// blocks of kBlock query rows; for each block the scores against the keys it may see are computed
+// into a per-thread scratch ([kBlock, keys] floats), softmaxed, and multiplied by V. Forward saves
+// only the log-sum-exp of each query row; backward recomputes the probabilities from it.
 //
 // The core works on (pointer, row stride) views of one (sequence, head): token t of a head is at
-// base + t·stride with its D values contiguous. The packed training layout [B, T, H + 2·KV, D] is
-// one such view per head; a KV cache laid out [B, T_max, KV, D] is another, which is why the core
-// takes a query position offset and separate query/key lengths. attention_cached_forward (decoding)
-// runs the same forward core with q from the packed rows and k, v from the cache.
+// base + t·stride with its D values contiguous. q, k and v each hold their heads somewhere in a
+// [B, T, H, D] tensor (the packed training layout [B, T, heads + 2·kv_heads, D] is all three; a KV
+// cache [B, T_max, kv_heads, D] is k or v; kernels/ops.h's AttentionSpec says where).
+//
+// Which keys a row sees is an interval: query row i (position q_begin + i) sees key rows j in
+// [lo(i), hi(i)), hi from the causal mask (or every key), lo from the sliding window (or 0). A
+// block of rows works on the union of its rows' intervals, with the keys shifted so that the
+// union starts at key 0: the products then see a prefix per row (Mask below) and the entries before
+// a row's own lo are zeroed by value.
 //
 // Rules a reader could get wrong:
-//  - Query row i sits at position q_pos + i and sees keys j <= q_pos + i.
+//  - A row that sees no key gets out = 0 and lse = -inf (context parallelism's partial blocks).
 //  - In backward, the gradients of one kv head collect contributions from every query head of its
 //    group, so the parallel unit is (sequence, kv head), never a query block: no two threads ever
 //    write the same dK/dV rows, and the result is independent of the thread count.
@@ -68,9 +73,11 @@ void transpose(float* dst, int64_t ld, HeadView src, int64_t n, int64_t d) {
   }
 }
 
-// Which keys the rows of a block see: row r (query q_pos + i0 + r) sees keys j < limit(r).
+// The upper edge of the keys the rows of a block see: row r sees keys j < limit(r) (limit may be
+// zero or negative for rows before the first key). The products compute every entry j < limit(r)
+// and may leave others unset.
 struct Causal {
-  int64_t first;  // q_pos + i0 + 1: keys visible to row 0
+  int64_t first;  // the keys visible to row 0
   int64_t kv_len;
   int64_t limit(int64_t r) const { return std::min(kv_len, first + r); }
   // The first row that sees key j.
@@ -265,83 +272,134 @@ const BlockProducts& products_for(int64_t d) {
   return kBlas;
 }
 
+// ---- which keys a query row sees ----------------------------------------------------------------
+
+// The mask of one (query block, key block) pair in key-row coordinates: query row i sees key rows
+// [lo(i), hi(i)).
+struct Mask {
+  int64_t offset;  // q_begin − kv_begin: the key row at the query's own position
+  int64_t keys;    // key rows
+  bool causal;
+  int64_t window;
+  int64_t hi(int64_t i) const { return causal ? std::clamp<int64_t>(offset + i + 1, 0, keys) : keys; }
+  int64_t lo(int64_t i) const { return window > 0 ? std::clamp<int64_t>(offset + i + 1 - window, 0, keys) : 0; }
+  // The key rows any of the query rows [0, rows) sees: [0, end).
+  int64_t end(int64_t rows) const { return rows > 0 ? hi(rows - 1) : 0; }
+};
+
+// The keys of query rows [i0, i1) shifted to start at their union's first key `first`, as the
+// products take them.
+struct BlockKeys {
+  int64_t first, count;  // key rows [first, first + count)
+  Causal causal;
+  BlockKeys(const Mask& m, int64_t i0, int64_t i1)
+      : first(m.lo(i0)),
+        count(std::max<int64_t>(0, m.hi(i1 - 1) - m.lo(i0))),
+        causal{m.causal ? m.offset + i0 + 1 - m.lo(i0) : m.keys, m.keys - m.lo(i0)} {}
+  // The keys row r of the block sees, shifted: [lo(r), n(r)).
+  int64_t n(int64_t r) const { return std::max<int64_t>(0, causal.limit(r)); }
+};
+
 // ---- forward and backward of one block of query rows ----------------------------------------
 
 // Query rows [i0, i1) of one head: out rows and lse entries. kt is Kᵀ [d][ld] of the head's keys.
 void forward_block(const BlockProducts& mm, HeadView q, const float* kt, int64_t ld, HeadView v, HeadView out,
-                   float* lse, int64_t i0, int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d, float scale) {
-  const Causal causal{q_pos + i0 + 1, kv_len};
-  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded32(keys);
+                   float* lse, int64_t i0, int64_t i1, const Mask& mask, int64_t d, float scale) {
+  const int64_t rows = i1 - i0;
+  const BlockKeys bk(mask, i0, i1);
+  if (bk.count == 0) {  // no row of the block sees a key
+    for (int64_t r = 0; r < rows; ++r) {
+      std::fill(out.row(i0 + r), out.row(i0 + r) + d, 0.0f);
+      lse[i0 + r] = -std::numeric_limits<float>::infinity();
+    }
+    return;
+  }
+  const int64_t keys = bk.count, lds = padded32(keys);
+  const float* ktb = kt + bk.first;
+  const HeadView vb{v.row(bk.first), v.stride};
   float* s = thread_scratch(2, size_t(kBlock) * size_t(lds) + kBlock);
   float* inv = s + kBlock * lds;
-  mm.abt(s, lds, HeadView{q.row(i0), q.stride}, rows, kt, ld, keys, d, scale, causal);
+  mm.abt(s, lds, HeadView{q.row(i0), q.stride}, rows, ktb, ld, keys, d, scale, bk.causal);
   for (int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * lds;
-    const int64_t n = causal.limit(r);
+    const int64_t n = bk.n(r), j0 = std::min(n, mask.lo(i0 + r) - bk.first);
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+    for (int64_t j = j0; j < n; ++j) mx = std::max(mx, sr[j]);
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float e = exp_approx(sr[j] - mx);
       sr[j] = e;
       sum += e;
     }
-    // Unnormalized here; the output rows are scaled by 1/sum after the product. Zero beyond the
-    // causal edge: the products read a little past a row's limit (row pairs, BLAS).
+    // Unnormalized here; the output rows are scaled by 1/sum after the product. Zero outside the
+    // row's keys: the products read a little past a row's limit (row pairs, BLAS).
+    for (int64_t j = 0; j < j0; ++j) sr[j] = 0.0f;
     for (int64_t j = n; j < keys; ++j) sr[j] = 0.0f;
-    inv[r] = 1.0f / sum;
-    lse[i0 + r] = mx + std::log(sum);
+    inv[r] = n > j0 ? 1.0f / sum : 0.0f;
+    lse[i0 + r] = n > j0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
   }
-  mm.ab(HeadView{out.row(i0), out.stride}, s, lds, rows, v, causal, d, 1.0f, inv);
+  mm.ab(HeadView{out.row(i0), out.stride}, s, lds, rows, vb, bk.causal, d, 1.0f, inv);
 }
 
-// Backward of query rows [i0, i1) of one head: writes dq rows, adds into dk, dv rows [0, keys).
-// kt, vt are Kᵀ and Vᵀ [d][ld].
+// Backward of query rows [i0, i1) of one head: writes dq rows, adds into dk, dv rows. kt, vt are
+// Kᵀ and Vᵀ [d][ld].
 void backward_block(const BlockProducts& mm, HeadView q, const float* kt, const float* vt, int64_t ld, HeadView k,
                     HeadView out, HeadView dout, const float* lse, HeadView dq, HeadView dk, HeadView dv, int64_t i0,
-                    int64_t i1, int64_t kv_len, int64_t q_pos, int64_t d, float scale) {
-  const Causal causal{q_pos + i0 + 1, kv_len};
-  const int64_t rows = i1 - i0, keys = causal.limit(rows - 1), lds = padded32(keys);
+                    int64_t i1, const Mask& mask, int64_t d, float scale) {
+  const int64_t rows = i1 - i0;
+  const BlockKeys bk(mask, i0, i1);
+  if (bk.count == 0) {  // no row of the block sees a key: no gradient flows through it
+    for (int64_t r = 0; r < rows; ++r) std::fill(dq.row(i0 + r), dq.row(i0 + r) + d, 0.0f);
+    return;
+  }
+  const int64_t keys = bk.count, lds = padded32(keys);
+  const Causal causal = bk.causal;
+  const HeadView kb{k.row(bk.first), k.stride}, dkb{dk.row(bk.first), dk.stride}, dvb{dv.row(bk.first), dv.stride};
   float* p = thread_scratch(2, size_t(kBlock) * size_t(lds));
   float* dp = thread_scratch(3, size_t(kBlock) * size_t(lds));
   const HeadView qb{q.row(i0), q.stride}, dob{dout.row(i0), dout.stride};
   // P = exp(scale·Q·Kᵀ - lse); dP = dO·Vᵀ.
-  mm.abt(p, lds, qb, rows, kt, ld, keys, d, scale, causal);
-  mm.abt(dp, lds, dob, rows, vt, ld, keys, d, 1.0f, causal);
+  mm.abt(p, lds, qb, rows, kt + bk.first, ld, keys, d, scale, causal);
+  mm.abt(dp, lds, dob, rows, vt + bk.first, ld, keys, d, 1.0f, causal);
   for (int64_t r = 0; r < rows; ++r) {
     float *pr = p + r * lds, *dpr = dp + r * lds;
-    const int64_t n = causal.limit(r);
+    const int64_t n = bk.n(r), j0 = std::min(n, mask.lo(i0 + r) - bk.first);
     const float l = lse[i0 + r];
     const float *o = out.row(i0 + r), *dor = dout.row(i0 + r);
     float delta = 0;  // rowsum(dO ∘ O)
 #pragma omp simd reduction(+ : delta)
     for (int64_t c = 0; c < d; ++c) delta += o[c] * dor[c];
-      // P and dS = P ∘ (dP - delta); zero beyond the causal edge (the products read a little past
+      // P and dS = P ∘ (dP - delta); zero outside the row's keys (the products read a little past
       // a row's limit: row pairs, BLAS).
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float pj = exp_approx(pr[j] - l);
       pr[j] = pj;
       dpr[j] = pj * (dpr[j] - delta);
     }
+    for (int64_t j = 0; j < j0; ++j) pr[j] = dpr[j] = 0.0f;
     for (int64_t j = n; j < keys; ++j) pr[j] = dpr[j] = 0.0f;
   }
-  mm.atb(dv, p, lds, rows, dob, causal, d, 1.0f);                                       // dV += Pᵀ·dO
-  mm.ab(HeadView{dq.row(i0), dq.stride}, dp, lds, rows, k, causal, d, scale, nullptr);  // dQ = scale·dS·K
-  mm.atb(dk, dp, lds, rows, qb, causal, d, scale);                                      // dK += scale·dSᵀ·Q
+  mm.atb(dvb, p, lds, rows, dob, causal, d, 1.0f);                                       // dV += Pᵀ·dO
+  mm.ab(HeadView{dq.row(i0), dq.stride}, dp, lds, rows, kb, causal, d, scale, nullptr);  // dQ = scale·dS·K
+  mm.atb(dkb, dp, lds, rows, qb, causal, d, scale);                                      // dK += scale·dSᵀ·Q
 }
 
-struct Packed {
-  int64_t b, t, heads, kv_heads, d, row;  // row: floats per token of the packed qkv
-  Packed(const Tensor& qkv, int64_t h, int64_t kv)
-      : b(qkv.shape[0]), t(qkv.shape[1]), heads(h), kv_heads(kv), d(qkv.shape[3]), row((h + 2 * kv) * qkv.shape[3]) {}
-  HeadView q(float* qkv, int64_t s, int64_t h) const { return {qkv + s * t * row + h * d, row}; }
-  HeadView k(float* qkv, int64_t s, int64_t g) const { return {qkv + s * t * row + (heads + g) * d, row}; }
-  HeadView v(float* qkv, int64_t s, int64_t g) const { return {qkv + s * t * row + (heads + kv_heads + g) * d, row}; }
-  HeadView o(float* out, int64_t s, int64_t h) const { return {out + (s * t * heads + h) * d, heads * d}; }
+// The heads of one of q, k, v (or their gradients, or out) inside its [B, T, width, D] tensor.
+struct Heads {
+  float* base;
+  int64_t t, width, d, first;  // rows per sequence, heads per row, head dim, the first head used
+  Heads(const Tensor& x, int64_t first_head)
+      : base(static_cast<float*>(x.data)), t(x.shape[1]), width(x.shape[2]), d(x.shape[3]), first(first_head) {}
+  // Head h (counted from `first`) of sequence s.
+  HeadView head(int64_t s, int64_t h) const { return {base + (s * t * width + first + h) * d, width * d}; }
 };
+
+Mask mask_of(const AttentionSpec& spec, int64_t kv_rows) {
+  return {spec.q_begin - spec.kv_begin, kv_rows, spec.causal, spec.window};
+}
 
 }  // namespace
 
@@ -357,91 +415,101 @@ bool cpu_has_avx512() {
 #endif
 }
 
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
-  const Packed pk(qkv, heads, kv_heads);
-  float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *l = lse.ptr<float>();
-  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(pk.t);
-  const float scale = float(1.0 / std::sqrt(double(pk.d)));
-  const BlockProducts& mm = products_for(pk.d);
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
+  const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3], heads = spec.heads, kv_heads = spec.kv_heads;
+  const Heads qh(q, spec.q_head), kh(k, spec.k_head), vh(v, spec.v_head), oh(out.view({b, tq, heads, d}), 0);
+  const Mask mask = mask_of(spec, k.shape[1]);
+  float* l = lse.ptr<float>();
+  // Only the keys some query row sees are transposed.
+  const int64_t kv_len = mask.end(tq), group = heads / kv_heads, blocks = (tq + kBlock - 1) / kBlock;
+  const int64_t ld = padded32(kv_len);
+  const float scale = float(1.0 / std::sqrt(double(d)));
+  const BlockProducts& mm = products_for(d);
   // One unit per (sequence, kv head): Kᵀ is built once and serves every query head of the group.
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
+  for (int64_t u = 0; u < b * kv_heads; ++u) {
     const int64_t g = u % kv_heads, s = u / kv_heads;
-    float* kt = thread_scratch(1, size_t(pk.d * ld));
-    transpose(kt, ld, pk.k(x, s, g), pk.t, pk.d);
+    float* kt = thread_scratch(1, size_t(d * ld));
+    transpose(kt, ld, kh.head(s, g), kv_len, d);
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
-        forward_block(mm, pk.q(x, s, h), kt, ld, pk.v(x, s, g), pk.o(o, s, h), l + (s * heads + h) * pk.t, i0, i1, pk.t,
-                      0, pk.d, scale);
+        const int64_t i0 = blk * kBlock, i1 = std::min(tq, i0 + kBlock);
+        forward_block(mm, qh.head(s, h), kt, ld, vh.head(s, g), oh.head(s, h), l + (s * heads + h) * tq, i0, i1, mask,
+                      d, scale);
       }
   }
 }
 
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads, int64_t kv_heads) {
-  const Packed pk(qkv, heads, kv_heads);
-  float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *dx = dqkv.ptr<float>(), *dy = dout.ptr<float>();
+void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+                        Tensor lse, const AttentionSpec& spec) {
+  const int64_t b = q.shape[0], tq = q.shape[1], tk = k.shape[1], d = q.shape[3], heads = spec.heads,
+                kv_heads = spec.kv_heads;
+  const Heads qh(q, spec.q_head), kh(k, spec.k_head), vh(v, spec.v_head), dqh(dq, spec.q_head), dkh(dk, spec.k_head),
+      dvh(dv, spec.v_head), oh(out.view({b, tq, heads, d}), 0), doh(dout.view({b, tq, heads, d}), 0);
+  const Mask mask = mask_of(spec, tk);
   const float* l = lse.ptr<float>();
-  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(pk.t);
-  const float scale = float(1.0 / std::sqrt(double(pk.d)));
-  const BlockProducts& mm = products_for(pk.d);
+  const int64_t kv_len = mask.end(tq), group = heads / kv_heads, blocks = (tq + kBlock - 1) / kBlock;
+  const int64_t ld = padded32(kv_len);
+  const float scale = float(1.0 / std::sqrt(double(d)));
+  const BlockProducts& mm = products_for(d);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
+  for (int64_t u = 0; u < b * kv_heads; ++u) {
     const int64_t g = u % kv_heads, s = u / kv_heads;
-    const HeadView k = pk.k(x, s, g), v = pk.v(x, s, g), dk = pk.k(dx, s, g), dv = pk.v(dx, s, g);
-    float* kt = thread_scratch(0, size_t(2 * pk.d * ld));
-    float* vt = kt + pk.d * ld;
-    transpose(kt, ld, k, pk.t, pk.d);
-    transpose(vt, ld, v, pk.t, pk.d);
-    for (int64_t i = 0; i < pk.t; ++i) {
-      std::fill(dk.row(i), dk.row(i) + pk.d, 0.0f);
-      std::fill(dv.row(i), dv.row(i) + pk.d, 0.0f);
+    const HeadView k_g = kh.head(s, g), dk_g = dkh.head(s, g), dv_g = dvh.head(s, g);
+    float* kt = thread_scratch(0, size_t(2 * d * ld));
+    float* vt = kt + d * ld;
+    transpose(kt, ld, k_g, kv_len, d);
+    transpose(vt, ld, vh.head(s, g), kv_len, d);
+    for (int64_t i = 0; i < tk; ++i) {  // every key row's gradient, also those no query sees
+      std::fill(dk_g.row(i), dk_g.row(i) + d, 0.0f);
+      std::fill(dv_g.row(i), dv_g.row(i) + d, 0.0f);
     }
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
-        backward_block(mm, pk.q(x, s, h), kt, vt, ld, k, pk.o(o, s, h), pk.o(dy, s, h), l + (s * heads + h) * pk.t,
-                       pk.q(dx, s, h), dk, dv, i0, i1, pk.t, 0, pk.d, scale);
+        const int64_t i0 = blk * kBlock, i1 = std::min(tq, i0 + kBlock);
+        backward_block(mm, qh.head(s, h), kt, vt, ld, k_g, oh.head(s, h), doh.head(s, h), l + (s * heads + h) * tq,
+                       dqh.head(s, h), dk_g, dv_g, i0, i1, mask, d, scale);
       }
+  }
+}
+
+void attention_merge(Tensor out, Tensor lse, Tensor out_b, Tensor lse_b) {
+  const int64_t b = out.shape[0], t = out.shape[1], heads = out.shape[2], d = out.shape[3];
+  float *o = out.ptr<float>(), *l = lse.ptr<float>();
+  const float *ob = out_b.ptr<float>(), *lb = lse_b.ptr<float>();
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for schedule(static) if (b * t * heads * d > 65536)
+  for (int64_t row = 0; row < b * t * heads; ++row) {
+    const int64_t s = row / (t * heads), i = row / heads % t, h = row % heads;
+    float& la = l[(s * heads + h) * t + i];
+    const float lbv = lb[(s * heads + h) * t + i];
+    float* oa = o + row * d;
+    const float* obr = ob + row * d;
+    if (lbv == kNone) continue;  // the second part saw no key
+    if (la == kNone) {
+      std::copy(obr, obr + d, oa);
+      la = lbv;
+      continue;
+    }
+    const float m = std::max(la, lbv), wa = std::exp(la - m), wb = std::exp(lbv - m), sum = wa + wb;
+    const float fa = wa / sum, fb = wb / sum;
+    for (int64_t c = 0; c < d; ++c) oa[c] = oa[c] * fa + obr[c] * fb;
+    la = m + std::log(sum);
   }
 }
 
 void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position) {
-  const Packed pk(qkv, heads, kv_heads);
-  const int64_t t_max = k_cache.shape[1], width = kv_heads * pk.d;
+  const int64_t b = qkv.shape[0], t = qkv.shape[1], d = qkv.shape[3], row = (heads + 2 * kv_heads) * d;
+  const int64_t t_max = k_cache.shape[1], width = kv_heads * d;
   const float* x = qkv.ptr<float>();
   float *kc = k_cache.ptr<float>(), *vc = v_cache.ptr<float>();
-  for (int64_t s = 0; s < pk.b; ++s)
-    for (int64_t i = 0; i < pk.t; ++i) {
-      const float* row = x + (s * pk.t + i) * pk.row + heads * pk.d;  // k heads, then v heads
+  for (int64_t s = 0; s < b; ++s)
+    for (int64_t i = 0; i < t; ++i) {
+      const float* src = x + (s * t + i) * row + heads * d;  // k heads, then v heads
       const int64_t at = (s * t_max + position + i) * width;
-      std::copy(row, row + width, kc + at);
-      std::copy(row + width, row + 2 * width, vc + at);
+      std::copy(src, src + width, kc + at);
+      std::copy(src + width, src + 2 * width, vc + at);
     }
-}
-
-void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
-                              int64_t kv_heads, int64_t position) {
-  const Packed pk(qkv, heads, kv_heads);
-  float *x = qkv.ptr<float>(), *o = out.ptr<float>(), *l = lse.ptr<float>();
-  float *kc = k_cache.ptr<float>(), *vc = v_cache.ptr<float>();
-  const int64_t t_max = k_cache.shape[1], width = kv_heads * pk.d, kv_len = position + pk.t;
-  const int64_t group = heads / kv_heads, blocks = (pk.t + kBlock - 1) / kBlock, ld = padded32(kv_len);
-  const float scale = float(1.0 / std::sqrt(double(pk.d)));
-  const BlockProducts& mm = products_for(pk.d);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t u = 0; u < pk.b * kv_heads; ++u) {
-    const int64_t g = u % kv_heads, s = u / kv_heads;
-    const HeadView k{kc + s * t_max * width + g * pk.d, width}, v{vc + s * t_max * width + g * pk.d, width};
-    float* kt = thread_scratch(1, size_t(pk.d * ld));
-    transpose(kt, ld, k, kv_len, pk.d);
-    for (int64_t h = g * group; h < (g + 1) * group; ++h)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t i0 = blk * kBlock, i1 = std::min(pk.t, i0 + kBlock);
-        forward_block(mm, pk.q(x, s, h), kt, ld, v, pk.o(o, s, h), l + (s * heads + h) * pk.t, i0, i1, kv_len, position,
-                      pk.d, scale);
-      }
-  }
 }
 
 }  // namespace llmtrain::kernels::cpu

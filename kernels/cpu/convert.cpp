@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/dtype_convert.h"
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -19,16 +20,9 @@ namespace llmtrain::kernels::cpu {
 
 namespace {
 
-// log Σ exp(x[j]) over j < v, and whether every x[j] is finite. Sums in float blocks of 1024
-// added in double, so long rows keep full precision.
-double row_logsumexp(const float* x, int64_t v, bool* finite) {
-  float mx = -std::numeric_limits<float>::infinity(), probe = 0;
-#pragma omp simd reduction(max : mx) reduction(+ : probe)
-  for (int64_t j = 0; j < v; ++j) {
-    mx = std::max(mx, x[j]);
-    probe += x[j] * 0.0f;  // NaN if any x is NaN or ±inf
-  }
-  *finite = probe == 0.0f;
+// Σ exp(x[j] − mx) over [0, v): fp32 sums of 1024 terms added in double, so long rows keep full
+// precision (every sum of the loss takes this order).
+double sum_exp(const float* x, int64_t v, float mx) {
   double sum = 0;
   for (int64_t j0 = 0; j0 < v; j0 += 1024) {
     const int64_t j1 = std::min(v, j0 + 1024);
@@ -37,7 +31,19 @@ double row_logsumexp(const float* x, int64_t v, bool* finite) {
     for (int64_t j = j0; j < j1; ++j) s += exp_approx(x[j] - mx);
     sum += s;
   }
-  return double(mx) + std::log(sum);
+  return sum;
+}
+
+// log Σ exp(x[j]) over j < v, and whether every x[j] is finite.
+double row_logsumexp(const float* x, int64_t v, bool* finite) {
+  float mx = -std::numeric_limits<float>::infinity(), probe = 0;
+#pragma omp simd reduction(max : mx) reduction(+ : probe)
+  for (int64_t j = 0; j < v; ++j) {
+    mx = std::max(mx, x[j]);
+    probe += x[j] * 0.0f;  // NaN if any x is NaN or ±inf
+  }
+  *finite = probe == 0.0f;
+  return double(mx) + std::log(sum_exp(x, v, mx));
 }
 
 }  // namespace
@@ -136,14 +142,7 @@ void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tenso
     float probe = 0;
 #pragma omp simd reduction(+ : probe)
     for (int64_t j = 0; j < real; ++j) probe += xi[j] * 0.0f;  // NaN if any x is NaN or ±inf
-    double s = 0;
-    for (int64_t j0 = 0; j0 < real; j0 += 1024) {
-      const int64_t j1 = std::min(real, j0 + 1024);
-      float b = 0;
-#pragma omp simd reduction(+ : b)
-      for (int64_t j = j0; j < j1; ++j) b += exp_approx(xi[j] - m);
-      s += b;
-    }
+    const double s = sum_exp(xi, real, m);
     sum[i] = probe == 0.0f ? float(s) : std::numeric_limits<float>::quiet_NaN();
     const int32_t t = tgt[i];
     picked[i] = t != ignore_index && t >= col_begin && t < col_begin + real ? xi[t - col_begin] : 0.0f;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace llmtrain::kernels::cpu {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/error.h"
 #include "kernels/cpu/column_sum.h"
 #include "kernels/cpu/cpu_ops.h"
 

@@ -1,6 +1,8 @@
 // AdamW on the device (kernels/cpu/adamw.cpp is the reference): fp32 master weights and moments,
 // gradients in any storage dtype, the step's constants computed once on the host exactly as the
 // CPU computes them.
+#include <cmath>
+
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
@@ -22,14 +24,21 @@ __global__ void adamw_kernel(float* __restrict__ p, const G* __restrict__ g, flo
 
 }  // namespace
 
-void adamw_launch(Storage grads_storage, float* params, const void* grads, float* m, float* v, int64_t n, float beta1,
-                  float beta2, float eps, float grad_scale, float decay, float step_size, float inv_sqrt_bc2) {
+void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
+  const int64_t n = params.numel();
   if (n == 0) return;
-  with_storage(grads_storage, [&](auto tag) {
+  // The constants exactly as kernels/cpu/adamw.cpp computes them.
+  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
+  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
+  const float step_size = float(double(s.lr) / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  const float decay = 1.0f - s.lr * s.weight_decay;
+  with_storage(grads, [&](auto tag) {
     using G = decltype(tag);
     LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, adamw_kernel<G>)
-    (params, static_cast<const G*>(grads), m, v, n, beta1, beta2, eps, grad_scale, decay, step_size, inv_sqrt_bc2);
+    (params.ptr<float>(), data<const G>(grads), m.ptr<float>(), v.ptr<float>(), n, s.beta1, s.beta2, s.eps,
+     s.grad_scale, decay, step_size, inv_sqrt_bc2);
   });
+  LT_CUDA_LAUNCHED("adamw_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

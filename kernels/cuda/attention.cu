@@ -1,25 +1,34 @@
-// Causal self-attention with grouped-query heads on the device, flash-attention style
-// (kernels/cpu/attention.cpp is the reference; kernels/ops.h has the packed qkv layout): scores are
-// never stored. Every kernel gives each row (a query row, or a key row for dk/dv) a group of 1, 2
-// or 4 consecutive threads, each holding kDims of the head dims in registers (q and the output
-// accumulator; dO and dq; k, v, dk and dv), and a block of kThreads threads streams tiles of the
-// other side's rows through shared memory; a dot product is each thread's part, summed over its
-// group by warp shuffles. Forward: an online softmax over key tiles, lse saved. Backward (flash
-// attention 2's split): one kernel per (query tile, head) for dq, which also saves δ = dO·O per row,
-// then one per (key tile, kv head) for dk and dv, which walks every query head of its group, so
-// nothing is accumulated across blocks. The forward also serves decoding with a KV cache
-// (generation): the same kernel over cache rows. Query tiles run last-first: the causal mask makes
-// the late ones the longest.
+// Attention of a block of queries over a block of keys and values, with grouped-query heads, on the
+// device, flash-attention style (kernels/cpu/attention.cpp is the reference; kernels/op_table.def
+// and kernels/ops.h's AttentionSpec have the contract): scores are never stored. q, k and v are
+// heads inside [B, T, width, D] tensors (Heads), so the packed training layout, a KV cache and a
+// block received from another rank are all one kernel's input. Every kernel gives each row (a
+// query row, or a key row for dk/dv) a group of 1, 2 or 4 consecutive threads, each holding kDims
+// of the head dims in registers (q and the output accumulator; dO and dq; k, v, dk and dv), and a
+// block of kThreads threads streams tiles of the other side's rows through shared memory; a dot
+// product is each thread's part, summed over its group by warp shuffles. Forward: an online
+// softmax over the key tiles the block's rows see (Mask: causal, a sliding window, or every key),
+// lse saved. Backward (flash attention 2's split): one kernel per (query tile, head) for dq, which
+// also saves δ = dO·O per row, then one per (key tile, kv head) for dk and dv, which walks every
+// query head of its group over the query rows that see its keys, so nothing is accumulated across
+// blocks. attention_merge joins two partial results by their lse. Query tiles run last-first: the
+// causal mask makes the late ones the longest.
 //
 // The rules a reader could get wrong: every thread of a block takes part in every __syncthreads
 // and every shuffle, also those whose row lies past the sequence (they compute on zeros and store
-// nothing); so masked keys are skipped by value (p = 0), never by branching around a shuffle. In
-// shared memory each thread's chunk of a row is padded to kChunk floats, so that the 2 or 4 chunks
-// a warp reads at once fall in different banks.
+// nothing); so masked keys are skipped by value (p = 0), never by branching around a shuffle. A
+// row that sees no key stores out = 0 and lse = -inf. In shared memory each thread's chunk of a
+// row is padded to kChunk floats, so that the 2 or 4 chunks a warp reads at once fall in different
+// banks.
+#include <string>
+
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
 namespace {
+
+// The largest head dim: the tiles' shared memory and a row's 4 threads of kDims each.
+constexpr int64_t kMaxHeadDim = 128;
 
 constexpr int kThreads = 128;      // threads per block, every kernel
 constexpr int kDims = 32;          // head dims per thread
@@ -34,25 +43,41 @@ int group_for(int64_t d) {
   return g;
 }
 
-struct Layout {
-  int64_t t, heads, kv_heads, d;
-  __device__ int64_t width() const { return heads + 2 * kv_heads; }
-  __device__ int64_t q(int64_t b, int64_t row, int64_t h) const { return ((b * t + row) * width() + h) * d; }
-  __device__ int64_t k(int64_t b, int64_t row, int64_t g) const { return q(b, row, heads + g); }
-  __device__ int64_t v(int64_t b, int64_t row, int64_t g) const { return q(b, row, heads + kv_heads + g); }
-  __device__ int64_t o(int64_t b, int64_t row, int64_t h) const { return ((b * t + row) * heads + h) * d; }
-  __device__ int64_t lse(int64_t b, int64_t h, int64_t row) const { return (b * heads + h) * t + row; }
+// The heads of one of q, k, v, out (or a gradient) inside its [B, T, width, D] tensor: element e of
+// head h (counted from `first`) of row `row` of sequence b is at at(b, row, h) + e.
+struct Heads {
+  int64_t t, width, first, d;
+  __device__ int64_t at(int64_t b, int64_t row, int64_t h) const { return ((b * t + row) * width + first + h) * d; }
 };
 
-// Where the forward reads keys and values: the packed qkv itself (training), or the KV cache of
-// generation ([b, t_max, kv_heads, d]); kv head g of sequence b, row r at
-// base + b·batch_stride + r·row_stride + g·d.
+// Which keys a query row sees (kernels/ops.h's AttentionSpec in key-row coordinates): key rows
+// [lo(row), hi(row)).
+struct Mask {
+  int64_t offset;  // q_begin − kv_begin
+  int64_t keys;    // key rows
+  bool causal;
+  int64_t window;
+  __device__ int64_t hi(int64_t row) const {
+    if (!causal) return keys;
+    const int64_t h = offset + row + 1;
+    return h < 0 ? 0 : (h < keys ? h : keys);
+  }
+  __device__ int64_t lo(int64_t row) const {
+    if (window <= 0) return 0;
+    const int64_t l = offset + row + 1 - window;
+    return l < 0 ? 0 : (l < keys ? l : keys);
+  }
+  __device__ bool visible(int64_t row, int64_t key) const { return key >= lo(row) && key < hi(row); }
+};
+
+// One attention call's tensors and shapes.
 template <class T>
-struct KvSource {
-  const T* k;
-  const T* v;
-  int64_t batch_stride, row_stride, len;  // len: keys visible to the last query
-  int64_t q_pos0;                         // the position of query row 0 (cache: `position`)
+struct Operands {
+  const T *q, *k, *v;
+  Heads qh, kh, vh, oh;  // oh: out and dout [B, Tq, heads, D]
+  int64_t tq, heads, kv_heads, d;
+  Mask mask;
+  __device__ int64_t lse_at(int64_t b, int64_t h, int64_t row) const { return (b * heads + h) * tq + row; }
 };
 
 // This thread's place: row r of the block's rows, chunk c of the row (dims [c·kDims, +kDims)).
@@ -110,34 +135,34 @@ __device__ __forceinline__ void add_scaled_row(float* acc, float a, const float*
 }
 
 template <class T>
-__global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ qkv,
-                                         KvSource<T> kv, Layout lay, float scale, int group) {
+__global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict__ lse, Operands<T> x, float scale,
+                                         int group) {
   LT_DYNAMIC_SHARED(float, smem);
   float* k_s = smem;                          // [kTile][group][kChunk]
   float* v_s = k_s + kTile * group * kChunk;  // [kTile][group][kChunk]
   const Place pl(group);
   const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * pl.rows();
-  const int64_t row = q0 + pl.r, pos = kv.q_pos0 + row, g = h / (lay.heads / lay.kv_heads), d = lay.d;
-  const bool active = row < lay.t;
+  const int64_t row = q0 + pl.r, g = h / (x.heads / x.kv_heads), d = x.d;
+  const bool active = row < x.tq;
   float q[kDims], acc[kDims];
-  load_chunk(q, qkv, lay.q(b, active ? row : 0, h), pl, d, active);
+  load_chunk(q, x.q, x.qh.at(b, active ? row : 0, h), pl, d, active);
   LT_UNROLL
   for (int e = 0; e < kDims; ++e) acc[e] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  const int64_t last = kv.q_pos0 + q0 + pl.rows(), kv_end = last < kv.len ? last : kv.len;
-  const int64_t kv_base = b * kv.batch_stride + g * d;
-  for (int64_t k0 = 0; k0 < kv_end; k0 += kTile) {
+  // The keys of this block's active rows: from the first row's window to the last row's edge.
+  const int64_t last = (q0 + pl.rows() < x.tq ? q0 + pl.rows() : x.tq) - 1;
+  const int64_t kv_begin = x.mask.lo(q0), kv_end = x.mask.hi(last);
+  for (int64_t k0 = kv_begin; k0 < kv_end; k0 += kTile) {
     __syncthreads();  // nobody still reads the previous tile
-    load_tile(k_s, v_s, kv.k, kv.v, k0, kv.len, group, d,
-              [&](int64_t key, int) { return kv_base + key * kv.row_stride; });
+    load_tile(k_s, v_s, x.k, x.v, k0, x.mask.keys, group, d,
+              [&](int64_t key, int which) { return which == 0 ? x.kh.at(b, key, g) : x.vh.at(b, key, g); });
     __syncthreads();
     float p[kTile];
     float tile_max = -INFINITY;
     LT_UNROLL
     for (int j = 0; j < kTile; ++j) {
       const float dot = group_dot(q, k_s, j, pl);
-      const int64_t key = k0 + j;
-      p[j] = key <= pos && key < kv.len ? dot * scale : -INFINITY;
+      p[j] = x.mask.visible(row, k0 + j) ? dot * scale : -INFINITY;
       tile_max = fmaxf(tile_max, p[j]);
     }
     if (tile_max == -INFINITY) continue;  // no key of this tile is visible to this row
@@ -156,76 +181,77 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
     m = m_new;
   }
   if (!active) return;
-  store_chunk(out, lay.o(b, row, h), acc, 1.0f / l, pl, d);
-  if (pl.c == 0) lse[lay.lse(b, h, row)] = m + logf(l);
+  // A row that saw no key: out = 0, lse = -inf (m is -inf and l is 0 then).
+  store_chunk(out, x.oh.at(b, row, h), acc, l > 0.0f ? 1.0f / l : 0.0f, pl, d);
+  if (pl.c == 0) lse[x.lse_at(b, h, row)] = m + logf(l);
 }
 
-// The k and v heads of qkv into cache rows [position, position + t).
+// The k and v heads of qkv [b, t, heads + 2·kv_heads, d] into cache rows [position, position + t).
 __global__ void kv_cache_write_kernel(float* __restrict__ k_cache, float* __restrict__ v_cache,
-                                      const float* __restrict__ qkv, Layout lay, int64_t t_max, int64_t position) {
-  const int64_t width = lay.kv_heads * lay.d;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < lay.t * width;
+                                      const float* __restrict__ qkv, int64_t t, int64_t heads, int64_t kv_heads,
+                                      int64_t d, int64_t t_max, int64_t position) {
+  const int64_t width = kv_heads * d, row_width = (heads + 2 * kv_heads) * d;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < t * width;
        e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = blockIdx.y, row = e / width, c = e % width;
-    const int64_t at = (b * t_max + position + row) * width + c;
-    k_cache[at] = qkv[lay.k(b, row, 0) + c];
-    v_cache[at] = qkv[lay.v(b, row, 0) + c];
+    const int64_t at = (b * t_max + position + row) * width + c, src = (b * t + row) * row_width + heads * d + c;
+    k_cache[at] = qkv[src];
+    v_cache[at] = qkv[src + width];
   }
 }
 
 // dq_i = scale · Σ_j p_ij (dO_i·v_j − δ_i) k_j, with p_ij = exp(scale q_i·k_j − lse_i) and
 // δ_i = dO_i·O_i, which this kernel also saves for the dk/dv kernel.
 template <class T>
-__global__ void attention_backward_dq_kernel(T* __restrict__ dqkv, float* __restrict__ delta_out,
-                                             const T* __restrict__ dout, const T* __restrict__ qkv,
-                                             const T* __restrict__ out, const float* __restrict__ lse, Layout lay,
-                                             float scale, int group) {
+__global__ void attention_backward_dq_kernel(T* __restrict__ dq, float* __restrict__ delta_out,
+                                             const T* __restrict__ dout, const T* __restrict__ out,
+                                             const float* __restrict__ lse, Operands<T> x, float scale, int group) {
   LT_DYNAMIC_SHARED(float, smem);
   float* k_s = smem;                          // [kTile][group][kChunk]
   float* v_s = k_s + kTile * group * kChunk;  // [kTile][group][kChunk]
   const Place pl(group);
   const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * pl.rows();
-  const int64_t row = q0 + pl.r, g = h / (lay.heads / lay.kv_heads), d = lay.d;
-  const bool active = row < lay.t;
-  float q[kDims], dO[kDims], dq[kDims];
-  load_chunk(q, qkv, lay.q(b, active ? row : 0, h), pl, d, active);
-  load_chunk(dO, dout, lay.o(b, active ? row : 0, h), pl, d, active);
+  const int64_t row = q0 + pl.r, g = h / (x.heads / x.kv_heads), d = x.d;
+  const bool active = row < x.tq;
+  float q[kDims], dO[kDims], dqr[kDims];
+  load_chunk(q, x.q, x.qh.at(b, active ? row : 0, h), pl, d, active);
+  load_chunk(dO, dout, x.oh.at(b, active ? row : 0, h), pl, d, active);
   float delta = 0.0f;
   {
     float o[kDims];
-    load_chunk(o, out, lay.o(b, active ? row : 0, h), pl, d, active);
+    load_chunk(o, out, x.oh.at(b, active ? row : 0, h), pl, d, active);
     LT_UNROLL
     for (int e = 0; e < kDims; ++e) {
       delta += dO[e] * o[e];
-      dq[e] = 0.0f;
+      dqr[e] = 0.0f;
     }
     for (int lane_mask = group / 2; lane_mask > 0; lane_mask /= 2) delta += __shfl_xor_sync(kAll, delta, lane_mask);
   }
-  if (active && pl.c == 0) delta_out[lay.lse(b, h, row)] = delta;
-  const float row_lse = active ? lse[lay.lse(b, h, row)] : 0.0f;
-  const int64_t kv_end = q0 + pl.rows() < lay.t ? q0 + pl.rows() : lay.t;
-  for (int64_t k0 = 0; k0 < kv_end; k0 += kTile) {
+  if (active && pl.c == 0) delta_out[x.lse_at(b, h, row)] = delta;
+  const float row_lse = active ? lse[x.lse_at(b, h, row)] : 0.0f;
+  const int64_t last = (q0 + pl.rows() < x.tq ? q0 + pl.rows() : x.tq) - 1;
+  const int64_t kv_begin = x.mask.lo(q0), kv_end = x.mask.hi(last);
+  for (int64_t k0 = kv_begin; k0 < kv_end; k0 += kTile) {
     __syncthreads();
-    load_tile(k_s, v_s, qkv, qkv, k0, lay.t, group, d,
-              [&](int64_t key, int which) { return which == 0 ? lay.k(b, key, g) : lay.v(b, key, g); });
+    load_tile(k_s, v_s, x.k, x.v, k0, x.mask.keys, group, d,
+              [&](int64_t key, int which) { return which == 0 ? x.kh.at(b, key, g) : x.vh.at(b, key, g); });
     __syncthreads();
     for (int j = 0; j < kTile; ++j) {
       const float s = group_dot(q, k_s, j, pl), dp = group_dot(dO, v_s, j, pl);
-      const int64_t key = k0 + j;
-      const float p = key <= row && key < lay.t ? expf(s * scale - row_lse) : 0.0f;
-      add_scaled_row(dq, p * (dp - delta), k_s, j, pl);
+      const float p = active && x.mask.visible(row, k0 + j) ? expf(s * scale - row_lse) : 0.0f;
+      add_scaled_row(dqr, p * (dp - delta), k_s, j, pl);
     }
   }
   if (!active) return;
-  store_chunk(dqkv, lay.q(b, row, h), dq, scale, pl, d);
+  store_chunk(dq, x.qh.at(b, row, h), dqr, scale, pl, d);
 }
 
-// dv_j = Σ_i p_ij dO_i and dk_j = scale · Σ_i p_ij (dO_i·v_j − δ_i) q_i over every query row i >= j
-// of every query head reading kv head g (δ from the dq kernel).
+// dv_j = Σ_i p_ij dO_i and dk_j = scale · Σ_i p_ij (dO_i·v_j − δ_i) q_i over every query row i that
+// sees key j, of every query head reading kv head g (δ from the dq kernel).
 template <class T>
-__global__ void attention_backward_dkv_kernel(T* __restrict__ dqkv, const float* __restrict__ delta,
-                                              const T* __restrict__ dout, const T* __restrict__ qkv,
-                                              const float* __restrict__ lse, Layout lay, float scale, int group) {
+__global__ void attention_backward_dkv_kernel(T* __restrict__ dk, T* __restrict__ dv, const float* __restrict__ delta,
+                                              const T* __restrict__ dout, const float* __restrict__ lse, Operands<T> x,
+                                              float scale, int group) {
   LT_DYNAMIC_SHARED(float, smem);
   float* q_s = smem;                             // [kTile][group][kChunk]
   float* do_s = q_s + kTile * group * kChunk;    // [kTile][group][kChunk]
@@ -233,97 +259,169 @@ __global__ void attention_backward_dkv_kernel(T* __restrict__ dqkv, const float*
   float* delta_s = lse_s + kTile;                // [kTile]
   const Place pl(group);
   const int64_t b = blockIdx.z, g = blockIdx.y, k0 = int64_t(blockIdx.x) * pl.rows();
-  const int64_t key = k0 + pl.r, per_kv = lay.heads / lay.kv_heads, d = lay.d;
-  const bool active = key < lay.t;
-  float k[kDims], v[kDims], dk[kDims], dv[kDims];
-  load_chunk(k, qkv, lay.k(b, active ? key : 0, g), pl, d, active);
-  load_chunk(v, qkv, lay.v(b, active ? key : 0, g), pl, d, active);
+  const int64_t key = k0 + pl.r, per_kv = x.heads / x.kv_heads, d = x.d;
+  const bool active = key < x.mask.keys;
+  float k[kDims], v[kDims], dkr[kDims], dvr[kDims];
+  load_chunk(k, x.k, x.kh.at(b, active ? key : 0, g), pl, d, active);
+  load_chunk(v, x.v, x.vh.at(b, active ? key : 0, g), pl, d, active);
   LT_UNROLL
-  for (int e = 0; e < kDims; ++e) dk[e] = dv[e] = 0.0f;
+  for (int e = 0; e < kDims; ++e) dkr[e] = dvr[e] = 0.0f;
+  // The query rows that see a key of this block: from the first that sees key k0 (causal) to the
+  // last that sees the block's last key (window).
+  const int64_t q_begin = x.mask.causal && k0 - x.mask.offset > 0 ? k0 - x.mask.offset : 0;
+  int64_t q_end = x.tq;
+  if (x.mask.window > 0) {
+    const int64_t after = k0 + pl.rows() - 1 - x.mask.offset + x.mask.window;
+    q_end = after < q_end ? (after > 0 ? after : 0) : q_end;
+  }
   for (int64_t h = g * per_kv; h < (g + 1) * per_kv; ++h) {
-    for (int64_t q0 = k0; q0 < lay.t; q0 += kTile) {
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kTile) {
       __syncthreads();
-      load_tile(q_s, do_s, qkv, dout, q0, lay.t, group, d,
-                [&](int64_t row, int which) { return which == 0 ? lay.q(b, row, h) : lay.o(b, row, h); });
+      load_tile(q_s, do_s, x.q, dout, q0, x.tq, group, d,
+                [&](int64_t row, int which) { return which == 0 ? x.qh.at(b, row, h) : x.oh.at(b, row, h); });
       if (threadIdx.x < kTile) {
         const int64_t row = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = row < lay.t ? lse[lay.lse(b, h, row)] : 0.0f;
-        delta_s[threadIdx.x] = row < lay.t ? delta[lay.lse(b, h, row)] : 0.0f;
+        lse_s[threadIdx.x] = row < x.tq ? lse[x.lse_at(b, h, row)] : 0.0f;
+        delta_s[threadIdx.x] = row < x.tq ? delta[x.lse_at(b, h, row)] : 0.0f;
       }
       __syncthreads();
       for (int i = 0; i < kTile; ++i) {
         const float s = group_dot(k, q_s, i, pl), dp = group_dot(v, do_s, i, pl);
         const int64_t row = q0 + i;
-        const float p = row >= key && row < lay.t ? expf(s * scale - lse_s[i]) : 0.0f;
-        add_scaled_row(dv, p, do_s, i, pl);
-        add_scaled_row(dk, p * (dp - delta_s[i]), q_s, i, pl);
+        const float p = row < x.tq && active && x.mask.visible(row, key) ? expf(s * scale - lse_s[i]) : 0.0f;
+        add_scaled_row(dvr, p, do_s, i, pl);
+        add_scaled_row(dkr, p * (dp - delta_s[i]), q_s, i, pl);
       }
     }
   }
   if (!active) return;
-  store_chunk(dqkv, lay.k(b, key, g), dk, scale, pl, d);
-  store_chunk(dqkv, lay.v(b, key, g), dv, 1.0f, pl, d);
+  store_chunk(dk, x.kh.at(b, key, g), dkr, scale, pl, d);
+  store_chunk(dv, x.vh.at(b, key, g), dvr, 1.0f, pl, d);
+}
+
+// Merging a second partial result into (out, lse): the output rows (reading both lse), then the
+// lse entries (a second kernel, so that no thread reads an lse another has already replaced).
+template <class T>
+__global__ void attention_merge_out_kernel(T* out, const T* __restrict__ out_b, const float* __restrict__ lse,
+                                           const float* __restrict__ lse_b, int64_t t, int64_t heads, int64_t d,
+                                           int64_t total) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = e / d, b = row / (t * heads), i = row / heads % t, h = row % heads;
+    const float la = lse[(b * heads + h) * t + i], lb = lse_b[(b * heads + h) * t + i];
+    if (lb == -INFINITY) continue;
+    if (la == -INFINITY) {
+      store(out, e, load(out_b, e));
+      continue;
+    }
+    const float m = fmaxf(la, lb), wa = expf(la - m), wb = expf(lb - m), sum = wa + wb;
+    store(out, e, load(out, e) * (wa / sum) + load(out_b, e) * (wb / sum));
+  }
+}
+
+__global__ void attention_merge_lse_kernel(float* lse, const float* __restrict__ lse_b, int64_t n) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const float la = lse[e], lb = lse_b[e];
+    if (lb == -INFINITY) continue;
+    if (la == -INFINITY) {
+      lse[e] = lb;
+      continue;
+    }
+    const float m = fmaxf(la, lb);
+    lse[e] = m + logf(expf(la - m) + expf(lb - m));
+  }
 }
 
 unsigned tiles(int64_t t, int rows) { return unsigned((t + rows - 1) / rows); }
 size_t tile_bytes(int group) { return size_t(2 * kTile * group * kChunk) * sizeof(float); }
 
+void check_head_dim(int64_t d) {
+  if (d > kMaxHeadDim)
+    not_supported("attention with head dim " + std::to_string(d) + " on CUDA (the kernels take up to " +
+                      std::to_string(kMaxHeadDim) + ")",
+                  "use a model whose head dim (model.hidden / model.heads) is at most 128, or train.device: cpu");
+}
+
+template <class T>
+Operands<T> operands(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  const int64_t tq = q.shape[1], d = q.shape[3];
+  return {data<const T>(q),
+          data<const T>(k),
+          data<const T>(v),
+          {tq, q.shape[2], spec.q_head, d},
+          {k.shape[1], k.shape[2], spec.k_head, d},
+          {v.shape[1], v.shape[2], spec.v_head, d},
+          {tq, spec.heads, 0, d},
+          tq,
+          spec.heads,
+          spec.kv_heads,
+          d,
+          {spec.q_begin - spec.kv_begin, k.shape[1], spec.causal, spec.window}};
+}
+
 }  // namespace
 
-void attention_forward_launch(Storage s, void* out, float* lse, const void* qkv, int64_t b, int64_t t, int64_t heads,
-                              int64_t kv_heads, int64_t d) {
-  if (b * t == 0) return;
-  const Layout lay{t, heads, kv_heads, d};
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
+  const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3];
+  check_head_dim(d);
+  if (b * tq == 0) return;
   const float scale = 1.0f / sqrtf(float(d));
   const int group = group_for(d);
-  const int64_t width = heads + 2 * kv_heads;
-  with_storage(s, [&](auto tag) {
+  with_storage(q, [&](auto tag) {
     using T = decltype(tag);
-    const T* x = static_cast<const T*>(qkv);
-    const KvSource<T> kv{x + heads * d, x + (heads + kv_heads) * d, t * width * d, width * d, t, 0};
-    LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(heads), unsigned(b)), kThreads, tile_bytes(group), nullptr,
-              attention_forward_kernel<T>)
-    (static_cast<T*>(out), lse, x, kv, lay, scale, group);
+    LT_LAUNCH(dim3(tiles(tq, kThreads / group), unsigned(spec.heads), unsigned(b)), kThreads, tile_bytes(group),
+              nullptr, attention_forward_kernel<T>)
+    (data<T>(out), lse.ptr<float>(), operands<T>(q, k, v, spec), scale, group);
+  });
+  LT_CUDA_LAUNCHED("attention_forward_kernel");
+}
+
+void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+                        Tensor lse, const AttentionSpec& spec) {
+  const int64_t b = q.shape[0], tq = q.shape[1], tk = k.shape[1], d = q.shape[3];
+  check_head_dim(d);
+  if (b * (tq + tk) == 0) return;
+  const float scale = 1.0f / sqrtf(float(d));
+  const int group = group_for(d);
+  // δ = dO·O per query row, from the dq kernel to the dk/dv kernel.
+  float* delta = static_cast<float*>(device_scratch(1, size_t(lse.numel()) * sizeof(float)));
+  with_storage(q, [&](auto tag) {
+    using T = decltype(tag);
+    const Operands<T> x = operands<T>(q, k, v, spec);
+    if (tq > 0) {
+      LT_LAUNCH(dim3(tiles(tq, kThreads / group), unsigned(spec.heads), unsigned(b)), kThreads, tile_bytes(group),
+                nullptr, attention_backward_dq_kernel<T>)
+      (data<T>(dq), delta, data<const T>(dout), data<const T>(out), lse.ptr<float>(), x, scale, group);
+      LT_CUDA_LAUNCHED("attention_backward_dq_kernel");
+    }
+    if (tk > 0) {
+      LT_LAUNCH(dim3(tiles(tk, kThreads / group), unsigned(spec.kv_heads), unsigned(b)), kThreads,
+                tile_bytes(group) + 2 * kTile * sizeof(float), nullptr, attention_backward_dkv_kernel<T>)
+      (data<T>(dk), data<T>(dv), delta, data<const T>(dout), lse.ptr<float>(), x, scale, group);
+      LT_CUDA_LAUNCHED("attention_backward_dkv_kernel");
+    }
   });
 }
 
-void kv_cache_write_launch(float* k_cache, float* v_cache, const float* qkv, int64_t b, int64_t t, int64_t heads,
-                           int64_t kv_heads, int64_t d, int64_t t_max, int64_t position) {
+void attention_merge(Tensor out, Tensor lse, Tensor out_b, Tensor lse_b) {
+  const int64_t t = out.shape[1], heads = out.shape[2], d = out.shape[3], total = out.numel();
+  if (total == 0) return;
+  with_storage(out, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(total, 256), 256, 0, nullptr, attention_merge_out_kernel<T>)
+    (data<T>(out), data<const T>(out_b), lse.ptr<float>(), lse_b.ptr<float>(), t, heads, d, total);
+  });
+  LT_CUDA_LAUNCHED("attention_merge_out_kernel");
+  LT_LAUNCH(blocks_for(lse.numel(), 256), 256, 0, nullptr, attention_merge_lse_kernel)
+  (lse.ptr<float>(), lse_b.ptr<float>(), lse.numel());
+  LT_CUDA_LAUNCHED("attention_merge_lse_kernel");
+}
+
+void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position) {
+  const int64_t b = qkv.shape[0], t = qkv.shape[1], d = qkv.shape[3];
   if (b * t == 0) return;
-  const Layout lay{t, heads, kv_heads, d};
   LT_LAUNCH(dim3(blocks_for(t * kv_heads * d, 256), unsigned(b)), 256, 0, nullptr, kv_cache_write_kernel)
-  (k_cache, v_cache, qkv, lay, t_max, position);
-}
-
-void attention_cached_forward_launch(float* out, float* lse, const float* qkv, const float* k_cache,
-                                     const float* v_cache, int64_t b, int64_t t, int64_t heads, int64_t kv_heads,
-                                     int64_t d, int64_t t_max, int64_t position) {
-  if (b * t == 0) return;
-  const Layout lay{t, heads, kv_heads, d};
-  const float scale = 1.0f / sqrtf(float(d));
-  const int group = group_for(d);
-  const KvSource<float> kv{k_cache, v_cache, t_max * kv_heads * d, kv_heads * d, position + t, position};
-  LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(heads), unsigned(b)), kThreads, tile_bytes(group), nullptr,
-            attention_forward_kernel<float>)
-  (out, lse, qkv, kv, lay, scale, group);
-}
-
-void attention_backward_launch(Storage s, void* dqkv, float* delta, const void* dout, const void* qkv, const void* out,
-                               const float* lse, int64_t b, int64_t t, int64_t heads, int64_t kv_heads, int64_t d) {
-  if (b * t == 0) return;
-  const Layout lay{t, heads, kv_heads, d};
-  const float scale = 1.0f / sqrtf(float(d));
-  const int group = group_for(d);
-  with_storage(s, [&](auto tag) {
-    using T = decltype(tag);
-    LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(heads), unsigned(b)), kThreads, tile_bytes(group), nullptr,
-              attention_backward_dq_kernel<T>)
-    (static_cast<T*>(dqkv), delta, static_cast<const T*>(dout), static_cast<const T*>(qkv), static_cast<const T*>(out),
-     lse, lay, scale, group);
-    LT_LAUNCH(dim3(tiles(t, kThreads / group), unsigned(kv_heads), unsigned(b)), kThreads,
-              tile_bytes(group) + 2 * kTile * sizeof(float), nullptr, attention_backward_dkv_kernel<T>)
-    (static_cast<T*>(dqkv), delta, static_cast<const T*>(dout), static_cast<const T*>(qkv), lse, lay, scale, group);
-  });
+  (k_cache.ptr<float>(), v_cache.ptr<float>(), qkv.ptr<float>(), t, heads, kv_heads, d, k_cache.shape[1], position);
+  LT_CUDA_LAUNCHED("kv_cache_write_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

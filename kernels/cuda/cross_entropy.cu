@@ -131,61 +131,90 @@ __global__ void loss_mean_kernel(float* __restrict__ mean, int32_t* __restrict__
 
 }  // namespace
 
-void cross_entropy_forward_launch(Storage s, float* losses, float* lse, const void* logits, const int32_t* targets,
-                                  int64_t n, int64_t vp, int64_t vocab, int32_t ignore_index) {
-  if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+namespace {
+
+// logits [n, vp] (global columns [col_begin, col_begin + vp)): n, vp and the real columns.
+struct Columns {
+  int64_t n, vp, real;
+  Columns(const Tensor& logits, int64_t col_begin, int64_t vocab)
+      : n(0), vp(logits.shape[logits.shape.rank() - 1]), real(0) {
+    n = vp ? logits.numel() / vp : 0;
+    real = vocab - col_begin < 0 ? 0 : (vocab - col_begin > vp ? vp : vocab - col_begin);
+  }
+};
+
+}  // namespace
+
+void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  const Columns cols(logits, 0, vocab);
+  if (cols.n == 0) return;
+  with_storage(logits, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, cross_entropy_forward_kernel<T>)
-    (losses, lse, static_cast<const T*>(logits), targets, vp, vocab, ignore_index);
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, cross_entropy_forward_kernel<T>)
+    (losses.ptr<float>(), lse.ptr<float>(), data<const T>(logits), targets.ptr<int32_t>(), cols.vp, vocab,
+     ignore_index);
   });
+  LT_CUDA_LAUNCHED("cross_entropy_forward_kernel");
 }
 
-void cross_entropy_backward_launch(Storage s, void* dlogits, const void* logits, const float* lse,
-                                   const int32_t* targets, const int32_t* count, int64_t n, int64_t vp,
-                                   int64_t col_begin, int64_t vocab, int32_t ignore_index, float loss_scale) {
-  if (n == 0) return;
-  const int64_t real = vocab - col_begin < 0 ? 0 : (vocab - col_begin > vp ? vp : vocab - col_begin);
-  with_storage(s, [&](auto tag) {
+void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t col_begin,
+                                  int64_t vocab, int32_t ignore_index, float loss_scale, Tensor count) {
+  const Columns cols(logits, col_begin, vocab);
+  if (cols.n == 0) return;
+  with_storage(dlogits, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, cross_entropy_backward_kernel<T>)
-    (static_cast<T*>(dlogits), static_cast<const T*>(logits), lse, targets, count, vp, col_begin, real, vocab,
-     ignore_index, loss_scale);
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, cross_entropy_backward_kernel<T>)
+    (data<T>(dlogits), data<const T>(logits), lse.ptr<float>(), targets.ptr<int32_t>(), count.ptr<int32_t>(), cols.vp,
+     col_begin, cols.real, vocab, ignore_index, loss_scale);
   });
+  LT_CUDA_LAUNCHED("cross_entropy_backward_kernel");
 }
 
-void cross_entropy_shard_max_launch(Storage s, float* row_max, const void* logits, int64_t n, int64_t vp,
-                                    int64_t col_begin, int64_t vocab) {
-  if (n == 0) return;
-  const int64_t real = vocab - col_begin < 0 ? 0 : (vocab - col_begin > vp ? vp : vocab - col_begin);
-  with_storage(s, [&](auto tag) {
-    using T = decltype(tag);
-    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, shard_max_kernel<T>)(row_max, static_cast<const T*>(logits), vp, real);
-  });
+// The whole vocabulary is the shard of columns [0, vp).
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t vocab,
+                            int32_t ignore_index, float loss_scale, Tensor count) {
+  cuda::cross_entropy_shard_backward(dlogits, logits, lse, targets, 0, vocab, ignore_index, loss_scale, count);
 }
 
-void cross_entropy_shard_sums_launch(Storage s, float* stats, const void* logits, const float* row_max,
-                                     const int32_t* targets, int64_t n, int64_t vp, int64_t col_begin, int64_t vocab,
-                                     int32_t ignore_index) {
-  if (n == 0) return;
-  const int64_t real = vocab - col_begin < 0 ? 0 : (vocab - col_begin > vp ? vp : vocab - col_begin);
-  with_storage(s, [&](auto tag) {
+void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, int64_t vocab) {
+  const Columns cols(logits, col_begin, vocab);
+  if (cols.n == 0) return;
+  with_storage(logits, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned(n), kThreads, 0, nullptr, shard_sums_kernel<T>)
-    (stats, static_cast<const T*>(logits), row_max, targets, n, vp, col_begin, real, ignore_index);
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, shard_max_kernel<T>)
+    (row_max.ptr<float>(), data<const T>(logits), cols.vp, cols.real);
   });
+  LT_CUDA_LAUNCHED("shard_max_kernel");
 }
 
-void cross_entropy_combine_launch(float* losses, float* lse, const float* row_max, const float* stats,
-                                  const int32_t* targets, int64_t n, int64_t vocab, int32_t ignore_index) {
+void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t col_begin,
+                              int64_t vocab, int32_t ignore_index) {
+  const Columns cols(logits, col_begin, vocab);
+  if (cols.n == 0) return;
+  with_storage(logits, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, shard_sums_kernel<T>)
+    (stats.ptr<float>(), data<const T>(logits), row_max.ptr<float>(), targets.ptr<int32_t>(), cols.n, cols.vp,
+     col_begin, cols.real, ignore_index);
+  });
+  LT_CUDA_LAUNCHED("shard_sums_kernel");
+}
+
+void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor stats, Tensor targets, int64_t vocab,
+                           int32_t ignore_index) {
+  const int64_t n = losses.numel();
   if (n == 0) return;
   LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, combine_kernel)
-  (losses, lse, row_max, stats, targets, n, vocab, ignore_index);
+  (losses.ptr<float>(), lse.ptr<float>(), row_max.ptr<float>(), stats.ptr<float>(), targets.ptr<int32_t>(), n, vocab,
+   ignore_index);
+  LT_CUDA_LAUNCHED("combine_kernel");
 }
 
-void loss_mean_launch(float* mean, int32_t* count, const float* losses, const int32_t* targets, int64_t n,
-                      int32_t ignore_index) {
-  LT_LAUNCH(1, 1, 0, nullptr, loss_mean_kernel)(mean, count, losses, targets, n, ignore_index);
+void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
+  LT_LAUNCH(1, 1, 0, nullptr, loss_mean_kernel)
+  (mean.ptr<float>(), count.ptr<int32_t>(), losses.ptr<float>(), targets.ptr<int32_t>(), losses.numel(), ignore_index);
+  LT_CUDA_LAUNCHED("loss_mean_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

@@ -1,16 +1,16 @@
 // Matrix products through cuBLASLt on a GPU (docs/cuda.md, "Matrix products"). The linear layer
-// (cuda_ops.cpp) calls this when gemm_uses_cublaslt(); otherwise, and always in the simulator, our
+// (linear.cu) calls this when gemm_uses_cublaslt(); otherwise, and always in the simulator, our
 // tiled GEMM (linear.cu) runs instead.
 //
 // The rule a reader could get wrong: cuBLASLt is column-major. The caller states the product in
 // cuBLAS's terms (D[m, n] = op(A)·op(B), leading dimensions in elements); a row-major product is the
-// same call with the operands swapped (cuda_ops.cpp spells out each of the linear layer's three).
+// same call with the operands swapped (linear.cu spells out each of the linear layer's three).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/storage.h"
 
 namespace llmtrain::kernels::cuda {
 

@@ -79,44 +79,54 @@ __global__ void position_backward_kernel(T* __restrict__ dwpe, const T* __restri
 
 }  // namespace
 
-void embedding_forward_launch(Storage s, void* out, const int32_t* tokens, const void* wte, int64_t n, int64_t v,
-                              int64_t c, int64_t vocab_begin, int64_t vocab) {
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin, int64_t vocab) {
+  const int64_t n = tokens.numel(), v = wte.shape[0], c = wte.shape[1];
   if (n * c == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(out, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(blocks_for(n * c, 256), 256, 0, nullptr, embedding_forward_kernel<T>)
-    (static_cast<T*>(out), tokens, static_cast<const T*>(wte), n, v, c, vocab_begin, vocab);
+    (data<T>(out), tokens.ptr<int32_t>(), data<const T>(wte), n, v, c, vocab_begin, vocab);
   });
+  LT_CUDA_LAUNCHED("embedding_forward_kernel");
 }
 
-void embedding_backward_launch(Storage s, void* dwte, const void* dout, const int32_t* tokens, int32_t* chains,
-                               int64_t n, int64_t v, int64_t c, int64_t vocab_begin, int64_t vocab) {
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_begin, int64_t vocab) {
+  const int64_t n = tokens.numel(), v = dwte.shape[0], c = dwte.shape[1];
   if (n * c == 0) return;
-  int32_t *head = chains, *next = chains + n;
-  LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, token_chains_kernel)(head, next, tokens, n, vocab);
-  with_storage(s, [&](auto tag) {
+  int32_t* head = static_cast<int32_t*>(device_scratch(0, size_t(2 * n) * sizeof(int32_t)));
+  int32_t* next = head + n;
+  const int32_t* ids = tokens.ptr<int32_t>();
+  LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, token_chains_kernel)(head, next, ids, n, vocab);
+  LT_CUDA_LAUNCHED("token_chains_kernel");
+  with_storage(dwte, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(unsigned((c + 63) / 64), 64, 0, nullptr, embedding_backward_kernel<T>)
-    (static_cast<T*>(dwte), static_cast<const T*>(dout), tokens, head, next, n, v, c, vocab_begin);
+    (data<T>(dwte), data<const T>(dout), ids, head, next, n, v, c, vocab_begin);
   });
+  LT_CUDA_LAUNCHED("embedding_backward_kernel");
 }
 
-void position_embedding_forward_launch(Storage s, void* x, const void* wpe, int64_t b, int64_t t, int64_t c) {
+// x [b, t, c] += wpe rows [pos_begin, pos_begin + t).
+void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
+  const int64_t b = x.shape[0], t = x.shape[1], c = x.shape[2];
   if (b * t * c == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(x, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(blocks_for(b * t * c, 256), 256, 0, nullptr, position_forward_kernel<T>)
-    (static_cast<T*>(x), static_cast<const T*>(wpe), b * t, t, c);
+    (data<T>(x), data<const T>(wpe) + pos_begin * c, b * t, t, c);
   });
+  LT_CUDA_LAUNCHED("position_forward_kernel");
 }
 
-void position_embedding_backward_launch(Storage s, void* dwpe, const void* dx, int64_t b, int64_t t, int64_t c) {
+void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
+  const int64_t b = dx.shape[0], t = dx.shape[1], c = dx.shape[2];
   if (t * c == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(dwpe, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(blocks_for(t * c, 256), 256, 0, nullptr, position_backward_kernel<T>)
-    (static_cast<T*>(dwpe), static_cast<const T*>(dx), b, t, c);
+    (data<T>(dwpe) + pos_begin * c, data<const T>(dx), b, t, c);
   });
+  LT_CUDA_LAUNCHED("position_backward_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

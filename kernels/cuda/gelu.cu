@@ -32,22 +32,25 @@ __global__ void gelu_backward_kernel(T* din, const T* dout, const T* __restrict_
 
 }  // namespace
 
-void gelu_forward_launch(Storage s, void* out, const void* in, int64_t n) {
+void gelu_forward(Tensor out, Tensor in) {
+  const int64_t n = in.numel();
   if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, gelu_forward_kernel<T>)
-    (static_cast<T*>(out), static_cast<const T*>(in), n);
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, gelu_forward_kernel<T>)(data<T>(out), data<const T>(in), n);
   });
+  LT_CUDA_LAUNCHED("gelu_forward_kernel");
 }
 
-void gelu_backward_launch(Storage s, void* din, const void* dout, const void* in, int64_t n) {
+void gelu_backward(Tensor din, Tensor dout, Tensor in) {
+  const int64_t n = in.numel();
   if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(din, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, gelu_backward_kernel<T>)
-    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n);
+    (data<T>(din), data<const T>(dout), data<const T>(in), n);
   });
+  LT_CUDA_LAUNCHED("gelu_backward_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

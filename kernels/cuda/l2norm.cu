@@ -35,25 +35,33 @@ __global__ void scale_kernel(T* x, int64_t n, float s) {
 
 }  // namespace
 
-int64_t sum_squares_chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
-
-void sum_squares_launch(Storage s, double* total, double* partial, const void* x, int64_t n) {
-  const int64_t chunks = sum_squares_chunks(n);
+double sum_squares(Tensor x) {
+  const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
+  // The total and the chunk partials in device scratch.
+  double* total = static_cast<double*>(device_scratch(1, size_t(1 + chunks) * sizeof(double)));
+  double* partial = total + 1;
   if (chunks > 0) {
-    with_storage(s, [&](auto tag) {
+    with_storage(x, [&](auto tag) {
       using T = decltype(tag);
-      LT_LAUNCH(unsigned(chunks), kThreads, 0, nullptr, chunk_squares_kernel<T>)(partial, static_cast<const T*>(x), n);
+      LT_LAUNCH(unsigned(chunks), kThreads, 0, nullptr, chunk_squares_kernel<T>)(partial, data<const T>(x), n);
     });
+    LT_CUDA_LAUNCHED("chunk_squares_kernel");
   }
   LT_LAUNCH(1, 1, 0, nullptr, sum_partials_kernel)(total, partial, chunks);
+  LT_CUDA_LAUNCHED("sum_partials_kernel");
+  double result = 0;
+  LT_CUDA(cudaMemcpy(&result, total, sizeof(result), cudaMemcpyDeviceToHost));
+  return result;
 }
 
-void scale_launch(Storage s, void* x, int64_t n, float factor) {
+void scale(Tensor x, float s) {
+  const int64_t n = x.numel();
   if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(x, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, scale_kernel<T>)(static_cast<T*>(x), n, factor);
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, scale_kernel<T>)(data<T>(x), n, s);
   });
+  LT_CUDA_LAUNCHED("scale_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

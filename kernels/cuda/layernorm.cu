@@ -83,31 +83,33 @@ struct AddToWeightAndBias {
 
 }  // namespace
 
-void layernorm_forward_launch(Storage s, void* out, float* mean, float* rstd, const void* in, const void* weight,
-                              const void* bias, int64_t n, int64_t c, float eps) {
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, float eps) {
+  const int64_t c = weight.numel(), n = c ? in.numel() / c : 0;
   if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr,
-              layernorm_forward_kernel<T>)
-    (static_cast<T*>(out), mean, rstd, static_cast<const T*>(in), static_cast<const T*>(weight),
-     static_cast<const T*>(bias), n, c, eps);
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, layernorm_forward_kernel<T>)
+    (data<T>(out), mean.ptr<float>(), rstd.ptr<float>(), data<const T>(in), data<const T>(weight), data<const T>(bias),
+     n, c, eps);
   });
+  LT_CUDA_LAUNCHED("layernorm_forward_kernel");
 }
 
-void layernorm_backward_launch(Storage s, void* din, void* dweight, void* dbias, const void* dout, const void* in,
-                               const void* weight, const float* mean, const float* rstd, const void* dresidual,
-                               int64_t n, int64_t c) {
+void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                        Tensor rstd, Tensor dresidual) {
+  const int64_t c = weight.numel(), n = c ? in.numel() / c : 0;
   if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(din, [&](auto tag) {
     using T = decltype(tag);
-    column_sums<2>(LayernormParamTerms<T>{static_cast<const T*>(dout), static_cast<const T*>(in), mean, rstd, c},
-                   AddToWeightAndBias<T>{static_cast<T*>(dweight), static_cast<T*>(dbias)}, n, c);
-    LT_LAUNCH(unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr,
-              layernorm_backward_kernel<T>)
-    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const T*>(weight), mean,
-     rstd, static_cast<const T*>(dresidual), n, c);
+    column_sums<2>(
+        LayernormParamTerms<T>{data<const T>(dout), data<const T>(in), mean.ptr<float>(), rstd.ptr<float>(), c},
+        AddToWeightAndBias<T>{data<T>(dweight), data<T>(dbias)}, n, c);
+    LT_CUDA_LAUNCHED("column_sums_kernel (layernorm_backward)");
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, layernorm_backward_kernel<T>)
+    (data<T>(din), data<const T>(dout), data<const T>(in), data<const T>(weight), mean.ptr<float>(), rstd.ptr<float>(),
+     data<const T>(dresidual), n, c);
   });
+  LT_CUDA_LAUNCHED("layernorm_backward_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

@@ -1,6 +1,6 @@
-// Our tiled GEMM and the linear layer on it (kernels/cpu/linear.cpp is the reference; ops.h has the
-// contract). On a GPU, cuBLASLt is to take the products over (docs/cuda.md); this kernel stays as the
-// fallback and is what the simulator runs.
+// The linear layer on the device (kernels/cpu/linear.cpp is the reference; kernels/op_table.def has
+// the contract): cuBLASLt takes the products on a GPU (kernels/cuda/cublaslt.h, docs/cuda.md); our
+// tiled GEMM here is the fallback and what the simulator runs.
 //
 // The kernel: C[M, N] = (accumulate ? C : 0) + op(A)·op(B) (+ bias[N]), fp32 arithmetic whatever the
 // storage, one rounding per stored element. A block of 16×16 threads owns a 64×64 tile of C, each
@@ -11,6 +11,9 @@
 // the tile is loaded before anyone reads it, the second so that nobody loads the next tile while a
 // slower thread still reads this one.
 #include "kernels/cuda/storage.cuh"
+#if LLMTRAIN_CUBLASLT
+#include "kernels/cuda/cublaslt.h"
+#endif
 
 namespace llmtrain::kernels::cuda {
 namespace {
@@ -73,34 +76,60 @@ void gemm(T* c, const T* a, const T* b, const T* bias, int64_t m, int64_t n, int
 
 }  // namespace
 
-void linear_forward_launch(Storage s, void* out, const void* in, const void* weight, const void* bias, int64_t n,
-                           int64_t i, int64_t o) {
-  with_storage(s, [&](auto tag) {
+// The linear layer's three products. Row-major X[r, c] is column-major Xᵀ, so each goes to cuBLASLt
+// transposed: out = in·Wᵀ is outᵀ[o, n] = W[o, i]·inᵀ[i, n]; din = dout·W is dinᵀ[i, n] =
+// Wᵀ[i, o]·doutᵀ[o, n]; dW += doutᵀ·in is dWᵀ[i, o] += inᵀ[i, n]·dout[n, o]. Our tiled GEMM takes
+// a product cuBLASLt does not (the simulator, LLMTRAIN_CUDA_GEMM=tiled, no algorithm).
+void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  const int64_t o = weight.shape[0], i = weight.shape[1], n = i ? in.numel() / i : 0;
+#if LLMTRAIN_CUBLASLT
+  if (gemm_uses_cublaslt() &&
+      cublaslt_matmul(storage_of(out), out.data, weight.data, in.data, bias.data, o, n, i, i, i, o, true, false, false))
+    return;
+#endif
+  with_storage(out, [&](auto tag) {
     using T = decltype(tag);
     // out [n, o] = in [n, i] · weight [o, i]ᵀ
-    gemm(static_cast<T*>(out), static_cast<const T*>(in), static_cast<const T*>(weight), static_cast<const T*>(bias), n,
-         o, i, i, i, false, true, false);
+    gemm(data<T>(out), data<const T>(in), data<const T>(weight), data<const T>(bias), n, o, i, i, i, false, true,
+         false);
   });
+  LT_CUDA_LAUNCHED("gemm_kernel (linear_forward)");
 }
 
-void linear_backward_input_launch(Storage s, void* din, const void* dout, const void* weight, int64_t n, int64_t i,
-                                  int64_t o) {
-  with_storage(s, [&](auto tag) {
+void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
+  const int64_t o = weight.shape[0], i = weight.shape[1], n = o ? dout.numel() / o : 0;
+#if LLMTRAIN_CUBLASLT
+  if (gemm_uses_cublaslt() && cublaslt_matmul(storage_of(din), din.data, weight.data, dout.data, nullptr, i, n, o, i, o,
+                                              i, false, false, false))
+    return;
+#endif
+  with_storage(din, [&](auto tag) {
     using T = decltype(tag);
     // din [n, i] = dout [n, o] · weight [o, i]
-    gemm(static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(weight),
-         static_cast<const T*>(nullptr), n, i, o, o, i, false, false, false);
+    gemm(data<T>(din), data<const T>(dout), data<const T>(weight), static_cast<const T*>(nullptr), n, i, o, o, i, false,
+         false, false);
   });
+  LT_CUDA_LAUNCHED("gemm_kernel (linear_backward_input)");
 }
 
-void linear_backward_weight_launch(Storage s, void* dweight, const void* dout, const void* in, int64_t n, int64_t i,
-                                   int64_t o) {
-  with_storage(s, [&](auto tag) {
-    using T = decltype(tag);
-    // dweight [o, i] += doutᵀ [o, n] · in [n, i]
-    gemm(static_cast<T*>(dweight), static_cast<const T*>(dout), static_cast<const T*>(in),
-         static_cast<const T*>(nullptr), o, i, n, o, i, true, false, true);
-  });
+void linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight) {
+  const int64_t o = weight.shape[0], i = weight.shape[1], n = o ? dout.numel() / o : 0;
+  if (din.defined()) cuda::linear_backward_input(din, dout, weight);
+  bool done = false;
+#if LLMTRAIN_CUBLASLT
+  done = gemm_uses_cublaslt() && cublaslt_matmul(storage_of(dweight), dweight.data, in.data, dout.data, nullptr, i, o,
+                                                 n, i, o, i, false, true, true);
+#endif
+  if (!done) {
+    with_storage(dweight, [&](auto tag) {
+      using T = decltype(tag);
+      // dweight [o, i] += doutᵀ [o, n] · in [n, i]
+      gemm(data<T>(dweight), data<const T>(dout), data<const T>(in), static_cast<const T*>(nullptr), o, i, n, o, i,
+           true, false, true);
+    });
+    LT_CUDA_LAUNCHED("gemm_kernel (linear_backward weight)");
+  }
+  if (dbias.defined()) cuda::residual_backward(dbias, dout);  // the bias gradient: dout's column sums
 }
 
 }  // namespace llmtrain::kernels::cuda

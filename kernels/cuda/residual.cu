@@ -24,23 +24,26 @@ struct ColumnOf {
 
 }  // namespace
 
-void residual_forward_launch(Storage s, void* out, const void* a, const void* b, const void* bias, int64_t n,
-                             int64_t c) {
-  const int64_t total = n * c;
+void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
+  const int64_t total = out.numel(), c = bias.defined() ? bias.numel() : (total ? total : 1);
   if (total == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(out, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(blocks_for(total, 256), 256, 0, nullptr, residual_forward_kernel<T>)
-    (static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(bias), total, c);
+    (data<T>(out), data<const T>(a), data<const T>(b), data<const T>(bias), total, c);
   });
+  LT_CUDA_LAUNCHED("residual_forward_kernel");
 }
 
-void residual_backward_launch(Storage s, void* dbias, const void* dout, int64_t n, int64_t c) {
+// dbias [c] += the column sums of dout [n, c] (also the linear layer's bias gradient).
+void residual_backward(Tensor dbias, Tensor dout) {
+  const int64_t c = dbias.numel();
   if (c == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(dbias, [&](auto tag) {
     using T = decltype(tag);
-    column_sums<1>(ColumnOf<T>{static_cast<const T*>(dout), c}, AddToColumn<T>{static_cast<T*>(dbias)}, n, c);
+    column_sums<1>(ColumnOf<T>{data<const T>(dout), c}, AddToColumn<T>{data<T>(dbias)}, dout.numel() / c, c);
   });
+  LT_CUDA_LAUNCHED("column_sums_kernel (residual_backward)");
 }
 
 }  // namespace llmtrain::kernels::cuda

@@ -54,29 +54,31 @@ struct RmsnormWeightTerm {
 
 }  // namespace
 
-void rmsnorm_forward_launch(Storage s, void* out, float* rstd, const void* in, const void* weight, int64_t n, int64_t c,
-                            float eps) {
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
+  const int64_t c = weight.numel(), n = c ? in.numel() / c : 0;
   if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr,
-              rmsnorm_forward_kernel<T>)
-    (static_cast<T*>(out), rstd, static_cast<const T*>(in), static_cast<const T*>(weight), n, c, eps);
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, rmsnorm_forward_kernel<T>)
+    (data<T>(out), rstd.ptr<float>(), data<const T>(in), data<const T>(weight), n, c, eps);
   });
+  LT_CUDA_LAUNCHED("rmsnorm_forward_kernel");
 }
 
-void rmsnorm_backward_launch(Storage s, void* din, void* dweight, const void* dout, const void* in, const void* weight,
-                             const float* rstd, const void* dresidual, int64_t n, int64_t c) {
+void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor rstd,
+                      Tensor dresidual) {
+  const int64_t c = weight.numel(), n = c ? in.numel() / c : 0;
   if (n == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(din, [&](auto tag) {
     using T = decltype(tag);
-    column_sums<1>(RmsnormWeightTerm<T>{static_cast<const T*>(dout), static_cast<const T*>(in), rstd, c},
-                   AddToColumn<T>{static_cast<T*>(dweight)}, n, c);
-    LT_LAUNCH(unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr,
-              rmsnorm_backward_kernel<T>)
-    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const T*>(weight), rstd,
-     static_cast<const T*>(dresidual), n, c);
+    column_sums<1>(RmsnormWeightTerm<T>{data<const T>(dout), data<const T>(in), rstd.ptr<float>(), c},
+                   AddToColumn<T>{data<T>(dweight)}, n, c);
+    LT_CUDA_LAUNCHED("column_sums_kernel (rmsnorm_backward)");
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, rmsnorm_backward_kernel<T>)
+    (data<T>(din), data<const T>(dout), data<const T>(in), data<const T>(weight), rstd.ptr<float>(),
+     data<const T>(dresidual), n, c);
   });
+  LT_CUDA_LAUNCHED("rmsnorm_backward_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

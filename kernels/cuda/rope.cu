@@ -32,20 +32,36 @@ __global__ void rope_kernel(T* x, const float* __restrict__ table, int64_t rows,
 
 }  // namespace
 
-void rope_table_launch(float* table, int64_t p, int64_t half, double theta) {
+void rope_table(Tensor table, double theta) {
+  const int64_t p = table.shape[0], half = table.shape[2];
   if (p * half == 0) return;
-  LT_LAUNCH(blocks_for(p * half, 128), 128, 0, nullptr, rope_table_kernel)(table, p, half, theta);
+  LT_LAUNCH(blocks_for(p * half, 128), 128, 0, nullptr, rope_table_kernel)(table.ptr<float>(), p, half, theta);
+  LT_CUDA_LAUNCHED("rope_table_kernel");
 }
 
-void rope_launch(Storage s, void* x, const float* table, int64_t b, int64_t t, int64_t heads, int64_t rotary_heads,
-                 int64_t d, int64_t pos_begin, float sign) {
+namespace {
+
+// x [b, t, heads, d] rotated in place (sign -1: the inverse rotation).
+void rope(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin, float sign) {
+  const int64_t b = x.shape[0], t = x.shape[1], heads = x.shape[2], d = x.shape[3];
   const int64_t total = b * t * rotary_heads * (d / 2);
   if (total == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(x, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(blocks_for(total, 256), 256, 0, nullptr, rope_kernel<T>)
-    (static_cast<T*>(x), table, b * t, t, heads, rotary_heads, d / 2, pos_begin, sign);
+    (data<T>(x), table.ptr<float>(), b * t, t, heads, rotary_heads, d / 2, pos_begin, sign);
   });
+  LT_CUDA_LAUNCHED("rope_kernel");
+}
+
+}  // namespace
+
+void rope_forward(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
+  rope(x, table, rotary_heads, pos_begin, 1.0f);
+}
+
+void rope_backward(Tensor dx, Tensor table, int64_t rotary_heads, int64_t pos_begin) {
+  rope(dx, table, rotary_heads, pos_begin, -1.0f);
 }
 
 }  // namespace llmtrain::kernels::cuda

@@ -1,6 +1,7 @@
 // The CUDA backend's runtime: the device allocator, zero fills, host<->device copies, the check
-// of every CUDA call. Host code against CUDA's runtime API: linked with cudart for a GPU, with the
-// simulator (kernels/cuda/sim/sim_runtime.cpp implements the calls used here) in the SIM build.
+// of every CUDA call, and what the .cu files' entry points share on the host (kernels/cuda/storage.h). Host code
+// against CUDA's runtime API: linked with cudart for a GPU, with the simulator (kernels/cuda/sim/sim_runtime.cpp
+// implements the calls used here) in the SIM build.
 //
 // The rule a reader could get wrong: an allocation failure is the user's to fix (a smaller batch),
 // every other failed call is the machine's; both name the call and the bytes involved.
@@ -8,9 +9,12 @@
 
 #include <cstdio>
 
+#include "common/error.h"
 #include "common/strings.h"
+#include "kernels/buffer.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/storage.h"
 
 namespace llmtrain::kernels::cuda {
 
@@ -76,5 +80,32 @@ void copy(Tensor out, Tensor in) {
 }
 
 void synchronize() { LT_CUDA(cudaDeviceSynchronize()); }
+
+Storage storage_of(const Tensor& t) {
+  switch (t.dtype) {
+    case DType::fp32:
+      return Storage::fp32;
+    case DType::bf16:
+      return Storage::bf16;
+    case DType::fp16:
+      return Storage::fp16;
+    default:
+      break;
+  }
+  LT_CHECK(false, "CUDA op: {} is not a float storage dtype", to_string(t.dtype));
+  __builtin_unreachable();
+}
+
+void not_supported(const std::string& what, const std::string& hint) {
+  throw Error("not supported yet: " + what, hint);
+}
+
+void* device_scratch(int slot, size_t bytes) {
+  LT_CHECK(slot == 0 || slot == 1, "device scratch slot {}", slot);
+  thread_local Buffer buffers[2];
+  Buffer& b = buffers[slot];
+  if (b.bytes() < bytes) b = Buffer(DType::uint8, {int64_t(bytes)}, Device::cuda);
+  return b.data();
+}
 
 }  // namespace llmtrain::kernels::cuda

@@ -1,13 +1,17 @@
 // Device-side helpers every kernel shares: reading and writing a storage dtype (fp32, bf16, fp16;
 // arithmetic is always fp32, a store rounds once to nearest even), warp and block sums, and the
-// host-side switch from a Storage value to the kernel's template type.
+// host-side switch from a Storage value (or a tensor) to the kernel's template type. With it each
+// .cu file has what its entry points need: their declarations (kernels/cuda/cuda_ops.h),
+// kernels/cuda/storage.h and the launch check (LT_CUDA_LAUNCHED, kernels/cuda/cuda_check.h).
 //
 // The rule a reader could get wrong: block_sum needs every thread of the block to call it (it has
 // __syncthreads inside) and a block of a multiple of 32 threads, at most 1024.
 #pragma once
 
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/storage.h"
 
 namespace llmtrain::kernels::cuda {
 
@@ -69,10 +73,20 @@ void with_storage(Storage s, F&& f) {
   }
 }
 
+// Calls f(T{}) with T the storage type of a float tensor.
+template <class F>
+void with_storage(const Tensor& t, F&& f) {
+  with_storage(storage_of(t), static_cast<F&&>(f));
+}
+
 // Grid size for n elements at `threads` per block, capped (the kernels loop over the rest).
 inline unsigned blocks_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
+
+// Blocks of `per_block` items covering n items (kernels whose grid covers every item: a warp per
+// row, a block per tile).
+inline unsigned blocks_of(int64_t n, int per_block) { return unsigned((n + per_block - 1) / per_block); }
 
 }  // namespace llmtrain::kernels::cuda

@@ -31,22 +31,26 @@ __global__ void swiglu_backward_kernel(T* din, const T* __restrict__ dout, const
 
 }  // namespace
 
-void swiglu_forward_launch(Storage s, void* out, const void* in, int64_t n, int64_t f) {
+// out [n, f] from in [n, 2f].
+void swiglu_forward(Tensor out, Tensor in) {
+  const int64_t f = in.shape[in.shape.rank() - 1] / 2, n = f ? out.numel() / f : 0;
   if (n * f == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, nullptr, swiglu_forward_kernel<T>)
-    (static_cast<T*>(out), static_cast<const T*>(in), n, f);
+    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, nullptr, swiglu_forward_kernel<T>)(data<T>(out), data<const T>(in), n, f);
   });
+  LT_CUDA_LAUNCHED("swiglu_forward_kernel");
 }
 
-void swiglu_backward_launch(Storage s, void* din, const void* dout, const void* in, int64_t n, int64_t f) {
+void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
+  const int64_t f = in.shape[in.shape.rank() - 1] / 2, n = f ? dout.numel() / f : 0;
   if (n * f == 0) return;
-  with_storage(s, [&](auto tag) {
+  with_storage(din, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(blocks_for(n * f, 256), 256, 0, nullptr, swiglu_backward_kernel<T>)
-    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n, f);
+    (data<T>(din), data<const T>(dout), data<const T>(in), n, f);
   });
+  LT_CUDA_LAUNCHED("swiglu_backward_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

@@ -12,10 +12,19 @@
 #       `grad_norm` and `val_loss` values of metrics.jsonl must be the same strings, record for record.
 #
 #   scripts/bench/step_compare.sh --baseline REV [--runs N] [--steps S] [--threads T]
+#   scripts/bench/step_compare.sh --baseline REV --layouts [--steps S]
+#
+# --layouts replaces (a) and (b) by the losses of a matrix of layouts, each row against the
+# baseline's same row, bitwise (a reshaping of the code must leave every one unchanged): dp 1, dp 2
+# with ZeRO 1, tp 2 with sequence parallelism, pp 2 interleaved (2 virtual stages), pp 2 zero-bubble
+# (two ranks of one thread each through mpirun), bf16 on one rank, and one rank on the CUDA backend
+# in the SIMT simulator (10 steps at seq 64: a simulated step takes seconds). That last row needs
+# a simulator build of both revisions (cmake -DLLMTRAIN_CUDA=SIM; the current one in
+# ${LLMTRAIN_SIM_BUILD_DIR:-build-sim}).
 #
 # REV is any git revision (hash, tag, HEAD~3). It is built once into .cache/step_compare/<full hash>/
 # (git-ignored) from a temporary git worktree that is removed again, and reused by later
-# invocations. The current tree is built in ${LLMTRAIN_BUILD_DIR:-build}. Both use scripts/test.sh's
+# invocations (its simulator build into .cache/step_compare/<full hash>-sim/). The current tree is built in ${LLMTRAIN_BUILD_DIR:-build}. Both use scripts/test.sh's
 # cmake flags and build only the `llmtrain` target.
 #
 # The rule a reader could get wrong: the timing is a report, not a test. Nothing here judges
@@ -27,11 +36,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 
-usage() { echo "usage: $0 --baseline REV [--runs N] [--steps S] [--threads T]" >&2; exit 2; }
-baseline="" runs=5 steps=60 threads=$(nproc)
+usage() { echo "usage: $0 --baseline REV [--runs N] [--steps S] [--threads T] [--layouts]" >&2; exit 2; }
+baseline="" runs=5 steps=60 threads=$(nproc) layouts=0
 while (($#)); do
   case $1 in
     --baseline) baseline=${2:-}; shift 2 || usage ;;
+    --layouts) layouts=1; shift ;;
     --runs) runs=${2:-}; shift 2 || usage ;;
     --steps) steps=${2:-}; shift 2 || usage ;;
     --threads) threads=${2:-}; shift 2 || usage ;;
@@ -82,18 +92,24 @@ trap cleanup EXIT
 
 # The baseline: a worktree at REV under the cache, built, its binary kept, the worktree and build
 # folder removed. A lock per revision keeps two invocations from building the same one at once.
-build_baseline() {
-  local dir=$cache/$base_hash
-  base_bin=$dir/llmtrain
+# FLAVOUR "" is scripts/test.sh's build, "sim" the simulator's (-DLLMTRAIN_CUDA=SIM).
+build_baseline() {  # [FLAVOUR]
+  local flavour=${1:-} dir=$cache/$base_hash flags=("${cmake_flags[@]}")
+  if [[ $flavour == sim ]]; then
+    dir=$cache/$base_hash-sim
+    flags+=(-DLLMTRAIN_CUDA=SIM)
+  fi
+  local bin=$dir/llmtrain
   mkdir -p "$dir"
   exec 9>"$dir/lock"
   flock -w "$build_limit" 9 || fail "another step_compare held $dir/lock for ${build_limit}s"
-  if [[ -x $base_bin ]]; then
-    say "baseline $base_hash: reusing $base_bin"
+  if [[ -x $bin ]]; then
+    say "baseline $base_hash${flavour:+ ($flavour)}: reusing $bin"
     exec 9>&-
+    built=$bin
     return
   fi
-  say "baseline $base_hash: building in $dir (log: $dir/build.log)"
+  say "baseline $base_hash${flavour:+ ($flavour)}: building in $dir (log: $dir/build.log)"
   rm -rf "$dir/src" "$dir/build"
   git worktree prune
   pending=$dir
@@ -101,32 +117,45 @@ build_baseline() {
     fail "git worktree add for $base_hash" "$dir/build.log"
   local status=0
   {
-    timeout -k 10 "$build_limit" cmake -S "$dir/src" -B "$dir/build" "${cmake_flags[@]}" &&
+    timeout -k 10 "$build_limit" cmake -S "$dir/src" -B "$dir/build" "${flags[@]}" &&
       timeout -k 10 "$build_limit" nice cmake --build "$dir/build" -j "$jobs" --target llmtrain
   } >>"$dir/build.log" 2>&1 || status=$?
   ((status == 0)) || fail "building baseline $base_hash (status $status)" "$dir/build.log"
-  cp "$dir/build/llmtrain" "$base_bin.partial"
-  mv "$base_bin.partial" "$base_bin"
+  cp "$dir/build/llmtrain" "$bin.partial"
+  mv "$bin.partial" "$bin"
   git worktree remove --force "$dir/src"
   git worktree prune
   rm -rf "$dir/build"
   pending=""
   exec 9>&-
+  built=$bin
 }
 
-build_current() {
-  local build=${LLMTRAIN_BUILD_DIR:-build} status=0
-  cur_bin=$root/$build/llmtrain
+build_current() {  # [FLAVOUR]
+  local flavour=${1:-} build=${LLMTRAIN_BUILD_DIR:-build} flags=("${cmake_flags[@]}") status=0
+  if [[ $flavour == sim ]]; then
+    build=${LLMTRAIN_SIM_BUILD_DIR:-build-sim}
+    flags+=(-DLLMTRAIN_CUDA=SIM)
+  fi
   say "current tree: building $build/llmtrain"
   {
-    timeout -k 10 "$build_limit" cmake -S . -B "$build" "${cmake_flags[@]}" &&
+    timeout -k 10 "$build_limit" cmake -S . -B "$build" "${flags[@]}" &&
       timeout -k 10 "$build_limit" nice cmake --build "$build" -j "$jobs" --target llmtrain
   } >"$work/build_current.log" 2>&1 || status=$?
   ((status == 0)) || fail "building the current tree in $build (status $status)" "$work/build_current.log"
+  built=$root/$build/llmtrain
 }
 
 build_baseline
+base_bin=$built
 build_current
+cur_bin=$built
+if ((layouts)); then
+  build_baseline sim
+  base_sim_bin=$built
+  build_current sim
+  cur_sim_bin=$built
+fi
 
 cur_hash=$(git rev-parse HEAD)
 mapfile -t changes < <(git status --porcelain | cut -c4-)
@@ -185,6 +214,7 @@ print(f"{statistics.median(dts[len(dts) // 5:]):.6f}")
 PY
 }
 
+if ((!layouts)); then
 echo
 say "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(lscpu | sed -nE 's/^Model name: +//p')"
 say "recipe $recipe, $steps steps, log.every 1, train.threads $threads, $runs alternating runs of each binary"
@@ -216,18 +246,45 @@ print(f"  ratio current/baseline {ratio:.3f}: {verdict}")
 if max(max(base) / min(base), max(cur) / min(cur)) > 1.03:
     print("  note: one binary's own runs spread more than 3%: the machine was too noisy to resolve 3%")
 PY
+fi
 
-# Losses: the same strings in both, record for record.
+# Losses: the same strings in both, record for record. A row: its name, its rank count, and its
+# overrides; "sim" rows run the simulator builds.
+rows=()
+if ((layouts)); then
+  rows=("dp1|1|"
+        "dp2-zero1|2|--set parallel.zero=1"
+        "tp2-sp|2|--set parallel.tp=2 --set parallel.sequence_parallel=true"
+        "pp2-interleaved|2|--set parallel.pp=2 --set parallel.pp_schedule=interleaved --set parallel.virtual_stages=2"
+        "pp2-zero-bubble|2|--set parallel.pp=2 --set parallel.pp_schedule=zero_bubble"
+        "bf16|1|--set train.precision=bf16"
+        "cuda-sim|1|--set train.device=cuda --set model.seq_len=64 --set train.micro_batch=1 --set train.global_batch=2 --set train.steps=10 --set train.threads=1")
+else
+  rows=("dp1|1|" "dp2|2|")
+fi
 echo
-say "losses: $steps steps, log.every 1, evaluations at step $half and $steps (eval.batches 2)"
-train_run baseline "$base_bin" loss_base_dp1 "${losses[@]}" --set train.threads="$threads"
-train_run current "$cur_bin" loss_cur_dp1 "${losses[@]}" --set train.threads="$threads"
-train_run_dp2 baseline "$base_bin" loss_base_dp2 "${losses[@]}"
-train_run_dp2 current "$cur_bin" loss_cur_dp2 "${losses[@]}"
+say "losses: $steps steps (cuda-sim: 10), log.every 1, evaluations at step $half and $steps (eval.batches 2)"
+names=()
+for row in "${rows[@]}"; do
+  IFS='|' read -r name np extra <<<"$row"
+  read -r -a overrides <<<"$extra"
+  b=$base_bin c=$cur_bin
+  [[ $name == cuda-sim ]] && b=$base_sim_bin c=$cur_sim_bin
+  for side in base cur; do
+    bin=$b label=baseline
+    [[ $side == cur ]] && bin=$c label=current
+    if ((np == 1)); then
+      train_run "$label" "$bin" "loss_${side}_$name" "${losses[@]}" --set train.threads="$threads" "${overrides[@]}"
+    else
+      train_run_dp2 "$label" "$bin" "loss_${side}_$name" "${losses[@]}" "${overrides[@]}"
+    fi
+  done
+  names+=("$name")
+done
 status=0
-"$python" - "$work" "$steps" <<'PY' || status=$?
+"$python" - "$work" "${names[@]}" <<'PY' || status=$?
 import json, sys
-work, steps = sys.argv[1], int(sys.argv[2])
+work, names = sys.argv[1], sys.argv[2:]
 fields = ("loss", "grad_norm", "val_loss")
 
 def values(path):
@@ -239,27 +296,25 @@ def values(path):
     return out
 
 same = True
-for dp in (1, 2):
-    base = values(f"{work}/loss_base_dp{dp}/metrics.jsonl")
-    cur = values(f"{work}/loss_cur_dp{dp}/metrics.jsonl")
-    for name, vals in (("baseline", base), ("current", cur)):
+for name in names:
+    base = values(f"{work}/loss_base_{name}/metrics.jsonl")
+    cur = values(f"{work}/loss_cur_{name}/metrics.jsonl")
+    for side, vals in (("baseline", base), ("current", cur)):
         n_loss = sum(f == "loss" for _, f, _ in vals)
-        n_val = sum(f == "val_loss" for _, f, _ in vals)
-        if n_loss != steps or n_val == 0:
-            sys.exit(f"step_compare: FAILED: dp {dp} {name}: {n_loss} loss and {n_val} val_loss records, "
-                     f"expected {steps} and at least 1")
-    for (sb, fb, vb), (sc, fc, vc) in zip(base, cur):
-        if (sb, fb, vb) != (sc, fc, vc):
-            print(f"losses DIFFER at dp {dp}: first at step {sb} field {fb}: baseline {vb}, current {vc}"
-                  + ("" if (sb, fb) == (sc, fc) else f" (current's record: step {sc} field {fc})"))
-            same = False
-            break
+        if n_loss == 0:
+            sys.exit(f"step_compare: FAILED: {name} {side}: no loss records")
+    differ = next(((b, c) for b, c in zip(base, cur) if b != c), None)
+    if differ:
+        (sb, fb, vb), (sc, fc, vc) = differ
+        print(f"  {name:16} DIFFER: first at step {sb} field {fb}: baseline {vb}, current {vc}")
+        same = False
+    elif len(base) != len(cur):
+        print(f"  {name:16} DIFFER: baseline has {len(base)} values, current {len(cur)}")
+        same = False
     else:
-        if len(base) != len(cur):
-            print(f"losses DIFFER at dp {dp}: baseline has {len(base)} values, current {len(cur)}")
-            same = False
-if same:
-    print(f"losses: bitwise identical ({steps} steps, dp 1 and dp 2)")
+        steps = sum(f == "loss" for _, f, _ in base)
+        print(f"  {name:16} bitwise identical: {len(base)} values ({steps} steps)")
+print("losses: " + ("bitwise identical in every row" if same else "DIFFER"))
 sys.exit(0 if same else 1)
 PY
 exit $status

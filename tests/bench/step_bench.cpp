@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "parallel/comm.h"

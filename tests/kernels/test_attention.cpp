@@ -1,14 +1,22 @@
-// Causal grouped-query attention (kernels/cpu/attention.cpp) through the op harness: sequence
-// lengths below, at and across the kernel's 32-row query blocks, multi-head and GQA layouts; and
-// its KV-cache form (kv_cache_write + attention_cached_forward) against a naive double reference
-// and against the full-sequence kernel fed in chunks.
+// Attention (kernels/cpu/attention.cpp, kernels/cuda/attention.cu) through the op harness: causal
+// grouped-query self-attention over the packed layout at sequence lengths below, at and across the
+// kernels' 32-row blocks; the general op of a query block over a key/value block (heads at offsets
+// inside their tensors, blocks at other positions, causal and fully visible masks, sliding
+// windows, k and v in one tensor) with its log-sum-exp statistics; merging two partial results;
+// and the KV-cache form (kv_cache_write + attention_cached_forward). Then the property context
+// parallelism builds on: attention over keys split in two blocks, merged by lse, gives the whole
+// one's output, and the blocks' gradients (from the final out and lse) give its gradients.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "kernels/backend_info.h"
+#include "kernels/buffer.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "op_harness.h"
@@ -46,6 +54,130 @@ void reference_attention(RefRun& r, int64_t b, int64_t t, int64_t h, int64_t kv,
         }
       }
     }
+}
+
+// The same in general: query head h of `q_name` (at head spec.q_head + h of its rows) over the keys
+// of `k_name` / `v_name` that spec's mask shows it (positions spec.q_begin + i, spec.kv_begin + j).
+struct BlockShape {
+  int64_t b, tq, tk, d;
+  int64_t q_width, k_width, v_width;  // heads per row of q, k, v
+  AttentionSpec spec;
+};
+
+void reference_block(RefRun& r, const BlockShape& s, const std::string& q_name, const std::string& k_name,
+                     const std::string& v_name) {
+  const auto &q = r.in(q_name), &k = r.in(k_name), &v = r.in(v_name);
+  auto &out = r.out("out"), &lse = r.out("lse");
+  const AttentionSpec& sp = s.spec;
+  const int64_t h = sp.heads, d = s.d;
+  std::vector<double> sc(size_t(s.tk));
+  for (int64_t n = 0; n < s.b; ++n)
+    for (int64_t head = 0; head < h; ++head) {
+      const int64_t g = head / (h / sp.kv_heads);
+      for (int64_t i = 0; i < s.tq; ++i) {
+        const int64_t pos = sp.q_begin + i;
+        const double* qi = &q[size_t(((n * s.tq + i) * s.q_width + sp.q_head + head) * d)];
+        auto key = [&](int64_t j) { return &k[size_t(((n * s.tk + j) * s.k_width + sp.k_head + g) * d)]; };
+        auto val = [&](int64_t j) { return &v[size_t(((n * s.tk + j) * s.v_width + sp.v_head + g) * d)]; };
+        auto visible = [&](int64_t j) {
+          const int64_t kp = sp.kv_begin + j;
+          return (!sp.causal || kp <= pos) && (sp.window == 0 || kp > pos - sp.window);
+        };
+        double mx = -1e300;
+        for (int64_t j = 0; j < s.tk; ++j) {
+          if (!visible(j)) continue;
+          double dot = 0;
+          for (int64_t c = 0; c < d; ++c) dot += qi[c] * key(j)[c];
+          sc[size_t(j)] = dot / std::sqrt(double(d));
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < s.tk; ++j)
+          if (visible(j)) sum += std::exp(sc[size_t(j)] - mx);
+        lse[size_t((n * h + head) * s.tq + i)] = mx + std::log(sum);
+        for (int64_t c = 0; c < d; ++c) {
+          double o = 0;
+          for (int64_t j = 0; j < s.tk; ++j)
+            if (visible(j)) o += std::exp(sc[size_t(j)] - mx) / sum * val(j)[c];
+          out[size_t(((n * s.tq + i) * h + head) * d + c)] = o;
+        }
+      }
+    }
+}
+
+std::string describe(const std::string& what, const BlockShape& s) {
+  const AttentionSpec& p = s.spec;
+  return what + " b=" + std::to_string(s.b) + " tq=" + std::to_string(s.tq) + " tk=" + std::to_string(s.tk) +
+         " heads=" + std::to_string(p.heads) + "/" + std::to_string(p.kv_heads) + " d=" + std::to_string(s.d) +
+         " q at " + std::to_string(p.q_begin) + " kv at " + std::to_string(p.kv_begin) +
+         (p.causal ? " causal" : " full") + (p.window ? " window=" + std::to_string(p.window) : "");
+}
+
+// A query block over a key/value block, q, k and v in tensors of their own (`kv_together`: k and v
+// share one [B, Tk, k_width, D] tensor, as a block received from another rank does). The heads
+// outside the spec's take no part: their gradients stay as the harness set them (0, hence
+// check_overwrite off; the packed cases check that gradients are overwritten).
+OpCase block_case(cpu::AttentionIsa form, const std::string& what, const BlockShape& s, bool kv_together = false) {
+  const AttentionSpec& sp = s.spec;
+  OpCase oc{.name = describe(what, s),
+            .args = {{"q", {s.b, s.tq, s.q_width, s.d}, Role::input},
+                     {"k", {s.b, s.tk, s.k_width, s.d}, Role::input},
+                     {"out", {s.b, s.tq, sp.heads, s.d}, Role::output},
+                     {"lse", {s.b, sp.heads, s.tq}, Role::saved}}};
+  const std::string v_name = kv_together ? "k" : "v";
+  if (!kv_together) oc.args.push_back({"v", {s.b, s.tk, s.v_width, s.d}, Role::input});
+  oc.forward = [=](OpRun& r) { attention_forward(r.t("out"), r.t("lse"), r.t("q"), r.t("k"), r.t(v_name), sp); };
+  oc.backward = [=](OpRun& r) {
+    attention_backward(r.grad("q"), r.grad("k"), r.grad(v_name), r.grad("out"), r.t("q"), r.t("k"), r.t(v_name),
+                       r.t("out"), r.t("lse"), sp);
+  };
+  oc.reference = [=](RefRun& r) { reference_block(r, s, "q", "k", v_name); };
+  oc.check_overwrite = false;
+  oc.bf16 = {5e-3, 2e-2};
+  oc.fp16 = {6e-4, 4e-3};
+  oc.fp32_args = {"lse"};
+  oc.cuda = form == cpu::AttentionIsa::blas;
+  oc.cuda_bf16 = 2e-3;
+  oc.cuda_fp16 = 5e-4;
+  return oc;
+}
+
+// attention_merge, in place on (out, lse): out_a and lse_a are copied in first.
+OpCase merge_case(int64_t b, int64_t t, int64_t h, int64_t d) {
+  OpCase oc{.name = "attention_merge b=" + std::to_string(b) + " t=" + std::to_string(t) +
+                    " heads=" + std::to_string(h) + " d=" + std::to_string(d),
+            .args = {{"out_a", {b, t, h, d}, Role::constant},
+                     {"lse_a", {b, h, t}, Role::constant, 0, 0, 3.0},
+                     {"out_b", {b, t, h, d}, Role::constant},
+                     {"lse_b", {b, h, t}, Role::constant, 0, 0, 3.0},
+                     {"out", {b, t, h, d}, Role::output},
+                     {"lse", {b, h, t}, Role::saved}}};
+  oc.forward = [](OpRun& r) {
+    r.f["out"] = r.f["out_a"];
+    r.f["lse"] = r.f["lse_a"];
+    attention_merge(r.t("out"), r.t("lse"), r.t("out_b"), r.t("lse_b"));
+  };
+  oc.reference = [=](RefRun& r) {
+    const auto &oa = r.in("out_a"), &la = r.in("lse_a"), &ob = r.in("out_b"), &lb = r.in("lse_b");
+    for (int64_t n = 0; n < b; ++n)
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t head = 0; head < h; ++head) {
+          const size_t l = size_t((n * h + head) * t + i);
+          const double lse = std::log(std::exp(la[l]) + std::exp(lb[l]));
+          r.out("lse")[l] = lse;
+          for (int64_t c = 0; c < d; ++c) {
+            const size_t e = size_t(((n * t + i) * h + head) * d + c);
+            r.out("out")[e] = oa[e] * std::exp(la[l] - lse) + ob[e] * std::exp(lb[l] - lse);
+          }
+        }
+  };
+  oc.bf16 = {4e-3, 1};
+  oc.fp16 = {6e-4, 1};
+  oc.fp32_args = {"lse_a", "lse_b", "lse"};
+  oc.cuda = true;
+  oc.cuda_bf16 = 2e-3;
+  oc.cuda_fp16 = 5e-4;
+  return oc;
 }
 
 OpCase attention_case(cpu::AttentionIsa form, int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d) {
@@ -216,6 +348,173 @@ TEST_P(Attention, AcrossQueryBlocks) {
 TEST_P(Attention, GroupedQueryHeads) {
   run_case(attention_case(GetParam(), 2, 70, 4, 2, 8), 1005);
   run_case(attention_case(GetParam(), 1, 19, 6, 1, 6), 1006);  // multi-query
+}
+
+TEST_P(Attention, BlockAtOtherPositions) {
+  const AttentionSpec gqa{.heads = 4, .kv_heads = 2, .q_head = 1, .k_head = 1, .v_head = 0};
+  // Keys all before the queries (context parallelism's earlier chunks): every key visible.
+  AttentionSpec before = gqa;
+  before.q_begin = 40;
+  run_case(block_case(GetParam(), "keys before", {1, 20, 24, 8, 6, 3, 2, before}), 1200);
+  // The diagonal block seen from later: query row 0 at position 30 sees keys 10..30.
+  AttentionSpec diagonal = gqa;
+  diagonal.q_begin = 30;
+  diagonal.kv_begin = 10;
+  run_case(block_case(GetParam(), "diagonal", {1, 37, 50, 16, 5, 3, 2, diagonal}), 1201);
+}
+
+TEST_P(Attention, FullyVisibleBlock) {
+  const AttentionSpec full{.heads = 2, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 1, .causal = false};
+  run_case(block_case(GetParam(), "full", {1, 33, 45, 16, 2, 2, 2, full}), 1202);
+  // k and v in one [B, Tk, 2·kv_heads, D] tensor, a block of another rank's keys.
+  const AttentionSpec kv_block{.heads = 4, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 2, .causal = false};
+  run_case(block_case(GetParam(), "kv block", {1, 9, 40, 8, 4, 4, 4, kv_block}, true), 1203);
+}
+
+TEST_P(Attention, SlidingWindow) {
+  const AttentionSpec window{.heads = 2, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0, .window = 17};
+  run_case(block_case(GetParam(), "window", {1, 70, 70, 8, 2, 2, 2, window}), 1204);
+  // A window reaching back into an earlier block, and one wider than the sequence (no effect).
+  AttentionSpec reaching{.heads = 3, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 0, .window = 25};
+  reaching.q_begin = 50;
+  reaching.kv_begin = 20;
+  run_case(block_case(GetParam(), "window reaching back", {1, 30, 60, 16, 3, 1, 1, reaching}), 1205);
+  AttentionSpec wide{.heads = 1, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 0, .window = 1000};
+  run_case(block_case(GetParam(), "wide window", {1, 41, 41, 5, 1, 1, 1, wide}), 1206);
+}
+
+TEST(AttentionMerge, MatchesReference) {
+  run_case(merge_case(2, 5, 3, 8), 1300);
+  run_case(merge_case(1, 33, 2, 64), 1301);
+}
+
+namespace {
+
+// Host vectors as tensors on one device, read back after the ops ran.
+struct DeviceTensors {
+  Device device;
+  std::vector<Buffer> buffers;
+  Tensor put(const std::vector<float>& host, Shape shape) {
+    buffers.emplace_back(DType::fp32, shape, device);
+    copy(buffers.back().tensor(), host_tensor(host.data(), shape));
+    return buffers.back().tensor();
+  }
+  Tensor zeros(Shape shape) {
+    buffers.emplace_back(DType::fp32, shape, device);
+    return buffers.back().tensor();
+  }
+  static std::vector<float> get(const Tensor& t) {
+    std::vector<float> host(size_t(t.numel()));
+    copy(host_tensor(host.data(), t.shape), t);
+    return host;
+  }
+};
+
+std::vector<Device> devices() {
+  std::vector<Device> d{Device::cpu};
+  const CudaInfo c = cuda_info();
+  if (c.built && !c.devices.empty()) d.push_back(Device::cuda);
+  return d;
+}
+
+std::vector<float> normal_values(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+// Rows [begin, end) of every sequence of a [B, T, ...] host tensor with `row` floats per token.
+std::vector<float> rows_of(const std::vector<float>& x, int64_t b, int64_t t, int64_t row, int64_t begin, int64_t end) {
+  std::vector<float> out;
+  for (int64_t s = 0; s < b; ++s)
+    out.insert(out.end(), x.begin() + (s * t + begin) * row, x.begin() + (s * t + end) * row);
+  return out;
+}
+
+}  // namespace
+
+// Context parallelism's arithmetic: the keys split in two blocks (the second one invisible to the
+// first half of the queries, whose rows then come out with lse = -inf), each attended separately
+// and merged by lse, give the whole attention's output and lse; and each block's backward, given
+// the final out and lse, gives its share of the gradients: dq sums over the blocks, dk and dv are
+// the whole's rows of each block.
+TEST(AttentionBlocks, SplitKeysMergeToTheWhole) {
+  const int64_t b = 2, t = 52, h = 4, kv = 2, d = 16, half = 21, width = 2 * kv;
+  const std::vector<float> q = normal_values(size_t(b * t * h * d), 1400);
+  const std::vector<float> kvs = normal_values(size_t(b * t * width * d), 1401);
+  const std::vector<float> dout = normal_values(size_t(b * t * h * d), 1402);
+  const AttentionSpec whole_spec{.heads = h, .kv_heads = kv, .q_head = 0, .k_head = 0, .v_head = kv};
+  for (Device device : devices()) {
+    SCOPED_TRACE(std::string("on ") + to_string(device));
+    DeviceTensors dt{device, {}};
+    const Tensor qt = dt.put(q, {b, t, h, d}), kvt = dt.put(kvs, {b, t, width, d}), dot = dt.put(dout, {b, t, h, d});
+    const Tensor out = dt.zeros({b, t, h, d}), lse = dt.zeros({b, h, t});
+    attention_forward(out, lse, qt, kvt, kvt, whole_spec);
+    const Tensor dq = dt.zeros({b, t, h, d}), dkv = dt.zeros({b, t, width, d});
+    attention_backward(dq, dkv, dkv, dot, qt, kvt, kvt, out, lse, whole_spec);
+
+    // The blocks: keys [0, half) and [half, t).
+    const Tensor kv_a = dt.put(rows_of(kvs, b, t, width * d, 0, half), {b, half, width, d});
+    const Tensor kv_b = dt.put(rows_of(kvs, b, t, width * d, half, t), {b, t - half, width, d});
+    AttentionSpec spec_b = whole_spec;
+    spec_b.kv_begin = half;
+    const Tensor out_m = dt.zeros({b, t, h, d}), lse_m = dt.zeros({b, h, t});
+    const Tensor out_b = dt.zeros({b, t, h, d}), lse_b = dt.zeros({b, h, t});
+    attention_forward(out_m, lse_m, qt, kv_a, kv_a, whole_spec);
+    attention_forward(out_b, lse_b, qt, kv_b, kv_b, spec_b);
+    const std::vector<float> lse_b_host = DeviceTensors::get(lse_b), out_b_host = DeviceTensors::get(out_b);
+    for (int64_t s = 0; s < b; ++s)
+      for (int64_t head = 0; head < h; ++head)
+        for (int64_t i = 0; i < half; ++i) {
+          EXPECT_EQ(lse_b_host[size_t((s * h + head) * t + i)], -std::numeric_limits<float>::infinity())
+              << "row " << i << " sees no key of the second block";
+          for (int64_t c = 0; c < d; ++c) EXPECT_EQ(out_b_host[size_t(((s * t + i) * h + head) * d + c)], 0.0f);
+        }
+    attention_merge(out_m, lse_m, out_b, lse_b);
+    EXPECT_LE(rel(DeviceTensors::get(out_m), DeviceTensors::get(out)), 1e-6);
+    EXPECT_LE(rel(DeviceTensors::get(lse_m), DeviceTensors::get(lse)), 1e-6);
+
+    const Tensor dq_a = dt.zeros({b, t, h, d}), dq_b = dt.zeros({b, t, h, d});
+    const Tensor dkv_a = dt.zeros({b, half, width, d}), dkv_b = dt.zeros({b, t - half, width, d});
+    attention_backward(dq_a, dkv_a, dkv_a, dot, qt, kv_a, kv_a, out, lse, whole_spec);
+    attention_backward(dq_b, dkv_b, dkv_b, dot, qt, kv_b, kv_b, out, lse, spec_b);
+    std::vector<float> dq_sum = DeviceTensors::get(dq_a);
+    const std::vector<float> dq_b_host = DeviceTensors::get(dq_b);
+    for (size_t e = 0; e < dq_sum.size(); ++e) dq_sum[e] += dq_b_host[e];
+    const std::vector<float> dkv_whole = DeviceTensors::get(dkv);
+    EXPECT_LE(rel(dq_sum, DeviceTensors::get(dq)), 1e-5);
+    EXPECT_LE(rel(DeviceTensors::get(dkv_a), rows_of(dkv_whole, b, t, width * d, 0, half)), 1e-5);
+    EXPECT_LE(rel(DeviceTensors::get(dkv_b), rows_of(dkv_whole, b, t, width * d, half, t)), 1e-5);
+  }
+}
+
+// Keys all after the queries (causal): nothing is visible, so out is 0 and lse -inf; the backward
+// writes zero gradients; and merging such a part into another changes nothing.
+TEST(AttentionBlocks, InvisibleBlockIsEmpty) {
+  const int64_t b = 1, t = 40, h = 2, d = 8;
+  const std::vector<float> q = normal_values(size_t(b * t * h * d), 1500), k = normal_values(q.size(), 1501);
+  const std::vector<float> v = normal_values(q.size(), 1502);
+  const AttentionSpec later{.heads = h, .kv_heads = h, .q_head = 0, .k_head = 0, .v_head = 0, .kv_begin = t};
+  for (Device device : devices()) {
+    SCOPED_TRACE(std::string("on ") + to_string(device));
+    DeviceTensors dt{device, {}};
+    const Tensor qt = dt.put(q, {b, t, h, d}), kt = dt.put(k, {b, t, h, d}), vt = dt.put(v, {b, t, h, d});
+    const Tensor out = dt.put(q, {b, t, h, d}), lse = dt.zeros({b, h, t});
+    attention_forward(out, lse, qt, kt, vt, later);
+    for (float x : DeviceTensors::get(out)) ASSERT_EQ(x, 0.0f);
+    for (float x : DeviceTensors::get(lse)) ASSERT_EQ(x, -std::numeric_limits<float>::infinity());
+    const Tensor dq = dt.put(q, {b, t, h, d}), dk = dt.put(q, {b, t, h, d}), dv = dt.put(q, {b, t, h, d});
+    const Tensor own_out = dt.put(v, {b, t, h, d}),
+                 own_lse = dt.put(std::vector<float>(size_t(b * h * t), 1.5f), {b, h, t});
+    attention_backward(dq, dk, dv, dt.put(k, {b, t, h, d}), qt, kt, vt, own_out, own_lse, later);
+    for (const Tensor& g : {dq, dk, dv})
+      for (float x : DeviceTensors::get(g)) ASSERT_EQ(x, 0.0f);
+    attention_merge(own_out, own_lse, out, lse);
+    EXPECT_EQ(DeviceTensors::get(own_out), v);
+    for (float x : DeviceTensors::get(own_lse)) ASSERT_EQ(x, 1.5f);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, Attention,

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "common/error.h"
 #include "kernels/allocator.h"
 #include "kernels/backend_info.h"
 #include "kernels/buffer.h"

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "common/error.h"
 #include "parallel/bootstrap.h"
 #include "parallel/mesh_comms.h"
 

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/dtype_convert.h"
 #include "tests/parallel/mpi_test_env.h"
 

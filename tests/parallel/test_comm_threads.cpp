@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/dtype_convert.h"
 #include "parallel/comm_threads.h"
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/error.h"
 #include "parallel/grad_buckets.h"
 #include "tests/parallel/mpi_test_env.h"
 

@@ -6,6 +6,7 @@
 
 #include <numeric>
 
+#include "common/error.h"
 #include "parallel/mesh_comms.h"
 #include "tests/parallel/mpi_test_env.h"
 

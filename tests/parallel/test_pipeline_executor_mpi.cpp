@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/error.h"
 #include "parallel/pipeline_executor.h"
 #include "tests/parallel/mpi_test_env.h"
 

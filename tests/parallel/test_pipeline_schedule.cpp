@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/error.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 

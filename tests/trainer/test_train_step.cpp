@@ -3,6 +3,7 @@
 // pipeline stages take the steps of one rank, a warm step allocates nothing, fp16's loss scaler
 // skips overflow steps, non-finite steps are skipped or stop the run, and parameter groups reach the
 // gradient sync in the order backward completes them (ZeRO: test_train_zero.cpp).
+#include "common/error.h"
 #include "tests/trainer/train_step_fixture.h"
 
 namespace llmtrain::trainer {

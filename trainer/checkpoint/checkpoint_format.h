@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/checkpoint_dir.h"  // the directory layout: step_<N>/, manifest.json, latest
+#include "common/error.h"
 
 namespace llmtrain::trainer {
 

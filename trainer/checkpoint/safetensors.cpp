@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/error.h"
 #include "common/json_depth.h"
 
 namespace llmtrain::trainer {

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/tensor.h"
 
 namespace llmtrain::trainer {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 #include "trainer/model/model_internal.h"
 #include "trainer/model/param_init.h"

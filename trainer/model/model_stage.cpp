@@ -6,6 +6,7 @@
 
 #include <tuple>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_internal.h"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/backend_info.h"
 #include "kernels/buffer.h"
 #include "kernels/cuda/cuda_check.h"

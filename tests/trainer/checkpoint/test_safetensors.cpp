@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/dtype_convert.h"
 #include "trainer/checkpoint/safetensors.h"
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/lr_schedule.h"

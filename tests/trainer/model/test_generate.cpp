@@ -9,6 +9,7 @@
 #include <random>
 #include <tuple>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 #include "parallel/comm.h"
 #include "trainer/model/generate.h"

@@ -13,6 +13,7 @@
 #include <new>
 #include <random>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 #include "parallel/comm.h"
 #include "parallel/comm_threads.h"

@@ -1,5 +1,6 @@
 // Built only when the CUDA backend is off: the CUDA queries answer "not built", and device memory
 // is an error saying so.
+#include "common/error.h"
 #include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_ops.h"
 
