@@ -397,9 +397,27 @@ struct Heads {
   HeadView head(int64_t s, int64_t h) const { return {base + (s * t * width + first + h) * d, width * d}; }
 };
 
-Mask mask_of(const AttentionSpec& spec, int64_t kv_rows) {
-  return {spec.q_begin - spec.kv_begin, kv_rows, spec.causal, spec.window};
-}
+// What forward and backward of one call share: the sizes, the mask, the keys some query sees
+// (only those are transposed, into [d][ld]), the softmax scale and the block products.
+struct Walk {
+  int64_t b, tq, d, heads, kv_heads, group;
+  Mask mask;
+  int64_t kv_len, ld;
+  float scale;
+  const BlockProducts& mm;
+  Walk(const Tensor& q, const Tensor& k, const AttentionSpec& spec)
+      : b(q.shape[0]),
+        tq(q.shape[1]),
+        d(q.shape[3]),
+        heads(spec.heads),
+        kv_heads(spec.kv_heads),
+        group(heads / kv_heads),
+        mask{spec.q_begin - spec.kv_begin, k.shape[1], spec.causal, spec.window},
+        kv_len(mask.end(tq)),
+        ld(padded32(kv_len)),
+        scale(float(1.0 / std::sqrt(double(d)))),
+        mm(products_for(d)) {}
+};
 
 }  // namespace
 
@@ -416,60 +434,45 @@ bool cpu_has_avx512() {
 }
 
 void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
-  const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3], heads = spec.heads, kv_heads = spec.kv_heads;
-  const Heads qh(q, spec.q_head), kh(k, spec.k_head), vh(v, spec.v_head), oh(out.view({b, tq, heads, d}), 0);
-  const Mask mask = mask_of(spec, k.shape[1]);
+  const Walk w(q, k, spec);
+  const Heads qh(q, spec.q_head), kh(k, spec.k_head), vh(v, spec.v_head), oh(out.view({w.b, w.tq, w.heads, w.d}), 0);
   float* l = lse.ptr<float>();
-  // Only the keys some query row sees are transposed.
-  const int64_t kv_len = mask.end(tq), group = heads / kv_heads, blocks = (tq + kBlock - 1) / kBlock;
-  const int64_t ld = padded32(kv_len);
-  const float scale = float(1.0 / std::sqrt(double(d)));
-  const BlockProducts& mm = products_for(d);
   // One unit per (sequence, kv head): Kᵀ is built once and serves every query head of the group.
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t u = 0; u < b * kv_heads; ++u) {
-    const int64_t g = u % kv_heads, s = u / kv_heads;
-    float* kt = thread_scratch(1, size_t(d * ld));
-    transpose(kt, ld, kh.head(s, g), kv_len, d);
-    for (int64_t h = g * group; h < (g + 1) * group; ++h)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t i0 = blk * kBlock, i1 = std::min(tq, i0 + kBlock);
-        forward_block(mm, qh.head(s, h), kt, ld, vh.head(s, g), oh.head(s, h), l + (s * heads + h) * tq, i0, i1, mask,
-                      d, scale);
-      }
+  for (int64_t u = 0; u < w.b * w.kv_heads; ++u) {
+    const int64_t g = u % w.kv_heads, s = u / w.kv_heads;
+    float* kt = thread_scratch(1, size_t(w.d * w.ld));
+    transpose(kt, w.ld, kh.head(s, g), w.kv_len, w.d);
+    for (int64_t h = g * w.group; h < (g + 1) * w.group; ++h)
+      for (int64_t i0 = 0; i0 < w.tq; i0 += kBlock)
+        forward_block(w.mm, qh.head(s, h), kt, w.ld, vh.head(s, g), oh.head(s, h), l + (s * w.heads + h) * w.tq, i0,
+                      std::min(w.tq, i0 + kBlock), w.mask, w.d, w.scale);
   }
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                         Tensor lse, const AttentionSpec& spec) {
-  const int64_t b = q.shape[0], tq = q.shape[1], tk = k.shape[1], d = q.shape[3], heads = spec.heads,
-                kv_heads = spec.kv_heads;
+  const Walk w(q, k, spec);
   const Heads qh(q, spec.q_head), kh(k, spec.k_head), vh(v, spec.v_head), dqh(dq, spec.q_head), dkh(dk, spec.k_head),
-      dvh(dv, spec.v_head), oh(out.view({b, tq, heads, d}), 0), doh(dout.view({b, tq, heads, d}), 0);
-  const Mask mask = mask_of(spec, tk);
+      dvh(dv, spec.v_head), oh(out.view({w.b, w.tq, w.heads, w.d}), 0), doh(dout.view({w.b, w.tq, w.heads, w.d}), 0);
   const float* l = lse.ptr<float>();
-  const int64_t kv_len = mask.end(tq), group = heads / kv_heads, blocks = (tq + kBlock - 1) / kBlock;
-  const int64_t ld = padded32(kv_len);
-  const float scale = float(1.0 / std::sqrt(double(d)));
-  const BlockProducts& mm = products_for(d);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t u = 0; u < b * kv_heads; ++u) {
-    const int64_t g = u % kv_heads, s = u / kv_heads;
+  for (int64_t u = 0; u < w.b * w.kv_heads; ++u) {
+    const int64_t g = u % w.kv_heads, s = u / w.kv_heads;
     const HeadView k_g = kh.head(s, g), dk_g = dkh.head(s, g), dv_g = dvh.head(s, g);
-    float* kt = thread_scratch(0, size_t(2 * d * ld));
-    float* vt = kt + d * ld;
-    transpose(kt, ld, k_g, kv_len, d);
-    transpose(vt, ld, vh.head(s, g), kv_len, d);
-    for (int64_t i = 0; i < tk; ++i) {  // every key row's gradient, also those no query sees
-      std::fill(dk_g.row(i), dk_g.row(i) + d, 0.0f);
-      std::fill(dv_g.row(i), dv_g.row(i) + d, 0.0f);
+    float* kt = thread_scratch(0, size_t(2 * w.d * w.ld));
+    float* vt = kt + w.d * w.ld;
+    transpose(kt, w.ld, k_g, w.kv_len, w.d);
+    transpose(vt, w.ld, vh.head(s, g), w.kv_len, w.d);
+    for (int64_t i = 0; i < w.mask.keys; ++i) {  // every key row's gradient, also those no query sees
+      std::fill(dk_g.row(i), dk_g.row(i) + w.d, 0.0f);
+      std::fill(dv_g.row(i), dv_g.row(i) + w.d, 0.0f);
     }
-    for (int64_t h = g * group; h < (g + 1) * group; ++h)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t i0 = blk * kBlock, i1 = std::min(tq, i0 + kBlock);
-        backward_block(mm, qh.head(s, h), kt, vt, ld, k_g, oh.head(s, h), doh.head(s, h), l + (s * heads + h) * tq,
-                       dqh.head(s, h), dk_g, dv_g, i0, i1, mask, d, scale);
-      }
+    for (int64_t h = g * w.group; h < (g + 1) * w.group; ++h)
+      for (int64_t i0 = 0; i0 < w.tq; i0 += kBlock)
+        backward_block(w.mm, qh.head(s, h), kt, vt, w.ld, k_g, oh.head(s, h), doh.head(s, h),
+                       l + (s * w.heads + h) * w.tq, dqh.head(s, h), dk_g, dv_g, i0, std::min(w.tq, i0 + kBlock),
+                       w.mask, w.d, w.scale);
   }
 }
 

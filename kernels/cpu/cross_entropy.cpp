@@ -46,6 +46,20 @@ double row_logsumexp(const float* x, int64_t v, bool* finite) {
   return double(mx) + std::log(sum_exp(x, v, mx));
 }
 
+// Row i's lse (its log-sum-exp l) and loss, l minus the target's logit (0 for an ignored target;
+// a target outside the vocabulary is a broken invariant).
+template <class Logit>
+void finish_row(float* lse, float* loss, int64_t i, double l, int32_t t, int64_t vocab, int32_t ignore_index,
+                Logit target_logit) {
+  lse[i] = float(l);
+  if (t == ignore_index) {
+    loss[i] = 0.0f;
+    return;
+  }
+  LT_CHECK(t >= 0 && t < vocab, "target {} at position {} is outside the vocabulary [0, {})", t, i, vocab);
+  loss[i] = float(l - double(target_logit(t)));
+}
+
 }  // namespace
 
 void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targets, int64_t vocab,
@@ -59,14 +73,8 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
     const float* xi = x + i * vp;
     bool finite = true;
     const double l = row_logsumexp(xi, vocab, &finite);
-    ls[i] = float(l);
-    const int32_t t = tgt[i];
-    if (t == ignore_index) {
-      loss[i] = 0.0f;
-      continue;
-    }
-    LT_CHECK(t >= 0 && t < vocab, "target {} at position {} is outside the vocabulary [0, {})", t, i, vocab);
-    loss[i] = finite ? float(l - double(xi[t])) : std::numeric_limits<float>::quiet_NaN();
+    finish_row(ls, loss, i, l, tgt[i], vocab, ignore_index,
+               [&](int32_t t) { return finite ? xi[t] : std::numeric_limits<float>::quiet_NaN(); });
   }
 }
 
@@ -156,15 +164,9 @@ void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor sta
   const int32_t* tgt = targets.ptr<int32_t>();
   float *loss = losses.ptr<float>(), *ls = lse.ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
-    const double l = double(mx[i]) + std::log(double(sum[i]));
-    ls[i] = float(l);
-    const int32_t t = tgt[i];
-    if (t == ignore_index) {
-      loss[i] = 0.0f;
-      continue;
-    }
-    LT_CHECK(t >= 0 && t < vocab, "target {} at position {} is outside the vocabulary [0, {})", t, i, vocab);
-    loss[i] = float(l - double(picked[i]));  // NaN where a logit was not finite (the sum is NaN)
+    // NaN where a logit was not finite (the sum is NaN).
+    finish_row(ls, loss, i, double(mx[i]) + std::log(double(sum[i])), tgt[i], vocab, ignore_index,
+               [&](int32_t) { return picked[i]; });
   }
 }
 

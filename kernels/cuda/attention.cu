@@ -134,6 +134,29 @@ __device__ __forceinline__ void add_scaled_row(float* acc, float a, const float*
   for (int e = 0; e < kDims; ++e) acc[e] += a * y[e];
 }
 
+// The forward's and the dq kernel's view of their block: (query tile, head, sequence), tiles
+// last-first; this thread's query row, its kv head, and the key rows the tile's active rows see.
+struct QueryTile {
+  int64_t b, h, q0, row, g, kv_begin, kv_end;
+  bool active;
+  template <class T>
+  __device__ QueryTile(const Operands<T>& x, const Place& pl)
+      : b(blockIdx.z),
+        h(blockIdx.y),
+        q0(int64_t(gridDim.x - 1 - blockIdx.x) * pl.rows()),
+        row(q0 + pl.r),
+        g(h / (x.heads / x.kv_heads)),
+        kv_begin(x.mask.lo(q0)),
+        kv_end(x.mask.hi((q0 + pl.rows() < x.tq ? q0 + pl.rows() : x.tq) - 1)),
+        active(row < x.tq) {}
+  // Key rows [k0, k0 + kTile) of kv head g into k_s and v_s.
+  template <class T>
+  __device__ void load_keys(float* k_s, float* v_s, const Operands<T>& x, int64_t k0, int group) const {
+    load_tile(k_s, v_s, x.k, x.v, k0, x.mask.keys, group, x.d,
+              [&](int64_t key, int which) { return which == 0 ? x.kh.at(b, key, g) : x.vh.at(b, key, g); });
+  }
+};
+
 template <class T>
 __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict__ lse, Operands<T> x, float scale,
                                          int group) {
@@ -141,21 +164,16 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
   float* k_s = smem;                          // [kTile][group][kChunk]
   float* v_s = k_s + kTile * group * kChunk;  // [kTile][group][kChunk]
   const Place pl(group);
-  const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * pl.rows();
-  const int64_t row = q0 + pl.r, g = h / (x.heads / x.kv_heads), d = x.d;
-  const bool active = row < x.tq;
+  const QueryTile qt(x, pl);
+  const int64_t row = qt.row, d = x.d;
   float q[kDims], acc[kDims];
-  load_chunk(q, x.q, x.qh.at(b, active ? row : 0, h), pl, d, active);
+  load_chunk(q, x.q, x.qh.at(qt.b, qt.active ? row : 0, qt.h), pl, d, qt.active);
   LT_UNROLL
   for (int e = 0; e < kDims; ++e) acc[e] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  // The keys of this block's active rows: from the first row's window to the last row's edge.
-  const int64_t last = (q0 + pl.rows() < x.tq ? q0 + pl.rows() : x.tq) - 1;
-  const int64_t kv_begin = x.mask.lo(q0), kv_end = x.mask.hi(last);
-  for (int64_t k0 = kv_begin; k0 < kv_end; k0 += kTile) {
+  for (int64_t k0 = qt.kv_begin; k0 < qt.kv_end; k0 += kTile) {
     __syncthreads();  // nobody still reads the previous tile
-    load_tile(k_s, v_s, x.k, x.v, k0, x.mask.keys, group, d,
-              [&](int64_t key, int which) { return which == 0 ? x.kh.at(b, key, g) : x.vh.at(b, key, g); });
+    qt.load_keys(k_s, v_s, x, k0, group);
     __syncthreads();
     float p[kTile];
     float tile_max = -INFINITY;
@@ -180,10 +198,10 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
     for (int j = 0; j < kTile; ++j) add_scaled_row(acc, p[j], v_s, j, pl);
     m = m_new;
   }
-  if (!active) return;
+  if (!qt.active) return;
   // A row that saw no key: out = 0, lse = -inf (m is -inf and l is 0 then).
-  store_chunk(out, x.oh.at(b, row, h), acc, l > 0.0f ? 1.0f / l : 0.0f, pl, d);
-  if (pl.c == 0) lse[x.lse_at(b, h, row)] = m + logf(l);
+  store_chunk(out, x.oh.at(qt.b, row, qt.h), acc, l > 0.0f ? 1.0f / l : 0.0f, pl, d);
+  if (pl.c == 0) lse[x.lse_at(qt.b, qt.h, row)] = m + logf(l);
 }
 
 // The k and v heads of qkv [b, t, heads + 2·kv_heads, d] into cache rows [position, position + t).
@@ -210,9 +228,9 @@ __global__ void attention_backward_dq_kernel(T* __restrict__ dq, float* __restri
   float* k_s = smem;                          // [kTile][group][kChunk]
   float* v_s = k_s + kTile * group * kChunk;  // [kTile][group][kChunk]
   const Place pl(group);
-  const int64_t b = blockIdx.z, h = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * pl.rows();
-  const int64_t row = q0 + pl.r, g = h / (x.heads / x.kv_heads), d = x.d;
-  const bool active = row < x.tq;
+  const QueryTile qt(x, pl);
+  const int64_t b = qt.b, h = qt.h, row = qt.row, d = x.d;
+  const bool active = qt.active;
   float q[kDims], dO[kDims], dqr[kDims];
   load_chunk(q, x.q, x.qh.at(b, active ? row : 0, h), pl, d, active);
   load_chunk(dO, dout, x.oh.at(b, active ? row : 0, h), pl, d, active);
@@ -229,12 +247,9 @@ __global__ void attention_backward_dq_kernel(T* __restrict__ dq, float* __restri
   }
   if (active && pl.c == 0) delta_out[x.lse_at(b, h, row)] = delta;
   const float row_lse = active ? lse[x.lse_at(b, h, row)] : 0.0f;
-  const int64_t last = (q0 + pl.rows() < x.tq ? q0 + pl.rows() : x.tq) - 1;
-  const int64_t kv_begin = x.mask.lo(q0), kv_end = x.mask.hi(last);
-  for (int64_t k0 = kv_begin; k0 < kv_end; k0 += kTile) {
+  for (int64_t k0 = qt.kv_begin; k0 < qt.kv_end; k0 += kTile) {
     __syncthreads();
-    load_tile(k_s, v_s, x.k, x.v, k0, x.mask.keys, group, d,
-              [&](int64_t key, int which) { return which == 0 ? x.kh.at(b, key, g) : x.vh.at(b, key, g); });
+    qt.load_keys(k_s, v_s, x, k0, group);
     __syncthreads();
     for (int j = 0; j < kTile; ++j) {
       const float s = group_dot(q, k_s, j, pl), dp = group_dot(dO, v_s, j, pl);

@@ -13,6 +13,21 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// Row `row`'s lse (its log-sum-exp l) and loss, l minus the target's logit (0 for an ignored
+// target; a target outside the vocabulary is a broken invariant), as the CPU's finish_row.
+template <class Logit>
+__device__ void finish_row(float* lse, float* losses, int64_t row, double l, int32_t t, int64_t vocab,
+                           int32_t ignore_index, Logit target_logit) {
+  lse[row] = float(l);
+  if (t == ignore_index) {
+    losses[row] = 0.0f;
+    return;
+  }
+  LT_DEVICE_CHECK(t >= 0 && t < vocab, "target %d at position %lld is outside the vocabulary [0, %lld)", t,
+                  (long long)row, (long long)vocab);
+  losses[row] = float(l - double(target_logit(t)));
+}
+
 template <class T>
 __global__ void cross_entropy_forward_kernel(float* __restrict__ losses, float* __restrict__ lse,
                                              const T* __restrict__ logits, const int32_t* __restrict__ targets,
@@ -31,16 +46,8 @@ __global__ void cross_entropy_forward_kernel(float* __restrict__ losses, float* 
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(load(x, j) - mx);
   s = block_sum(s);
   if (threadIdx.x != 0) return;
-  const double l = double(mx) + log(double(s));
-  lse[row] = float(l);
-  const int32_t t = targets[row];
-  if (t == ignore_index) {
-    losses[row] = 0.0f;
-    return;
-  }
-  LT_DEVICE_CHECK(t >= 0 && t < vocab, "target %d at position %lld is outside the vocabulary [0, %lld)", t,
-                  (long long)row, (long long)vocab);
-  losses[row] = probe == 0.0f ? float(l - double(load(x, t))) : NAN;
+  finish_row(lse, losses, row, double(mx) + log(double(s)), targets[row], vocab, ignore_index,
+             [&](int32_t t) { return probe == 0.0f ? load(x, t) : NAN; });
 }
 
 // Columns [col_begin, col_begin + vp) of the vocabulary (the whole row when col_begin is 0 and vp
@@ -102,16 +109,9 @@ __global__ void combine_kernel(float* __restrict__ losses, float* __restrict__ l
                                const float* __restrict__ stats, const int32_t* __restrict__ targets, int64_t n,
                                int64_t vocab, int32_t ignore_index) {
   for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < n; row += int64_t(gridDim.x) * blockDim.x) {
-    const double l = double(row_max[row]) + log(double(stats[row]));
-    lse[row] = float(l);
-    const int32_t t = targets[row];
-    if (t == ignore_index) {
-      losses[row] = 0.0f;
-      continue;
-    }
-    LT_DEVICE_CHECK(t >= 0 && t < vocab, "target %d at position %lld is outside the vocabulary [0, %lld)", t,
-                    (long long)row, (long long)vocab);
-    losses[row] = float(l - double(stats[n + row]));  // NaN where a logit was not finite (the sum is NaN)
+    // NaN where a logit was not finite (the sum is NaN).
+    finish_row(lse, losses, row, double(row_max[row]) + log(double(stats[row])), targets[row], vocab, ignore_index,
+               [&](int32_t) { return stats[n + row]; });
   }
 }
 
