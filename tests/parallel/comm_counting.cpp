@@ -1,4 +1,4 @@
-#include "parallel/comm_counting.h"
+#include "tests/parallel/comm_counting.h"
 
 #include <numeric>
 
@@ -28,33 +28,6 @@ void CountingComm::ring(Op op, const Tensor& t, size_t element_size) {
 std::unique_ptr<Comm> CountingComm::split(int color, int key, std::string name) {
   return inner_->split(color, key, std::move(name));
 }
-
-void CountingComm::all_reduce(Tensor buf, Reduction op) {
-  ring(all_reduce_op, buf, wire_element_size(op, buf.dtype));
-  inner_->all_reduce(buf, op);
-}
-void CountingComm::reduce_scatter(Tensor in, Tensor out, Reduction op) {
-  ring(reduce_scatter_op, in, wire_element_size(op, in.dtype));
-  inner_->reduce_scatter(in, out, op);
-}
-void CountingComm::all_gather(Tensor in, Tensor out) {
-  ring(all_gather_op, out, kernels::dtype_size(out.dtype));
-  inner_->all_gather(in, out);
-}
-void CountingComm::broadcast(Tensor buf, int root) {
-  count(broadcast_op, rank() == root ? buf.numel() * int64_t(kernels::dtype_size(buf.dtype)) : 0, 1, 1);
-  inner_->broadcast(buf, root);
-}
-void CountingComm::send(Tensor buf, int peer, int tag) {
-  count(send_op, buf.numel() * int64_t(kernels::dtype_size(buf.dtype)), 1, 1);
-  inner_->send(buf, peer, tag);
-}
-void CountingComm::recv(Tensor buf, int peer, int tag) { inner_->recv(buf, peer, tag); }
-void CountingComm::all_to_all(Tensor in, Tensor out) {
-  ring(all_to_all_op, in, kernels::dtype_size(in.dtype));
-  inner_->all_to_all(in, out);
-}
-void CountingComm::barrier() { inner_->barrier(); }
 
 WorkHandle CountingComm::all_reduce_async(Tensor buf, Reduction op) {
   ring(all_reduce_op, buf, wire_element_size(op, buf.dtype));

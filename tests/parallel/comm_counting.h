@@ -1,5 +1,6 @@
 // CountingComm: a Comm that forwards every call to another Comm and counts the bytes this rank
-// sends, for communication-volume measurements (scripts/bench/tp_comm.sh).
+// sends, for communication-volume measurements: scripts/bench/tp_comm.sh and the planner's test
+// of its tensor-parallel volumes. Test code: no product path counts bytes.
 //
 // Rules a reader could get wrong:
 //  - The count is the bandwidth-optimal (ring) volume each rank sends, the measure Megatron-LM's
@@ -9,8 +10,8 @@
 //    a broadcast B on the root, a send B; receives and barriers count nothing, and so does every
 //    call on one rank. B counts the bytes the reduction moves: a 16-bit buffer reduced with
 //    Accumulate::fp32 moves fp32 (wire_element_size), so B is twice its size.
-//  - Asynchronous calls count when they are started. split() returns the wrapped Comm's split,
-//    uncounted.
+//  - Calls count when they are started (a blocking call is its asynchronous form, waited for).
+//    split() returns the wrapped Comm's split, uncounted.
 #pragma once
 
 #include <array>
@@ -41,15 +42,6 @@ class CountingComm final : public Comm {
   double timeout() const override { return inner_->timeout(); }
   void progress() override { inner_->progress(); }
   std::unique_ptr<Comm> split(int color, int key, std::string name) override;
-
-  void all_reduce(Tensor buf, Reduction op) override;
-  void reduce_scatter(Tensor in, Tensor out, Reduction op) override;
-  void all_gather(Tensor in, Tensor out) override;
-  void broadcast(Tensor buf, int root) override;
-  void send(Tensor buf, int peer, int tag = 0) override;
-  void recv(Tensor buf, int peer, int tag = 0) override;
-  void all_to_all(Tensor in, Tensor out) override;
-  void barrier() override;
 
   WorkHandle all_reduce_async(Tensor buf, Reduction op) override;
   WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override;
