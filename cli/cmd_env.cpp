@@ -11,7 +11,7 @@
 #include "common/strings.h"
 #include "kernels/backend_info.h"
 #include "llmtrain_version.h"
-#include "parallel/backend_info.h"
+#include "parallel/comm_libraries.h"
 #include "parallel/launch_env.h"
 
 namespace llmtrain::cli {

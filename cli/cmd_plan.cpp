@@ -17,18 +17,18 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/strings.h"
+#include "planner/layout_search.h"
 #include "trainer/model/model_spec.h"
-#include "trainer/plan/layout_search.h"
 
 namespace llmtrain::cli {
 namespace {
 
-using trainer::plan::Candidate;
+using planner::Candidate;
 
 nlohmann::json candidate_json(const Candidate& c, int gpus) {
   const ParallelConfig& p = c.recipe.parallel;
   const trainer::MemoryAccount& a = c.memory.account;
-  const trainer::plan::StepPrediction& t = c.time;
+  const planner::StepPrediction& t = c.time;
   return {{"layout", c.layout()},
           {"tp", p.tp},
           {"pp", p.pp},
@@ -103,12 +103,12 @@ int cmd_plan(const PlanArgs& args) {
   if (device.empty()) {
     if (base.train.device == DeviceKind::cuda)
       throw Error("train.device is cuda: which GPU?",
-                  "give --gpu " + join(trainer::plan::device_names(), "|") + " (docs/plan.md lists them)");
+                  "give --gpu " + join(planner::device_names(), "|") + " (docs/plan.md lists them)");
     device = "cpu";
   }
-  trainer::plan::Cluster cluster{trainer::plan::device_lookup(device, &base), args.gpus, args.gpus_per_node,
-                                 args.inter_node_gbps * 1e9 / 8};
-  const trainer::plan::SearchResult found = trainer::plan::search_layouts(base, cluster);
+  planner::Cluster cluster{planner::device_lookup(device, &base), args.gpus, args.gpus_per_node,
+                           args.inter_node_gbps * 1e9 / 8};
+  const planner::SearchResult found = planner::search_layouts(base, cluster);
   const int valid = int(found.fitting.size() + found.too_big.size());
   if (valid == 0)
     throw Error(fmt::format("no layout of {} ranks passes the recipe checks for this model and global batch ({} "
@@ -147,7 +147,7 @@ int cmd_plan(const PlanArgs& args) {
                         {"fitting", ranked.size()},
                         {"too_big", found.too_big.size()},
                         {"refused", found.rejected},
-                        {"why_best", trainer::plan::why_best(ranked)},
+                        {"why_best", planner::why_best(ranked)},
                         {"applied", applied}};
     j["layouts"] = nlohmann::json::array();
     for (size_t i = 0; i < shown; ++i) j["layouts"].push_back(candidate_json(ranked[i], args.gpus));
@@ -170,8 +170,8 @@ int cmd_plan(const PlanArgs& args) {
                 format_bytes(double(c.memory.bytes)).c_str(), c.time.total,
                 c.time.model_flops_per_gpu(args.gpus) / 1e12, c.time.limit.c_str());
   }
-  const trainer::plan::StepPrediction& t = best.time;
-  std::printf("best: %s\n  why: %s\n", best.layout().c_str(), trainer::plan::why_best(ranked).c_str());
+  const planner::StepPrediction& t = best.time;
+  std::printf("best: %s\n  why: %s\n", best.layout().c_str(), planner::why_best(ranked).c_str());
   std::printf(
       "  step %.4g s = compute %.4g + pipeline bubble %.4g + tensor-parallel %.4g + pipeline transfers %.4g + "
       "data-parallel %.4g + optimizer %.4g\n",

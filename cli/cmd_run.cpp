@@ -33,11 +33,11 @@
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
 #include "parallel/pipeline_schedule.h"
-#include "trainer/memory.h"
+#include "planner/layout_search.h"
+#include "trainer/loop/memory.h"
+#include "trainer/loop/trainer.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
-#include "trainer/plan/layout_search.h"
-#include "trainer/trainer.h"
 
 namespace llmtrain::cli {
 namespace {
@@ -126,17 +126,17 @@ void print_pipeline(const Recipe& r) {
 // the warning when it does not fit ("" when it does or cannot be known), with what would fit.
 std::string memory_check(const Recipe& r, int ranks_per_node, const std::string& gpu, std::string* line) {
   if (r.train.device == DeviceKind::cuda && gpu.empty()) {
-    const trainer::plan::RankMemory m =
-        trainer::plan::predict_memory(r, {trainer::plan::device_memory("a100-80g"), r.world_size(), ranks_per_node});
+    const planner::RankMemory m =
+        planner::predict_memory(r, {planner::device_memory("a100-80g"), r.world_size(), ranks_per_node});
     *line = fmt::format(
         "predicted memory per rank: {} (stage {}) in our buffers, plus the CUDA context and library workspaces; "
         "cannot check it against the device without --gpu NAME ({})",
-        format_bytes(double(m.account.total())), m.stage, join(trainer::plan::device_names(), ", "));
+        format_bytes(double(m.account.total())), m.stage, join(planner::device_names(), ", "));
     return "";
   }
   const std::string name = r.train.device == DeviceKind::cpu ? "cpu" : gpu;
-  const trainer::plan::Cluster cluster{trainer::plan::device_memory(name), r.world_size(), ranks_per_node};
-  const trainer::plan::RankMemory m = trainer::plan::predict_memory(r, cluster);
+  const planner::Cluster cluster{planner::device_memory(name), r.world_size(), ranks_per_node};
+  const planner::RankMemory m = planner::predict_memory(r, cluster);
   const bool host = cluster.device.shares_host;
   *line = fmt::format(
       "predicted memory per rank: {} (stage {}{}) of {} {}", format_bytes(double(m.bytes)), m.stage,
@@ -148,7 +148,7 @@ std::string memory_check(const Recipe& r, int ranks_per_node, const std::string&
            : fmt::format("per GPU ({})", cluster.device.model));
   if (m.fits()) return "";
   std::vector<std::string> fixes;
-  for (const trainer::plan::Change& c : trainer::plan::fitting_changes(r, cluster))
+  for (const planner::Change& c : planner::fitting_changes(r, cluster))
     fixes.push_back(fmt::format("{} ({})", c.what, format_bytes(double(c.memory.bytes))));
   return fmt::format("predicted {} per {} > {}: {}", format_bytes(double(m.bytes)), host ? "rank" : "GPU",
                      format_bytes(double(m.capacity)),
@@ -240,9 +240,9 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
     if (!device.empty()) {
       // The performance model on this layout (llmtrain plan ranks the others); nodes of
       // launch.procs_per_node ranks, 400 Gb/s per rank between them.
-      const trainer::plan::Cluster cluster{trainer::plan::device_lookup(device, &r), r.world_size(),
-                                           std::max(1, plan.ranks_per_node), 50e9};
-      const trainer::plan::StepPrediction t = trainer::plan::predict_step(r, cluster);
+      const planner::Cluster cluster{planner::device_lookup(device, &r), r.world_size(),
+                                     std::max(1, plan.ranks_per_node), 50e9};
+      const planner::StepPrediction t = planner::predict_step(r, cluster);
       std::printf(
           "predicted step time: %.4g s on %s = compute %.4g + pipeline bubble %.4g + tensor-parallel %.4g + pipeline "
           "transfers %.4g + data-parallel %.4g + optimizer %.4g; limit: %s (docs/plan.md)\n",
@@ -325,7 +325,7 @@ int cmd_run(const RunArgs& args) {
   if (!args.gpu.empty() && !args.dry_run)
     throw Error(fmt::format("--gpu {} is for --dry-run", args.gpu),
                 "add --dry-run to check the predicted memory against that GPU; a run uses the device it has");
-  if (!args.gpu.empty()) trainer::plan::device_memory(args.gpu);  // an unknown name fails before anything else
+  if (!args.gpu.empty()) planner::device_memory(args.gpu);  // an unknown name fails before anything else
   RecipeArgs recipe_args = args.recipe;
   if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
   const bool rank_program = !args.rank_command.empty();

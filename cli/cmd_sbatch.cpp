@@ -29,16 +29,15 @@ int cmd_sbatch(const SbatchArgs& args) {
   namespace fs = std::filesystem;
   // --nodes, when given, overrides the recipe's launch.nodes (which is the default).
   std::vector<std::string> overrides = args.recipe.overrides;
-  if (args.nodes > 0) overrides.push_back(fmt::format("launch.nodes={}", args.nodes));
+  if (args.request.nodes > 0) overrides.push_back(fmt::format("launch.nodes={}", args.request.nodes));
   LoadedRecipe loaded = recipe_load(args.recipe.recipe, overrides);
   const Recipe& r = loaded.recipe;
 
-  launcher::SbatchRequest q;
+  launcher::SbatchRequest q = args.request;
   q.llmtrain = executable_path();
   q.recipe = fs::absolute(args.recipe.recipe).lexically_normal().string();
   q.workdir = fs::current_path().string();
   q.overrides = args.recipe.overrides;
-  q.rank_command = args.rank_command;
   if (!q.rank_command.empty()) {
     std::string found = launcher::find_program(q.rank_command[0]);
     if (found.empty())
@@ -46,13 +45,6 @@ int cmd_sbatch(const SbatchArgs& args) {
                   "give its path, or put its folder on PATH");
     q.rank_command[0] = fs::absolute(found).lexically_normal().string();
   }
-  q.nodes = args.nodes;
-  q.gpus_per_node = args.gpus_per_node;
-  q.cpus_per_task = args.cpus_per_task;
-  q.time = args.time;
-  q.partition = args.partition;
-  q.account = args.account;
-  q.signal_margin_s = args.signal_margin_s;
   q.version = LLMTRAIN_VERSION;
   const std::string script = launcher::sbatch_script(r, q);
 
@@ -66,12 +58,12 @@ int cmd_sbatch(const SbatchArgs& args) {
       std::fprintf(stderr,
                    "# output: %s; create its folder before `sbatch`: mkdir -p %s (Slurm does not; --submit does)\n",
                    launcher::sbatch_output_pattern(r).c_str(), launcher::shell_quote(r.log.dir).c_str());
-    if (args.rank_command.empty() && !missing.empty())
+    if (args.request.rank_command.empty() && !missing.empty())
       std::fprintf(stderr, "# note: this build cannot run the recipe yet (not supported yet: %s)\n",
                    join(missing, "; ").c_str());
     return kExitOk;
   }
-  if (args.rank_command.empty() && !missing.empty())
+  if (args.request.rank_command.empty() && !missing.empty())
     throw Error("not supported yet: " + join(missing, "; "),
                 "`llmtrain validate` accepts this recipe, but this build cannot run it, so the job would fail");
   if (launcher::find_program("sbatch").empty())

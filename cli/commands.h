@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/sbatch_script.h"
 #include "trainer/data/data_prep.h"
 
 namespace llmtrain::cli {
@@ -29,13 +30,11 @@ int cmd_run(const RunArgs& args);
 
 struct SbatchArgs {
   RecipeArgs recipe;
-  int nodes = 0;  // 0: the recipe's launch.nodes
-  int gpus_per_node = -1;
-  int cpus_per_task = 0;
-  std::string time, partition, account;
-  int signal_margin_s = 300;
+  // The flags (--nodes, --gpus-per-node, --cpus-per-task, --time, --partition, --account,
+  // --signal-margin) and the rank command after `--`, parsed straight into the request;
+  // cmd_sbatch fills in the paths and the version.
+  launcher::SbatchRequest request;
   bool submit = false;
-  std::vector<std::string> rank_command;  // after `--`, passed on to `llmtrain run ... --`
 };
 int cmd_sbatch(const SbatchArgs& args);
 

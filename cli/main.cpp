@@ -173,21 +173,23 @@ int main(int argc, char** argv) {
       "Write (or --submit) a Slurm batch script that runs the recipe with srun, checkpoints before the time "
       "limit and requeues itself");
   add_recipe_args(sbatch, sbatch_args.recipe);
-  sbatch->add_option("--nodes", sbatch_args.nodes, "Nodes (sets launch.nodes; default: the recipe's launch.nodes)")
+  sbatch
+      ->add_option("--nodes", sbatch_args.request.nodes,
+                   "Nodes (sets launch.nodes; default: the recipe's launch.nodes)")
       ->check(CLI::PositiveNumber);
   sbatch
-      ->add_option("--gpus-per-node", sbatch_args.gpus_per_node,
+      ->add_option("--gpus-per-node", sbatch_args.request.gpus_per_node,
                    "GPUs per node (default: launch.procs_per_node with train.device cuda, none on CPU)")
       ->check(CLI::NonNegativeNumber);
   sbatch
-      ->add_option("--cpus-per-task", sbatch_args.cpus_per_task,
+      ->add_option("--cpus-per-task", sbatch_args.request.cpus_per_task,
                    "CPUs per rank (default: train.threads, or whole nodes with --exclusive)")
       ->check(CLI::PositiveNumber);
-  sbatch->add_option("--time", sbatch_args.time, "Time limit, e.g. 04:00:00 (default: launch.slurm.time)");
-  sbatch->add_option("--partition", sbatch_args.partition, "Partition (default: launch.slurm.partition)");
-  sbatch->add_option("--account", sbatch_args.account, "Account (default: launch.slurm.account)");
+  sbatch->add_option("--time", sbatch_args.request.time, "Time limit, e.g. 04:00:00 (default: launch.slurm.time)");
+  sbatch->add_option("--partition", sbatch_args.request.partition, "Partition (default: launch.slurm.partition)");
+  sbatch->add_option("--account", sbatch_args.request.account, "Account (default: launch.slurm.account)");
   sbatch
-      ->add_option("--signal-margin", sbatch_args.signal_margin_s,
+      ->add_option("--signal-margin", sbatch_args.request.signal_margin_s,
                    "Seconds before the time limit at which the ranks get SIGTERM to checkpoint")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -371,7 +373,7 @@ int main(int argc, char** argv) {
     break;
   }
   run_args.rank_command = rank_command;
-  sbatch_args.rank_command = rank_command;
+  sbatch_args.request.rank_command = rank_command;
   if (argc > 1 && argv[1][0] != '-')
     if (int status = refuse_unknown_command(app, argv[1])) return status;
 

@@ -238,19 +238,18 @@ class Section {
     if (string(key, out) && out == "auto") out.clear();
   }
 
+  // One of a recipe enum's names (common/recipe/recipe.h).
   template <typename E>
-  void choice(const char* key, E& out, const std::vector<std::pair<std::string, E>>& options,
-              const std::map<std::string, std::string>& not_yet = {}) {
+  void choice(const char* key, E& out, const std::map<std::string, std::string>& not_yet = {}) {
     const YamlValue* v = get(key);
     if (!v) return;
     std::vector<std::string> names;
-    for (const auto& [n, e] : options) names.push_back(n);
+    for (const EnumName<E>& n : enum_names(out)) names.push_back(n.name);
     if (v->kind == Kind::scalar) {
-      for (const auto& [n, e] : options)
-        if (n == v->scalar) {
-          out = e;
-          return;
-        }
+      if (const std::optional<E> e = enum_value(enum_names(out), v->scalar)) {
+        out = *e;
+        return;
+      }
       auto ny = not_yet.find(v->scalar);
       if (ny != not_yet.end()) {
         error(v->where, full(key), fmt::format("not supported yet: {} {}", full(key), v->scalar), ny->second);
@@ -327,7 +326,7 @@ constexpr FloatRule kNonNegativeFloat{0.0, false};
 
 void parse_model(Section s, ModelConfig& m) {
   s.required("family");
-  s.choice("family", m.family, {{"gpt2", ModelFamily::gpt2}, {"llama", ModelFamily::llama}});
+  s.choice("family", m.family);
   m.tie_embeddings = default_tie_embeddings(m.family);
   for (const char* k : {"layers", "hidden", "heads", "seq_len"}) s.required(k);
   s.integer("layers", m.layers, kRankCount);
@@ -390,8 +389,8 @@ void parse_data(Section s, DataConfig& d, std::vector<Diagnostic>& diags) {
 }
 
 void parse_train(Section s, TrainConfig& t, std::vector<Diagnostic>& diags) {
-  s.choice("device", t.device, {{"cpu", DeviceKind::cpu}, {"cuda", DeviceKind::cuda}});
-  s.choice("precision", t.precision, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}});
+  s.choice("device", t.device);
+  s.choice("precision", t.precision);
   s.required("steps");
   s.integer("steps", t.steps, kPositive);
   s.required("micro_batch");
@@ -401,11 +400,8 @@ void parse_train(Section s, TrainConfig& t, std::vector<Diagnostic>& diags) {
   int64_t seed = static_cast<int64_t>(t.seed);
   s.integer("seed", seed, kNonNegative);
   t.seed = static_cast<uint64_t>(seed);
-  s.choice("activation_checkpointing", t.activation_checkpointing,
-           {{"none", ActivationCheckpointing::none},
-            {"selective", ActivationCheckpointing::selective},
-            {"full", ActivationCheckpointing::full}});
-  s.choice("on_nonfinite", t.on_nonfinite, {{"stop", NonFiniteAction::stop}, {"skip", NonFiniteAction::skip}});
+  s.choice("activation_checkpointing", t.activation_checkpointing);
+  s.choice("on_nonfinite", t.on_nonfinite);
   s.integer("max_skipped_steps", t.max_skipped_steps, kPositive);
   s.integer("threads", t.threads, {1, 4096, true});
   {
@@ -428,8 +424,7 @@ void parse_optimizer(Section s, OptimizerConfig& o) {
   s.number("lr", o.lr, kPositiveFloat);
   s.number("min_lr", o.min_lr, kNonNegativeFloat);
   s.integer("warmup", o.warmup, kNonNegative);
-  s.choice("schedule", o.schedule,
-           {{"cosine", LrSchedule::cosine}, {"linear", LrSchedule::linear}, {"constant", LrSchedule::constant}});
+  s.choice("schedule", o.schedule);
   s.integer("decay_steps", o.decay_steps, kPositiveOrAuto);
   if (const YamlValue* b = s.get("betas")) {
     double b1 = 0, b2 = 0;
@@ -472,11 +467,7 @@ void parse_parallel(Section s, ParallelConfig& p) {
   s.integer("zero", p.zero, {0, 3});
   s.integer("zero_group", p.zero_group, kRankCountOrAuto);
   s.boolean("sequence_parallel", p.sequence_parallel);
-  s.choice("pp_schedule", p.pp_schedule,
-           {{"gpipe", PipelineSchedule::gpipe},
-            {"1f1b", PipelineSchedule::one_f_one_b},
-            {"interleaved", PipelineSchedule::interleaved},
-            {"zero_bubble", PipelineSchedule::zero_bubble}});
+  s.choice("pp_schedule", p.pp_schedule);
   s.integer("virtual_stages", p.virtual_stages, kRankCount);
   if (const YamlValue* v = s.get("pp_layers")) {
     std::vector<int> blocks;
@@ -495,8 +486,7 @@ void parse_parallel(Section s, ParallelConfig& p) {
       p.pp_layers = std::move(blocks);
   }
   s.number("bucket_mb", p.bucket_mb, kPositiveFloat);
-  s.choice("grad_reduce_dtype", p.grad_reduce_dtype,
-           {{"fp32", GradReduceDtype::fp32}, {"bf16", GradReduceDtype::bf16}});
+  s.choice("grad_reduce_dtype", p.grad_reduce_dtype);
   duration(s, "timeout", "parallel.timeout", p.timeout_s, false);
   s.finish();
 }

@@ -34,6 +34,7 @@ std::string recipe_key_where(const YamlValue& root, const std::string& file, con
 class RecipeError : public std::runtime_error {
  public:
   explicit RecipeError(std::vector<Diagnostic> diags);
+  // Each problem on its own (the tests check them one by one; llmtrain prints format()).
   const std::vector<Diagnostic>& diagnostics() const { return diags_; }
   std::string format() const;  // one "error: ..." block per diagnostic
   // A file could not be read (Diagnostic::io): this process may be alone in meeting it.

@@ -15,6 +15,8 @@ void log_set_rank(int rank, int world_size);
 const std::string& log_prefix();
 // The rank given to log_set_rank, or -1 before (error messages name it).
 int log_rank();
+// The level is LLMTRAIN_LOG's (debug) or info; programs that embed the library may change it (the
+// fuzz targets keep only errors).
 void log_set_level(LogLevel level);
 bool log_enabled(LogLevel level);
 void log_write(LogLevel level, const std::string& message);

@@ -24,12 +24,8 @@ void on_signal(int sig) {
 }  // namespace
 
 void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  install_signal_handler(SIGTERM, on_signal);
+  install_signal_handler(SIGINT, on_signal);
 }
 
 void remove_stop_handlers() {
@@ -39,5 +35,15 @@ void remove_stop_handlers() {
 
 bool stop_requested() { return g_signal.load() != 0; }
 int stop_signal() { return g_signal.load(); }
+
+struct sigaction install_signal_handler(int sig, void (*handler)(int)) {
+  struct sigaction sa {
+  }, previous{};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(sig, &sa, &previous);
+  return previous;
+}
 
 }  // namespace llmtrain

@@ -7,6 +7,8 @@
 // flag is all-reduced with max) so that every rank checkpoints the same step.
 #pragma once
 
+#include <csignal>
+
 namespace llmtrain {
 
 // Installs the handlers for SIGTERM and SIGINT (idempotent).
@@ -17,5 +19,9 @@ void remove_stop_handlers();
 bool stop_requested();
 // The signal that asked to stop (0 when none).
 int stop_signal();
+
+// Installs `handler` for `sig` the way every handler of ours is installed: interrupted system calls
+// restart (SA_RESTART) and no other signal is blocked while it runs. Returns the action it replaced.
+struct sigaction install_signal_handler(int sig, void (*handler)(int));
 
 }  // namespace llmtrain

@@ -121,6 +121,16 @@ bool is_plain_file_name(std::string_view s) {
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
+std::optional<int> parse_small_count(std::string_view s) {
+  if (s.empty() || s.size() > 9) return std::nullopt;
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 std::optional<double> parse_duration_seconds(std::string_view s) {
   std::string t = trim(s);
   if (t.empty()) return std::nullopt;

@@ -42,6 +42,9 @@ bool is_plain_file_name(std::string_view s);
 inline constexpr std::string_view kLetters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 inline constexpr std::string_view kDigits = "0123456789";
 
+// A count written as 1 to 9 ASCII digits, nothing else ("0042" is 42); nullopt otherwise. Nine
+// digits always fit an int, so no input overflows.
+std::optional<int> parse_small_count(std::string_view s);
 // "300s", "5m", "1.5h", "250ms", or a bare number of seconds. nullopt when malformed.
 std::optional<double> parse_duration_seconds(std::string_view s);
 // "5GB", "500MB", "2GiB", "1000000" (bytes; KB/MB/GB/TB are powers of 1000 as transformers'

@@ -11,18 +11,6 @@
 namespace llmtrain::launcher {
 namespace {
 
-bool parse_positive(std::string_view s, int& out) {
-  if (s.empty() || s.size() > 9) return false;
-  int v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  if (v <= 0) return false;
-  out = v;
-  return true;
-}
-
 // [user@]host, where host is a DNS name, an IPv4 address or an IPv6 address, and user a login
 // name: nothing that ssh could read as an option ("-oProxyCommand=...") or a shell as syntax.
 bool is_host_name(std::string_view s) {
@@ -77,8 +65,10 @@ Hostfile hostfile_parse(std::string_view text, const std::string& path) {
       std::string value = eq == std::string::npos ? "" : t.substr(eq + 1);
       int* target = key == "slots" ? &e.slots : (key == "max_slots" || key == "max-slots") ? &max_slots : nullptr;
       if (!target) throw Error(fmt::format("{}: unknown field '{}' for host {}", where, t, e.host), kHint);
-      if (!parse_positive(value, *target))
+      const std::optional<int> n = parse_small_count(value);
+      if (!n || *n <= 0)
         throw Error(fmt::format("{}: {} must be a positive integer, found '{}'", where, key, value), kHint);
+      *target = *n;
     }
     if (max_slots > 0 && e.slots > max_slots)
       throw Error(fmt::format("{}: host {} has slots={} above max_slots={}", where, e.host, e.slots, max_slots), kHint);

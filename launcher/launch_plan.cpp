@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/host.h"
 #include "parallel/flight_recorder.h"
@@ -54,19 +55,12 @@ int auto_threads(const Recipe& r, int cores, int ranks_here) {
 }  // namespace
 
 const char* to_string(LaunchMode mode) {
-  switch (mode) {
-    case LaunchMode::in_process:
-      return "in-process (one rank)";
-    case LaunchMode::as_rank:
-      return "this process is a rank";
-    case LaunchMode::local_mpirun:
-      return "local mpirun";
-    case LaunchMode::slurm_srun:
-      return "Slurm srun --mpi=pmix";
-    case LaunchMode::ssh_mpirun:
-      return "mpirun over ssh";
-  }
-  return "?";
+  static constexpr EnumName<LaunchMode> kNames[] = {{"in-process (one rank)", LaunchMode::in_process},
+                                                    {"this process is a rank", LaunchMode::as_rank},
+                                                    {"local mpirun", LaunchMode::local_mpirun},
+                                                    {"Slurm srun --mpi=pmix", LaunchMode::slurm_srun},
+                                                    {"mpirun over ssh", LaunchMode::ssh_mpirun}};
+  return enum_name(kNames, mode);
 }
 
 PlanInputs plan_inputs(const parallel::LaunchEnv& env, bool rank_program) {

@@ -8,21 +8,11 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "parallel/progress.h"
 
 namespace llmtrain::launcher {
 namespace {
-
-bool parse_int(std::string_view s, int& out) {
-  if (s.empty() || s.size() > 9) return false;
-  int v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  out = v;
-  return true;
-}
 
 std::string timestamp() {
   std::time_t t = std::time(nullptr);
@@ -54,10 +44,10 @@ TaggedLine parse_tagged_line(OutputTags tags, std::string_view line, bool from_s
       auto close = line.find(']');
       if (comma != std::string_view::npos && close != std::string_view::npos && comma < close) {
         std::string_view rest = line.substr(close + 1);
-        int rank = 0;
+        const std::optional<int> rank = parse_small_count(line.substr(comma + 1, close - comma - 1));
         for (std::string_view stream : {"<stdout>:", "<stderr>:", "<stddiag>:"}) {
-          if (rest.starts_with(stream) && parse_int(line.substr(comma + 1, close - comma - 1), rank)) {
-            out.rank = rank;
+          if (rest.starts_with(stream) && rank) {
+            out.rank = *rank;
             out.is_stderr = stream != "<stdout>:";
             out.text = std::string(rest.substr(stream.size()));
             return out;
@@ -71,8 +61,10 @@ TaggedLine parse_tagged_line(OutputTags tags, std::string_view line, bool from_s
     while (i < line.size() && line[i] == ' ') ++i;
     size_t digits = i;
     while (digits < line.size() && line[digits] >= '0' && line[digits] <= '9') ++digits;
-    int rank = 0;
-    if (digits > i && digits < line.size() && line[digits] == ':' && parse_int(line.substr(i, digits - i), rank)) {
+    const std::optional<int> rank = digits > i && digits < line.size() && line[digits] == ':'
+                                        ? parse_small_count(line.substr(i, digits - i))
+                                        : std::nullopt;
+    if (rank) {
       std::string_view rest = line.substr(digits + 1);
       if (rest.starts_with(" ")) rest.remove_prefix(1);
       // slurmstepd's notes about the step arrive labelled with task 0; they are the launcher's.
@@ -80,7 +72,7 @@ TaggedLine parse_tagged_line(OutputTags tags, std::string_view line, bool from_s
         out.text = std::string(rest);
         return out;
       }
-      out.rank = rank;
+      out.rank = *rank;
       out.text = std::string(rest);
       return out;
     }

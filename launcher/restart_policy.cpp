@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 
 namespace llmtrain::launcher {
@@ -26,17 +27,11 @@ JobOutcome classify_exit(int status) {
 }
 
 const char* to_string(JobOutcome o) {
-  switch (o) {
-    case JobOutcome::finished:
-      return "finished";
-    case JobOutcome::user_error:
-      return "user error";
-    case JobOutcome::interrupted:
-      return "interrupted";
-    case JobOutcome::failed:
-      return "failed";
-  }
-  return "?";
+  static constexpr EnumName<JobOutcome> kNames[] = {{"finished", JobOutcome::finished},
+                                                    {"user error", JobOutcome::user_error},
+                                                    {"interrupted", JobOutcome::interrupted},
+                                                    {"failed", JobOutcome::failed}};
+  return enum_name(kNames, o);
 }
 
 std::string describe_exit(int status) {

@@ -20,12 +20,6 @@ void on_relay_signal(int) {
 
 }  // namespace
 
-void install_stop_relay() {
-  struct sigaction sa {};
-  sa.sa_handler = on_relay_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(kStopRelaySignal, &sa, nullptr);
-}
+void install_stop_relay() { install_signal_handler(kStopRelaySignal, on_relay_signal); }
 
 }  // namespace llmtrain::launcher

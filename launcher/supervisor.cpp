@@ -23,8 +23,10 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/host.h"
+#include "common/signals.h"
 #include "common/strings.h"
 #include "launcher/child_process.h"
 #include "launcher/rank_output.h"
@@ -59,11 +61,7 @@ class SignalCapture {
     LT_CHECK(g_signal_pipe[0] < 0, "two supervisors in one process");
     if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
       throw environment_error(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &previous_[i]);
+    for (int i = 0; i < 3; ++i) previous_[i] = install_signal_handler(kSignals[i], on_stop_signal);
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &ign, &previous_pipe_);  // a closed console must not kill the supervisor
@@ -87,15 +85,8 @@ class SignalCapture {
 };
 
 const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGINT:
-      return "SIGINT";
-    case SIGHUP:
-      return "SIGHUP";
-  }
-  return "a signal";
+  static constexpr EnumName<int> kNames[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT}, {"SIGHUP", SIGHUP}};
+  return enum_name(kNames, sig, "a signal");
 }
 
 // The processes whose parent is `parent` (the ranks mpirun started on this host).
@@ -408,19 +399,15 @@ class Supervisor {
             return;
           }
         }
-        child.signal(kStopRelaySignal);
-        out_.launcher_message(
-            fmt::format("{} received: asked every rank, through srun, to write a checkpoint and "
-                        "exit 75 (they have {} before they are killed)",
-                        signal_name(sig), grace));
-        break;
+        [[fallthrough]];
       }
       case LaunchMode::ssh_mpirun:
+        // srun and mpirun forward the relay signal to every rank, on every host.
         child.signal(kStopRelaySignal);
         out_.launcher_message(
-            fmt::format("{} received: asked every rank, through mpirun, to write a checkpoint and "
+            fmt::format("{} received: asked every rank, through {}, to write a checkpoint and "
                         "exit 75 (they have {} before they are killed)",
-                        signal_name(sig), grace));
+                        signal_name(sig), plan_.mode == LaunchMode::slurm_srun ? "srun" : "mpirun", grace));
         break;
       default:
         LT_CHECK(false, "supervising a plan that spawns nothing");

@@ -13,6 +13,7 @@
 #include <exception>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -29,17 +30,11 @@ enum MpiState : int { kNoMpi = 0, kMpiRunning = 1, kMpiFinalized = 2, kAborting 
 std::atomic<int> g_mpi_state{kNoMpi};
 
 const char* thread_level_name(int level) {
-  switch (level) {
-    case MPI_THREAD_SINGLE:
-      return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED:
-      return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED:
-      return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE:
-      return "MPI_THREAD_MULTIPLE";
-  }
-  return "unknown";
+  static constexpr EnumName<int> kNames[] = {{"MPI_THREAD_SINGLE", MPI_THREAD_SINGLE},
+                                             {"MPI_THREAD_FUNNELED", MPI_THREAD_FUNNELED},
+                                             {"MPI_THREAD_SERIALIZED", MPI_THREAD_SERIALIZED},
+                                             {"MPI_THREAD_MULTIPLE", MPI_THREAD_MULTIPLE}};
+  return enum_name(kNames, level, "unknown");
 }
 
 std::string host_name() {
@@ -126,21 +121,11 @@ void fence(Comm& comm) { comm.barrier(); }
 }  // namespace
 
 std::string RankInfo::describe() const {
-  std::string via;
-  switch (launcher) {
-    case Launcher::mpirun:
-      via = "mpirun";
-      break;
-    case Launcher::srun_pmix:
-      via = "srun --mpi=pmix";
-      break;
-    case Launcher::srun_no_pmix:
-      via = "srun without PMIx";
-      break;
-    case Launcher::none:
-      via = "no launcher (MPI not initialised)";
-      break;
-  }
+  static constexpr EnumName<Launcher> kVia[] = {{"mpirun", Launcher::mpirun},
+                                                {"srun --mpi=pmix", Launcher::srun_pmix},
+                                                {"srun without PMIx", Launcher::srun_no_pmix},
+                                                {"no launcher (MPI not initialised)", Launcher::none}};
+  const std::string via = enum_name(kVia, launcher, "");
   std::string out = fmt::format("rank {} of {} (local {} of {}, node {} of {}, host {}) via {}", rank, world_size,
                                 local_rank, local_size, node, nodes, hostname, via);
   if (!mpi_thread_level.empty()) out += ", " + mpi_thread_level;

@@ -91,32 +91,36 @@ class Comm {
   // ranked by `key`, then by rank here. Mesh groups are made with it (parallel/mesh_comms.h).
   virtual std::unique_ptr<Comm> split(int color, int key, std::string name) = 0;
 
+  // The operations, each started asynchronously, for overlapping communication with computation:
+  // the returned handle's wait() completes the operation (and any finishing step, e.g. the division
+  // of avg). A backend implements these; the blocking forms below wait for them.
+  //
   // In place: every rank ends with the reduction of every rank's `buf`.
-  virtual void all_reduce(Tensor buf, Reduction op) = 0;
-  // `in` holds size() equal chunks; rank r receives the reduction of every rank's chunk r in `out`.
-  virtual void reduce_scatter(Tensor in, Tensor out, Reduction op) = 0;
-  // `out` holds size() chunks of in.numel() elements; chunk r is rank r's `in`.
-  virtual void all_gather(Tensor in, Tensor out) = 0;
-  // Rank `root`'s `buf` is copied into every other rank's `buf`.
-  virtual void broadcast(Tensor buf, int root) = 0;
-  // Point-to-point within the group; `peer` is a rank of this group.
-  virtual void send(Tensor buf, int peer, int tag = 0) = 0;
-  virtual void recv(Tensor buf, int peer, int tag = 0) = 0;
-  // `in` and `out` hold size() equal chunks; chunk r of `in` goes to rank r, and chunk r of `out`
-  // comes from rank r.
-  virtual void all_to_all(Tensor in, Tensor out) = 0;
-  virtual void barrier() = 0;
-
-  // Asynchronous forms, for overlapping communication with computation. Each returns a handle
-  // whose wait() completes the operation (and any finishing step, e.g. the division of avg).
   virtual WorkHandle all_reduce_async(Tensor buf, Reduction op) = 0;
+  // `in` holds size() equal chunks; rank r receives the reduction of every rank's chunk r in `out`.
   virtual WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) = 0;
+  // `out` holds size() chunks of in.numel() elements; chunk r is rank r's `in`.
   virtual WorkHandle all_gather_async(Tensor in, Tensor out) = 0;
+  // Rank `root`'s `buf` is copied into every other rank's `buf`.
   virtual WorkHandle broadcast_async(Tensor buf, int root) = 0;
+  // Point-to-point within the group; `peer` is a rank of this group.
   virtual WorkHandle send_async(Tensor buf, int peer, int tag = 0) = 0;
   virtual WorkHandle recv_async(Tensor buf, int peer, int tag = 0) = 0;
+  // `in` and `out` hold size() equal chunks; chunk r of `in` goes to rank r, and chunk r of `out`
+  // comes from rank r.
   virtual WorkHandle all_to_all_async(Tensor in, Tensor out) = 0;
   virtual WorkHandle barrier_async() = 0;
+
+  // Blocking forms: the asynchronous operation, waited for. A wrapper overrides one only to do more
+  // around the call (the flight recorder records blocking calls under their own names).
+  virtual void all_reduce(Tensor buf, Reduction op) { all_reduce_async(buf, op)->wait(); }
+  virtual void reduce_scatter(Tensor in, Tensor out, Reduction op) { reduce_scatter_async(in, out, op)->wait(); }
+  virtual void all_gather(Tensor in, Tensor out) { all_gather_async(in, out)->wait(); }
+  virtual void broadcast(Tensor buf, int root) { broadcast_async(buf, root)->wait(); }
+  virtual void send(Tensor buf, int peer, int tag = 0) { send_async(buf, peer, tag)->wait(); }
+  virtual void recv(Tensor buf, int peer, int tag = 0) { recv_async(buf, peer, tag)->wait(); }
+  virtual void all_to_all(Tensor in, Tensor out) { all_to_all_async(in, out)->wait(); }
+  virtual void barrier() { barrier_async()->wait(); }
 };
 
 // A communicator of one rank: reductions and gathers copy (or do nothing, in place), point-to-point

@@ -4,21 +4,16 @@
 #include <cstring>
 #include <string>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "parallel/comm.h"
 
 namespace llmtrain::parallel {
 
 const char* to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::avg:
-      return "avg";
-    case ReduceOp::max:
-      return "max";
-  }
-  return "?";
+  static constexpr EnumName<ReduceOp> kNames[] = {
+      {"sum", ReduceOp::sum}, {"avg", ReduceOp::avg}, {"max", ReduceOp::max}};
+  return enum_name(kNames, op);
 }
 
 const char* to_string(Accumulate a) { return a == Accumulate::fp32 ? "fp32" : "in_dtype"; }

@@ -36,6 +36,15 @@ struct MpiComm::Op {
 
 namespace {
 
+// True when a collective from `in` to `out` has nothing to send: no elements, or one rank, whose
+// result is its input (copied into `out` when that is another buffer).
+bool nothing_to_send(int64_t n, int size, const Tensor& in, const Tensor& out) {
+  if (n == 0) return true;
+  if (size != 1) return false;
+  if (in.data != out.data) std::memmove(out.data, in.data, out.bytes());
+  return true;
+}
+
 // Reductions of bf16/fp16 run in an fp32 scratch buffer, unless they sum in 16 bits.
 bool widened(DType t, const Reduction& r) { return (t == DType::bf16 || t == DType::fp16) && !r.sums_in_16_bits(t); }
 
@@ -421,11 +430,7 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, Reduction op) {
            kernels::to_string(in.dtype), name_);
   const int64_t n = out.numel();
   auto w = begin(Op{"reduce_scatter", n, out.dtype, op});
-  if (n == 0) return launch(std::move(w));
-  if (size_ == 1) {
-    if (in.data != out.data) std::memmove(out.data, in.data, out.bytes());
-    return launch(std::move(w));
-  }
+  if (nothing_to_send(n, size_, in, out)) return launch(std::move(w));
 
   const bool wide = widened(in.dtype, op);
   const MPI_Op mop = mpi_op(op, in.dtype);
@@ -482,11 +487,7 @@ WorkHandle MpiComm::all_gather_async(Tensor in, Tensor out) {
   const int64_t n = in.numel();
   const size_t esz = kernels::dtype_size(in.dtype);
   auto w = begin(Op{"all_gather", n, in.dtype});
-  if (n == 0) return launch(std::move(w));
-  if (size_ == 1) {
-    if (in.data != out.data) std::memmove(out.data, in.data, in.bytes());
-    return launch(std::move(w));
-  }
+  if (nothing_to_send(n, size_, in, out)) return launch(std::move(w));
   // In place when `in` is this rank's block of `out` (ZeRO gathers updated shards that way).
   const bool in_place = in.data == at(out.data, rank_ * n, esz);
   LT_CHECK(in_place || !overlap(in, out),
@@ -534,11 +535,7 @@ WorkHandle MpiComm::all_to_all_async(Tensor in, Tensor out) {
   const int64_t n = in.numel() / size_;
   const size_t esz = kernels::dtype_size(in.dtype);
   auto w = begin(Op{"all_to_all", n, in.dtype});
-  if (n == 0) return launch(std::move(w));
-  if (size_ == 1) {
-    if (in.data != out.data) std::memmove(out.data, in.data, in.bytes());
-    return launch(std::move(w));
-  }
+  if (nothing_to_send(n, size_, in, out)) return launch(std::move(w));
   void* src = in.data;
   if (overlap(in, out)) {
     src = w->scratch<std::byte>(static_cast<int64_t>(in.bytes()));
@@ -568,49 +565,31 @@ WorkHandle MpiComm::barrier_async() {
 
 // --- point-to-point ------------------------------------------------------------------------
 
-WorkHandle MpiComm::send_async(Tensor buf, int peer, int tag) {
-  LT_CHECK(buf.device == kernels::Device::cpu, "MPI send on {} memory", kernels::to_string(buf.device));
-  check_peer(peer, "send");
+WorkHandle MpiComm::send_async(Tensor buf, int peer, int tag) { return transfer(true, buf, peer, tag); }
+WorkHandle MpiComm::recv_async(Tensor buf, int peer, int tag) { return transfer(false, buf, peer, tag); }
+
+WorkHandle MpiComm::transfer(bool send, Tensor buf, int peer, int tag) {
+  const char* op = send ? "send" : "recv";
+  LT_CHECK(buf.device == kernels::Device::cpu, "MPI {} on {} memory", op, kernels::to_string(buf.device));
+  check_peer(peer, op);
   const int64_t n = buf.numel();
   const size_t esz = kernels::dtype_size(buf.dtype);
-  auto w = begin(Op{"send", n, buf.dtype, std::nullopt, peer, tag});
+  auto w = begin(Op{op, n, buf.dtype, std::nullopt, peer, tag});
   w->set_peer_world_rank(world_rank_of(peer));
   // Pieces between the same two ranks with the same tag arrive in order (MPI's non-overtaking rule).
   const int64_t piece = piece_elements(esz);
   for (int64_t o = 0; o < n; o += piece) {
     const int k = static_cast<int>(std::min(piece, n - o));
-    LT_MPI(MPI_Isend(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_,
-                     w->add_request(int64_t(k) * int64_t(esz))));
-  }
-  return launch(std::move(w));
-}
-
-WorkHandle MpiComm::recv_async(Tensor buf, int peer, int tag) {
-  LT_CHECK(buf.device == kernels::Device::cpu, "MPI recv on {} memory", kernels::to_string(buf.device));
-  check_peer(peer, "recv");
-  const int64_t n = buf.numel();
-  const size_t esz = kernels::dtype_size(buf.dtype);
-  auto w = begin(Op{"recv", n, buf.dtype, std::nullopt, peer, tag});
-  w->set_peer_world_rank(world_rank_of(peer));
-  const int64_t piece = piece_elements(esz);
-  for (int64_t o = 0; o < n; o += piece) {
-    const int k = static_cast<int>(std::min(piece, n - o));
     const int64_t bytes = int64_t(k) * int64_t(esz);
-    LT_MPI(MPI_Irecv(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_, w->add_request(bytes, bytes)));
+    if (send)
+      LT_MPI(MPI_Isend(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_,
+                       w->add_request(int64_t(k) * int64_t(esz))));
+    else
+      LT_MPI(
+          MPI_Irecv(at(buf.data, o, esz), k, element_type(buf.dtype), peer, tag, comm_, w->add_request(bytes, bytes)));
   }
   return launch(std::move(w));
 }
-
-// --- blocking forms: the asynchronous ones, waited for ----------------------------------------
-
-void MpiComm::all_reduce(Tensor buf, Reduction op) { all_reduce_async(buf, op)->wait(); }
-void MpiComm::reduce_scatter(Tensor in, Tensor out, Reduction op) { reduce_scatter_async(in, out, op)->wait(); }
-void MpiComm::all_gather(Tensor in, Tensor out) { all_gather_async(in, out)->wait(); }
-void MpiComm::broadcast(Tensor buf, int root) { broadcast_async(buf, root)->wait(); }
-void MpiComm::send(Tensor buf, int peer, int tag) { send_async(buf, peer, tag)->wait(); }
-void MpiComm::recv(Tensor buf, int peer, int tag) { recv_async(buf, peer, tag)->wait(); }
-void MpiComm::all_to_all(Tensor in, Tensor out) { all_to_all_async(in, out)->wait(); }
-void MpiComm::barrier() { barrier_async()->wait(); }
 
 std::unique_ptr<MpiComm> make_mpi_world_comm(double timeout_s, std::string name) {
   // MPI_Comm_idup, so that even the duplication is a bounded wait.

@@ -75,15 +75,6 @@ class MpiComm final : public Comm {
   void progress() override;
   std::unique_ptr<Comm> split(int color, int key, std::string name) override;
 
-  void all_reduce(Tensor buf, Reduction op) override;
-  void reduce_scatter(Tensor in, Tensor out, Reduction op) override;
-  void all_gather(Tensor in, Tensor out) override;
-  void broadcast(Tensor buf, int root) override;
-  void send(Tensor buf, int peer, int tag = 0) override;
-  void recv(Tensor buf, int peer, int tag = 0) override;
-  void all_to_all(Tensor in, Tensor out) override;
-  void barrier() override;
-
   WorkHandle all_reduce_async(Tensor buf, Reduction op) override;
   WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override;
   WorkHandle all_gather_async(Tensor in, Tensor out) override;
@@ -101,6 +92,7 @@ class MpiComm final : public Comm {
   WorkHandle launch(std::unique_ptr<MpiWork> work);
   void check_thread(const char* op) const;
   void check_peer(int peer, const char* op) const;
+  WorkHandle transfer(bool send, Tensor buf, int peer, int tag);  // send_async, recv_async
   void forget(MpiWork* work);
   // Elements per MPI call for operations sent in progress pieces (see kPieceBytes).
   int64_t piece_elements(size_t element_size) const;

@@ -488,15 +488,6 @@ class ThreadComm final : public Comm {
   WorkHandle send_async(Tensor buf, int peer, int tag) override { return start_transfer(true, buf, peer, tag); }
   WorkHandle recv_async(Tensor buf, int peer, int tag) override { return start_transfer(false, buf, peer, tag); }
 
-  void all_reduce(Tensor buf, Reduction op) override { all_reduce_async(buf, op)->wait(); }
-  void reduce_scatter(Tensor in, Tensor out, Reduction op) override { reduce_scatter_async(in, out, op)->wait(); }
-  void all_gather(Tensor in, Tensor out) override { all_gather_async(in, out)->wait(); }
-  void broadcast(Tensor buf, int root) override { broadcast_async(buf, root)->wait(); }
-  void send(Tensor buf, int peer, int tag) override { send_async(buf, peer, tag)->wait(); }
-  void recv(Tensor buf, int peer, int tag) override { recv_async(buf, peer, tag)->wait(); }
-  void all_to_all(Tensor in, Tensor out) override { all_to_all_async(in, out)->wait(); }
-  void barrier() override { barrier_async()->wait(); }
-
  private:
   static bool overlap(const Tensor& a, const Tensor& b) {
     const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);

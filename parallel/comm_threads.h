@@ -1,7 +1,8 @@
 // In-process communicators: N ranks as N threads of one process, talking through a real
 // implementation of Comm. Tests of tensor-, pipeline- and ZeRO-parallel code run their ranks this
 // way, without mpirun (docs/architecture.md §3, "The step engine and its seams"); the mpirun tests check the
-// same layouts end to end over MpiComm.
+// same layouts end to end over MpiComm. Only tests use it; it stands here, beside comm.h and MpiComm,
+// because it is a backend of that interface and must keep its guarantees (below) as they change.
 //
 // Guarantees (those of parallel/comm.h, as MpiComm keeps them):
 //  - The whole interface: every collective and its async form, send/recv with tags, split (MPI_Comm_split

@@ -149,24 +149,14 @@ class GradShardSync final : public GradSync {
     if (storage_ != kernels::DType::fp32 && stage_ >= 2)
       wide_chunk_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device,
                                     kernels::MemoryKind::communication);
-    for (int i = 0; i < std::min(slots, kGradPoolSlots); ++i) {
-      Slot sl;
-      sl.full = pool_.tensor().flat(i * (full + chunk), full);
-      sl.chunk = pool_.tensor().flat(i * (full + chunk) + full, chunk);
-      slots_.push_back(std::move(sl));
-    }
+    slots_ = pool_slots<Slot>(pool_.tensor(), std::min(slots, kGradPoolSlots), full, chunk);
     if (shard_params_) {
       owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
                                           kernels::MemoryKind::parameters);
       owned_params_ = owned_params_buf_.tensor().flat(0, owned_numel);
       param_pool_ = kernels::Buffer(storage_, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
                                     kernels::MemoryKind::communication);
-      for (int i = 0; i < std::min(slots, kParamPoolSlots); ++i) {
-        ParamSlot ps;
-        ps.full = param_pool_.tensor().flat(i * (full + chunk), full);
-        ps.chunk = param_pool_.tensor().flat(i * (full + chunk) + full, chunk);
-        param_slots_.push_back(std::move(ps));
-      }
+      param_slots_ = pool_slots<ParamSlot>(param_pool_.tensor(), std::min(slots, kParamPoolSlots), full, chunk);
       param_slot_of_.assign(state_.size(), -1);
     }
     in_flight_.reserve(slots_.size());
@@ -344,6 +334,16 @@ class GradShardSync final : public GradSync {
     uint64_t used = 0;   // when last requested or launched: the least recent free slot is reused
     WorkHandle gather;   // in flight
   };
+  // `count` slots carved from a pool: slot i is a full unit then one chunk, at i·(full + chunk).
+  template <typename S>
+  static std::vector<S> pool_slots(const Tensor& pool, int count, int64_t full, int64_t chunk) {
+    std::vector<S> out(size_t(std::max(count, 0)));
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].full = pool.flat(int64_t(i) * (full + chunk), full);
+      out[i].chunk = pool.flat(int64_t(i) * (full + chunk) + full, chunk);
+    }
+    return out;
+  }
 
   // A free gradient slot for unit `index` (retiring the oldest reduction while none is free),
   // zeroed over the padded unit.

@@ -23,7 +23,7 @@
 // Rules a reader could get wrong:
 //  - Parameter groups are numbered in the order backward completes them, and every rank marks the
 //    same groups; a group is a set of parameters (indices into the forward-order list), e.g. one
-//    transformer block. The grouping is the trainer's (trainer/train_step.cpp), the buckets are ours.
+//    transformer block. The grouping is the trainer's (trainer/loop/train_step.cpp), the buckets are ours.
 //  - owned() is the list of flat ranges of the parameter and gradient buffers this rank's optimizer
 //    updates (and holds optimizer state for), ascending and disjoint: one range, the whole buffer,
 //    at stage 0; under ZeRO one chunk of every sharding unit (see make_grad_sync). Outside

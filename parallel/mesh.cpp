@@ -4,23 +4,17 @@
 
 #include <algorithm>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 
 namespace llmtrain::parallel {
 
-const char* group_kind_name(GroupKind kind) {
-  switch (kind) {
-    case GroupKind::tp:
-      return "tp";
-    case GroupKind::pp:
-      return "pp";
-    case GroupKind::dp:
-      return "dp";
-    case GroupKind::model_parallel:
-      return "model-parallel";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<GroupKind> kGroupKinds[] = {
+    {"tp", GroupKind::tp}, {"pp", GroupKind::pp}, {"dp", GroupKind::dp}, {"model-parallel", GroupKind::model_parallel}};
+}  // namespace
+
+const char* group_kind_name(GroupKind kind) { return enum_name(kGroupKinds, kind); }
 
 Mesh::Mesh(MeshShape shape, int rank) : shape_(shape), rank_(rank), coord_(coord_of(shape, rank)) {}
 

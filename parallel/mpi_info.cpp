@@ -1,7 +1,7 @@
 #include <mpi.h>
 
 #include "common/strings.h"
-#include "parallel/backend_info.h"
+#include "parallel/comm_libraries.h"
 
 namespace llmtrain::parallel {
 

@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include "parallel/backend_info.h"
+#include "parallel/comm_libraries.h"
 
 namespace llmtrain::parallel {
 

@@ -1,5 +1,5 @@
 // Built only when the CUDA backend is off.
-#include "parallel/backend_info.h"
+#include "parallel/comm_libraries.h"
 
 namespace llmtrain::parallel {
 

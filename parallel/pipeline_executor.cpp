@@ -15,6 +15,7 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "common/error.h"
@@ -104,35 +105,31 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
   // Walk the list as run() will: assign buffers and find what each piece of work waits for.
   plan_.resize(ops_.size());
   const ReceiveSlots slots = receive_slots(ops_);
-  std::map<std::pair<int, int>, int> recv_act, recv_grad, send_act;  // (micro-batch, chunk) -> op index
+  std::map<std::tuple<K, int, int>, int> transfers;  // (kind, micro-batch, chunk) -> op index
   for (size_t i = 0; i < ops_.size(); ++i) {
     const PipeOp& op = ops_[i];
-    const std::pair<int, int> key{op.micro_batch, op.chunk};
+    // The transfer of `kind` for this op's micro-batch and chunk listed before it, or -1.
+    auto before = [&](K kind) {
+      const auto it = transfers.find({kind, op.micro_batch, op.chunk});
+      return it == transfers.end() ? -1 : it->second;
+    };
     Plan& p = plan_[i];
     p.slot = slots.slot[i];
     switch (op.kind) {
       case K::recv_activation:
-        p.tag = tag_of(op);
-        recv_act[key] = int(i);
-        break;
       case K::recv_grad:
-        p.tag = tag_of(op);
-        recv_grad[key] = int(i);
-        break;
       case K::send_activation:
-        p.tag = tag_of(op);
-        send_act[key] = int(i);
-        break;
       case K::send_grad:
         p.tag = tag_of(op);
+        transfers[{op.kind, op.micro_batch, op.chunk}] = int(i);
         break;
       case K::forward:
-        if (auto it = recv_act.find(key); it != recv_act.end()) p.wait_recv = it->second;
+        p.wait_recv = before(K::recv_activation);
         break;
       case K::backward:
       case K::backward_input:
-        if (auto it = recv_grad.find(key); it != recv_grad.end()) p.wait_recv = it->second;
-        if (auto it = send_act.find(key); it != send_act.end()) p.wait_send = it->second;
+        p.wait_recv = before(K::recv_grad);
+        p.wait_send = before(K::send_activation);
         break;
       case K::backward_weight:
         break;

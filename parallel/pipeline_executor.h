@@ -85,7 +85,7 @@ class PipelineExecutor {
 
   // The receive buffers a list needs (each of PipelineStage::activation_shape()), and which one
   // each receive lands in: what the constructor allocates, for memory plans made without
-  // allocating (trainer/memory.h).
+  // allocating (trainer/loop/memory.h).
   struct ReceiveSlots {
     std::vector<int> slot;  // per op: the buffer a receive lands in, -1 for other ops
     int activation_buffers = 0, grad_buffers = 0;

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 
 namespace llmtrain::parallel {
@@ -73,33 +74,10 @@ std::vector<PipeOp> with_communication(const std::vector<PipeOp>& compute, const
 }  // namespace
 
 std::string to_string(const PipeOp& op) {
-  const char* prefix = "?";
-  switch (op.kind) {
-    case K::forward:
-      prefix = "F";
-      break;
-    case K::backward:
-      prefix = "B";
-      break;
-    case K::send_activation:
-      prefix = "sendA";
-      break;
-    case K::recv_activation:
-      prefix = "recvA";
-      break;
-    case K::send_grad:
-      prefix = "sendG";
-      break;
-    case K::recv_grad:
-      prefix = "recvG";
-      break;
-    case K::backward_input:
-      prefix = "I";
-      break;
-    case K::backward_weight:
-      prefix = "W";
-      break;
-  }
+  static constexpr EnumName<K> kPrefixes[] = {
+      {"F", K::forward},       {"B", K::backward},      {"sendA", K::send_activation}, {"recvA", K::recv_activation},
+      {"sendG", K::send_grad}, {"recvG", K::recv_grad}, {"I", K::backward_input},      {"W", K::backward_weight}};
+  const char* prefix = enum_name(kPrefixes, op.kind);
   if (op.chunk != 0) return fmt::format("{}{}c{}", prefix, op.micro_batch, op.chunk);
   return fmt::format("{}{}", prefix, op.micro_batch);
 }
@@ -581,18 +559,6 @@ SimulatedStep simulate_step(const std::vector<std::vector<PipeOp>>& lists, const
   Simulation sim = simulate(lists, duration);
   LT_CHECK(sim.deadlock.empty(), "simulating an invalid schedule: {}", sim.deadlock);
   return {std::move(sim.busy), std::move(sim.end)};
-}
-
-double simulated_bubble(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks,
-                        const OpDuration& duration) {
-  const std::string problem = check_schedule(lists, micro_batches, chunks);
-  LT_CHECK(problem.empty(), "bubble of an invalid schedule: {}", problem);
-  const SimulatedStep step = simulate_step(lists, duration);
-  const double span = step.span();
-  if (span <= 0) return 0.0;
-  double idle = 0;
-  for (double busy : step.busy) idle += span - busy;
-  return idle / (span * double(lists.size()));
 }
 
 std::string format_timeline(const Timeline& tl) {

@@ -53,7 +53,8 @@ struct PipeOp {
 
 // "F3", "B3", "sendA3", "recvG3", "I3", "W3"; a chunk other than 0 is appended: "F3c1".
 std::string to_string(const PipeOp& op);
-// The ops separated by single spaces: "recvA0 F0 sendA0 ...".
+// The ops separated by single spaces: "recvA0 F0 sendA0 ..." (schedules are printable: the tests
+// compare whole lists by it; messages name single ops with to_string).
 std::string format_ops(const std::vector<PipeOp>& ops);
 
 bool is_compute(PipeOpKind kind);  // forward, backward, backward_input, backward_weight
@@ -136,16 +137,13 @@ struct Timeline {
 Timeline schedule_timeline(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks = 1);
 // How long a compute op takes on a stage (any unit; e.g. the mean measured seconds of its kind and chunk).
 using OpDuration = std::function<double(int stage, const PipeOp& op)>;
-// The bubble of the lists when each compute op takes `duration(stage, op)` and communication takes
-// none (the timeline's model): the stages start together, the step ends when the last stage's last
-// op does, and each stage idles for the part of that span it does not compute; their mean, as a
-// fraction of the span. Unit durations give Timeline::bubble_fraction(); unequal stages, or
-// unequal forward, input-gradient and weight-gradient times, give what the closed-form bubbles
-// (which assume equal ones) do not. The lists must be valid (checked).
-double simulated_bubble(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks,
-                        const OpDuration& duration);
-// One step of the lists in that model: per stage, the time it computed and when its last op ended
-// (the stages start at 0). The lists must be valid (not checked here: check_schedule once).
+// One step of the lists when each compute op takes `duration(stage, op)` and communication takes
+// none (the timeline's model): per stage, the time it computed and when its last op ended (the
+// stages start at 0). The step ends when the last stage's last op does; each stage idles for the
+// part of that span it does not compute, and their mean as a fraction of the span is the bubble:
+// with unit durations Timeline::bubble_fraction(); unequal stages, or unequal forward,
+// input-gradient and weight-gradient times, give what the closed-form bubbles (which assume equal
+// ones) do not. The lists must be valid (not checked here: check_schedule once).
 struct SimulatedStep {
   std::vector<double> busy, end;
   double span() const;  // the last stage's end

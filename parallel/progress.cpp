@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "common/enum_names.h"
+#include "common/signals.h"
 #include "common/strings.h"
 #include "parallel/flight_recorder.h"
 
@@ -95,21 +97,9 @@ Reporter* g_reporter = nullptr;
 }  // namespace
 
 const char* to_string(Phase phase) {
-  switch (phase) {
-    case Phase::start:
-      return "start";
-    case Phase::train:
-      return "train";
-    case Phase::eval:
-      return "eval";
-    case Phase::save:
-      return "save";
-    case Phase::load:
-      return "load";
-    case Phase::done:
-      return "done";
-  }
-  return "?";
+  static constexpr EnumName<Phase> kNames[] = {{"start", Phase::start}, {"train", Phase::train}, {"eval", Phase::eval},
+                                               {"save", Phase::save},   {"load", Phase::load},   {"done", Phase::done}};
+  return enum_name(kNames, phase);
 }
 
 void set_progress(int64_t step, Phase phase) {
@@ -128,11 +118,7 @@ void start_progress_reporter(int rank) {
   if (!interval || *interval <= 0) return;  // set by our supervisor: a bad value is not the user's
   std::lock_guard<std::mutex> lock(g_reporter_mu);
   if (g_reporter) return;
-  struct sigaction sa {};
-  sa.sa_handler = on_dump_request;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR2, &sa, nullptr);
+  install_signal_handler(SIGUSR2, on_dump_request);
   g_reporter = new Reporter(*interval);
 }
 

@@ -65,6 +65,8 @@ void copy_to_tp_region_backward(Comm& tp, Tensor dx);
 void reduce_from_tp_region_forward(Comm& tp, Tensor x);
 void reduce_from_tp_region_backward(Comm& tp, Tensor dx);
 
+// No layer calls the gather/scatter pair today (the vocab-parallel loss keeps the logits split); they
+// complete Megatron's set for a column-parallel output that must be whole, and are tested as such.
 void gather_from_tp_region_forward(Comm& tp, Tensor local, Tensor full, Tensor scratch);
 void gather_from_tp_region_backward(Comm& tp, Tensor dfull, Tensor dlocal);
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The layering of docs/architecture.md: a folder may include only the folders below it.
-#   cli -> launcher, trainer -> parallel -> kernels -> common
+#   cli -> planner -> trainer -> parallel -> kernels -> common;  cli -> launcher -> parallel
+# planner/ (the pre-launch tool behind `llmtrain plan` and `run --dry-run`) reads the trainer's
+# memory account and model shapes, so it stands above trainer/; nothing but cli/ uses it.
 # launcher/ and trainer/ stand side by side: the launcher knows the trainer only through the floor
 # below both (the recipe types and checks in common/recipe/, the checkpoint directory layout in
 # common/checkpoint_dir.h, the stop signals in common/signals.h); cli/ joins them.
@@ -14,7 +16,8 @@ declare -A allowed=(
   [parallel]="kernels common"
   [trainer]="parallel kernels common"
   [launcher]="parallel kernels common"
-  [cli]="launcher trainer parallel kernels common"
+  [planner]="trainer parallel kernels common"
+  [cli]="launcher planner trainer parallel kernels common"
 )
 bad=0
 for dir in "${!allowed[@]}"; do

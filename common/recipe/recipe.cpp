@@ -1,56 +1,38 @@
 #include "common/recipe/recipe.h"
 
 namespace llmtrain {
+namespace {
 
-const char* to_string(ModelFamily v) { return v == ModelFamily::gpt2 ? "gpt2" : "llama"; }
-const char* to_string(DeviceKind v) { return v == DeviceKind::cpu ? "cpu" : "cuda"; }
-const char* to_string(Precision v) {
-  switch (v) {
-    case Precision::fp32:
-      return "fp32";
-    case Precision::bf16:
-      return "bf16";
-    case Precision::fp16:
-      return "fp16";
-  }
-  return "?";
+constexpr EnumName<ModelFamily> kModelFamily[] = {{"gpt2", ModelFamily::gpt2}, {"llama", ModelFamily::llama}};
+constexpr EnumName<DeviceKind> kDeviceKind[] = {{"cpu", DeviceKind::cpu}, {"cuda", DeviceKind::cuda}};
+constexpr EnumName<Precision> kPrecision[] = {
+    {"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}};
+constexpr EnumName<GradReduceDtype> kGradReduceDtype[] = {{"fp32", GradReduceDtype::fp32},
+                                                          {"bf16", GradReduceDtype::bf16}};
+constexpr EnumName<ActivationCheckpointing> kActivationCheckpointing[] = {
+    {"none", ActivationCheckpointing::none},
+    {"selective", ActivationCheckpointing::selective},
+    {"full", ActivationCheckpointing::full}};
+constexpr EnumName<NonFiniteAction> kNonFiniteAction[] = {{"stop", NonFiniteAction::stop},
+                                                          {"skip", NonFiniteAction::skip}};
+constexpr EnumName<LrSchedule> kLrSchedule[] = {
+    {"cosine", LrSchedule::cosine}, {"linear", LrSchedule::linear}, {"constant", LrSchedule::constant}};
+constexpr EnumName<PipelineSchedule> kPipelineSchedule[] = {{"gpipe", PipelineSchedule::gpipe},
+                                                            {"1f1b", PipelineSchedule::one_f_one_b},
+                                                            {"interleaved", PipelineSchedule::interleaved},
+                                                            {"zero_bubble", PipelineSchedule::zero_bubble}};
+
+}  // namespace
+
+std::span<const EnumName<ModelFamily>> enum_names(ModelFamily) { return kModelFamily; }
+std::span<const EnumName<DeviceKind>> enum_names(DeviceKind) { return kDeviceKind; }
+std::span<const EnumName<Precision>> enum_names(Precision) { return kPrecision; }
+std::span<const EnumName<GradReduceDtype>> enum_names(GradReduceDtype) { return kGradReduceDtype; }
+std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpointing) {
+  return kActivationCheckpointing;
 }
-const char* to_string(GradReduceDtype v) { return v == GradReduceDtype::fp32 ? "fp32" : "bf16"; }
-const char* to_string(ActivationCheckpointing v) {
-  switch (v) {
-    case ActivationCheckpointing::none:
-      return "none";
-    case ActivationCheckpointing::selective:
-      return "selective";
-    case ActivationCheckpointing::full:
-      return "full";
-  }
-  return "?";
-}
-const char* to_string(NonFiniteAction v) { return v == NonFiniteAction::stop ? "stop" : "skip"; }
-const char* to_string(LrSchedule v) {
-  switch (v) {
-    case LrSchedule::cosine:
-      return "cosine";
-    case LrSchedule::linear:
-      return "linear";
-    case LrSchedule::constant:
-      return "constant";
-  }
-  return "?";
-}
-const char* to_string(PipelineSchedule v) {
-  switch (v) {
-    case PipelineSchedule::gpipe:
-      return "gpipe";
-    case PipelineSchedule::one_f_one_b:
-      return "1f1b";
-    case PipelineSchedule::interleaved:
-      return "interleaved";
-    case PipelineSchedule::zero_bubble:
-      return "zero_bubble";
-  }
-  return "?";
-}
+std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction) { return kNonFiniteAction; }
+std::span<const EnumName<LrSchedule>> enum_names(LrSchedule) { return kLrSchedule; }
+std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { return kPipelineSchedule; }
 
 }  // namespace llmtrain

@@ -7,8 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "common/enum_names.h"
 
 namespace llmtrain {
 
@@ -182,14 +185,20 @@ struct Recipe {
   int global_batch_per_dp() const { return train.global_batch / parallel.dp; }
 };
 
-// Names of enum values as they appear in recipes.
-const char* to_string(ModelFamily v);
-const char* to_string(DeviceKind v);
-const char* to_string(Precision v);
-const char* to_string(GradReduceDtype v);
-const char* to_string(ActivationCheckpointing v);
-const char* to_string(NonFiniteAction v);
-const char* to_string(LrSchedule v);
-const char* to_string(PipelineSchedule v);
+// The names recipes give an enum's values, in the order messages list them: the one table the
+// recipe parser (cli/recipe_parse.cpp) reads and to_string writes from.
+std::span<const EnumName<ModelFamily>> enum_names(ModelFamily);
+std::span<const EnumName<DeviceKind>> enum_names(DeviceKind);
+std::span<const EnumName<Precision>> enum_names(Precision);
+std::span<const EnumName<GradReduceDtype>> enum_names(GradReduceDtype);
+std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpointing);
+std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction);
+std::span<const EnumName<LrSchedule>> enum_names(LrSchedule);
+std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
+
+// The name of a recipe enum's value, as recipes write it ("1f1b").
+template <typename E>
+requires requires(E v) { enum_names(v); }
+const char* to_string(E v) { return enum_name(enum_names(v), v); }
 
 }  // namespace llmtrain

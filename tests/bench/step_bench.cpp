@@ -22,9 +22,9 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "parallel/comm.h"
-#include "trainer/lr_schedule.h"
 #include "trainer/model/model.h"
-#include "trainer/optimizer.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizer.h"
 
 using namespace llmtrain;
 using namespace llmtrain;

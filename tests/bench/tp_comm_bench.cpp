@@ -1,5 +1,5 @@
 // Our side of scripts/bench/tp_comm.sh: the bytes each tensor-parallel rank sends per training
-// step, counted by the communicator (parallel/comm_counting.h wraps the mesh's tp group), for one
+// step, counted by the communicator (tests/parallel/comm_counting.h wraps the mesh's tp group), for one
 // layout. The ranks are threads on the in-process communicator; the counts are the ring volumes,
 // so they do not depend on the backend. Prints one line of key=value pairs (rank 0's counts; every
 // rank of a tp group sends the same).
@@ -15,10 +15,10 @@
 #include <random>
 #include <string>
 
-#include "parallel/comm_counting.h"
 #include "parallel/comm_threads.h"
+#include "tests/parallel/comm_counting.h"
 #include "trainer/data/indexed_dataset.h"
-#include "trainer/train_step.h"
+#include "trainer/loop/train_step.h"
 
 using namespace llmtrain;
 using namespace llmtrain::trainer;

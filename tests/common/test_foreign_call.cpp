@@ -16,7 +16,13 @@ FakeStatus fake_call(int x) { return x > 0 ? kFakeBroken : kFakeOk; }
 
 #define LT_FAKE(call) LT_FOREIGN_CHECK("FakeLib", call, kFakeOk, fake_text)
 
-TEST(ForeignCall, SuccessIsSilent) { EXPECT_NO_THROW(LT_FAKE(fake_call(0))); }
+TEST(ForeignCall, SuccessIsSilent) {
+  int calls = 0;
+  testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(LT_FAKE((++calls, fake_call(0))));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(calls, 1);  // made once: not again for a message
+}
 
 TEST(ForeignCall, FailureNamesCallTextRankAndPlace) {
   log_set_rank(3, 4);

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `llmtrain run --set log.tensorboard=true` end to end: a few short steps of recipes/tiny.yaml write
 # <log.dir>/tensorboard/events.out.tfevents.*, and TensorBoard's own reader
-# (tests/trainer/tensorboard_oracle.py with .venv/bin/python) finds every logged step's train/*
+# (tests/trainer/report/tensorboard_oracle.py with .venv/bin/python) finds every logged step's train/*
 # scalars and every evaluation's val/* equal to metrics.jsonl's, to float precision. A run killed
 # after its checkpoint and resumed adds a second file, and TensorBoard then shows each step once.
 source "$(dirname "$0")/lib.sh"
-ORACLE="$SRC/.venv/bin/python $SRC/tests/trainer/tensorboard_oracle.py"
+ORACLE="$SRC/.venv/bin/python $SRC/tests/trainer/report/tensorboard_oracle.py"
 
 "$LLMTRAIN" prep --input /usr/share/games/fortunes/fortunes --separator % --tokenizer byte --output data/ \
   --valid-fraction 0.05 >/dev/null 2>&1 || { echo "FAIL: prep"; exit 1; }

@@ -1,7 +1,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "launcher/child_process.h"
@@ -38,6 +42,23 @@ TEST(ChildProcess, RunsSeveralAtOnce) {
   EXPECT_EQ(results[0].status, 0);
   EXPECT_EQ(results[1].status, 255);
   EXPECT_EQ(results[1].output, "no\n");
+
+  // At once, not one after the other: each command leaves a file and waits (5 s at most) for the
+  // other's, which only two commands running together can both see.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("llmtrain-at-once-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto meet = [&](const char* mine, const char* other) {
+    const std::string d = dir.string();
+    return std::vector<std::string>{"sh", "-c",
+                                    "touch " + d + "/" + mine + "; for i in $(seq 100); do [ -e " + d + "/" + other +
+                                        " ] && exit 0; sleep 0.05; done; exit 1"};
+  };
+  const auto met = run_commands({meet("a", "b"), meet("b", "a")}, 10);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(met.size(), 2u);
+  EXPECT_EQ(met[0].status, 0) << "the first command never saw the second one's file: they ran one after the other";
+  EXPECT_EQ(met[1].status, 0) << "the second command never saw the first one's file";
 }
 
 TEST(ChildProcess, AMissingProgramIsAnErrorNamingIt) {

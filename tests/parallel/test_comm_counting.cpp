@@ -1,11 +1,11 @@
-// CountingComm (parallel/comm_counting.h): forwards every call unchanged and counts the ring volume
+// CountingComm (tests/parallel/comm_counting.h): forwards every call unchanged and counts the ring volume
 // each rank sends, per kind of call, on the in-process communicator.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "parallel/comm_counting.h"
 #include "parallel/comm_threads.h"
+#include "tests/parallel/comm_counting.h"
 
 namespace llmtrain::parallel {
 namespace {

@@ -176,6 +176,19 @@ TEST(PipelineSchedule, BubbleFraction) {
       }
 }
 
+// The bubble of one simulated step (pipeline_schedule.h, simulate_step): the stages' mean idle time
+// as a fraction of the span.
+double simulated_bubble(const std::vector<std::vector<PipeOp>>& lists, int micro_batches, int chunks,
+                        const OpDuration& duration) {
+  EXPECT_EQ(check_schedule(lists, micro_batches, chunks), "");
+  const SimulatedStep step = simulate_step(lists, duration);
+  const double span = step.span();
+  if (span <= 0) return 0.0;
+  double idle = 0;
+  for (double busy : step.busy) idle += span - busy;
+  return idle / (span * double(lists.size()));
+}
+
 // The bubble simulated at given op times: with every op taking one unit it is the timeline's, for
 // every kind; scaling every time leaves it; and an unequal pipeline works out as by hand.
 TEST(PipelineSchedule, SimulatedBubbleAtOpTimes) {

@@ -23,7 +23,7 @@
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/model/model.h"
-#include "trainer/optimizer.h"
+#include "trainer/optim/optimizer.h"
 
 namespace llmtrain::trainer {
 

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/strings.h"
 
@@ -15,23 +16,17 @@ using nlohmann::json;
 
 std::string checkpoint_shard_file(int world_rank) { return fmt::format("rank_{:05}.safetensors", world_rank); }
 
-const char* to_string(TensorRole role) {
-  switch (role) {
-    case TensorRole::param:
-      return "param";
-    case TensorRole::master:
-      return "master";
-    case TensorRole::adam_m:
-      return "adam_m";
-    case TensorRole::adam_v:
-      return "adam_v";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<TensorRole> kTensorRoles[] = {{"param", TensorRole::param},
+                                                 {"master", TensorRole::master},
+                                                 {"adam_m", TensorRole::adam_m},
+                                                 {"adam_v", TensorRole::adam_v}};
+}  // namespace
+
+const char* to_string(TensorRole role) { return enum_name(kTensorRoles, role); }
 
 TensorRole tensor_role_from_string(const std::string& s) {
-  for (auto r : {TensorRole::param, TensorRole::master, TensorRole::adam_m, TensorRole::adam_v})
-    if (s == to_string(r)) return r;
+  if (const std::optional<TensorRole> r = enum_value(kTensorRoles, s)) return *r;
   throw Error(fmt::format("unknown tensor role \"{}\" in a checkpoint manifest", s),
               "the checkpoint was written by another program or version");
 }

@@ -75,6 +75,24 @@ void check_divides(int64_t tp, int64_t value, const char* key) {
                 fmt::format("choose a tensor-parallel size that divides {}", key));
 }
 
+// Points `field` (value or grad) of every parameter of one group (the embedding, the head, or
+// block `layer`) into `storage`, which holds the group's elements in their flat-buffer order.
+void bind_group_to_storage(std::vector<ModelParam>& params, ParamPlace place, int layer, const Tensor& storage,
+                           Tensor ModelParam::*field, const char* what) {
+  int64_t begin = INT64_MAX;
+  auto mine = [&](const ModelParam& p) {
+    return p.spec.place == place && (place != ParamPlace::block || p.spec.layer == layer);
+  };
+  for (const ModelParam& p : params)
+    if (mine(p)) begin = std::min(begin, p.offset);
+  for (ModelParam& p : params)
+    if (mine(p)) {
+      LT_CHECK(p.offset - begin + p.numel() <= storage.numel(), "{}: the {} storage holds {} elements", p.spec.name,
+               what, storage.numel());
+      p.*field = storage.flat(p.offset - begin, p.numel()).view(Shape{std::span<const int64_t>(p.shape)});
+    }
+}
+
 }  // namespace
 
 ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
@@ -307,19 +325,7 @@ bool Model::tied_in_stage() const {
 void Model::hold_params(ParamPlace place, int layer, bool backward) {
   if (!options_.external_params) return;
   LT_CHECK(param_storage_ && param_release_, "a model with external parameters needs a param-storage hook");
-  const Tensor base = param_storage_(place, layer, backward);
-  int64_t begin = INT64_MAX;
-  auto mine = [&](const ModelParam& p) {
-    return p.spec.place == place && (place != ParamPlace::block || p.spec.layer == layer);
-  };
-  for (const ModelParam& p : params_)
-    if (mine(p)) begin = std::min(begin, p.offset);
-  for (ModelParam& p : params_)
-    if (mine(p)) {
-      LT_CHECK(p.offset - begin + p.numel() <= base.numel(), "{}: the parameter storage holds {} elements", p.spec.name,
-               base.numel());
-      p.value = base.flat(p.offset - begin, p.numel()).view(Shape{std::span<const int64_t>(p.shape)});
-    }
+  bind_group_to_storage(params_, place, layer, param_storage_(place, layer, backward), &ModelParam::value, "parameter");
   if (place == ParamPlace::block)
     bind_block(options_.stage.local(layer), false);
   else
@@ -331,19 +337,7 @@ void Model::release_params(ParamPlace place, int layer) {
 }
 
 void Model::bind_group_grads(ParamPlace place, int layer) {
-  const Tensor base = grad_storage_(place, layer);
-  int64_t begin = INT64_MAX;
-  auto mine = [&](const ModelParam& p) {
-    return p.spec.place == place && (place != ParamPlace::block || p.spec.layer == layer);
-  };
-  for (const ModelParam& p : params_)
-    if (mine(p)) begin = std::min(begin, p.offset);
-  for (ModelParam& p : params_)
-    if (mine(p)) {
-      LT_CHECK(p.offset - begin + p.numel() <= base.numel(), "{}: the gradient storage holds {} elements", p.spec.name,
-               base.numel());
-      p.grad = base.flat(p.offset - begin, p.numel()).view(Shape{std::span<const int64_t>(p.shape)});
-    }
+  bind_group_to_storage(params_, place, layer, grad_storage_(place, layer), &ModelParam::grad, "gradient");
   if (place == ParamPlace::block)
     bind_block(options_.stage.local(layer), true);
   else

@@ -148,7 +148,7 @@ struct ModelMemory {
 
 // The memory plan of the stage `options.stage` of `model` on tensor-parallel rank `tp_rank` of
 // `tp_size`: throws the constructor's Errors for a shape it would refuse. Optimizer state is not
-// the model's (see trainer/optimizer.h).
+// the model's (see trainer/optim/optimizer.h).
 ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank);
 
 struct ModelParam;
@@ -280,8 +280,9 @@ class Model {
   void stage_backward_input(int slot, kernels::Tensor grad_output, float loss_scale, int chunk = 0);
   void stage_backward_weight(int slot, int chunk = 0);
 
-  // Bytes of the activation buffers (all slots, the backward's work buffers and a KV cache), for
-  // memory reports; model_memory_plan() gives the same number without building a model.
+  // Bytes of the activation buffers (all slots, the backward's work buffers and a KV cache):
+  // model_memory_plan() gives the same number without building a model, which the tests check
+  // against this.
   size_t activation_bytes() const { return act_buf_.bytes(); }
 
   // ---- overlap of gradient communication with backward ----
@@ -369,6 +370,18 @@ class Model {
   void head_forward(Slot& s);
   void head_backward(Slot& s, float loss_scale, bool split = false);  // split: without the head's weight
   void head_backward_weight(Slot& s);
+  // The crossings around the block's and the head's linears, with or without sequence parallelism
+  // (model_layers.cpp): a norm of this rank's stream rows `x` into `in`, the input of a
+  // column-parallel linear; a row-parallel linear's output `out` (this rank's stream rows) from `in`;
+  // and their backwards.
+  void norm_into_tp_region(kernels::Tensor in, kernels::Tensor x, kernels::Tensor w, kernels::Tensor b,
+                           kernels::Tensor mean, kernels::Tensor rstd);
+  void norm_into_tp_region_backward(kernels::Tensor dx, kernels::Tensor dw, kernels::Tensor db, kernels::Tensor din,
+                                    kernels::Tensor x, kernels::Tensor w, kernels::Tensor mean, kernels::Tensor rstd,
+                                    kernels::Tensor dx_add);
+  void row_parallel_out(kernels::Tensor out, kernels::Tensor in, kernels::Tensor w);
+  void row_parallel_out_backward(kernels::Tensor din, kernels::Tensor dw, kernels::Tensor db, kernels::Tensor dout,
+                                 kernels::Tensor dfull, kernels::Tensor in, kernels::Tensor w, kernels::Tensor kept);
   void require_whole_model(const char* what) const;
   void require_tp1(const char* what) const;
   // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a

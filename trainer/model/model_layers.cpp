@@ -92,29 +92,75 @@ void Model::sp_grads(int layer, bool begin) {
     tpx::replicated_grads_end(tp_, grads, work_->sp_grad_saved);
 }
 
+void Model::norm_into_tp_region(Tensor in, Tensor x, Tensor w, Tensor b, Tensor mean, Tensor rstd) {
+  const int64_t nl = x.shape[0];
+  const float eps = float(config_.norm_eps);
+  const Tensor own = sp_ ? rows(work_->sp_rows, nl) : in;  // sequence parallelism: a norm's own rows, then gathered
+  if (llama_)
+    k::rmsnorm_forward(own, first(rstd, nl), x, w, eps);
+  else
+    k::layernorm_forward(own, first(mean, nl), first(rstd, nl), x, w, b, eps);
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_forward(tp_, own, in);
+  else
+    tpx::copy_to_tp_region_forward(tp_, in);
+}
+
+void Model::norm_into_tp_region_backward(Tensor dx, Tensor dw, Tensor db, Tensor din, Tensor x, Tensor w, Tensor mean,
+                                         Tensor rstd, Tensor dx_add) {
+  const int64_t nl = x.shape[0];
+  const Tensor din_own = sp_ ? rows(work_->sp_rows, nl) : din;  // sequence parallelism: reduce-scattered
+  if (sp_)
+    tpx::gather_from_sequence_parallel_region_backward(tp_, din, din_own);
+  else
+    tpx::copy_to_tp_region_backward(tp_, din);
+  if (llama_)
+    k::rmsnorm_backward(dx, dw, din_own, x, w, first(rstd, nl), dx_add);
+  else
+    k::layernorm_backward(dx, dw, db, din_own, x, w, first(mean, nl), first(rstd, nl), dx_add);
+}
+
+void Model::row_parallel_out(Tensor out, Tensor in, Tensor w) {
+  if (sp_) {
+    const Tensor partial = rows(work_->sp_full, in.shape[0]);  // the partial sums, reduce-scattered
+    k::linear_forward(partial, in, w, Tensor{});
+    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, partial, out);
+  } else {
+    k::linear_forward(out, in, w, Tensor{});
+    tpx::reduce_from_tp_region_forward(tp_, out);
+  }
+}
+
+// dout: d(out) (this rank's stream rows); dfull: where the crossing's backward leaves the gradient
+// of the linear's full output (dout itself without sequence parallelism); kept: where a split
+// backward keeps that gradient for the weight half (undefined: the whole backward).
+void Model::row_parallel_out_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor dfull, Tensor in, Tensor w,
+                                      Tensor kept) {
+  if (db.defined()) k::residual_backward(db, dout);
+  if (sp_)
+    tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dout, dfull);
+  else
+    tpx::reduce_from_tp_region_backward(tp_, dout);
+  if (kept.defined()) {
+    k::copy(kept, dfull);
+    k::linear_backward_input(din, dfull, w);
+  } else {
+    k::linear_backward(din, dw, Tensor{}, dfull, in, w);
+  }
+}
+
 void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, int b, int t, bool recompute,
                           int64_t position, const Cache* cache) {
   const BlockWeights& w = weights_[size_t(layer)];
   const int64_t n = int64_t(b) * t, hd = head_dim_;
-  const float eps = float(config_.norm_eps);
   // Sequence parallelism: the stream (x, mid, out), the norms and the residual adds hold nl rows.
   const int64_t nl = sp_ ? n / tp_.size() : n;
   const Tensor x = rows(x_in, nl), ln1 = rows(a.ln1, n), qkv = rows(a.qkv, n), att = rows(a.att, n);
   const Tensor mid = rows(a.mid, nl), ln2 = rows(a.ln2, n), fc = rows(a.fc, n), act = rows(a.act, n);
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd}), lse = first(a.lse, b * heads_ * t);
-  const Tensor normed = sp_ ? rows(work_->sp_rows, nl) : Tensor{};  // a norm's own rows, then gathered
-  const Tensor partial = sp_ ? rows(work_->sp_full, n) : Tensor{};  // a row-parallel output, reduce-scattered
 
   // Attention sub-block: mid = x + proj(attention(norm(x))).
-  const Tensor ln1_own = sp_ ? normed : ln1;
-  if (llama_)
-    k::rmsnorm_forward(ln1_own, first(a.ln1_rstd, nl), x, w.ln1_w, eps);
-  else
-    k::layernorm_forward(ln1_own, first(a.ln1_mean, nl), first(a.ln1_rstd, nl), x, w.ln1_w, w.ln1_b, eps);
-  if (sp_)
-    tpx::gather_from_sequence_parallel_region_forward(tp_, ln1_own, ln1);
-  else
-    tpx::copy_to_tp_region_forward(tp_, ln1);
+  norm_into_tp_region(ln1, x, w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd);
   k::linear_forward(qkv, ln1, w.qkv_w, w.qkv_b);
   if (llama_) k::rope_forward(qkv4, work_->rope, heads_ + kv_heads_, position);
   if (cache) {
@@ -128,25 +174,11 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   } else {
     k::attention_forward(att, lse, qkv4, heads_, kv_heads_);
   }
-  if (sp_) {
-    k::linear_forward(partial, att, w.o_w, Tensor{});
-    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, partial, mid);
-  } else {
-    k::linear_forward(mid, att, w.o_w, Tensor{});
-    tpx::reduce_from_tp_region_forward(tp_, mid);
-  }
+  row_parallel_out(mid, att, w.o_w);
   k::residual_forward(mid, x, mid, w.o_b);
 
   // MLP sub-block: out = mid + down(activation(up(norm(mid)))).
-  const Tensor ln2_own = sp_ ? normed : ln2;
-  if (llama_)
-    k::rmsnorm_forward(ln2_own, first(a.ln2_rstd, nl), mid, w.ln2_w, eps);
-  else
-    k::layernorm_forward(ln2_own, first(a.ln2_mean, nl), first(a.ln2_rstd, nl), mid, w.ln2_w, w.ln2_b, eps);
-  if (sp_)
-    tpx::gather_from_sequence_parallel_region_forward(tp_, ln2_own, ln2);
-  else
-    tpx::copy_to_tp_region_forward(tp_, ln2);
+  norm_into_tp_region(ln2, mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd);
   k::linear_forward(fc, ln2, w.fc_w, w.fc_b);
   if (llama_)
     k::swiglu_forward(act, fc);
@@ -154,13 +186,7 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     k::gelu_forward(act, fc);
   if (recompute) return;  // backward needs everything above, not the block's output
   const Tensor out = rows(x_out, nl);
-  if (sp_) {
-    k::linear_forward(partial, act, w.out_w, Tensor{});
-    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, partial, out);
-  } else {
-    k::linear_forward(out, act, w.out_w, Tensor{});
-    tpx::reduce_from_tp_region_forward(tp_, out);
-  }
+  row_parallel_out(out, act, w.out_w);
   k::residual_forward(out, mid, out, w.out_b);
 }
 
@@ -170,25 +196,12 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
 void Model::block_recompute_elementwise(int layer, LayerActs& a, Tensor x_in, int b, int t) {
   const BlockWeights& w = weights_[size_t(layer)];
   const int64_t n = int64_t(b) * t;
-  const float eps = float(config_.norm_eps);
   const int64_t nl = sp_ ? n / tp_.size() : n;
   const Tensor x = rows(x_in, nl), mid = rows(a.mid, nl), fc = rows(a.fc, n), act = rows(a.act, n);
-  const Tensor normed = sp_ ? rows(work_->sp_rows, nl) : Tensor{};
-  for (int which = 0; which < 2; ++which) {
-    const Tensor in = which == 0 ? x : mid, out = rows(which == 0 ? a.ln1 : a.ln2, n), own = sp_ ? normed : out;
-    const Tensor mean = which == 0 ? a.ln1_mean : a.ln2_mean, rstd = which == 0 ? a.ln1_rstd : a.ln2_rstd;
-    if (llama_)
-      k::rmsnorm_forward(own, first(rstd, nl), in, which == 0 ? w.ln1_w : w.ln2_w, eps);
-    else
-      k::layernorm_forward(own, first(mean, nl), first(rstd, nl), in, which == 0 ? w.ln1_w : w.ln2_w,
-                           which == 0 ? w.ln1_b : w.ln2_b, eps);
-    // The forward crossing again: sequence parallelism gathers the rows (the same collective on
-    // every tp rank); without it the copy into the tensor-parallel region is the identity.
-    if (sp_)
-      tpx::gather_from_sequence_parallel_region_forward(tp_, own, out);
-    else
-      tpx::copy_to_tp_region_forward(tp_, out);
-  }
+  // With the forward crossing again: sequence parallelism gathers the rows (the same collective on
+  // every tp rank); without it the copy into the tensor-parallel region is the identity.
+  norm_into_tp_region(rows(a.ln1, n), x, w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd);
+  norm_into_tp_region(rows(a.ln2, n), mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd);
   if (llama_)
     k::swiglu_forward(act, fc);
   else
@@ -210,21 +223,11 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   const Tensor dact = rows(wk.dact, n);
   // Sequence parallelism: the gathered d(stream) for the row-parallel backward, and the norms'
   // input gradient reduce-scattered to this rank's rows; the replicated gradients reduced over tp.
-  const Tensor dfull = sp_ ? rows(wk.sp_full, n) : dres, dln_own = sp_ ? rows(wk.sp_rows, nl) : dln;
+  const Tensor dfull = sp_ ? rows(wk.sp_full, n) : dres;
   if (sp_) sp_grads(layer, true);
 
   // MLP sub-block; dres holds d(out).
-  if (g.out_b.defined()) k::residual_backward(g.out_b, dres);
-  if (sp_)
-    tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
-  else
-    tpx::reduce_from_tp_region_backward(tp_, dres);
-  if (keep) {
-    k::copy(rows(keep->d_out, n), dfull);
-    k::linear_backward_input(dact, dfull, w.out_w);
-  } else {
-    k::linear_backward(dact, g.out_w, Tensor{}, dfull, act, w.out_w);
-  }
+  row_parallel_out_backward(dact, g.out_w, g.out_b, dres, dfull, act, w.out_w, keep ? rows(keep->d_out, n) : Tensor{});
   if (llama_)
     k::swiglu_backward(dfc, dact, fc);
   else
@@ -233,28 +236,10 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
     k::linear_backward_input(dln, dfc, w.fc_w);
   else
     k::linear_backward(dln, g.fc_w, g.fc_b, dfc, ln2, w.fc_w);
-  if (sp_)
-    tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
-  else
-    tpx::copy_to_tp_region_backward(tp_, dln);
-  if (llama_)
-    k::rmsnorm_backward(dres, g.ln2_w, dln_own, mid, w.ln2_w, first(a.ln2_rstd, nl), dres);
-  else
-    k::layernorm_backward(dres, g.ln2_w, g.ln2_b, dln_own, mid, w.ln2_w, first(a.ln2_mean, nl), first(a.ln2_rstd, nl),
-                          dres);
+  norm_into_tp_region_backward(dres, g.ln2_w, g.ln2_b, dln, mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, dres);
 
   // Attention sub-block; dres holds d(mid).
-  if (g.o_b.defined()) k::residual_backward(g.o_b, dres);
-  if (sp_)
-    tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
-  else
-    tpx::reduce_from_tp_region_backward(tp_, dres);
-  if (keep) {
-    k::copy(rows(keep->d_mid, n), dfull);
-    k::linear_backward_input(datt, dfull, w.o_w);
-  } else {
-    k::linear_backward(datt, g.o_w, Tensor{}, dfull, att, w.o_w);
-  }
+  row_parallel_out_backward(datt, g.o_w, g.o_b, dres, dfull, att, w.o_w, keep ? rows(keep->d_mid, n) : Tensor{});
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   const Tensor dqkv4 = dqkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   k::attention_backward(dqkv4, datt.view({b, t, heads_, hd}), qkv4, att.view({b, t, heads_, hd}), lse, heads_,
@@ -270,15 +255,7 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
     k::linear_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w);
     if (kv_group_) tpx::replicated_grads_end(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
   }
-  if (sp_)
-    tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
-  else
-    tpx::copy_to_tp_region_backward(tp_, dln);
-  if (llama_)
-    k::rmsnorm_backward(dres, g.ln1_w, dln_own, x, w.ln1_w, first(a.ln1_rstd, nl), dres);
-  else
-    k::layernorm_backward(dres, g.ln1_w, g.ln1_b, dln_own, x, w.ln1_w, first(a.ln1_mean, nl), first(a.ln1_rstd, nl),
-                          dres);
+  norm_into_tp_region_backward(dres, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, dres);
   if (sp_) sp_grads(layer, false);
 }
 
@@ -301,18 +278,9 @@ void Model::block_backward_weight(int layer, const LayerActs& a, const LayerGrad
 void Model::head_forward(Slot& s) {
   const EndWeights& h = *ends_;
   const int64_t n = int64_t(s.batch) * s.seq;
-  const float eps = float(config_.norm_eps);
   const int64_t nl = sp_ ? n / tp_.size() : n;
   const Tensor x = rows(s.residual.back(), nl), lnf = rows(s.lnf, n);
-  const Tensor own = sp_ ? rows(work_->sp_rows, nl) : lnf;  // sequence parallelism: gathered below
-  if (llama_)
-    k::rmsnorm_forward(own, first(s.lnf_rstd, nl), x, h.norm_w, eps);
-  else
-    k::layernorm_forward(own, first(s.lnf_mean, nl), first(s.lnf_rstd, nl), x, h.norm_w, h.norm_b, eps);
-  if (sp_)
-    tpx::gather_from_sequence_parallel_region_forward(tp_, own, lnf);
-  else
-    tpx::copy_to_tp_region_forward(tp_, lnf);
+  norm_into_tp_region(lnf, x, h.norm_w, h.norm_b, s.lnf_mean, s.lnf_rstd);
   const Tensor logits = rows(s.logits, n);
   k::linear_forward(logits, lnf, h.head, Tensor{});
   if (!s.has_targets) {  // logits only (forward_logits, generation): no loss
@@ -345,20 +313,11 @@ void Model::head_backward(Slot& s, float loss_scale, bool split) {
     tpx::vocab_parallel_cross_entropy_backward(tp_, logits, logits, first(s.ce_lse, n), first(s.targets, n),
                                                config_.vocab, kIgnoreIndex, loss_scale, s.count);
   const Tensor dln = rows(work_->dln, n), dres = rows(work_->dres, nl);
-  const Tensor dln_own = sp_ ? rows(work_->sp_rows, nl) : dln;
   if (split)
     k::linear_backward_input(dln, logits, h.head);  // the logits' gradient stays for the weight half
   else
     k::linear_backward(dln, g.head, Tensor{}, logits, lnf, h.head);
-  if (sp_)
-    tpx::gather_from_sequence_parallel_region_backward(tp_, dln, dln_own);
-  else
-    tpx::copy_to_tp_region_backward(tp_, dln);
-  if (llama_)
-    k::rmsnorm_backward(dres, g.norm_w, dln_own, x, h.norm_w, first(s.lnf_rstd, nl), Tensor{});
-  else
-    k::layernorm_backward(dres, g.norm_w, g.norm_b, dln_own, x, h.norm_w, first(s.lnf_mean, nl), first(s.lnf_rstd, nl),
-                          Tensor{});
+  norm_into_tp_region_backward(dres, g.norm_w, g.norm_b, dln, x, h.norm_w, s.lnf_mean, s.lnf_rstd, Tensor{});
   if (sp_) sp_grads(-1, false);
 }
 

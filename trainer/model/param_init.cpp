@@ -58,8 +58,6 @@ std::array<double, 4> normals4(std::array<uint32_t, 2> key, uint64_t block) {
 }
 }  // namespace
 
-double normal_at(std::array<uint32_t, 2> key, uint64_t index) { return normals4(key, index / 4)[index % 4]; }
-
 void normal_fill(std::array<uint32_t, 2> key, uint64_t first, float* out, int64_t count, double std) {
   uint64_t block = ~uint64_t(0);
   std::array<double, 4> z{};
@@ -75,19 +73,6 @@ void normal_fill(std::array<uint32_t, 2> key, uint64_t first, float* out, int64_
 
 double param_init_std(const ParamSpec& spec, const ModelConfig& model) {
   return spec.init == ParamInit::normal_residual ? model.init_std / std::sqrt(2.0 * model.layers) : model.init_std;
-}
-
-float param_init_value(const ParamSpec& spec, const ModelConfig& model, uint64_t seed, uint64_t index) {
-  switch (spec.init) {
-    case ParamInit::zeros:
-      return 0.0f;
-    case ParamInit::ones:
-      return 1.0f;
-    case ParamInit::normal:
-    case ParamInit::normal_residual:
-      return float(param_init_std(spec, model) * normal_at(param_rng_key(seed, spec.name), index));
-  }
-  return 0.0f;
 }
 
 }  // namespace llmtrain::trainer

@@ -28,19 +28,12 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::arra
 // The key of a parameter's stream.
 std::array<uint32_t, 2> param_rng_key(uint64_t seed, std::string_view name);
 
-// Standard normal number `index` of the stream with this key.
-double normal_at(std::array<uint32_t, 2> key, uint64_t index);
-
-// out[i] = std·(normal number first + i), for a contiguous run of global indices (the fast path
-// initialization uses: one Philox call per four elements).
+// out[i] = std·(normal number first + i of the stream with this key, as above), for a contiguous run
+// of global indices (one Philox call per four elements).
 void normal_fill(std::array<uint32_t, 2> key, uint64_t first, float* out, int64_t count, double std);
 
 // The standard deviation of a normal-initialized parameter (init_std, or init_std / sqrt(2·layers)
 // for projections into the residual stream).
 double param_init_std(const ParamSpec& spec, const ModelConfig& model);
-
-// The initial value of global element `index` of a parameter (the definition; normal_fill is the
-// same numbers in bulk).
-float param_init_value(const ParamSpec& spec, const ModelConfig& model, uint64_t seed, uint64_t index);
 
 }  // namespace llmtrain::trainer

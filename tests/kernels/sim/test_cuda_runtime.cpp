@@ -1,8 +1,10 @@
-// The CUDA backend's runtime (kernels/cuda/runtime.cu, stream.cu) on the simulated device: every
-// failed call is an llmtrain::Error naming it, copies move bytes, events time in order, and a
-// host read of a device Buffer's memory kills the process.
+// The CUDA backend's runtime (kernels/cuda/runtime.cpp, stream.cpp) on the simulated device: every
+// failed call is an llmtrain::Error naming it, copies move bytes, events keep the order they were
+// recorded in, and a host read of a device Buffer's memory kills the process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,16 +59,33 @@ TEST(CudaRuntime, EnvironmentReportsTheSimulator) {
   EXPECT_NE(c.devices[0].name.find("simulator"), std::string::npos);
 }
 
+// What the CUDA runtime guarantees, and the simulator keeps: events recorded on a stream complete
+// in the order they were recorded, so the time from one to a later one is positive when work lies
+// between them, the times add up along the stream and change sign when asked backwards (the
+// runtime returns end − start); a stream that waits on an event runs its later work after the work
+// before that event.
 TEST(CudaRuntime, EventsAreRecordedInOrder) {
-  Stream s;
-  Event a, b;
+  Stream s, t;
+  Event c, b, a;  // created in the other order: an event's time is its record's
+  Buffer d(DType::uint8, {int64_t(4) << 20}, Device::cuda);
   a.record(s);
-  Buffer d(DType::fp32, {1 << 16}, Device::cuda);
-  fill_zero(d.tensor());
+  LT_CUDA(cudaMemsetAsync(d.data(), 0, d.bytes(), s.get()));
   b.record(s);
-  b.wait_on(s);
-  s.synchronize();
-  EXPECT_GE(b.elapsed_ms_since(a), 0.0f);
+  b.wait_on(t);  // t's memset runs after s's
+  LT_CUDA(cudaMemsetAsync(d.data(), 1, d.bytes(), t.get()));
+  c.record(t);
+  const float ab = b.elapsed_ms_since(a), bc = c.elapsed_ms_since(b), ac = c.elapsed_ms_since(a);
+  EXPECT_GT(ab, 0.0f) << "a 4 MiB memset lies between a and b";
+  EXPECT_GT(bc, 0.0f) << "a 4 MiB memset lies between b and c";
+  EXPECT_GT(ac, ab);
+  EXPECT_GT(ac, bc);
+  EXPECT_NEAR(ac, ab + bc, 1e-3f + 1e-4f * ac);
+  EXPECT_FLOAT_EQ(a.elapsed_ms_since(b), -ab);
+  EXPECT_LT(a.elapsed_ms_since(c), 0.0f);
+  // The later memset won: every byte is 1.
+  std::vector<uint8_t> host(d.bytes());
+  copy(Tensor(host.data(), DType::uint8, {int64_t(host.size())}), d.tensor());
+  EXPECT_EQ(std::count(host.begin(), host.end(), uint8_t(1)), int64_t(host.size()));
 }
 
 TEST(CudaRuntime, CopiesBetweenHostAndDeviceAndWithinTheDevice) {

@@ -15,7 +15,7 @@
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/model/model.h"
-#include "trainer/optimizer.h"
+#include "trainer/optim/optimizer.h"
 
 using namespace llmtrain;
 using namespace llmtrain;

@@ -20,9 +20,9 @@
 #include "common/error.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/safetensors.h"
-#include "trainer/lr_schedule.h"
 #include "trainer/model/model.h"
-#include "trainer/optimizer.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizer.h"
 
 using namespace llmtrain;
 using namespace llmtrain;

@@ -1,14 +1,30 @@
 // The counter-based RNG behind initialization: Philox4x32-10 against Random123's published
 // known-answer vectors, the normal numbers' distribution, and the bulk path against the
-// element-wise definition.
+// element-wise definition of trainer/model/param_init.h, written out here from that header.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "trainer/model/param_init.h"
 
 namespace llmtrain::trainer {
+namespace {
+
+// Standard normal number `index` of the stream with this key, as param_init.h defines it: Philox
+// of counter (index / 4, 0, 0), its words as uniforms (w + 0.5) / 2^32, Box-Muller on words 0, 1
+// for index % 4 = 0, 1 and on words 2, 3 for 2, 3 (cos first).
+double normal_at(std::array<uint32_t, 2> key, uint64_t index) {
+  const uint64_t block = index / 4;
+  const auto r = philox4x32_10({uint32_t(block), uint32_t(block >> 32), 0, 0}, key);
+  const int pair = int(index % 4) / 2;
+  const double u0 = (double(r[2 * pair]) + 0.5) * 0x1p-32, u1 = (double(r[2 * pair + 1]) + 0.5) * 0x1p-32;
+  const double radius = std::sqrt(-2.0 * std::log(u0)), angle = 2.0 * std::numbers::pi * u1;
+  return index % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle);
+}
+
+}  // namespace
 
 TEST(ParamInit, Philox4x32_10KnownAnswers) {
   // Random123's kat_vectors: counter, key -> output.

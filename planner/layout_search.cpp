@@ -1,0 +1,188 @@
+#include "planner/layout_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/recipe/recipe_check.h"
+#include "common/strings.h"
+
+namespace llmtrain::planner {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// What `llmtrain validate` says of the layout, and what this build would refuse to run (train.device
+// cuda aside: a GPU plan is made for it).
+bool accepted(const Recipe& r, int gpus) {
+  const WorldInfo world{gpus, fmt::format("--gpus {}", gpus), false};
+  if (!recipe_check(r, world).empty()) return false;
+  Recipe on_cpu = r;
+  on_cpu.train.device = DeviceKind::cpu;
+  return unsupported_features(on_cpu).empty();
+}
+
+}  // namespace
+
+RankMemory predict_rank_memory(const Recipe& r, const parallel::MeshCoord& coord, const Cluster& c) {
+  RankMemory out;
+  out.account = trainer::memory_plan(r, coord);
+  out.stage = coord.pp;
+  out.bytes = out.account.total() + c.device.reserved;
+  const int per_node = std::max(1, std::min(c.gpus, c.gpus_per_node));
+  out.capacity = c.device.shares_host ? c.device.memory / per_node : c.device.memory;
+  return out;
+}
+
+RankMemory predict_memory(const Recipe& r, const Cluster& c) {
+  // Stages differ by their layers, the embedding and head, and how many micro-batches they keep:
+  // the first holds the most activations, the last the head's logits.
+  RankMemory out = predict_rank_memory(r, {0, 0, 0}, c);
+  if (r.parallel.pp > 1) {
+    RankMemory last = predict_rank_memory(r, {r.parallel.pp - 1, 0, 0}, c);
+    if (last.bytes > out.bytes) out = std::move(last);
+  }
+  return out;
+}
+
+std::string Candidate::layout() const {
+  const ParallelConfig& p = recipe.parallel;
+  std::string s = fmt::format("tp {} · pp {}", p.tp, p.pp);
+  if (p.virtual_stages > 1) s += fmt::format(" × v {}", p.virtual_stages);
+  if (p.pp > 1 && p.pp_schedule != PipelineSchedule::interleaved) s += fmt::format(" {}", to_string(p.pp_schedule));
+  s += fmt::format(" · dp {} · zero {} · mb {} · recompute {}", p.dp, p.zero, recipe.train.micro_batch,
+                   to_string(recipe.train.activation_checkpointing));
+  if (p.sequence_parallel) s += " · sp";
+  return s;
+}
+
+Recipe with_layout(const Recipe& recipe, const Layout& l) {
+  Recipe r = recipe;
+  ParallelConfig& p = r.parallel;
+  p.tp = l.tp, p.pp = l.pp, p.dp = l.dp, p.zero = l.zero, p.zero_group = 0;
+  p.virtual_stages = l.virtual_stages, p.pp_schedule = l.schedule, p.pp_layers.clear();
+  p.sequence_parallel = l.sequence_parallel;
+  r.train.micro_batch = l.micro_batch;
+  r.train.activation_checkpointing = l.recompute;
+  return r;
+}
+
+SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
+  SearchResult out;
+  const int n = c.gpus;
+  std::vector<int> micro_batches{1, 2, 4, 8};
+  if (std::find(micro_batches.begin(), micro_batches.end(), recipe.train.micro_batch) == micro_batches.end())
+    micro_batches.push_back(recipe.train.micro_batch);
+  for (int tp : divisors(n)) {
+    if (tp > c.gpus_per_node) continue;  // tensor parallelism stays inside a node's NVLink
+    for (int pp : divisors(n / tp)) {
+      const int dp = n / tp / pp;
+      for (int v : {1, 2, 4}) {
+        if (v > 1 && pp == 1) continue;
+        std::vector<PipelineSchedule> schedules{v > 1 ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b};
+        if (pp > 1 && v == 1) schedules.push_back(PipelineSchedule::zero_bubble);
+        for (PipelineSchedule schedule : schedules)
+          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+            for (int mb : micro_batches)
+              for (ActivationCheckpointing rc :
+                   {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full})
+                for (bool sp : {false, true}) {
+                  if (sp && tp == 1) continue;
+                  const Recipe r = with_layout(recipe, {tp, pp, dp, zero, v, mb, schedule, rc, sp});
+                  if (!accepted(r, n)) {
+                    ++out.rejected;
+                    continue;
+                  }
+                  Candidate cand{r, predict_memory(r, c), predict_step(r, c)};
+                  (cand.memory.fits() ? out.fitting : out.too_big).push_back(std::move(cand));
+                }
+      }
+    }
+  }
+  std::stable_sort(out.fitting.begin(), out.fitting.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.time.total != b.time.total) return a.time.total < b.time.total;
+    return a.memory.bytes < b.memory.bytes;
+  });
+  std::stable_sort(out.too_big.begin(), out.too_big.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.memory.bytes < b.memory.bytes; });
+  return out;
+}
+
+std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
+  const ParallelConfig& p = r.parallel;
+  const Layout now{p.tp,
+                   p.pp,
+                   p.dp,
+                   p.zero,
+                   p.virtual_stages,
+                   r.train.micro_batch,
+                   p.pp_schedule,
+                   r.train.activation_checkpointing,
+                   p.sequence_parallel};
+  std::vector<std::pair<std::string, Layout>> tries;
+  for (int zero = p.zero + 1; zero <= 3 && p.dp > 1; ++zero) {
+    Layout l = now;
+    l.zero = zero;
+    tries.push_back({fmt::format("zero {}", zero), l});
+  }
+  if (p.dp % 2 == 0) {
+    Layout l = now;
+    l.tp *= 2, l.dp /= 2;
+    tries.push_back({fmt::format("tp {}", l.tp), l});
+    l = now;
+    l.pp *= 2, l.dp /= 2;
+    tries.push_back({fmt::format("pp {}", l.pp), l});
+  }
+  for (ActivationCheckpointing rc : {ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
+    if (int(rc) <= int(now.recompute)) continue;
+    Layout l = now;
+    l.recompute = rc;
+    tries.push_back({fmt::format("recompute {}", to_string(rc)), l});
+  }
+  for (int mb = now.micro_batch / 2; mb >= 1; mb /= 2) {
+    Layout l = now;
+    l.micro_batch = mb;
+    tries.push_back({fmt::format("micro_batch {}", mb), l});
+    break;
+  }
+  std::vector<Change> out;
+  for (const auto& [what, layout] : tries) {
+    Recipe changed = with_layout(r, layout);
+    changed.parallel.pp_layers = layout.pp == p.pp ? p.pp_layers : std::vector<int>{};
+    if (!accepted(changed, c.gpus)) continue;
+    RankMemory m = predict_memory(changed, c);
+    if (m.fits()) out.push_back({what, std::move(m)});
+  }
+  return out;
+}
+
+std::string why_best(const std::vector<Candidate>& ranked) {
+  if (ranked.empty()) return "";
+  const StepPrediction& a = ranked[0].time;
+  if (ranked.size() == 1) return "the only layout that fits";
+  const StepPrediction& b = ranked[1].time;
+  struct Part {
+    const char* name;
+    double best, next;
+  };
+  const Part parts[] = {{"compute", a.compute, b.compute},
+                        {"pipeline bubble", a.bubble, b.bubble},
+                        {"tensor-parallel communication", a.tp_comm, b.tp_comm},
+                        {"pipeline transfers", a.pp_comm, b.pp_comm},
+                        {"data-parallel communication", a.dp_comm, b.dp_comm},
+                        {"optimizer time", a.optimizer, b.optimizer}};
+  const Part* gain = std::max_element(std::begin(parts), std::end(parts),
+                                      [](const Part& x, const Part& y) { return x.next - x.best < y.next - y.best; });
+  if (gain->next - gain->best <= 0)
+    return fmt::format("as fast as the runner-up ({}) and needs less memory per rank", ranked[1].layout());
+  return fmt::format("{:.4g} s a step against {:.4g} s for the runner-up ({}): {:.3g} s less {}", a.total, b.total,
+                     ranked[1].layout(), gain->next - gain->best, gain->name);
+}
+
+}  // namespace llmtrain::planner

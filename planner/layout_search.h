@@ -1,0 +1,73 @@
+// The layout search behind `llmtrain plan` and `run --dry-run`'s memory warning: every layout of a
+// recipe's model and global batch on a cluster (tp, pp, virtual stages and schedule, dp, ZeRO
+// stage, micro-batch, activation recomputation, sequence parallelism) that `llmtrain validate`
+// accepts and this build runs, each with its memory per rank from the one memory account
+// (trainer/loop/memory.h) and its step time from the performance model (perf_model.h), ranked.
+//
+// Rule a reader could get wrong: validity is recipe_check's and unsupported_features' — the search
+// never has rules of its own about which layouts exist; it only enumerates and asks them. The one
+// exception is train.device: cuda, which this build cannot run but is what a GPU plan is for.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/recipe/recipe.h"
+#include "planner/perf_model.h"
+#include "trainer/loop/memory.h"
+
+namespace llmtrain::planner {
+
+// The peak a rank holds: the one memory account's total on the pipeline stage that holds the most,
+// plus what the device reserves outside our Buffers (DeviceSpec::reserved).
+struct RankMemory {
+  trainer::MemoryAccount account;  // of that stage
+  int stage = 0;
+  int64_t bytes = 0;     // account.total() + reserved
+  int64_t capacity = 0;  // what one rank may hold: the device's memory (cpu: the host's / its ranks)
+  bool fits() const { return bytes <= capacity; }
+};
+RankMemory predict_memory(const Recipe& recipe, const Cluster& cluster);
+// The rank at `coord`'s: the account there plus the device's reserved bytes (predict_memory is the
+// largest of its stages').
+RankMemory predict_rank_memory(const Recipe& recipe, const parallel::MeshCoord& coord, const Cluster& cluster);
+
+// What a layout that does not fit could change, one thing at a time on the same ranks, to fit:
+// "zero 1", "tp 2", "pp 2", "recompute full", "micro_batch 1" — each only when the changed recipe
+// passes the same checks as the search's layouts.
+struct Change {
+  std::string what;
+  RankMemory memory;
+};
+std::vector<Change> fitting_changes(const Recipe& recipe, const Cluster& cluster);
+
+struct Candidate {
+  Recipe recipe;  // the base recipe with this layout
+  RankMemory memory;
+  StepPrediction time;
+  // "tp 2 · pp 1 · dp 4 · zero 1 · mb 1 · recompute full · sp"
+  std::string layout() const;
+};
+
+// The recipe with a layout's fields set (parallel.tp/pp/dp/zero/sequence_parallel/pp_schedule/
+// virtual_stages, pp_layers cleared, zero_group auto; train.micro_batch, activation_checkpointing).
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, zero = 0, virtual_stages = 1, micro_batch = 1;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  ActivationCheckpointing recompute = ActivationCheckpointing::none;
+  bool sequence_parallel = false;
+};
+Recipe with_layout(const Recipe& recipe, const Layout& layout);
+
+struct SearchResult {
+  std::vector<Candidate> fitting;  // fastest first
+  std::vector<Candidate> too_big;  // valid layouts that do not fit, smallest memory first
+  int rejected = 0;                // layouts recipe_check or unsupported_features refused
+};
+// Every layout of `recipe`'s model and global batch on `cluster.gpus` ranks.
+SearchResult search_layouts(const Recipe& recipe, const Cluster& cluster);
+
+// Why the first of `ranked` wins over the second: "0.41 s less pipeline bubble than tp 2 · pp 2 ..."
+std::string why_best(const std::vector<Candidate>& ranked);
+
+}  // namespace llmtrain::planner

@@ -1,0 +1,274 @@
+#include "planner/perf_model.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/error.h"
+#include "parallel/pipeline_schedule.h"
+#include "trainer/model/model.h"
+#include "trainer/model/model_spec.h"
+
+namespace llmtrain::planner {
+namespace {
+
+// Parameter counts per tensor-parallel rank: one block, the embedding (token and position) and
+// the head (final norm, and the output matrix when untied).
+struct ParamCounts {
+  double block = 0, embedding = 0, head = 0;
+  double block_matmul = 0;  // of block: the weights of matrix products (the 6N of 6N + 12·L·d·T)
+};
+
+ParamCounts param_counts(const ModelConfig& m, int tp) {
+  ParamCounts c;
+  for (const trainer::ParamSpec& p : trainer::model_param_specs(m)) {
+    const double n = double(p.numel()) / (p.tp_split_dim >= 0 ? tp : 1);
+    if (p.place == trainer::ParamPlace::block) {
+      if (p.layer == 0) {
+        c.block += n;
+        if (p.shape.size() >= 2) c.block_matmul += n;
+      }
+    } else if (p.place == trainer::ParamPlace::embedding) {
+      c.embedding += n;
+    } else {
+      c.head += n;
+    }
+  }
+  return c;
+}
+
+// What one rank of a CPU host computes at: a rank of one thread at the measured one-thread rate
+// (the other cores run the other ranks), a rank of more at its share of the all-cores rate; ranks
+// whose threads outnumber the cores share them. Threads per rank: train.threads, else the host's
+// cores divided among its ranks (what the launcher gives them).
+double host_rank_rate(const Recipe& r, const DeviceSpec& dev, double all_cores_rate, int ranks) {
+  const int cores = std::max(1, dev.cores);
+  const int threads = r.train.threads > 0 ? r.train.threads : std::max(1, cores / ranks);
+  double rate = threads == 1 && dev.achievable_one_thread > 0 ? dev.achievable_one_thread
+                                                              : all_cores_rate * std::min(threads, cores) / cores;
+  const double demand = double(ranks) * std::min(threads, cores);  // a rank's extra threads add no cores
+  if (demand > cores) rate *= cores / demand;
+  return rate;
+}
+
+}  // namespace
+
+double ring_all_reduce_time(double bytes, int ranks, double bandwidth, double latency) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return 2 * (n - 1) / n * bytes / bandwidth + 2 * (n - 1) * latency;
+}
+
+double ring_reduce_scatter_time(double bytes, int ranks, double bandwidth, double latency) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return (n - 1) / n * bytes / bandwidth + (n - 1) * latency;
+}
+
+double ring_all_gather_time(double bytes, int ranks, double bandwidth, double latency) {
+  return ring_reduce_scatter_time(bytes, ranks, bandwidth, latency);
+}
+
+StepPrediction predict_step(const Recipe& r, const Cluster& c) {
+  const ModelConfig& m = r.model;
+  const ParallelConfig& p = r.parallel;
+  LT_CHECK(c.gpus == r.world_size(), "cluster of {} ranks for a layout of {}", c.gpus, r.world_size());
+  const DeviceSpec& dev = c.device;
+  const int tp = p.tp, pp = p.pp, dp = p.dp, v = p.virtual_stages;
+  const int mbs = r.grad_accum_steps();
+  const double tokens = double(r.train.micro_batch) * m.seq_len;  // per micro-batch
+  const double element = r.train.precision == Precision::fp32 ? 4 : 2;
+  const int per_node = std::max(1, std::min(c.gpus, c.gpus_per_node));
+
+  // Compute rate per rank: the ranks of a CPU host share its cores.
+  double rate = r.train.precision == Precision::fp32 ? dev.achievable_fp32 : dev.achievable_bf16;
+  if (dev.shares_host) rate = host_rank_rate(r, dev, rate, per_node);
+
+  // Which links each kind of group crosses (mesh order: tp fastest, then dp, then pp).
+  auto link = [&](bool inter) {
+    return std::pair<double, double>{inter ? c.inter_node_bandwidth : dev.intra_node_bandwidth,
+                                     inter ? dev.inter_node_latency : dev.intra_node_latency};
+  };
+  const auto [tp_bw, tp_lat] = link(tp > c.gpus_per_node);
+  const auto [dp_bw, dp_lat] = link(int64_t(tp) * dp > c.gpus_per_node);
+  const auto [pp_bw, pp_lat] = link(int64_t(tp) * dp >= c.gpus_per_node);
+
+  // FLOPs per token and tensor-parallel rank, forward only (backward is twice the forward).
+  const ParamCounts counts = param_counts(m, tp);
+  const double attention_forward = 4.0 * m.hidden * m.seq_len / tp;  // QKᵀ and AV (the 12·d·T of training / 3)
+  const double block_forward = 2 * counts.block_matmul + attention_forward;
+  const double head_forward = 2.0 * double(m.padded_vocab()) * m.hidden / tp;
+  double block_recompute = 0;
+  if (r.train.activation_checkpointing == ActivationCheckpointing::full) block_recompute = block_forward;
+  if (r.train.activation_checkpointing == ActivationCheckpointing::selective) block_recompute = attention_forward;
+  // The memory-bound ops between the products (norms, activation functions, softmax, residual adds):
+  // bytes moved per token and block, Korthikanti et al.'s activation bytes per token and layer for a
+  // model that stores its attention scores, h·(10 + 24/t + 5·a·s/(h·t)) at 16 bits (sequence
+  // parallelism: h·(34 + 5·a·s/h)/t), written once forward and read and written again backward.
+  // Without stored scores (llmtrain's flash-style attention) the 5·a·s/h term is not there.
+  const double h = m.hidden, a = m.heads, seq = m.seq_len;
+  const double scores = c.stores_attention_scores ? 5 * a * seq / h : 0.0;
+  const double stored = p.sequence_parallel ? h * (34 + scores) / tp : h * (10 + 24.0 / tp + scores / tp);
+  const double byte_scale = element / 2;
+  const double traffic_forward = stored * byte_scale, traffic_backward = 2 * stored * byte_scale;
+  double traffic_recompute = 0;
+  if (r.train.activation_checkpointing == ActivationCheckpointing::full) traffic_recompute = traffic_forward;
+  if (r.train.activation_checkpointing == ActivationCheckpointing::selective)
+    traffic_recompute = h * scores / tp * byte_scale;
+  double bandwidth = dev.memory_bandwidth;
+  if (dev.shares_host) bandwidth /= per_node;
+
+  // Tensor parallelism, what the model's crossings send (parallel/tensor_parallel.h): per block two
+  // all-reduces of the residual stream forward, two backward, and one more in a fully recomputed
+  // forward (the attention output's: the recomputation stops before the MLP's output is reduced)
+  // (sequence parallelism: all-gathers and reduce-scatters of the same total bytes); one
+  // at the embedding (forward) and one at the head (backward); the vocab-parallel loss's two
+  // all-reduces of 1 and 2 fp32 per token (forward); with sequence parallelism the replicated
+  // norm and bias gradients, one all-reduce per block and one for the final norm (backward).
+  const double stream_bytes = tokens * m.hidden * element;
+  const double tp_collective = ring_all_reduce_time(stream_bytes, tp, tp_bw, tp_lat);
+  const bool full_recompute = r.train.activation_checkpointing == ActivationCheckpointing::full;
+  const double tp_forward_block = 2 * tp_collective;
+  const double tp_backward_block = (full_recompute ? 3 : 2) * tp_collective;
+  const double loss_time =
+      ring_all_reduce_time(tokens * 4, tp, tp_bw, tp_lat) + ring_all_reduce_time(tokens * 8, tp, tp_bw, tp_lat);
+  double block_replicated = 0, head_replicated = 0;  // 1-D parameters every tp rank holds whole
+  for (const trainer::ParamSpec& ps : trainer::model_param_specs(m)) {
+    if (ps.tp_split_dim >= 0 || ps.shape.size() != 1) continue;
+    if (ps.place == trainer::ParamPlace::block && ps.layer == 0) block_replicated += double(ps.numel()) * element;
+    if (ps.place == trainer::ParamPlace::head) head_replicated += double(ps.numel()) * element;
+  }
+  const bool sp = p.sequence_parallel && tp > 1;
+  const double sp_grads_block = sp ? ring_all_reduce_time(block_replicated, tp, tp_bw, tp_lat) : 0;
+  const double sp_grads_head = sp ? ring_all_reduce_time(head_replicated, tp, tp_bw, tp_lat) : 0;
+  // The bytes one tp rank sends (ring volumes) for a stage's micro-batch.
+  const double ring_share = tp > 1 ? 2.0 * (tp - 1) / tp : 0;
+  auto tp_bytes_per_micro_batch = [&](const trainer::StageLayout& layout) {
+    const double blocks = layout.blocks();
+    double all_reduced = blocks * (2 + (full_recompute ? 3 : 2)) * stream_bytes;
+    if (layout.has_embedding) all_reduced += stream_bytes;
+    if (layout.has_head) all_reduced += stream_bytes + tokens * 12 + (sp ? head_replicated : 0);
+    if (sp) all_reduced += blocks * block_replicated;
+    return ring_share * all_reduced;
+  };
+  // Pipeline: one message per forward and backward, the stream (1/tp of it with sequence parallelism).
+  const double p2p = pp > 1 ? stream_bytes / (p.sequence_parallel ? tp : 1) / pp_bw + pp_lat : 0;
+
+  struct StageCost {
+    double forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
+  };
+  auto stage_layout = [&](int s) {
+    return v > 1 ? trainer::pipeline_stage_layout(m, s, pp, v) : trainer::pipeline_stage_layout(m, s, pp, p.pp_layers);
+  };
+  std::vector<StageCost> stages(static_cast<size_t>(pp));
+  for (int s = 0; s < pp; ++s) {
+    const trainer::StageLayout layout = stage_layout(s);
+    const double blocks = layout.blocks();
+    const double fwd_flops = tokens * (blocks * block_forward + (layout.has_head ? head_forward : 0));
+    const double recompute_flops = tokens * blocks * block_recompute;
+    StageCost& sc = stages[size_t(s)];
+    const double fwd_traffic = tokens * blocks * traffic_forward;
+    const double bwd_traffic = tokens * blocks * (traffic_backward + traffic_recompute);
+    sc.forward = (fwd_flops / rate + fwd_traffic / bandwidth) / v;  // per chunk: each op is one chunk's work
+    sc.backward = ((2 * fwd_flops + recompute_flops) / rate + bwd_traffic / bandwidth) / v;
+    sc.tp_forward =
+        (blocks * tp_forward_block + (layout.has_embedding ? tp_collective : 0) + (layout.has_head ? loss_time : 0)) /
+        v;
+    sc.tp_backward =
+        (blocks * (tp_backward_block + sp_grads_block) + (layout.has_head ? tp_collective + sp_grads_head : 0)) / v;
+  }
+  enum Part { compute, tensor, pipe };
+  auto op_time = [&](int s, const parallel::PipeOp& op, Part part) {
+    const StageCost& sc = stages[size_t(s)];
+    const double comm = pp > 1 ? p2p : 0;
+    switch (op.kind) {
+      case parallel::PipeOpKind::forward:
+        return part == compute ? sc.forward : part == tensor ? sc.tp_forward : comm;
+      case parallel::PipeOpKind::backward:
+        return part == compute ? sc.backward : part == tensor ? sc.tp_backward : comm;
+      case parallel::PipeOpKind::backward_input:  // the input gradient's half, and the collectives
+        return part == compute ? sc.backward / 2 : part == tensor ? sc.tp_backward : comm;
+      case parallel::PipeOpKind::backward_weight:
+        return part == compute ? sc.backward / 2 : 0.0;
+      default:
+        return 0.0;
+    }
+  };
+  const std::vector<std::vector<parallel::PipeOp>> lists = parallel::make_schedules(p.pp_schedule, {pp, 0, mbs, v});
+  const parallel::SimulatedStep sim = parallel::simulate_step(lists, [&](int s, const parallel::PipeOp& op) {
+    return op_time(s, op, compute) + op_time(s, op, tensor) + op_time(s, op, pipe);
+  });
+  const double span = sim.span();
+  size_t busiest = 0;
+  for (size_t s = 0; s < sim.busy.size(); ++s)
+    if (sim.busy[s] > sim.busy[busiest]) busiest = s;
+
+  StepPrediction out;
+  for (const parallel::PipeOp& op : lists[busiest]) {
+    out.compute += op_time(int(busiest), op, compute);
+    out.tp_comm += op_time(int(busiest), op, tensor);
+    out.pp_comm += op_time(int(busiest), op, pipe);
+  }
+  out.bubble = std::max(0.0, span - sim.busy[busiest]);
+  out.tp_bytes = mbs * tp_bytes_per_micro_batch(stage_layout(int(busiest)));
+  const StageCost& last = stages[busiest];
+
+  // Data parallelism and ZeRO over the stage's parameters.
+  const trainer::StageLayout held = stage_layout(int(busiest));
+  const double stage_params = held.blocks() * counts.block + (held.has_embedding ? counts.embedding : 0) +
+                              (held.has_head ? counts.head : 0) +
+                              (held.has_head && !held.has_embedding && m.tie_embeddings ? counts.embedding : 0);
+  const double grad_element = r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? 2 : 4;
+  const double grads = stage_params * grad_element, params = stage_params * element;
+  const int shard = p.zero > 0 ? (p.zero_group > 0 ? p.zero_group : dp) : 1;
+  const double bucket_share = std::min(1.0, p.bucket_mb * 1e6 / std::max(grads, 1.0));
+  const double backward_last = last.backward * v;  // the last micro-batch's backward over all chunks
+  if (dp > 1) {
+    if (p.zero == 0) {
+      const double t = ring_all_reduce_time(grads, dp, dp_bw, dp_lat);
+      out.dp_comm = std::max(t - backward_last, t * bucket_share);
+    } else {
+      const double rs = ring_reduce_scatter_time(grads, shard, dp_bw, dp_lat);
+      const double ag = ring_all_gather_time(params, shard, dp_bw, dp_lat);
+      // Hybrid sharding: the shards are all-reduced across the dp / shard groups.
+      const double across = ring_all_reduce_time(grads / shard, dp / shard, dp_bw, dp_lat);
+      if (p.zero == 1) {
+        out.dp_comm = std::max(rs - backward_last, rs * bucket_share) + ag + across;
+      } else if (p.zero == 2) {
+        out.dp_comm = mbs * std::max(rs - backward_last, rs * bucket_share) + ag + across;
+      } else {  // every micro-batch gathers the parameters before forward and before backward
+        const double forward_all = last.forward * v;
+        out.dp_comm =
+            mbs * (std::max(0.0, ag - forward_all) + std::max(rs * bucket_share, ag + rs - backward_last)) + across;
+      }
+    }
+  }
+  // AdamW: about 32 bytes read and written per owned element (gradient, moments, master, parameter).
+  out.optimizer =
+      stage_params / shard * 32 / (dev.shares_host ? dev.memory_bandwidth / per_node : dev.memory_bandwidth);
+
+  out.total = out.compute + out.bubble + out.tp_comm + out.pp_comm + out.dp_comm + out.optimizer;
+  const double step_tokens = double(r.train.global_batch) * m.seq_len;
+  out.model_flops = trainer::training_flops_per_token(m) * step_tokens;
+  double recompute = 0;
+  if (r.train.activation_checkpointing == ActivationCheckpointing::full)
+    recompute = m.layers * (2 * counts.block_matmul * tp + 4.0 * m.hidden * m.seq_len);
+  if (r.train.activation_checkpointing == ActivationCheckpointing::selective)
+    recompute = m.layers * 4.0 * m.hidden * m.seq_len;
+  out.flops_with_recompute = out.model_flops + recompute * step_tokens;
+
+  struct Named {
+    double seconds;
+    const char* name;
+  };
+  const Named parts[] = {{out.bubble, "pipeline bubble"},
+                         {out.tp_comm, "tensor-parallel communication"},
+                         {out.pp_comm, "pipeline transfers"},
+                         {out.dp_comm, "data-parallel communication"},
+                         {out.optimizer, "optimizer (memory bandwidth)"}};
+  const Named* worst = std::max_element(std::begin(parts), std::end(parts),
+                                        [](const Named& a, const Named& b) { return a.seconds < b.seconds; });
+  out.limit = worst->seconds >= 0.1 * out.total ? worst->name : "compute";
+  return out;
+}
+
+}  // namespace llmtrain::planner

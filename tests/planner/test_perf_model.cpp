@@ -1,0 +1,193 @@
+// The performance model (planner/perf_model.h) and the layout search: the ring formulas, the
+// bubble against the closed form, what ZeRO adds to the data-parallel time, the search's validity
+// rules, and the published anchors docs/plan.md reports — Megatron-LM's Table 1 (Narayanan et al.
+// 2021) predicted with its own layouts, and the ZeRO paper's model-state memory (Rajbhandari et
+// al. 2020) from the one memory account.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "common/recipe/recipe_check.h"
+#include "planner/layout_search.h"
+#include "trainer/loop/memory.h"
+#include "trainer/model/model_spec.h"
+
+namespace llmtrain::planner {
+namespace {
+
+TEST(RingCollectives, TimesAreTheRingFormulas) {
+  // 4 ranks, 1 GB at 10 GB/s, 1 µs a step: all-reduce moves 2·3/4 of the buffer in 2·3 steps.
+  EXPECT_DOUBLE_EQ(ring_all_reduce_time(1e9, 4, 1e10, 1e-6), 2 * 0.75 * 0.1 + 6e-6);
+  EXPECT_DOUBLE_EQ(ring_reduce_scatter_time(1e9, 4, 1e10, 1e-6), 0.75 * 0.1 + 3e-6);
+  EXPECT_DOUBLE_EQ(ring_all_gather_time(1e9, 4, 1e10, 1e-6), 0.75 * 0.1 + 3e-6);
+  EXPECT_EQ(ring_all_reduce_time(1e9, 1, 1e10, 1e-6), 0.0);  // one rank: nothing moves
+}
+
+Recipe gpt(int layers, int hidden, int heads, int seq, int tp, int pp, int dp, int micro_batch, int global_batch) {
+  Recipe r;
+  r.name = "anchor";
+  r.model.family = ModelFamily::gpt2;
+  r.model.layers = layers, r.model.hidden = hidden, r.model.heads = heads, r.model.kv_heads = heads;
+  r.model.ffn_hidden = 4 * hidden, r.model.vocab = 51200, r.model.seq_len = seq, r.model.max_positions = seq;
+  r.train.device = DeviceKind::cuda, r.train.precision = Precision::fp16;
+  r.train.micro_batch = micro_batch, r.train.global_batch = global_batch, r.train.steps = 1;
+  r.parallel.tp = tp, r.parallel.pp = pp, r.parallel.dp = dp;
+  return r;
+}
+
+TEST(PerfModel, TheBubbleIsTheClosedFormForEqualStages) {
+  // 1F1B over 4 equal stages (a tiny vocabulary: the head costs nothing), 8 micro-batches: idle
+  // (p − 1)/(m + p − 1) of the span when communication is free.
+  Recipe r = gpt(8, 1024, 16, 512, 1, 4, 1, 1, 8);
+  r.model.vocab = 128;
+  DeviceSpec dev = device_lookup("h100");
+  dev.intra_node_latency = 0;
+  const StepPrediction t = predict_step(r, {dev, 4, 8, 50e9});
+  const double fraction = t.bubble / (t.compute + t.bubble + t.pp_comm);
+  EXPECT_NEAR(fraction, 3.0 / 11.0, 0.01);
+  r.parallel.pp = 1, r.parallel.dp = 4, r.model.layers = 8;
+  EXPECT_EQ(predict_step(r, {dev, 4, 8, 50e9}).bubble, 0.0);
+}
+
+TEST(PerfModel, OneFOneBAndGPipeTakeTheSameTimeOnEqualStages) {
+  // Two equal stages (a tiny vocabulary), no recomputation, transfers that cost something: the two
+  // schedules idle the same (p − 1) forward-backward pairs, so they predict the same step, as they
+  // measure the same on this CPU (docs/plan.md §4); 1F1B only holds fewer activations.
+  for (int micro_batches : {2, 4, 8}) {
+    Recipe r = gpt(8, 1024, 16, 512, 1, 2, 1, 1, micro_batches);
+    r.model.vocab = 128;
+    const Cluster c{device_lookup("h100"), 2, 1, 1e9};  // one rank per node: the transfers cross a slow NIC
+    const StepPrediction one_f_one_b = predict_step(r, c);
+    r.parallel.pp_schedule = PipelineSchedule::gpipe;
+    const StepPrediction gpipe = predict_step(r, c);
+    EXPECT_GT(gpipe.pp_comm, 0.01 * gpipe.total) << micro_batches;
+    EXPECT_NEAR(one_f_one_b.total / gpipe.total, 1.0, 0.02) << micro_batches;
+  }
+}
+
+TEST(PerfModel, CpuRanksOfOneThreadComputeAtTheOneThreadRate) {
+  // A host of 2 cores whose two threads together reach 1.8 × one thread: two ranks of one thread
+  // each compute at the one-thread rate, one rank of two threads (or more) at the two-thread rate,
+  // and four ranks of one thread share the two cores.
+  DeviceSpec cpu;
+  cpu.name = "cpu", cpu.shares_host = true, cpu.cores = 2;
+  cpu.achievable_one_thread = 100e9, cpu.achievable_fp32 = cpu.achievable_bf16 = 180e9;
+  cpu.memory_bandwidth = 1e18, cpu.intra_node_bandwidth = 1e18;  // compute only
+  Recipe r = gpt(4, 256, 8, 256, 1, 1, 1, 4, 16);
+  r.model.vocab = 128, r.train.device = DeviceKind::cpu, r.train.precision = Precision::fp32;
+  r.train.threads = 2;
+  const double one_rank = predict_step(r, {cpu, 1, 8, 50e9}).compute;
+  r.train.threads = 4;  // more threads than cores: no faster, and no slower in the model
+  EXPECT_DOUBLE_EQ(predict_step(r, {cpu, 1, 8, 50e9}).compute, one_rank);
+  r.train.threads = 1, r.parallel.dp = 2;
+  const double two_ranks = predict_step(r, {cpu, 2, 8, 50e9}).compute;
+  EXPECT_NEAR(two_ranks / one_rank, 0.5 * 180 / 100, 1e-9);  // each rank half the work at 100 of 180
+  r.train.threads = 0, r.parallel.dp = 4;                    // auto: one thread each, two on a core
+  const double four_ranks = predict_step(r, {cpu, 4, 8, 50e9}).compute;
+  EXPECT_NEAR(four_ranks / two_ranks, 0.5 * 2, 1e-9);  // a quarter of the work at half the rate
+}
+
+TEST(PerfModel, ZeroAndNodesChangeOnlyTheDataParallelTime) {
+  Recipe r = gpt(24, 2048, 16, 2048, 1, 1, 16, 1, 64);
+  const DeviceSpec dev = device_lookup("a100-80g");
+  for (int zero = 0; zero <= 3; ++zero) {
+    r.parallel.zero = zero;
+    const StepPrediction one_node = predict_step(r, {dev, 16, 16, 25e9});
+    const StepPrediction two_nodes = predict_step(r, {dev, 16, 8, 25e9});
+    const StepPrediction faster_nic = predict_step(r, {dev, 16, 8, 50e9});
+    EXPECT_EQ(one_node.compute, two_nodes.compute) << zero;
+    EXPECT_LT(one_node.dp_comm, two_nodes.dp_comm) << zero;  // NVLink vs 200 Gb/s
+    EXPECT_LT(faster_nic.dp_comm, two_nodes.dp_comm) << zero;
+  }
+  r.parallel.zero = 0;
+  const StepPrediction zero0 = predict_step(r, {dev, 16, 8, 25e9});
+  r.parallel.zero = 1;
+  const StepPrediction zero1 = predict_step(r, {dev, 16, 8, 25e9});
+  EXPECT_EQ(zero1.compute, zero0.compute);
+  EXPECT_NEAR(zero1.optimizer, zero0.optimizer / 16, zero0.optimizer * 1e-9);  // the owned 1/16 of the state
+  // ZeRO 3 gathers the parameters twice and reduce-scatters the gradients every micro-batch.
+  r.parallel.zero = 3;
+  r.train.micro_batch = 1, r.train.global_batch = 16 * 8;  // 8 micro-batches
+  const StepPrediction zero3 = predict_step(r, {dev, 16, 8, 25e9});
+  r.parallel.zero = 2;
+  const StepPrediction zero2 = predict_step(r, {dev, 16, 8, 25e9});
+  EXPECT_GT(zero3.dp_comm, zero2.dp_comm);
+}
+
+TEST(LayoutSearch, ProposesOnlyLayoutsTheRecipeChecksAccept) {
+  Recipe r = gpt(24, 2048, 16, 2048, 1, 1, 8, 1, 64);
+  const Cluster c{device_lookup("a100-80g"), 8, 8, 50e9};
+  const SearchResult found = search_layouts(r, c);
+  ASSERT_FALSE(found.fitting.empty());
+  EXPECT_GT(found.rejected, 0);  // e.g. ZeRO 2 with pp > 1
+  for (const std::vector<Candidate>* list : {&found.fitting, &found.too_big})
+    for (const Candidate& cand : *list) {
+      EXPECT_TRUE(recipe_check(cand.recipe, {8, "test", false}).empty()) << cand.layout();
+      EXPECT_EQ(cand.recipe.world_size(), 8);
+      EXPECT_EQ(cand.recipe.train.global_batch, 64);
+    }
+  for (size_t i = 1; i < found.fitting.size(); ++i)
+    EXPECT_LE(found.fitting[i - 1].time.total, found.fitting[i].time.total);
+  EXPECT_NE(why_best(found.fitting).find("runner-up"), std::string::npos) << why_best(found.fitting);
+}
+
+// Megatron-LM (Narayanan et al. 2021) Table 1: GPT models of 1.7B to 1T parameters on A100-80GB
+// (8 per node, 8 × 200 Gb/s HDR InfiniBand per node), vocabulary 51,200, sequence 2,048, full
+// activation recomputation; achieved TF/s per GPU by their formula 96·B·s·l·h²·(1 + s/6h + V/16lh).
+struct MegatronRow {
+  double billions;
+  int heads, hidden, layers, tp, pp, gpus, batch;
+  double achieved_tflops;
+};
+const MegatronRow kTable1[] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},          {3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142},         {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},       {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148},    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163}, {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
+};
+
+TEST(Anchors, MegatronTable1) {
+  const DeviceSpec a100 = device_lookup("a100-80g");
+  double worst = 0;
+  std::printf("| parameters | tp | pp | GPUs | batch | published TF/s | predicted TF/s | error | limit |\n");
+  for (const MegatronRow& row : kTable1) {
+    const int dp = row.gpus / row.tp / row.pp;
+    Recipe r = gpt(row.layers, row.hidden, row.heads, 2048, row.tp, row.pp, dp, 1, row.batch);
+    r.train.activation_checkpointing = ActivationCheckpointing::full;
+    ASSERT_TRUE(recipe_check(r, {row.gpus, "test", false}).empty()) << row.billions;
+    // Megatron-LM of 2021 stored its attention scores (no flash attention yet).
+    const StepPrediction t = predict_step(r, {a100, row.gpus, 8, 25e9, true});
+    const double B = row.batch, s = 2048, l = row.layers, h = row.hidden, V = 51200;
+    const double flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    const double predicted = flops / t.total / row.gpus / 1e12;
+    const double error = predicted / row.achieved_tflops - 1;
+    worst = std::max(worst, std::abs(error));
+    std::printf("| %.1fB | %d | %d | %d | %d | %.0f | %.0f | %+.1f%% | %s |\n", row.billions, row.tp, row.pp, row.gpus,
+                row.batch, row.achieved_tflops, predicted, 100 * error, t.limit.c_str());
+  }
+  std::printf("worst error %.1f%%\n", 100 * worst);
+  EXPECT_LT(worst, 0.15);
+}
+
+// ZeRO (Rajbhandari et al. 2020), Figure 1: model states per GPU of a 7.5B model with mixed-precision
+// Adam at Nd = 64: baseline 120 GB, P_os 31.4, P_os+g 16.6, P_os+g+p 1.9 (GB = 10^9 bytes).
+TEST(Anchors, ZeroPaperModelStates) {
+  Recipe r = gpt(36, 4096, 32, 1024, 1, 1, 64, 1, 64);
+  r.train.precision = Precision::bf16;
+  const double published[] = {120, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    r.parallel.zero = zero;
+    const trainer::MemoryAccount a = trainer::memory_plan(r, {0, 0, 0});
+    const double gb = double(a.parameters + a.gradients + a.optimizer) / 1e9;
+    const double psi = double(trainer::count_parameters(r.model)) / 1e9;
+    std::printf("| zero %d | %.1f GB | %.2f GB | %+.1f%% | Ψ %.2fB |\n", zero, published[zero], gb,
+                100 * (gb / published[zero] - 1), psi);
+    EXPECT_NEAR(gb / published[zero], 1.0, 0.03) << "zero " << zero;
+  }
+}
+
+}  // namespace
+}  // namespace llmtrain::planner

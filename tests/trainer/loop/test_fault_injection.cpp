@@ -1,0 +1,41 @@
+// LLMTRAIN_FAULT's grammar, <kind>@<step>[:<rank>]: what the fault tests of docs/testing.md rely on.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "common/error.h"
+#include "trainer/loop/fault_injection.h"
+
+namespace llmtrain::trainer {
+namespace {
+
+Fault parse(const char* value) {
+  ::setenv("LLMTRAIN_FAULT", value, 1);
+  Fault f = fault_from_env();
+  ::unsetenv("LLMTRAIN_FAULT");
+  return f;
+}
+
+TEST(FaultInjection, ParsesKindStepAndRank) {
+  Fault f = parse("kill@12:3");
+  EXPECT_EQ(f.kind, "kill");
+  EXPECT_EQ(f.step, 12);
+  EXPECT_EQ(f.rank, 3);
+  f = parse("slow@0");
+  EXPECT_EQ(f.kind, "slow");
+  EXPECT_EQ(f.step, 0);
+  EXPECT_EQ(f.rank, -1);
+  EXPECT_EQ(parse("term@5:1").kind, "term");
+  EXPECT_EQ(parse("").kind, "");
+}
+
+TEST(FaultInjection, MalformedValuesAreErrors) {
+  for (const char* bad : {"kill", "kill@", "kill@x", "kill@3:", "kill@3:x", "boom@3", "@3", "kill@3:1:2", "kill@-1",
+                          "kill@99999999999999999999999", "kill@1:99999999999"}) {
+    EXPECT_THROW(parse(bad), Error) << bad;
+    ::unsetenv("LLMTRAIN_FAULT");
+  }
+}
+
+}  // namespace
+}  // namespace llmtrain::trainer

@@ -1,0 +1,196 @@
+#include "trainer/checkpoint/checkpointer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/checkpoint_dir.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "kernels/buffer.h"
+#include "kernels/ops.h"
+#include "parallel/progress.h"
+#include "trainer/checkpoint/checkpoint.h"
+
+namespace llmtrain::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+// "2 sources: 14457 documents, 2430489 tokens, lengths CRC-32C 0x1234abcd; ..."
+std::string describe_data(const nlohmann::json& data) {
+  std::vector<std::string> parts;
+  try {
+    for (const auto& s : data)
+      parts.push_back(fmt::format("{} documents, {} tokens, lengths CRC-32C {:#010x}", s.at("documents").get<int64_t>(),
+                                  s.at("tokens").get<int64_t>(), s.at("lengths_crc32c").get<uint32_t>()));
+  } catch (const nlohmann::json::exception&) {
+    return data.dump();
+  }
+  return fmt::format("{} source(s): {}", parts.size(), join(parts, "; "));
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml, const Tokenizer& tokenizer,
+                           Model& model, TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs,
+                           nlohmann::json data)
+    : recipe_(recipe),
+      recipe_yaml_(recipe_yaml),
+      tokenizer_(tokenizer),
+      model_(model),
+      step_(step),
+      dp_rank_(dp_rank),
+      world_(world),
+      fs_(fs),
+      data_(std::move(data)) {
+  checkpoint_collective(world_, [&] {
+    if (world_.rank() == 0) lock_ = CheckpointDirLock::acquire(recipe_.checkpoint.dir, checkpoint_job_id());
+  });
+  lock_renewed_ = now_s();
+}
+
+void Checkpointer::keep_lock() {
+  if (!lock_ || now_s() - lock_renewed_ < 60) return;
+  lock_->renew();  // rank 0 alone; a lock taken over ends this job through rank 0's error
+  lock_renewed_ = now_s();
+}
+
+nlohmann::json data_identity(const GptDataset& data) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t s = 0; s < data.num_sources(); ++s) {
+    const IndexedDataset& d = data.source(s);
+    out.push_back(
+        {{"documents", d.num_documents()}, {"tokens", d.num_tokens()}, {"lengths_crc32c", d.lengths_crc32c()}});
+  }
+  return out;
+}
+
+namespace {
+
+// While a checkpoint is saved or loaded: the phase the supervisor's hang detection sees
+// (parallel/progress.h), and the world's waits bounded by checkpoint.timeout instead of
+// parallel.timeout (writing a large model's shards takes longer than a collective should).
+class CheckpointPhase {
+ public:
+  CheckpointPhase(parallel::Comm& world, double timeout_s, int64_t step, parallel::Phase phase)
+      : world_(world), saved_timeout_s_(world.timeout()), step_(step) {
+    world_.set_timeout(std::max(saved_timeout_s_, timeout_s));
+    parallel::set_progress(step, phase);
+  }
+  ~CheckpointPhase() {
+    world_.set_timeout(saved_timeout_s_);
+    parallel::set_progress(step_, parallel::Phase::train);
+  }
+  CheckpointPhase(const CheckpointPhase&) = delete;
+  CheckpointPhase& operator=(const CheckpointPhase&) = delete;
+
+ private:
+  parallel::Comm& world_;
+  double saved_timeout_s_;
+  int64_t step_;
+};
+
+// A checkpoint reads and writes host fp32 (CheckpointSlice::data); the slices of a model on a device
+// are staged through host buffers: copied to them before a save, from them after a load.
+class HostStaged {
+ public:
+  explicit HostStaged(std::vector<CheckpointSlice> slices) : slices_(std::move(slices)) {
+    for (CheckpointSlice& s : slices_) {
+      if (s.data.device == kernels::Device::cpu) continue;
+      kernels::Buffer host(s.data.dtype, s.data.shape, kernels::Device::cpu, kernels::MemoryKind::other);
+      pairs_.push_back({s.data, host.tensor()});
+      s.data = host.tensor();
+      host_.push_back(std::move(host));
+    }
+  }
+  const std::vector<CheckpointSlice>& slices() const { return slices_; }
+  void to_host() const {
+    for (const auto& [device, host] : pairs_) kernels::copy(host, device);
+  }
+  void to_device() const {
+    for (const auto& [device, host] : pairs_) kernels::copy(device, host);
+  }
+
+ private:
+  std::vector<CheckpointSlice> slices_;
+  std::vector<kernels::Buffer> host_;
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> pairs_;  // (device, host)
+};
+
+}  // namespace
+
+RunPosition Checkpointer::resume() {
+  const CheckpointConfig& cc = recipe_.checkpoint;
+  if (cc.resume == ResumeMode::none) return {};
+  bool weights_only = cc.load_weights_only;
+  bool explicit_path = cc.resume == ResumeMode::path;
+  if (explicit_path && !checkpoint_candidates(cc.dir).empty() &&
+      !fs::path(cc.resume_path).lexically_relative(cc.dir).string().starts_with("step_")) {
+    log_progress(
+        "{} already holds this run's checkpoints: continuing from them (checkpoint.resume: {}{} applies to the "
+        "run's first start)",
+        cc.dir, cc.resume_path, weights_only ? " with load_weights_only" : "");
+    explicit_path = weights_only = false;
+  }
+  const HostStaged staged(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy(),
+                                            /*moments=*/!weights_only));
+  std::optional<LoadedCheckpoint> loaded;
+  {
+    CheckpointPhase phase(world_, cc.timeout_s, 0, parallel::Phase::load);
+    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, staged.slices(), world_);
+  }
+  if (!loaded) return {};
+  staged.to_device();
+  step_.params_from_master();  // 16-bit parameters: the loaded fp32 master, rounded into the model
+  if (weights_only) {
+    log_progress("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
+    return {};
+  }
+  const RunPosition at{loaded->manifest.step, loaded->manifest.consumed_samples};
+  log_progress("resuming from {} at step {} ({} samples consumed)", loaded->path, at.step, at.consumed_samples);
+  if (at.consumed_samples != at.step * recipe_.train.global_batch)
+    throw Error(fmt::format("{} was written with another global batch ({} samples after {} steps, this recipe "
+                            "consumes {} per step)",
+                            loaded->path, at.consumed_samples, at.step, recipe_.train.global_batch),
+                "resume with the train.global_batch it was written with, or set checkpoint.load_weights_only: true");
+  const nlohmann::json saved_data = loaded->manifest.extra.value("data", nlohmann::json());
+  if (!saved_data.is_null() && !data_.is_null() && saved_data != data_)
+    throw Error(fmt::format("{} was written with other training data: {} there, {} in this recipe's data.train",
+                            loaded->path, describe_data(saved_data), describe_data(data_)),
+                "resume with the data it was written with (its path may differ), or set "
+                "checkpoint.load_weights_only: true to fine-tune from its weights on this data");
+  step_.restore(loaded->manifest.extra, at.step);
+  last_saved_ = at.step;
+  return at;
+}
+
+double Checkpointer::save(const RunPosition& at) {
+  CheckpointMeta meta;
+  meta.step = at.step;
+  meta.consumed_samples = at.consumed_samples;
+  meta.rng = {{"seed", recipe_.train.seed}};
+  meta.extra = step_.state();
+  if (!data_.is_null()) meta.extra["data"] = data_;
+  meta.recipe_yaml = recipe_yaml_;
+  meta.mesh = {recipe_.parallel.tp, recipe_.parallel.pp, recipe_.parallel.dp, recipe_.parallel.zero,
+               recipe_.parallel.zero == 0        ? 0
+               : recipe_.parallel.zero_group > 0 ? recipe_.parallel.zero_group
+                                                 : recipe_.parallel.dp};
+  meta.tokenizer_kind = tokenizer_.source().kind;
+  meta.tokenizer_bytes = tokenizer_.source().bytes;
+  const double t0 = now_s();
+  CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
+  const HostStaged staged(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
+  staged.to_host();
+  const std::string path =
+      checkpoint_save(fs_, recipe_.checkpoint.dir, meta, staged.slices(), world_, recipe_.checkpoint.keep);
+  const double seconds = now_s() - t0;
+  log_progress("checkpoint {} written in {}", path, format_duration(seconds));
+  last_saved_ = at.step;
+  return seconds;
+}
+
+}  // namespace llmtrain::trainer

@@ -1,0 +1,103 @@
+#include "trainer/loop/fault_injection.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <set>
+#include <string_view>
+#include <thread>
+
+#include "common/checkpoint_dir.h"
+#include "common/error.h"
+#include "common/strings.h"
+
+namespace llmtrain::trainer {
+
+Fault fault_from_env() {
+  const char* v = std::getenv("LLMTRAIN_FAULT");
+  if (!v || !*v) return {};
+  // <kind>@<step>[:<rank>]
+  const std::string_view s = v;
+  const size_t at = s.find('@');
+  const size_t colon = s.find(':', at == std::string_view::npos ? s.size() : at);
+  const std::string_view kind = s.substr(0, at);
+  const std::string_view step = at == std::string_view::npos ? "" : s.substr(at + 1, colon - at - 1);
+  const std::string_view rank = colon == std::string_view::npos ? "" : s.substr(colon + 1);
+  static const std::set<std::string_view> kinds = {"kill", "segv", "exit",         "throw",
+                                                   "hang", "slow", "kill-in-save", "term"};
+  Fault f{std::string(kind), 0, -1};
+  const bool ok =
+      kinds.count(kind) && is_digits(step) &&
+      std::from_chars(step.data(), step.data() + step.size(), f.step).ec == std::errc() &&
+      (colon == std::string_view::npos ||
+       (is_digits(rank) && std::from_chars(rank.data(), rank.data() + rank.size(), f.rank).ec == std::errc()));
+  if (!ok)
+    throw Error(fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
+                "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term (a test hook; unset it for real runs)");
+  return f;
+}
+
+namespace {
+
+// Forwards to `base`; a file written inside `<dir>/step_<N>.partial/` is killed at its first sync.
+class SaveKiller final : public FileSystem {
+  class File final : public WritableFile {
+   public:
+    File(std::unique_ptr<WritableFile> base, bool armed) : base_(std::move(base)), armed_(armed) {}
+    void append(const void* data, size_t size) override { base_->append(data, size); }
+    void sync() override {
+      if (armed_) std::raise(SIGKILL);  // written, not yet on stable storage
+      base_->sync();
+    }
+    void close() override { base_->close(); }
+    const std::string& path() const override { return base_->path(); }
+
+   private:
+    std::unique_ptr<WritableFile> base_;
+    bool armed_;
+  };
+
+ public:
+  SaveKiller(FileSystem& base, std::string marker) : base_(base), marker_(std::move(marker)) {}
+  std::unique_ptr<WritableFile> create(const std::string& path) override {
+    return std::make_unique<File>(base_.create(path), path.find(marker_) != std::string::npos);
+  }
+  void rename(const std::string& from, const std::string& to) override { base_.rename(from, to); }
+  void exchange(const std::string& a, const std::string& b) override { base_.exchange(a, b); }
+  void sync_dir(const std::string& dir) override { base_.sync_dir(dir); }
+  void make_dirs(const std::string& dir) override { base_.make_dirs(dir); }
+  void remove_all(const std::string& path) override { base_.remove_all(path); }
+
+ private:
+  FileSystem& base_;
+  std::string marker_;
+};
+
+}  // namespace
+
+std::unique_ptr<FileSystem> fault_file_system(const Fault& f, int rank, FileSystem& base) {
+  if (f.kind != "kill-in-save" || (f.rank >= 0 && f.rank != rank)) return nullptr;
+  return std::make_unique<SaveKiller>(base, "/" + checkpoint_step_dir(f.step) + kPartialSuffix + "/");
+}
+
+double fault_slow_down(const Fault& f, int64_t step, int rank, double compute_s) {
+  if (f.kind != "slow" || step < f.step || (f.rank >= 0 && f.rank != rank)) return 0;
+  const double seconds = 2 * compute_s;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  return seconds;
+}
+
+void fault_maybe_fire(const Fault& f, int64_t step, int rank) {
+  if (f.kind.empty() || f.step != step || (f.rank >= 0 && f.rank != rank)) return;
+  if (f.kind == "kill") std::raise(SIGKILL);
+  if (f.kind == "segv") std::raise(SIGSEGV);
+  if (f.kind == "exit") std::exit(3);
+  if (f.kind == "hang") std::raise(SIGSTOP);
+  if (f.kind == "term") std::raise(SIGTERM);  // handled as a user's would be: stop_requested()
+  if (f.kind == "throw") throw environment_error(fmt::format("injected fault (LLMTRAIN_FAULT) after step {}", step));
+}
+
+}  // namespace llmtrain::trainer

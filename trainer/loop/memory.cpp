@@ -1,0 +1,116 @@
+#include "trainer/loop/memory.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "parallel/grad_sync.h"
+#include "parallel/pipeline_executor.h"
+#include "trainer/loop/train_step.h"
+#include "trainer/model/model.h"
+
+namespace llmtrain::trainer {
+
+MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
+  MemoryAccount out;
+  const ModelConfig& mc = r.model;
+
+  // This stage's schedule sets how many micro-batches keep activations at once, and the receive
+  // buffers between stages.
+  std::vector<parallel::PipeOp> schedule;
+  try {
+    schedule = step_schedule(r, coord.pp, r.grad_accum_steps());
+  } catch (const Error& e) {
+    Recipe one_f_one_b = r;
+    one_f_one_b.parallel.pp_schedule = PipelineSchedule::one_f_one_b;
+    one_f_one_b.parallel.virtual_stages = 1;
+    schedule = step_schedule(one_f_one_b, coord.pp, r.grad_accum_steps());
+    out.notes.push_back(fmt::format("activations as with 1f1b: {}", e.what()));
+  }
+  const ModelOptions mo = step_model_options(r, coord.pp, schedule);
+  const ModelMemory model = model_memory_plan(mc, mo, r.parallel.tp, coord.tp);
+  out.parameters = model.params;
+  out.gradients = model.grads;
+  out.activations = model.activations();
+  out.head_logits = model.head_logits;
+
+  // AdamW keeps two fp32 moments (and, with 16-bit parameters, their fp32 master) over the ranges
+  // the gradient sync gives this rank to own: the whole stage at ZeRO stage 0; at stages 1-3 this
+  // rank's chunk of every sharding unit (parameter groups merged as buckets are, in bytes of the
+  // parameters' dtype). The sync's gradient pool (and stage 3's gathered-parameter pool), in that
+  // dtype, is communication memory: what the ZeRO paper counts as model states is the owned
+  // shards. At stage 2 the gradients are the owned chunk (fp32); at stage 3 the parameters are too
+  // (fp32: with 16-bit storage the owned values are the master).
+  const int64_t element = int64_t(kernels::dtype_size(mo.dtype));
+  // Moments, and a master for 16-bit parameters (at ZeRO 3 the owned values are the master and
+  // count as parameters).
+  const int64_t fp32_states = mo.dtype == kernels::DType::fp32 || r.parallel.zero >= 3 ? 2 : 3;
+  const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
+  int64_t numel = 0;
+  for (const ModelParam& p : layout) numel += p.numel();
+  out.optimizer = fp32_states * numel * 4;
+  int64_t zero_pools = 0;
+  if (r.parallel.zero >= 1) {
+    const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
+    std::vector<parallel::ParamRange> ranges;
+    for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
+    const std::vector<parallel::ShardUnit> units =
+        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, size_t(element));
+    const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
+    out.optimizer = fp32_states * owned * 4;
+    zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
+    if (r.parallel.zero >= 2) {
+      // The model holds no gradient buffer (mo.external_grads); the sync keeps the owned shard.
+      out.gradients = std::max<int64_t>(owned, 1) * 4;
+      // With 16-bit parameters one fp32 chunk widens what the pool reduced before it is added into
+      // the shard.
+      if (element != 4) {
+        int64_t chunk = 0;
+        for (const parallel::ShardUnit& u : units)
+          if (u.range.numel() > 0) chunk = std::max(chunk, (u.range.numel() + shard - 1) / shard);
+        zero_pools += std::max<int64_t>(chunk, 1) * 4;
+      }
+    }
+    if (r.parallel.zero >= 3) {  // the model holds no parameter buffer (mo.external_params)
+      out.parameters = std::max<int64_t>(owned, 1) * 4;
+      zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * element;
+    }
+  }
+
+  const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
+  // A message is a micro-batch's residual stream in the storage dtype: with sequence parallelism
+  // this rank's 1/tp of its rows.
+  const int64_t activation_message =
+      int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * element / (mo.sequence_parallel ? r.parallel.tp : 1);
+  out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_pools;
+  // pp > 1 with a tied word embedding: the first and the last stage receive the other's gradient of
+  // it (TrainStep), the embedding's tensor-parallel shard, in the gradients' dtype.
+  if (r.parallel.pp > 1 && mc.tie_embeddings && (coord.pp == 0 || coord.pp == r.parallel.pp - 1))
+    out.communication += mc.padded_vocab() / r.parallel.tp * int64_t(mc.hidden) * element;
+  return out;
+}
+
+MemoryAccount memory_measured(kernels::Device device, bool peak) {
+  auto get = [&](kernels::MemoryKind kind) {
+    const kernels::MemoryUse u = kernels::memory_use(device, kind);
+    return peak ? u.peak : u.current;
+  };
+  MemoryAccount out;
+  out.parameters = get(kernels::MemoryKind::parameters);
+  out.gradients = get(kernels::MemoryKind::gradients);
+  out.optimizer = get(kernels::MemoryKind::optimizer);
+  out.activations = get(kernels::MemoryKind::activations);
+  out.communication = get(kernels::MemoryKind::communication);
+  return out;
+}
+
+std::string format_memory(const MemoryAccount& m) {
+  auto b = [](int64_t bytes) { return format_bytes(double(bytes)); };
+  return fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, communication {}; total {}",
+                     b(m.parameters), b(m.gradients), b(m.optimizer), b(m.activations), b(m.communication),
+                     b(m.total()));
+}
+
+}  // namespace llmtrain::trainer

@@ -1,0 +1,449 @@
+#include "trainer/loop/train_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "kernels/ops.h"
+#include "parallel/progress.h"
+#include "trainer/optim/lr_schedule.h"
+
+namespace llmtrain::trainer {
+
+using kernels::DType;
+using kernels::Tensor;
+using parallel::ReduceOp;
+
+namespace {
+
+// Group index of a (place, layer) that the model's grad-ready hook reports, in the numbering of
+// grad_ready_groups().
+// With virtual chunks the blocks count from the last chunk's last block down to chunk 0's first.
+int group_of(const StageLayout& st, ParamPlace place, int layer) {
+  const int blocks = st.blocks();
+  switch (place) {
+    case ParamPlace::head:
+      return 0;
+    case ParamPlace::block: {
+      const int local = st.local(layer);
+      LT_CHECK(local >= 0, "layer {} outside the stage [{}, {}) ({} chunks)", layer, st.layer_begin, st.layer_end,
+               st.chunks);
+      return 1 + (blocks - 1 - local);
+    }
+    case ParamPlace::embedding:
+      return 1 + blocks;
+  }
+  LT_CHECK(false, "parameter place {}", int(place));
+  return 0;
+}
+
+}  // namespace
+
+ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<parallel::PipeOp>& schedule) {
+  ModelOptions mo;
+  mo.stage = r.parallel.virtual_stages > 1
+                 ? pipeline_stage_layout(r.model, stage, r.parallel.pp, r.parallel.virtual_stages)
+                 : pipeline_stage_layout(r.model, stage, r.parallel.pp, r.parallel.pp_layers);
+  mo.micro_batch = r.train.micro_batch;
+  mo.seq_len = r.model.seq_len;
+  mo.checkpointing = r.train.activation_checkpointing;
+  mo.dtype = precision_dtype(r.train.precision);
+  mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);
+  mo.split_backward = std::any_of(schedule.begin(), schedule.end(), [](const parallel::PipeOp& op) {
+    return op.kind == parallel::PipeOpKind::backward_input;
+  });
+  mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
+  mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
+  // With pp > 1 each stage sends its tp rank's 1/tp of the token rows to the same tp rank of the
+  // next stage (Megatron's sequence-parallel pipelines): Model::stage_activation_shape.
+  mo.sequence_parallel = r.parallel.sequence_parallel;
+  mo.device = r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
+  return mo;
+}
+
+std::vector<std::vector<int>> grad_ready_groups(const Model& model) {
+  return grad_ready_groups(model.options().stage, model.parameters());
+}
+
+std::vector<std::vector<int>> grad_ready_groups(const StageLayout& st, const std::vector<ModelParam>& params) {
+  std::vector<std::vector<int>> groups(size_t(st.blocks()) + 2);
+  for (size_t i = 0; i < params.size(); ++i)
+    groups[size_t(group_of(st, params[i].spec.place, params[i].spec.layer))].push_back(int(i));
+  return groups;
+}
+
+// This rank's part of the model as the pipeline executor sees it: forward and backward of one
+// micro-batch and chunk at a time, each micro-batch's activations in the model's slot (micro-batch
+// mod slots) of the chunk. It reads the micro-batch's samples as its forward starts (the first
+// stage), keeps its loss (the last stage), and tells the gradient sync which parameter groups
+// backward completed (a chunk's groups are final after its backward of the last micro-batch).
+class TrainStep::ModelStage final : public parallel::PipelineStage {
+ public:
+  // `tied`: this stage holds one of two copies of a tied word embedding (pp > 1); its group's
+  // gradient is final only after TrainStep sums the copies, after the schedule, so backward does not
+  // mark it (GradSync::finish marks it).
+  // `pp`: the pipeline group, whose transfers advance between layers (with more than one stage).
+  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::Comm& pp, int micro_batches,
+             Tensor losses, bool tied)
+      : model_(model),
+        batches_(batches),
+        micro_batches_(micro_batches),
+        loss_scale_(1.0f / float(micro_batches)),
+        losses_(losses) {
+    const StageLayout st = model.options().stage;
+    model_.set_grad_ready_hook([this, st, &sync, tied](ParamPlace place, int layer) {
+      if (tied && place == ParamPlace::embedding) return;
+      sync.group_ready(group_of(st, place, layer), last_backward_);
+    });
+    if (model.options().external_grads)
+      model_.set_grad_storage_hook(
+          [st, &sync](ParamPlace place, int layer) { return sync.group_grads(group_of(st, place, layer)); });
+    if (model.options().external_params)
+      model_.set_param_storage_hook(
+          [st, &sync](ParamPlace place, int layer, bool backward) {
+            return sync.group_params(group_of(st, place, layer), backward);
+          },
+          [st, &sync](ParamPlace place, int layer) { sync.group_params_done(group_of(st, place, layer)); });
+    // Asynchronous transfers move only while their ranks call into MPI: between layers, not just
+    // between micro-batches — a pipeline send posted after a forward or backward (without a
+    // single-copy transport it moves in fragments, each needing its sender), and the gradient
+    // sync's launched reductions and prefetched ZeRO-3 gathers.
+    const bool pipelined = pp.size() > 1;
+    model_.set_layer_done_hook([&pp, &sync, pipelined] {
+      if (pipelined) pp.progress();
+      sync.progress();
+    });
+  }
+  ~ModelStage() override {
+    model_.set_layer_done_hook({});
+    model_.set_grad_ready_hook({});
+    model_.set_grad_storage_hook({});
+    model_.set_param_storage_hook({}, {});
+  }
+
+  // fp16: backward starts from the loss times `scale` (each micro-batch's share of it).
+  void set_loss_scale(double scale) { loss_scale_ = float(scale / double(micro_batches_)); }
+
+  void begin_step(int64_t consumed_samples, PhaseTimes* times, std::vector<float>* op_times) {
+    consumed_ = consumed_samples;
+    times_ = times;
+    op_times_ = op_times;
+  }
+
+  kernels::Shape activation_shape() const override { return model_.stage_activation_shape(); }
+  // The residual stream and its gradient in the storage dtype (16-bit: half the bytes of fp32): what
+  // the next stage would have read at pp 1, so crossing a stage rounds nothing.
+  kernels::DType activation_dtype() const override { return model_.options().dtype; }
+  kernels::Device activation_device() const override { return model_.device(); }
+
+  void forward(int micro_batch, int chunk, Tensor input) override {
+    const StageLayout& st = model_.options().stage;
+    const bool head = st.has_head && chunk == st.chunks - 1;
+    const double t0 = now_s();
+    const MicroBatch mb = chunk == 0 || head ? batches_.read(consumed_, micro_batch) : MicroBatch{};
+    const double t1 = now_s();
+    model_.stage_forward(slot(micro_batch), mb, input, chunk);
+    parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
+    if (head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
+    times_->data += t1 - t0;
+    times_->forward += clocked(t0) - (t1 - t0);
+  }
+  void backward(int micro_batch, int chunk, Tensor grad_output) override {
+    const double t0 = now_s();
+    // Every schedule runs each chunk's backwards in micro-batch order.
+    last_backward_ = micro_batch == micro_batches_ - 1;
+    model_.stage_backward(slot(micro_batch), grad_output, loss_scale_, chunk);
+    times_->backward += clocked(t0);
+  }
+  // Zero-bubble schedules: the weight half comes after the input half, in micro-batch order.
+  void backward_input(int micro_batch, int chunk, Tensor grad_output) override {
+    const double t0 = now_s();
+    model_.stage_backward_input(slot(micro_batch), grad_output, loss_scale_, chunk);
+    times_->backward += clocked(t0);
+  }
+  void backward_weight(int micro_batch, int chunk) override {
+    const double t0 = now_s();
+    last_backward_ = micro_batch == micro_batches_ - 1;
+    model_.stage_backward_weight(slot(micro_batch), chunk);
+    times_->backward += clocked(t0);
+  }
+  Tensor output(int micro_batch, int chunk) override { return model_.stage_output(slot(micro_batch), chunk); }
+  Tensor input_grad(int, int) override { return model_.stage_input_grad(); }
+
+ private:
+  int slot(int micro_batch) const { return micro_batch % model_.options().activation_slots; }
+  // Records the seconds of the compute op that started at `t0` (in the step's op times) and
+  // returns them.
+  double clocked(double t0) {
+    kernels::synchronize(model_.device());  // on a GPU: until the op's kernels are done, not launched
+    const double took = now_s() - t0;
+    op_times_->push_back(float(took));
+    return took;
+  }
+
+  Model& model_;
+  MicroBatchReader& batches_;
+  int micro_batches_;
+  float loss_scale_;  // each micro-batch's loss counts 1 / micro-batches of the step's
+  Tensor losses_;
+  int64_t consumed_ = 0;
+  PhaseTimes* times_ = nullptr;
+  bool last_backward_ = false;
+  std::vector<float>* op_times_ = nullptr;  // each compute op's seconds, appended in list order
+};
+
+std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches) {
+  // The split backward's weight half reads activations a recomputation keeps only briefly.
+  if (recipe.parallel.pp > 1 && recipe.parallel.pp_schedule == PipelineSchedule::zero_bubble &&
+      recipe.train.activation_checkpointing != ActivationCheckpointing::none)
+    throw Error(fmt::format("not supported yet: the zero_bubble pipeline schedule with activation_checkpointing {}",
+                            to_string(recipe.train.activation_checkpointing)),
+                "use train.activation_checkpointing: none, or pp_schedule: 1f1b");
+  return parallel::make_schedule(recipe.parallel.pp_schedule,
+                                 {recipe.parallel.pp, stage, micro_batches, recipe.parallel.virtual_stages});
+}
+
+TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
+                     std::vector<parallel::PipeOp> schedule)
+    : recipe_(recipe), model_(model), comms_(comms) {
+  schedule_s_.reserve(kScheduleTimesKept);  // a step allocates nothing
+  busy_s_.reserve(kScheduleTimesKept);
+  compute_ops_ = size_t(std::count_if(schedule.begin(), schedule.end(),
+                                      [](const parallel::PipeOp& op) { return parallel::is_compute(op.kind); }));
+  op_s_.reserve(kScheduleTimesKept * compute_ops_);
+  for (const parallel::PipeOp& op : schedule)
+    if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
+  LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
+  LT_CHECK(model.options().external_grads == (recipe.parallel.zero >= 2),
+           "a model built with{} external gradients for parallel.zero {}", model.options().external_grads ? "" : "out",
+           recipe.parallel.zero);
+  LT_CHECK(model.options().external_params == (recipe.parallel.zero >= 3),
+           "a model built with{} external parameters for parallel.zero {}",
+           model.options().external_params ? "" : "out", recipe.parallel.zero);
+  LT_CHECK(parallel::max_in_flight_per_chunk(schedule) <= model.options().activation_slots,
+           "the schedule keeps {} micro-batches in flight per chunk; the model has {} activation slots",
+           parallel::max_in_flight_per_chunk(schedule), model.options().activation_slots);
+  parallel::GradSyncLayout layout{model.params(),           model.grads(),  {},
+                                  grad_ready_groups(model), model.device(), model.options().dtype};
+  for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
+  if (recipe.parallel.grad_reduce_dtype == GradReduceDtype::bf16) layout.accumulate = parallel::Accumulate::in_dtype;
+  sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb,
+                                   recipe.parallel.zero_group);
+  // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
+  // through the model.
+  if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
+  // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
+  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
+                                       sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device());
+  losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
+  losses_host_.assign(size_t(micro_batches_), 0.0f);
+  // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.
+  const int pp = comms.pp->size(), stage = comms.pp->rank();
+  if (pp > 1 && model.config().tie_embeddings && (stage == 0 || stage == pp - 1)) {
+    for (size_t i = 0; i < model.parameters().size(); ++i)
+      if (model.parameters()[i].spec.role == ParamRole::token_embedding) tied_param_ = int(i);
+    LT_CHECK(tied_param_ >= 0, "stage {} of {} holds no token embedding", stage, pp);
+    tied_peer_ = stage == 0 ? pp - 1 : 0;
+    // In the gradients' dtype: a 16-bit copy's gradient crosses exactly, and the add widens both.
+    tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
+                                    model.device(), kernels::MemoryKind::communication);
+  }
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, *comms.pp, micro_batches_, losses_.tensor(),
+                                        tied_peer_ >= 0);
+  if (recipe.train.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
+  executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
+}
+
+TrainStep::~TrainStep() = default;
+
+StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
+  StepOutcome out;
+  PhaseTimes& times = out.times;
+  // Adds the time since the last mark to one phase.
+  double mark = now_s();
+  auto spent = [&mark, this](double& phase) {
+    kernels::synchronize(model_.device());
+    const double t = now_s();
+    phase += t - mark;
+    mark = t;
+  };
+
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  if (scaler_) {
+    out.loss_scale = scale;
+    stage_->set_loss_scale(scale);
+  }
+  model_.zero_grads();
+  spent(times.optimizer);
+  // The same window as schedule_s_: the last kScheduleTimesKept steps.
+  if (op_s_.size() == kScheduleTimesKept * compute_ops_) op_s_.erase(op_s_.begin(), op_s_.begin() + long(compute_ops_));
+  stage_->begin_step(consumed_samples, &times, &op_s_);
+  const double run_start = now_s();
+  executor_->run();  // forward, backward and data time themselves; pipeline waits are in none
+  mark = now_s();
+  LT_CHECK(op_s_.size() % compute_ops_ == 0, "{} op times for {} compute ops a step", op_s_.size(), compute_ops_);
+  if (schedule_s_.size() == kScheduleTimesKept) {
+    schedule_s_.erase(schedule_s_.begin());
+    busy_s_.erase(busy_s_.begin());
+  }
+  schedule_s_.push_back(float(mark - run_start));
+  busy_s_.push_back(float(times.forward + times.backward + times.data));
+  sum_tied_grads();
+  sync_->finish();
+  spent(times.grad_sync);
+  if (inject_overflow_ && inject_overflow_(step)) kernels::scale(sync_->owned_grads().flat(0, 1), INFINITY);
+
+  // The loss: each micro-batch's mean, copied off the device once, averaged over micro-batches (in
+  // double) and data-parallel ranks.
+  kernels::copy(kernels::host_tensor(losses_host_.data(), {micro_batches_}), losses_.tensor());
+  double sum = 0;
+  for (float l : losses_host_) sum += l;
+  out.loss = float(sum / micro_batches_);
+  spent(times.optimizer);
+  // Only the last pipeline stage computes the loss.
+  if (comms_.pp->size() > 1)
+    comms_.control.pp->broadcast(kernels::host_tensor(&out.loss, {1}), comms_.control.pp->size() - 1);
+  comms_.control.dp->all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
+  spent(times.grad_sync);
+
+  // Σg² of what this rank owns, over every group that splits parameters (each element counted once
+  // per model replica: where data-parallel ranks hold shards, only the first copy of each shard
+  // counts); fp32 is enough for a norm that only scales the update.
+  const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
+  const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
+  float sq = counts ? float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), sync_->owned(), compact)) : 0.0f;
+  spent(times.optimizer);
+  parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
+  norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
+  spent(times.grad_sync);
+  out.grad_norm = std::sqrt(double(sq));
+  out.lr = lr_at(recipe_.optimizer, step);
+
+  if (scaler_) {
+    // Every rank agrees on the overflow (the norm's group need not span the data-parallel ranks).
+    float overflow = std::isfinite(sq) ? 0.0f : 1.0f;
+    comms_.control.world->all_reduce(kernels::host_tensor(&overflow, {1}), ReduceOp::max);
+    spent(times.grad_sync);
+    out.grad_norm /= scale;
+    if (overflow > 0 && std::isfinite(out.loss) && scale > recipe_.train.loss_scale.min) {
+      scaler_->update(true);
+      ++skipped_total_;
+      log_warn("step {}: gradients overflowed at loss scale {}, update skipped; the scale is now {}", step + 1, scale,
+               scaler_->scale());
+      out.skipped = out.overflow = true;
+      out.skipped_total = skipped_total_;
+      out.grad_norm = INFINITY;
+      return out;
+    }
+    if (overflow > 0) out.grad_norm = INFINITY;  // the scale is at its minimum: a non-finite step
+  }
+
+  if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {
+    if (recipe_.train.on_nonfinite == NonFiniteAction::stop)
+      throw Error(fmt::format("non-finite {} at step {} (loss {}, grad norm {}); the last checkpoint is intact",
+                              std::isfinite(out.loss) ? "gradient" : "loss", step + 1, out.loss, out.grad_norm),
+                  "lower optimizer.lr, lengthen optimizer.warmup, set train.grad_clip, or set train.on_nonfinite: "
+                  "skip to skip such steps");
+    ++skipped_total_;
+    if (++skipped_in_a_row_ > recipe_.train.max_skipped_steps)
+      throw Error(fmt::format("{} non-finite steps in a row (up to step {}): stopping", skipped_in_a_row_, step + 1),
+                  "the run diverged: lower optimizer.lr or resume from an earlier checkpoint");
+    log_warn("step {}: non-finite loss or gradient, update skipped ({} in a row)", step + 1, skipped_in_a_row_);
+    out.skipped = true;
+    out.skipped_total = skipped_total_;
+    return out;
+  }
+  skipped_in_a_row_ = 0;
+  out.skipped_total = skipped_total_;
+  float grad_scale = clip_factor(out.grad_norm, recipe_.train.grad_clip);
+  if (scaler_) {
+    grad_scale = float(double(grad_scale) / scale);  // unscale with the clip
+    scaler_->update(false);
+  }
+  optimizer_->step(sync_->params_compact() ? sync_->owned_params() : model_.params(), sync_->owned_grads(), out.lr,
+                   grad_scale, sync_->grads_compact(), sync_->params_compact());
+  spent(times.optimizer);
+  sync_->gather_params();
+  spent(times.grad_sync);
+  return out;
+}
+
+void TrainStep::sum_tied_grads() {
+  if (tied_peer_ < 0) return;
+  // Both stages send their copy's gradient and add the other's: a + b on one and b + a on the
+  // other are the same floats, so the copies stay identical through the update. 16-bit gradients
+  // travel as they are stored (exact) and the add sums in fp32 and rounds once, as each
+  // micro-batch's accumulation into the one buffer does at pp 1.
+  const Tensor grad = model_.parameters()[size_t(tied_param_)].grad.view({tied_scratch_.tensor().numel()});
+  parallel::WorkHandle recv = comms_.pp->recv_async(tied_scratch_.tensor(), tied_peer_, kTiedGradTag);
+  parallel::WorkHandle send = comms_.pp->send_async(grad, tied_peer_, kTiedGradTag);
+  send->wait();
+  recv->wait();
+  kernels::residual_forward(grad, grad, tied_scratch_.tensor(), Tensor{});
+}
+
+double schedule_bubble(const Recipe& recipe, int micro_batches) {
+  const parallel::ScheduleSpec spec{recipe.parallel.pp, 0, micro_batches, recipe.parallel.virtual_stages};
+  return parallel::schedule_timeline(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches,
+                                     spec.chunks)
+      .bubble_fraction();
+}
+
+double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp) {
+  const int v = recipe.parallel.virtual_stages, p = pp.size();
+  const parallel::ScheduleSpec spec{p, 0, micro_batches, v};
+  const std::vector<std::vector<parallel::PipeOp>> lists = parallel::make_schedules(recipe.parallel.pp_schedule, spec);
+  // Every stage runs each micro-batch's forward and backward (or I and W) of each chunk: the same
+  // number of compute ops. Where each op sits in its stage's list of them:
+  using OpKey = std::tuple<parallel::PipeOpKind, int, int>;  // kind, micro-batch, chunk
+  std::vector<std::map<OpKey, size_t>> position(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s)
+    for (const parallel::PipeOp& op : lists[size_t(s)])
+      if (parallel::is_compute(op.kind))
+        position[size_t(s)].emplace(std::tuple{op.kind, op.micro_batch, op.chunk}, position[size_t(s)].size());
+  const size_t ops = step.compute_ops();
+  LT_CHECK(position[0].size() == ops, "{} compute ops in the schedule, {} timed a step", position[0].size(), ops);
+  const std::vector<float>& mine = step.op_times();
+  const int64_t steps = int64_t(mine.size() / std::max<size_t>(ops, 1));
+  std::vector<float> all(size_t(p) * mine.size());
+  pp.all_gather(kernels::host_tensor(mine.data(), {int64_t(mine.size())}),
+                kernels::host_tensor(all.data(), {int64_t(all.size())}));
+  double idle = 0, span = 0;
+  for (int64_t k = 0; k < steps; ++k) {
+    const parallel::SimulatedStep sim = parallel::simulate_step(lists, [&](int s, const parallel::PipeOp& op) {
+      const size_t i = position[size_t(s)].at(std::tuple{op.kind, op.micro_batch, op.chunk});
+      return double(all[size_t(s) * mine.size() + size_t(k) * ops + i]);
+    });
+    const double t = sim.span();
+    for (double busy : sim.busy) idle += t - busy;
+    span += t;
+  }
+  return span > 0 ? idle / (span * double(p)) : 0.0;
+}
+
+void TrainStep::master_from_params() { optimizer_->master_from_params(model_.params()); }
+
+void TrainStep::params_from_master() {
+  if (!optimizer_->has_master()) return;
+  optimizer_->params_from_master(model_.params());
+  sync_->gather_params();
+}
+
+nlohmann::json TrainStep::state() const {
+  nlohmann::json j = {{"skipped_total", skipped_total_}, {"skipped_in_a_row", skipped_in_a_row_}};
+  if (scaler_) j["loss_scale"] = scaler_->state();
+  return j;
+}
+
+void TrainStep::restore(const nlohmann::json& state, int64_t step) {
+  skipped_total_ = state.value("skipped_total", int64_t(0));
+  skipped_in_a_row_ = state.value("skipped_in_a_row", int64_t(0));
+  if (scaler_ && state.contains("loss_scale")) scaler_->restore(state.at("loss_scale"));
+  optimizer_->set_steps(step - skipped_total_);
+}
+
+}  // namespace llmtrain::trainer

@@ -1,0 +1,168 @@
+// One optimizer step as its own unit (docs/architecture.md §2, docs/architecture.md "One step"):
+//
+//   zero grads -> the pipeline schedule over the step's micro-batches (forward, backward; gradient
+//   groups handed to the gradient sync as backward completes them) -> finish the gradient sync ->
+//   global gradient norm over every group that splits parameters -> clip, or skip a non-finite step
+//   -> AdamW on the flat ranges this rank owns -> gather the parameters other ranks updated.
+//
+// At ZeRO 2 the model has no gradient buffer: the ModelStage forwards its grad-storage hook to
+// GradSync::group_grads, and the norm and AdamW read the sync's compact owned shard (owned_grads).
+// At ZeRO 3 it has no parameter buffer either: its param-storage hook goes to GradSync::group_params,
+// AdamW updates the sync's owned_params() in place, and the model is handed that shard
+// (Model::set_param_shard) for initialisation and checkpoints: build the TrainStep, then
+// init_parameters or load.
+//
+// train() (trainer/loop/trainer.cpp) owns everything around it: set-up, resume, reporting, evaluation,
+// checkpoints and the stop agreement.
+//
+// Rules a reader could get wrong:
+//  - Scalars (the loss, squared norms) cross ranks on the host control groups (comms.control), never
+//    on the tensor groups; the per-micro-batch losses are copied off the model's device once per step.
+//  - A non-finite loss or gradient norm is the same on every rank (both are all-reduced before the
+//    decision), so every rank stops, or skips the same step, together.
+//  - Pipeline parallelism (pp > 1): each stage runs its own list; only the last stage computes the
+//    loss, which it broadcasts over the pp control group. A tied word embedding has a copy on the
+//    first and the last stage; after the schedule the two exchange their gradients over the pp group
+//    and each adds the other's (before the data-parallel reduction of that group), so the copies
+//    take identical updates. The global norm counts the copy once (ModelParam::tied_copy).
+//  - Skipped steps still consume their samples; the optimizer's step count (bias corrections) only
+//    counts updates taken.
+//  - fp16 (trainer/optim/loss_scaler.h): backward runs on the loss times the scale; the norm is of the
+//    scaled gradients and AdamW divides the scale out with the clip factor. An overflow anywhere
+//    (a non-finite gradient with a finite loss) is agreed over every rank and skips the step
+//    without counting towards max_skipped_steps, unless the scale is already at its minimum.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/recipe/recipe.h"
+#include "kernels/buffer.h"
+#include "parallel/grad_sync.h"
+#include "parallel/mesh_comms.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_schedule.h"
+#include "trainer/data/micro_batches.h"
+#include "trainer/model/model.h"
+#include "trainer/optim/loss_scaler.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/report/metrics.h"
+
+namespace llmtrain::trainer {
+
+struct StepOutcome {
+  float loss = 0;        // mean over the step's micro-batches and data-parallel ranks
+  double grad_norm = 0;  // global, before clipping
+  double lr = 0;
+  bool skipped = false;       // non-finite or a loss-scale overflow: no update
+  int64_t skipped_total = 0;  // steps skipped so far in the run, this one included
+  bool overflow = false;      // fp16: the scaled gradients overflowed on some rank (skipped)
+  double loss_scale = 0;      // fp16: the scale this step's backward used (0 without loss scaling)
+  PhaseTimes times;
+};
+
+class TrainStep {
+ public:
+  // `model`, `batches` and `comms` must outlive the step. `schedule`: this stage's instruction list
+  // over the step's micro-batches (step_schedule); the model must have max_in_flight_per_chunk(schedule)
+  // activation slots (per chunk).
+  TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
+            std::vector<parallel::PipeOp> schedule);
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // Takes optimizer step `step` (0-based: the update that makes `step + 1` steps done) on the
+  // global batch that starts after `consumed_samples`. Throws llmtrain::Error on a non-finite step
+  // with on_nonfinite: stop, or after max_skipped_steps skipped in a row.
+  StepOutcome run(int64_t step, int64_t consumed_samples);
+
+  AdamW& optimizer() { return *optimizer_; }
+  // 16-bit parameters (the optimizer keeps an fp32 master; no-ops without one): the master from
+  // the initialised parameters, and the parameters from a master loaded from a checkpoint (rounded
+  // into the owned ranges, then gathered on every data-parallel rank; collective over dp).
+  void master_from_params();
+  void params_from_master();
+  const LossScaler* loss_scaler() const { return scaler_.get(); }  // precision fp16 only, else null
+  // Fault injection for tests: when `at(step)` is true, this rank's gradients hold an inf after the
+  // gradient sync (on this rank only), as an fp16 overflow would leave them.
+  void set_overflow_injection(std::function<bool(int64_t step)> at) { inject_overflow_ = std::move(at); }
+  // This rank's time in the pipeline schedule of each of the last kScheduleTimesKept steps (oldest
+  // first), and of that the time it computed or read data (forward, backward, data reads): with
+  // every stage's, the measured bubble (pipeline_bubble_measured). Stages start a step's schedule
+  // together (the previous step ends in collectives over every rank).
+  static constexpr size_t kScheduleTimesKept = 4096;
+  const std::vector<float>& schedule_times() const { return schedule_s_; }
+  const std::vector<float>& busy_times() const { return busy_s_; }
+  // The seconds each of this stage's compute ops took (a forward with its data read), in list
+  // order, compute_ops() per step, for the same steps as schedule_times(): with every stage's, the
+  // schedule's bubble at the measured op times (measured_schedule_bubble).
+  const std::vector<float>& op_times() const { return op_s_; }
+  size_t compute_ops() const { return compute_ops_; }
+  const parallel::GradSync& grad_sync() const { return *sync_; }
+
+  // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
+  // the step a checkpoint was written at.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state, int64_t step);
+
+ private:
+  class ModelStage;
+
+  const Recipe& recipe_;
+  Model& model_;
+  parallel::MeshComms& comms_;
+  int micro_batches_ = 0;
+  std::unique_ptr<parallel::GradSync> sync_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<ModelStage> stage_;
+  std::unique_ptr<parallel::PipelineExecutor> executor_;
+  kernels::Buffer losses_;          // [micro_batches] the micro-batch losses, on the model's device
+  std::vector<float> losses_host_;  // their copy on the host, once per step
+  int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
+  std::unique_ptr<LossScaler> scaler_;
+  std::function<bool(int64_t)> inject_overflow_;
+  // pp > 1 with tied embeddings, on the first and the last stage: the token embedding's index in
+  // model.parameters(), the other stage's pp rank, and where its gradient lands.
+  int tied_param_ = -1, tied_peer_ = -1;
+  std::vector<float> schedule_s_, busy_s_;  // per step: in the schedule, and computing or reading data in it
+  std::vector<float> op_s_;                 // per step: each compute op's seconds
+  size_t compute_ops_ = 0;                  // compute ops in this stage's list
+  kernels::Buffer tied_scratch_;
+
+  void sum_tied_grads();
+};
+
+// The pp-group tag of the tied embedding's gradient exchange (clear of the executor's tags).
+inline constexpr int kTiedGradTag = parallel::kPipelineTagBase - 1;
+
+// This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
+// recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...). Throws
+// llmtrain::Error for what is not supported yet (zero_bubble with activation checkpointing).
+std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches);
+
+// The bubble of the recipe's schedule over `micro_batches` micro-batches: idle stage-slots over all
+// of them when forward and backward take one unit (parallel::Timeline::bubble_fraction). Throws
+// for a schedule make_schedule refuses.
+double schedule_bubble(const Recipe& recipe, int micro_batches);
+// The same schedule's bubble, step by step, when each compute op takes the time it took in that step
+// (TrainStep::op_times, all-gathered over `pp`: collective over it) and communication none
+// (parallel::simulate_step), summed as the measured idle time is (idle over span, over the steps):
+// the bubble the schedule leaves on these stages with their imbalance, their real forward:backward
+// ratios and their op-to-op variation, without transfer costs.
+double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp);
+
+// The options of the model a stage builds for training with `schedule` (its slots are the
+// micro-batches the schedule keeps in flight): train() and the memory plan both use it.
+ModelOptions step_model_options(const Recipe& recipe, int stage, const std::vector<parallel::PipeOp>& schedule);
+
+// The parameters in groups in the order backward completes them: the head, the blocks from the last
+// to the first, the embedding (a tied embedding is complete only after the embedding's backward).
+// Group g of the result lists indices into model.parameters().
+std::vector<std::vector<int>> grad_ready_groups(const Model& model);
+// The same from a stage's parameter layout (model_param_layout), for the memory plan.
+std::vector<std::vector<int>> grad_ready_groups(const StageLayout& stage, const std::vector<ModelParam>& params);
+
+}  // namespace llmtrain::trainer

@@ -1,0 +1,226 @@
+#include "trainer/loop/trainer.h"
+
+#include <filesystem>
+#include <optional>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/signals.h"
+#include "common/strings.h"
+#include "kernels/backend_info.h"
+#include "kernels/buffer.h"
+#include "parallel/progress.h"
+#include "trainer/checkpoint/checkpointer.h"
+#include "trainer/data/gpt_dataset.h"
+#include "trainer/data/micro_batches.h"
+#include "trainer/data/sampler.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/loop/evaluate.h"
+#include "trainer/loop/fault_injection.h"
+#include "trainer/loop/memory.h"
+#include "trainer/loop/train_step.h"
+#include "trainer/model/model.h"
+#include "trainer/model/model_spec.h"
+#include "trainer/report/reporter.h"
+
+namespace llmtrain::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The per-rank peak MFU is measured against: log.peak_tflops, else the CPU's theoretical peak with
+// this rank's threads, else (kernels/cpu/cpu_peak.cpp says why) its best sgemm rate at this rank's
+// matrix products of the model.
+// On cuda: the device's rated peak (kernels/gpu_peak.cpp; fp32 CUDA cores for fp32, dense tensor
+// cores for 16-bit), or where the table does not know the device (the simulator, which runs on the
+// CPU, included) the CPU's as below, saying so.
+kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
+  if (r.log.peak_tflops > 0)
+    return {r.log.peak_tflops * 1e12, fmt::format("{} TFLOP/s (log.peak_tflops)", r.log.peak_tflops)};
+  std::string unknown_gpu;
+  if (r.train.device == DeviceKind::cuda) {
+    const kernels::CudaInfo cuda = kernels::cuda_info();
+    const std::string name = cuda.devices.empty() ? "" : cuda.devices[0].name;
+    const std::optional<kernels::GpuPeak> gpu = kernels::gpu_peak_lookup(name);
+    const bool wide = r.train.precision == Precision::fp32;
+    if (gpu && (wide ? gpu->fp32 : gpu->bf16_dense) > 0) {
+      const double flops = wide ? gpu->fp32 : gpu->bf16_dense;
+      return {flops, fmt::format("{} rated {} TFLOP/s ({})", gpu->model, flops / 1e12,
+                                 wide ? "fp32, CUDA cores" : "16-bit dense tensor cores")};
+    }
+    unknown_gpu = cuda.simulator
+                      ? " (the CPU's: the CUDA simulator runs on it)"
+                      : fmt::format(" (the CPU's: no rated peak for CUDA device '{}'; set log.peak_tflops)", name);
+  }
+  const ModelConfig& mc = r.model;
+  const int64_t rows = int64_t(r.train.micro_batch) * mc.seq_len, d = mc.hidden, f = mc.ffn_hidden, tp = r.parallel.tp;
+  kernels::CpuPeak peak =
+      kernels::cpu_peak(threads, {{rows, (mc.heads + 2 * mc.kv_heads) * int64_t(mc.head_dim()) / tp, d},
+                                  {rows, f / tp, d},
+                                  {rows, d, f / tp},
+                                  {rows, mc.padded_vocab() / tp, d}});
+  peak.how += unknown_gpu;
+  return peak;
+}
+
+}  // namespace
+
+int train(const TrainContext& ctx) {
+  const Recipe& r = *ctx.recipe;
+  const ModelConfig& mc = r.model;
+  parallel::MeshComms& comms = *ctx.comms;
+  parallel::Comm& world = *comms.control.world;
+  const bool root = world.rank() == 0;
+  log_set_progress(root);
+  kernels::set_cpu_threads(ctx.threads);
+  if (r.train.device == DeviceKind::cuda) {
+    const kernels::CudaInfo cuda = kernels::cuda_info();
+    if (!cuda.built)
+      throw Error(fmt::format("this build has no CUDA backend: train.device is cuda ({})", cuda.unavailable_reason),
+                  "build with -DLLMTRAIN_CUDA=ON (a GPU) or SIM (the simulator), or set train.device: cpu");
+    if (cuda.devices.empty())
+      throw Error(fmt::format("train.device is cuda, but no CUDA device is usable here ({})", cuda.unavailable_reason),
+                  "run on a machine with an NVIDIA GPU (`llmtrain env` lists what this one has), or set "
+                  "train.device: cpu");
+    if (world.size() > 1)
+      throw Error(fmt::format("not supported yet: train.device cuda with {} ranks (one rank trains on one device)",
+                              world.size()),
+                  "run one rank (launch.procs_per_node 1, tp = pp = dp = 1), or train.device: cpu");
+  }
+
+  // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
+  FileSystem& fsys = ctx.fs ? *ctx.fs : default_file_system();
+  if (root) {
+    fsys.make_dirs(r.log.dir);
+    write_file_atomic(fsys, (fs::path(r.log.dir) / "recipe.yaml").string(), ctx.recipe_yaml);
+    log_open_file((fs::path(r.log.dir) / "train.log").string());
+  }
+  log_progress("llmtrain run {}: {} rank(s) = {}, {} thread(s) per rank", r.name, world.size(),
+               parallel::Mesh::describe(ctx.mesh->shape()), ctx.threads);
+
+  // Data: this data-parallel rank's share of every global batch.
+  parallel::set_progress(0, parallel::Phase::load);
+  auto tokenizer = load_tokenizer(r.data.tokenizer);
+  GptDataset train_data(r.data.train, mc.seq_len, r.train.seed, mc.vocab);
+  std::optional<GptDataset> valid_data;
+  if (!r.data.valid.empty())
+    valid_data.emplace(std::vector<DataSource>{{r.data.valid, 1.0}}, mc.seq_len, r.train.seed, mc.vocab);
+  log_progress("data: {}", train_data.describe());
+  const Sampler sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), comms.dp->size());
+  const int accum = sampler.micro_batches_per_step();
+  MicroBatchReader train_batches(train_data, sampler, mc.seq_len);
+  std::optional<MicroBatchReader> valid_batches;
+  if (valid_data) valid_batches.emplace(*valid_data, sampler, mc.seq_len);
+
+  // Model, the step (gradient sync and optimizer) and checkpoints.
+  std::vector<parallel::PipeOp> schedule = step_schedule(r, ctx.mesh->coord().pp, accum);
+  Model model(mc, step_model_options(r, ctx.mesh->coord().pp, schedule), *comms.tp);
+  TrainStep step(r, model, comms, train_batches, std::move(schedule));
+  model.init_parameters(r.train.seed);  // after the step: at ZeRO 3 the values live in its shard
+  step.master_from_params();            // 16-bit parameters: the optimizer's fp32 master
+  log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
+               format_memory(memory_plan(r, ctx.mesh->coord())));
+  const Fault fault = fault_from_env();
+  const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
+  Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world,
+                           fault_fs ? *fault_fs : fsys, data_identity(train_data));
+  RunPosition at = checkpoints.resume();
+  if (at.step >= r.train.steps) {
+    log_progress("nothing to do: the checkpoint is at step {} and train.steps is {}", at.step, r.train.steps);
+    return kExitOk;
+  }
+
+  const kernels::CpuPeak rank_peak = peak_flops(r, ctx.threads);
+  const double peak = rank_peak.flops * world.size();
+  log_progress(
+      "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {} "
+      "rank(s) × {}",
+      r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, world.size(), rank_peak.how);
+  Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.dp->size());
+  int64_t last_eval = -1;
+  auto eval = [&] {
+    if (!valid_batches) return;
+    parallel::set_progress(at.step, parallel::Phase::eval);
+    report.eval_done(at.step, evaluate(model, *valid_batches, r.eval.batches, accum, r.train.global_batch,
+                                       *comms.control.dp, comms.pp.get(), comms.control.pp.get()));
+    parallel::set_progress(at.step, parallel::Phase::train);
+    last_eval = at.step;
+  };
+  install_stop_handlers();
+  parallel::set_progress(at.step, parallel::Phase::train);
+
+  while (at.step < r.train.steps) {
+    StepOutcome outcome = step.run(at.step, at.consumed_samples);
+    at = {at.step + 1, at.consumed_samples + r.train.global_batch};
+    parallel::set_progress(at.step, parallel::Phase::train);
+    outcome.times.forward += fault_slow_down(fault, at.step, world.rank(), outcome.times.compute());  // tests only
+    report.step_done(at.step, outcome, step.grad_sync().stats());
+    if (at.step == report.start_step() + 1)
+      log_progress("memory per rank, measured after the first step: {}",
+                   format_memory(memory_measured(model.device(), true)));
+    const bool last = at.step == r.train.steps;
+    if (r.eval.every > 0 && at.step % r.eval.every == 0 && !last) eval();
+    if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last)
+      report.checkpoint_done(checkpoints.save(at));
+    fault_maybe_fire(fault, at.step, world.rank());  // tests of failure handling only
+    checkpoints.keep_lock();
+
+    // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.
+    int32_t stop = stop_requested() ? 1 : 0;
+    world.all_reduce(kernels::Tensor(&stop, kernels::DType::int32, {1}), parallel::ReduceOp::max);
+    if (stop && !last) {
+      report.end_line();
+      log_progress("stop requested (signal): writing a checkpoint at step {}", at.step);
+      if (checkpoints.last_saved() != at.step) checkpoints.save(at);
+      remove_stop_handlers();
+      log_progress("interrupted at step {} of {}; resume with the same command", at.step, r.train.steps);
+      return kExitInterrupted;
+    }
+  }
+  report.end_line();
+  if (last_eval != at.step) eval();
+  if (checkpoints.last_saved() != at.step) checkpoints.save(at);
+  remove_stop_handlers();
+  log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
+  if (comms.pp->size() > 1 && !step.schedule_times().empty()) {  // every rank ran the same steps
+    // Each stage's measured idle time in the schedule, next to the schedule's unit-time bubble: per
+    // step, the step's span is the slowest stage's time in the schedule (stages start it together),
+    // and a stage idles for the part of the span it did not compute in (waiting for the others).
+    const int pp = comms.pp->size();
+    const std::vector<float>& wall = step.schedule_times();
+    const std::vector<float>& busy = step.busy_times();
+    const int64_t steps = int64_t(wall.size());
+    std::vector<float> walls(size_t(pp * steps)), busys(size_t(pp * steps));
+    std::vector<float> mine_wall = wall, mine_busy = busy;
+    comms.control.pp->all_gather(kernels::host_tensor(mine_wall.data(), {steps}),
+                                 kernels::host_tensor(walls.data(), {pp * steps}));
+    comms.control.pp->all_gather(kernels::host_tensor(mine_busy.data(), {steps}),
+                                 kernels::host_tensor(busys.data(), {pp * steps}));
+    std::vector<double> idle_s(size_t(pp), 0.0);
+    double span_s = 0;
+    for (int64_t k = 0; k < steps; ++k) {
+      double span = 0;
+      for (int s = 0; s < pp; ++s) span = std::max(span, double(walls[size_t(s * steps + k)]));
+      for (int s = 0; s < pp; ++s) idle_s[size_t(s)] += std::max(0.0, span - double(busys[size_t(s * steps + k)]));
+      span_s += span;
+    }
+    std::vector<std::string> parts;
+    double mean = 0;
+    for (int s = 0; s < pp; ++s) {
+      const double idle = span_s > 0 ? idle_s[size_t(s)] / span_s : 0.0;
+      parts.push_back(fmt::format("stage {} {:.1f}%", s, 100.0 * idle));
+      mean += idle / pp;
+    }
+    log_progress(
+        "pipeline idle time per stage (measured): {}; mean {:.1f}%, the {} schedule's bubble {:.1f}%; at "
+        "the measured op times {:.1f}%",
+        join(parts, ", "), 100.0 * mean, to_string(r.parallel.pp_schedule), 100.0 * schedule_bubble(r, accum),
+        100.0 * measured_schedule_bubble(r, accum, step, *comms.control.pp));
+  }
+  log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
+               format_memory(memory_measured(model.device(), true)),
+               format_bytes(double(kernels::memory_use(model.device()).peak)));
+  return kExitOk;
+}
+
+}  // namespace llmtrain::trainer
