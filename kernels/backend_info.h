@@ -126,7 +126,7 @@ struct GpuPeak {
 };
 // The table row for a device name as the CUDA runtime reports it ("NVIDIA H100 80GB HBM3",
 // "NVIDIA A100-SXM4-40GB"); nullopt for a device it does not know. A cuda run's MFU is measured
-// against it (trainer/trainer.cpp).
+// against it (trainer/loop/trainer.cpp).
 std::optional<GpuPeak> gpu_peak_lookup(std::string_view device_name);
 
 }  // namespace llmtrain::kernels

@@ -4,7 +4,7 @@
 //
 // Every Buffer says what its memory is for (MemoryKind); the bytes each kind holds now and at its
 // peak are counted per device (memory_use), which is what a run reports as measured memory beside
-// the plan the trainer computes without allocating (trainer/memory.h).
+// the plan the trainer computes without allocating (trainer/loop/memory.h).
 //
 // Rule a reader could get wrong: a Buffer's contents start zeroed, and its views die with it —
 // a Tensor taken from tensor() must not outlive the Buffer (moving a Buffer keeps the memory, so
@@ -30,7 +30,8 @@ struct MemoryUse {
 MemoryUse memory_use(Device device, MemoryKind kind);
 // All kinds together: the peak of their sum, not the sum of their peaks.
 MemoryUse memory_use(Device device);
-// Starts the peaks over from what is held now (tests, and a run after its set-up if it wants).
+// Starts the peaks over from what is held now. Only tests call it (they measure one phase's peak:
+// tests/planner/test_plan_memory.cpp against the memory account); it belongs with the counters.
 void memory_reset_peaks();
 
 class Buffer {

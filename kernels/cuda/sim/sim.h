@@ -125,6 +125,10 @@ inline T from_bits(uint64_t b) {
 #define gridDim (::llmtrain::cuda_sim::tl_thread->grid_dim)
 inline constexpr int warpSize = 32;
 
+// CUDA's device functions as the simulator provides them. It implements a subset of CUDA's API,
+// not only what our kernels call today: __shfl_sync, __shfl_up_sync, __shfl_down_sync,
+// __ballot_sync and the atomics are used so far only by the simulator's own test kernels
+// (tests/kernels/sim/), which check that each behaves as CUDA specifies before a kernel relies on it.
 inline void __syncthreads() { ::llmtrain::cuda_sim::syncthreads(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   ::llmtrain::cuda_sim::warp_collective(::llmtrain::cuda_sim::WarpOp::sync, mask, 0, 0, warpSize, "__syncwarp");
