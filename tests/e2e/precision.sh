@@ -56,8 +56,12 @@ expect_out "resuming from"
 diff <(losses R1) <(losses R2) >/dev/null && pass "the resumed bf16 run's losses equal the uninterrupted run's, bitwise" ||
   fail "bf16 resume diverged: $(diff <(losses R1) <(losses R2) | head -6)"
 
-# 3. bf16 at dp 2, ZeRO 1, under mpirun, against dp 1.
-dp=(--set train.steps=20 --set optimizer.warmup=5 --set log.every=1 --set checkpoint.every=20 --set train.precision=bf16
+# 3. bf16 at dp 2, ZeRO 1, under mpirun, against dp 1. At the recipe's lr (3e-3 after 5 warmup
+# steps) the loss jumps at step 11 and the next steps amplify any rounding: fp32 and bf16 on one
+# rank then differ by 4.5% at step 14, and a layout's different summation order (correct to 1e-4 in
+# fp32) by 7.5% on a CPU without AVX-512. At lr 1e-3 the path is smooth: every layout stays within
+# 0.01% of one rank in bf16 and fp32 within 0.2% of bf16, so 1% checks the layout, not the chaos.
+dp=(--set train.steps=20 --set optimizer.warmup=5 --set optimizer.lr=1e-3 --set log.every=1 --set checkpoint.every=20 --set train.precision=bf16
     --set train.micro_batch=4 --set train.global_batch=16)
 run_cmd "bf16 dp 1" train D1 "${dp[@]}"
 expect_status 0
@@ -78,14 +82,14 @@ run_cmd "bf16 tp 2 sp x pp 2 x dp 2" mpi_run 300 8 "$LLMTRAIN" run "$SRC/recipes
   --set parallel.dp=2 --set parallel.zero=1 --set parallel.grad_reduce_dtype=bf16
 expect_status 0
 for d in D2 D3 D4 T2 P3; do
-$PY - D1 $d <<'PY' && pass "bf16 at dp 2 (ZeRO 1, 2, 3), tp 2 sp or tp 2 x pp 2 x dp 2 ($d) takes the steps of one rank within 2%; its checkpoint is fp32" ||
+$PY - D1 $d <<'PY' && pass "bf16 at dp 2 (ZeRO 1, 2, 3), tp 2 sp or tp 2 x pp 2 x dp 2 ($d) takes the steps of one rank within 1%; its checkpoint is fp32" ||
 import json, sys, glob
 from safetensors import safe_open
 def losses(d):
     return [r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert len(a) == len(b) == 20, (len(a), len(b))
-assert all(abs(x - y) <= 0.02 * y for x, y in zip(b, a)), list(zip(a, b))
+assert all(abs(x - y) <= 0.01 * y for x, y in zip(b, a)), list(zip(a, b))
 for f in glob.glob(sys.argv[2] + "/ckpt/step_00000020/*.safetensors"):
     with safe_open(f, "np") as st:
         for k in st.keys():
