@@ -314,6 +314,31 @@ class AddedMatcher {
   std::array<std::vector<uint32_t>, 256> by_first_;
 };
 
+// Speed for SentencePiece-style words, which are whole texts when the pre-tokenizer does not split
+// (LLaMA-2, Mistral): no merge can join across a position where the space character c ("▁")
+// follows another character, if c has a token of its own (the symbol there starts with c) and every
+// merge whose right part starts with c has a left part made only of c (so only runs of spaces join
+// across). Merges on either side of such a position then never interact, and BPE on the parts gives
+// the ids BPE on the whole gives (the lowest-rank pair of the whole is the lowest of its part), so
+// the word is cut there and each part goes through the word cache. The unknown and byte-fallback
+// symbols agree too: c, having a token, ends any run of unknown characters. ignore_merges looks up
+// whole words, so it keeps them whole. Returns c, or "" when the vocabulary does not allow this.
+std::string word_boundary(const BpeSpec& spec, const std::unordered_map<std::string, int32_t>& by_string) {
+  if (spec.ignore_merges) return "";
+  std::string c = "\xe2\x96\x81";  // ▁, or the replacement the file uses for spaces
+  for (const auto& st : spec.pre_tokenizer)
+    if (st.kind == BpePreTokenizerStage::Kind::metaspace) c = st.replacement;
+  for (const auto& n : spec.normalizer)
+    if (n.kind == BpeNormalizerStage::Kind::replace && n.pattern == " " && !n.content.empty()) c = n.content;
+  if (!by_string.count(c)) return "";
+  for (const auto& [left, right] : spec.merges) {
+    if (right.compare(0, c.size(), c) != 0) continue;
+    for (size_t i = 0; i < left.size(); i += c.size())
+      if (left.compare(i, c.size(), c) != 0) return "";
+  }
+  return c;
+}
+
 struct BpeTokenizer::Impl {
   uint64_t instance = next_instance++;
   bool byte_level = true;  // else SentencePiece-style: symbols are characters
@@ -343,6 +368,9 @@ struct BpeTokenizer::Impl {
   std::vector<BpeDecoderStage> decoder;
   bool has_decoder = false;
   std::unique_ptr<RegexSplitter> word_char;  // single_word checks: \w as Rust's regex crate has it
+  // SentencePiece-style: a word may be encoded in parts cut before each `boundary` character that
+  // follows another character (see word_boundary()); empty: never.
+  std::string boundary;
   std::string summary;
 
   void encode_segment(std::string_view text, uint32_t b, uint32_t e, bool at_origin, std::vector<int32_t>& ids,
@@ -350,6 +378,7 @@ struct BpeTokenizer::Impl {
   void metaspace_stage(const Stage& st, bool at_origin, std::string_view& cur, ThreadState& ts) const;
   void encode_word(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const;
   void char_symbols(std::string_view w, std::vector<int32_t>& sym) const;
+  void encode_word_whole(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const;
   void merge_small(ThreadState& ts) const;
   void merge_large(ThreadState& ts) const;
 };
@@ -450,6 +479,7 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
   }
   m.merges.build(merge_entries);
   m.ignore_merges = spec.ignore_merges;
+  m.boundary = word_boundary(spec, by_string);
   m.fuse_unk = spec.fuse_unk;
   if (spec.unk_token) {
     auto it = by_string.find(*spec.unk_token);
@@ -662,6 +692,20 @@ void BpeTokenizer::Impl::metaspace_stage(const Stage& st, bool at_origin, std::s
 }
 
 void BpeTokenizer::Impl::encode_word(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const {
+  if (boundary.empty() || w.size() <= kMaxCachedWord / 4) return encode_word_whole(w, ids, ts);
+  // Parts cut before each boundary character that follows another character (see word_boundary).
+  const std::string_view c = boundary;
+  size_t from = 0;
+  for (size_t at = w.find(c, 1); at != std::string_view::npos; at = w.find(c, at + c.size())) {
+    if (at > from && (at < c.size() || w.compare(at - c.size(), c.size(), c) != 0)) {
+      encode_word_whole(w.substr(from, at - from), ids, ts);
+      from = at;
+    }
+  }
+  encode_word_whole(w.substr(from), ids, ts);
+}
+
+void BpeTokenizer::Impl::encode_word_whole(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const {
   if (w.size() == 1 && (byte_level || byte_id[uint8_t(w[0])] >= 0)) {
     int32_t id = byte_id[uint8_t(w[0])];
     if (id >= 0)

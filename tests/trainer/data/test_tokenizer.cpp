@@ -378,6 +378,30 @@ TEST_F(TokenizerTest, HandMadeSentencePieceBpe) {
             (std::vector<int32_t>{259, 3 + 0xc3, 3 + 0xbc, 0, 260}));
 }
 
+// Long SentencePiece-style words are encoded in parts cut before each "▁" that follows another
+// character, when no merge can join across such a place: the ids must be those of the whole word.
+// Merging "▁" "▁" (runs of spaces) still allows it; a merge ("<0x41>", "▁") does not, and makes the
+// reference (it never applies to a text without 'A').
+TEST_F(TokenizerTest, SentencePieceWordsInPartsGiveTheWholeWordsIds) {
+  json j = tiny_sp();
+  j["model"]["vocab"][kSpace + kSpace] = 265;
+  j["model"]["merges"].push_back(json::array({kSpace, kSpace}));
+  auto cut = load_tokenizer(write("cut.json", j.dump()));
+  j["model"]["vocab"]["<0x41>" + kSpace] = 266;
+  j["model"]["merges"].push_back(json::array({"<0x41>", kSpace}));
+  auto whole = load_tokenizer(write("whole.json", j.dump()));
+  // "a   b": ▁a ▁▁ ▁ b either way.
+  EXPECT_EQ(cut->encode("a   b"), (std::vector<int32_t>{262, 265, 259, 261}));
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += std::string(size_t(i % 4), ' ') + (i % 3 ? "ab"
+                                                     : "b\xc3\xa9"
+                                                       "a");
+  text += "</s>" + text;
+  EXPECT_EQ(cut->encode(text), whole->encode(text));
+  EXPECT_GT(cut->encode(text).size(), 100u);
+}
+
 // Streaming generation: decode([id]) of "▁ab" after other tokens would lose its space (the decoder
 // strips the text's first one); the stream gives what the whole text gains.
 TEST_F(TokenizerTest, DecodeStreamGivesWhatTheTextGains) {
