@@ -65,6 +65,37 @@ merges_txt = "#version: 0.2\n" + "".join((m if isinstance(m, str) else " ".join(
 put("tokenizer", "gpt2_pair.json", b"\x01" + json.dumps({"vocab.json": json.dumps(model["vocab"]),
                                                           "merges.txt": merges_txt}).encode())
 
+# tokenizer_text: SentencePiece-style BPEs (LLaMA-2's legacy normalizer layout and Mistral's Metaspace
+# one, with byte fallback) and a text after a NUL byte: spaces, an added token, characters the small
+# vocabulary lacks (byte fallback), and a few bytes that make ids to decode. The same files go to
+# `tokenizer` too (first byte 0: tokenizer.json).
+specials = ["<unk>", "<s>", "</s>"]
+byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+sp = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+sp.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)
+sp.train_from_iterator(text, trainers.BpeTrainer(vocab_size=330, special_tokens=specials + byte_tokens,
+                                                 show_progress=False))
+base = json.loads(sp.to_str())
+base["added_tokens"] = [t for t in base["added_tokens"] if t["content"] in specials]
+base["added_tokens"].append({"id": len(base["model"]["vocab"]), "content": "<sep>", "single_word": False,
+                             "lstrip": False, "rstrip": False, "normalized": True, "special": False})
+sp_decoder = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+legacy = dict(base, normalizer={"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    pre_tokenizer=None, decoder=sp_decoder)
+mistral = dict(base, pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                    "split": False}, decoder=sp_decoder)
+split = dict(base, pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never",
+                                  "split": True},
+             decoder={"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Metaspace",
+                                                       "replacement": "\u2581", "prepend_scheme": "never"}]})
+sample = "  The quick<sep>brown \u4e2d\u6587 \U0001F600</s>fox\n\x01\x02\x7f"
+for name, j in (("llama2_legacy", legacy), ("mistral_metaspace", mistral), ("metaspace_split_never", split)):
+    put("tokenizer_text", name, json.dumps(j, ensure_ascii=False).encode() + b"\x00" + sample.encode())
+    put("tokenizer", name + ".json", b"\x00" + json.dumps(j, ensure_ascii=False).encode())
+
 # manifest: a real checkpoint's, trimmed.
 if len(sys.argv) > 1:
     m = json.load(open(sys.argv[1]))
