@@ -78,22 +78,11 @@ j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}},
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
 json.dump(j, open(os.path.join(work, "llama3-style.json"), "w", encoding="utf-8"), ensure_ascii=False)
-specials, byte_tokens = ["<unk>", "<s>", "</s>"], [f"<0x{b:02X}>" for b in range(256)]
-sp = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-sp.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)
-sp.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials + byte_tokens,
-                       limit_alphabet=1000, show_progress=False))
-j = json.loads(sp.to_str())
-j["added_tokens"] = [t for t in j["added_tokens"] if t["content"] in specials]
-j["decoder"] = {"type": "Sequence", "decoders": [
-    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
-    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
-j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
-json.dump(j, open(os.path.join(work, "mistral-style.json"), "w", encoding="utf-8"), ensure_ascii=False)
-j["pre_tokenizer"] = None
-j["normalizer"] = {"type": "Sequence", "normalizers": [
-    {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
-json.dump(j, open(os.path.join(work, "llama2-style.json"), "w", encoding="utf-8"), ensure_ascii=False)
+sys.path.insert(0, "tests/trainer/data")
+import sentencepiece_style as sps
+sp = sps.train(docs, vocab, limit_alphabet=1000)
+for style, layout in (("mistral-style", sps.mistral), ("llama2-style", sps.legacy)):
+    json.dump(layout(sp), open(os.path.join(work, style + ".json"), "w", encoding="utf-8"), ensure_ascii=False)
 PY
 read -r text_bytes ndocs unique <"$work/stats"
 echo "corpus: $(awk "BEGIN{printf \"%.1f\", $text_bytes/1e6}") MB of document text, $ndocs documents" \

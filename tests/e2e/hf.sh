@@ -84,12 +84,9 @@ $CHECK train-tokenizer-sp sp 600 /usr/share/games/fortunes/fortunes >/dev/null |
   fail "training a SentencePiece-style tokenizer"
 "$LLMTRAIN" prep --input /usr/share/games/fortunes/fortunes --separator % --tokenizer sp/tokenizer.json \
   --output spdata/ >/dev/null 2>&1 || fail "prep with the SentencePiece-style tokenizer"
-cat >llamasp.yaml <<YAML
-name: llamasp
-model: {family: llama, layers: 1, hidden: 32, heads: 2, seq_len: 64, max_positions: 128}
-data: {tokenizer: sp/tokenizer.json, train: spdata/train}
-${common/steps: 40/steps: 8}
-YAML
+# gpt2bpe's recipe, as a LLaMA with this tokenizer.
+sed 's/gpt2bpe/llamasp/; s/family: gpt2/family: llama/; s|bpe/vocab.json|sp/tokenizer.json|; s|bpedata/|spdata/|' \
+  gpt2bpe.yaml >llamasp.yaml
 GENERATED_TEXT=1 export_check llamasp
 run_cmd import-llamasp "$LLMTRAIN" import hf-llamasp --out ck-llamasp
 expect_status 0

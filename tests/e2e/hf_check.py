@@ -142,19 +142,9 @@ def cmd_train_tokenizer(out_dir, vocab, *files):
 
 
 def cmd_train_tokenizer_sp(out_dir, vocab, *files):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    specials = ["<unk>", "<s>", "</s>"]
-    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)  # words, for training
-    tok.train(list(files), trainers.BpeTrainer(vocab_size=int(vocab), special_tokens=specials + byte_tokens,
-                                               limit_alphabet=100, show_progress=False))
-    j = json.loads(tok.to_str())
-    j["added_tokens"] = [t for t in j["added_tokens"] if t["content"] in specials]
-    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
-    j["decoder"] = {"type": "Sequence", "decoders": [
-        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
-        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer", "data"))
+    import sentencepiece_style as sps
+    j = sps.mistral(sps.train(files, int(vocab), limit_alphabet=100, files=True))
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(j, f, ensure_ascii=False)

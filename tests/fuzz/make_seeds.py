@@ -69,28 +69,15 @@ put("tokenizer", "gpt2_pair.json", b"\x01" + json.dumps({"vocab.json": json.dump
 # one, with byte fallback) and a text after a NUL byte: spaces, an added token, characters the small
 # vocabulary lacks (byte fallback), and a few bytes that make ids to decode. The same files go to
 # `tokenizer` too (first byte 0: tokenizer.json).
-specials = ["<unk>", "<s>", "</s>"]
-byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-sp = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-sp.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)
-sp.train_from_iterator(text, trainers.BpeTrainer(vocab_size=330, special_tokens=specials + byte_tokens,
-                                                 show_progress=False))
-base = json.loads(sp.to_str())
-base["added_tokens"] = [t for t in base["added_tokens"] if t["content"] in specials]
+sys.path.insert(0, os.path.join(os.path.dirname(root), "..", "trainer", "data"))
+import sentencepiece_style as sps  # noqa: E402
+
+base = sps.train(text, 330)
 base["added_tokens"].append({"id": len(base["model"]["vocab"]), "content": "<sep>", "single_word": False,
                              "lstrip": False, "rstrip": False, "normalized": True, "special": False})
-sp_decoder = {"type": "Sequence", "decoders": [
-    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
-    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
-legacy = dict(base, normalizer={"type": "Sequence", "normalizers": [
-    {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-    pre_tokenizer=None, decoder=sp_decoder)
-mistral = dict(base, pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
-                                    "split": False}, decoder=sp_decoder)
-split = dict(base, pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never",
-                                  "split": True},
-             decoder={"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Metaspace",
-                                                       "replacement": "\u2581", "prepend_scheme": "never"}]})
+legacy, mistral = sps.legacy(base), sps.mistral(base)
+split = dict(base, pre_tokenizer=sps.metaspace("never", True),
+             decoder={"type": "Sequence", "decoders": [{"type": "ByteFallback"}, sps.metaspace("never", True)]})
 sample = "  The quick<sep>brown \u4e2d\u6587 \U0001F600</s>fox\n\x01\x02\x7f"
 for name, j in (("llama2_legacy", legacy), ("mistral_metaspace", mistral), ("metaspace_split_never", split)):
     put("tokenizer_text", name, json.dumps(j, ensure_ascii=False).encode() + b"\x00" + sample.encode())

@@ -39,6 +39,13 @@ std::string brief(const json& j) {
   return s.size() <= 80 ? s : s.substr(0, 77) + "...";
 }
 
+// The steps of a Sequence under `key` ("normalizers", "pretokenizers", "decoders") of the `list`.
+const json& sequence_steps(const json& j, const char* key, std::string_view origin, const char* list) {
+  if (!j.contains(key) || !j[key].is_array())
+    throw Error(fmt::format("{}: {} Sequence without a \"{}\" list", origin, list, key));
+  return j[key];
+}
+
 // One more step in a normalizer, pre-tokenizer or decoder list, within kMaxTextStages.
 void count_stage(size_t& count, std::string_view origin, const char* list) {
   if (++count > kMaxTextStages)
@@ -126,9 +133,8 @@ void parse_pre_tokenizer(const json& j, std::string_view origin, std::vector<Bpe
   count_stage(count, origin, "pre_tokenizer");
   std::string type = type_of(j);
   if (type == "Sequence") {
-    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
-      throw Error(fmt::format("{}: pre_tokenizer Sequence without a \"pretokenizers\" list", origin));
-    for (const auto& p : j["pretokenizers"]) parse_pre_tokenizer(p, origin, out, count);
+    for (const auto& p : sequence_steps(j, "pretokenizers", origin, "pre_tokenizer"))
+      parse_pre_tokenizer(p, origin, out, count);
     return;
   }
   if (type == "Metaspace") {
@@ -202,9 +208,7 @@ void parse_decoder(const json& j, std::string_view origin, std::vector<BpeDecode
   std::string type = type_of(j);
   BpeDecoderStage s;
   if (type == "Sequence") {
-    if (!j.contains("decoders") || !j["decoders"].is_array())
-      throw Error(fmt::format("{}: decoder Sequence without a \"decoders\" list", origin));
-    for (const auto& d : j["decoders"]) parse_decoder(d, origin, out, count);
+    for (const auto& d : sequence_steps(j, "decoders", origin, "decoder")) parse_decoder(d, origin, out, count);
     return;
   }
   if (type == "Replace") {
@@ -237,9 +241,8 @@ void parse_normalizer(const json& j, std::string_view origin, std::vector<BpeNor
   std::string type = type_of(j);
   BpeNormalizerStage s;
   if (type == "Sequence") {
-    if (!j.contains("normalizers") || !j["normalizers"].is_array())
-      throw Error(fmt::format("{}: normalizer Sequence without a \"normalizers\" list", origin));
-    for (const auto& n : j["normalizers"]) parse_normalizer(n, origin, out, count);
+    for (const auto& n : sequence_steps(j, "normalizers", origin, "normalizer"))
+      parse_normalizer(n, origin, out, count);
     return;
   }
   if (type == "Prepend") {

@@ -125,6 +125,22 @@ class TokenizerTest : public ::testing::Test {
     std::ofstream(p, std::ios::binary) << text;
     return p.string();
   }
+  // Each case edits `base`; loading the result must fail with an error that says `says` and names the file.
+  struct RefusalCase {
+    const char* name;
+    std::function<void(json&)> edit;
+    const char* says;
+  };
+  void expect_refused(const json& base, const std::vector<RefusalCase>& cases) {
+    for (const auto& c : cases) {
+      json j = base;
+      c.edit(j);
+      std::string path = write(std::string(c.name) + ".json", j.dump());
+      std::string msg = error_of([&] { load_tokenizer(path); });
+      EXPECT_NE(msg.find(c.says), std::string::npos) << c.name << ": " << msg;
+      EXPECT_NE(msg.find(path), std::string::npos) << c.name << " must name the file: " << msg;
+    }
+  }
   fs::path dir_;
 };
 
@@ -219,65 +235,57 @@ TEST_F(TokenizerTest, FindsFilesByDirectoryVocabOrMerges) {
 }
 
 TEST_F(TokenizerTest, OtherKindsAreRefusedAsNotSupportedYet) {
-  struct Case {
-    const char* name;
-    std::function<void(json&)> edit;
-    const char* says;
-  };
-  std::vector<Case> cases = {
-      {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, "not supported yet: WordPiece tokenizer model"},
-      {"unigram",
-       [](json& j) {
-         j["model"] = {{"type", "Unigram"}, {"vocab", json::array()}};
-       },
-       "not supported yet: Unigram tokenizer model"},
-      {"normalizer",
-       [](json& j) {
-         j["normalizer"] = {{"type", "NFC"}};
-       },
-       "not supported yet: the NFC normalizer"},
-      {"byte_fallback",
-       [](json& j) {
-         j["model"]["vocab"].erase("\xc4\xa0");
-         j["model"]["byte_fallback"] = true;
-       },
-       "not supported yet: byte_fallback in a byte-level BPE whose vocabulary lacks 1 of the 256 byte symbols"},
-      {"no_byte_level", [](json& j) { j["pre_tokenizer"] = nullptr; },
-       "not supported yet: the ByteLevel decoder in a BPE without the ByteLevel pre-tokenizer"},
-      {"metaspace_and_byte_level",
-       [](json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Metaspace"}}, j["pre_tokenizer"]}}};
-       },
-       "not supported yet: Metaspace and ByteLevel pre-tokenizers together"},
-      {"replace_regex",
-       [](json& j) {
-         j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}};
-       },
-       "not supported yet: the Replace normalizer with a Regex pattern"},
-      {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, "not supported yet: BPE dropout"},
-      {"split_removed",
-       [](json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"},
-                               {"pretokenizers",
-                                {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}},
-                                 {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-       },
-       "not supported yet: Split pre-tokenizer with behavior Removed"},
-      {"bad_merge", [](json& j) { j["model"]["merges"].push_back("x zz"); }, "token \"zz\" is not in the vocabulary"},
-      {"decoder",
-       [](json& j) {
-         j["decoder"] = {{"type", "WordPiece"}};
-       },
-       "not supported yet: the WordPiece decoder"},
-  };
-  for (const auto& c : cases) {
-    json j = tiny_bpe();
-    c.edit(j);
-    std::string path = write(std::string(c.name) + ".json", j.dump());
-    std::string msg = error_of([&] { load_tokenizer(path); });
-    EXPECT_NE(msg.find(c.says), std::string::npos) << c.name << ": " << msg;
-    EXPECT_NE(msg.find(path), std::string::npos) << c.name << " must name the file: " << msg;
-  }
+  expect_refused(
+      tiny_bpe(),
+      {
+          {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; },
+           "not supported yet: WordPiece tokenizer model"},
+          {"unigram",
+           [](json& j) {
+             j["model"] = {{"type", "Unigram"}, {"vocab", json::array()}};
+           },
+           "not supported yet: Unigram tokenizer model"},
+          {"normalizer",
+           [](json& j) {
+             j["normalizer"] = {{"type", "NFC"}};
+           },
+           "not supported yet: the NFC normalizer"},
+          {"byte_fallback",
+           [](json& j) {
+             j["model"]["vocab"].erase("\xc4\xa0");
+             j["model"]["byte_fallback"] = true;
+           },
+           "not supported yet: byte_fallback in a byte-level BPE whose vocabulary lacks 1 of the 256 byte symbols"},
+          {"no_byte_level", [](json& j) { j["pre_tokenizer"] = nullptr; },
+           "not supported yet: the ByteLevel decoder in a BPE without the ByteLevel pre-tokenizer"},
+          {"metaspace_and_byte_level",
+           [](json& j) {
+             j["pre_tokenizer"] = {{"type", "Sequence"},
+                                   {"pretokenizers", {{{"type", "Metaspace"}}, j["pre_tokenizer"]}}};
+           },
+           "not supported yet: Metaspace and ByteLevel pre-tokenizers together"},
+          {"replace_regex",
+           [](json& j) {
+             j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}};
+           },
+           "not supported yet: the Replace normalizer with a Regex pattern"},
+          {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, "not supported yet: BPE dropout"},
+          {"split_removed",
+           [](json& j) {
+             j["pre_tokenizer"] = {{"type", "Sequence"},
+                                   {"pretokenizers",
+                                    {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}},
+                                     {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+           },
+           "not supported yet: Split pre-tokenizer with behavior Removed"},
+          {"bad_merge", [](json& j) { j["model"]["merges"].push_back("x zz"); },
+           "token \"zz\" is not in the vocabulary"},
+          {"decoder",
+           [](json& j) {
+             j["decoder"] = {{"type", "WordPiece"}};
+           },
+           "not supported yet: the WordPiece decoder"},
+      });
   // SentencePiece's tokenizer.model: not read; the error points at the tokenizer.json beside it, or
   // says how to make one.
   std::string sp = write("sp/tokenizer.model", "\x0a\x0b binary");
@@ -462,56 +470,44 @@ TEST(TokenizerSteps, NormalizersAndDecodersAsHuggingFace) {
 
 // What a hostile tokenizer.json can ask is bounded: steps, literal sizes, how much a text grows.
 TEST_F(TokenizerTest, HostileSentencePieceFilesAreBounded) {
-  struct Case {
-    const char* name;
-    std::function<void(json&)> edit;
-    const char* says;
-  };
+  expect_refused(tiny_sp(), {
+                                {"many_steps",
+                                 [](json& j) {
+                                   j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
+                                   for (int i = 0; i < 65; ++i)
+                                     j["normalizer"]["normalizers"].push_back({{"type", "Prepend"}, {"prepend", "x"}});
+                                 },
+                                 "the normalizer has more than 64 steps"},
+                                {"long_literal",
+                                 [](json& j) {
+                                   j["normalizer"] = {{"type", "Prepend"}, {"prepend", std::string(257, 'x')}};
+                                 },
+                                 "\"prepend\" is 257 bytes, at most 256 are accepted"},
+                                {"two_char_replacement", [](json& j) { j["pre_tokenizer"]["replacement"] = "ab"; },
+                                 "\"replacement\" must be one character, found \"ab\""},
+                                {"scheme", [](json& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
+                                 "prepend_scheme \"sometimes\" is not always, first or never"},
+                                {"contradiction", [](json& j) { j["pre_tokenizer"]["add_prefix_space"] = false; },
+                                 "add_prefix_space false contradicts prepend_scheme"},
+                                {"negative_strip", [](json& j) { j["decoder"]["decoders"][3]["start"] = -1; },
+                                 "\"start\" must be a count (0, 1, ...), found -1"},
+                                {"ctc",
+                                 [](json& j) {
+                                   j["decoder"] = {{"type", "CTC"}};
+                                 },
+                                 "not supported yet: the CTC decoder"},
+                                {"nfkc",
+                                 [](json& j) {
+                                   j["normalizer"] = {{"type", "NFKC"}};
+                                 },
+                                 "not supported yet: the NFKC normalizer"},
+                                {"missing_merge_token",
+                                 [](json& j) {
+                                   j["model"]["merges"].push_back(json::array({"b", "zz"}));
+                                 },
+                                 "token \"zz\" is not in the vocabulary"},
+                            });
   json replace_by_long = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", std::string(200, 'x')}};
-  std::vector<Case> cases = {
-      {"many_steps",
-       [](json& j) {
-         j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
-         for (int i = 0; i < 65; ++i) j["normalizer"]["normalizers"].push_back({{"type", "Prepend"}, {"prepend", "x"}});
-       },
-       "the normalizer has more than 64 steps"},
-      {"long_literal",
-       [](json& j) {
-         j["normalizer"] = {{"type", "Prepend"}, {"prepend", std::string(257, 'x')}};
-       },
-       "\"prepend\" is 257 bytes, at most 256 are accepted"},
-      {"two_char_replacement", [](json& j) { j["pre_tokenizer"]["replacement"] = "ab"; },
-       "\"replacement\" must be one character, found \"ab\""},
-      {"scheme", [](json& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
-       "prepend_scheme \"sometimes\" is not always, first or never"},
-      {"contradiction", [](json& j) { j["pre_tokenizer"]["add_prefix_space"] = false; },
-       "add_prefix_space false contradicts prepend_scheme"},
-      {"negative_strip", [](json& j) { j["decoder"]["decoders"][3]["start"] = -1; },
-       "\"start\" must be a count (0, 1, ...), found -1"},
-      {"ctc",
-       [](json& j) {
-         j["decoder"] = {{"type", "CTC"}};
-       },
-       "not supported yet: the CTC decoder"},
-      {"nfkc",
-       [](json& j) {
-         j["normalizer"] = {{"type", "NFKC"}};
-       },
-       "not supported yet: the NFKC normalizer"},
-      {"missing_merge_token",
-       [](json& j) {
-         j["model"]["merges"].push_back(json::array({"b", "zz"}));
-       },
-       "token \"zz\" is not in the vocabulary"},
-  };
-  for (const auto& c : cases) {
-    json j = tiny_sp();
-    c.edit(j);
-    std::string path = write(std::string(c.name) + ".json", j.dump());
-    std::string msg = error_of([&] { load_tokenizer(path); });
-    EXPECT_NE(msg.find(c.says), std::string::npos) << c.name << ": " << msg;
-    EXPECT_NE(msg.find(path), std::string::npos) << c.name << " must name the file: " << msg;
-  }
   // Each Replace turns a space into 200 bytes, and the next multiplies that: refused before it is
   // built, whatever the number of steps.
   json j = tiny_sp();

@@ -73,7 +73,7 @@ std::string show(const Tokenizer& t, const std::vector<int32_t>& ids, size_t at)
 }
 
 // The reference files are made once per build tree (ctest runs every test in its own process) and
-// remade when the script changes; a lock keeps parallel test processes from racing.
+// remade when the script (or its helper) changes; a lock keeps parallel test processes from racing.
 void load_reference() {
   if (!g_docs.empty()) return;
   fs::path script = fs::path(LLMTRAIN_SOURCE_DIR) / "tests/trainer/data/tokenizer_parity.py";
@@ -83,7 +83,9 @@ void load_reference() {
   ASSERT_GE(lock, 0);
   ::flock(lock, LOCK_EX);
   fs::path done = g_dir / "done";
-  if (!fs::exists(done) || fs::last_write_time(script) > fs::last_write_time(done)) {
+  const fs::path helper = script.parent_path() / "sentencepiece_style.py";
+  if (!fs::exists(done) || fs::last_write_time(script) > fs::last_write_time(done) ||
+      fs::last_write_time(helper) > fs::last_write_time(done)) {
     fs::remove_all(g_dir);
     fs::create_directories(g_dir);
     std::string python = std::string(LLMTRAIN_SOURCE_DIR) + "/.venv/bin/python";

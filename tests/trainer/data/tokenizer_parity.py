@@ -41,6 +41,8 @@ import sys
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+import sentencepiece_style as sps
+
 FORTUNES = "/usr/share/games/fortunes"
 EMOJI = "/usr/share/unicode/emoji/emoji-test.txt"
 GPT4O_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
@@ -148,71 +150,34 @@ def documents(en, zh, ru, emoji, min_bytes, rng):
     return docs
 
 
-METASPACE = "\u2581"
-# LLaMA-2's decoder (transformers' LlamaConverter), in the legacy and the Metaspace layout alike.
-SP_DECODER = {"type": "Sequence", "decoders": [
-    {"type": "Replace", "pattern": {"String": METASPACE}, "content": " "}, {"type": "ByteFallback"},
-    {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
-
-
-def metaspace(scheme, split):
-    return {"type": "Metaspace", "replacement": METASPACE, "prepend_scheme": scheme, "split": split}
-
-
 def sentencepiece_layouts(out, train_text, vocab, added):
-    """A LLaMA-2-style BPE trained by `tokenizers`: <unk> <s> </s> and the 256 byte tokens first (ids
-    0..258, in the model's vocabulary as LLaMA-2 has them, not added tokens), byte_fallback, an
-    alphabet limited to the 600 commonest characters so that rarer ones (most CJK, every emoji) fall
-    back to bytes. Written in the layouts listed in the module's docstring."""
-    specials = ["<unk>", "<s>", "</s>"]
-    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
-    tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials + byte_tokens, limit_alphabet=600,
-                                  show_progress=False)
-    tok.train_from_iterator(train_text, trainer)
+    """A LLaMA-2-style BPE trained by `tokenizers` (sentencepiece_style.py) with an alphabet limited to
+    the 600 commonest characters, so that rarer ones (most CJK, every emoji) fall back to bytes; the
+    added tokens of bpe.json. Written in the layouts listed in the module's docstring."""
+    tok = Tokenizer.from_str(json.dumps(sps.train(train_text, vocab, limit_alphabet=600)))
     tok.add_special_tokens([AddedToken("<|eot|>", special=True, normalized=False, rstrip=True)])
     tok.add_tokens(added)
     base = json.loads(tok.to_str())
-    base["added_tokens"] = [t for t in base["added_tokens"] if t["content"] not in byte_tokens]
-    assert [base["model"]["vocab"][t] for t in specials + byte_tokens] == list(range(259))
 
-    def write(name, edit):
-        j = json.loads(json.dumps(base))
-        edit(j)
+    def write(name, j):
         with open(os.path.join(out, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(j, f, ensure_ascii=False)
 
-    def legacy(j):
-        j["normalizer"] = {"type": "Sequence", "normalizers": [
-            {"type": "Prepend", "prepend": METASPACE},
-            {"type": "Replace", "pattern": {"String": " "}, "content": METASPACE}]}
-        j["pre_tokenizer"] = None
-        j["decoder"] = SP_DECODER
-        j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]  # as LLaMA-2's file has them
-
-    def first(j):
-        j["pre_tokenizer"] = metaspace("first", False)
-        j["decoder"] = SP_DECODER
-
-    def split_scheme(scheme, byte_fallback):
-        def edit(j):
-            j["pre_tokenizer"] = metaspace(scheme, True)
-            j["decoder"] = metaspace(scheme, True)
-            if byte_fallback:
-                j["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, j["decoder"]]}
-        return edit
-
-    def unknown(j):
-        j["model"]["byte_fallback"] = False
-        j["model"]["fuse_unk"] = False
-
-    write("sp_legacy", legacy)
-    write("sp_first", first)
-    write("sp_split", split_scheme("always", True))
-    write("sp_never", split_scheme("never", False))  # byte tokens decode as their names
-    write("sp_unk", unknown)
+    j = sps.legacy(base)
+    j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]  # as LLaMA-2's file has them
+    write("sp_legacy", j)
+    write("sp_first", sps.mistral(base))
+    for name, scheme, byte_fallback in (("sp_split", "always", True), ("sp_never", "never", False)):
+        j = json.loads(json.dumps(base))
+        j["pre_tokenizer"] = sps.metaspace(scheme, True)
+        j["decoder"] = sps.metaspace(scheme, True)
+        if byte_fallback:  # else byte tokens decode as their names
+            j["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, j["decoder"]]}
+        write(name, j)
+    j = json.loads(json.dumps(base))
+    j["model"]["byte_fallback"] = False
+    j["model"]["fuse_unk"] = False
+    write("sp_unk", j)
     return ["sp_legacy", "sp_first", "sp_split", "sp_never", "sp_unk"]
 
 
