@@ -30,22 +30,13 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/data/added_tokens.h"
 #include "trainer/data/bpe_decoder.h"
 #include "trainer/data/bpe_normalizer.h"
 #include "trainer/data/regex_splitter.h"
 #include "trainer/data/tokenizer.h"
 
 namespace llmtrain::trainer {
-
-struct BpeAddedToken {
-  int32_t id = 0;
-  std::string content;
-  bool special = false;
-  bool normalized = false;
-  bool lstrip = false;
-  bool rstrip = false;
-  bool single_word = false;
-};
 
 // One pre-tokenizer stage, applied to every piece the previous stages produced.
 struct BpePreTokenizerStage {
