@@ -3,6 +3,7 @@
 // stopped (end of document, --max-tokens, the model's context full).
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/recipe_parse.h"
@@ -125,9 +126,10 @@ int cmd_generate(const GenerateArgs& args) {
     if (!args.ids) std::fputs(args.prompt_ids.empty() ? args.prompt.c_str() : tok->decode(prompt).c_str(), stdout);
     std::fflush(stdout);
     bool first = true;
+    std::optional<trainer::DecodeStream> stream;  // the text each token adds (decode([id]) alone may not be)
+    if (!args.ids) stream.emplace(*tok, prompt);
     auto out = trainer::generate(decoder, prompt, tok->eod_id(), o, [&](int32_t id) {
-      std::string text =
-          args.ids ? fmt::format("{}{}", first ? "" : " ", id) : tok->decode(std::span<const int32_t>(&id, 1));
+      std::string text = args.ids ? fmt::format("{}{}", first ? "" : " ", id) : stream->next(id);
       first = false;
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);

@@ -190,6 +190,8 @@ int cmd_import(const ImportArgs& args) {
     if (!tok) tok = std::move(recipe_tok);
     recipe_yaml = recipe_to_yaml(loaded.recipe);
   }
+  // A SentencePiece tokenizer.model alone: load_tokenizer says how to get its tokenizer.json.
+  if (!tok && fs::exists(dir / "tokenizer.model")) tok = trainer::load_tokenizer(dir.string());
   if (!tok)
     throw Error(fmt::format("{} has no tokenizer (tokenizer.json, or vocab.json + merges.txt)", dir.string()),
                 "give --recipe with data.tokenizer, or add the model's tokenizer files");

@@ -2,7 +2,8 @@
 # Fuzzes llmtrain's readers of untrusted files with libFuzzer, under AddressSanitizer + UBSan.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    each target for SECONDS (default 60); targets:
-#                                            recipe safetensors manifest idx tokenizer prep_jsonl hf_config
+#                                            recipe safetensors manifest idx tokenizer tokenizer_text
+#                                            prep_jsonl hf_config
 #
 # Builds the sanitizer build (build-asan/, clang; scripts/sanitize.sh's) if needed. Each target
 # starts from its seeds (tests/fuzz/corpus/<target>/) and the inputs that once broke it
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(recipe safetensors manifest idx tokenizer prep_jsonl hf_config)
+((${#targets[@]})) || targets=(recipe safetensors manifest idx tokenizer tokenizer_text prep_jsonl hf_config)
 build=${LLMTRAIN_ASAN_BUILD_DIR:-build-asan}
 
 scripts/sanitize.sh --build-only "${targets[@]/#/fuzz_}"

@@ -4,16 +4,21 @@
 # machine load affects both sides alike; run it on a quiet machine for figures to record.
 #
 #   scripts/bench/prep.sh [--mb 32] [--threads 2] [--vocab 8192] [--repeat 3] [--build build]
+#                         [--styles "gpt2-style llama3-style llama2-style mistral-style"]
 #
 # Corpus: JSONL of real text shipped by Debian packages (English, Chinese and Russian fortunes),
 # repeated in shuffled order up to --mb MB of document text. Tokenizers: a byte-level BPE trained by
 # `tokenizers` on that text, in GPT-2's layout (ByteLevel regex) and in LLaMA-3's (Split regex +
-# ignore_merges). Ours is the whole command (read, parse JSON, tokenize, write .bin/.idx); theirs is
-# encode_batch alone on texts already in memory (their file reading and JSON parsing not counted).
+# ignore_merges); and a SentencePiece-style BPE (byte_fallback with the 256 <0xNN> tokens, an
+# alphabet of the 1000 commonest characters, the rest falling back to bytes) in LLaMA-2's layout
+# (Prepend + Replace normalizer, no pre-tokenizer) and Mistral's (Metaspace, prepend_scheme first):
+# both make each document one word. Ours is the whole command (read, parse JSON, tokenize, write
+# .bin/.idx); theirs is encode_batch alone on texts already in memory (their file reading and JSON
+# parsing not counted).
 # MB/s counts document text bytes (UTF-8) for both. Best of --repeat runs each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-mb=32 threads=2 vocab=8192 repeat=3 build=build
+mb=32 threads=2 vocab=8192 repeat=3 build=build styles="gpt2-style llama3-style llama2-style mistral-style"
 while (($#)); do
   case $1 in
     --mb) mb=$2; shift 2 ;;
@@ -21,7 +26,8 @@ while (($#)); do
     --vocab) vocab=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    *) echo "usage: $0 [--mb N] [--threads N] [--vocab N] [--repeat N] [--build DIR]"; exit 2 ;;
+    --styles) styles=$2; shift 2 ;;
+    *) echo "usage: $0 [--mb N] [--threads N] [--vocab N] [--repeat N] [--build DIR] [--styles LIST]"; exit 2 ;;
   esac
 done
 llmtrain=$build/llmtrain
@@ -72,6 +78,11 @@ j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}},
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
 json.dump(j, open(os.path.join(work, "llama3-style.json"), "w", encoding="utf-8"), ensure_ascii=False)
+sys.path.insert(0, "tests/trainer/data")
+import sentencepiece_style as sps
+sp = sps.train(docs, vocab, limit_alphabet=1000)
+for style, layout in (("mistral-style", sps.mistral), ("llama2-style", sps.legacy)):
+    json.dump(layout(sp), open(os.path.join(work, style + ".json"), "w", encoding="utf-8"), ensure_ascii=False)
 PY
 read -r text_bytes ndocs unique <"$work/stats"
 echo "corpus: $(awk "BEGIN{printf \"%.1f\", $text_bytes/1e6}") MB of document text, $ndocs documents" \
@@ -89,7 +100,7 @@ best_of() {  # best_of N CMD...: the smallest wall time in seconds
   echo "$best"
 }
 
-for style in gpt2-style llama3-style; do
+for style in $styles; do
   ours=$(best_of "$repeat" "$llmtrain" prep --input "$work/corpus.jsonl" --tokenizer "$work/$style.json" \
     --output "$work/out" --workers "$threads" --progress none)
   theirs=$(RAYON_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=true "$py" - "$work" "$style" "$repeat" <<'PY'

@@ -4,6 +4,9 @@
 #    head, sharded files) checkpoints exported with `llmtrain export` load in AutoModelForCausalLM
 #    and give our logits (relative error <= 1e-5, fp32) and our greedy 64 tokens; AutoTokenizer gives
 #    our ids and decodes them back (byte, tokenizer.json and GPT-2 vocab.json + merges.txt);
+#  - the same for a SentencePiece-style tokenizer.json (Mistral's layout: byte fallback, Metaspace),
+#    whose decode of the generated ids is the text `llmtrain generate` prints; import takes that
+#    tokenizer back from the exported directory, and a tokenizer.model alone is refused with the fix;
 #  - models created with random weights by transformers import with `llmtrain import` and give
 #    transformers' logits and greedy tokens; import then export gives byte-identical tensors (fp32
 #    and bf16); a trained model re-saved by transformers imports and generates as transformers does;
@@ -58,7 +61,13 @@ export_check() {
   expect_status 0
   "$LLMTRAIN" generate runs/$name --prompt "$text" --temperature 0 --max-tokens 64 --ignore-eod --ids \
     --logits-out $name.logits.safetensors >$name.ids 2>/dev/null || fail "generate from $name"
-  run_cmd "transformers-$name" $CHECK logits hf-$name $name.logits.safetensors $name.ids --text "$text"
+  local decoded=()
+  if [[ ${GENERATED_TEXT:-} ]]; then  # the text generate prints, for AutoTokenizer's decode to match
+    "$LLMTRAIN" generate runs/$name --prompt "$text" --temperature 0 --max-tokens 64 --ignore-eod >$name.txt \
+      2>/dev/null || fail "generate text from $name"
+    decoded=(--generated-text $name.txt)
+  fi
+  run_cmd "transformers-$name" $CHECK logits hf-$name $name.logits.safetensors $name.ids --text "$text" "${decoded[@]}"
   expect_status 0
   echo "$out" | grep -E '^(ok|FAIL)' | sed "s/^/  $name: /"
 }
@@ -70,6 +79,21 @@ shards=$(ls hf-llama | grep -cE '^model-[0-9]{5}-of-[0-9]{5}\.safetensors$')
 export_check gpt2bpe
 grep -q '"merges"' hf-gpt2bpe/tokenizer.json && pass "GPT-2 vocab.json + merges.txt exported as tokenizer.json" ||
   fail "hf-gpt2bpe/tokenizer.json has no merges"
+# SentencePiece-style (LLaMA-2 / Mistral): trained here by tokenizers 0.19, prep, train, export, import.
+$CHECK train-tokenizer-sp sp 600 /usr/share/games/fortunes/fortunes >/dev/null ||
+  fail "training a SentencePiece-style tokenizer"
+"$LLMTRAIN" prep --input /usr/share/games/fortunes/fortunes --separator % --tokenizer sp/tokenizer.json \
+  --output spdata/ >/dev/null 2>&1 || fail "prep with the SentencePiece-style tokenizer"
+# gpt2bpe's recipe, as a LLaMA with this tokenizer.
+sed 's/gpt2bpe/llamasp/; s/family: gpt2/family: llama/; s|bpe/vocab.json|sp/tokenizer.json|; s|bpedata/|spdata/|' \
+  gpt2bpe.yaml >llamasp.yaml
+GENERATED_TEXT=1 export_check llamasp
+run_cmd import-llamasp "$LLMTRAIN" import hf-llamasp --out ck-llamasp
+expect_status 0
+"$LLMTRAIN" generate ck-llamasp --prompt "$text" --temperature 0 --max-tokens 64 --ignore-eod --ids >ck-llamasp.ids \
+  2>/dev/null || fail "generate from the imported SentencePiece-style model"
+cmp -s ck-llamasp.ids llamasp.ids && pass "imported with its tokenizer.json, it generates the exported model's tokens" ||
+  fail "the import generates $(cat ck-llamasp.ids), the original $(cat llamasp.ids)"
 run_cmd export-exists "$LLMTRAIN" export runs/gpt2 --hf hf-gpt2
 expect_status 2; expect_out "already exists and is not an empty directory"
 run_cmd export-bf16 "$LLMTRAIN" export runs/gpt2 --hf hf-gpt2-bf16 --dtype bf16
@@ -127,6 +151,10 @@ run_cmd inspect-damaged "$LLMTRAIN" ckpt inspect damaged
 expect_status 1; expect_out "DAMAGED: 1 problem"; expect_out "checksum mismatch"
 
 # Refusals, each naming what it refuses.
+mkdir sp-model-only && cp rand-llama/config.json rand-llama/model.safetensors sp-model-only/
+printf '\x0a\x05<unk>' >sp-model-only/tokenizer.model
+run_cmd import-sentencepiece-model "$LLMTRAIN" import sp-model-only --out ck-sp-model-only
+expect_status 2; expect_out "SentencePiece .model files are not read, and there is no tokenizer.json beside it"
 cp -r rand-llama bad-llama
 sed -i 's/"rope_scaling": null/"rope_scaling": {"type": "linear", "factor": 2.0}/; s/"attention_bias": false/"attention_bias": true/' \
   bad-llama/config.json

@@ -1,9 +1,11 @@
 """Checks an exported (or imported) model against Hugging Face transformers, as a user would load it.
 
-  hf_check.py logits HF_DIR OURS.safetensors GENERATED_IDS [--text TEXT]
+  hf_check.py logits HF_DIR OURS.safetensors GENERATED_IDS [--text TEXT] [--generated-text FILE]
       transformers' AutoModelForCausalLM on HF_DIR gives our logits on our prompt ids (relative
       Frobenius error <= 1e-5 in fp32), and its greedy generation of as many tokens gives our ids;
-      with --text, AutoTokenizer on HF_DIR encodes TEXT to our prompt ids.
+      with --text, AutoTokenizer on HF_DIR encodes TEXT to our prompt ids; with --generated-text,
+      AutoTokenizer decodes the prompt and generated ids to FILE's text (what `llmtrain generate`
+      printed, less its final newline).
   hf_check.py random FAMILY OUT_DIR
       saves a transformers model with random weights (GPT-2 or LLaMA, small) to OUT_DIR.
   hf_check.py resave IN_DIR OUT_DIR [--bf16]
@@ -12,6 +14,10 @@
   hf_check.py train-tokenizer OUT_DIR VOCAB FILE...
       a byte-level BPE trained with Hugging Face tokenizers: OUT_DIR/tokenizer.json and GPT-2's
       OUT_DIR/vocab.json + merges.txt of the same model.
+  hf_check.py train-tokenizer-sp OUT_DIR VOCAB FILE...
+      a SentencePiece-style BPE as Mistral's tokenizer.json has it (<unk> <s> </s>, the 256 <0xNN>
+      byte tokens, byte_fallback, Metaspace with prepend_scheme first, LLaMA-2's decoder), trained
+      with Hugging Face tokenizers: OUT_DIR/tokenizer.json.
   hf_check.py same-tensors A_DIR B_DIR
       every tensor of A's safetensors files is in B's, byte for byte (same dtype and shape), and
       B has no others.
@@ -37,7 +43,7 @@ def tensors(d):
     return out
 
 
-def cmd_logits(hf_dir, ours_path, generated, text=None):
+def cmd_logits(hf_dir, ours_path, generated, text=None, generated_text=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     ours = load_file(ours_path)
     ids = ours["ids"].astype(np.int64)
@@ -73,6 +79,17 @@ def cmd_logits(hf_dir, ours_path, generated, text=None):
         if back != text:
             ok = False
             print(f"FAIL: AutoTokenizer decodes our ids to {back!r}, not {text!r}")
+    if generated_text is not None:
+        tok = AutoTokenizer.from_pretrained(hf_dir)
+        theirs = tok.decode(ids.tolist() + want)
+        ours = open(generated_text, encoding="utf-8", errors="surrogateescape").read()[:-1]
+        if "\ufffd" in theirs:  # bytes that are not UTF-8: Hugging Face replaces them, we print them
+            print("ok: generated text not compared (the ids end inside a character)")
+        elif ours == theirs:
+            print(f"ok: the generated text is AutoTokenizer's decode ({len(ours)} characters)")
+        else:
+            ok = False
+            print(f"FAIL: llmtrain generate printed {ours!r}\n  AutoTokenizer decodes {theirs!r}")
     sys.exit(0 if ok else 1)
 
 
@@ -124,6 +141,15 @@ def cmd_train_tokenizer(out_dir, vocab, *files):
     tok.model.save(out_dir)  # vocab.json, merges.txt
 
 
+def cmd_train_tokenizer_sp(out_dir, vocab, *files):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer", "data"))
+    import sentencepiece_style as sps
+    j = sps.mistral(sps.train(files, int(vocab), limit_alphabet=100, files=True))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+
+
 def cmd_same_tensors(a_dir, b_dir):
     a, b = tensors(a_dir), tensors(b_dir)
     bad = [k for k in a if k not in b or a[k] != b[k]]
@@ -136,18 +162,21 @@ def cmd_same_tensors(a_dir, b_dir):
 if __name__ == "__main__":
     cmd, *rest = sys.argv[1:]
     if cmd == "logits":
-        text = None
-        if "--text" in rest:
-            i = rest.index("--text")
-            text = rest[i + 1]
-            rest = rest[:i] + rest[i + 2:]
-        cmd_logits(*rest, text=text)
+        opts = {}
+        for flag, key in (("--text", "text"), ("--generated-text", "generated_text")):
+            if flag in rest:
+                i = rest.index(flag)
+                opts[key] = rest[i + 1]
+                rest = rest[:i] + rest[i + 2:]
+        cmd_logits(*rest, **opts)
     elif cmd == "random":
         cmd_random(*rest)
     elif cmd == "resave":
         cmd_resave(rest[0], rest[1], "--bf16" in rest)
     elif cmd == "train-tokenizer":
         cmd_train_tokenizer(*rest)
+    elif cmd == "train-tokenizer-sp":
+        cmd_train_tokenizer_sp(*rest)
     elif cmd == "same-tensors":
         cmd_same_tensors(*rest)
     else:

@@ -65,6 +65,24 @@ merges_txt = "#version: 0.2\n" + "".join((m if isinstance(m, str) else " ".join(
 put("tokenizer", "gpt2_pair.json", b"\x01" + json.dumps({"vocab.json": json.dumps(model["vocab"]),
                                                           "merges.txt": merges_txt}).encode())
 
+# tokenizer_text: SentencePiece-style BPEs (LLaMA-2's legacy normalizer layout and Mistral's Metaspace
+# one, with byte fallback) and a text after a NUL byte: spaces, an added token, characters the small
+# vocabulary lacks (byte fallback), and a few bytes that make ids to decode. The same files go to
+# `tokenizer` too (first byte 0: tokenizer.json).
+sys.path.insert(0, os.path.join(os.path.dirname(root), "..", "trainer", "data"))
+import sentencepiece_style as sps  # noqa: E402
+
+base = sps.train(text, 330)
+base["added_tokens"].append({"id": len(base["model"]["vocab"]), "content": "<sep>", "single_word": False,
+                             "lstrip": False, "rstrip": False, "normalized": True, "special": False})
+legacy, mistral = sps.legacy(base), sps.mistral(base)
+split = dict(base, pre_tokenizer=sps.metaspace("never", True),
+             decoder={"type": "Sequence", "decoders": [{"type": "ByteFallback"}, sps.metaspace("never", True)]})
+sample = "  The quick<sep>brown \u4e2d\u6587 \U0001F600</s>fox\n\x01\x02\x7f"
+for name, j in (("llama2_legacy", legacy), ("mistral_metaspace", mistral), ("metaspace_split_never", split)):
+    put("tokenizer_text", name, json.dumps(j, ensure_ascii=False).encode() + b"\x00" + sample.encode())
+    put("tokenizer", name + ".json", b"\x00" + json.dumps(j, ensure_ascii=False).encode())
+
 # manifest: a real checkpoint's, trimmed.
 if len(sys.argv) > 1:
     m = json.load(open(sys.argv[1]))

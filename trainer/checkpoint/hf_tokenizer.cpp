@@ -35,7 +35,7 @@ BpeSpec byte_spec() {
   const auto& b2u = byte_to_unicode();
   for (int b = 0; b < 256; ++b) spec.vocab.emplace_back(utf8(b2u[size_t(b)]), b);
   spec.added.push_back({kByteEodId, "<|endoftext|>", true, false, false, false, false});
-  spec.pre_tokenizer.push_back({BpePreTokenizerStage::Kind::byte_level, "", false, false});
+  spec.pre_tokenizer.push_back(BpePreTokenizerStage::byte_level_stage(false, false));
   return spec;
 }
 

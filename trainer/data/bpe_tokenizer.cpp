@@ -1,4 +1,5 @@
-// Byte-level BPE encoding and decoding (see bpe_tokenizer.h for the order of the steps).
+// BPE encoding and decoding, byte-level and SentencePiece-style (see bpe_tokenizer.h for the order
+// of the steps).
 //
 // Speed comes from three things: the pre-tokenizer regex is JIT-compiled PCRE2; each thread keeps
 // a cache from word bytes to ids (most words of a text repeat), so merges run once per distinct
@@ -180,17 +181,13 @@ class WordCache {
   size_t used_ = 0;
 };
 
-struct Segment {
-  uint32_t begin, end;
-  int32_t id;  // an added token's id, or -1 for text still to encode
-};
-
 struct ThreadState {
   uint64_t owner = 0;
   WordCache cache;
   std::vector<Segment> segments, segments2;
   std::vector<Piece> pieces, next;
-  std::string buffer;
+  std::string buffer, buffer2;      // pre-tokenizer stages that rewrite the text, alternately
+  std::string normalized, scratch;  // the normalizer's output and working space
   std::vector<int32_t> symbols;
   std::vector<uint32_t> ranks;
   std::vector<int32_t> merged;
@@ -222,117 +219,71 @@ const std::array<uint32_t, 256>& byte_to_unicode() {
   return table;
 }
 
-// Added tokens of one kind (normalized or not): leftmost-longest matching, as Aho-Corasick with
-// MatchKind::LeftmostLongest does in Hugging Face.
-class AddedMatcher {
- public:
-  void add(const BpeAddedToken& t) {
-    if (t.content.empty()) return;
-    tokens_.push_back(t);
+// Speed for SentencePiece-style words, which are whole texts when the pre-tokenizer does not split
+// (LLaMA-2, Mistral): no merge can join across a position where the space character c ("▁")
+// follows another character, if c has a token of its own (the symbol there starts with c) and every
+// merge whose right part starts with c has a left part made only of c (so only runs of spaces join
+// across). Merges on either side of such a position then never interact, and BPE on the parts gives
+// the ids BPE on the whole gives (the lowest-rank pair of the whole is the lowest of its part), so
+// the word is cut there and each part goes through the word cache. The unknown and byte-fallback
+// symbols agree too: c, having a token, ends any run of unknown characters. ignore_merges looks up
+// whole words, so it keeps them whole. Returns c, or "" when the vocabulary does not allow this.
+std::string word_boundary(const BpeSpec& spec, const std::unordered_map<std::string, int32_t>& by_string) {
+  if (spec.ignore_merges) return "";
+  std::string c = "\xe2\x96\x81";  // ▁, or the replacement the file uses for spaces
+  for (const auto& st : spec.pre_tokenizer)
+    if (st.kind == BpePreTokenizerStage::Kind::metaspace) c = st.replacement;
+  for (const auto& n : spec.normalizer)
+    if (n.kind == BpeNormalizerStage::Kind::replace && n.pattern == " " && !n.content.empty()) c = n.content;
+  if (!by_string.count(c)) return "";
+  for (const auto& [left, right] : spec.merges) {
+    if (right.compare(0, c.size(), c) != 0) continue;
+    for (size_t i = 0; i < left.size(); i += c.size())
+      if (left.compare(i, c.size(), c) != 0) return "";
   }
-  void finish() {
-    for (size_t i = 0; i < tokens_.size(); ++i) by_first_[uint8_t(tokens_[i].content[0])].push_back(uint32_t(i));
-    for (auto& v : by_first_)
-      std::stable_sort(v.begin(), v.end(),
-                       [&](uint32_t a, uint32_t b) { return tokens_[a].content.size() > tokens_[b].content.size(); });
-  }
-  bool empty() const { return tokens_.empty(); }
-  size_t size() const { return tokens_.size(); }
-
-  // Splits text[b, e) into added-token segments and the stretches between them (HF find_matches).
-  void split(std::string_view text, uint32_t b, uint32_t e, const RegexSplitter& word_char,
-             std::vector<Segment>& out) const {
-    if (tokens_.empty()) {
-      out.push_back({b, e, -1});
-      return;
-    }
-    std::string_view seg = text.substr(b, e - b);
-    uint32_t start_offset = 0, pos = 0, n = uint32_t(seg.size());
-    while (pos < n) {
-      uint32_t ms = 0, me = 0;
-      const BpeAddedToken* t = nullptr;
-      for (uint32_t p = pos; p < n && !t; ++p) {
-        for (uint32_t idx : by_first_[uint8_t(seg[p])]) {
-          const std::string& c = tokens_[idx].content;
-          if (c.size() <= n - p && std::memcmp(seg.data() + p, c.data(), c.size()) == 0) {
-            t = &tokens_[idx];
-            ms = p;
-            me = p + uint32_t(c.size());
-            break;
-          }
-        }
-      }
-      if (!t) break;
-      pos = me;
-      uint32_t start = ms, stop = me;
-      if (t->single_word) {
-        bool start_space = ms == 0 || !ends_with_word(seg.substr(0, ms), word_char);
-        bool stop_space = me == n || word_char.match_prefix(seg.substr(me)) <= 0;
-        if (!start_space || !stop_space) continue;
-      }
-      if (t->lstrip) start = std::max(white_space_start(seg, ms), start_offset);
-      if (t->rstrip) stop = white_space_end(seg, me);
-      if (start_offset < start) out.push_back({b + start_offset, b + start, -1});
-      out.push_back({b + start, b + stop, t->id});
-      start_offset = stop;
-    }
-    if (start_offset < n) out.push_back({b + start_offset, e, -1});
-  }
-
- private:
-  static bool ends_with_word(std::string_view s, const RegexSplitter& word_char) {
-    size_t i = s.size();
-    while (i > 0 && (uint8_t(s[i - 1]) & 0xC0) == 0x80) --i;  // back to the last character's lead byte
-    return i > 0 ? word_char.match_prefix(s.substr(i - 1)) > 0 : false;
-  }
-  // Start of the run of white space that ends at `end`.
-  static uint32_t white_space_start(std::string_view s, uint32_t end) {
-    uint32_t start = end;
-    while (start > 0) {
-      uint32_t i = start - 1;
-      while (i > 0 && (uint8_t(s[i]) & 0xC0) == 0x80) --i;
-      size_t k = i;
-      if (!is_unicode_white_space(utf8_next(s, k))) break;
-      start = i;
-    }
-    return start;
-  }
-  // End of the run of white space that starts at `begin`.
-  static uint32_t white_space_end(std::string_view s, uint32_t begin) {
-    size_t i = begin;
-    while (i < s.size()) {
-      size_t k = i;
-      if (!is_unicode_white_space(utf8_next(s, k))) break;
-      i = k;
-    }
-    return uint32_t(i);
-  }
-
-  std::vector<BpeAddedToken> tokens_;
-  std::array<std::vector<uint32_t>, 256> by_first_;
-};
+  return c;
+}
 
 struct BpeTokenizer::Impl {
   uint64_t instance = next_instance++;
+  bool byte_level = true;  // else SentencePiece-style: symbols are characters
+  // Byte-level: the symbol of each byte. SentencePiece-style: the token of each ASCII character
+  // (other characters are looked up in `vocab`).
   std::array<int32_t, 256> byte_id{};
+  std::array<int32_t, 256> byte_token_id{};  // SentencePiece-style: "<0xNN>" (-1: none, or no byte_fallback)
   MergeTable merges;
-  StringIdMap vocab;  // raw bytes -> id, for ignore_merges
+  StringIdMap vocab;  // raw bytes -> id: ignore_merges, and SentencePiece-style characters
   std::vector<std::string> id_bytes;
   std::vector<uint8_t> defined, special;
   bool ignore_merges = false;
+  bool byte_fallback = false;
   int32_t unk_id = -1;
   bool fuse_unk = false;
   AddedMatcher raw_added, normalized_added;
   struct Stage {
     std::unique_ptr<RegexSplitter> splitter;  // null: no split in this stage
     bool add_prefix_space = false;
+    bool metaspace = false;  // ' ' -> replacement, prepended as `prepend` says, split before each if `split`
+    std::string replacement;
+    BpePreTokenizerStage::Prepend prepend = BpePreTokenizerStage::Prepend::always;
+    bool split = false;
   };
   std::vector<Stage> stages;
+  std::vector<BpeNormalizerStage> normalizer;
+  std::vector<BpeDecoderStage> decoder;
+  bool has_decoder = false;
   std::unique_ptr<RegexSplitter> word_char;  // single_word checks: \w as Rust's regex crate has it
+  // SentencePiece-style: a word may be encoded in parts cut before each `boundary` character that
+  // follows another character (see word_boundary()); empty: never.
+  std::string boundary;
   std::string summary;
 
-  void encode_segment(std::string_view text, uint32_t b, uint32_t e, std::vector<int32_t>& ids, ThreadState& ts) const;
+  void encode_segment(std::string_view text, uint32_t b, uint32_t e, bool at_origin, std::vector<int32_t>& ids,
+                      ThreadState& ts) const;
+  void metaspace_stage(const Stage& st, bool at_origin, std::string_view& cur, ThreadState& ts) const;
   void encode_word(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const;
+  void char_symbols(std::string_view w, std::vector<int32_t>& sym) const;
+  void encode_word_whole(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const;
   void merge_small(ThreadState& ts) const;
   void merge_large(ThreadState& ts) const;
 };
@@ -341,6 +292,8 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
     : Tokenizer(std::move(source)), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   const std::string& origin = this->source().origin;
+  m.byte_level = std::any_of(spec.pre_tokenizer.begin(), spec.pre_tokenizer.end(),
+                             [](const auto& st) { return st.kind == BpePreTokenizerStage::Kind::byte_level; });
   const auto& b2u = byte_to_unicode();
   std::unordered_map<uint32_t, uint8_t> u2b;
   for (int b = 0; b < 256; ++b) u2b[b2u[b]] = uint8_t(b);
@@ -372,6 +325,12 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
     if (m.defined[id])
       throw Error(fmt::format("{}: id {} is given to two tokens ({:?} and another)", origin, id, s),
                   "the vocabulary must map each id to one token");
+    if (!m.byte_level) {  // SentencePiece-style: the token is its text
+      raw_entries.emplace_back(s, id);
+      m.id_bytes[id] = s;
+      m.defined[id] = 1;
+      continue;
+    }
     std::string raw;
     bool byte_level = true;
     for (size_t i = 0; i < s.size();) {
@@ -392,10 +351,23 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
   m.vocab.build(raw_entries);
   for (int b = 0; b < 256; ++b) {
     std::string ch;
-    utf8_append(ch, b2u[b]);
-    auto it = by_string.find(ch);
+    if (m.byte_level)
+      utf8_append(ch, b2u[b]);
+    else if (b < 0x80)
+      ch.push_back(char(b));  // SentencePiece-style: ASCII characters; a byte >= 0x80 is never a character
+    auto it = ch.empty() ? by_string.end() : by_string.find(ch);
     m.byte_id[b] = it == by_string.end() ? -1 : it->second;
+    auto bt = spec.byte_fallback ? by_string.find(fmt::format("<0x{:02X}>", b)) : by_string.end();
+    m.byte_token_id[b] = bt == by_string.end() ? -1 : bt->second;
   }
+  const int missing_bytes = int(std::count(m.byte_id.begin(), m.byte_id.end(), -1));
+  const int byte_tokens = int(256 - std::count(m.byte_token_id.begin(), m.byte_token_id.end(), -1));
+  if (m.byte_level && spec.byte_fallback && missing_bytes > 0)
+    throw Error(fmt::format("{}: not supported yet: byte_fallback in a byte-level BPE whose vocabulary lacks {} of "
+                            "the 256 byte symbols",
+                            origin, missing_bytes),
+                "byte-level BPE has a symbol for every byte; byte_fallback belongs to SentencePiece-style files");
+  m.byte_fallback = spec.byte_fallback;
 
   // Merges by rank.
   std::vector<std::pair<uint64_t, MergeTable::Entry>> merge_entries;
@@ -412,6 +384,7 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
   }
   m.merges.build(merge_entries);
   m.ignore_merges = spec.ignore_merges;
+  m.boundary = word_boundary(spec, by_string);
   m.fuse_unk = spec.fuse_unk;
   if (spec.unk_token) {
     auto it = by_string.find(*spec.unk_token);
@@ -420,13 +393,20 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
     m.unk_id = it->second;
   }
 
-  // Added tokens: decoded as their text; special ones flagged.
+  // Added tokens: decoded as their text; special ones flagged. Those with normalized=true are
+  // matched in normalized text, so their contents are normalized too (and decode so, as in HF).
+  m.normalizer = spec.normalizer;
   for (const auto& t : spec.added) {
     if (t.content.empty()) continue;
-    m.id_bytes[t.id] = t.content;
+    BpeAddedToken matched = t;
+    if (t.normalized && !m.normalizer.empty()) {
+      std::string scratch;
+      normalize_text(m.normalizer, t.content, matched.content, scratch);
+    }
+    m.id_bytes[t.id] = matched.content;
     m.defined[t.id] = 1;
     if (t.special) m.special[t.id] = 1;
-    (t.normalized ? m.normalized_added : m.raw_added).add(t);
+    (t.normalized ? m.normalized_added : m.raw_added).add(matched);
   }
   m.raw_added.finish();
   m.normalized_added.finish();
@@ -446,26 +426,48 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec, TokenizerSource source)
   std::string pre;
   for (const auto& st : spec.pre_tokenizer) {
     Impl::Stage s;
+    if (!pre.empty()) pre += " + ";
     if (st.kind == BpePreTokenizerStage::Kind::split) {
       s.splitter = std::make_unique<RegexSplitter>(st.pattern, origin);
-      pre += fmt::format("{}split /{}/", pre.empty() ? "" : " + ", st.pattern);
+      pre += fmt::format("split /{}/", st.pattern);
+    } else if (st.kind == BpePreTokenizerStage::Kind::metaspace) {
+      s.metaspace = true;
+      s.replacement = st.replacement;
+      s.prepend = st.prepend;
+      s.split = st.split;
+      const char* when[] = {"always", "first", "never"};
+      pre += fmt::format("metaspace {:?} (prepend {}{})", st.replacement, when[int(st.prepend)],
+                         st.split ? ", split" : "");
     } else {
       s.add_prefix_space = st.add_prefix_space;
       if (st.use_regex) s.splitter = std::make_unique<RegexSplitter>(kGpt2Pattern, origin);
-      pre += fmt::format("{}byte-level{}{}", pre.empty() ? "" : " + ", st.use_regex ? " with GPT-2 regex" : "",
+      pre += fmt::format("byte-level{}{}", st.use_regex ? " with GPT-2 regex" : "",
                          st.add_prefix_space ? " and prefix space" : "");
     }
     m.stages.push_back(std::move(s));
   }
-  int missing_bytes = int(std::count(m.byte_id.begin(), m.byte_id.end(), -1));
+  m.decoder = spec.decoder;
+  m.has_decoder = spec.has_decoder;
+
+  std::string norm;
+  for (const auto& n : spec.normalizer)
+    norm += fmt::format("{}{}", norm.empty() ? "" : " + ",
+                        n.kind == BpeNormalizerStage::Kind::prepend
+                            ? fmt::format("prepend {:?}", n.content)
+                            : fmt::format("replace {:?} by {:?}", n.pattern, n.content));
+  std::string extras;
+  if (spec.ignore_merges) extras += ", whole-word vocabulary lookup first (ignore_merges)";
+  if (m.byte_level && missing_bytes)
+    extras += fmt::format(", {} byte values missing from the vocabulary ({})", missing_bytes,
+                          m.unk_id >= 0 ? "encoded as unk" : "dropped, as Hugging Face does");
+  if (!m.byte_level && m.byte_fallback) extras += fmt::format(", byte fallback ({} of 256 <0xNN> tokens)", byte_tokens);
+  if (!m.byte_level && m.unk_id >= 0)
+    extras += fmt::format(", unknown characters as {}{}", m.id_bytes[m.unk_id], m.fuse_unk ? " (fused)" : "");
   m.summary = fmt::format(
-      "byte-level BPE from {} ({}): {} ids, {} merges, {} added tokens, end of document {}, pre-tokenizer: {}{}{}",
-      origin, spec.format, vocab_size_, spec.merges.size(), spec.added.size(),
-      eod_id_ >= 0 ? fmt::format("{}={}", m.id_bytes[eod_id_], eod_id_) : std::string("none"), pre,
-      spec.ignore_merges ? ", whole-word vocabulary lookup first (ignore_merges)" : "",
-      missing_bytes ? fmt::format(", {} byte values missing from the vocabulary ({})", missing_bytes,
-                                  m.unk_id >= 0 ? "encoded as unk" : "dropped, as Hugging Face does")
-                    : "");
+      "{} BPE from {} ({}): {} ids, {} merges, {} added tokens, end of document {}, {}pre-tokenizer: {}{}",
+      m.byte_level ? "byte-level" : "SentencePiece-style", origin, spec.format, vocab_size_, spec.merges.size(),
+      spec.added.size(), eod_id_ >= 0 ? fmt::format("{}={}", m.id_bytes[eod_id_], eod_id_) : std::string("none"),
+      norm.empty() ? "" : "normalizer: " + norm + ", ", pre.empty() ? "none" : pre, extras);
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
@@ -481,45 +483,58 @@ void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& id
   size_t bad = utf8_invalid_offset(text);
   if (bad != std::string_view::npos)
     throw Error(fmt::format("invalid UTF-8 at byte {} (0x{:02x})", bad, uint8_t(text[bad])),
-                "byte-level BPE encodes UTF-8 text: fix the input, skip it (prep --skip-bad), or use the byte "
-                "tokenizer");
+                "BPE encodes UTF-8 text: fix the input, skip it (prep --skip-bad), or use the byte tokenizer");
   const Impl& m = *impl_;
   ThreadState& ts = thread_state(m.instance);
   auto& segs = ts.segments;
+  auto& sub = ts.segments2;
   segs.clear();
   m.raw_added.split(text, 0, uint32_t(text.size()), *m.word_char, segs);
-  if (!m.normalized_added.empty()) {
-    auto& segs2 = ts.segments2;
-    segs2.clear();
-    for (const Segment& s : segs) {
-      if (s.id >= 0)
-        segs2.push_back(s);
-      else
-        m.normalized_added.split(text, s.begin, s.end, *m.word_char, segs2);
-    }
-    std::swap(segs, segs2);
-  }
-  for (size_t i = 0; i < segs.size(); ++i) {
-    const Segment s = segs[i];
-    if (s.id >= 0)
+  for (const Segment& s : segs) {
+    if (s.id >= 0) {
       ids.push_back(s.id);
-    else if (s.end > s.begin)
-      m.encode_segment(text, s.begin, s.end, ids, ts);
+      continue;
+    }
+    if (s.end == s.begin) continue;
+    // Normalized (into ts.normalized when there is a normalizer), then its added tokens cut out.
+    std::string_view part = text;
+    uint32_t b = s.begin, e = s.end;
+    if (!m.normalizer.empty()) {
+      normalize_text(m.normalizer, text.substr(b, e - b), ts.normalized, ts.scratch);
+      part = ts.normalized;
+      b = 0;
+      e = uint32_t(part.size());
+    }
+    sub.clear();
+    m.normalized_added.split(part, b, e, *m.word_char, sub);
+    for (const Segment& t : sub) {
+      if (t.id >= 0)
+        ids.push_back(t.id);
+      else if (t.end > t.begin)  // at the text's first byte: what Metaspace's prepend_scheme "first" asks
+        m.encode_segment(part, t.begin, t.end, s.begin == 0 && t.begin == b, ids, ts);
+    }
   }
 }
 
-void BpeTokenizer::Impl::encode_segment(std::string_view text, uint32_t b, uint32_t e, std::vector<int32_t>& ids,
-                                        ThreadState& ts) const {
+// The buffer a stage that rewrites the text writes into: not the one `cur` is in.
+static std::string& rewrite_buffer(std::string_view cur, ThreadState& ts) {
+  std::string& out = cur.data() == ts.buffer.data() ? ts.buffer2 : ts.buffer;
+  out.clear();
+  return out;
+}
+
+void BpeTokenizer::Impl::encode_segment(std::string_view text, uint32_t b, uint32_t e, bool at_origin,
+                                        std::vector<int32_t>& ids, ThreadState& ts) const {
   std::string_view cur = text;
   auto& pieces = ts.pieces;
   auto& next = ts.next;
   pieces.clear();
   pieces.push_back({b, e});
   for (const Stage& st : stages) {
+    if (st.metaspace) metaspace_stage(st, at_origin, cur, ts);
     if (st.add_prefix_space) {
       // Each piece gets a leading space unless it has one; pieces move into the buffer.
-      std::string& buf = ts.buffer;
-      buf.clear();
+      std::string& buf = rewrite_buffer(cur, ts);
       next.clear();
       for (const Piece& p : pieces) {
         if (p.end == p.begin) continue;
@@ -543,8 +558,60 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, uint32_t b, uint3
     if (p.end > p.begin) encode_word(cur.substr(p.begin, p.end - p.begin), ids, ts);
 }
 
+// Metaspace: in each piece ' ' becomes the replacement, which is also put in front of the piece
+// (always; only at the text's start for "first"; never) unless it starts with one; with `split`, a
+// new piece starts at every replacement (Hugging Face's MergedWithNext).
+void BpeTokenizer::Impl::metaspace_stage(const Stage& st, bool at_origin, std::string_view& cur,
+                                         ThreadState& ts) const {
+  using Prepend = BpePreTokenizerStage::Prepend;
+  auto& pieces = ts.pieces;
+  auto& next = ts.next;
+  std::string& buf = rewrite_buffer(cur, ts);
+  const std::string_view rep = st.replacement;
+  next.clear();
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[k];
+    if (p.end == p.begin) continue;
+    const std::string_view piece = cur.substr(p.begin, p.end - p.begin);
+    const uint32_t start = uint32_t(buf.size());
+    const bool starts_with_rep = piece[0] == ' ' || piece.substr(0, rep.size()) == rep;
+    if (!starts_with_rep && (st.prepend == Prepend::always || (st.prepend == Prepend::first && k == 0 && at_origin)))
+      buf += rep;
+    replace_all(piece, " ", rep, kMaxTextBytes, "Metaspace pre-tokenizer", buf);
+    const uint32_t end = uint32_t(buf.size());
+    if (!st.split) {
+      next.push_back({start, end});
+      continue;
+    }
+    uint32_t from = start;
+    const std::string_view all = buf;
+    for (size_t at = all.find(rep, start); at != std::string_view::npos && at < end;
+         at = all.find(rep, at + rep.size())) {
+      if (at > from) next.push_back({from, uint32_t(at)});
+      from = uint32_t(at);
+    }
+    if (end > from) next.push_back({from, end});
+  }
+  std::swap(pieces, next);
+  cur = buf;
+}
+
 void BpeTokenizer::Impl::encode_word(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const {
-  if (w.size() == 1) {
+  if (boundary.empty() || w.size() <= kMaxCachedWord / 4) return encode_word_whole(w, ids, ts);
+  // Parts cut before each boundary character that follows another character (see word_boundary).
+  const std::string_view c = boundary;
+  size_t from = 0;
+  for (size_t at = w.find(c, 1); at != std::string_view::npos; at = w.find(c, at + c.size())) {
+    if (at > from && (at < c.size() || w.compare(at - c.size(), c.size(), c) != 0)) {
+      encode_word_whole(w.substr(from, at - from), ids, ts);
+      from = at;
+    }
+  }
+  encode_word_whole(w.substr(from), ids, ts);
+}
+
+void BpeTokenizer::Impl::encode_word_whole(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const {
+  if (w.size() == 1 && (byte_level || byte_id[uint8_t(w[0])] >= 0)) {
     int32_t id = byte_id[uint8_t(w[0])];
     if (id >= 0)
       ids.push_back(id);
@@ -566,13 +633,17 @@ void BpeTokenizer::Impl::encode_word(std::string_view w, std::vector<int32_t>& i
   }
   auto& sym = ts.symbols;
   sym.clear();
-  for (char c : w) {
-    int32_t id = byte_id[uint8_t(c)];
-    if (id >= 0) {
-      sym.push_back(id);
-    } else if (unk_id >= 0) {
-      if (!(fuse_unk && !sym.empty() && sym.back() == unk_id)) sym.push_back(unk_id);
-    }  // else: dropped, as Hugging Face does without an unk token
+  if (!byte_level) {
+    char_symbols(w, sym);
+  } else {
+    for (char c : w) {
+      int32_t id = byte_id[uint8_t(c)];
+      if (id >= 0) {
+        sym.push_back(id);
+      } else if (unk_id >= 0) {
+        if (!(fuse_unk && !sym.empty() && sym.back() == unk_id)) sym.push_back(unk_id);
+      }  // else: dropped, as Hugging Face does without an unk token
+    }
   }
   if (sym.size() <= 64)
     merge_small(ts);
@@ -580,6 +651,31 @@ void BpeTokenizer::Impl::encode_word(std::string_view w, std::vector<int32_t>& i
     merge_large(ts);
   if (w.size() <= kMaxCachedWord) ts.cache.insert(w, h, sym.data(), sym.size());
   ids.insert(ids.end(), sym.begin(), sym.end());
+}
+
+// SentencePiece-style symbols, as Hugging Face's BPE::merge_word makes them: each character's token;
+// else (byte_fallback) the "<0xNN>" tokens of all its bytes when every one exists; else the unknown
+// token, which waits in `pending` until a character with a token comes (fuse_unk: one for a run). A
+// pending unknown token is not written before byte tokens (Hugging Face writes them first too).
+void BpeTokenizer::Impl::char_symbols(std::string_view w, std::vector<int32_t>& sym) const {
+  bool pending = false;
+  for (size_t i = 0; i < w.size();) {
+    const size_t len = std::min<size_t>(utf8_sequence_length(uint8_t(w[i])), w.size() - i);
+    const int32_t id = len == 1 ? byte_id[uint8_t(w[i])] : vocab.find(w.substr(i, len));
+    if (id >= 0) {
+      if (pending) sym.push_back(unk_id);
+      pending = false;
+      sym.push_back(id);
+    } else if (byte_fallback && std::all_of(w.begin() + i, w.begin() + i + len,
+                                            [&](char c) { return byte_token_id[uint8_t(c)] >= 0; })) {
+      for (size_t k = i; k < i + len; ++k) sym.push_back(byte_token_id[uint8_t(w[k])]);
+    } else if (unk_id >= 0) {
+      if (pending && !fuse_unk) sym.push_back(unk_id);
+      pending = true;
+    }  // else: dropped, as Hugging Face does without an unk token
+    i += len;
+  }
+  if (pending) sym.push_back(unk_id);
 }
 
 // Short words: rescan for the lowest-ranked pair (leftmost on ties), merge it, repeat.
@@ -667,15 +763,19 @@ void BpeTokenizer::Impl::merge_large(ThreadState& ts) const {
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   const Impl& m = *impl_;
   std::string out;
+  std::vector<std::string> tokens;  // SentencePiece-style: the decoder chain works on the token strings
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_ || !m.defined[id])
       throw Error(fmt::format("cannot decode token id {}: {}", id,
                               id < 0 || id >= vocab_size_ ? fmt::format("outside [0, {})", vocab_size_)
                                                           : std::string("no token has this id")),
                   "ids must come from this tokenizer (" + source().origin + ")");
-    out += m.id_bytes[id];
+    if (m.byte_level)
+      out += m.id_bytes[id];
+    else
+      tokens.push_back(m.id_bytes[id]);
   }
-  return out;
+  return m.byte_level ? out : decode_token_strings(m.decoder, m.has_decoder, std::move(tokens));
 }
 
 }  // namespace llmtrain::trainer

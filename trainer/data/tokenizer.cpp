@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,26 @@ namespace {
 constexpr const char* kTokenizerHint =
     "data.tokenizer / --tokenizer takes \"byte\", a Hugging Face tokenizer.json, GPT-2's vocab.json (with "
     "merges.txt beside it), or a directory holding one of those";
+
+// SentencePiece's tokenizer.model is not read (docs/data.md says why): every model that ships one on
+// the Hugging Face Hub has the equivalent tokenizer.json beside it, or transformers makes one.
+[[noreturn]] void refuse_sentencepiece_model(const fs::path& model) {
+  const fs::path json = model.parent_path() / "tokenizer.json";
+  std::error_code ec;
+  if (fs::exists(json, ec))
+    throw Error(fmt::format("{}: SentencePiece .model files are not read; the tokenizer.json beside it is the same "
+                            "tokenizer",
+                            model.string()),
+                fmt::format("use {} (or the directory {})", json.string(), model.parent_path().string()));
+  const std::string dir = model.parent_path().empty() ? "." : model.parent_path().string();
+  throw Error(
+      fmt::format("{}: SentencePiece .model files are not read, and there is no tokenizer.json beside it",
+                  model.string()),
+      fmt::format("make the tokenizer.json with transformers (it needs the sentencepiece and protobuf packages): "
+                  "python3 -c \"from transformers import AutoTokenizer; "
+                  "AutoTokenizer.from_pretrained('{0}').save_pretrained('{0}')\"",
+                  dir));
+}
 
 class ByteTokenizer final : public Tokenizer {
  public:
@@ -100,9 +121,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
     if (fs::exists(path / "tokenizer.json")) return load_hf_json(path / "tokenizer.json");
     if (fs::exists(path / "vocab.json") && fs::exists(path / "merges.txt"))
       return load_gpt2_pair(path / "vocab.json", path / "merges.txt");
-    if (fs::exists(path / "tokenizer.model"))
-      throw Error(fmt::format("{}: not supported yet: SentencePiece tokenizer.model", spec),
-                  "llmtrain supports byte-level BPE (a tokenizer.json of GPT-2/LLaMA-3 style)");
+    if (fs::exists(path / "tokenizer.model")) refuse_sentencepiece_model(path / "tokenizer.model");
     throw Error(fmt::format("{}: a directory without tokenizer.json or vocab.json + merges.txt", spec), kTokenizerHint);
   }
   if (!fs::exists(path, ec))
@@ -116,9 +135,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
           kTokenizerHint);
     return load_gpt2_pair(vocab, path);
   }
-  if (path.extension() == ".model")
-    throw Error(fmt::format("{}: not supported yet: SentencePiece .model files", spec),
-                "llmtrain supports byte-level BPE (a tokenizer.json of GPT-2/LLaMA-3 style)");
+  if (path.extension() == ".model") refuse_sentencepiece_model(path);
   if (is_hf_json(path)) return load_hf_json(path);
   fs::path merges = path.parent_path() / "merges.txt";
   if (!fs::exists(merges))
@@ -156,6 +173,19 @@ std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(std::string_view kind, std:
   throw Error(
       fmt::format("{}: unknown tokenizer kind {:?}", origin, std::string(kind)),
       fmt::format("known kinds: {}, {}, {}", kTokenizerKindByte, kTokenizerKindHfJson, kTokenizerKindGpt2Files));
+}
+
+DecodeStream::DecodeStream(const Tokenizer& tokenizer, std::vector<int32_t> context)
+    : tokenizer_(tokenizer), ids_(std::move(context)), done_(tokenizer_.decode(ids_).size()) {}
+
+std::string DecodeStream::next(int32_t id) {
+  ids_.push_back(id);
+  std::string text = tokenizer_.decode(ids_);
+  // Every decoder chain we implement only appends to the text of a sequence it extends; should one
+  // not, nothing is taken back (what was printed stays printed).
+  std::string added = text.size() > done_ ? text.substr(done_) : std::string();
+  done_ = std::max(done_, text.size());
+  return added;
 }
 
 }  // namespace llmtrain::trainer

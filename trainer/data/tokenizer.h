@@ -1,14 +1,17 @@
 // Tokenizers: text <-> token ids, for `llmtrain prep` (documents -> indexed dataset), for
 // `model.vocab: auto`, and for generation (prompt in, ids out, ids back to text).
 //
-// Two kinds today (docs/data.md says exactly what each accepts):
+// The kinds (docs/data.md says exactly what each accepts):
 //  - "byte": ids 0..255 are the bytes of the text, 256 is <|endoftext|> (end of document). No
 //    files. Any bytes are accepted, valid UTF-8 or not.
 //  - byte-level BPE from a Hugging Face tokenizer.json (GPT-2, LLaMA-3, most current models) or
 //    from GPT-2's vocab.json + merges.txt: pre-tokenizer regex (PCRE2), merges by rank, added and
-//    special tokens. Ids are those of Hugging Face `tokenizers` (tests/trainer/test_tokenizer_parity
-//    checks this). Other tokenizer files (SentencePiece/Metaspace, Unigram, WordPiece, normalizers)
-//    are refused with "not supported yet".
+//    special tokens;
+//  - SentencePiece-style BPE from a tokenizer.json (LLaMA-2, Mistral, Mixtral): byte fallback,
+//    Metaspace, the Prepend/Replace normalizers and the decoders these files use.
+//  Ids are those of Hugging Face `tokenizers` (tests/trainer/data/test_tokenizer_parity checks
+//  this). Other tokenizer files (Unigram, WordPiece, other normalizers) are refused with "not
+//  supported yet"; SentencePiece's own tokenizer.model with a pointer to the tokenizer.json.
 //
 // Rules a reader could get wrong:
 //  - encode() never adds BOS/EOS or applies the file's post-processor: it returns the ids of the
@@ -17,8 +20,11 @@
 //    Hugging Face does by default; the byte tokenizer has no such matching (bytes are bytes).
 //  - A Tokenizer is immutable after loading; encode/decode may be called from many threads.
 //  - decode() returns bytes, not necessarily valid UTF-8 (a prefix of a multi-byte character is a
-//    valid thing for a model to generate): decode(encode(t)) == t for every text t the tokenizer
-//    accepts.
+//    valid thing for a model to generate). Byte-level: decode(encode(t)) == t for every text t the
+//    tokenizer accepts. SentencePiece-style: what Hugging Face's decode gives (its decoder drops
+//    the space the encoder put in front), which is t except around added tokens.
+//  - decode([id]) is not the next piece of a text for SentencePiece-style tokenizers (the first
+//    token's leading space goes): stream with DecodeStream.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +96,22 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec_or_path);
 // `origin` names the bytes in error messages ("checkpoint runs/x/ckpt/step_00000100").
 std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(std::string_view kind, std::string_view bytes,
                                                      std::string_view origin);
+
+// Text as ids arrive (streaming generation): next(id) is what decode(ids so far + id) adds to
+// decode(ids so far). Decodes the whole sequence each time (linear in its length), which is what
+// makes it right for every decoder chain.
+class DecodeStream {
+ public:
+  // `context`: the ids before the first next() (the prompt), whose text is not returned.
+  DecodeStream(const Tokenizer& tokenizer, std::vector<int32_t> context);
+  // Throws llmtrain::Error as Tokenizer::decode does.
+  std::string next(int32_t id);
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::vector<int32_t> ids_;
+  size_t done_ = 0;  // bytes of decode(ids_) returned, or in the context
+};
 
 // The byte tokenizer's layout.
 inline constexpr int32_t kByteVocabSize = 257;

@@ -1,6 +1,8 @@
-// Tokenizers without the Python oracle: the byte tokenizer, a hand-made BPE whose ids are worked
-// out by hand from GPT-2's algorithm, the ways to point at tokenizer files, and the refusals
-// (unsupported kinds, broken files, invalid UTF-8, unknown ids) with messages naming the file.
+// Tokenizers without the Python oracle: the byte tokenizer, hand-made BPEs (byte-level and
+// SentencePiece-style) whose ids are worked out by hand from the algorithms, the decoder steps on
+// the examples Hugging Face's give, the ways to point at tokenizer files, and the refusals
+// (unsupported kinds, broken or hostile files, invalid UTF-8, unknown ids) with messages naming the
+// file.
 // tests/trainer/data/test_tokenizer_parity.cpp checks real BPEs against Hugging Face.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "trainer/data/bpe_decoder.h"
+#include "trainer/data/bpe_normalizer.h"
 #include "trainer/data/bpe_tokenizer.h"
 #include "trainer/data/regex_splitter.h"
 #include "trainer/data/tokenizer.h"
@@ -70,6 +74,43 @@ json tiny_bpe() {
   return j;
 }
 
+// LLaMA-2's layout in miniature: <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF> (ids 3..258),
+// then "▁" 259, "a" 260, "b" 261, "▁a" 262, "ab" 263, "▁ab" 264; merges (▁ a), (a b), (▁a b);
+// byte_fallback, fuse_unk, </s> special; pre-tokenizer Metaspace (first, no split) and LLaMA-2's
+// decoder.
+const std::string kSpace = "\xe2\x96\x81";  // ▁
+json tiny_sp() {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
+  int id = 259;
+  for (const std::string& t :
+       {kSpace, std::string("a"), std::string("b"), kSpace + "a", std::string("ab"), kSpace + "ab"})
+    vocab[t] = id++;
+  json j;
+  j["added_tokens"] = json::array();
+  for (int i = 0; i < 3; ++i)
+    j["added_tokens"].push_back({{"id", i},
+                                 {"content", std::vector<std::string>{"<unk>", "<s>", "</s>"}[size_t(i)]},
+                                 {"normalized", false},
+                                 {"special", true}});
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kSpace}, {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders",
+                   {{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}},
+                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  j["model"] = {
+      {"type", "BPE"},
+      {"unk_token", "<unk>"},
+      {"fuse_unk", true},
+      {"byte_fallback", true},
+      {"vocab", vocab},
+      {"merges", json::array({json::array({kSpace, "a"}), json::array({"a", "b"}), json::array({kSpace + "a", "b"})})}};
+  return j;
+}
+
 class TokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -83,6 +124,22 @@ class TokenizerTest : public ::testing::Test {
     fs::create_directories(p.parent_path());
     std::ofstream(p, std::ios::binary) << text;
     return p.string();
+  }
+  // Each case edits `base`; loading the result must fail with an error that says `says` and names the file.
+  struct RefusalCase {
+    const char* name;
+    std::function<void(json&)> edit;
+    const char* says;
+  };
+  void expect_refused(const json& base, const std::vector<RefusalCase>& cases) {
+    for (const auto& c : cases) {
+      json j = base;
+      c.edit(j);
+      std::string path = write(std::string(c.name) + ".json", j.dump());
+      std::string msg = error_of([&] { load_tokenizer(path); });
+      EXPECT_NE(msg.find(c.says), std::string::npos) << c.name << ": " << msg;
+      EXPECT_NE(msg.find(path), std::string::npos) << c.name << " must name the file: " << msg;
+    }
   }
   fs::path dir_;
 };
@@ -178,60 +235,81 @@ TEST_F(TokenizerTest, FindsFilesByDirectoryVocabOrMerges) {
 }
 
 TEST_F(TokenizerTest, OtherKindsAreRefusedAsNotSupportedYet) {
-  struct Case {
-    const char* name;
-    std::function<void(json&)> edit;
-    const char* says;
-  };
-  std::vector<Case> cases = {
-      {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, "not supported yet: WordPiece tokenizer model"},
-      {"unigram",
-       [](json& j) {
-         j["model"] = {{"type", "Unigram"}, {"vocab", json::array()}};
-       },
-       "not supported yet: Unigram tokenizer model"},
-      {"metaspace",
-       [](json& j) {
-         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
-       },
-       "not supported yet: the Metaspace pre-tokenizer"},
-      {"normalizer",
-       [](json& j) {
-         j["normalizer"] = {{"type", "NFC"}};
-       },
-       "not supported yet: the NFC normalizer"},
-      {"byte_fallback", [](json& j) { j["model"]["byte_fallback"] = true; },
-       "not supported yet: BPE with byte_fallback"},
-      {"no_byte_level", [](json& j) { j["pre_tokenizer"] = nullptr; },
-       "not supported yet: a BPE tokenizer without a ByteLevel"},
-      {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, "not supported yet: BPE dropout"},
-      {"split_removed",
-       [](json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"},
-                               {"pretokenizers",
-                                {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}},
-                                 {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-       },
-       "not supported yet: Split pre-tokenizer with behavior Removed"},
-      {"bad_merge", [](json& j) { j["model"]["merges"].push_back("x zz"); }, "token \"zz\" is not in the vocabulary"},
-      {"decoder",
-       [](json& j) {
-         j["decoder"] = {{"type", "WordPiece"}};
-       },
-       "not supported yet: the WordPiece decoder"},
-  };
-  for (const auto& c : cases) {
-    json j = tiny_bpe();
-    c.edit(j);
-    std::string path = write(std::string(c.name) + ".json", j.dump());
-    std::string msg = error_of([&] { load_tokenizer(path); });
-    EXPECT_NE(msg.find(c.says), std::string::npos) << c.name << ": " << msg;
-    EXPECT_NE(msg.find(path), std::string::npos) << c.name << " must name the file: " << msg;
-  }
+  expect_refused(
+      tiny_bpe(),
+      {
+          {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; },
+           "not supported yet: WordPiece tokenizer model"},
+          {"unigram",
+           [](json& j) {
+             j["model"] = {{"type", "Unigram"}, {"vocab", json::array()}};
+           },
+           "not supported yet: Unigram tokenizer model"},
+          {"normalizer",
+           [](json& j) {
+             j["normalizer"] = {{"type", "NFC"}};
+           },
+           "not supported yet: the NFC normalizer"},
+          {"byte_fallback",
+           [](json& j) {
+             j["model"]["vocab"].erase("\xc4\xa0");
+             j["model"]["byte_fallback"] = true;
+           },
+           "not supported yet: byte_fallback in a byte-level BPE whose vocabulary lacks 1 of the 256 byte symbols"},
+          {"no_byte_level", [](json& j) { j["pre_tokenizer"] = nullptr; },
+           "not supported yet: the ByteLevel decoder in a BPE without the ByteLevel pre-tokenizer"},
+          {"metaspace_and_byte_level",
+           [](json& j) {
+             j["pre_tokenizer"] = {{"type", "Sequence"},
+                                   {"pretokenizers", {{{"type", "Metaspace"}}, j["pre_tokenizer"]}}};
+           },
+           "not supported yet: Metaspace and ByteLevel pre-tokenizers together"},
+          {"replace_regex",
+           [](json& j) {
+             j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}};
+           },
+           "not supported yet: the Replace normalizer with a Regex pattern"},
+          {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, "not supported yet: BPE dropout"},
+          {"split_removed",
+           [](json& j) {
+             j["pre_tokenizer"] = {{"type", "Sequence"},
+                                   {"pretokenizers",
+                                    {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}},
+                                     {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+           },
+           "not supported yet: Split pre-tokenizer with behavior Removed"},
+          {"bad_merge", [](json& j) { j["model"]["merges"].push_back("x zz"); },
+           "token \"zz\" is not in the vocabulary"},
+          {"decoder",
+           [](json& j) {
+             j["decoder"] = {{"type", "WordPiece"}};
+           },
+           "not supported yet: the WordPiece decoder"},
+      });
+  // SentencePiece's tokenizer.model: not read; the error points at the tokenizer.json beside it, or
+  // says how to make one.
   std::string sp = write("sp/tokenizer.model", "\x0a\x0b binary");
-  EXPECT_NE(error_of([&] { load_tokenizer(sp); }).find("not supported yet: SentencePiece"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_tokenizer((dir_ / "sp").string()); }).find("not supported yet: SentencePiece"),
+  auto message_and_hint = [&] {
+    try {
+      load_tokenizer(sp);
+    } catch (const Error& e) {
+      return std::string(e.what()) + "\nhint: " + e.hint();
+    }
+    return std::string("(no error)");
+  };
+  std::string msg = message_and_hint();
+  EXPECT_NE(msg.find("SentencePiece .model files are not read, and there is no tokenizer.json beside it"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("AutoTokenizer.from_pretrained('" + (dir_ / "sp").string() + "').save_pretrained("),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(error_of([&] { load_tokenizer((dir_ / "sp").string()); }).find("SentencePiece .model files are not read"),
             std::string::npos);
+  write("sp/tokenizer.json", tiny_sp().dump());
+  msg = message_and_hint();
+  EXPECT_NE(msg.find("use " + (dir_ / "sp/tokenizer.json").string()), std::string::npos) << msg;
+  EXPECT_EQ(load_tokenizer((dir_ / "sp").string())->vocab_size(), 265) << "a directory prefers its tokenizer.json";
   std::string bad = write("broken.json", "{\"model\": {");
   EXPECT_NE(error_of([&] { load_tokenizer(bad); }).find("is not valid JSON"), std::string::npos);
   EXPECT_NE(error_of([&] { load_tokenizer((dir_ / "nothing.json").string()); }).find("cannot read tokenizer file"),
@@ -247,6 +325,205 @@ TEST_F(TokenizerTest, DecodeRefusesIdsWithoutToken) {
   EXPECT_EQ(t->vocab_size(), 301);
   EXPECT_NE(error_of([&] { t->decode(std::vector<int32_t>{270}); }).find("no token has this id"), std::string::npos);
   EXPECT_NE(error_of([&] { t->decode(std::vector<int32_t>{-1}); }).find("outside [0, 301)"), std::string::npos);
+}
+
+// The ids of tiny_sp(), by hand. "ab ab" is "▁ab▁ab" (Metaspace: ' ' -> ▁, ▁ in front of the text):
+// symbols ▁ a b ▁ a b; (▁ a) has rank 0, leftmost first: ▁a b ▁ a b, then ▁a b ▁a b; (a b) no
+// longer occurs; (▁a b) twice: ▁ab ▁ab = 264 264.
+TEST_F(TokenizerTest, HandMadeSentencePieceBpe) {
+  std::string path = write("tokenizer.json", tiny_sp().dump());
+  auto t = load_tokenizer(path);
+  EXPECT_EQ(t->vocab_size(), 265);
+  EXPECT_EQ(t->eod_id(), 2);
+  EXPECT_EQ(t->encode("ab ab"), (std::vector<int32_t>{264, 264}));
+  EXPECT_EQ(t->decode(std::vector<int32_t>{264, 264}), "ab ab");  // "▁ab▁ab" -> " ab ab", first space stripped
+  // "é" is not in the vocabulary: its UTF-8 bytes C3 A9 as <0xC3> <0xA9> (3 + byte), after the ▁.
+  EXPECT_EQ(t->encode("\xc3\xa9"), (std::vector<int32_t>{259, 3 + 0xc3, 3 + 0xa9}));
+  EXPECT_EQ(t->decode(t->encode("\xc3\xa9")), "\xc3\xa9");
+  // prepend_scheme first: only the text's first stretch gets ▁; after </s>, "ab" is a b -> ab (263).
+  EXPECT_EQ(t->encode("ab</s>ab"), (std::vector<int32_t>{264, 2, 263}));
+  EXPECT_EQ(t->decode(std::vector<int32_t>{264, 2, 263}), "ab</s>ab");
+  // "a  b" -> ▁a▁▁b: (▁ a) -> ▁a, then no pair has a merge.
+  EXPECT_EQ(t->encode("a  b"), (std::vector<int32_t>{262, 259, 259, 261}));
+  EXPECT_EQ(t->encode(""), std::vector<int32_t>{});
+  EXPECT_NE(t->describe().find("SentencePiece-style BPE"), std::string::npos) << t->describe();
+  EXPECT_NE(t->describe().find("byte fallback (256 of 256 <0xNN> tokens)"), std::string::npos) << t->describe();
+
+  // Always: every stretch between added tokens gets ▁. Split: a word starts at every ▁ (same ids here).
+  json j = tiny_sp();
+  j["pre_tokenizer"]["prepend_scheme"] = "always";
+  j["pre_tokenizer"]["split"] = true;
+  auto always = load_tokenizer(write("always.json", j.dump()));
+  EXPECT_EQ(always->encode("ab</s>ab"), (std::vector<int32_t>{264, 2, 264}));
+  EXPECT_EQ(always->encode("a  b"), (std::vector<int32_t>{262, 259, 259, 261}));
+  // LLaMA-2's older file: no pre-tokenizer, the normalizer puts ▁ in front of each stretch and
+  // replaces spaces: the same ids as "always".
+  j = tiny_sp();
+  j["pre_tokenizer"] = nullptr;
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers",
+                      {{{"type", "Prepend"}, {"prepend", kSpace}},
+                       {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}}}}};
+  auto legacy = load_tokenizer(write("legacy.json", j.dump()));
+  EXPECT_EQ(legacy->encode("ab</s>ab"), (std::vector<int32_t>{264, 2, 264}));
+  EXPECT_EQ(legacy->encode("ab ab"), (std::vector<int32_t>{264, 264}));
+  EXPECT_EQ(legacy->decode(std::vector<int32_t>{264, 2, 264}), "ab</s> ab");  // as Hugging Face decodes it
+
+  // Without byte_fallback, a character without a token is <unk> (0): fused into one for a run, or not.
+  j = tiny_sp();
+  j["model"]["byte_fallback"] = false;
+  EXPECT_EQ(load_tokenizer(write("unk.json", j.dump()))->encode("\xc3\xa9\xc3\xa9"), (std::vector<int32_t>{259, 0}));
+  j["model"]["fuse_unk"] = false;
+  EXPECT_EQ(load_tokenizer(write("unk2.json", j.dump()))->encode("\xc3\xa9\xc3\xa9"),
+            (std::vector<int32_t>{259, 0, 0}));
+  // A character whose bytes are not all tokens is <unk>; Hugging Face writes it after the byte tokens
+  // of the characters that follow it, until a character with a token of its own ("a") comes.
+  j = tiny_sp();
+  j["model"]["vocab"].erase("<0xA9>");
+  EXPECT_EQ(load_tokenizer(write("quirk.json", j.dump()))
+                ->encode("\xc3\xa9\xc3\xbc"
+                         "a"),
+            (std::vector<int32_t>{259, 3 + 0xc3, 3 + 0xbc, 0, 260}));
+}
+
+// Long SentencePiece-style words are encoded in parts cut before each "▁" that follows another
+// character, when no merge can join across such a place: the ids must be those of the whole word.
+// Merging "▁" "▁" (runs of spaces) still allows it; a merge ("<0x41>", "▁") does not, and makes the
+// reference (it never applies to a text without 'A').
+TEST_F(TokenizerTest, SentencePieceWordsInPartsGiveTheWholeWordsIds) {
+  json j = tiny_sp();
+  j["model"]["vocab"][kSpace + kSpace] = 265;
+  j["model"]["merges"].push_back(json::array({kSpace, kSpace}));
+  auto cut = load_tokenizer(write("cut.json", j.dump()));
+  j["model"]["vocab"]["<0x41>" + kSpace] = 266;
+  j["model"]["merges"].push_back(json::array({"<0x41>", kSpace}));
+  auto whole = load_tokenizer(write("whole.json", j.dump()));
+  // "a   b": ▁a ▁▁ ▁ b either way.
+  EXPECT_EQ(cut->encode("a   b"), (std::vector<int32_t>{262, 265, 259, 261}));
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += std::string(size_t(i % 4), ' ') + (i % 3 ? "ab"
+                                                     : "b\xc3\xa9"
+                                                       "a");
+  text += "</s>" + text;
+  EXPECT_EQ(cut->encode(text), whole->encode(text));
+  EXPECT_GT(cut->encode(text).size(), 100u);
+}
+
+// Streaming generation: decode([id]) of "▁ab" after other tokens would lose its space (the decoder
+// strips the text's first one); the stream gives what the whole text gains.
+TEST_F(TokenizerTest, DecodeStreamGivesWhatTheTextGains) {
+  auto t = load_tokenizer(write("tokenizer.json", tiny_sp().dump()));
+  EXPECT_EQ(t->decode(std::vector<int32_t>{264}), "ab");
+  DecodeStream stream(*t, {264});
+  std::string text = "ab";
+  for (int32_t id : {264, 3 + 0xc3, 3 + 0xa9, 2, 263}) text += stream.next(id);
+  EXPECT_EQ(text, "ab ab\xc3\xa9</s>ab");
+  EXPECT_EQ(text, t->decode(std::vector<int32_t>{264, 264, 3 + 0xc3, 3 + 0xa9, 2, 263}));
+  // Byte-level: the same as decoding each token.
+  auto b = load_tokenizer("byte");
+  DecodeStream bytes(*b, {'h'});
+  EXPECT_EQ(bytes.next('i'), "i");
+}
+
+// The steps on the examples Hugging Face's own give (tokenizers 0.23).
+TEST(TokenizerSteps, NormalizersAndDecodersAsHuggingFace) {
+  auto replace = [](std::string_view in, std::string_view pattern, std::string_view content) {
+    std::string out;
+    replace_all(in, pattern, content, 1000, "test", out);
+    return out;
+  };
+  EXPECT_EQ(replace("aaaaa", "aa", "x"), "xxa");
+  EXPECT_EQ(replace("abc", "", "x"), "xaxbxcx");  // an empty pattern matches at every character boundary
+  std::string out, scratch;
+  const std::vector<BpeNormalizerStage> llama2 = {{BpeNormalizerStage::Kind::prepend, "", kSpace},
+                                                  {BpeNormalizerStage::Kind::replace, " ", kSpace}};
+  normalize_text(llama2, "a b", out, scratch);
+  EXPECT_EQ(out, kSpace + "a" + kSpace + "b");
+
+  using Kind = BpeDecoderStage::Kind;
+  auto stage = [](Kind kind, const std::string& content, uint64_t start) {
+    BpeDecoderStage s;
+    s.kind = kind;
+    s.content = content;
+    s.start = start;
+    return s;
+  };
+  BpeDecoderStage fallback = stage(Kind::byte_fallback, "", 0), strip = stage(Kind::strip, " ", 1),
+                  meta = stage(Kind::metaspace, kSpace, 0);
+  // A run of byte tokens becomes one piece before Strip looks at each piece: "  " loses one space.
+  EXPECT_EQ(decode_token_strings({fallback, strip}, true, {"<0x20>", "<0x20>", "b", " c"}), " bc");
+  EXPECT_EQ(decode_token_strings({strip}, true, {"  a ", " b"}), " a b");
+  // Metaspace: the first token loses every ▁, the others turn them into spaces.
+  EXPECT_EQ(decode_token_strings({meta}, true, {"a" + kSpace + "b" + kSpace, kSpace + "c"}), "ab c");
+  meta.strip_first = false;  // prepend_scheme never
+  EXPECT_EQ(decode_token_strings({meta}, true, {kSpace + kSpace + "a"}), "  a");
+  // Hugging Face writes U+FFFD for bytes that are not UTF-8; here they are the bytes.
+  EXPECT_EQ(decode_token_strings({fallback}, true, {"<0x41>", "<0xE4>", "<0xB8>", "<0xAD>", "x", "<0xE4>"}),
+            "A\xe4\xb8\xadx\xe4");
+  EXPECT_EQ(decode_token_strings({}, false, {"a", "b"}), "a b");  // no decoder: joined by spaces
+  EXPECT_EQ(byte_fallback_value("<0x4a>"), 0x4a);
+  EXPECT_EQ(byte_fallback_value("<0x+F>"), 15);  // Rust's from_str_radix takes a '+'
+  EXPECT_EQ(byte_fallback_value("<0xG1>"), -1);
+  EXPECT_EQ(byte_fallback_value("<0x411>"), -1);
+}
+
+// What a hostile tokenizer.json can ask is bounded: steps, literal sizes, how much a text grows.
+TEST_F(TokenizerTest, HostileSentencePieceFilesAreBounded) {
+  expect_refused(tiny_sp(), {
+                                {"many_steps",
+                                 [](json& j) {
+                                   j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
+                                   for (int i = 0; i < 65; ++i)
+                                     j["normalizer"]["normalizers"].push_back({{"type", "Prepend"}, {"prepend", "x"}});
+                                 },
+                                 "the normalizer has more than 64 steps"},
+                                {"long_literal",
+                                 [](json& j) {
+                                   j["normalizer"] = {{"type", "Prepend"}, {"prepend", std::string(257, 'x')}};
+                                 },
+                                 "\"prepend\" is 257 bytes, at most 256 are accepted"},
+                                {"two_char_replacement", [](json& j) { j["pre_tokenizer"]["replacement"] = "ab"; },
+                                 "\"replacement\" must be one character, found \"ab\""},
+                                {"scheme", [](json& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
+                                 "prepend_scheme \"sometimes\" is not always, first or never"},
+                                {"contradiction", [](json& j) { j["pre_tokenizer"]["add_prefix_space"] = false; },
+                                 "add_prefix_space false contradicts prepend_scheme"},
+                                {"negative_strip", [](json& j) { j["decoder"]["decoders"][3]["start"] = -1; },
+                                 "\"start\" must be a count (0, 1, ...), found -1"},
+                                {"ctc",
+                                 [](json& j) {
+                                   j["decoder"] = {{"type", "CTC"}};
+                                 },
+                                 "not supported yet: the CTC decoder"},
+                                {"nfkc",
+                                 [](json& j) {
+                                   j["normalizer"] = {{"type", "NFKC"}};
+                                 },
+                                 "not supported yet: the NFKC normalizer"},
+                                {"missing_merge_token",
+                                 [](json& j) {
+                                   j["model"]["merges"].push_back(json::array({"b", "zz"}));
+                                 },
+                                 "token \"zz\" is not in the vocabulary"},
+                            });
+  json replace_by_long = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", std::string(200, 'x')}};
+  // Each Replace turns a space into 200 bytes, and the next multiplies that: refused before it is
+  // built, whatever the number of steps.
+  json j = tiny_sp();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
+  for (int i = 0; i < 8; ++i) {
+    j["normalizer"]["normalizers"].push_back(replace_by_long);
+    j["normalizer"]["normalizers"].push_back({{"type", "Replace"}, {"pattern", {{"String", "x"}}}, {"content", "  "}});
+  }
+  auto t = load_tokenizer(write("grow.json", j.dump()));
+  EXPECT_EQ(t->encode("ab"), std::vector<int32_t>{264});  // no space: nothing grows
+  EXPECT_NE(error_of([&] { t->encode(std::string(4000, ' ')); }).find("Replace normalizer would turn"),
+            std::string::npos);
+  // A Strip of 10^18 characters takes what there is.
+  j = tiny_sp();
+  j["decoder"]["decoders"][3]["start"] = uint64_t(1e18);
+  EXPECT_EQ(load_tokenizer(write("strip.json", j.dump()))->decode(std::vector<int32_t>{259, 259, 264}), "ab");
 }
 
 TEST(RegexTranslation, OnigurumaClassesBecomeUnicodeProperties) {

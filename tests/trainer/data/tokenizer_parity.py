@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Reference ids from Hugging Face `tokenizers` for tests/trainer/data/test_tokenizer_parity.cpp.
 
-Trains a byte-level BPE on real text that Debian packages ship (English, Chinese and Russian
-fortunes), writes it in the layouts llmtrain loads, builds >= 1 MB of varied test documents and
-writes the ids `tokenizers` gives each document with each layout.
+Trains a byte-level BPE and a SentencePiece-style (LLaMA-2) BPE on real text that Debian packages
+ship (English, Chinese and Russian fortunes), writes them in the layouts llmtrain loads, builds
+>= 1 MB of varied test documents and writes the ids `tokenizers` gives each document with each
+layout (and, for the SentencePiece-style ones, the text `decode` gives back).
 
     tokenizer_parity.py OUTDIR [--vocab 4000] [--min-bytes 1100000]
 
@@ -16,8 +17,19 @@ OUTDIR receives:
                     ignore_merges, 256 special tokens and a BOS post-processor
   gpt4o.json        the same merges behind GPT-4o's (o200k) Split regex
   prefix.json       ByteLevel with add_prefix_space=true
+  sp_legacy.json    SentencePiece-style BPE as LLaMA-2's tokenizer.json has it: byte_fallback with the
+                    256 <0xNN> tokens, fuse_unk, normalizer Prepend("▁") + Replace(" ", "▁"), no
+                    pre-tokenizer, decoder Replace + ByteFallback + Fuse + Strip; <unk> <s> </s>
+                    and the added tokens of bpe.json (normalized ones match normalized text)
+  sp_first.json     the same model as transformers writes it without legacy (Mistral, Mixtral):
+                    Metaspace(prepend_scheme first, split false), no normalizer
+  sp_split.json     Metaspace(always, split true), decoder ByteFallback + Metaspace
+  sp_never.json     Metaspace(never, split true), decoder Metaspace alone
+  sp_unk.json       no byte_fallback, no fuse_unk: characters the vocabulary lacks are <unk>
   texts.bin         the documents: u32 count, then per document u32 length + bytes
   NAME.ids          per document: u32 count + i32 ids (add_special_tokens=False)
+  NAME.text         SentencePiece-style layouts: per document u32 length + the UTF-8 of
+                    decode(ids, skip_special_tokens=False)
 """
 import argparse
 import glob
@@ -28,6 +40,8 @@ import struct
 import sys
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+import sentencepiece_style as sps
 
 FORTUNES = "/usr/share/games/fortunes"
 EMOJI = "/usr/share/unicode/emoji/emoji-test.txt"
@@ -81,7 +95,8 @@ def synthetic(rng):
              "naïve", "e\u0301", "ﬁ", "Ǆ", "ß", "İstanbul", "σς", "<|endoftext|>", "<sep>", "[MASK]", "<|eot|>",
              "word<sep>word", "a[MASK]b", "\x00", "\x1b[31m", "\x7f", "\ufeff", "\u200b", "\u200d", "🇫🇷", "👩‍👩‍👧",
              "🤷🏽‍♀️", "…", "——", "«»", "http://example.org/a_b?c=d&e=f", "snake_case_name", "CamelCaseName",
-             "$", "$$$", "!!!", "?!", "...", "\\", "\"quoted\"", "(paren)", "[[bracket]]", "{\"json\": 1}"]
+             "$", "$$$", "!!!", "?!", "...", "\\", "\"quoted\"", "(paren)", "[[bracket]]", "{\"json\": 1}",
+             "</s>", "<s>text", "<unk>", "▁", "▁▁x", " ▁ ", "<0x41>", "\u2581word"]
     blocks = [(0x3041, 0x3096), (0x30A1, 0x30FA), (0xAC00, 0xD7A3), (0x0621, 0x064A), (0x0905, 0x0939),
               (0x05D0, 0x05EA), (0x0E01, 0x0E30), (0x0391, 0x03A9), (0x4E00, 0x9FA5)]
     parts = []
@@ -135,6 +150,37 @@ def documents(en, zh, ru, emoji, min_bytes, rng):
     return docs
 
 
+def sentencepiece_layouts(out, train_text, vocab, added):
+    """A LLaMA-2-style BPE trained by `tokenizers` (sentencepiece_style.py) with an alphabet limited to
+    the 600 commonest characters, so that rarer ones (most CJK, every emoji) fall back to bytes; the
+    added tokens of bpe.json. Written in the layouts listed in the module's docstring."""
+    tok = Tokenizer.from_str(json.dumps(sps.train(train_text, vocab, limit_alphabet=600)))
+    tok.add_special_tokens([AddedToken("<|eot|>", special=True, normalized=False, rstrip=True)])
+    tok.add_tokens(added)
+    base = json.loads(tok.to_str())
+
+    def write(name, j):
+        with open(os.path.join(out, name + ".json"), "w", encoding="utf-8") as f:
+            json.dump(j, f, ensure_ascii=False)
+
+    j = sps.legacy(base)
+    j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]  # as LLaMA-2's file has them
+    write("sp_legacy", j)
+    write("sp_first", sps.mistral(base))
+    for name, scheme, byte_fallback in (("sp_split", "always", True), ("sp_never", "never", False)):
+        j = json.loads(json.dumps(base))
+        j["pre_tokenizer"] = sps.metaspace(scheme, True)
+        j["decoder"] = sps.metaspace(scheme, True)
+        if byte_fallback:  # else byte tokens decode as their names
+            j["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, j["decoder"]]}
+        write(name, j)
+    j = json.loads(json.dumps(base))
+    j["model"]["byte_fallback"] = False
+    j["model"]["fuse_unk"] = False
+    write("sp_unk", j)
+    return ["sp_legacy", "sp_first", "sp_split", "sp_never", "sp_unk"]
+
+
 def write_ids(path, encodings):
     with open(path, "wb") as f:
         for e in encodings:
@@ -162,9 +208,13 @@ def main():
     tok.save(os.path.join(args.out, "gpt2-plain.json"))  # only <|endoftext|>: what GPT-2's files describe
     tok.model.save(os.path.join(args.out, "gpt2"))  # vocab.json + merges.txt
     tok.add_special_tokens([AddedToken("<|eot|>", special=True, normalized=False, rstrip=True)])
-    tok.add_tokens([AddedToken("<sep>", normalized=True), AddedToken("[MASK]", lstrip=True, normalized=True),
-                    AddedToken("word", single_word=True, normalized=False)])
+    added = [AddedToken("<sep>", normalized=True), AddedToken("[MASK]", lstrip=True, normalized=True),
+             AddedToken("word", single_word=True, normalized=False)]
+    tok.add_tokens(added)
     tok.save(os.path.join(args.out, "bpe.json"))
+    # A third of the text is enough to train it, and takes a third of the time.
+    sp_text = en[::3] + zh[: len(zh) // 6] + ru[: len(ru) // 6]
+    sp_names = sentencepiece_layouts(args.out, sp_text, args.vocab, added)
 
     with open(os.path.join(args.out, "bpe.json"), encoding="utf-8") as f:
         j = json.load(f)
@@ -225,8 +275,18 @@ def main():
             "llama3": Tokenizer.from_file(os.path.join(args.out, "llama3.json")),
             "gpt4o": Tokenizer.from_file(os.path.join(args.out, "gpt4o.json")),
             "prefix": Tokenizer.from_file(os.path.join(args.out, "prefix.json"))}
+    for name in sp_names:
+        refs[name] = Tokenizer.from_file(os.path.join(args.out, name + ".json"))
     for name, t in refs.items():
-        write_ids(os.path.join(args.out, name + ".ids"), t.encode_batch(docs, add_special_tokens=False))
+        encodings = t.encode_batch(docs, add_special_tokens=False)
+        write_ids(os.path.join(args.out, name + ".ids"), encodings)
+        if name in sp_names:
+            texts = t.decode_batch([e.ids for e in encodings], skip_special_tokens=False)
+            with open(os.path.join(args.out, name + ".text"), "wb") as f:
+                for text in texts:
+                    b = text.encode("utf-8")
+                    f.write(struct.pack("<I", len(b)))
+                    f.write(b)
     print(f"tokenizer_parity.py: {len(docs)} documents, {sum(len(d.encode()) for d in docs)} bytes, "
           f"vocab {tok.get_vocab_size()}")
 
