@@ -41,7 +41,7 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step) {
     }
     write_file_atomic(default_file_system(), path_, kept);
   }
-  file_ = std::fopen(path_.c_str(), "a");
+  file_ = open_append(path_);
   if (!file_) throw environment_error(fmt::format("cannot open {} for appending", path_), "check the run directory");
 }
 
