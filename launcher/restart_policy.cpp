@@ -25,6 +25,8 @@ JobOutcome classify_exit(int status) {
   }
 }
 
+int launcher_exit_status(int status) { return classify_exit(status) == JobOutcome::failed ? kExitFailure : status; }
+
 const char* to_string(JobOutcome o) {
   switch (o) {
     case JobOutcome::finished:
