@@ -113,6 +113,19 @@ bool is_control(uint32_t cp) { return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f); }
 // What a reader may take for the end of a line besides the controls: U+2028, U+2029.
 bool is_separator(uint32_t cp) { return cp == 0x2028 || cp == 0x2029; }
 
+// Appends the escape of a character that must not appear as it is — a control, a line separator,
+// the byte order mark — as \xNN (ASCII) or \uNNNN, which both C-style readers and YAML read back;
+// false for any other character.
+bool append_escape(std::string& out, uint32_t cp) {
+  if (cp < 0x80 && is_control(cp))
+    out += fmt::format("\\x{:02x}", cp);
+  else if (is_control(cp) || is_separator(cp) || cp == 0xfeff)
+    out += fmt::format("\\u{:04x}", cp);
+  else
+    return false;
+  return true;
+}
+
 }  // namespace
 
 std::string text_problem(std::string_view s) {
@@ -153,11 +166,7 @@ std::string printable(std::string_view s, bool keep_newlines) {
       out += "\\t";
     else if (cp == '\r')
       out += "\\r";
-    else if (cp < 0x80 && is_control(cp))
-      out += fmt::format("\\x{:02x}", cp);
-    else if (is_control(cp) || is_separator(cp) || cp == 0xfeff)
-      out += fmt::format("\\u{:04x}", cp);
-    else
+    else if (!append_escape(out, cp))
       out.append(s.substr(i, n));
     i += n;
   }
@@ -175,11 +184,7 @@ std::string yaml_quoted(std::string_view s, std::string_view what) {
                   "use a name or path that is UTF-8 text");
     if (cp == '"' || cp == '\\')
       out += '\\', out += char(cp);
-    else if (cp < 0x80 && is_control(cp))
-      out += fmt::format("\\x{:02x}", cp);
-    else if (is_control(cp) || is_separator(cp) || cp == 0xfeff)
-      out += fmt::format("\\u{:04x}", cp);
-    else
+    else if (!append_escape(out, cp))
       out.append(s.substr(i, n));
     i += n;
   }

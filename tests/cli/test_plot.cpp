@@ -450,6 +450,20 @@ TEST(PlotLayout, LogYKeepsPointsInside) {
   expect_inside(c.panels[0]);
 }
 
+// Issue 33: every cairo failure was reported as "is the disk or memory full?", though the image is
+// drawn and encoded in memory (the file is written afterwards, with its own errors).
+TEST(PlotRender, ADrawingFailureIsNotBlamedOnTheDisk) {
+  Chart c = chart_layout(two_runs(), PlotOptions{});
+  c.width = -1;  // an image cairo cannot make
+  try {
+    chart_render(c, ImageFormat::png);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cairo: creating the image failed"), std::string::npos) << e.what();
+    EXPECT_EQ(e.hint().find("disk"), std::string::npos) << e.hint();
+  }
+}
+
 TEST(PlotRender, PngAndSvgBytes) {
   Chart c = chart_layout(two_runs(), PlotOptions{});
   std::string png = chart_render(c, ImageFormat::png);
