@@ -173,6 +173,7 @@ TEST(Manifest, WrappingSizesAndRepeatedEntriesAreRefused) {
   j = ok;  // offset + extent past 2^63: wraps negative, and "inside" the tensor
   j["tensors"][0]["slices"][0]["offset"] = {INT64_MAX, 0};
   j["tensors"][0]["slices"][0]["shape"] = {2, 4};
+  j["tensors"][0]["slices"][0]["end"] = 8;
   EXPECT_NE(manifest_error(j).find("lies outside the tensor's shape"), std::string::npos) << manifest_error(j);
 
   j = ok;
