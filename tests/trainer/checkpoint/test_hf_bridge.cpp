@@ -164,8 +164,7 @@ TEST(HfBridge, WeightIndexNamesOnlyFilesOfTheModelDirectory) {
   EXPECT_EQ(map.at("b"), "model-00002-of-00002.safetensors");
   for (const char* bad : {R"([])", R"({})", R"({"weight_map": []})", R"({"weight_map": {"a": 3}})",
                           R"({"weight_map": {"a": "../x.safetensors"}})", R"({"weight_map": {"a": "/etc/passwd"}})",
-                          R"({"weight_map": {"a": "a\nb"}})",
-                          R"({"weight_map": {"a": ".."}})"})
+                          R"({"weight_map": {"a": "a\nb"}})", R"({"weight_map": {"a": ".."}})"})
     EXPECT_THROW(hf_read_weight_index(json::parse(bad), "index.json"), Error) << bad;
 }
 
