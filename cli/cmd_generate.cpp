@@ -129,7 +129,11 @@ int cmd_generate(const GenerateArgs& args) {
     // The model the manifest's recipe describes, checked against the files and this host before it
     // is allocated (a recipe may claim any size).
     try {
-      trainer::checkpoint_check_model_fits(dir, manifest, cfg, 2.0, "generating from " + dir);
+      // Besides the parameters: the KV cache of the context, and at least one activation row of each
+      // kind per position of model.seq_len (a lower bound: it refuses only what cannot fit).
+      const double kv_cache = 2.0 * cfg.layers * double(context) * cfg.kv_heads * double(cfg.hidden / cfg.heads) * 4;
+      const double activations = double(cfg.seq_len) * (double(cfg.hidden) + cfg.ffn_hidden + cfg.padded_vocab()) * 4;
+      trainer::checkpoint_check_model_fits(dir, manifest, cfg, 2.0, "generating from " + dir, kv_cache + activations);
     } catch (const Error& e) {
       if (e.kind() == Error::Kind::environment) throw;  // too large for this host: not a damaged checkpoint
       log_warn("skipping damaged checkpoint {}: {}", dir, e.what());

@@ -65,6 +65,18 @@ expect_status 2
 expect_out "layers, but the manifest lists"
 [[ ! -e giant ]] && pass "nothing written" || fail "giant was written"
 
+cp -r "$step" long
+py long/manifest.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["recipe"] = m["recipe"].replace("seq_len: 16\n", "seq_len: 16777216\n").replace("max_positions: 32\n", "max_positions: 16777216\n")
+json.dump(m, open(sys.argv[1], "w"))
+PY
+# (The same parameters, but a context of 2^24 tokens: its KV cache and activations, checked first.)
+run_cmd generate-a-claimed-context bash -c "ulimit -v 4000000; exec '$LLMTRAIN' generate long --max-tokens 9223372036854775807"
+expect_status 1
+expect_out "more than this host's address-space limit"
+
 # --- values from files reaching generated text ---------------------------------------------------
 evil=$'model\nparallel: {tp: 3}'
 cp -r out "$evil"

@@ -120,7 +120,7 @@ CheckpointReport checkpoint_inspect(const std::string& step_dir) {
 }
 
 void checkpoint_check_model_fits(const std::string& step_dir, const Manifest& manifest, const ModelConfig& model,
-                                 double copies, const std::string& what) {
+                                 double copies, const std::string& what, double extra_bytes) {
   // Every layer has tensors of its own: a recipe of more layers than the manifest lists tensors is
   // refused before its parameter list (which grows with the layers) is even made.
   if (size_t(std::max(model.layers, 0)) > manifest.tensors.size())
@@ -153,7 +153,7 @@ void checkpoint_check_model_fits(const std::string& step_dir, const Manifest& ma
         fmt::format("{}: its recipe's model has {} parameters ({}), but the shard files holding them have {}", step_dir,
                     format_count(double(need / 4)), format_bytes(double(need)), format_bytes(double(have))),
         "the checkpoint is damaged or incomplete (or its manifest crafted): nothing was read");
-  require_host_memory(int64_t(std::min(double(need) * copies, 9e18)), what);
+  require_host_memory(int64_t(std::min(double(need) * copies + extra_bytes, 9e18)), what);
 }
 
 std::map<std::string, std::vector<float>> checkpoint_read_params(const std::string& step_dir,
