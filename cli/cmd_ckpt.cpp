@@ -41,7 +41,9 @@ int cmd_ckpt_inspect(const CkptInspectArgs& args) {
   ParsedRecipe parsed = recipe_parse_text(m.recipe_yaml, step + "/manifest.json (recipe)", {});
   const Recipe* recipe = parsed.diags.empty() ? &parsed.recipe : nullptr;
 
-  std::printf("checkpoint %s\n", step.c_str());
+  // Every string below may come from a file someone else wrote: printed escaped (no terminal
+  // control sequence, no line break of its own).
+  std::printf("checkpoint %s\n", printable(step).c_str());
   std::printf("  step %lld, %lld samples consumed\n", static_cast<long long>(m.step),
               static_cast<long long>(m.consumed_samples));
   std::printf("  layout: %s\n", layout_text(m, recipe).c_str());
@@ -55,11 +57,15 @@ int cmd_ckpt_inspect(const CkptInspectArgs& args) {
     std::printf("  model: the recorded recipe does not parse (%zu problems)\n", parsed.diags.size());
   }
   std::printf("  tokenizer: %s\n",
-              m.tokenizer_kind == "byte" ? "byte" : (m.tokenizer_kind + ", " + m.tokenizer).c_str());
-  if (m.extra.contains("imported_from")) std::printf("  imported from: %s\n", m.extra["imported_from"].dump().c_str());
+              m.tokenizer_kind == "byte" ? "byte" : printable(m.tokenizer_kind + ", " + m.tokenizer).c_str());
+  if (m.extra.contains("imported_from"))
+    std::printf("  imported from: %s\n",
+                printable(m.extra["imported_from"].is_string() ? m.extra["imported_from"].get<std::string>()
+                                                               : m.extra["imported_from"].dump())
+                    .c_str());
   std::printf("  %-48s %-7s %-16s %6s %10s\n", "tensor", "role", "shape", "slices", "bytes");
   for (const auto& t : rep.tensors)
-    std::printf("  %-48s %-7s %-16s %6zu %10s\n", t.tensor->name.c_str(), to_string(t.tensor->role),
+    std::printf("  %-48s %-7s %-16s %6zu %10s\n", printable(t.tensor->name).c_str(), to_string(t.tensor->role),
                 shape_text(t.tensor->shape).c_str(), t.tensor->slices.size(), format_bytes(double(t.bytes)).c_str());
   std::printf("  %zu tensors, %lld slices in %lld files, %s\n", rep.tensors.size(), static_cast<long long>(rep.slices),
               static_cast<long long>(rep.files), format_bytes(double(rep.bytes)).c_str());
@@ -69,7 +75,7 @@ int cmd_ckpt_inspect(const CkptInspectArgs& args) {
     return kExitOk;
   }
   std::printf("  DAMAGED: %zu problem%s\n", rep.problems.size(), rep.problems.size() == 1 ? "" : "s");
-  for (const auto& p : rep.problems) std::printf("    %s\n", p.c_str());
+  for (const auto& p : rep.problems) std::printf("    %s\n", printable(p).c_str());
   std::fflush(stdout);
   return kExitFailure;
 }

@@ -12,8 +12,10 @@
 #include "common/file_io.h"
 #include "common/json_depth.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_inspect.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/model/generate.h"
@@ -58,9 +60,30 @@ void write_prompt_logits(trainer::KvCacheDecoder& decoder, const std::vector<int
   write_file_atomic(default_file_system(), path, bytes);
 }
 
+// --prompt-ids "1,2,3": every element a token id, none empty (CLI11's own splitting would drop the
+// empty element of "1,,2" without a word).
+std::vector<int32_t> parse_prompt_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  const std::vector<std::string> parts = split(text, ',');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string id = trim(parts[i]);
+    const auto v = parse_int64(id);
+    if (!v || *v < 0 || *v > INT32_MAX)
+      throw Error(fmt::format("--prompt-ids {}: element {} is {}", printable(text), i + 1,
+                              id.empty() ? "empty" : "\"" + printable(id) + "\", not a token id"),
+                  "give token ids separated by commas: --prompt-ids 464,3290,286");
+    ids.push_back(int32_t(*v));
+  }
+  return ids;
+}
+
 }  // namespace
 
 int cmd_generate(const GenerateArgs& args) {
+  const std::vector<int32_t> prompt_ids =
+      args.prompt_ids_given ? parse_prompt_ids(args.prompt_ids) : std::vector<int32_t>{};
+  if (args.max_tokens < 1)
+    throw Error(fmt::format("--max-tokens {}: expected at least 1", args.max_tokens), "give the tokens to generate");
   if (args.temperature == 0 && (args.top_k > 0 || args.top_p < 1.0))
     log_warn("--temperature 0 picks the likeliest token every time: --top-k and --top-p have no effect");
   auto world = parallel::make_local_comm();
@@ -86,7 +109,7 @@ int cmd_generate(const GenerateArgs& args) {
       std::string file = (fs::path(dir) / manifest.tokenizer).string();
       tok = trainer::load_tokenizer_from_bytes(manifest.tokenizer_kind, read_file(file), file);
     }
-    std::vector<int32_t> prompt = args.prompt_ids.empty() ? tok->encode(args.prompt) : args.prompt_ids;
+    std::vector<int32_t> prompt = args.prompt_ids_given ? prompt_ids : tok->encode(args.prompt);
     for (int32_t id : prompt)
       if (id < 0 || id >= cfg.vocab)
         throw Error(fmt::format("--prompt-ids: {} is not a token id of this model (0..{})", id, cfg.vocab - 1),
@@ -97,11 +120,26 @@ int cmd_generate(const GenerateArgs& args) {
                     "give --prompt TEXT");
       prompt.push_back(tok->eod_id());
     }
-    const int64_t context = std::min<int64_t>(cfg.max_positions, int64_t(prompt.size()) + args.max_tokens);
+    // (--max-tokens may be anything up to 2^63 - 1: the sum is taken once it is bounded by the context.)
+    const int64_t context = std::min<int64_t>(
+        cfg.max_positions, int64_t(prompt.size()) + std::min<int64_t>(args.max_tokens, cfg.max_positions));
     if (int64_t(prompt.size()) >= cfg.max_positions)
       throw Error(fmt::format("the prompt is {} tokens; the model's context is {} (model.max_positions)", prompt.size(),
                               cfg.max_positions),
                   "use a shorter prompt");
+    // The model the manifest's recipe describes, checked against the files and this host before it
+    // is allocated (a recipe may claim any size).
+    try {
+      // Besides the parameters: the KV cache of the context, and at least one activation row of each
+      // kind per position of model.seq_len (a lower bound: it refuses only what cannot fit).
+      const double kv_cache = 2.0 * cfg.layers * double(context) * cfg.kv_heads * double(cfg.hidden / cfg.heads) * 4;
+      const double activations = double(cfg.seq_len) * (double(cfg.hidden) + cfg.ffn_hidden + cfg.padded_vocab()) * 4;
+      trainer::checkpoint_check_model_fits(dir, manifest, cfg, 2.0, "generating from " + dir, kv_cache + activations);
+    } catch (const Error& e) {
+      if (e.kind() == Error::Kind::environment) throw;  // too large for this host: not a damaged checkpoint
+      log_warn("skipping damaged checkpoint {}: {}", dir, e.what());
+      continue;
+    }
     // The model runs its training forward with a KV cache of the whole context.
     trainer::ModelOptions opts;
     opts.micro_batch = 1;
@@ -123,7 +161,7 @@ int cmd_generate(const GenerateArgs& args) {
     o.sampling = {args.temperature, args.top_k, args.top_p};
     o.seed = args.seed;
     o.stop_at_eod = !args.ignore_eod;
-    if (!args.ids) std::fputs(args.prompt_ids.empty() ? args.prompt.c_str() : tok->decode(prompt).c_str(), stdout);
+    if (!args.ids) std::fputs(args.prompt_ids_given ? tok->decode(prompt).c_str() : args.prompt.c_str(), stdout);
     std::fflush(stdout);
     bool first = true;
     std::optional<trainer::DecodeStream> stream;  // the text each token adds (decode([id]) alone may not be)

@@ -2,6 +2,8 @@
 // (trainer/checkpoint/hf_bridge.h knows transformers' fields and layouts; this file moves the files).
 // Both write atomically: export builds OUT.partial and renames it; import writes a checkpoint the
 // way training does.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <set>
 
@@ -69,14 +71,30 @@ int cmd_export(const ExportArgs& args) {
   const int32_t eod = tok->eod_id();
   const json config = trainer::hf_model_config(cfg, torch_dtype, eod, eod);  // refuses what transformers cannot hold
 
-  const fs::path out(args.output);
-  if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out)))
+  // The output: created fresh, never through or over what is there. Everything is written into a
+  // new scratch directory beside it (a name no one can predict or have made) that takes the
+  // output's name when complete; an empty directory there is replaced by that rename alone.
+  fs::path out = fs::absolute(args.output).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // DIR/ is DIR: its scratch must not be inside it
+  if (out == out.root_path())
+    throw Error(fmt::format("--hf {}: not a directory to create", args.output), "give a new directory");
+  std::error_code ec;
+  const auto status = fs::symlink_status(out, ec);
+  if (fs::exists(status) && !(fs::is_directory(status) && fs::is_empty(out, ec)))
     throw Error(fmt::format("{} already exists and is not an empty directory", out.string()),
                 "export into a new directory (nothing is overwritten)");
-  const fs::path partial = out.string() + ".partial";
+  trainer::checkpoint_check_model_fits(step, manifest, cfg, 2.2, "exporting " + step);  // before anything is allocated
   FileSystem& fsys = default_file_system();
-  fsys.remove_all(partial.string());
-  fsys.make_dirs(partial.string());
+  fsys.make_dirs(out.parent_path().string());  // (as mkdir -p: the folders above OUT)
+  const fs::path partial = make_temp_dir(out.string() + ".partial");
+  struct RemoveUnlessDone {
+    const fs::path& dir;
+    bool done = false;
+    ~RemoveUnlessDone() {
+      std::error_code ignored;
+      if (!done) fs::remove_all(dir, ignored);  // ours: made above, under a name no one else had
+    }
+  } scratch{partial};
 
   // The tensors, in the model's order, cut into shards of at most max_shard_bytes.
   const auto params = trainer::checkpoint_read_params(step, cfg);
@@ -122,8 +140,12 @@ int cmd_export(const ExportArgs& args) {
   for (const auto& [name, text] : trainer::hf_tokenizer_files(*tok, cfg.max_positions))
     write_file_atomic(fsys, (partial / name).string(), text);
   fsys.sync_dir(partial.string());
-  if (fs::exists(out)) fsys.remove_all(out.string());  // the empty directory checked above
-  fsys.rename(partial.string(), out.string());
+  const mode_t mask = ::umask(0);  // mkdtemp made it 0700; an export is as readable as any directory
+  ::umask(mask);
+  fs::permissions(partial, fs::perms(0777 & ~mask), ec);
+  fsys.rename(partial.string(), out.string());  // rename(2) replaces an empty directory, and nothing else
+  scratch.done = true;
+  fsys.sync_dir(out.parent_path().string());
   log_info("exported {} (step {}, {} {} layers, {}) to {}: {} tensor file{}, {}", step, manifest.step,
            to_string(cfg.family), cfg.layers, torch_dtype, out.string(), shards.size(), shards.size() == 1 ? "" : "s",
            format_bytes(double(total)));

@@ -2,6 +2,9 @@
 // model.safetensors or its index and shards, tokenizer.json) into a weights-only checkpoint, for
 // fine-tuning with checkpoint.load_weights_only. Every tensor of the file must be used (a tensor we
 // do not implement is refused, never dropped), every tensor of the model present, shapes exact.
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -12,6 +15,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/host.h"
 #include "common/json_depth.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -42,18 +46,11 @@ class HfWeights {
   explicit HfWeights(const fs::path& dir) {
     const fs::path index = dir / "model.safetensors.index.json";
     std::vector<std::string> names;
+    std::map<std::string, std::string> listed;  // tensor -> file, as the index says
     if (fs::exists(index)) {
-      json j = read_json_file(index);
-      if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-        throw Error(fmt::format("{}: no weight_map object", index.string()), "the index is damaged");
+      listed = trainer::hf_read_weight_index(read_json_file(index), index.string());
       std::set<std::string> files;
-      for (const auto& [tensor, file] : j["weight_map"].items()) {
-        if (!file.is_string() || !is_plain_file_name(file.get<std::string>()))
-          throw Error(fmt::format("{}: tensor {} maps to {}, not a file name inside {}", index.string(), tensor,
-                                  file.dump().substr(0, 80), dir.string()),
-                      "the index is damaged (or crafted): shards are files of the model directory");
-        files.insert(file.get<std::string>());
-      }
+      for (const auto& [tensor, file] : listed) files.insert(file);
       names.assign(files.begin(), files.end());
     } else if (fs::exists(dir / "model.safetensors")) {
       names = {"model.safetensors"};
@@ -71,7 +68,18 @@ class HfWeights {
           throw Error(fmt::format("tensor {} is in two files ({} and {})", t.name, files_[where_[t.name].first].path(),
                                   files_[f].path()),
                       "the model directory is inconsistent");
+        if (!listed.empty() && !listed.count(t.name))
+          throw Error(
+              fmt::format("{}: tensor {} of {} is not in its weight_map", index.string(), t.name, files_[f].path()),
+              "the index does not describe these files: re-save the model with save_pretrained");
       }
+    for (const auto& [tensor, file] : listed) {
+      auto it = where_.find(tensor);
+      if (it == where_.end() || fs::path(files_[it->second.first].path()).filename() != file)
+        throw Error(fmt::format("{}: the weight_map puts tensor {} in {}, which does not hold it", index.string(),
+                                tensor, file),
+                    "the index does not describe these files: re-save the model with save_pretrained");
+    }
   }
 
   const trainer::SafetensorsTensor* find(const std::string& name) const {
@@ -163,6 +171,43 @@ std::string run_name(const fs::path& dir) {
   return name.empty() || !std::isalnum(static_cast<unsigned char>(name[0])) ? "imported-" + name : name;
 }
 
+// Refuses an output directory that holds anything (but, once taken, our own lock): an import
+// creates its checkpoint directory fresh, and never writes into a run's.
+void require_fresh_output(const fs::path& out, bool lock_taken) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(out, ec))) return;
+  if (!fs::is_directory(fs::symlink_status(out, ec)))
+    throw Error(fmt::format("--out {} exists and is not a directory", out.string()),
+                "import into a new directory (nothing is overwritten)");
+  std::vector<std::string> held;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!(lock_taken && name == kLockFile)) held.push_back(name);
+  }
+  if (held.empty() && !ec) return;
+  std::sort(held.begin(), held.end());
+  const auto holder = lock_taken ? std::nullopt : CheckpointDirLock::recorded(out.string());
+  const std::string in_use = holder && !holder->host.empty()
+                                 ? fmt::format(": a checkpoint directory locked by host {}, pid {}{}", holder->host,
+                                               holder->pid, holder->job.empty() ? "" : ", job " + holder->job)
+                                 : "";
+  throw Error(
+      fmt::format("--out {} is not empty{} (it holds {}{})", out.string(), in_use,
+                  join(std::vector<std::string>(held.begin(), held.begin() + std::min<size_t>(held.size(), 5)), ", "),
+                  held.size() > 5 ? ", ..." : ""),
+      "import into a new directory: an import never writes into a run's checkpoint directory or over files");
+}
+
+// --out as an absolute path without a trailing '/', checked to be new or empty.
+fs::path output_dir(const std::string& arg) {
+  fs::path out = fs::absolute(arg).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();
+  if (out == out.root_path())
+    throw Error(fmt::format("--out {}: not a directory to create", arg), "give a new directory");
+  require_fresh_output(out, /*lock_taken=*/false);
+  return out;
+}
+
 }  // namespace
 
 int cmd_import(const ImportArgs& args) {
@@ -200,11 +245,31 @@ int cmd_import(const ImportArgs& args) {
         fmt::format("the tokenizer has {} ids but config.json's vocab_size is {}", tok->vocab_size(), cfg.vocab),
         "the tokenizer does not belong to this model");
 
-  // The weights, in our layout.
+  // The output: a new (or empty) directory, never one in use. A checkpoint directory of a run holds
+  // its lock and its `latest`: writing step 0 there would roll the run back.
+  const fs::path out = output_dir(args.output);
+  if (recipe_yaml.empty()) {
+    // A fine-tuning starting point: the model as config.json says, this tokenizer, and the
+    // imported weights to start from; data.train is the user's to fill in.
+    const std::string tokenizer =
+        tok->source().kind == trainer::kTokenizerKindByte
+            ? "byte"
+            : (out / checkpoint_step_dir(0) / trainer::checkpoint_tokenizer_file(tok->source().kind)).string();
+    recipe_yaml = recipe_derived_yaml(cfg, run_name(dir), tokenizer, out.string(), config_path.string());
+    ParsedRecipe parsed = recipe_parse_text(recipe_yaml, "the derived recipe", {});
+    if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
+  }
+
+  // The weights, in our layout: every tensor's shape is checked against config.json (and its bytes
+  // against the file) before it is read; the model's size against this host before any is.
+  const auto specs = trainer::model_param_specs(cfg);
+  int64_t model_bytes = 0, largest = 0;
+  for (const trainer::ParamSpec& p : specs) model_bytes += p.numel() * 4, largest = std::max(largest, p.numel() * 4);
+  require_host_memory(model_bytes + 2 * largest, fmt::format("importing the {}-parameter model of {}",
+                                                             format_count(double(model_bytes / 4)), dir.string()));
   HfWeights weights(dir);
   std::vector<std::vector<float>> values;
   std::vector<trainer::CheckpointSlice> slices;
-  const auto specs = trainer::model_param_specs(cfg);
   values.reserve(specs.size());
   for (const trainer::ParamSpec& p : specs) {
     const trainer::HfTensorLayout layout = trainer::hf_tensor_layout(cfg, p);
@@ -227,10 +292,13 @@ int cmd_import(const ImportArgs& args) {
   for (const std::string& name : weights.unused()) {
     if (derived_buffer(name)) continue;
     if (cfg.tie_embeddings && name == "lm_head.weight") {
-      // Some tied models store the head too: accept it only when it is the embedding.
-      std::vector<float> head = weights.read(name);
+      // Some tied models store the head too: accept it only when it is the embedding (its shape
+      // first: equal values over a shorter range prove nothing).
+      const trainer::HfTensorLayout wte_layout = trainer::hf_tensor_layout(cfg, specs.front());
+      const trainer::SafetensorsTensor* head_tensor = weights.find(name);
+      std::vector<float> head = head_tensor->shape == wte_layout.shape ? weights.read(name) : std::vector<float>{};
       const std::vector<float>& wte = values.front();
-      if (std::equal(head.begin(), head.end(), wte.begin())) continue;
+      if (head_tensor->shape == wte_layout.shape && std::equal(head.begin(), head.end(), wte.begin())) continue;
       throw Error(fmt::format("{}: lm_head.weight differs from the token embedding, but tie_word_embeddings is true",
                               dir.string()),
                   "set tie_word_embeddings: false in config.json if the head is its own matrix");
@@ -240,35 +308,16 @@ int cmd_import(const ImportArgs& args) {
                 "not supported yet: this tensor's module (llmtrain refuses rather than drop weights)");
   }
 
-  const fs::path out = fs::absolute(args.output);
-  if (recipe_yaml.empty()) {
-    // A fine-tuning starting point: the model as config.json says, this tokenizer, and the
-    // imported weights to start from; data.train is the user's to fill in.
-    const std::string tokenizer =
-        tok->source().kind == trainer::kTokenizerKindByte
-            ? "byte"
-            : (out / checkpoint_step_dir(0) / trainer::checkpoint_tokenizer_file(tok->source().kind)).string();
-    recipe_yaml = fmt::format(
-        "# Derived from {} by `llmtrain import`: set data.train to your dataset, then `llmtrain run`.\n"
-        "name: {}\n"
-        "model: {{family: {}, layers: {}, hidden: {}, heads: {}, kv_heads: {}, ffn_hidden: {}, vocab: {},\n"
-        "        seq_len: {}, max_positions: {}, rope_theta: {}, norm_eps: {}, init_std: {}, tie_embeddings: {}}}\n"
-        "data: {{tokenizer: {}, train: [data/train]}}\n"
-        "train: {{steps: 1000, micro_batch: 1}}\n"
-        "checkpoint: {{resume: {}, load_weights_only: true}}\n",
-        config_path.string(), json(run_name(dir)).dump(), to_string(cfg.family), cfg.layers, cfg.hidden, cfg.heads,
-        cfg.kv_heads, cfg.ffn_hidden, cfg.vocab, cfg.seq_len, cfg.max_positions, cfg.rope_theta, cfg.norm_eps,
-        cfg.init_std, cfg.tie_embeddings, json(tokenizer).dump(), json(out.string()).dump());
-    ParsedRecipe parsed = recipe_parse_text(recipe_yaml, "the derived recipe", {});
-    if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
-  }
-
   trainer::CheckpointMeta meta;
   meta.recipe_yaml = recipe_yaml;
   meta.tokenizer_kind = tok->source().kind;
   meta.tokenizer_bytes = tok->source().bytes;
-  meta.extra = json{{"imported_from", fs::absolute(dir).string()}};
+  meta.extra = json{{"imported_from", utf8_sanitize(fs::absolute(dir).string())}};  // a note: JSON holds UTF-8 only
   auto world = parallel::make_local_comm();
+  // The lock, as a run takes it, for the time of the write; then the directory must still be ours
+  // alone (a run may have started in it since the check above).
+  const auto lock = CheckpointDirLock::acquire(out.string(), fmt::format("import:{}", ::getpid()));
+  require_fresh_output(out, /*lock_taken=*/true);
   const std::string step = trainer::checkpoint_save(default_file_system(), out.string(), meta, slices, *world, 1);
   if (args.recipe.empty()) write_file_atomic(default_file_system(), (out / "recipe.yaml").string(), recipe_yaml);
   log_info("imported {} ({} model, {} layers, hidden {}, vocab {}) into {}{}", dir.string(), to_string(cfg.family),

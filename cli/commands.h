@@ -69,10 +69,11 @@ struct GenerateArgs {
   int top_k = 0;
   double top_p = 1.0;
   uint64_t seed = 0;
-  std::vector<int32_t> prompt_ids;  // --prompt-ids: token ids instead of --prompt's text
-  bool ids = false;                 // --ids: print the generated ids (one line) instead of text
-  bool ignore_eod = false;          // --ignore-eod: go on past the end-of-document token
-  std::string logits_out;           // --logits-out: the prompt's logits [tokens, vocab] as safetensors
+  std::string prompt_ids;  // --prompt-ids: token ids instead of --prompt's text ("1,2,3")
+  bool prompt_ids_given = false;
+  bool ids = false;         // --ids: print the generated ids (one line) instead of text
+  bool ignore_eod = false;  // --ignore-eod: go on past the end-of-document token
+  std::string logits_out;   // --logits-out: the prompt's logits [tokens, vocab] as safetensors
 };
 int cmd_generate(const GenerateArgs& args);
 

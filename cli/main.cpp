@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <new>
 
 #include "cli/commands.h"
@@ -14,6 +15,10 @@
 #include "llmtrain_version.h"
 
 namespace {
+
+// Counts of ranks, nodes, CPUs (the recipe's own bound): CLI11's PositiveNumber would say "not in
+// range 2.2250738585072014e-308 to 1.7976931348623157e+308" for a 0.
+constexpr int kMaxCount = 1 << 16;
 
 std::string version_text() {
   std::string cuda = LLMTRAIN_HAVE_CUDA ? std::string("CUDA (") + LLMTRAIN_CUDA_ARCHS + ")" : "CPU only";
@@ -145,20 +150,20 @@ int main(int argc, char** argv) {
                 "command and input files (missing ones marked); start nothing");
   run->add_option("--nproc,--nproc_per_node,--nproc-per-node", run_args.nproc,
                   "Ranks on this host (sets launch.procs_per_node; --nproc_per_node as torchrun)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxCount));
   run->add_option("--gpu", run_args.gpu,
                   "With --dry-run and train.device cuda: the catalogue GPU to check the predicted memory per rank "
                   "against (a100-40g, a100-80g, h100, h200; docs/plan.md)")
       ->type_name("NAME");
   run->add_option("--stop-grace", run_args.stop_grace_s,
                   "Seconds the ranks get to write a checkpoint and exit after SIGTERM/SIGINT before they are killed")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.001, 604800.0))
       ->capture_default_str();
   run->footer(
       "Usage: llmtrain run RECIPE [--set KEY=VALUE]... [--nproc N] [-- PROGRAM ARGS...]\n"
       "After `--`, every rank runs PROGRAM instead of training (to check placement, environment or a cluster).\n"
-      "Exit status: 0 finished, 2 user error, 75 interrupted with a checkpoint written, other: the job failed\n"
-      "(after launch.max_restarts restarts). SIGTERM/SIGINT: every rank checkpoints and exits 75; Ctrl-C twice kills.\n"
+      "Exit status: 0 finished, 1 the job failed (after launch.max_restarts restarts), 2 user error, 75 interrupted\n"
+      "with a checkpoint written. SIGTERM/SIGINT: every rank checkpoints and exits 75; Ctrl-C twice kills (130).\n"
       "Examples:\n"
       "  llmtrain run recipes/tiny.yaml\n"
       "  llmtrain run recipes/tiny.yaml --nproc 4 --set launch.max_restarts=3\n"
@@ -176,22 +181,22 @@ int main(int argc, char** argv) {
   sbatch
       ->add_option("--nodes", sbatch_args.request.nodes,
                    "Nodes (sets launch.nodes; default: the recipe's launch.nodes)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxCount));
   sbatch
       ->add_option("--gpus-per-node", sbatch_args.request.gpus_per_node,
                    "GPUs per node (default: launch.procs_per_node with train.device cuda, none on CPU)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxCount));
   sbatch
       ->add_option("--cpus-per-task", sbatch_args.request.cpus_per_task,
                    "CPUs per rank (default: train.threads, or whole nodes with --exclusive)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxCount));
   sbatch->add_option("--time", sbatch_args.request.time, "Time limit, e.g. 04:00:00 (default: launch.slurm.time)");
   sbatch->add_option("--partition", sbatch_args.request.partition, "Partition (default: launch.slurm.partition)");
   sbatch->add_option("--account", sbatch_args.request.account, "Account (default: launch.slurm.account)");
   sbatch
       ->add_option("--signal-margin", sbatch_args.request.signal_margin_s,
                    "Seconds before the time limit at which the ranks get SIGTERM to checkpoint")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 86400))
       ->capture_default_str();
   sbatch->add_flag("--submit", sbatch_args.submit,
                    "Save the script to <log.dir>/sbatch.sh and submit it with sbatch; print the job id");
@@ -216,16 +221,22 @@ int main(int argc, char** argv) {
                   "A checkpoint: step_<N>/ directory, a checkpoint directory (its newest), or a run directory")
       ->required();
   gen->add_option("--prompt", gen_args.prompt, "Text to continue (default: start a new document)");
-  gen->add_option("--max-tokens", gen_args.max_tokens, "Tokens to generate (default 200)")->check(CLI::PositiveNumber);
+  gen->add_option("--max-tokens", gen_args.max_tokens, "Tokens to generate (default 200)")
+      ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max()));
   gen->add_option("--temperature", gen_args.temperature, "Softmax temperature; 0 = greedy (default 1.0)")
       ->check(CLI::Range(0.0, 100.0));
   gen->add_option("--top-k", gen_args.top_k, "Sample among the K likeliest tokens; 0 = all (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   gen->add_option("--top-p", gen_args.top_p, "Nucleus sampling: the smallest set of probability >= P (default 1.0)")
       ->check(CLI::Range(0.0, 1.0));
   gen->add_option("--seed", gen_args.seed, "Random seed; the same seed gives the same text (default 0)");
-  gen->add_option("--prompt-ids", gen_args.prompt_ids, "The prompt as token ids instead of text")
-      ->delimiter(',')
+  gen->add_option_function<std::string>(
+         "--prompt-ids",
+         [&gen_args](const std::string& v) {
+           gen_args.prompt_ids = v;
+           gen_args.prompt_ids_given = true;
+         },
+         "The prompt as token ids instead of text")
       ->type_name("ID,ID,...")
       ->excludes("--prompt");
   gen->add_flag("--ignore-eod", gen_args.ignore_eod,
@@ -326,18 +337,15 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand(
       "plan", "Rank every layout of a recipe's model on N GPUs by predicted step time, with memory per GPU");
   add_recipe_args(plan, plan_args.recipe);
-  plan->add_option("--gpus", plan_args.gpus, "Ranks (GPUs, or CPU ranks with --gpu cpu) in all")
-      ->required()
-      ->check(CLI::PositiveNumber);
+  // (cmd_plan checks its numbers and names their ranges.)
+  plan->add_option("--gpus", plan_args.gpus, "Ranks (GPUs, or CPU ranks with --gpu cpu) in all")->required();
   plan->add_option("--gpu", plan_args.gpu,
                    "Device from the catalogue: a100-40g, a100-80g, h100, h200, cpu (default: cpu for train.device "
                    "cpu; required for cuda)")
       ->type_name("NAME");
   plan->add_option("--gpus-per-node", plan_args.gpus_per_node, "GPUs per node (one NVLink domain)")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   plan->add_option("--inter-node-gbps", plan_args.inter_node_gbps, "Network bandwidth per GPU between nodes, Gb/s")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   plan->add_option("--apply", plan_args.apply,
                    "Write a copy of the recipe with the best layout (parallel.*, train.micro_batch, "
@@ -345,7 +353,7 @@ int main(int argc, char** argv) {
       ->type_name("OUT.yaml");
   plan->add_flag("--json", plan_args.json, "Print the ranking as JSON");
   plan->add_option("--top", plan_args.top, "Layouts shown (default: the ten fastest; with --json every one that fits)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   plan->footer(
       "Memory per GPU is the one memory account (`run --dry-run`'s) plus the device's reserved bytes; step time\n"
       "is the performance model's (compute, tensor-parallel collectives, pipeline transfers and bubble,\n"
@@ -404,7 +412,7 @@ int main(int argc, char** argv) {
     if (*imp) return cli::cmd_import(import_args);
     if (*inspect) return cli::cmd_ckpt_inspect(inspect_args);
   } catch (const cli::RecipeError& e) {
-    std::fprintf(stderr, "%s\n", e.format().c_str());
+    std::fprintf(stderr, "%s\n", printable(e.format(), /*keep_newlines=*/true).c_str());
     return kExitUserError;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", format_error(e).c_str());
@@ -419,7 +427,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "error: internal error: %s\n  hint: llmtrain should have reported this clearly: please report it with "
                  "the command line and the output of `llmtrain env`\n",
-                 e.what());
+                 printable(e.what()).c_str());
     return kExitFailure;
   } catch (...) {
     std::fprintf(stderr, "error: internal error: an unknown exception\n");

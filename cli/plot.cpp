@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -187,40 +188,6 @@ ChartSeries chart_series(int run, const std::string& metric, const MetricSeries&
 
 }  // namespace
 
-std::string utf8_sanitize(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    if (c < 0x80) {
-      out.push_back(c < 0x20 || c == 0x7F ? '?' : static_cast<char>(c));
-      ++i;
-      continue;
-    }
-    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    uint32_t cp = len == 4 ? c & 0x07 : len == 3 ? c & 0x0F : c & 0x1F;
-    bool ok = len >= 2 && c < 0xF5 && i + len <= n;
-    for (size_t j = 1; ok && j < len; ++j) {
-      if ((s[i + j] & 0xC0) != 0x80) ok = false;
-      cp = (cp << 6) | (s[i + j] & 0x3F);
-    }
-    // Overlong forms, surrogates, beyond U+10FFFF, C1 controls and the XML-forbidden U+FFFE/U+FFFF.
-    static constexpr uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
-    ok = ok && cp >= kMinForLength[len] && !(cp >= 0xD800 && cp <= 0xDFFF) && cp <= 0x10FFFF &&
-         !(cp >= 0x80 && cp <= 0x9F) && cp != 0xFFFE && cp != 0xFFFF;
-    if (ok) {
-      out.append(text, i, len);
-      i += len;
-    } else {
-      out.push_back('?');
-      ++i;
-    }
-  }
-  return out;
-}
-
 double text_width_estimate(const std::string& text, double font_px) {
   size_t code_points = 0;
   for (char c : text) code_points += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
@@ -341,6 +308,7 @@ RunMetrics metrics_read(const std::string& run, const std::string& name, const s
 
 std::string tick_label(double value, double step) {
   step = std::abs(step);
+  if (!std::isfinite(value) || !std::isfinite(step) || step == 0) return fmt::format("{}", value);  // (no axis has one)
   if (std::abs(value) < step * 1e-9 || value == 0) return "0";
   if (step >= 1e5 || (step < 1e-4 && std::abs(value) < 1e-2)) {
     // Scientific: as many mantissa digits as the step resolves, trailing zeros and '+' dropped.
@@ -353,7 +321,11 @@ std::string tick_label(double value, double step) {
       while (mantissa.back() == '0') mantissa.pop_back();
       if (mantissa.back() == '.') mantissa.pop_back();
     }
-    int exponent = std::stoi(s.substr(e + 1));
+    int exponent = 0;
+    if (e == std::string::npos) return s;
+    const char* first = s.data() + e + 1;
+    if (*first == '+') ++first;
+    std::from_chars(first, s.data() + s.size(), exponent);
     return fmt::format("{}e{}", mantissa, exponent);
   }
   int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
@@ -362,19 +334,30 @@ std::string tick_label(double value, double step) {
 
 Axis axis_linear(double lo, double hi, int max_intervals) {
   LT_CHECK(lo <= hi && max_intervals >= 1, "axis_linear({}, {}, {})", lo, hi, max_intervals);
-  if (!std::isfinite(hi - lo))
-    throw Error(fmt::format("cannot draw an axis from {} to {}: the values are too large", lo, hi),
-                "plot a metric with finite values");
-  if (hi - lo <= std::max(std::abs(lo), std::abs(hi)) * 1e-12) {  // one value: widen around it
-    double d = lo == 0 ? 1 : std::abs(lo) * 0.1;
+  const auto too_large = [&] {
+    return Error(fmt::format("cannot draw an axis from {} to {}: the values are too large", lo, hi),
+                 "plot a metric with finite values");
+  };
+  if (!std::isfinite(hi - lo)) throw too_large();
+  // One value, or values so close that no step between them is a normal number (subnormal values,
+  // 1e-320): widened around them, by at least kMinSpan, so that the tick step stays a normal number.
+  constexpr double kMinSpan = 1e-290;
+  if (hi - lo <= std::max(std::abs(lo), std::abs(hi)) * 1e-12 || hi - lo < kMinSpan) {
+    double d = lo == 0 ? 1 : std::max(std::abs(lo) * 0.1, kMinSpan);
     lo -= d, hi += d;
+    if (!std::isfinite(hi - lo)) throw too_large();
   }
   double magnitude = std::pow(10.0, std::floor(std::log10((hi - lo) / max_intervals)));
+  if (!std::isnormal(magnitude)) throw too_large();
   Axis a;
   for (double m : {1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0}) {
     double step = m * magnitude;
     double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
     if (last - first > max_intervals && m < 100) continue;
+    // Every data-derived loop is bounded: a handful of ticks, each index exactly representable.
+    if (!(last - first <= 10.0 * max_intervals) || std::abs(first) > 1e15 || std::abs(last) > 1e15 ||
+        !std::isfinite(first * step) || !std::isfinite(last * step))
+      throw too_large();
     a.lo = first * step, a.hi = last * step;
     for (double i = first; i <= last; ++i) {
       double v = i * step;
@@ -390,6 +373,10 @@ Axis axis_linear(double lo, double hi, int max_intervals) {
 Axis axis_log(double lo, double hi, int max_intervals) {
   LT_CHECK(lo > 0 && lo <= hi && std::isfinite(hi) && max_intervals >= 1, "axis_log({}, {}, {})", lo, hi,
            max_intervals);
+  // Decades whose powers of ten are normal numbers, widened by the candidates around them.
+  if (lo < 1e-300 || hi > 1e300)
+    throw Error(fmt::format("--log-y: values from {} to {}: a log axis draws values in [1e-300, 1e300]", lo, hi),
+                "drop --log-y for this metric");
   if (hi / lo < 1 + 1e-9) lo /= 1.25, hi *= 1.25;  // one value: widen around it
   Axis a;
   a.log = true;

@@ -144,8 +144,5 @@ Chart chart_layout(const std::vector<RunMetrics>& runs, const PlotOptions& optio
 
 // An estimate of a label's width in pixels (layout only; the renderer measures the real text).
 double text_width_estimate(const std::string& text, double font_px);
-// `text` with every byte that is not part of valid UTF-8, and every control character, replaced by
-// '?': labels come from paths and flags, and cairo refuses (and XML forbids) anything else.
-std::string utf8_sanitize(const std::string& text);
 
 }  // namespace llmtrain::cli

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace llmtrain::cli {
 
@@ -180,10 +181,16 @@ cairo_status_t append_bytes(void* closure, const unsigned char* data, unsigned i
   return CAIRO_STATUS_SUCCESS;
 }
 
+// The image is drawn and encoded in memory (the file is written afterwards, by write_file_atomic,
+// whose errors name the disk): a cairo failure is about memory, the chart, or cairo itself.
 void check(cairo_status_t status, const char* what) {
-  if (status != CAIRO_STATUS_SUCCESS)
-    throw environment_error(fmt::format("cairo: {} failed: {}", what, cairo_status_to_string(status)),
-                            "is the disk or memory full? (`llmtrain env` describes this machine)");
+  if (status == CAIRO_STATUS_SUCCESS) return;
+  const std::string message = fmt::format("cairo: {} failed: {}", what, cairo_status_to_string(status));
+  if (status == CAIRO_STATUS_NO_MEMORY)
+    throw environment_error(message, "this machine ran out of memory drawing the chart (`llmtrain env` shows it)");
+  throw environment_error(message,
+                          "llmtrain should have drawn this chart: please report it with the command line, the "
+                          "metrics.jsonl files and the output of `llmtrain env`");
 }
 
 struct SurfaceDeleter {
@@ -203,29 +210,6 @@ void draw_on(cairo_surface_t* surface, const Chart& chart) {
   check(cairo_status(cr.get()), "drawing the chart");
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 // <title> and <desc> as the first children of <svg>.
 std::string with_svg_text(std::string svg, const Chart& chart) {
   size_t open = svg.find("<svg");
@@ -237,7 +221,7 @@ std::string with_svg_text(std::string svg, const Chart& chart) {
   desc += ". Panels:";
   for (size_t i = 0; i < chart.panels.size(); ++i) desc += fmt::format("{} {}", i ? ";" : "", chart.panels[i].y_label);
   desc += " against step.";
-  svg.insert(end + 1, fmt::format("\n<title>{}</title>\n<desc>{}</desc>", xml_escape(chart.title), xml_escape(desc)));
+  svg.insert(end + 1, fmt::format("\n<title>{}</title>\n<desc>{}</desc>", xml_escaped(chart.title), xml_escaped(desc)));
   return svg;
 }
 

@@ -20,12 +20,7 @@ std::string str(const std::string& s) {
   static const std::set<std::string_view> reserved = {"true", "false", "True", "False", "TRUE", "FALSE", "null", "Null",
                                                       "NULL", "yes",   "no",   "on",    "off",  "auto",  "none", "~"};
   if (is_word(s, first, rest) && !reserved.count(s)) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
+  return yaml_quoted(s, "a recipe value");
 }
 
 std::string opt_str(const std::string& s) { return s.empty() ? "null" : str(s); }
@@ -154,6 +149,23 @@ std::string recipe_to_yaml(const Recipe& r) {
   line(4, "identity", opt_str(l.ssh.identity));
   line(4, "config", opt_str(l.ssh.config));
   return y;
+}
+
+std::string recipe_derived_yaml(const ModelConfig& m, const std::string& name, const std::string& tokenizer,
+                                const std::string& resume, const std::string& config_path) {
+  return fmt::format(
+      "# Derived from {} by `llmtrain import`: set data.train to your dataset, then `llmtrain run`.\n"
+      "name: {}\n"
+      "model: {{family: {}, layers: {}, hidden: {}, heads: {}, kv_heads: {}, ffn_hidden: {}, vocab: {},\n"
+      "        seq_len: {}, max_positions: {}, rope_theta: {}, norm_eps: {}, init_std: {}, tie_embeddings: {}}}\n"
+      "data: {{tokenizer: {}, train: [data/train]}}\n"
+      "train: {{steps: 1000, micro_batch: 1}}\n"
+      "checkpoint: {{resume: {}, load_weights_only: true}}\n",
+      printable(config_path), yaml_quoted(name, "the run name"), to_string(m.family), m.layers, m.hidden, m.heads,
+      m.kv_heads, m.ffn_hidden, m.vocab, m.seq_len, m.max_positions, num(m.rope_theta), num(m.norm_eps),
+      num(m.init_std), flag(m.tie_embeddings),
+      tokenizer == "byte" ? std::string("byte") : yaml_quoted(tokenizer, "the tokenizer's path"),
+      yaml_quoted(resume, "the checkpoint's path"));
 }
 
 }  // namespace llmtrain::cli

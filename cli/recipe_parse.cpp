@@ -98,10 +98,9 @@ bool is_decimal(std::string_view s) {
 }
 
 bool parse_int(const std::string& s, int64_t& out) {
-  if (!is_digits(std::string_view(s).substr(s.empty() || (s[0] != '+' && s[0] != '-') ? 0 : 1))) return false;
-  const char* b = s.data() + (s[0] == '+' ? 1 : 0);
-  auto [p, ec] = std::from_chars(b, s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size();
+  const auto v = parse_int64(s);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 bool parse_float(const std::string& s, double& out) {

@@ -109,6 +109,8 @@ std::optional<CheckpointLockHolder> read_holder(const std::string& path) {
     if (json_nesting_depth(text) > kMaxJsonDepth) return CheckpointLockHolder{};  // damaged, like a parse error
     auto j = nlohmann::json::parse(text);
     h.host = j.at("host").get<std::string>();
+    // Integers as JSON integers: a float (1e300) cast to int64_t would be undefined behaviour.
+    if (!j.at("pid").is_number_integer() || !j.at("renewed_unix").is_number_integer()) return CheckpointLockHolder{};
     h.pid = j.at("pid").get<int64_t>();
     h.job = j.at("job").get<std::string>();
     h.renewed_unix = j.at("renewed_unix").get<int64_t>();
@@ -132,11 +134,12 @@ std::string write_temp(const std::string& path, const CheckpointLockHolder& h) {
 std::string takeover_reason(const CheckpointLockHolder& h, const CheckpointLockHolder& me, double lease_s) {
   if (h.host.empty()) return "the lock file is unreadable";
   if (!me.job.empty() && h.job == me.job) return "";  // the same job: silent
-  if (h.host == me.host && h.pid > 0 && ::kill(pid_t(h.pid), 0) != 0 && errno == ESRCH)
+  if (h.host == me.host && h.pid > 0 && h.pid <= INT32_MAX && ::kill(pid_t(h.pid), 0) != 0 && errno == ESRCH)
     return fmt::format("its holder, pid {} on this host, is gone", h.pid);
-  if (double(now_unix() - h.renewed_unix) > lease_s)
+  // In doubles: a lock file's time may be anything, and int64 subtraction could overflow.
+  if (double(now_unix()) - double(h.renewed_unix) > lease_s)
     return fmt::format("its holder on {} has not renewed it for {} s (the lease is {} s)", h.host,
-                       now_unix() - h.renewed_unix, int64_t(lease_s));
+                       double(now_unix()) - double(h.renewed_unix), int64_t(lease_s));
   return "held";
 }
 
@@ -153,9 +156,10 @@ std::unique_ptr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string&
   default_file_system().make_dirs(dir);
   const std::string path = (fs::path(dir) / kLockFile).string();
   CheckpointLockHolder me;
-  me.host = host_info().hostname;
+  // (UTF-8 only: the lock is JSON; a job id comes from the environment.)
+  me.host = utf8_sanitize(host_info().hostname);
   me.pid = int64_t(::getpid());
-  me.job = job;
+  me.job = utf8_sanitize(job);
   me.renewed_unix = now_unix();
   me.nonce = fmt::format("{}-{}-{}", me.pid, now_unix(), std::random_device{}());
   const std::string tmp = write_temp(path, me);
@@ -173,7 +177,7 @@ std::unique_ptr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string&
     if (why == "held")
       throw Error(fmt::format("checkpoint.dir {} is in use by another job: host {}, pid {}{}, lock renewed {} s ago",
                               dir, held->host, held->pid, held->job.empty() ? "" : ", job " + held->job,
-                              now_unix() - held->renewed_unix),
+                              double(now_unix()) - double(held->renewed_unix)),
                   fmt::format("two jobs must not write one checkpoint directory: stop the other job or set another "
                               "checkpoint.dir; a lock whose holder died is taken over (at once on the same host, "
                               "after {} s elsewhere)",
@@ -189,6 +193,10 @@ std::unique_ptr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string&
   }
   throw Error(fmt::format("checkpoint.dir {}: another job took its lock at the same time", dir),
               "two jobs must not write one checkpoint directory: stop the other job or set another checkpoint.dir");
+}
+
+std::optional<CheckpointLockHolder> CheckpointDirLock::recorded(const std::string& dir) {
+  return read_holder((fs::path(dir) / kLockFile).string());
 }
 
 void CheckpointDirLock::renew() {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,9 @@ class CheckpointDirLock {
   // Throws llmtrain::Error (user kind) naming the holder when the directory is held.
   static std::unique_ptr<CheckpointDirLock> acquire(const std::string& dir, const std::string& job,
                                                     double lease_s = kDefaultLease);
+  // The holder recorded in `dir`'s lock (host empty when the file is unreadable); nullopt when
+  // there is no lock. Reads only: for a tool that must refuse a directory in use.
+  static std::optional<CheckpointLockHolder> recorded(const std::string& dir);
   ~CheckpointDirLock();  // removes the lock when it is still ours
   CheckpointDirLock(const CheckpointDirLock&) = delete;
   CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;

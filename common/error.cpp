@@ -4,12 +4,14 @@
 #include <cstdlib>
 
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace llmtrain {
 
 std::string format_error(const Error& e) {
-  std::string out = fmt::format("error: {}", e.what());
-  if (!e.hint().empty()) out += fmt::format("\n  hint: {}", e.hint());
+  // Messages quote names and paths from files we did not write: printed escaped (common/strings.h).
+  std::string out = fmt::format("error: {}", printable(e.what(), /*keep_newlines=*/true));
+  if (!e.hint().empty()) out += fmt::format("\n  hint: {}", printable(e.hint(), /*keep_newlines=*/true));
   return out;
 }
 

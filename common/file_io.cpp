@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "common/error.h"
 
@@ -29,7 +31,7 @@ namespace {
 class PosixFile final : public WritableFile {
  public:
   explicit PosixFile(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd_ < 0) fail("cannot create", path_, errno);
   }
   ~PosixFile() override {
@@ -74,7 +76,7 @@ class PosixFileSystem final : public FileSystem {
     if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return;
     if (errno != EINVAL && errno != ENOSYS) fail("cannot exchange", a + " and " + b, errno);
     // No RENAME_EXCHANGE here (some network file systems): b aside, a in, b's old contents to a.
-    const std::string aside = fmt::format("{}.old.{}", b, ::getpid());
+    const std::string aside = fmt::format("{}.old.{}", b, random_name_suffix());  // nothing there to replace
     rename(b, aside);
     rename(a, b);
     rename(aside, a);
@@ -308,19 +310,60 @@ void PowerLossFileSystem::power_loss() {
 }
 
 void write_file_atomic(FileSystem& fs, const std::string& path, std::string_view contents) {
-  std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const std::string tmp = fmt::format("{}.tmp.{}", path, random_name_suffix());
+  std::unique_ptr<WritableFile> f = fs.create(tmp);  // a failure here created nothing to remove
   try {
-    auto f = fs.create(tmp);
     f->append(contents.data(), contents.size());
     f->sync();
     f->close();
     fs.rename(tmp, path);
   } catch (...) {
     std::error_code ec;
-    fs::remove(tmp, ec);
+    fs::remove(tmp, ec);  // ours: created exclusively above
     throw;
   }
   fs.sync_dir(fs::path(path).parent_path().string());
+}
+
+std::string random_name_suffix(int hex_digits) {
+  std::string out;
+  while (int(out.size()) < hex_digits) {
+    uint64_t r = 0;
+    if (::getrandom(&r, sizeof r, 0) != sizeof r) r = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+    out += fmt::format("{:016x}", r);
+  }
+  out.resize(size_t(hex_digits));
+  return out;
+}
+
+int create_temp_file(const std::string& base, std::string* path, unsigned mode) {
+  for (int attempt = 0;; ++attempt) {
+    std::string p = fmt::format("{}.tmp.{}", base, random_name_suffix());
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode_t(mode));
+    if (fd >= 0) {
+      *path = std::move(p);
+      return fd;
+    }
+    if (errno != EEXIST || attempt == 100) fail("cannot create", p, errno);
+  }
+}
+
+std::string make_temp_dir(const std::string& base) {
+  std::string templ = base + ".XXXXXX";
+  if (!::mkdtemp(templ.data())) fail("cannot create directory", templ, errno);
+  return templ;
+}
+
+std::FILE* open_append(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  std::FILE* f = ::fdopen(fd, "a");
+  if (!f) {
+    const int error = errno;
+    ::close(fd);
+    errno = error;
+  }
+  return f;
 }
 
 std::string read_file(const std::string& path, int64_t max_bytes) {

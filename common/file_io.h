@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,7 +31,8 @@ class WritableFile {
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
-  // Creates (or truncates) a file for writing.
+  // Creates a new file for writing: exclusively (O_CREAT | O_EXCL | O_NOFOLLOW), so an existing
+  // file, or a link planted at the name, is an error rather than something written through.
   virtual std::unique_ptr<WritableFile> create(const std::string& path) = 0;
   // rename(2): atomically replaces `to` when it exists (a directory only when `to` is empty or absent).
   virtual void rename(const std::string& from, const std::string& to) = 0;
@@ -130,9 +132,26 @@ class PowerLossFileSystem final : public FileSystem {
   long next_aside_ = 0;
 };
 
-// Writes `contents` to `path` atomically: `<path>.tmp.<pid>`, fsync, rename over `path`, fsync the
-// directory. Readers see the old file or the new one, never a mix.
+// Writes `contents` to `path` atomically: a new temporary `<path>.tmp.<random>`, fsync, rename over
+// `path`, fsync the directory. Readers see the old file or the new one, never a mix; a link at
+// `path` is replaced, never written through.
 void write_file_atomic(FileSystem& fs, const std::string& path, std::string_view contents);
+
+// Temporary files and directories in places other users may write to (a shared run or output
+// directory): names they cannot predict, created exclusively, never through a link. Every writer of
+// a temporary uses these.
+//
+// `hex_digits` random lowercase hex digits (getrandom(2)).
+std::string random_name_suffix(int hex_digits = 16);
+// Creates a new file `<base>.tmp.<random>` for writing (O_CREAT | O_EXCL | O_NOFOLLOW), trying
+// another name while one is taken; returns its descriptor (the caller closes it) and its path in
+// *path. Throws llmtrain::Error naming the directory when it cannot.
+int create_temp_file(const std::string& base, std::string* path, unsigned mode = 0644);
+// Creates a new directory `<base>.<random>` (mode 0700, mkdtemp(3)) and returns its path.
+std::string make_temp_dir(const std::string& base);
+// Opens `path` for appending, creating it (0644) when missing, never through a symbolic link at
+// `path` (O_NOFOLLOW): run logs and metrics. Returns nullptr with errno set when it cannot.
+std::FILE* open_append(const std::string& path);
 
 // Reads a whole regular file of at most `max_bytes`; throws llmtrain::Error naming the path when it
 // cannot be read, is not a regular file (a FIFO would block, /dev/zero never end) or is larger.

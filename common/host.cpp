@@ -1,6 +1,8 @@
 #include "common/host.h"
 
+#include <fmt/format.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/error.h"
 #include "common/strings.h"
 
 namespace llmtrain {
@@ -61,6 +64,19 @@ HostInfo host_info() {
   h.memory_total = meminfo_kib("MemTotal") * 1024;
   h.memory_available = meminfo_kib("MemAvailable") * 1024;
   return h;
+}
+
+void require_host_memory(int64_t bytes, const std::string& what) {
+  int64_t limit = meminfo_kib("MemAvailable") * 1024;
+  const char* which = "available memory";
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && (limit <= 0 || int64_t(as.rlim_cur) < limit))
+    limit = int64_t(as.rlim_cur), which = "address-space limit (ulimit -v)";
+  if (limit <= 0 || bytes <= limit) return;  // (no /proc/meminfo: nothing to check against)
+  throw environment_error(fmt::format("{} needs {} of memory, more than this host's {} of {}", what,
+                                      format_bytes(double(bytes)), which, format_bytes(double(limit))),
+                          "run it on a machine with more memory; if the size is unexpected, the file stating it is "
+                          "damaged or was not written for this");
 }
 
 }  // namespace llmtrain

@@ -17,6 +17,11 @@ struct HostInfo {
 };
 
 HostInfo host_info();
+// Throws llmtrain::Error (environment kind) when `bytes` exceed what this host can give now: its
+// available memory (MemAvailable), and the address-space limit (ulimit -v) when there is one.
+// `what` says what needs them ("the model the manifest describes"). Sizes that a file states are
+// checked against the file first, then here, before anything is allocated.
+void require_host_memory(int64_t bytes, const std::string& what);
 int usable_cores();
 // The absolute path of this program (/proc/self/exe), for re-running it as ranks; "llmtrain" when
 // it cannot be read.

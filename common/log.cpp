@@ -5,6 +5,8 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "common/file_io.h"
+#include "common/strings.h"
 
 namespace llmtrain {
 namespace {
@@ -41,11 +43,14 @@ bool log_enabled(LogLevel level) { return level >= g_level; }
 
 void log_write(LogLevel level, const std::string& message) {
   const char* tag = level == LogLevel::warn ? "warning: " : level == LogLevel::error ? "error: " : "";
+  // Messages quote names and paths from files we did not write: escaped, so that no control
+  // sequence of theirs reaches the terminal (lines of ours stay lines).
+  const std::string text = printable(message, /*keep_newlines=*/true);
   std::lock_guard lock(g_mutex);
-  std::fprintf(stderr, "%s%s%s\n", g_prefix.c_str(), tag, message.c_str());
+  std::fprintf(stderr, "%s%s%s\n", g_prefix.c_str(), tag, text.c_str());
   std::fflush(stderr);
   if (g_file) {
-    std::fprintf(g_file, "%s%s%s\n", g_prefix.c_str(), tag, message.c_str());
+    std::fprintf(g_file, "%s%s%s\n", g_prefix.c_str(), tag, text.c_str());
     std::fflush(g_file);
   }
 }
@@ -55,7 +60,7 @@ void log_open_file(const std::string& path) {
   if (g_file) std::fclose(g_file);
   g_file = nullptr;
   if (path.empty()) return;
-  g_file = std::fopen(path.c_str(), "a");
+  g_file = open_append(path);  // never through a link planted at the name
   if (!g_file) throw environment_error(fmt::format("cannot open the log file {}", path), "check the run directory");
 }
 

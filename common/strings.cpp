@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "common/error.h"
+
 namespace llmtrain {
 
 int edit_distance(std::string_view a, std::string_view b) {
@@ -82,36 +84,154 @@ bool is_identifier(std::string_view s) {
   return is_word(s, first, rest);
 }
 
+namespace {
+
+// The code point at s[i] and its length in bytes; 0 when the bytes there are not UTF-8: a bad lead
+// or continuation byte, a sequence cut short, an overlong form, a surrogate, beyond U+10FFFF.
+size_t utf8_at(std::string_view s, size_t i, uint32_t* cp) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0x80                   ? 1
+                   : (c >= 0xc2 && c <= 0xdf) ? 2
+                   : (c >= 0xe0 && c <= 0xef) ? 3
+                   : (c >= 0xf0 && c <= 0xf4) ? 4
+                                              : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  uint32_t v = n == 1 ? c : n == 2 ? c & 0x1fu : n == 3 ? c & 0x0fu : c & 0x07u;
+  for (size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xc0) != 0x80) return 0;
+    v = (v << 6) | (b & 0x3fu);
+  }
+  static constexpr uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < kMinForLength[n] || (v >= 0xd800 && v <= 0xdfff) || v > 0x10ffff) return 0;
+  *cp = v;
+  return n;
+}
+
+// C0, DEL and C1 controls.
+bool is_control(uint32_t cp) { return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f); }
+// What a reader may take for the end of a line besides the controls: U+2028, U+2029.
+bool is_separator(uint32_t cp) { return cp == 0x2028 || cp == 0x2029; }
+
+// Appends the escape of a character that must not appear as it is — a control, a line separator,
+// the byte order mark — as \xNN (ASCII) or \uNNNN, which both C-style readers and YAML read back;
+// false for any other character.
+bool append_escape(std::string& out, uint32_t cp) {
+  if (cp < 0x80 && is_control(cp))
+    out += fmt::format("\\x{:02x}", cp);
+  else if (is_control(cp) || is_separator(cp) || cp == 0xfeff)
+    out += fmt::format("\\u{:04x}", cp);
+  else
+    return false;
+  return true;
+}
+
+}  // namespace
+
 std::string text_problem(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      const char* name = c == '\n'   ? " (a line break)"
-                         : c == '\r' ? " (a carriage return)"
-                         : c == '\t' ? " (a tab)"
-                                     : "";
-      return fmt::format("the control character U+{:04X}{} at byte {}", c, name, i);
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_at(s, i, &cp);
+    if (n == 0)
+      return fmt::format("a byte that is not UTF-8 (0x{:02x}) at byte {}", static_cast<unsigned char>(s[i]), i);
+    if (is_control(cp)) {
+      const char* name = cp == '\n'   ? " (a line break)"
+                         : cp == '\r' ? " (a carriage return)"
+                         : cp == '\t' ? " (a tab)"
+                                      : "";
+      return fmt::format("the control character U+{:04X}{} at byte {}", cp, name, i);
     }
-    // UTF-8: the lead byte gives the length; continuation bytes are 10xxxxxx; no overlong forms,
-    // surrogates or code points past U+10FFFF.
-    int n = c < 0x80                   ? 1
-            : (c >= 0xc2 && c <= 0xdf) ? 2
-            : (c >= 0xe0 && c <= 0xef) ? 3
-            : (c >= 0xf0 && c <= 0xf4) ? 4
-                                       : 0;
-    bool ok = n > 0 && i + size_t(n) <= s.size();
-    for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + size_t(k)]) & 0xc0) == 0x80;
-    if (ok && n >= 3) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) ||
-          (c == 0xf4 && c1 >= 0x90))
-        ok = false;
-    }
-    if (!ok) return fmt::format("a byte that is not UTF-8 (0x{:02x}) at byte {}", c, i);
-    i += size_t(n);
+    if (is_separator(cp)) return fmt::format("the line separator U+{:04X} at byte {}", cp, i);
+    i += n;
   }
   return "";
+}
+
+std::string printable(std::string_view s, bool keep_newlines) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_at(s, i, &cp);
+    if (n == 0) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(s[i]));
+      ++i;
+      continue;
+    }
+    if (cp == '\n' && keep_newlines)
+      out += '\n';
+    else if (cp == '\n')
+      out += "\\n";
+    else if (cp == '\t')
+      out += "\\t";
+    else if (cp == '\r')
+      out += "\\r";
+    else if (!append_escape(out, cp))
+      out.append(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::string yaml_quoted(std::string_view s, std::string_view what) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_at(s, i, &cp);
+    if (n == 0)
+      throw Error(fmt::format("{} holds a byte that is not UTF-8 (0x{:02x}) at byte {}: it cannot be written into YAML",
+                              what, static_cast<unsigned char>(s[i]), i),
+                  "use a name or path that is UTF-8 text");
+    if (cp == '"' || cp == '\\')
+      out += '\\', out += char(cp);
+    else if (!append_escape(out, cp))
+      out.append(s.substr(i, n));
+    i += n;
+  }
+  return out + "\"";
+}
+
+std::string utf8_sanitize(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_at(s, i, &cp);
+    if (n == 0 || is_control(cp) || cp == 0xfffe || cp == 0xffff) {
+      out += '?';
+      i += std::max<size_t>(n, 1);
+      continue;
+    }
+    out.append(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::string xml_escaped(std::string_view s) {
+  std::string out;
+  for (char c : utf8_sanitize(s)) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
 }
 
 bool is_plain_file_name(std::string_view s) {
@@ -121,14 +241,19 @@ bool is_plain_file_name(std::string_view s) {
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
+std::optional<int64_t> parse_int64(std::string_view s) {
+  const std::string_view digits = s.substr(!s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0);
+  if (!is_digits(digits)) return std::nullopt;
+  int64_t out = 0;
+  const char* first = s[0] == '+' ? s.data() + 1 : s.data();
+  auto [p, ec] = std::from_chars(first, s.data() + s.size(), out);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return out;
+}
+
 std::optional<int> parse_small_count(std::string_view s) {
-  if (s.empty() || s.size() > 9) return std::nullopt;
-  int v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
+  if (s.size() > 9 || !is_digits(s)) return std::nullopt;
+  return static_cast<int>(*parse_int64(s));
 }
 
 std::optional<double> parse_duration_seconds(std::string_view s) {

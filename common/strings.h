@@ -31,9 +31,26 @@ bool is_identifier(std::string_view s);
 bool is_word(std::string_view s, std::string_view first, std::string_view rest);
 // What is wrong with `s` as a line of text for a recipe, a hostfile or a script: "" when nothing;
 // else e.g. "the control character U+000A (a line break) at byte 12" or "a byte that is not
-// UTF-8 (0xff) at byte 3". Control characters could end a line of a generated script (an sbatch
-// header), and bytes that are not UTF-8 could not be written into JSON (a checkpoint manifest).
+// UTF-8 (0xff) at byte 3". Control characters (C0, DEL, C1) and the Unicode line and paragraph
+// separators could end a line of a generated script (an sbatch header) or of a YAML file, or drive
+// a terminal; bytes that are not UTF-8 could not be written into JSON (a checkpoint manifest).
 std::string text_problem(std::string_view s);
+// Text from a file we did not write, made safe to print on a terminal or in a log: printable
+// UTF-8 is kept; control characters (C0, DEL, C1), the Unicode line and paragraph separators, and
+// bytes that are not UTF-8 become escapes (\n, \t, \r, \xNN, \uNNNN), so an ESC from a tensor name
+// cannot drive the terminal and a line break cannot fake a line of output. With `keep_newlines`,
+// '\n' stays (multi-line messages of ours that quote such text).
+std::string printable(std::string_view s, bool keep_newlines = false);
+// `s` as a double-quoted YAML scalar that reads back as exactly `s`: '"' and '\' escaped, and every
+// control character, DEL, C1 control, U+2028/U+2029 and U+FEFF written as an escape, so no value
+// can end its line or add a key. Throws llmtrain::Error naming `what` when `s` is not UTF-8 (YAML
+// cannot hold such bytes).
+std::string yaml_quoted(std::string_view s, std::string_view what);
+// `s` with every byte that is not part of valid UTF-8, every control character (C0, DEL, C1) and
+// U+FFFE/U+FFFF replaced by '?': text for cairo (which refuses invalid UTF-8) and for XML.
+std::string utf8_sanitize(std::string_view s);
+// `s` for XML character data or an attribute value: utf8_sanitize'd, then & < > " ' as entities.
+std::string xml_escaped(std::string_view s);
 // A name for a file inside a directory we own (a checkpoint's shard or tokenizer copy): no '/',
 // not "." or "..", not empty, no control characters or bytes that are not UTF-8. Paths read from a
 // file we did not write must be confined with it, never joined as they come.
@@ -45,6 +62,11 @@ inline constexpr std::string_view kDigits = "0123456789";
 // A count written as 1 to 9 ASCII digits, nothing else ("0042" is 42); nullopt otherwise. Nine
 // digits always fit an int, so no input overflows.
 std::optional<int> parse_small_count(std::string_view s);
+
+// A decimal integer ("42", "-7", "+3"; nothing else, not even spaces): nullopt when malformed or
+// outside int64_t. Numbers from flags, environment variables and files go through this, never
+// through atoi/strtol (whose overflow is undefined or silent).
+std::optional<int64_t> parse_int64(std::string_view s);
 // "300s", "5m", "1.5h", "250ms", or a bare number of seconds. nullopt when malformed.
 std::optional<double> parse_duration_seconds(std::string_view s);
 // "5GB", "500MB", "2GiB", "1000000" (bytes; KB/MB/GB/TB are powers of 1000 as transformers'

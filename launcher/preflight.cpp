@@ -14,6 +14,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/strings.h"
 #include "kernels/backend_info.h"
 #include "launcher/child_process.h"
@@ -176,18 +177,25 @@ void check_writable_dir(const std::string& dir, const std::string& key) {
   if (ec)
     throw environment_error(fmt::format("{} {}: cannot create it: {}", key, dir, ec.message()),
                             fmt::format("choose a folder this user can write (--set {}=PATH)", key));
-  std::string probe = dir + "/.llmtrain-write-test." + std::to_string(getpid());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || ::write(fd, "x", 1) != 1) {
-    int err = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(probe.c_str());
+  // A new file of an unpredictable name, created exclusively: a link planted in a shared folder
+  // cannot turn the probe into a write elsewhere, and only the file made here is removed.
+  std::string probe;
+  int fd = -1;
+  try {
+    fd = create_temp_file(dir + "/.llmtrain-write-test", &probe);
+  } catch (const Error& e) {
+    throw environment_error(
+        fmt::format("{} {}: cannot write in it: {}", key, dir, e.what()),
+        fmt::format("choose a folder this user can write (--set {}=PATH), or fix its permissions", key));
+  }
+  const bool wrote = ::write(fd, "x", 1) == 1;
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!wrote)
     throw environment_error(
         fmt::format("{} {}: cannot write in it: {}", key, dir, std::strerror(err)),
         fmt::format("choose a folder this user can write (--set {}=PATH), or fix its permissions", key));
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
 }
 
 void preflight_check(const Recipe& r, const LaunchPlan& plan, const PreflightOptions& opt) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/strings.h"
 #include "parallel/progress.h"
 
@@ -93,7 +94,7 @@ RankOutput::RankOutput(std::string logs_dir, OutputTags tags, bool console)
                             "check log.dir and its permissions");
   raise_open_file_limit();
   launcher_log_path_ = logs_dir_ + "/launcher.log";
-  launcher_file_ = std::fopen(launcher_log_path_.c_str(), "a");
+  launcher_file_ = open_append(launcher_log_path_);
   if (!launcher_file_)
     throw environment_error(fmt::format("cannot open {} for appending", launcher_log_path_),
                             "check log.dir and its permissions");
@@ -118,7 +119,7 @@ std::FILE* RankOutput::rank_file(int rank) {
   std::FILE* f = nullptr;
   if (it == rank_files_.end()) {
     std::string path = logs_dir_ + "/" + rank_log_name(rank);
-    f = std::fopen(path.c_str(), "a");
+    f = open_append(path);
     if (!f) {
       launcher_log(fmt::format("cannot open {}; rank {}'s output goes to the console only", path, rank));
       rank_files_[rank] = nullptr;

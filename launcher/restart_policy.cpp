@@ -26,6 +26,8 @@ JobOutcome classify_exit(int status) {
   }
 }
 
+int launcher_exit_status(int status) { return classify_exit(status) == JobOutcome::failed ? kExitFailure : status; }
+
 const char* to_string(JobOutcome o) {
   static constexpr EnumName<JobOutcome> kNames[] = {{"finished", JobOutcome::finished},
                                                     {"user error", JobOutcome::user_error},

@@ -21,6 +21,11 @@ namespace llmtrain::launcher {
 enum class JobOutcome { finished, user_error, interrupted, failed };
 
 JobOutcome classify_exit(int status);
+// What `llmtrain run` itself exits with when a job it supervised ends for good with `status`: 0, 2
+// and 75 as they are; any failure 1 (as torchrun's), whatever the ranks' statuses were. A status of
+// 128 + N would read as if the launcher itself had been killed by signal N (a crashed rank is
+// named in the launcher's message instead).
+int launcher_exit_status(int status);
 const char* to_string(JobOutcome outcome);
 
 // "exit 137 (killed by signal 9, Killed)", "exit 3".

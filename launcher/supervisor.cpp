@@ -294,7 +294,9 @@ class Supervisor {
                          format_duration(now - attempt_start_));
     auto silent = [&](const RankProgress& p) { return this->silent(p, now); };
     int64_t lowest = INT64_MAX;
-    for (const auto& [rank, p] : progress_) lowest = std::min<int64_t>(lowest, std::atoll(p.step.c_str()));
+    // (Steps as the ranks reported them: a malformed one counts as 0, never as undefined behaviour.)
+    auto step_of = [](const RankProgress& p) { return parse_int64(p.step).value_or(0); };
+    for (const auto& [rank, p] : progress_) lowest = std::min<int64_t>(lowest, step_of(p));
     std::vector<std::string> behind, lines;
     for (const auto& [rank, p] : progress_) {
       if (silent(p)) behind.push_back(std::to_string(rank));
@@ -306,7 +308,7 @@ class Supervisor {
     }
     for (int pass = 0; pass < 2 && behind.empty(); ++pass)
       for (const auto& [rank, p] : progress_)
-        if (std::atoll(p.step.c_str()) == lowest && (pass == 1 || p.op.empty())) behind.push_back(std::to_string(rank));
+        if (step_of(p) == lowest && (pass == 1 || p.op.empty())) behind.push_back(std::to_string(rank));
     std::string missing;
     if (plan_.world_size > 0 && int(progress_.size()) < plan_.world_size) {
       std::vector<std::string> never;
@@ -484,7 +486,8 @@ SupervisorOptions supervisor_options(const Recipe& r) {
   o.max_restarts = r.launch.max_restarts;
   o.hang_timeout_s = r.launch.hang_timeout_s;
   o.checkpoint_timeout_s = r.checkpoint.timeout_s;
-  if (const char* count = std::getenv("SLURM_RESTART_COUNT")) o.previous_restarts = std::atoi(count);
+  if (const char* count = std::getenv("SLURM_RESTART_COUNT"))
+    o.previous_restarts = int(std::clamp<int64_t>(parse_int64(count).value_or(0), 0, 1 << 20));
   return o;
 }
 
@@ -560,7 +563,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
           fmt::format("the job ended with {} after the stop request (75 was expected: a rank did "
                       "not write its checkpoint in time or failed){}; not restarting",
                       describe_exit(status), where_logs));
-      return status == 0 ? kExitFailure : status;
+      return status == 0 ? kExitFailure : launcher_exit_status(status);
     }
     // A hung attempt the supervisor ended failed, whatever its ranks' exit statuses became.
     const JobOutcome outcome = sup.hung() && status != kExitOk ? JobOutcome::failed : classify_exit(status);
@@ -594,7 +597,7 @@ int supervise(const LaunchPlan& plan, const SupervisorOptions& opt) {
                             where_logs)
               : fmt::format("the job failed: {}, and all {} restart(s) (launch.max_restarts) are used up; giving up{}",
                             why, opt.max_restarts, where_logs));
-      return status;
+      return launcher_exit_status(status);  // 1: the failure itself is named above
     }
     ++restarts;
     const double wait = restart_backoff_s(restarts, opt.backoff_base_s, opt.backoff_max_s);

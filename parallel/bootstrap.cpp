@@ -242,7 +242,7 @@ Runtime::~Runtime() {
 void abort_job(const std::string& reason, int exit_code) {
   const std::string& prefix = log_prefix();
   std::string text;
-  for (const auto& line : split(reason, '\n')) text += prefix + line + "\n";
+  for (const auto& line : split(printable(reason, /*keep_newlines=*/true), '\n')) text += prefix + line + "\n";
   text += fmt::format("{}ending the job (exit status {})\n", prefix, exit_code);
   // The communication operations that led here (a timed-out collective names its group; the
   // record shows what the others were doing), when the supervisor gave a folder for them.

@@ -25,7 +25,7 @@ struct FlightRecorder::State {
   int rank = 0;
   // For the signal handler: the paths, prepared while it is safe to allocate.
   char path[512] = {};
-  char tmp_path[520] = {};
+  char tmp_path[544] = {};  // path + ".tmp." + 16 random hex digits
 };
 
 namespace {
@@ -137,7 +137,10 @@ void FlightRecorder::set_dump_dir(const std::string& dir, int rank) {
   s_->rank = rank;
   const std::string path = dir.empty() ? "" : fmt::format("{}/rank_{:08d}.txt", dir, rank);
   std::snprintf(s_->path, sizeof s_->path, "%s", path.c_str());
-  std::snprintf(s_->tmp_path, sizeof s_->tmp_path, "%s.tmp", path.c_str());
+  // The signal handler cannot make a random name: it is made here. It creates the file exclusively
+  // (a link planted at the name makes it give up, never write through it).
+  std::snprintf(s_->tmp_path, sizeof s_->tmp_path, "%s",
+                path.empty() ? "" : fmt::format("{}.tmp.{}", path, random_name_suffix()).c_str());
 }
 
 std::string FlightRecorder::dump() const {
@@ -162,7 +165,7 @@ std::string FlightRecorder::dump() const {
 
 void FlightRecorder::dump_from_signal() const {
   if (!s_->path[0]) return;
-  const int fd = ::open(s_->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(s_->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return;
   char line[256];
   char* p = put_str(line, "# llmtrain flight record (written from a fatal signal handler; times in ms)\n", 200);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace llmtrain::parallel {
 namespace {
@@ -18,9 +19,8 @@ const char* env(const char* name) {
 int env_int(const char* name, int fallback) {
   const char* v = env(name);
   if (!v) return fallback;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  return end && *end == '\0' ? static_cast<int>(n) : fallback;
+  const auto n = parse_int64(v);  // a rank count or index: anything beyond int is malformed
+  return n && *n >= INT32_MIN && *n <= INT32_MAX ? static_cast<int>(*n) : fallback;
 }
 
 }  // namespace

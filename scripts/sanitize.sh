@@ -31,7 +31,7 @@ fuzz_seconds=${1:-10}
 configure
 echo "sanitize: building ${unit_tests[*]} and the fuzz targets in $build with $jobs jobs"
 cmake --build "$build" -j "$jobs" --target "${unit_tests[@]}" fuzz_recipe fuzz_safetensors fuzz_manifest fuzz_idx \
-  fuzz_tokenizer fuzz_tokenizer_text fuzz_prep_jsonl fuzz_hf_config >/dev/null
+  fuzz_tokenizer fuzz_tokenizer_text fuzz_prep_jsonl fuzz_hf_config fuzz_plot_metrics fuzz_hf_index fuzz_derived_recipe >/dev/null
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -9,8 +9,11 @@
 #include <fstream>
 #include <vector>
 
+#include "cli/recipe_emit.h"
 #include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
+#include "common/error.h"
+#include "common/strings.h"
 
 using namespace llmtrain;
 namespace fs = std::filesystem;
@@ -92,6 +95,33 @@ TEST(RecipeHostile, BytesThatAreNotUtf8AreRefused) {
   EXPECT_FALSE(errors_of(dir.file("c.yaml", kRecipe + "log: {dir: \"a\xed\xa0\x80\"}\n")).empty());
   // Real UTF-8 is fine.
   EXPECT_TRUE(errors_of(dir.file("d.yaml", kRecipe + "log: {dir: \"runs/größe-λ-🙂\"}\n")).empty());
+}
+
+// Issue 33: `llmtrain import` wrote the model directory's path raw into a comment of the recipe it
+// derives: a line break in it added keys. Every string is escaped now, and the text parses back to
+// exactly the values written (or, for a control character, is refused like any recipe holding one).
+TEST(RecipeHostile, TheDerivedRecipeHoldsEveryStringExactlyAndGainsNoKey) {
+  ModelConfig m;
+  m.family = ModelFamily::llama, m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 2, m.ffn_hidden = 128;
+  m.vocab = 300, m.seq_len = 32, m.max_positions = 32;
+  for (std::string hostile :
+       {"/m/a\nparallel: {tp: 3}", "/m/\"x\": y", "/m/\xc2\x85tp: 2", "/m/\xe2\x80\xa8tp: 2", "/m/# c", "/m/{a: [b",
+        "/m/'q'", "/m/back\\slash", "/m/größe 🙂", "/m/\r\nname: evil"}) {
+    const std::string text =
+        cli::recipe_derived_yaml(m, "run", hostile + "/tok.json", hostile, hostile + "/config.json");
+    cli::ParsedRecipe p = cli::recipe_parse_text(text, "derived", {});
+    EXPECT_EQ(p.recipe.parallel.tp, 1) << text;  // no key was added
+    EXPECT_EQ(p.recipe.name, "run") << text;
+    if (!text_problem(hostile).empty()) {
+      EXPECT_FALSE(p.diags.empty()) << text;  // refused as a value, never read as syntax
+      continue;
+    }
+    EXPECT_TRUE(p.diags.empty()) << text << (p.diags.empty() ? "" : p.diags[0].message);
+    EXPECT_EQ(p.recipe.checkpoint.resume_path, hostile) << text;
+    EXPECT_EQ(p.recipe.data.tokenizer, hostile + "/tok.json") << text;
+    EXPECT_EQ(p.recipe.model.ffn_hidden, 128);
+  }
+  EXPECT_THROW(cli::recipe_derived_yaml(m, "run", "byte", "/m/\xff", "/m/config.json"), Error);  // not UTF-8
 }
 
 TEST(RecipeHostile, AliasExpansionIsBounded) {

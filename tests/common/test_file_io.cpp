@@ -101,4 +101,56 @@ TEST(FileIo, ReadsOnlyRegularFilesOfBoundedSize) {
   fs::remove_all(d);
 }
 
+// Issue 33: temporaries had predictable names (`<path>.tmp.<pid>`) and were opened with O_TRUNC and
+// without O_NOFOLLOW, so a link planted at that name made the write land in another file.
+TEST(FileIo, AtomicWriteNeverWritesThroughALinkAtATemporaryName) {
+  fs::path d = temp_dir();
+  const fs::path victim = d / "victim", path = d / "out.txt";
+  std::ofstream(victim) << "precious";
+  // Links at the names an attacker could predict: the old scheme's, and a few pids around ours.
+  for (int pid = ::getpid() - 2; pid <= ::getpid() + 2; ++pid)
+    fs::create_symlink(victim, d / ("out.txt.tmp." + std::to_string(pid)));
+  write_file_atomic(default_file_system(), path.string(), "new contents");
+  EXPECT_EQ(read_file(victim.string()), "precious");
+  EXPECT_EQ(read_file(path.string()), "new contents");
+  EXPECT_FALSE(fs::is_symlink(path));
+  // The planted links are left alone (not ours to delete), and no temporary of ours stays.
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator{}), 2 + 5);
+  fs::remove_all(d);
+}
+
+TEST(FileIo, CreateIsExclusiveAndNeverFollowsALink) {
+  fs::path d = temp_dir();
+  const fs::path victim = d / "victim";
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, d / "link");
+  EXPECT_THROW(default_file_system().create((d / "link").string()), Error);
+  EXPECT_THROW(default_file_system().create(victim.string()), Error);  // an existing file: not truncated
+  EXPECT_EQ(read_file(victim.string()), "precious");
+  // A link at a log's name is not appended through either.
+  EXPECT_EQ(open_append((d / "link").string()), nullptr);
+  EXPECT_EQ(read_file(victim.string()), "precious");
+  std::FILE* log = open_append((d / "log").string());
+  ASSERT_NE(log, nullptr);
+  std::fclose(log);
+  fs::remove_all(d);
+}
+
+TEST(FileIo, TemporariesAreNewFilesOfUnpredictableNames) {
+  fs::path d = temp_dir();
+  std::string a, b;
+  const int fa = create_temp_file((d / "x").string(), &a), fb = create_temp_file((d / "x").string(), &b);
+  ::close(fa), ::close(fb);
+  EXPECT_NE(a, b);
+  const std::string prefix = (d / "x.tmp.").string();
+  ASSERT_EQ(a.rfind(prefix, 0), 0u) << a;
+  EXPECT_EQ(a.substr(prefix.size()).find(std::to_string(::getpid())), std::string::npos) << a;
+  EXPECT_EQ(random_name_suffix().size(), 16u);
+  EXPECT_NE(random_name_suffix(), random_name_suffix());
+  const std::string dir = make_temp_dir((d / "out.partial").string());
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_NE(dir, make_temp_dir((d / "out.partial").string()));
+  fs::remove_all(d);
+}
+
 }  // namespace

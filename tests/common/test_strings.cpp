@@ -1,8 +1,11 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/error.h"
 #include "common/strings.h"
 
 using namespace llmtrain;
+using ::testing::HasSubstr;
 
 TEST(Strings, EditDistance) {
   EXPECT_EQ(edit_distance("layers", "layers"), 0);
@@ -76,4 +79,60 @@ TEST(Strings, TextProblems) {
   EXPECT_NE(text_problem("\xed\xa0\x80"), "");      // a UTF-16 surrogate
   EXPECT_NE(text_problem("\xf4\x90\x80\x80"), "");  // past U+10FFFF
   EXPECT_EQ(text_problem("\xf4\x8f\xbf\xbf"), "");  // U+10FFFF itself
+}
+
+TEST(Strings, Utf8SanitizeReplacesInvalidBytesAndControls) {
+  EXPECT_EQ(utf8_sanitize("run-α ✓"), "run-α ✓");
+  EXPECT_EQ(utf8_sanitize("a\xff"
+                          "b"),
+            "a?b");
+  EXPECT_EQ(utf8_sanitize("a\tb\x7f"), "a?b?");
+  EXPECT_EQ(utf8_sanitize("\xc0\xaf"), "??");             // overlong '/'
+  EXPECT_EQ(utf8_sanitize("\xed\xa0\x80"), "???");        // a surrogate
+  EXPECT_EQ(utf8_sanitize("x\xe2\x82"), "x??");           // cut short
+  EXPECT_EQ(utf8_sanitize("a\xc2\x9b[31mb"), "a?[31mb");  // C1 CSI
+}
+
+TEST(Strings, TextProblemsIncludeC1ControlsAndLineSeparators) {
+  EXPECT_EQ(text_problem("a\xc2\x85"), "the control character U+0085 at byte 1");
+  EXPECT_EQ(text_problem("a\xe2\x80\xa8"), "the line separator U+2028 at byte 1");
+  EXPECT_EQ(text_problem("\xc2\xa0"), "");  // a no-break space is text
+}
+
+TEST(Strings, PrintableEscapesWhatCouldDriveATerminal) {
+  EXPECT_EQ(printable("runs/größe 🙂"), "runs/größe 🙂");
+  EXPECT_EQ(printable("a\x1b[2Jb"), "a\\x1b[2Jb");
+  EXPECT_EQ(printable("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+  EXPECT_EQ(printable("a\nb", /*keep_newlines=*/true), "a\nb");
+  EXPECT_EQ(printable("\xc2\x9b"
+                      "31m"),
+            "\\u009b31m");
+  EXPECT_EQ(printable("x\xe2\x80\xa8y"), "x\\u2028y");
+  EXPECT_EQ(printable("\xff\xc3"), "\\xff\\xc3");
+  EXPECT_EQ(printable("\x7f"), "\\x7f");
+}
+
+TEST(Strings, YamlQuotedEscapesEverythingThatCouldEndALine) {
+  EXPECT_EQ(yaml_quoted("plain", "x"), "\"plain\"");
+  EXPECT_EQ(yaml_quoted("a\"b\\c", "x"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(yaml_quoted("a\nkey: 1", "x"), "\"a\\x0akey: 1\"");
+  EXPECT_EQ(yaml_quoted("\xc2\x85\xe2\x80\xa8\xef\xbb\xbf", "x"), "\"\\u0085\\u2028\\ufeff\"");
+  EXPECT_EQ(yaml_quoted("größe", "x"), "\"größe\"");
+  try {
+    yaml_quoted("a\xff", "the model directory");
+    FAIL() << "not UTF-8 must be refused";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the model directory holds a byte that is not UTF-8 (0xff)"));
+  }
+}
+
+TEST(Strings, XmlEscaped) { EXPECT_EQ(xml_escaped("a<b>&\"c'\x01"), "a&lt;b&gt;&amp;&quot;c&apos;?"); }
+
+TEST(Strings, ParseInt64IsStrictAndRangeChecked) {
+  EXPECT_EQ(parse_int64("42"), 42);
+  EXPECT_EQ(parse_int64("-7"), -7);
+  EXPECT_EQ(parse_int64("+3"), 3);
+  EXPECT_EQ(parse_int64("9223372036854775807"), INT64_MAX);
+  for (const char* bad : {"", "-", "+", " 1", "1 ", "1,2", "0x10", "1e3", "9223372036854775808", "--1"})
+    EXPECT_FALSE(parse_int64(bad).has_value()) << bad;
 }

@@ -93,3 +93,22 @@ if len(sys.argv) > 1:
 put("prep_jsonl", "mixed.jsonl",
     '{"text": "first document"}\n\n{"text": "caf\\u00e9 \\ud83d\\ude00"}\n{"other": 1}\nnot json\n'
     '{"text": ["not", "a", "string"]}\n{"text": "last"}')
+
+# plot_metrics: metrics.jsonl as the trainer writes it (training and evaluation records, a null).
+put("plot_metrics", "run.jsonl",
+    '{"step":1,"loss":5.5,"lr":0.0001,"grad_norm":1.5,"tokens_per_s":1200.5}\n'
+    '{"step":2,"loss":4.25,"lr":0.0002,"grad_norm":null}\n'
+    '{"step":2,"val_loss":4.5,"val_ppl":90.0}\n'
+    '{"step":3,"loss":3.125,"lr":0.0003,"grad_norm":0.75}\n')
+
+# hf_index: a sharded model's index, as transformers' save_pretrained writes it.
+put("hf_index", "two_shards.json", json.dumps({
+    "metadata": {"total_size": 1024},
+    "weight_map": {"transformer.wte.weight": "model-00001-of-00002.safetensors",
+                   "transformer.h.0.attn.c_attn.weight": "model-00002-of-00002.safetensors"}}, indent=2))
+
+# derived_recipe: a config.json, '\0', the model directory's path, '\0', the output path.
+for family in ("gpt2", "llama"):
+    with open(os.path.join(root, "hf_config", family + ".json"), "rb") as f:
+        put("derived_recipe", family, f.read() + b"\0/models/" + family.encode() + b"\0ckpt/" + family.encode())
+

@@ -64,5 +64,26 @@ TEST(FlightRecorder, RecordsOperationsOfAWrappedCommAndItsSplits) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 33: the fatal-signal dump wrote `<record>.tmp`, a fixed name, with O_TRUNC and following
+// links: a link planted there made the dying rank overwrite another file.
+TEST(FlightRecorder, SignalDumpNeverWritesThroughALink) {
+  namespace fs = std::filesystem;
+  const std::string dir = ::testing::TempDir() + "flight_link_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, dir + "/rank_00000001.txt.tmp");
+  FlightRecorder& fr = flight_recorder();  // (the process's own, as a signal handler uses it)
+  fr.end(fr.begin("all_reduce", "world", 2, 4, -1));
+  fr.set_dump_dir(dir, 1);
+  fr.dump_from_signal();
+  EXPECT_EQ(slurp(victim), "precious");
+  EXPECT_NE(slurp(dir + "/rank_00000001.txt").find("all_reduce"), std::string::npos);
+  EXPECT_TRUE(fs::is_symlink(dir + "/rank_00000001.txt.tmp"));  // not ours: left alone
+  fr.set_dump_dir("", 0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace llmtrain::parallel

@@ -9,8 +9,10 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/json_depth.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
 
@@ -271,6 +273,66 @@ LoadedCheckpoint load_local(const std::string& path, const std::vector<Checkpoin
   return out;
 }
 
+// The `model:` keys of two recipes as recipe_to_yaml writes them (one "  key: value" line each)
+// whose values differ: "model.hidden is 64 there, 128 in this recipe".
+std::string recipe_model_differences(const std::string& theirs, const std::string& ours) {
+  auto model_keys = [](const std::string& yaml) {
+    std::map<std::string, std::string> keys;
+    bool in_model = false;
+    for (const std::string& line : split(yaml, '\n')) {
+      if (!line.empty() && line[0] != ' ' && line[0] != '#') in_model = line == "model:";
+      if (!in_model || line.size() < 3 || line.compare(0, 2, "  ") != 0 || line[2] == ' ') continue;
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) keys[line.substr(2, colon - 2)] = trim(line.substr(colon + 1));
+    }
+    return keys;
+  };
+  const auto a = model_keys(theirs), b = model_keys(ours);
+  std::vector<std::string> out;
+  for (const auto& [key, value] : b) {
+    auto it = a.find(key);
+    if (it != a.end() && it->second != value)
+      out.push_back(fmt::format("model.{} is {} there, {} in this recipe", key, it->second, value));
+  }
+  return join(out, ", ");
+}
+
+// Why the checkpoint at `path` holds another model than the one `slices` are of: "" when its
+// parameters are this model's (every one present, with its shape), or when its manifest cannot be
+// read (loading it says what is wrong).
+std::string other_model(const std::string& path, const std::vector<CheckpointSlice>& slices,
+                        const std::string& recipe_yaml) {
+  Manifest m;
+  try {
+    const std::string manifest_path = (fs::path(path) / kManifestFile).string();
+    const std::string text = read_file(manifest_path);
+    require_json_depth(text, manifest_path);
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded()) return "";
+    m = manifest_from_json(j, manifest_path);
+  } catch (const Error&) {
+    return "";
+  }
+  std::string tensor;
+  for (const CheckpointSlice& want : slices) {
+    if (want.role != TensorRole::param) continue;
+    const SavedTensor* saved = m.find(want.name, TensorRole::param);
+    if (!saved) {
+      tensor = fmt::format("it has no parameter {}", want.name);
+      break;
+    }
+    if (saved->shape != want.global_shape) {
+      tensor = fmt::format("its {} is [{}], this model's [{}]", want.name, fmt::join(saved->shape, ", "),
+                           fmt::join(want.global_shape, ", "));
+      break;
+    }
+  }
+  if (tensor.empty()) return "";
+  const std::string keys = recipe_yaml.empty() ? "" : recipe_model_differences(m.recipe_yaml, recipe_yaml);
+  return fmt::format("{} is an intact checkpoint of another model, not damaged: {}{}", path,
+                     keys.empty() ? "" : keys + "; ", tensor);
+}
+
 }  // namespace
 
 std::string checkpoint_tokenizer_file(const std::string& kind) {
@@ -390,9 +452,23 @@ LoadedCheckpoint checkpoint_load(const std::string& path, const std::vector<Chec
 }
 
 std::optional<LoadedCheckpoint> checkpoint_resume(const std::string& dir_or_path, bool explicit_path,
-                                                  const std::vector<CheckpointSlice>& slices, parallel::Comm& world) {
-  if (explicit_path && fs::exists(fs::path(dir_or_path) / kManifestFile))
+                                                  const std::vector<CheckpointSlice>& slices, parallel::Comm& world,
+                                                  const std::string& recipe_yaml) {
+  // Another model's checkpoint is intact: an error of its own, and no fallback past it (that would
+  // only meet more of them).
+  auto same_model = [&](const std::string& path) {
+    agree(world, capture([&] {
+            const std::string why = other_model(path, slices, recipe_yaml);
+            if (!why.empty())
+              throw Error(why,
+                          "resume it with the recipe it was written with (its manifest.json holds it), or give this "
+                          "run another checkpoint.dir (or name), or checkpoint.resume: none to start from step 0");
+          }));
+  };
+  if (explicit_path && fs::exists(fs::path(dir_or_path) / kManifestFile)) {
+    same_model(dir_or_path);
     return checkpoint_load(dir_or_path, slices, world);
+  }
   if (explicit_path && !fs::is_directory(dir_or_path))
     throw Error(fmt::format("checkpoint.resume: {} does not exist", dir_or_path),
                 "give a step_<N> directory, a checkpoint directory, auto or none");
@@ -401,6 +477,7 @@ std::optional<LoadedCheckpoint> checkpoint_resume(const std::string& dir_or_path
     throw Error(fmt::format("checkpoint.resume: {} holds no checkpoint (no manifest.json, no step_<N>/)", dir_or_path),
                 "give a step_<N> directory written by llmtrain");
   for (const auto& path : candidates) {
+    same_model(path);
     try {
       return checkpoint_load(path, slices, world);
     } catch (const Error& e) {

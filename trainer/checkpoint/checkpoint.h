@@ -81,9 +81,12 @@ LoadedCheckpoint checkpoint_load(const std::string& path, const std::vector<Chec
 
 // resume: auto — the newest intact checkpoint in `dir`, falling back past damaged ones and saying
 // so (nullopt when there is none); a path — that checkpoint (a step directory, or a checkpoint
-// directory whose newest intact one is taken), any damage being an error.
+// directory whose newest intact one is taken), any damage being an error. A checkpoint of another
+// model (a parameter missing or of another shape) is not damaged, and not skipped: an error says
+// so, naming the `model:` keys where its recipe and `recipe_yaml` (this run's, when given) differ.
 std::optional<LoadedCheckpoint> checkpoint_resume(const std::string& dir_or_path, bool explicit_path,
-                                                  const std::vector<CheckpointSlice>& slices, parallel::Comm& world);
+                                                  const std::vector<CheckpointSlice>& slices, parallel::Comm& world,
+                                                  const std::string& recipe_yaml = "");
 
 // The tokenizer file name a checkpoint uses for a tokenizer kind ("" for byte).
 std::string checkpoint_tokenizer_file(const std::string& kind);

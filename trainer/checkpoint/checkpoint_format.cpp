@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <set>
 
+#include "common/checked_math.h"
 #include "common/enum_names.h"
 #include "common/error.h"
 #include "common/strings.h"
@@ -93,17 +95,21 @@ json manifest_to_json(const Manifest& m) {
           {"tensors", tensors}};
 }
 
-namespace {
-
 // Numbers of a manifest we did not write: JSON integers in range, never floats (nlohmann converts a
 // float such as 1e32 to an integer type by a cast, which is undefined behaviour out of range).
-int64_t integer(const json& v, std::string_view what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
+int64_t manifest_integer(const json& v, std::string_view what, int64_t lo, int64_t hi) {
   if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
     throw Error(fmt::format("{} is {}, not an integer", what, v.dump()), "the manifest is damaged");
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi)
     throw Error(fmt::format("{} {} is outside [{}, {}]", what, x, lo, hi), "the manifest is damaged");
   return x;
+}
+
+namespace {
+
+int64_t integer(const json& v, std::string_view what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
+  return manifest_integer(v, what, lo, hi);
 }
 
 std::vector<int64_t> integers(const json& v, std::string_view what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
@@ -148,11 +154,16 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
           fmt::format("{}: the tokenizer file \"{}\" is not a file name inside the checkpoint", path, m.tokenizer),
           "the manifest is damaged (or crafted): a checkpoint only names files of its own directory");
     m.recipe_yaml = j.at("recipe").get<std::string>();
+    std::set<std::pair<std::string, std::string>> entries;  // (file, key) of every slice
     for (const json& jt : j.at("tensors")) {
       SavedTensor t;
       t.name = jt.at("name").get<std::string>();
       t.role = tensor_role_from_string(jt.at("role").get<std::string>());
       t.shape = integers(jt.at("shape"), path + ": shape of " + t.name, 0);
+      if (!checked_product(t.shape))
+        throw Error(fmt::format("{}: the shape [{}] of {} has more elements than 64 bits can count", path,
+                                fmt::join(t.shape, ", "), t.name),
+                    "the manifest is damaged");
       t.dtype = jt.at("dtype").get<std::string>();
       for (const json& js : jt.at("slices")) {
         SavedSlice s;
@@ -169,13 +180,21 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
         s.crc32c = uint32_t(integer(js.at("crc32c"), path + ": crc32c of " + t.name, 0, UINT32_MAX));
         for (int64_t c : integers(js.at("chunk_crc32c"), path + ": chunk_crc32c of " + t.name, 0, UINT32_MAX))
           s.chunk_crc32c.push_back(uint32_t(c));
-        bool ok = s.slice.offset.size() == t.shape.size() && s.slice.shape.size() == t.shape.size() &&
-                  s.slice.begin >= 0 && s.slice.begin <= s.slice.end && s.slice.end <= s.slice.block_numel();
-        for (size_t d = 0; ok && d < t.shape.size(); ++d)
-          ok = s.slice.offset[d] >= 0 && s.slice.shape[d] >= 0 && s.slice.offset[d] + s.slice.shape[d] <= t.shape[d];
+        // In 64 bits that cannot wrap: a block inside the tensor has no more elements than it.
+        bool ok = s.slice.offset.size() == t.shape.size() && s.slice.shape.size() == t.shape.size();
+        for (size_t d = 0; ok && d < t.shape.size(); ++d) {
+          const auto block_end = checked_add(s.slice.offset[d], s.slice.shape[d]);
+          ok = s.slice.offset[d] >= 0 && s.slice.shape[d] >= 0 && block_end && *block_end <= t.shape[d];
+        }
+        ok = ok && s.slice.begin >= 0 && s.slice.begin <= s.slice.end && s.slice.end <= s.slice.block_numel();
         if (!ok)
           throw Error(fmt::format("{}: slice {} of {} lies outside the tensor's shape", path, s.key, t.name),
                       "the manifest is damaged");
+        // Each entry of a shard file holds one slice: an entry listed twice would be read (and
+        // counted) once per listing.
+        if (!entries.insert({s.file, s.key}).second)
+          throw Error(fmt::format("{}: entry {} of {} is listed twice", path, s.key, s.file),
+                      "the manifest is damaged (or crafted): every slice is an entry of its own");
         t.slices.push_back(std::move(s));
       }
       m.tensors.push_back(std::move(t));

@@ -5,12 +5,16 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <set>
 
+#include "common/checked_math.h"
 #include "common/checkpoint_dir.h"
 #include "common/crc32c.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/host.h"
 #include "common/json_depth.h"
+#include "common/strings.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -68,11 +72,10 @@ CheckpointReport checkpoint_inspect(const std::string& step_dir) {
   for (const SavedTensor& t : r.manifest.tensors) {
     CheckpointTensorReport tr;
     tr.tensor = &t;
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
+    const int64_t numel = checked_product(t.shape).value_or(-1);  // manifest_from_json refused an overflow
     for (const SavedSlice& s : t.slices) {
       ++r.slices;
-      tr.covered += s.slice.numel();
+      tr.covered = checked_add(tr.covered, s.slice.numel()).value_or(INT64_MAX);  // many slices of a crafted one
       const SafetensorsFile* f = open(s.file);
       if (!f) continue;
       const SafetensorsTensor* e = f->find(s.key);
@@ -114,6 +117,43 @@ CheckpointReport checkpoint_inspect(const std::string& step_dir) {
   }
   r.files = static_cast<int64_t>(files.size());
   return r;
+}
+
+void checkpoint_check_model_fits(const std::string& step_dir, const Manifest& manifest, const ModelConfig& model,
+                                 double copies, const std::string& what, double extra_bytes) {
+  // Every layer has tensors of its own: a recipe of more layers than the manifest lists tensors is
+  // refused before its parameter list (which grows with the layers) is even made.
+  if (size_t(std::max(model.layers, 0)) > manifest.tensors.size())
+    throw Error(fmt::format("{}: its recipe's model has {} layers, but the manifest lists {} tensors", step_dir,
+                            model.layers, manifest.tensors.size()),
+                "the checkpoint is damaged, or its recipe is not the one it was written with");
+  int64_t need = 0;
+  std::set<std::string> files;
+  for (const ParamSpec& p : model_param_specs(model)) {
+    const SavedTensor* t = manifest.find(p.name, TensorRole::param);
+    if (!t)
+      throw Error(
+          fmt::format("{}: its recipe's model has a parameter {}, which the manifest does not list", step_dir, p.name),
+          "the checkpoint is damaged, or its recipe is not the one it was written with");
+    if (t->shape != p.shape)
+      throw Error(fmt::format("{}: parameter {} is [{}] in the manifest, its recipe's model says [{}]", step_dir,
+                              p.name, fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")),
+                  "the checkpoint is damaged, or its recipe is not the one it was written with");
+    need = checked_add(need, checked_mul(p.numel(), int64_t(sizeof(float))).value_or(INT64_MAX)).value_or(INT64_MAX);
+    for (const SavedSlice& s : t->slices) files.insert(s.file);
+  }
+  int64_t have = 0;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(fs::path(step_dir) / f, ec);
+    if (!ec) have = checked_add(have, int64_t(std::min<uintmax_t>(size, uintmax_t(INT64_MAX)))).value_or(INT64_MAX);
+  }
+  if (have < need)
+    throw Error(
+        fmt::format("{}: its recipe's model has {} parameters ({}), but the shard files holding them have {}", step_dir,
+                    format_count(double(need / 4)), format_bytes(double(need)), format_bytes(double(have))),
+        "the checkpoint is damaged or incomplete (or its manifest crafted): nothing was read");
+  require_host_memory(int64_t(std::min(double(need) * copies + extra_bytes, 9e18)), what);
 }
 
 std::map<std::string, std::vector<float>> checkpoint_read_params(const std::string& step_dir,

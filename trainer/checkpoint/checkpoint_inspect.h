@@ -39,6 +39,15 @@ std::string checkpoint_step_path(const std::string& path);
 // caller: trainer/ cannot parse YAML, so this returns the text).
 Manifest checkpoint_read_manifest(const std::string& step_dir);
 
+// Before a tool allocates the model a checkpoint's recipe describes (export, generate): every
+// parameter of `model` is a tensor of `manifest` with its shape, the shard files its slices name
+// hold at least the model's bytes, and `copies` times those plus `extra_bytes` (a KV cache, say) fit
+// this host's memory (`what` needs them).
+// Throws llmtrain::Error naming the tensor, the files or the sizes: a manifest claiming a 200B
+// model beside a small file fails here, having allocated nothing.
+void checkpoint_check_model_fits(const std::string& step_dir, const Manifest& manifest, const ModelConfig& model,
+                                 double copies, const std::string& what, double extra_bytes = 0);
+
 // Every parameter of `model` as a whole fp32 tensor (global shape, name -> values), read from the
 // checkpoint at `step_dir` whatever layout wrote it, checksums verified.
 std::map<std::string, std::vector<float>> checkpoint_read_params(const std::string& step_dir, const ModelConfig& model);

@@ -140,7 +140,8 @@ RunPosition Checkpointer::resume() {
   std::optional<LoadedCheckpoint> loaded;
   {
     CheckpointPhase phase(world_, cc.timeout_s, 0, parallel::Phase::load);
-    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, staged.slices(), world_);
+    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, staged.slices(), world_,
+                               recipe_yaml_);
   }
   if (!loaded) return {};
   staged.to_device();

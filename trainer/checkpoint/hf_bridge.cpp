@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace llmtrain::trainer {
 using nlohmann::json;
@@ -303,6 +304,25 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
   out.eos = id("eos_token_id");
   r.finish(out.warnings);
   m.seq_len = std::min(m.max_positions, 2048);
+  return out;
+}
+
+std::map<std::string, std::string> hf_read_weight_index(const json& j, const std::string& origin) {
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw Error(fmt::format("{}: no weight_map object", origin), "the index is damaged");
+  const json& map = j["weight_map"];
+  if (map.size() > kHfMaxIndexTensors)
+    throw Error(fmt::format("{}: {} tensors in the weight_map, more than the {} llmtrain reads", origin, map.size(),
+                            kHfMaxIndexTensors),
+                "the index is damaged (or crafted)");
+  std::map<std::string, std::string> out;
+  for (const auto& [tensor, file] : map.items()) {
+    if (!file.is_string() || !is_plain_file_name(file.get<std::string>()))
+      throw Error(fmt::format("{}: tensor {} maps to {}, not a file name inside the model directory", origin,
+                              printable(tensor), printable(file.dump().substr(0, 80))),
+                  "the index is damaged (or crafted): shards are files of the model directory");
+    out.emplace(tensor, file.get<std::string>());
+  }
   return out;
 }
 

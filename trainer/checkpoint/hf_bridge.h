@@ -59,6 +59,13 @@ struct HfImportedConfig {
 // refuses (one line each: field, value found, what llmtrain supports).
 HfImportedConfig hf_read_model_config(const nlohmann::json& config, const std::string& origin);
 
+// model.safetensors.index.json (a sharded model): the file of every tensor, from its weight_map.
+// Throws llmtrain::Error naming `origin` unless the index is an object whose weight_map maps each
+// tensor name to a plain file name of the model directory (never a path out of it), with at most
+// kHfMaxIndexTensors tensors (a model of 4096 layers has about 40,000).
+inline constexpr size_t kHfMaxIndexTensors = 1 << 20;
+std::map<std::string, std::string> hf_read_weight_index(const nlohmann::json& index, const std::string& origin);
+
 // The tokenizer as transformers loads it: file name -> contents (tokenizer.json,
 // tokenizer_config.json). The byte tokenizer becomes a byte-level BPE with no merges whose ids are
 // the bytes (pre-tokenizer ByteLevel without the regex, so text is never split) and

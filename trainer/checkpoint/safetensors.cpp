@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/checked_math.h"
 #include "common/error.h"
 #include "common/json_depth.h"
 
@@ -27,6 +28,13 @@ const struct {
 } kDTypes[] = {{DType::fp32, "F32"},   {DType::bf16, "BF16"}, {DType::fp16, "F16"}, {DType::int32, "I32"},
                {DType::uint16, "U16"}, {DType::int64, "I64"}, {DType::uint8, "U8"}};
 
+uint64_t entry_bytes(const SafetensorsEntry& e) {
+  const auto n = checked_product(e.shape);
+  const auto bytes = n ? checked_mul(*n, int64_t(kernels::dtype_size(e.dtype))) : std::nullopt;
+  LT_CHECK(bytes, "safetensors entry {} has a negative or overflowing shape", e.name);
+  return uint64_t(*bytes);
+}
+
 std::string header_json(const std::vector<SafetensorsEntry>& entries,
                         const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
@@ -35,12 +43,7 @@ std::string header_json(const std::vector<SafetensorsEntry>& entries,
   for (const SafetensorsEntry& e : entries) {
     LT_CHECK(e.name != "__metadata__" && !h.contains(e.name), "safetensors entry name {} is reserved or repeated",
              e.name);
-    int64_t numel = 1;
-    for (int64_t d : e.shape) {
-      LT_CHECK(d >= 0, "negative dimension in {}", e.name);
-      numel *= d;
-    }
-    const uint64_t bytes = uint64_t(numel) * kernels::dtype_size(e.dtype);
+    const uint64_t bytes = entry_bytes(e);
     h[e.name] = {
         {"dtype", safetensors_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -48,12 +51,6 @@ std::string header_json(const std::vector<SafetensorsEntry>& entries,
   std::string s = h.dump();
   s.resize((s.size() + 7) / 8 * 8, ' ');
   return s;
-}
-
-uint64_t entry_bytes(const SafetensorsEntry& e) {
-  int64_t n = 1;
-  for (int64_t d : e.shape) n *= d;
-  return uint64_t(n) * kernels::dtype_size(e.dtype);
 }
 
 }  // namespace
@@ -188,8 +185,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       for (const auto& d : v["shape"]) {
         if (!d.is_number_unsigned())
           bad_tensor(fmt::format("shape {} has a non-integer or negative entry", v["shape"].dump()));
+        if (d.get<uint64_t>() > uint64_t(INT64_MAX))
+          bad_tensor(fmt::format("shape {} has a dimension beyond 2^63", v["shape"].dump()));
         t.shape.push_back(d.get<int64_t>());
       }
+      // The element count and the bytes it needs, without wrapping: a product that overflows would
+      // otherwise come out small (or 0, an "empty" tensor that every comparison passes).
+      const auto numel = checked_product(t.shape);
+      const auto need = numel ? checked_mul(*numel, int64_t(kernels::dtype_size(t.dtype))) : std::nullopt;
+      if (!need) bad_tensor(fmt::format("shape {} has more elements than 64 bits can count", v["shape"].dump()));
       const auto& off = v["data_offsets"];
       if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
         bad_tensor("data_offsets is not [begin, end]");
@@ -197,7 +201,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       t.end = off[1].get<uint64_t>();
       if (t.begin > t.end || t.end > data_size)
         bad_tensor(fmt::format("data_offsets [{}, {}] outside the {} data bytes", t.begin, t.end, data_size));
-      const uint64_t expect = uint64_t(t.numel()) * kernels::dtype_size(t.dtype);
+      const uint64_t expect = uint64_t(*need);
       if (t.end - t.begin != expect)
         bad_tensor(fmt::format("data_offsets [{}, {}] hold {} bytes, but {} {} needs {}", t.begin, t.end,
                                t.end - t.begin, dt, v["shape"].dump(), expect));

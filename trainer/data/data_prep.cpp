@@ -304,8 +304,14 @@ PrepSummary prep_run(const PrepOptions& o, const std::atomic<bool>* stop) {
   if (o.output.empty()) throw Error("no output given", "pass --output PREFIX (or DIR/)");
   if (!(o.valid_fraction >= 0 && o.valid_fraction < 1))
     throw Error(fmt::format("--valid-fraction {}: expected a number in [0, 1)", o.valid_fraction));
-  if (o.workers < 0) throw Error(fmt::format("--workers {}: expected a positive number", o.workers));
-  if (o.max_document_mib < 1) throw Error(fmt::format("--max-doc-mib {}: expected at least 1", o.max_document_mib));
+  // Bounded above too: a thread per worker, and MiB shifted into bytes.
+  if (o.workers < 0 || o.workers > 1024)
+    throw Error(
+        fmt::format("--workers {}: expected a number of threads in [1, 1024] (0: the usable cores)", o.workers));
+  if (o.max_document_mib < 1 || o.max_document_mib > (int64_t(1) << 20))
+    throw Error(fmt::format("--max-doc-mib {}: expected a size in MiB in [1, 1048576]", o.max_document_mib));
+  if (!(o.progress_interval_s >= 0 && o.progress_interval_s <= 86400))
+    throw Error(fmt::format("--progress-interval {}: expected seconds in [0, 86400] (0: none)", o.progress_interval_s));
   if (o.jsonl_key.empty()) throw Error("--jsonl-key is empty");
   std::vector<InputFile> inputs = prep_resolve_inputs(o.inputs, o.format);
   auto tok = load_tokenizer(o.tokenizer);

@@ -12,8 +12,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/checked_math.h"
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/strings.h"
 
 namespace llmtrain::trainer {
@@ -160,7 +162,11 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                                 "not supported yet: sequences that are not back to back",
                                 idx_path, i, pointers_[i], expect),
                     kPrepHint);
-      expect += int64_t(lengths_[i]) * int64_t(token_size_);
+      const auto next = checked_add(expect, int64_t(lengths_[i]) * int64_t(token_size_));  // ≤ 2^34 each
+      if (!next)
+        throw Error(fmt::format("{}: the sequence lengths add up to more than 2^63 bytes of tokens", idx_path),
+                    kPrepHint);
+      expect = *next;
     }
     Mapping bin = map_file(bin_path, "the tokens of an indexed dataset");
     bin_map_ = bin.data;
@@ -264,11 +270,22 @@ std::string IndexedDataset::describe() const {
 
 namespace {
 
-std::FILE* create_temp(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f)
-    throw Error(fmt::format("cannot create {}: {}", path, std::strerror(errno)),
-                "check that the output directory exists and is writable");
+// A new temporary `<base>.tmp.<random>` (created exclusively, never through a link: an output
+// directory may be shared), its name in *path.
+std::FILE* create_temp(const std::string& base, std::string* path) {
+  int fd = -1;
+  try {
+    fd = create_temp_file(base, path);
+  } catch (const Error& e) {
+    throw Error(e.what(), "check that the output directory exists and is writable");
+  }
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (!f) {
+    const int error = errno;
+    ::close(fd);
+    std::remove(path->c_str());
+    throw environment_error(fmt::format("cannot open {}: {}", *path, std::strerror(error)));
+  }
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
   return f;
 }
@@ -283,15 +300,11 @@ void close_file(std::FILE*& f) {
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
     : prefix_(prefix), dtype_(dtype), token_size_(token_dtype_size(uint8_t(dtype))) {
   LT_CHECK(dtype == TokenDtype::uint16 || dtype == TokenDtype::int32, "writer dtype must be uint16 or int32");
-  std::string tag = fmt::format(".tmp-{}", ::getpid());
-  bin_tmp_ = data_file(prefix) + tag;
-  idx_tmp_ = index_file(prefix) + tag;
-  lengths_tmp_ = index_file(prefix) + ".lengths" + tag;
-  docs_tmp_ = index_file(prefix) + ".docs" + tag;
+  // Each temporary's name is set once it is created: abandon() removes only files made here.
   try {
-    bin_ = create_temp(bin_tmp_);
-    lengths_ = create_temp(lengths_tmp_);
-    docs_ = create_temp(docs_tmp_);
+    bin_ = create_temp(data_file(prefix), &bin_tmp_);
+    lengths_ = create_temp(index_file(prefix) + ".lengths", &lengths_tmp_);
+    docs_ = create_temp(index_file(prefix) + ".docs", &docs_tmp_);
     int64_t zero = 0;
     write(docs_, docs_tmp_, &zero, 8);
   } catch (...) {
@@ -352,7 +365,7 @@ void IndexedDatasetWriter::close() {
   finish(lengths_, lengths_tmp_, false);
   finish(docs_, docs_tmp_, false);
 
-  std::FILE* idx = create_temp(idx_tmp_);
+  std::FILE* idx = create_temp(index_file(prefix_), &idx_tmp_);
   std::FILE* in = nullptr;
   try {
     uint8_t header[kIndexHeaderSize];

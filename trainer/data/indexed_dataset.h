@@ -130,8 +130,9 @@ class IndexedDataset {
 
 // Writes PREFIX.bin / PREFIX.idx as Megatron's IndexedDatasetBuilder does, byte for byte, with
 // memory bounded whatever the size: tokens stream to the .bin and the index arrays to temporary
-// files, assembled into the .idx at the end. Everything goes to temporary names (PREFIX.bin.tmp-PID
-// ...) that close() completes and fsyncs and commit() renames into place (.bin first, .idx last);
+// files, assembled into the .idx at the end. Everything goes to new temporaries of unpredictable
+// names (PREFIX.bin.tmp.<random>, created exclusively: common/file_io.h) that close() completes and
+// fsyncs and commit() renames into place (.bin first, .idx last);
 // a writer destroyed before commit() removes its temporaries, so a failure leaves no partial output.
 class IndexedDatasetWriter {
  public:

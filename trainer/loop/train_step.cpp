@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "kernels/ops.h"
 #include "parallel/progress.h"
+#include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/optim/lr_schedule.h"
 
 namespace llmtrain::trainer {
@@ -440,8 +441,12 @@ nlohmann::json TrainStep::state() const {
 }
 
 void TrainStep::restore(const nlohmann::json& state, int64_t step) {
-  skipped_total_ = state.value("skipped_total", int64_t(0));
-  skipped_in_a_row_ = state.value("skipped_in_a_row", int64_t(0));
+  // The manifest's loop state may be anything: integers in range (never more skipped steps than steps).
+  auto count = [&](const char* key) {
+    return state.contains(key) ? manifest_integer(state.at(key), fmt::format("manifest extra.{}", key), 0, step) : 0;
+  };
+  skipped_total_ = count("skipped_total");
+  skipped_in_a_row_ = count("skipped_in_a_row");
   if (scaler_ && state.contains("loss_scale")) scaler_->restore(state.at("loss_scale"));
   optimizer_->set_steps(step - skipped_total_);
 }

@@ -1,8 +1,10 @@
 #include "trainer/optim/loss_scaler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
+#include "trainer/checkpoint/checkpoint_format.h"
 
 namespace llmtrain::trainer {
 
@@ -33,9 +35,20 @@ nlohmann::json LossScaler::state() const {
 }
 
 void LossScaler::restore(const nlohmann::json& state) {
-  scale_ = state.at("scale").get<double>();
-  good_steps_ = state.at("good_steps").get<int64_t>();
-  hysteresis_left_ = state.at("hysteresis_left").get<int>();
+  // From a manifest: checked, never cast (a float as an integer is undefined behaviour out of range).
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    if (!state.is_object() || !state.contains(key))
+      throw Error(fmt::format("the checkpoint's loss scale state has no {}", key), "the checkpoint is damaged");
+    return state[key];
+  };
+  const nlohmann::json& scale = field("scale");
+  if (!scale.is_number() || !std::isfinite(scale.get<double>()) || !(scale.get<double>() > 0))
+    throw Error(fmt::format("the checkpoint's loss scale is {}, not a positive number", scale.dump()),
+                "the checkpoint is damaged");
+  scale_ = scale.get<double>();
+  good_steps_ = manifest_integer(field("good_steps"), "manifest extra.loss_scale.good_steps", 0);
+  hysteresis_left_ =
+      int(manifest_integer(field("hysteresis_left"), "manifest extra.loss_scale.hysteresis_left", 0, INT32_MAX));
 }
 
 }  // namespace llmtrain::trainer

@@ -37,11 +37,13 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step) {
     while (std::getline(in, line)) {
       json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded()) continue;  // a line cut short by a crash
-      if (j.value("step", int64_t(0)) <= resume_step) kept += line + "\n";
+      // (Steps as JSON integers: another type, or a float cast, is not a record of ours.)
+      const auto step = j.is_object() ? j.find("step") : j.end();
+      if (step != j.end() && step->is_number_integer() && step->get<int64_t>() <= resume_step) kept += line + "\n";
     }
     write_file_atomic(default_file_system(), path_, kept);
   }
-  file_ = std::fopen(path_.c_str(), "a");
+  file_ = open_append(path_);
   if (!file_) throw environment_error(fmt::format("cannot open {} for appending", path_), "check the run directory");
 }
 

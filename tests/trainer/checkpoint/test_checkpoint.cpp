@@ -14,6 +14,7 @@
 #include "common/file_io.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_inspect.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
 
@@ -386,6 +387,66 @@ TEST(Checkpoint, ModelOfAnotherShapeIsNamed) {
               std::string::npos)
         << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// Issue 33: a checkpoint of another model shape was reported "damaged" and skipped. It is intact:
+// resume says so, names the recipe key that differs, and does not fall back past it.
+TEST(Checkpoint, ResumingAnotherModelsCheckpointSaysSoNamingTheKey) {
+  fs::path dir = temp_dir("other_model");
+  Fixture a(1);
+  CheckpointMeta meta = meta_at(10);
+  meta.recipe_yaml = "name: t\nmodel:\n  family: llama\n  ffn_hidden: 64\n  vocab: 100\ndata:\n  ffn_hidden: 1\n";
+  checkpoint_save(default_file_system(), dir.string(), meta, a.slices(), *a.world, 3);
+  meta.step = 20;
+  checkpoint_save(default_file_system(), dir.string(), meta, a.slices(), *a.world, 3);
+  auto world = parallel::make_local_comm();
+  ModelConfig other = small_model();
+  other.ffn_hidden = 96;
+  Model m(other, {}, *world);
+  const std::string ours = "name: t\nmodel:\n  family: llama\n  ffn_hidden: 96\n  vocab: 100\ndata:\n  ffn_hidden: 2\n";
+  for (bool explicit_path : {false, true}) {
+    try {
+      checkpoint_resume(explicit_path ? (dir / "step_00000020").string() : dir.string(), explicit_path,
+                        checkpoint_slices(m, nullptr, true, false), *world, ours);
+      ADD_FAILURE() << "another model's checkpoint was loaded";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("step_00000020 is an intact checkpoint of another model, not damaged: model.ffn_hidden is 64 "
+                          "there, 96 in this recipe; its "),
+                std::string::npos)
+          << what;
+      EXPECT_EQ(what.find("vocab"), std::string::npos) << what;  // keys that agree are not named
+      EXPECT_EQ(what.find("damaged checkpoint"), std::string::npos) << what;
+      EXPECT_NE(e.hint().find("checkpoint.resume: none"), std::string::npos) << e.hint();
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// Issue 33: export allocated the whole model its manifest's recipe describes before comparing it with
+// the files: a 200B-parameter claim beside a small file reached gigabytes before failing.
+TEST(Checkpoint, AModelLargerThanItsFilesIsRefusedBeforeAllocating) {
+  fs::path dir = temp_dir("claim");
+  Fixture a(1);
+  checkpoint_save(default_file_system(), dir.string(), meta_at(10), a.slices(false), *a.world, 3);
+  const std::string step = (dir / "step_00000010").string();
+  ModelConfig big = small_model();
+  big.hidden = 1 << 16, big.ffn_hidden = 1 << 18, big.heads = 512, big.kv_heads = 512;  // ~130B parameters
+  // The manifest claims these shapes for the same tensors (slices of the small ones stay inside).
+  nlohmann::json j = nlohmann::json::parse(read_file(step + "/manifest.json"));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const ParamSpec& p : model_param_specs(big)) shapes[p.name] = p.shape;
+  for (auto& t : j["tensors"]) t["shape"] = shapes.at(t["name"].get<std::string>());
+  const Manifest claim = manifest_from_json(j, "m.json");
+  try {
+    checkpoint_check_model_fits(step, claim, big, 2.0, "exporting it");
+    FAIL() << "a model far larger than its files passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("but the shard files holding them have"), std::string::npos) << e.what();
+  }
+  // The checkpoint's own model passes.
+  checkpoint_check_model_fits(step, checkpoint_read_manifest(step), small_model(), 2.0, "exporting it");
   fs::remove_all(dir);
 }
 

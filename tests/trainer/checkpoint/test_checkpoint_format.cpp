@@ -145,6 +145,43 @@ TEST(Manifest, FilesOutsideTheCheckpointAreRefused) {
   }
 }
 
+std::string manifest_error(const nlohmann::json& j) {
+  try {
+    manifest_from_json(j, "m.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Issue 33: sizes of a manifest are multiplied and added without wrapping, and an entry listed many
+// times (each listing read and counted again) is refused.
+TEST(Manifest, WrappingSizesAndRepeatedEntriesAreRefused) {
+  Manifest m;
+  m.tokenizer_kind = "byte";
+  m.tokenizer = "byte";
+  SavedTensor t{"w", TensorRole::param, {4, 4}, "F32", {}};
+  t.slices.push_back({SliceSpec::whole({4, 4}), "rank_00000.safetensors", "param/w", 0, {0}});
+  m.tensors.push_back(t);
+  const nlohmann::json ok = manifest_to_json(m);
+  EXPECT_EQ(manifest_error(ok), "no error");
+
+  nlohmann::json j = ok;  // a tensor of 2^32 × 2^32 elements
+  j["tensors"][0]["shape"] = {int64_t(1) << 32, int64_t(1) << 32};
+  EXPECT_NE(manifest_error(j).find("more elements than 64 bits can count"), std::string::npos) << manifest_error(j);
+
+  j = ok;  // offset + extent past 2^63: wraps negative, and "inside" the tensor
+  j["tensors"][0]["slices"][0]["offset"] = {INT64_MAX, 0};
+  j["tensors"][0]["slices"][0]["shape"] = {2, 4};
+  j["tensors"][0]["slices"][0]["end"] = 8;
+  EXPECT_NE(manifest_error(j).find("lies outside the tensor's shape"), std::string::npos) << manifest_error(j);
+
+  j = ok;
+  j["tensors"][0]["slices"].push_back(j["tensors"][0]["slices"][0]);
+  EXPECT_NE(manifest_error(j).find("entry param/w of rank_00000.safetensors is listed twice"), std::string::npos)
+      << manifest_error(j);
+}
+
 TEST(StepDirs, ShardFileNames) { EXPECT_EQ(checkpoint_shard_file(3), "rank_00003.safetensors"); }
 
 }  // namespace

@@ -156,6 +156,18 @@ TEST(HfBridge, HostileValuesAreErrorsNotCrashes) {
   EXPECT_NE(refusal(json::array()).find("not a JSON object"), std::string::npos);
 }
 
+TEST(HfBridge, WeightIndexNamesOnlyFilesOfTheModelDirectory) {
+  const json ok = json::parse(R"({"metadata": {"total_size": 8},
+      "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})");
+  const auto map = hf_read_weight_index(ok, "index.json");
+  ASSERT_EQ(map.size(), 2u);
+  EXPECT_EQ(map.at("b"), "model-00002-of-00002.safetensors");
+  for (const char* bad : {R"([])", R"({})", R"({"weight_map": []})", R"({"weight_map": {"a": 3}})",
+                          R"({"weight_map": {"a": "../x.safetensors"}})", R"({"weight_map": {"a": "/etc/passwd"}})",
+                          R"({"weight_map": {"a": "a\nb"}})", R"({"weight_map": {"a": ".."}})"})
+    EXPECT_THROW(hf_read_weight_index(json::parse(bad), "index.json"), Error) << bad;
+}
+
 TEST(HfBridge, DropoutIsAcceptedWithAWarning) {
   json j = hf_model_config(small(ModelFamily::gpt2), "float32", -1, -1);
   j["resid_pdrop"] = 0.1;

@@ -194,6 +194,17 @@ TEST_F(Safetensors, MalformedFilesAreRejectedNamingTheFile) {
   expect_error("negative_shape",
                file_bytes(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", std::string(8, '\0')),
                "non-integer or negative");
+  // Issue 33: a shape whose element count wraps 64 bits (2^32 × 2^32, as uint64 0) was taken as an
+  // empty tensor; [2^64 - 1] was read as -1. Both are refused.
+  expect_error("wrapping_shape",
+               file_bytes(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""),
+               "more elements than 64 bits can count");
+  expect_error("wrapping_bytes",
+               file_bytes(R"({"t":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", ""),
+               "more elements than 64 bits can count");
+  expect_error("dimension_past_int64",
+               file_bytes(R"({"t":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", ""),
+               "beyond 2^63");
   expect_error("missing_key", file_bytes(R"({"t":{"dtype":"F32","shape":[2]}})", std::string(8, '\0')),
                "needs dtype, shape and data_offsets");
   expect_error("overlap",

@@ -211,6 +211,18 @@ TEST_F(IndexedDatasetTest, AbandonedWriterLeavesNothing) {
   EXPECT_TRUE(fs::is_empty(dir_)) << "temporaries left in " << dir_;
 }
 
+// Issue 33: the writer's temporaries were `PREFIX.bin.tmp-<pid>` and friends, opened with fopen("wb"):
+// a link planted at such a name made prep write the tokens into another file.
+TEST_F(IndexedDatasetTest, WriterNeverWritesThroughALinkAtATemporaryName) {
+  std::ofstream(dir_ / "victim") << "precious";
+  for (const char* name : {"d.bin.tmp-", "d.idx.tmp-", "d.idx.lengths.tmp-", "d.idx.docs.tmp-"})
+    fs::create_symlink(dir_ / "victim", dir_ / (name + std::to_string(::getpid())));
+  write_ours(prefix("d"), TokenDtype::uint16, {{{1, 2, 3}}});
+  std::ifstream in(dir_ / "victim");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  EXPECT_EQ(IndexedDataset(prefix("d")).num_tokens(), 3);
+}
+
 TEST_F(IndexedDatasetTest, WriterRefusesIdsTheDtypeCannotHold) {
   IndexedDatasetWriter w(prefix("small"), TokenDtype::uint16);
   EXPECT_THROW(w.add_document(std::vector<int32_t>{70000}), Error);

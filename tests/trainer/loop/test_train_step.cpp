@@ -218,6 +218,19 @@ TEST_F(TrainStepTest, AnOverflowAtTheMinimumScaleIsNonFinite) {
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("non-finite gradient at step 2")));
 }
 
+// Issue 33: the loop state a manifest's `extra` holds was read with nlohmann's casts: a float where an
+// integer belongs (1e300 skipped steps) was undefined behaviour, a string an escaping json exception.
+TEST_F(TrainStepTest, HostileLoopStateFromAManifestIsAnError) {
+  recipe_.train.precision = Precision::fp16;
+  Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+  for (const char* bad : {R"({"skipped_total": 1e300})", R"({"skipped_total": "3"})", R"({"skipped_in_a_row": 11})",
+                          R"({"loss_scale": {"scale": -1, "good_steps": 0, "hysteresis_left": 1}})",
+                          R"({"loss_scale": {"scale": 1024, "good_steps": 1.5e30, "hysteresis_left": 1}})",
+                          R"({"loss_scale": {"scale": 1024}})"})
+    EXPECT_THROW(one.step->restore(nlohmann::json::parse(bad), 10), Error) << bad;
+  EXPECT_NO_THROW(one.step->restore(one.step->state(), 10));
+}
+
 // The loss scale of a step is in metrics.jsonl and the console line; without scaling it is absent.
 TEST_F(TrainStepTest, TheLossScaleIsInTheMetrics) {
   {
