@@ -171,18 +171,8 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
        {parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp, parallel::GroupKind::model_parallel})
     std::printf("  %-15s %s\n", (std::string(parallel::group_kind_name(kind)) + " groups:").c_str(),
                 groups_text(shape, kind).c_str());
-  if (r.parallel.zero > 0) {
-    const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
-    std::printf("zero: stage %d, optimizer state%s sharded over %d dp rank%s", r.parallel.zero,
-                r.parallel.zero >= 3   ? ", gradients and parameters"
-                : r.parallel.zero >= 2 ? " and gradients"
-                                       : "",
-                shard, shard == 1 ? "" : "s");
-    if (shard < r.parallel.dp)
-      std::printf(" (zero_group %d: %d shard groups of consecutive dp ranks; shards all-reduced across them)", shard,
-                  r.parallel.dp / shard);
-    std::printf("\n");
-  }
+  const Layout layout = layout_of(r);
+  if (layout.optimizer_sharded()) std::printf("zero: %s\n", layout.describe_zero().c_str());
 
   int64_t params = trainer::count_parameters(m);
   std::printf("model: %s, %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d (padded %d), seq_len %d\n",
@@ -206,7 +196,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
     if (r.parallel.pp <= 4 || s < 2 || s == r.parallel.pp - 1) stages.push_back(s);
   std::vector<std::string> notes;
   for (int s : stages) {
-    const trainer::MemoryAccount mem = trainer::memory_plan(r, {s, 0, 0});
+    const trainer::MemoryAccount mem = trainer::memory_plan(r, layout, {s, 0, 0});
     std::printf("memory per rank%s: %s\n", r.parallel.pp > 1 ? fmt::format(" (stage {})", s).c_str() : "",
                 trainer::format_memory(mem).c_str());
     if (mem.head_logits > 0)
@@ -223,7 +213,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
          {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
       Recipe other = r;
       other.train.activation_checkpointing = mode;
-      const int64_t bytes = trainer::memory_plan(other, {0, 0, 0}).activations;
+      const int64_t bytes = trainer::memory_plan(other, layout_of(other), {0, 0, 0}).activations;
       modes += fmt::format("{}{} {}{}", modes.empty() ? "" : ", ", to_string(mode), format_bytes(double(bytes)),
                            mode == r.train.activation_checkpointing ? " (this recipe)" : "");
     }
@@ -268,8 +258,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
   if (missing_inputs > 0)
     std::printf("cannot run: %d input%s missing (MISSING above); `llmtrain run` would stop before starting any rank\n",
                 missing_inputs, missing_inputs == 1 ? " is" : "s are");
-  auto missing = unsupported_features(r);
-  for (const auto& f : missing) std::printf("not supported yet: %s\n", f.c_str());
+  for (const NotSupported& f : unsupported_features(r)) std::printf("not supported yet: %s\n", f.text.c_str());
 }
 
 // This process is the whole job (one rank) or one rank of it: bootstrap, build the mesh's groups
@@ -281,7 +270,10 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
     parallel::MeshComms comms = parallel::make_mesh_comms(mesh, rt.take_world());
     trainer::TrainContext ctx;
     ctx.recipe = &r;
-    ctx.recipe_yaml = recipe_to_yaml(r);
+    // The run's recipe.yaml: resolved, with the threads this host's launch gave each rank.
+    Recipe written = r;
+    written.train.threads = plan.threads_per_rank;
+    ctx.recipe_yaml = recipe_to_yaml(written);
     ctx.mesh = &mesh;
     ctx.comms = &comms;
     ctx.threads = plan.threads_per_rank;
@@ -339,11 +331,8 @@ int cmd_run(const RunArgs& args) {
     if (!args.dry_run) {
       if (!plan.blocker.empty()) throw Error(plan.blocker, plan.blocker_hint);
       // Ranks that run a program of their own train nothing; everything else needs what is built.
-      auto missing = unsupported_features(loaded.recipe);
-      if (!missing.empty() && !(plan.spawns() && rank_program))
-        throw Error("not supported yet: " + join(missing, "; "),
-                    "`llmtrain validate` accepts this recipe, but this build cannot run it; see docs/recipe.md for "
-                    "what runs today");
+      const std::vector<NotSupported> missing = unsupported_features(loaded.recipe);
+      if (!missing.empty() && !(plan.spawns() && rank_program)) throw unsupported_error(missing, "");
     }
   } catch (const RecipeError& e) {
     if (!e.io() && leaves_report_to_rank0(env)) return exit_after_rank0(kExitUserError);

@@ -60,12 +60,11 @@ int cmd_sbatch(const SbatchArgs& args) {
                    launcher::sbatch_output_pattern(r).c_str(), launcher::shell_quote(r.log.dir).c_str());
     if (args.request.rank_command.empty() && !missing.empty())
       std::fprintf(stderr, "# note: this build cannot run the recipe yet (not supported yet: %s)\n",
-                   join(missing, "; ").c_str());
+                   join(describe(missing), "; ").c_str());
     return kExitOk;
   }
   if (args.request.rank_command.empty() && !missing.empty())
-    throw Error("not supported yet: " + join(missing, "; "),
-                "`llmtrain validate` accepts this recipe, but this build cannot run it, so the job would fail");
+    throw unsupported_error(missing, ", so the job would fail");
   if (launcher::find_program("sbatch").empty())
     throw environment_error("sbatch was not found on PATH",
                             "run this on a Slurm login node, or install Slurm's client tools (Debian: apt-get install "

@@ -17,6 +17,8 @@ struct RecipeArgs {
 };
 
 int cmd_validate(const RecipeArgs& args);
+// `validate --keys`: every key of the schema (cli/recipe_schema.h), one per line.
+int cmd_validate_keys();
 
 struct RunArgs {
   RecipeArgs recipe;

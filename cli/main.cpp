@@ -133,13 +133,18 @@ int main(int argc, char** argv) {
       "Run `llmtrain <command> --help` for a command's options.");
 
   cli::RecipeArgs validate_args;
+  bool validate_keys = false;
   auto* validate =
       app.add_subcommand("validate", "Check a recipe and print it resolved (defaults filled in, paths absolute)");
   add_recipe_args(validate, validate_args);
+  validate->get_option("recipe")->required(false);
+  validate->add_flag("--keys", validate_keys,
+                     "Print every recipe key instead: key, type, default, meaning (the schema docs/recipe.md follows)");
   validate->footer(
       "Exit status: 0 when valid, 2 with every problem listed (file:line:column, key, found vs expected, hint).\n"
       "Examples:\n"
       "  llmtrain validate recipes/gpt2-124m.yaml\n"
+      "  llmtrain validate --keys\n"
       "  llmtrain validate recipes/tiny.yaml --set parallel.dp=2 --set launch.procs_per_node=2");
 
   cli::RunArgs run_args;
@@ -393,7 +398,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*validate) return cli::cmd_validate(validate_args);
+    if (*validate) return validate_keys ? cli::cmd_validate_keys() : cli::cmd_validate(validate_args);
     if (*run) return cli::cmd_run(run_args);
     if (*sbatch) return cli::cmd_sbatch(sbatch_args);
     if (*env) return cli::cmd_env();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/recipe_schema.h"
 #include "cli/yaml_tree.h"
 #include "common/recipe/recipe.h"
 
@@ -22,9 +23,6 @@ struct ParsedRecipe {
 ParsedRecipe recipe_parse(const std::string& file, const std::vector<std::string>& overrides);
 ParsedRecipe recipe_parse_text(const std::string& text, const std::string& name,
                                const std::vector<std::string>& overrides);
-
-// Every dotted key the schema knows ("model.layers", "launch.ssh.port", ...).
-std::vector<std::string> recipe_schema_keys();
 
 // Where `key` was written (file:line:col or the --set argument); for a key left at its default,
 // its section's location with a note.

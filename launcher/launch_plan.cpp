@@ -47,11 +47,6 @@ void add_mpirun_env(LaunchPlan& plan, const PlanInputs& in) {
   }
 }
 
-int auto_threads(const Recipe& r, int cores, int ranks_here) {
-  if (r.train.threads > 0) return r.train.threads;
-  return std::max(1, cores / std::max(1, ranks_here));
-}
-
 }  // namespace
 
 const char* to_string(LaunchMode mode) {
@@ -127,12 +122,12 @@ LaunchPlan plan_launch(const Recipe& r, const PlanInputs& in, const std::vector<
   plan.ranks_per_node = r.launch.procs_per_node;
   plan.nodes = r.launch.nodes;
   plan.rank_argv = rank_argv;
-  plan.threads_per_rank = auto_threads(r, in.cores, plan.ranks_per_node);
+  plan.threads_per_rank = threads_per_rank(r, in.cores, plan.ranks_per_node);
 
   if (env.is_rank()) {
     plan.mode = LaunchMode::as_rank;
     plan.ranks_per_node = env.local_size;
-    plan.threads_per_rank = auto_threads(r, in.cores, env.local_size);
+    plan.threads_per_rank = threads_per_rank(r, in.cores, env.local_size);
     if (in.rank_program) {
       plan.blocker = "this process is already a rank (" + env.world_source() + "), so it cannot start ranks of its own";
       plan.blocker_hint = "run `llmtrain run RECIPE -- PROGRAM` outside mpirun/srun; it starts the ranks itself";

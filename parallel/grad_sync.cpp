@@ -594,7 +594,6 @@ std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayou
       LT_CHECK(p >= 0 && p < static_cast<int>(layout.param_ranges.size()), "parameter {} of {} in a group", p,
                layout.param_ranges.size());
   if (zero_stage == 0) return std::make_unique<AllReduceGradSync>(dp, std::move(layout), bucket_mb);
-  if (zero_group == 0) zero_group = dp.size();
   LT_CHECK(zero_group >= 1 && dp.size() % zero_group == 0, "zero_group {} does not divide dp {}", zero_group,
            dp.size());
   return std::make_unique<GradShardSync>(dp, std::move(layout), bucket_mb, zero_group, zero_stage);

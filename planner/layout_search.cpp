@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/recipe/layout.h"
 #include "common/recipe/recipe_check.h"
 #include "common/strings.h"
 
@@ -32,7 +33,7 @@ bool accepted(const Recipe& r, int gpus) {
 
 RankMemory predict_rank_memory(const Recipe& r, const parallel::MeshCoord& coord, const Cluster& c) {
   RankMemory out;
-  out.account = trainer::memory_plan(r, coord);
+  out.account = trainer::memory_plan(r, layout_of(r), coord);
   out.stage = coord.pp;
   out.bytes = out.account.total() + c.device.reserved;
   const int per_node = std::max(1, std::min(c.gpus, c.gpus_per_node));
@@ -62,10 +63,11 @@ std::string Candidate::layout() const {
   return s;
 }
 
-Recipe with_layout(const Recipe& recipe, const Layout& l) {
+Recipe with_layout(const Recipe& recipe, const LayoutChoice& l) {
   Recipe r = recipe;
   ParallelConfig& p = r.parallel;
   p.tp = l.tp, p.pp = l.pp, p.dp = l.dp, p.zero = l.zero, p.zero_group = 0;
+  fill_zero_group(p);
   p.virtual_stages = l.virtual_stages, p.pp_schedule = l.schedule, p.pp_layers.clear();
   p.sequence_parallel = l.sequence_parallel;
   r.train.micro_batch = l.micro_batch;
@@ -116,23 +118,23 @@ SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
 
 std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
   const ParallelConfig& p = r.parallel;
-  const Layout now{p.tp,
-                   p.pp,
-                   p.dp,
-                   p.zero,
-                   p.virtual_stages,
-                   r.train.micro_batch,
-                   p.pp_schedule,
-                   r.train.activation_checkpointing,
-                   p.sequence_parallel};
-  std::vector<std::pair<std::string, Layout>> tries;
+  const LayoutChoice now{p.tp,
+                         p.pp,
+                         p.dp,
+                         p.zero,
+                         p.virtual_stages,
+                         r.train.micro_batch,
+                         p.pp_schedule,
+                         r.train.activation_checkpointing,
+                         p.sequence_parallel};
+  std::vector<std::pair<std::string, LayoutChoice>> tries;
   for (int zero = p.zero + 1; zero <= 3 && p.dp > 1; ++zero) {
-    Layout l = now;
+    LayoutChoice l = now;
     l.zero = zero;
     tries.push_back({fmt::format("zero {}", zero), l});
   }
   if (p.dp % 2 == 0) {
-    Layout l = now;
+    LayoutChoice l = now;
     l.tp *= 2, l.dp /= 2;
     tries.push_back({fmt::format("tp {}", l.tp), l});
     l = now;
@@ -141,12 +143,12 @@ std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
   }
   for (ActivationCheckpointing rc : {ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
     if (int(rc) <= int(now.recompute)) continue;
-    Layout l = now;
+    LayoutChoice l = now;
     l.recompute = rc;
     tries.push_back({fmt::format("recompute {}", to_string(rc)), l});
   }
   for (int mb = now.micro_batch / 2; mb >= 1; mb /= 2) {
-    Layout l = now;
+    LayoutChoice l = now;
     l.micro_batch = mb;
     tries.push_back({fmt::format("micro_batch {}", mb), l});
     break;

@@ -51,13 +51,13 @@ struct Candidate {
 
 // The recipe with a layout's fields set (parallel.tp/pp/dp/zero/sequence_parallel/pp_schedule/
 // virtual_stages, pp_layers cleared, zero_group auto; train.micro_batch, activation_checkpointing).
-struct Layout {
+struct LayoutChoice {
   int tp = 1, pp = 1, dp = 1, zero = 0, virtual_stages = 1, micro_batch = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   ActivationCheckpointing recompute = ActivationCheckpointing::none;
   bool sequence_parallel = false;
 };
-Recipe with_layout(const Recipe& recipe, const Layout& layout);
+Recipe with_layout(const Recipe& recipe, const LayoutChoice& layout);
 
 struct SearchResult {
   std::vector<Candidate> fitting;  // fastest first

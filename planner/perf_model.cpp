@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/recipe/layout.h"
+#include "common/recipe/recipe_check.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
@@ -42,7 +44,7 @@ ParamCounts param_counts(const ModelConfig& m, int tp) {
 // cores divided among its ranks (what the launcher gives them).
 double host_rank_rate(const Recipe& r, const DeviceSpec& dev, double all_cores_rate, int ranks) {
   const int cores = std::max(1, dev.cores);
-  const int threads = r.train.threads > 0 ? r.train.threads : std::max(1, cores / ranks);
+  const int threads = threads_per_rank(r, cores, ranks);
   double rate = threads == 1 && dev.achievable_one_thread > 0 ? dev.achievable_one_thread
                                                               : all_cores_rate * std::min(threads, cores) / cores;
   const double demand = double(ranks) * std::min(threads, cores);  // a rank's extra threads add no cores
@@ -70,17 +72,17 @@ double ring_all_gather_time(double bytes, int ranks, double bandwidth, double la
 
 StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const ModelConfig& m = r.model;
-  const ParallelConfig& p = r.parallel;
-  LT_CHECK(c.gpus == r.world_size(), "cluster of {} ranks for a layout of {}", c.gpus, r.world_size());
+  const Layout p = layout_of(r);
+  LT_CHECK(c.gpus == p.world(), "cluster of {} ranks for a layout of {}", c.gpus, p.world());
   const DeviceSpec& dev = c.device;
   const int tp = p.tp, pp = p.pp, dp = p.dp, v = p.virtual_stages;
   const int mbs = r.grad_accum_steps();
   const double tokens = double(r.train.micro_batch) * m.seq_len;  // per micro-batch
-  const double element = r.train.precision == Precision::fp32 ? 4 : 2;
+  const double element = p.precision == Precision::fp32 ? 4 : 2;
   const int per_node = std::max(1, std::min(c.gpus, c.gpus_per_node));
 
   // Compute rate per rank: the ranks of a CPU host share its cores.
-  double rate = r.train.precision == Precision::fp32 ? dev.achievable_fp32 : dev.achievable_bf16;
+  double rate = p.precision == Precision::fp32 ? dev.achievable_fp32 : dev.achievable_bf16;
   if (dev.shares_host) rate = host_rank_rate(r, dev, rate, per_node);
 
   // Which links each kind of group crosses (mesh order: tp fastest, then dp, then pp).
@@ -98,8 +100,8 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const double block_forward = 2 * counts.block_matmul + attention_forward;
   const double head_forward = 2.0 * double(m.padded_vocab()) * m.hidden / tp;
   double block_recompute = 0;
-  if (r.train.activation_checkpointing == ActivationCheckpointing::full) block_recompute = block_forward;
-  if (r.train.activation_checkpointing == ActivationCheckpointing::selective) block_recompute = attention_forward;
+  if (p.recompute == ActivationCheckpointing::full) block_recompute = block_forward;
+  if (p.recompute == ActivationCheckpointing::selective) block_recompute = attention_forward;
   // The memory-bound ops between the products (norms, activation functions, softmax, residual adds):
   // bytes moved per token and block, Korthikanti et al.'s activation bytes per token and layer for a
   // model that stores its attention scores, h·(10 + 24/t + 5·a·s/(h·t)) at 16 bits (sequence
@@ -111,9 +113,8 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const double byte_scale = element / 2;
   const double traffic_forward = stored * byte_scale, traffic_backward = 2 * stored * byte_scale;
   double traffic_recompute = 0;
-  if (r.train.activation_checkpointing == ActivationCheckpointing::full) traffic_recompute = traffic_forward;
-  if (r.train.activation_checkpointing == ActivationCheckpointing::selective)
-    traffic_recompute = h * scores / tp * byte_scale;
+  if (p.recompute == ActivationCheckpointing::full) traffic_recompute = traffic_forward;
+  if (p.recompute == ActivationCheckpointing::selective) traffic_recompute = h * scores / tp * byte_scale;
   double bandwidth = dev.memory_bandwidth;
   if (dev.shares_host) bandwidth /= per_node;
 
@@ -126,7 +127,7 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // norm and bias gradients, one all-reduce per block and one for the final norm (backward).
   const double stream_bytes = tokens * m.hidden * element;
   const double tp_collective = ring_all_reduce_time(stream_bytes, tp, tp_bw, tp_lat);
-  const bool full_recompute = r.train.activation_checkpointing == ActivationCheckpointing::full;
+  const bool full_recompute = p.recompute == ActivationCheckpointing::full;
   const double tp_forward_block = 2 * tp_collective;
   const double tp_backward_block = (full_recompute ? 3 : 2) * tp_collective;
   const double loss_time =
@@ -157,7 +158,8 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     double forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
   };
   auto stage_layout = [&](int s) {
-    return v > 1 ? trainer::pipeline_stage_layout(m, s, pp, v) : trainer::pipeline_stage_layout(m, s, pp, p.pp_layers);
+    return v > 1 ? trainer::pipeline_stage_layout(m, s, pp, v)
+                 : trainer::pipeline_stage_layout(m, s, pp, p.stage_blocks);
   };
   std::vector<StageCost> stages(static_cast<size_t>(pp));
   for (int s = 0; s < pp; ++s) {
@@ -193,7 +195,7 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
         return 0.0;
     }
   };
-  const std::vector<std::vector<parallel::PipeOp>> lists = parallel::make_schedules(p.pp_schedule, {pp, 0, mbs, v});
+  const std::vector<std::vector<parallel::PipeOp>> lists = parallel::make_schedules(p.schedule, {pp, 0, mbs, v});
   const parallel::SimulatedStep sim = parallel::simulate_step(lists, [&](int s, const parallel::PipeOp& op) {
     return op_time(s, op, compute) + op_time(s, op, tensor) + op_time(s, op, pipe);
   });
@@ -217,9 +219,9 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const double stage_params = held.blocks() * counts.block + (held.has_embedding ? counts.embedding : 0) +
                               (held.has_head ? counts.head : 0) +
                               (held.has_head && !held.has_embedding && m.tie_embeddings ? counts.embedding : 0);
-  const double grad_element = r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? 2 : 4;
+  const double grad_element = p.grad_reduce == GradReduceDtype::bf16 ? 2 : 4;
   const double grads = stage_params * grad_element, params = stage_params * element;
-  const int shard = p.zero > 0 ? (p.zero_group > 0 ? p.zero_group : dp) : 1;
+  const int shard = p.shard_group;
   const double bucket_share = std::min(1.0, p.bucket_mb * 1e6 / std::max(grads, 1.0));
   const double backward_last = last.backward * v;  // the last micro-batch's backward over all chunks
   if (dp > 1) {
@@ -250,10 +252,9 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const double step_tokens = double(r.train.global_batch) * m.seq_len;
   out.model_flops = trainer::training_flops_per_token(m) * step_tokens;
   double recompute = 0;
-  if (r.train.activation_checkpointing == ActivationCheckpointing::full)
+  if (p.recompute == ActivationCheckpointing::full)
     recompute = m.layers * (2 * counts.block_matmul * tp + 4.0 * m.hidden * m.seq_len);
-  if (r.train.activation_checkpointing == ActivationCheckpointing::selective)
-    recompute = m.layers * 4.0 * m.hidden * m.seq_len;
+  if (p.recompute == ActivationCheckpointing::selective) recompute = m.layers * 4.0 * m.hidden * m.seq_len;
   out.flops_with_recompute = out.model_flops + recompute * step_tokens;
 
   struct Named {

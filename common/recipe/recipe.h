@@ -102,7 +102,8 @@ struct ParallelConfig {
   int pp = 1;
   int dp = 0;  // 0 = auto: world size / (tp · pp)
   int zero = 0;
-  int zero_group = 0;  // 0 = auto: the whole dp group (ZeRO shards within groups of this many dp ranks)
+  int zero_group =
+      0;  // 0 = auto: the whole dp group at zero ≥ 1, 1 at zero 0 (ZeRO shards within groups of this many dp ranks)
   bool sequence_parallel = false;
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int virtual_stages = 1;

@@ -41,6 +41,18 @@ int llama_default_ffn(int hidden) {
 
 }  // namespace
 
+void fill_zero_group(ParallelConfig& p) {
+  if (p.zero == 0)
+    p.zero_group = 1;
+  else if (p.zero_group == 0)
+    p.zero_group = p.dp;
+}
+
+int threads_per_rank(const Recipe& r, int cores, int ranks_on_host) {
+  if (r.train.threads > 0) return r.train.threads;
+  return std::max(1, cores / std::max(1, ranks_on_host));
+}
+
 std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, const std::string& cwd,
                                           const TokenizerVocabFn& tokenizer_vocab) {
   std::vector<RecipeProblem> problems;
@@ -81,6 +93,12 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
       p.dp = 1;
     }
   }
+  // zero_group: an explicit value is still told from auto here.
+  if (p.zero == 0 && p.zero_group > 1)
+    problems.push_back({"parallel.zero_group",
+                        fmt::format("zero_group {} is set but parallel.zero is 0 (nothing is sharded)", p.zero_group),
+                        "zero_group only means something with parallel.zero: 1: set zero: 1, or remove zero_group"});
+  fill_zero_group(p);
   if (r.train.global_batch == 0)
     r.train.global_batch = r.train.micro_batch * p.dp;  // each at most 2^20 and 2^16: no wrap
   if (r.optimizer.decay_steps == 0) r.optimizer.decay_steps = r.train.steps;
@@ -198,11 +216,7 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             fmt::format("ZeRO stage {} cannot be combined with pipeline parallelism (pp {})", p.zero, p.pp),
             "stage 2 and 3 shard gradients that pipeline stages accumulate over micro-batches: use zero: 1 with pp > 1 "
             "(as DeepSpeed)");
-  if (p.zero_group > 0 && p.zero == 0)
-    problem("parallel.zero_group",
-            fmt::format("zero_group {} is set but parallel.zero is 0 (nothing is sharded)", p.zero_group),
-            "zero_group only means something with parallel.zero: 1: set zero: 1, or remove zero_group");
-  else if (p.zero_group > 0 && p.dp > 0 && p.dp % p.zero_group != 0)
+  if (p.zero > 0 && p.dp > 0 && p.dp % p.zero_group != 0)
     problem("parallel.zero_group", fmt::format("zero_group {} does not divide dp {}", p.zero_group, p.dp),
             fmt::format("shard groups are zero_group consecutive dp ranks: choose a divisor of dp {} (or auto = dp)",
                         p.dp));
@@ -252,35 +266,49 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   return out;
 }
 
-std::vector<std::string> unsupported_features(const Recipe& r) {
-  std::vector<std::string> out;
-  if (r.model.dropout > 0) out.push_back(fmt::format("model.dropout {} (dropout > 0)", r.model.dropout));
+std::vector<NotSupported> unsupported_features(const Recipe& r) {
+  std::vector<NotSupported> out;
+  const ParallelConfig& p = r.parallel;
+  if (r.model.dropout > 0)
+    out.push_back({NotYet::dropout, fmt::format("model.dropout {} (dropout > 0)", r.model.dropout)});
   // One rank trains on one device (fp32, bf16, fp16); no multi-rank path (NCCL) is verified yet.
   if (r.train.device == DeviceKind::cuda) {
-    const ParallelConfig& p = r.parallel;
     const LaunchConfig& l = r.launch;
-    const bool more_ranks = p.tp > 1 || p.pp > 1 || p.dp > 1 ||
-                            (p.dp == 0 && (int64_t(l.procs_per_node) * l.nodes > 1 || !l.hostfile.empty()));
-    if (more_ranks)
+    if (r.world_size() > 1)
       out.push_back(
-          fmt::format("train.device: cuda with more than one rank (tp {}, pp {}, dp {}, launch {} × {}{}): "
-                      "only one rank on one device trains",
-                      p.tp, p.pp, p.dp == 0 ? "auto" : std::to_string(p.dp), l.nodes, l.procs_per_node,
-                      l.hostfile.empty() ? "" : ", a hostfile"));
-    if (p.zero > 0) out.push_back(fmt::format("train.device: cuda with parallel.zero {} (ZeRO)", p.zero));
+          {NotYet::cuda_ranks,
+           fmt::format("train.device: cuda with more than one rank (tp {}, pp {}, dp {}, launch {} × {}{}): "
+                       "only one rank on one device trains",
+                       p.tp, p.pp, p.dp, l.nodes, l.procs_per_node, l.hostfile.empty() ? "" : ", a hostfile")});
+    if (p.zero > 0)
+      out.push_back({NotYet::cuda_zero, fmt::format("train.device: cuda with parallel.zero {} (ZeRO)", p.zero)});
   }
   // ZB-H1's weight-gradient half reads the activations a recomputation would have recomputed into
   // shared buffers long before.
-  if (r.parallel.pp > 1 && r.parallel.pp_schedule == PipelineSchedule::zero_bubble &&
+  if (p.pp > 1 && p.pp_schedule == PipelineSchedule::zero_bubble &&
       r.train.activation_checkpointing != ActivationCheckpointing::none)
-    out.push_back(
-        fmt::format("parallel.pp_schedule: zero_bubble with train.activation_checkpointing: {} (the split "
-                    "backward keeps every activation)",
-                    to_string(r.train.activation_checkpointing)));
+    out.push_back({NotYet::zero_bubble_recompute,
+                   fmt::format("parallel.pp_schedule: zero_bubble with train.activation_checkpointing: {} (the split "
+                               "backward keeps every activation)",
+                               to_string(r.train.activation_checkpointing))});
   // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
-  if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
-    out.push_back("parallel.grad_reduce_dtype: bf16 with train.precision fp32 (fp32 gradients reduced as bf16)");
+  if (p.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
+    out.push_back({NotYet::bf16_reduce_of_fp32,
+                   "parallel.grad_reduce_dtype: bf16 with train.precision fp32 (fp32 gradients reduced as bf16)"});
   return out;
+}
+
+std::vector<std::string> describe(const std::vector<NotSupported>& features) {
+  std::vector<std::string> out;
+  for (const NotSupported& n : features) out.push_back(n.text);
+  return out;
+}
+
+Error unsupported_error(const std::vector<NotSupported>& features, const std::string& consequence) {
+  std::string what;
+  for (const NotSupported& n : features) what += (what.empty() ? "" : "; ") + n.text;
+  return Error("not supported yet: " + what, "`llmtrain validate` accepts this recipe, but this build cannot run it" +
+                                                 consequence + "; see docs/recipe.md for what runs today");
 }
 
 }  // namespace llmtrain

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "common/recipe/recipe.h"
 
 namespace llmtrain {
@@ -41,12 +42,33 @@ using TokenizerVocabFn = std::function<int(const std::string& tokenizer)>;
 std::vector<RecipeProblem> recipe_resolve(Recipe& recipe, const WorldInfo& world, const std::string& cwd,
                                           const TokenizerVocabFn& tokenizer_vocab);
 
+// parallel.zero_group's auto, once dp is known: the whole dp group at zero ≥ 1; at zero 0 nothing is
+// sharded, every rank a group of one. recipe_resolve applies it; so does code that changes a
+// resolved recipe's layout (the planner's candidates, with zero_group set back to 0 = auto).
+void fill_zero_group(ParallelConfig& parallel);
+
+// train.threads' auto, which depends on the host a rank runs on (so the resolved recipe keeps it
+// auto): the host's usable cores divided among the ranks it runs.
+int threads_per_rank(const Recipe& recipe, int cores, int ranks_on_host);
+
 // Cross-field rules on a resolved recipe: divisibility of the layout, batch arithmetic,
 // precision vs device, schedule consistency. Empty when the recipe is valid.
 std::vector<RecipeProblem> recipe_check(const Recipe& recipe, const WorldInfo& world);
 
-// Features the recipe asks for that this build cannot run yet. `run` refuses a recipe while
-// this is non-empty; `validate` accepts it (the recipe itself is well formed).
-std::vector<std::string> unsupported_features(const Recipe& recipe);
+// What this build parses but cannot run yet. Each refusal is written once, in unsupported_features
+// (lifting one is one edit there): `run` refuses a recipe while the list is non-empty (before any
+// rank starts, and in every rank); `validate` accepts it (the recipe itself is well formed); the
+// planner rejects such layouts, and the memory account plans what this build would allocate instead.
+enum class NotYet { dropout, cuda_ranks, cuda_zero, zero_bubble_recompute, bf16_reduce_of_fp32 };
+struct NotSupported {
+  NotYet feature;
+  std::string text;  // "model.dropout 0.1 (dropout > 0)": follows "not supported yet: "
+};
+// On a resolved recipe.
+std::vector<NotSupported> unsupported_features(const Recipe& recipe);
+std::vector<std::string> describe(const std::vector<NotSupported>& features);
+// The error `run` and `sbatch` refuse a recipe with while unsupported_features is not empty:
+// "not supported yet: <each>; ...", with `consequence` ("so the job would fail") in the hint.
+Error unsupported_error(const std::vector<NotSupported>& features, const std::string& consequence);
 
 }  // namespace llmtrain

@@ -41,7 +41,7 @@ class DeviceAllocator final : public Allocator {
       throw environment_error(fmt::format("out of CUDA device memory allocating {} (cudaMalloc: {})",
                                           format_bytes(double(bytes)), cuda_error_text(e)),
                               "lower train.micro_batch or model.seq_len, turn on activation checkpointing, or shard "
-                              "with parallel.zero_stage / tensor parallelism");
+                              "with parallel.zero / tensor parallelism");
     }
     if (e != cudaSuccess)
       foreign_call_failed("CUDA", fmt::format("cudaMalloc(&p, {})", bytes).c_str(), static_cast<long long>(e),

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "parallel/comm_threads.h"
+#include "tests/common/test_layout.h"
 #include "tests/parallel/comm_counting.h"
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/loop/train_step.h"
@@ -79,10 +80,10 @@ int main(int argc, char** argv) {
         GptDataset data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab);
         Sampler sampler(r.train.global_batch, r.train.micro_batch, 0, 1);
         MicroBatchReader batches(data, sampler, r.model.seq_len);
-        auto schedule = step_schedule(r, 0, sampler.micro_batches_per_step());
-        Model model(r.model, step_model_options(r, 0, schedule), *comms.tp);
+        auto schedule = step_schedule(test_layout(r), 0, sampler.micro_batches_per_step());
+        Model model(r.model, step_model_options(r, test_layout(r), 0, schedule), *comms.tp);
         model.init_parameters(1);
-        TrainStep step(r, model, comms, batches, schedule);
+        TrainStep step(r, test_layout(r), model, comms, batches, schedule);
         step.run(0, 0);  // warm
         tp.reset();
         for (int s = 1; s <= steps; ++s) step.run(s, int64_t(s) * r.train.global_batch);

@@ -197,8 +197,8 @@ const Case kCases[] = {
      "3 block counts for pp 2", "", "", "launch.procs_per_node=2"},
     {"pp_layers_sum", "tp: 1", "  pp: 2\n  pp_layers: [1, 2]", "parallel.pp_layers", "pp_layers",
      "the block counts add up to 3, the model has 4 layers", "", "", "launch.procs_per_node=2"},
-    {"zero_group_without_zero", "tp: 1", "  tp: 1\n  zero_group: 1", "parallel.zero_group", "zero_group",
-     "zero_group 1 is set but parallel.zero is 0"},
+    {"zero_group_without_zero", "tp: 1", "  tp: 1\n  zero_group: 2", "parallel.zero_group", "zero_group",
+     "zero_group 2 is set but parallel.zero is 0"},
     {"zero_group_not_div_dp", "tp: 1", "  tp: 1\n  zero: 1\n  zero_group: 3", "parallel.zero_group", "zero_group",
      "zero_group 3 does not divide dp 1"},
     {"seq_len_over_positions", "seq_len: 64", "  seq_len: 64\n  max_positions: 32", "model.seq_len", "seq_len",
@@ -302,17 +302,17 @@ TEST(RecipeErrorsSyntax, TypoOfARequiredKeyIsReportedAloneAndFirst) {
 TEST(UnsupportedFeatures, SixteenBitTrainsAtEveryLayout) {
   Recipe r;
   r.train.precision = Precision::bf16;
-  EXPECT_TRUE(unsupported_features(r).empty());
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
   r.parallel.zero = 1;
-  EXPECT_TRUE(unsupported_features(r).empty());
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
   r.parallel.zero = 3;
   r.parallel.grad_reduce_dtype = GradReduceDtype::bf16;
-  EXPECT_TRUE(unsupported_features(r).empty());
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
   r.parallel.zero = 1, r.parallel.tp = 2, r.parallel.sequence_parallel = true, r.parallel.pp = 2;
-  EXPECT_TRUE(unsupported_features(r).empty());
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
   r.train.precision = Precision::fp32;
   EXPECT_THAT(
-      unsupported_features(r),
+      describe(unsupported_features(r)),
       ::testing::ElementsAre(::testing::HasSubstr("parallel.grad_reduce_dtype: bf16 with train.precision fp32")));
 }
 
@@ -323,19 +323,17 @@ TEST(UnsupportedFeatures, CudaTrainsOnOneRank) {
   r.parallel.dp = 1;
   for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
     r.train.precision = p;
-    EXPECT_TRUE(unsupported_features(r).empty());
+    EXPECT_TRUE(describe(unsupported_features(r)).empty());
   }
-  r.parallel.dp = 0;  // auto: one rank with one process
-  EXPECT_TRUE(unsupported_features(r).empty());
-  r.launch.procs_per_node = 2;
-  EXPECT_THAT(unsupported_features(r),
+  r.launch.procs_per_node = 2, r.parallel.dp = 2;  // resolved: dp auto on two ranks
+  EXPECT_THAT(describe(unsupported_features(r)),
               ::testing::ElementsAre(::testing::HasSubstr("train.device: cuda with more than one rank")));
-  r.launch.procs_per_node = 1;
+  r.launch.procs_per_node = 1, r.parallel.dp = 1;
   r.parallel.tp = 2;
-  EXPECT_THAT(unsupported_features(r), ::testing::ElementsAre(::testing::HasSubstr("tp 2")));
+  EXPECT_THAT(describe(unsupported_features(r)), ::testing::ElementsAre(::testing::HasSubstr("tp 2")));
   r.parallel.tp = 1;
   r.parallel.zero = 1;
-  EXPECT_THAT(unsupported_features(r), ::testing::ElementsAre(::testing::HasSubstr("parallel.zero 1")));
+  EXPECT_THAT(describe(unsupported_features(r)), ::testing::ElementsAre(::testing::HasSubstr("parallel.zero 1")));
 }
 
 }  // namespace

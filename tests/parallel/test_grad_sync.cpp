@@ -36,8 +36,8 @@ TEST(GradSync, StageZeroAveragesEveryGradientOverTheGroup) {
       std::vector<float> params(kNumel, 1.0f), grads(kNumel);
       for (int64_t i = 0; i < kNumel; ++i) grads[size_t(i)] = grad_value(dp.rank(), i);
       auto sync = make_grad_sync(
-          0, dp, {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups},
-          1e-5);  // buckets of ~10 bytes: several buckets
+          0, dp, {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups}, 1e-5,
+          1);  // buckets of ~10 bytes: several buckets
       EXPECT_EQ(sync->owned(), (std::vector<FlatRange>{{0, kNumel}}));
       EXPECT_EQ(sync->first_copy(), dp.rank() == 0);
       EXPECT_FALSE(sync->shards_over_dp());
@@ -67,7 +67,7 @@ TEST(GradSync, ItRearmsForTheNextStep) {
   run_ranks_in_threads(2, [&](Comm& dp) {
     std::vector<float> params(kNumel), grads(kNumel);
     auto sync = make_grad_sync(
-        0, dp, {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups}, 25.0);
+        0, dp, {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups}, 25.0, 1);
     for (int step = 0; step < 3; ++step) {
       std::fill(grads.begin(), grads.end(), float(dp.rank() + step));
       for (int g = 0; g < 3; ++g) sync->group_ready(g, true);
@@ -94,7 +94,7 @@ TEST(GradSync, StageOneOwnsChunksOfTheAverageAndGathersTheParameters) {
       std::vector<float> params(kNumel, -1.0f), grads(kNumel);
       auto sync = make_grad_sync(
           1, dp, {host_tensor(params.data(), {kNumel}), host_tensor(grads.data(), {kNumel}), kRanges, kGroups},
-          c.bucket_mb, c.zero_group);
+          c.bucket_mb, shard);
       EXPECT_TRUE(sync->shards_over_dp());
       EXPECT_EQ(sync->first_copy(), rank < shard);
       for (int step = 0; step < 2; ++step) {
@@ -185,8 +185,8 @@ TEST(GradSync, StageTwoReducesEveryMicroBatchIntoTheOwnedShard) {
       const int64_t before = gradient_bytes(), pools_before = pool_bytes();
       dp.barrier();
       std::vector<float> params(kNumel, -1.0f);
-      auto sync = make_grad_sync(2, dp, {host_tensor(params.data(), {kNumel}), {}, kRanges, kGroups}, c.bucket_mb,
-                                 c.zero_group);
+      auto sync =
+          make_grad_sync(2, dp, {host_tensor(params.data(), {kNumel}), {}, kRanges, kGroups}, c.bucket_mb, shard);
       EXPECT_TRUE(sync->grads_compact());
       EXPECT_EQ(sync->first_copy(), rank < shard);
       const int64_t owned = owned_numel(units, shard, rank % shard);
@@ -253,7 +253,7 @@ TEST(GradSync, StageThreeGathersEveryGroupsValuesFromTheShards) {
   for (auto [n, mb] : {std::tuple{1, 1e-5}, std::tuple{2, 1e-5}, std::tuple{3, 1e-5}, std::tuple{3, 25.0}}) {
     SCOPED_TRACE(::testing::Message() << "dp " << n << " bucket_mb " << mb);
     run_ranks_in_threads(n, [&, mb = mb](Comm& dp) {
-      auto sync = make_grad_sync(3, dp, {{}, {}, kRanges, kGroups}, mb);
+      auto sync = make_grad_sync(3, dp, {{}, {}, kRanges, kGroups}, mb, dp.size());
       ASSERT_TRUE(sync->params_compact());
       ASSERT_TRUE(sync->grads_compact());
       const kernels::Tensor own = sync->owned_params();

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/recipe/recipe_check.h"
 #include "planner/layout_search.h"
+#include "tests/common/test_layout.h"
 #include "trainer/loop/memory.h"
 #include "trainer/model/model_spec.h"
 
@@ -34,6 +35,7 @@ Recipe gpt(int layers, int hidden, int heads, int seq, int tp, int pp, int dp, i
   r.train.device = DeviceKind::cuda, r.train.precision = Precision::fp16;
   r.train.micro_batch = micro_batch, r.train.global_batch = global_batch, r.train.steps = 1;
   r.parallel.tp = tp, r.parallel.pp = pp, r.parallel.dp = dp;
+  r.parallel.zero_group = dp;  // resolved: ZeRO (when a test turns it on) shards over the whole dp group
   return r;
 }
 
@@ -180,7 +182,7 @@ TEST(Anchors, ZeroPaperModelStates) {
   const double published[] = {120, 31.4, 16.6, 1.9};
   for (int zero = 0; zero <= 3; ++zero) {
     r.parallel.zero = zero;
-    const trainer::MemoryAccount a = trainer::memory_plan(r, {0, 0, 0});
+    const trainer::MemoryAccount a = trainer::memory_plan(r, test_layout(r), {0, 0, 0});
     const double gb = double(a.parameters + a.gradients + a.optimizer) / 1e9;
     const double psi = double(trainer::count_parameters(r.model)) / 1e9;
     std::printf("| zero %d | %.1f GB | %.2f GB | %+.1f%% | Ψ %.2fB |\n", zero, published[zero], gb,

@@ -9,6 +9,7 @@
 #include "parallel/mesh.h"
 #include "planner/layout_search.h"
 #include "planner/perf_model.h"
+#include "tests/common/test_layout.h"
 #include "tests/parallel/comm_counting.h"
 #include "tests/trainer/loop/train_step_fixture.h"
 
@@ -40,6 +41,7 @@ TEST_F(PlanMemory, PredictedPeakPerRankIsWithinTenPercentOfTheMeasured) {
   for (const Case& c : cases) {
     Recipe r = recipe_;
     r.parallel.tp = c.tp, r.parallel.pp = c.pp, r.parallel.dp = c.dp, r.parallel.zero = c.zero;
+    fill_zero_group(r.parallel);
     r.parallel.bucket_mb = 0.01;
     r.train.precision = c.precision;
     r.train.activation_checkpointing = c.recompute;
@@ -110,10 +112,10 @@ TEST_F(PlanMemory, TensorParallelBytesPerStepAreWhatTheRunSends) {
       GptDataset data({{prefix_, 1.0}}, r.model.seq_len, 7, r.model.vocab);
       Sampler sampler(r.train.global_batch, r.train.micro_batch, 0, 1);
       MicroBatchReader batches(data, sampler, r.model.seq_len);
-      const auto schedule = step_schedule(r, 0, sampler.micro_batches_per_step());
-      Model model(r.model, step_model_options(r, 0, schedule), *comms.tp);
+      const auto schedule = step_schedule(test_layout(r), 0, sampler.micro_batches_per_step());
+      Model model(r.model, step_model_options(r, test_layout(r), 0, schedule), *comms.tp);
       model.init_parameters(1);
-      TrainStep step(r, model, comms, batches, schedule);
+      TrainStep step(r, test_layout(r), model, comms, batches, schedule);
       step.master_from_params();
       step.run(0, 0);
       tp.reset();

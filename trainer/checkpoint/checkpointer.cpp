@@ -176,10 +176,8 @@ double Checkpointer::save(const RunPosition& at) {
   meta.extra = step_.state();
   if (!data_.is_null()) meta.extra["data"] = data_;
   meta.recipe_yaml = recipe_yaml_;
-  meta.mesh = {recipe_.parallel.tp, recipe_.parallel.pp, recipe_.parallel.dp, recipe_.parallel.zero,
-               recipe_.parallel.zero == 0        ? 0
-               : recipe_.parallel.zero_group > 0 ? recipe_.parallel.zero_group
-                                                 : recipe_.parallel.dp};
+  const Layout& l = step_.layout();
+  meta.mesh = {l.tp, l.pp, l.dp, l.zero, l.optimizer_sharded() ? l.shard_group : 0};
   meta.tokenizer_kind = tokenizer_.source().kind;
   meta.tokenizer_bytes = tokenizer_.source().bytes;
   const double t0 = now_s();

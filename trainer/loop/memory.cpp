@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/recipe/recipe_check.h"
 #include "common/strings.h"
 #include "parallel/grad_sync.h"
 #include "parallel/pipeline_executor.h"
@@ -13,24 +14,23 @@
 
 namespace llmtrain::trainer {
 
-MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
+MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel::MeshCoord& coord) {
   MemoryAccount out;
   const ModelConfig& mc = r.model;
 
   // This stage's schedule sets how many micro-batches keep activations at once, and the receive
-  // buffers between stages.
-  std::vector<parallel::PipeOp> schedule;
-  try {
-    schedule = step_schedule(r, coord.pp, r.grad_accum_steps());
-  } catch (const Error& e) {
-    Recipe one_f_one_b = r;
-    one_f_one_b.parallel.pp_schedule = PipelineSchedule::one_f_one_b;
-    one_f_one_b.parallel.virtual_stages = 1;
-    schedule = step_schedule(one_f_one_b, coord.pp, r.grad_accum_steps());
-    out.notes.push_back(fmt::format("activations as with 1f1b: {}", e.what()));
-  }
-  const ModelOptions mo = step_model_options(r, coord.pp, schedule);
-  const ModelMemory model = model_memory_plan(mc, mo, r.parallel.tp, coord.tp);
+  // buffers between stages. A schedule this build refuses with the recipe's recomputation is
+  // planned as the 1f1b it would need instead (the refusal itself: unsupported_features).
+  Layout planned = layout;
+  for (const NotSupported& n : unsupported_features(r))
+    if (n.feature == NotYet::zero_bubble_recompute) {
+      planned.schedule = PipelineSchedule::one_f_one_b;
+      planned.virtual_stages = 1;
+      out.notes.push_back(fmt::format("activations as with 1f1b: not supported yet: {}", n.text));
+    }
+  const std::vector<parallel::PipeOp> schedule = step_schedule(planned, coord.pp, r.grad_accum_steps());
+  const ModelOptions mo = step_model_options(r, planned, coord.pp, schedule);
+  const ModelMemory model = model_memory_plan(mc, mo, layout.tp, coord.tp);
   out.parameters = model.params;
   out.gradients = model.grads;
   out.activations = model.activations();
@@ -46,22 +46,22 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   const int64_t element = int64_t(kernels::dtype_size(mo.dtype));
   // Moments, and a master for 16-bit parameters (at ZeRO 3 the owned values are the master and
   // count as parameters).
-  const int64_t fp32_states = mo.dtype == kernels::DType::fp32 || r.parallel.zero >= 3 ? 2 : 3;
-  const std::vector<ModelParam> layout = model_param_layout(mc, mo, r.parallel.tp, coord.tp);
+  const int64_t fp32_states = layout.fp32_master() ? 3 : 2;
+  const std::vector<ModelParam> params = model_param_layout(mc, mo, layout.tp, coord.tp);
   int64_t numel = 0;
-  for (const ModelParam& p : layout) numel += p.numel();
+  for (const ModelParam& p : params) numel += p.numel();
   out.optimizer = fp32_states * numel * 4;
   int64_t zero_pools = 0;
-  if (r.parallel.zero >= 1) {
-    const int shard = r.parallel.zero_group > 0 ? r.parallel.zero_group : r.parallel.dp;
+  if (layout.optimizer_sharded()) {
+    const int shard = layout.shard_group;
     std::vector<parallel::ParamRange> ranges;
-    for (const ModelParam& p : layout) ranges.push_back({p.offset, p.numel()});
+    for (const ModelParam& p : params) ranges.push_back({p.offset, p.numel()});
     const std::vector<parallel::ShardUnit> units =
-        parallel::shard_units(ranges, grad_ready_groups(mo.stage, layout), r.parallel.bucket_mb, size_t(element));
+        parallel::shard_units(ranges, grad_ready_groups(mo.stage, params), layout.bucket_mb, size_t(element));
     const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
     out.optimizer = fp32_states * owned * 4;
     zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
-    if (r.parallel.zero >= 2) {
+    if (layout.gradients_sharded()) {
       // The model holds no gradient buffer (mo.external_grads); the sync keeps the owned shard.
       out.gradients = std::max<int64_t>(owned, 1) * 4;
       // With 16-bit parameters one fp32 chunk widens what the pool reduced before it is added into
@@ -73,7 +73,7 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
         zero_pools += std::max<int64_t>(chunk, 1) * 4;
       }
     }
-    if (r.parallel.zero >= 3) {  // the model holds no parameter buffer (mo.external_params)
+    if (layout.parameters_sharded()) {  // the model holds no parameter buffer (mo.external_params)
       out.parameters = std::max<int64_t>(owned, 1) * 4;
       zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * element;
     }
@@ -83,12 +83,12 @@ MemoryAccount memory_plan(const Recipe& r, const parallel::MeshCoord& coord) {
   // A message is a micro-batch's residual stream in the storage dtype: with sequence parallelism
   // this rank's 1/tp of its rows.
   const int64_t activation_message =
-      int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * element / (mo.sequence_parallel ? r.parallel.tp : 1);
+      int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * element / (mo.sequence_parallel ? layout.tp : 1);
   out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_pools;
   // pp > 1 with a tied word embedding: the first and the last stage receive the other's gradient of
   // it (TrainStep), the embedding's tensor-parallel shard, in the gradients' dtype.
-  if (r.parallel.pp > 1 && mc.tie_embeddings && (coord.pp == 0 || coord.pp == r.parallel.pp - 1))
-    out.communication += mc.padded_vocab() / r.parallel.tp * int64_t(mc.hidden) * element;
+  if (layout.pp > 1 && mc.tie_embeddings && (coord.pp == 0 || coord.pp == layout.pp - 1))
+    out.communication += mc.padded_vocab() / layout.tp * int64_t(mc.hidden) * element;
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/recipe/layout.h"
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
 #include "parallel/mesh.h"
@@ -39,9 +40,9 @@ struct MemoryAccount {
   int64_t total() const { return parameters + gradients + optimizer + activations + communication; }
 };
 
-// What the rank at `coord` of a resolved recipe's layout allocates. Throws llmtrain::Error for a
-// model the Model itself would refuse.
-MemoryAccount memory_plan(const Recipe& recipe, const parallel::MeshCoord& coord);
+// What the rank at `coord` of a resolved recipe's layout (layout_of(recipe)) allocates. Throws
+// llmtrain::Error for a model the Model itself would refuse.
+MemoryAccount memory_plan(const Recipe& recipe, const Layout& layout, const parallel::MeshCoord& coord);
 
 // What this process's Buffers on `device` hold now (peak = false) or held at most (peak = true),
 // by kind; `other` Buffers are not counted.

@@ -44,25 +44,25 @@ int group_of(const StageLayout& st, ParamPlace place, int layer) {
 
 }  // namespace
 
-ModelOptions step_model_options(const Recipe& r, int stage, const std::vector<parallel::PipeOp>& schedule) {
+ModelOptions step_model_options(const Recipe& r, const Layout& l, int stage,
+                                const std::vector<parallel::PipeOp>& schedule) {
   ModelOptions mo;
-  mo.stage = r.parallel.virtual_stages > 1
-                 ? pipeline_stage_layout(r.model, stage, r.parallel.pp, r.parallel.virtual_stages)
-                 : pipeline_stage_layout(r.model, stage, r.parallel.pp, r.parallel.pp_layers);
+  mo.stage = l.virtual_stages > 1 ? pipeline_stage_layout(r.model, stage, l.pp, l.virtual_stages)
+                                  : pipeline_stage_layout(r.model, stage, l.pp, l.stage_blocks);
   mo.micro_batch = r.train.micro_batch;
   mo.seq_len = r.model.seq_len;
-  mo.checkpointing = r.train.activation_checkpointing;
-  mo.dtype = precision_dtype(r.train.precision);
+  mo.checkpointing = l.recompute;
+  mo.dtype = precision_dtype(l.precision);
   mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);
   mo.split_backward = std::any_of(schedule.begin(), schedule.end(), [](const parallel::PipeOp& op) {
     return op.kind == parallel::PipeOpKind::backward_input;
   });
-  mo.external_grads = r.parallel.zero >= 2;   // the gradient sync hands out gradient storage
-  mo.external_params = r.parallel.zero >= 3;  // ... and parameter storage
+  mo.external_grads = l.gradients_sharded();    // the gradient sync hands out gradient storage
+  mo.external_params = l.parameters_sharded();  // ... and parameter storage
   // With pp > 1 each stage sends its tp rank's 1/tp of the token rows to the same tp rank of the
   // next stage (Megatron's sequence-parallel pipelines): Model::stage_activation_shape.
-  mo.sequence_parallel = r.parallel.sequence_parallel;
-  mo.device = r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
+  mo.sequence_parallel = l.sequence_parallel;
+  mo.device = l.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
   return mo;
 }
 
@@ -197,20 +197,13 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   std::vector<float>* op_times_ = nullptr;  // each compute op's seconds, appended in list order
 };
 
-std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches) {
-  // The split backward's weight half reads activations a recomputation keeps only briefly.
-  if (recipe.parallel.pp > 1 && recipe.parallel.pp_schedule == PipelineSchedule::zero_bubble &&
-      recipe.train.activation_checkpointing != ActivationCheckpointing::none)
-    throw Error(fmt::format("not supported yet: the zero_bubble pipeline schedule with activation_checkpointing {}",
-                            to_string(recipe.train.activation_checkpointing)),
-                "use train.activation_checkpointing: none, or pp_schedule: 1f1b");
-  return parallel::make_schedule(recipe.parallel.pp_schedule,
-                                 {recipe.parallel.pp, stage, micro_batches, recipe.parallel.virtual_stages});
+std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int micro_batches) {
+  return parallel::make_schedule(layout.schedule, {layout.pp, stage, micro_batches, layout.virtual_stages});
 }
 
-TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
-                     std::vector<parallel::PipeOp> schedule)
-    : recipe_(recipe), model_(model), comms_(comms) {
+TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, parallel::MeshComms& comms,
+                     MicroBatchReader& batches, std::vector<parallel::PipeOp> schedule)
+    : recipe_(recipe), layout_(layout), model_(model), comms_(comms) {
   schedule_s_.reserve(kScheduleTimesKept);  // a step allocates nothing
   busy_s_.reserve(kScheduleTimesKept);
   compute_ops_ = size_t(std::count_if(schedule.begin(), schedule.end(),
@@ -219,21 +212,15 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   for (const parallel::PipeOp& op : schedule)
     if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
   LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
-  LT_CHECK(model.options().external_grads == (recipe.parallel.zero >= 2),
-           "a model built with{} external gradients for parallel.zero {}", model.options().external_grads ? "" : "out",
-           recipe.parallel.zero);
-  LT_CHECK(model.options().external_params == (recipe.parallel.zero >= 3),
-           "a model built with{} external parameters for parallel.zero {}",
-           model.options().external_params ? "" : "out", recipe.parallel.zero);
   LT_CHECK(parallel::max_in_flight_per_chunk(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight per chunk; the model has {} activation slots",
            parallel::max_in_flight_per_chunk(schedule), model.options().activation_slots);
-  parallel::GradSyncLayout layout{model.params(),           model.grads(),  {},
-                                  grad_ready_groups(model), model.device(), model.options().dtype};
-  for (const ModelParam& p : model.parameters()) layout.param_ranges.push_back({p.offset, p.numel()});
-  if (recipe.parallel.grad_reduce_dtype == GradReduceDtype::bf16) layout.accumulate = parallel::Accumulate::in_dtype;
-  sync_ = parallel::make_grad_sync(recipe.parallel.zero, *comms.dp, std::move(layout), recipe.parallel.bucket_mb,
-                                   recipe.parallel.zero_group);
+  parallel::GradSyncLayout sync_layout{model.params(),           model.grads(),  {},
+                                       grad_ready_groups(model), model.device(), model.options().dtype};
+  for (const ModelParam& p : model.parameters()) sync_layout.param_ranges.push_back({p.offset, p.numel()});
+  if (layout_.grad_reduce == GradReduceDtype::bf16) sync_layout.accumulate = parallel::Accumulate::in_dtype;
+  sync_ =
+      parallel::make_grad_sync(layout_.zero, *comms.dp, std::move(sync_layout), layout_.bucket_mb, layout_.shard_group);
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
   // through the model.
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
@@ -255,7 +242,7 @@ TrainStep::TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& co
   }
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, *comms.pp, micro_batches_, losses_.tensor(),
                                         tied_peer_ >= 0);
-  if (recipe.train.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
+  if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
 }
 

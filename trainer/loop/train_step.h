@@ -38,6 +38,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "common/recipe/layout.h"
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
 #include "parallel/grad_sync.h"
@@ -68,8 +69,9 @@ class TrainStep {
   // `model`, `batches` and `comms` must outlive the step. `schedule`: this stage's instruction list
   // over the step's micro-batches (step_schedule); the model must have max_in_flight_per_chunk(schedule)
   // activation slots (per chunk).
-  TrainStep(const Recipe& recipe, Model& model, parallel::MeshComms& comms, MicroBatchReader& batches,
-            std::vector<parallel::PipeOp> schedule);
+  // `layout`: the recipe's (layout_of), which the model was built for (step_model_options).
+  TrainStep(const Recipe& recipe, const Layout& layout, Model& model, parallel::MeshComms& comms,
+            MicroBatchReader& batches, std::vector<parallel::PipeOp> schedule);
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
@@ -102,6 +104,7 @@ class TrainStep {
   const std::vector<float>& op_times() const { return op_s_; }
   size_t compute_ops() const { return compute_ops_; }
   const parallel::GradSync& grad_sync() const { return *sync_; }
+  const Layout& layout() const { return layout_; }
 
   // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
   // the step a checkpoint was written at.
@@ -112,6 +115,7 @@ class TrainStep {
   class ModelStage;
 
   const Recipe& recipe_;
+  const Layout layout_;
   Model& model_;
   parallel::MeshComms& comms_;
   int micro_batches_ = 0;
@@ -139,9 +143,8 @@ class TrainStep {
 inline constexpr int kTiedGradTag = parallel::kPipelineTagBase - 1;
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
-// recipe's layout and parallel.pp_schedule say (with one stage: F0 B0 F1 B1 ...). Throws
-// llmtrain::Error for what is not supported yet (zero_bubble with activation checkpointing).
-std::vector<parallel::PipeOp> step_schedule(const Recipe& recipe, int stage, int micro_batches);
+// layout's pipeline and schedule say (with one stage: F0 B0 F1 B1 ...).
+std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int micro_batches);
 
 // The bubble of the recipe's schedule over `micro_batches` micro-batches: idle stage-slots over all
 // of them when forward and backward take one unit (parallel::Timeline::bubble_fraction). Throws
@@ -156,7 +159,8 @@ double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const T
 
 // The options of the model a stage builds for training with `schedule` (its slots are the
 // micro-batches the schedule keeps in flight): train() and the memory plan both use it.
-ModelOptions step_model_options(const Recipe& recipe, int stage, const std::vector<parallel::PipeOp>& schedule);
+ModelOptions step_model_options(const Recipe& recipe, const Layout& layout, int stage,
+                                const std::vector<parallel::PipeOp>& schedule);
 
 // The parameters in groups in the order backward completes them: the head, the blocks from the last
 // to the first, the embedding (a tied embedding is complete only after the embedding's backward).

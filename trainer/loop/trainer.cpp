@@ -82,10 +82,6 @@ int train(const TrainContext& ctx) {
       throw Error(fmt::format("train.device is cuda, but no CUDA device is usable here ({})", cuda.unavailable_reason),
                   "run on a machine with an NVIDIA GPU (`llmtrain env` lists what this one has), or set "
                   "train.device: cpu");
-    if (world.size() > 1)
-      throw Error(fmt::format("not supported yet: train.device cuda with {} ranks (one rank trains on one device)",
-                              world.size()),
-                  "run one rank (launch.procs_per_node 1, tp = pp = dp = 1), or train.device: cpu");
   }
 
   // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
@@ -113,13 +109,14 @@ int train(const TrainContext& ctx) {
   if (valid_data) valid_batches.emplace(*valid_data, sampler, mc.seq_len);
 
   // Model, the step (gradient sync and optimizer) and checkpoints.
-  std::vector<parallel::PipeOp> schedule = step_schedule(r, ctx.mesh->coord().pp, accum);
-  Model model(mc, step_model_options(r, ctx.mesh->coord().pp, schedule), *comms.tp);
-  TrainStep step(r, model, comms, train_batches, std::move(schedule));
+  const Layout layout = layout_of(r);  // read by the model's options, the step (its gradient sync) and memory_plan
+  std::vector<parallel::PipeOp> schedule = step_schedule(layout, ctx.mesh->coord().pp, accum);
+  Model model(mc, step_model_options(r, layout, ctx.mesh->coord().pp, schedule), *comms.tp);
+  TrainStep step(r, layout, model, comms, train_batches, std::move(schedule));
   model.init_parameters(r.train.seed);  // after the step: at ZeRO 3 the values live in its shard
   step.master_from_params();            // 16-bit parameters: the optimizer's fp32 master
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
-               format_memory(memory_plan(r, ctx.mesh->coord())));
+               format_memory(memory_plan(r, layout, ctx.mesh->coord())));
   const Fault fault = fault_from_env();
   const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
   Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world,

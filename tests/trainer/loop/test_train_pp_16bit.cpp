@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 
+#include "tests/common/test_layout.h"
 #include "tests/trainer/loop/train_step_fixture.h"
 #include "trainer/loop/evaluate.h"
 
@@ -226,7 +227,8 @@ TEST_F(SixteenBitPipeline, TheMemoryPlanIsWhatTheStagesAllocate) {
     const Recipe r = with(precision, layout), fp32 = with(Precision::fp32, layout);
     MemoryAccount plan;
     for (int stage = 0; stage < layout.pp; ++stage) {
-      const MemoryAccount p = memory_plan(r, {stage, 0, 0}), q = memory_plan(fp32, {stage, 0, 0});
+      const MemoryAccount p = memory_plan(r, test_layout(r), {stage, 0, 0}),
+                          q = memory_plan(fp32, test_layout(fp32), {stage, 0, 0});
       EXPECT_TRUE(p.notes.empty()) << p.notes.front();
       EXPECT_GT(p.communication, 0);
       EXPECT_EQ(2 * p.communication, q.communication) << "stage " << stage;

@@ -4,6 +4,7 @@
 // skips overflow steps, non-finite steps are skipped or stop the run, and parameter groups reach the
 // gradient sync in the order backward completes them (ZeRO: test_train_zero.cpp).
 #include "common/error.h"
+#include "tests/common/test_layout.h"
 #include "tests/trainer/loop/train_step_fixture.h"
 
 namespace llmtrain::trainer {
@@ -279,7 +280,7 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   for (auto ckpt : {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
     recipe_.train.activation_checkpointing = ckpt;
     recipe_.parallel.dp = 1;
-    const MemoryAccount plan = memory_plan(recipe_, {0, 0, 0});
+    const MemoryAccount plan = memory_plan(recipe_, test_layout(recipe_), {0, 0, 0});
     Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
     one.step->run(0, 0);
     const MemoryAccount got = memory_measured(kernels::Device::cpu, false);
@@ -299,7 +300,7 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   recipe_.parallel.dp = 2;
   MemoryAccount plan;
   for (int dp = 0; dp < 2; ++dp) {
-    const MemoryAccount p = memory_plan(recipe_, {0, dp, 0});
+    const MemoryAccount p = memory_plan(recipe_, test_layout(recipe_), {0, dp, 0});
     EXPECT_TRUE(p.notes.empty());
     EXPECT_LT(p.optimizer, p.parameters + 64);  // two moments over half of it, give or take padding
     plan.parameters += p.parameters, plan.gradients += p.gradients, plan.optimizer += p.optimizer;
@@ -325,7 +326,7 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   recipe_.parallel.bucket_mb = 0.01;
   MemoryAccount plan2;
   for (int dp = 0; dp < 2; ++dp) {
-    const MemoryAccount p = memory_plan(recipe_, {0, dp, 0});
+    const MemoryAccount p = memory_plan(recipe_, test_layout(recipe_), {0, dp, 0});
     EXPECT_TRUE(p.notes.empty());
     plan2.parameters += p.parameters, plan2.gradients += p.gradients, plan2.optimizer += p.optimizer;
     plan2.activations += p.activations, plan2.communication += p.communication;
@@ -349,7 +350,7 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   recipe_.parallel.zero = 3;
   MemoryAccount plan3;
   for (int dp = 0; dp < 2; ++dp) {
-    const MemoryAccount p = memory_plan(recipe_, {0, dp, 0});
+    const MemoryAccount p = memory_plan(recipe_, test_layout(recipe_), {0, dp, 0});
     EXPECT_TRUE(p.notes.empty());
     EXPECT_EQ(p.parameters, p.gradients);  // the same shard and the same pool shape
     plan3.parameters += p.parameters, plan3.gradients += p.gradients, plan3.optimizer += p.optimizer;
@@ -383,7 +384,8 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
       r.train.precision = precision;
       MemoryAccount plan16, plan32;
       for (int dp = 0; dp < r.parallel.dp; ++dp) {
-        const MemoryAccount p = memory_plan(r, {0, dp, 0}), q = memory_plan(fp32, {0, dp, 0});
+        const MemoryAccount p = memory_plan(r, test_layout(r), {0, dp, 0}),
+                            q = memory_plan(fp32, test_layout(fp32), {0, dp, 0});
         EXPECT_TRUE(p.notes.empty());
         plan16.parameters += p.parameters, plan16.gradients += p.gradients, plan16.optimizer += p.optimizer;
         plan16.activations += p.activations, plan16.communication += p.communication;

@@ -19,6 +19,7 @@
 
 #include "kernels/ops.h"
 #include "parallel/comm_threads.h"
+#include "tests/common/test_layout.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/loop/memory.h"
@@ -70,9 +71,10 @@ class TensorParallelTrain : public ::testing::Test {
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), r.parallel.dp),
           batches(data, sampler, r.model.seq_len),
-          schedule(step_schedule(r, 0, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, 0, schedule), *comms.tp) {
-      step.emplace(r, model, comms, batches, schedule);
+          layout(test_layout(r)),
+          schedule(step_schedule(layout, 0, sampler.micro_batches_per_step())),
+          model(r.model, step_model_options(r, layout, 0, schedule), *comms.tp) {
+      step.emplace(r, layout, model, comms, batches, schedule);
       model.init_parameters(11);   // after the step: at ZeRO 3 the values live in its shard
       step->master_from_params();  // 16-bit: the optimizer's fp32 master (a no-op at fp32)
     }
@@ -81,6 +83,7 @@ class TensorParallelTrain : public ::testing::Test {
     GptDataset data;
     Sampler sampler;
     MicroBatchReader batches;
+    llmtrain::Layout layout;
     std::vector<parallel::PipeOp> schedule;
     Model model;
     std::optional<TrainStep> step;
@@ -416,7 +419,8 @@ TEST_F(TensorParallelTrain, SixteenBitMemoryPlanIsWhatTheRanksAllocate) {
   recipe_.train.precision = Precision::bf16;
   MemoryAccount plan, plan32;
   for (int tp = 0; tp < 2; ++tp) {
-    const MemoryAccount p = memory_plan(recipe_, {0, 0, tp}), q = memory_plan(fp32, {0, 0, tp});
+    const MemoryAccount p = memory_plan(recipe_, test_layout(recipe_), {0, 0, tp}),
+                        q = memory_plan(fp32, test_layout(fp32), {0, 0, tp});
     EXPECT_TRUE(p.notes.empty());
     plan.parameters += p.parameters, plan.gradients += p.gradients, plan.optimizer += p.optimizer;
     plan.activations += p.activations, plan.communication += p.communication;

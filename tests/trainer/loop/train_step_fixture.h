@@ -19,6 +19,7 @@
 #include "kernels/ops.h"
 #include "parallel/comm_threads.h"
 #include "tests/common/count_allocations.h"
+#include "tests/common/test_layout.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/loop/memory.h"
@@ -64,11 +65,17 @@ class TrainStepTest : public ::testing::Test {
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), dp),
           batches(data, sampler, r.model.seq_len),
-          schedule(step_schedule(r, mesh.coord().pp, sampler.micro_batches_per_step())),
-          model(r.model, with_storage(step_model_options(r, mesh.coord().pp, schedule), storage), *comms.tp) {
-      step.emplace(r, model, comms, batches, schedule);
+          layout(layout_at(r, dp, pp)),
+          schedule(step_schedule(layout, mesh.coord().pp, sampler.micro_batches_per_step())),
+          model(r.model, with_storage(step_model_options(r, layout, mesh.coord().pp, schedule), storage), *comms.tp) {
+      step.emplace(r, layout, model, comms, batches, schedule);
       model.init_parameters(11);  // after the step: at ZeRO 3 the values live in its shard
       step->master_from_params();
+    }
+    // The layout train() computes for the recipe resolved at (dp, pp).
+    static llmtrain::Layout layout_at(Recipe r, int dp, int pp) {
+      r.parallel.dp = dp, r.parallel.pp = pp;
+      return test_layout(r);
     }
     static ModelOptions with_storage(ModelOptions o, std::optional<kernels::DType> storage) {
       if (storage) o.dtype = *storage;
@@ -89,6 +96,7 @@ class TrainStepTest : public ::testing::Test {
     GptDataset data;
     Sampler sampler;
     MicroBatchReader batches;
+    llmtrain::Layout layout;
     std::vector<parallel::PipeOp> schedule;
     Model model;
     std::optional<TrainStep> step;

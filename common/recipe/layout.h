@@ -1,0 +1,64 @@
+// The layout: how a resolved recipe places the job on ranks, devices and memory — the mesh, ZeRO's
+// stage and shard groups, what is sharded or held outside the model, the pipeline schedule,
+// precision. Computed once from the resolved recipe by layout_of(); the model's options, the
+// gradient sync, the memory account, the planner and the checkpointer read this value and derive
+// none of it again (docs/architecture.md §3 "One layout value").
+//
+// Rule a reader could get wrong: the mesh has room for the dimensions still to come. cp (context
+// parallelism) and ep (expert parallelism) are 1 until they are built; world() already counts
+// them, so code that sizes groups from the layout stays right when they arrive.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/recipe/recipe.h"
+
+namespace llmtrain {
+
+struct Layout {
+  // The mesh (docs/parallel.md: tp fastest, then dp, then pp).
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int cp = 1;  // context parallelism: not built yet
+  int ep = 1;  // expert parallelism: not built yet
+
+  // ZeRO: the stage, and how many consecutive dp ranks one shard group spans (1 = nothing is
+  // sharded; below dp = hybrid sharding, each shard all-reduced across the dp / shard_group groups).
+  int zero = 0;
+  int shard_group = 1;
+
+  // The pipeline: its schedule (pp 1 runs the one-stage loop whatever it is named), model chunks per
+  // rank, and blocks per stage (pp_layers; empty = layers / (pp · virtual_stages) on every chunk).
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  int virtual_stages = 1;
+  std::vector<int> stage_blocks;
+  bool sequence_parallel = false;
+
+  DeviceKind device = DeviceKind::cpu;
+  Precision precision = Precision::fp32;
+  GradReduceDtype grad_reduce = GradReduceDtype::fp32;
+  ActivationCheckpointing recompute = ActivationCheckpointing::none;
+  double bucket_mb = 25.0;
+
+  int world() const { return tp * cp * ep * dp * pp; }
+  // What each ZeRO stage moves out of every rank's full copy: optimizer state (1), gradients (2),
+  // parameters (3). From stage 2 the gradient sync holds the gradients, from 3 the parameters too:
+  // the model is built without those buffers and asks the sync for them.
+  bool optimizer_sharded() const { return zero >= 1; }
+  bool gradients_sharded() const { return zero >= 2; }
+  bool parameters_sharded() const { return zero >= 3; }
+  int shard_groups() const { return dp / shard_group; }
+  // 16-bit parameters keep an fp32 master copy in the optimizer, except at ZeRO 3, where the owned
+  // shard is fp32 and is the master.
+  bool fp32_master() const { return precision != Precision::fp32 && !parameters_sharded(); }
+
+  // "stage 1, optimizer state sharded over 4 dp ranks (zero_group 2: 2 shard groups ...)"; "" at 0.
+  std::string describe_zero() const;
+};
+
+// The layout of a resolved recipe (every auto filled: recipe_resolve).
+Layout layout_of(const Recipe& resolved);
+
+}  // namespace llmtrain
