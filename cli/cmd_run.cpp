@@ -78,32 +78,31 @@ std::string groups_text(const parallel::MeshShape& shape, parallel::GroupKind ki
 
 // pp > 1: the schedule of one step as a text timeline per stage (forward and backward one unit
 // each), the micro-batches whose activations each stage keeps, and the bubble.
-void print_pipeline(const Recipe& r) {
-  const int m = r.grad_accum_steps(), p = r.parallel.pp, v = r.parallel.virtual_stages;
+void print_pipeline(const Recipe& r, const Layout& layout) {
+  const int m = r.grad_accum_steps(), p = layout.pp, v = layout.virtual_stages;
   std::vector<std::vector<parallel::PipeOp>> lists;
   try {
-    lists = parallel::make_schedules(r.parallel.pp_schedule, {p, 0, m, v});
+    lists = parallel::make_schedules(layout.schedule, {p, 0, m, v});
   } catch (const Error&) {
     return;  // a schedule not supported yet: the last lines say so
   }
   std::vector<std::string> kept, blocks;
   for (int s = 0; s < p; ++s) {
     kept.push_back(fmt::format("{}", parallel::max_in_flight(lists[size_t(s)])));
-    const trainer::StageLayout st = v > 1 ? trainer::pipeline_stage_layout(r.model, s, p, v)
-                                          : trainer::pipeline_stage_layout(r.model, s, p, r.parallel.pp_layers);
+    const trainer::StageLayout st = trainer::pipeline_stage_layout(r.model, layout, s);
     blocks.push_back(v > 1 ? fmt::format("{}×{}", v, st.chunk_blocks()) : fmt::format("{}", st.blocks()));
   }
   std::printf(
       "pipeline: %s, %d stages holding %s blocks, %d micro-batches per step; micro-batches%s whose activations each "
       "stage keeps: %s\n",
-      to_string(r.parallel.pp_schedule), p, join(blocks, ", ").c_str(), m, v > 1 ? " (× chunks)" : "",
+      to_string(layout.schedule), p, join(blocks, ", ").c_str(), m, v > 1 ? " (× chunks)" : "",
       join(kept, ", ").c_str());
   const parallel::Timeline timeline = parallel::schedule_timeline(lists, m, v);
   if (timeline.slots() <= 64) {
     std::printf("pipeline timeline (one column per unit of forward or backward work, . idle):\n%s",
                 parallel::format_timeline(timeline).c_str());
   }
-  if (r.parallel.pp_schedule == PipelineSchedule::zero_bubble)
+  if (layout.schedule == PipelineSchedule::zero_bubble)
     std::printf(
         "pipeline bubble: %.1f%% of the step's stage-time idle = (p − 1)/(3m + p − 1) with p %d, m %d, forward, "
         "input-gradient and weight-gradient work one unit each (ZB-H1: (p − 1)(F + I − W) idle per stage; 1F1B's "
@@ -160,7 +159,8 @@ std::string memory_check(const Recipe& r, int ranks_per_node, const std::string&
 void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::string& gpu) {
   const Recipe& r = loaded.recipe;
   const auto& m = r.model;
-  parallel::MeshShape shape{r.parallel.tp, r.parallel.pp, r.parallel.dp};
+  const Layout layout = layout_of(r);
+  parallel::MeshShape shape{layout.tp, layout.pp, layout.dp};
 
   std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
   std::printf("# plan\n");
@@ -171,7 +171,6 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
        {parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp, parallel::GroupKind::model_parallel})
     std::printf("  %-15s %s\n", (std::string(parallel::group_kind_name(kind)) + " groups:").c_str(),
                 groups_text(shape, kind).c_str());
-  const Layout layout = layout_of(r);
   if (layout.optimizer_sharded()) std::printf("zero: %s\n", layout.describe_zero().c_str());
 
   int64_t params = trainer::count_parameters(m);
@@ -184,7 +183,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
               format_count(double(trainer::count_matmul_parameters(m))).c_str());
   int64_t tokens_per_step = int64_t(r.train.global_batch) * m.seq_len;
   std::printf("batch: global %d sequences = micro_batch %d × dp %d × %d micro-batches per step; %s tokens per step\n",
-              r.train.global_batch, r.train.micro_batch, r.parallel.dp, r.grad_accum_steps(),
+              r.train.global_batch, r.train.micro_batch, layout.dp, r.grad_accum_steps(),
               format_count(double(tokens_per_step)).c_str());
   std::printf("training: %lld steps, %s tokens, %s FLOPs in all\n", static_cast<long long>(r.train.steps),
               format_count(double(tokens_per_step) * double(r.train.steps)).c_str(),
@@ -192,18 +191,18 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
   // Memory per rank from the one memory account (each pipeline stage holds different layers; tp
   // and dp ranks of a stage hold the same amounts).
   std::vector<int> stages;
-  for (int s = 0; s < r.parallel.pp; ++s)
-    if (r.parallel.pp <= 4 || s < 2 || s == r.parallel.pp - 1) stages.push_back(s);
+  for (int s = 0; s < layout.pp; ++s)
+    if (layout.pp <= 4 || s < 2 || s == layout.pp - 1) stages.push_back(s);
   std::vector<std::string> notes;
   for (int s : stages) {
     const trainer::MemoryAccount mem = trainer::memory_plan(r, layout, {s, 0, 0});
-    std::printf("memory per rank%s: %s\n", r.parallel.pp > 1 ? fmt::format(" (stage {})", s).c_str() : "",
+    std::printf("memory per rank%s: %s\n", layout.pp > 1 ? fmt::format(" (stage {})", s).c_str() : "",
                 trainer::format_memory(mem).c_str());
     if (mem.head_logits > 0)
       std::printf(
           "head activations per rank: logits [%lld tokens, %lld vocabulary columns] = %s (1/tp of the vocabulary)\n",
           static_cast<long long>(int64_t(r.train.micro_batch) * m.seq_len),
-          static_cast<long long>(m.padded_vocab() / r.parallel.tp), format_bytes(double(mem.head_logits)).c_str());
+          static_cast<long long>(m.padded_vocab() / layout.tp), format_bytes(double(mem.head_logits)).c_str());
     notes = mem.notes;
   }
   {
@@ -217,7 +216,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
       modes += fmt::format("{}{} {}{}", modes.empty() ? "" : ", ", to_string(mode), format_bytes(double(bytes)),
                            mode == r.train.activation_checkpointing ? " (this recipe)" : "");
     }
-    std::printf("activations per rank%s by train.activation_checkpointing: %s\n", r.parallel.pp > 1 ? " (stage 0)" : "",
+    std::printf("activations per rank%s by train.activation_checkpointing: %s\n", layout.pp > 1 ? " (stage 0)" : "",
                 modes.c_str());
   }
   for (const auto& note : notes) std::printf("memory note: %s\n", note.c_str());
@@ -240,7 +239,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
           t.limit.c_str());
     }
   }
-  if (r.parallel.pp > 1) print_pipeline(r);
+  if (layout.pp > 1) print_pipeline(r, layout);
   std::printf("launch: %s, %d rank(s) per node, %d thread(s) per rank\n", launcher::to_string(plan.mode),
               plan.ranks_per_node, plan.threads_per_rank);
   if (!plan.command.empty()) std::printf("launch command: %s\n", plan.command_line().c_str());
@@ -266,7 +265,8 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
 int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   const Recipe& r = loaded.recipe;
   return parallel::rank_main(loaded.env, {.timeout_s = r.parallel.timeout_s}, [&](parallel::Runtime& rt) {
-    parallel::Mesh mesh({r.parallel.tp, r.parallel.pp, r.parallel.dp}, rt.info().rank);
+    const Layout layout = layout_of(r);
+    parallel::Mesh mesh({layout.tp, layout.pp, layout.dp}, rt.info().rank);
     parallel::MeshComms comms = parallel::make_mesh_comms(mesh, rt.take_world());
     trainer::TrainContext ctx;
     ctx.recipe = &r;

@@ -157,10 +157,7 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   struct StageCost {
     double forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
   };
-  auto stage_layout = [&](int s) {
-    return v > 1 ? trainer::pipeline_stage_layout(m, s, pp, v)
-                 : trainer::pipeline_stage_layout(m, s, pp, p.stage_blocks);
-  };
+  auto stage_layout = [&](int s) { return trainer::pipeline_stage_layout(m, p, s); };
   std::vector<StageCost> stages(static_cast<size_t>(pp));
   for (int s = 0; s < pp; ++s) {
     const trainer::StageLayout layout = stage_layout(s);

@@ -32,6 +32,14 @@ run_cmd validate-resolved "$LLMTRAIN" validate resolved.yaml
 expect_status 0
 diff <(echo "$out") resolved.yaml >/dev/null && pass "resolved recipe is a fixed point" || fail "resolved recipe changes when validated again"
 
+# Every key of the schema, with its type, default and meaning; a recipe is still required otherwise.
+run_cmd validate-keys "$LLMTRAIN" validate --keys
+expect_status 0
+expect_out "parallel.zero_group  int ≥ 1 or auto  default: auto = dp (zero ≥ 1), 1 (zero 0)"
+expect_out "model.family  gpt2 | llama  default: required"
+run_cmd validate-no-recipe "$LLMTRAIN" validate
+expect_status 2; expect_out "validate needs a recipe file"
+
 cat >bad.yaml <<'YAML'
 name: bad
 model:

@@ -47,8 +47,7 @@ int group_of(const StageLayout& st, ParamPlace place, int layer) {
 ModelOptions step_model_options(const Recipe& r, const Layout& l, int stage,
                                 const std::vector<parallel::PipeOp>& schedule) {
   ModelOptions mo;
-  mo.stage = l.virtual_stages > 1 ? pipeline_stage_layout(r.model, stage, l.pp, l.virtual_stages)
-                                  : pipeline_stage_layout(r.model, stage, l.pp, l.stage_blocks);
+  mo.stage = pipeline_stage_layout(r.model, l, stage);
   mo.micro_batch = r.train.micro_batch;
   mo.seq_len = r.model.seq_len;
   mo.checkpointing = l.recompute;

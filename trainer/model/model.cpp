@@ -67,6 +67,11 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
   return {begin, begin + blocks[size_t(stage)], stage == 0, stage == stages - 1};
 }
 
+StageLayout pipeline_stage_layout(const ModelConfig& model, const Layout& layout, int stage) {
+  return layout.virtual_stages > 1 ? pipeline_stage_layout(model, stage, layout.pp, layout.virtual_stages)
+                                   : pipeline_stage_layout(model, stage, layout.pp, layout.stage_blocks);
+}
+
 namespace {
 
 void check_divides(int64_t tp, int64_t value, const char* key) {
@@ -100,8 +105,9 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
                m.max_positions > 0 && m.seq_len > 0 && m.hidden % m.heads == 0 && m.heads % m.kv_heads == 0,
            "model config not resolved or inconsistent");
   LT_CHECK(tp_size >= 1, "tp size {}", tp_size);
-  if (m.dropout != 0.0)
-    throw Error(fmt::format("not supported yet: model.dropout {} (only 0)", m.dropout), "set model.dropout: 0");
+  // Dropout is not built; a recipe asking for it is refused before any model exists
+  // (unsupported_features, common/recipe/recipe_check.cpp).
+  LT_CHECK(m.dropout == 0.0, "a model with model.dropout {}", m.dropout);
   const bool llama = m.family == ModelFamily::llama;
   if (!llama && m.kv_heads != m.heads)
     throw Error(

@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/recipe/layout.h"
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
 #include "parallel/comm.h"
@@ -83,6 +84,11 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
 // split evenly over stages × chunks blocks, block c · stages + stage in chunk c. chunks = 1 is the
 // even split.
 StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stages, int chunks);
+
+// What stage `stage` holds under a layout: its virtual chunks (virtual_stages > 1), else its share of
+// the layout's blocks per stage (uneven) or of the even split. train(), the memory plan, --dry-run
+// and the planner all place blocks with this.
+StageLayout pipeline_stage_layout(const ModelConfig& model, const Layout& layout, int stage);
 
 // The storage dtype of train.precision: fp32, bf16 or fp16.
 kernels::DType precision_dtype(Precision precision);
