@@ -31,7 +31,7 @@ class Evaluator {
   // `schedule`: this stage's training list (TrainStep::schedule()), over `micro_batches` micro-batches
   // per global batch of `global_batch` samples; `batches`: global batches per evaluation. The model,
   // the reader and the communicators must outlive the evaluator; it allocates its receive buffers
-  // and loss buffer here.
+  // and loss buffer here (train() builds one per evaluation, so that training does not hold them).
   Evaluator(Model& model, MicroBatchReader& valid, int batches, int micro_batches, int64_t global_batch,
             const std::vector<parallel::PipeOp>& schedule, parallel::MeshComms& comms);
   ~Evaluator();

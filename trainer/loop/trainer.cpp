@@ -143,14 +143,13 @@ int train(const TrainContext& ctx) {
       "rank(s) × {}",
       r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, world.size(), rank_peak.how);
   Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.dp->size());
-  std::optional<Evaluator> evaluator;
-  if (valid_batches)
-    evaluator.emplace(model, *valid_batches, r.eval.batches, accum, r.train.global_batch, step.schedule(), comms);
   int64_t last_eval = -1;
-  auto eval = [&] {
-    if (!evaluator) return;
+  auto eval = [&] {  // its buffers live only while it runs: training's memory is not evaluation's
+    if (!valid_batches) return;
     parallel::set_progress(at.step, parallel::Phase::eval);
-    report.eval_done(at.step, evaluator->run());
+    report.eval_done(
+        at.step,
+        Evaluator(model, *valid_batches, r.eval.batches, accum, r.train.global_batch, step.schedule(), comms).run());
     parallel::set_progress(at.step, parallel::Phase::train);
     last_eval = at.step;
   };
