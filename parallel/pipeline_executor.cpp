@@ -69,6 +69,7 @@ PipelineExecutor::ReceiveSlots PipelineExecutor::receive_slots(const std::vector
   out.slot.assign(ops.size(), -1);
   std::vector<bool> act_used, grad_used;
   std::map<std::pair<int, int>, int> act_slot, grad_slot;  // (micro-batch, chunk) -> slot
+  const bool forward_only = is_forward_only(ops);
   for (size_t i = 0; i < ops.size(); ++i) {
     const PipeOp& op = ops[i];
     const std::pair<int, int> key{op.micro_batch, op.chunk};
@@ -76,7 +77,8 @@ PipelineExecutor::ReceiveSlots PipelineExecutor::receive_slots(const std::vector
     if (op.kind == K::recv_grad) out.slot[i] = grad_slot[key] = take_slot(grad_used);
     // The input activation is given back after the micro-batch's last backward work (B or W), the
     // output gradient after the backward that consumes it (B or I).
-    if (op.kind == K::backward || op.kind == K::backward_weight)
+    // A forward-only list gives it back after the forward.
+    if (op.kind == K::backward || op.kind == K::backward_weight || (forward_only && op.kind == K::forward))
       if (auto it = act_slot.find(key); it != act_slot.end()) act_used[size_t(it->second)] = false;
     if (op.kind == K::backward || op.kind == K::backward_input)
       if (auto it = grad_slot.find(key); it != grad_slot.end()) grad_used[size_t(it->second)] = false;
@@ -106,6 +108,8 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
   plan_.resize(ops_.size());
   const ReceiveSlots slots = receive_slots(ops_);
   std::map<std::tuple<K, int, int>, int> transfers;  // (kind, micro-batch, chunk) -> op index
+  forward_only_ = is_forward_only(ops_);
+  std::map<int, int> last_send;  // forward-only: chunk -> its latest activation send (op index)
   for (size_t i = 0; i < ops_.size(); ++i) {
     const PipeOp& op = ops_[i];
     // The transfer of `kind` for this op's micro-batch and chunk listed before it, or -1.
@@ -122,9 +126,13 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
       case K::send_grad:
         p.tag = tag_of(op);
         transfers[{op.kind, op.micro_batch, op.chunk}] = int(i);
+        if (op.kind == K::send_activation) last_send[op.chunk] = int(i);
         break;
       case K::forward:
         p.wait_recv = before(K::recv_activation);
+        // Forward only: the chunk's previous output must have left before this forward rewrites it.
+        if (forward_only_)
+          if (auto it = last_send.find(op.chunk); it != last_send.end()) p.wait_send = it->second;
         break;
       case K::backward:
       case K::backward_input:
@@ -203,6 +211,7 @@ void PipelineExecutor::run() {
         break;
       }
       case K::forward: {
+        if (p.wait_send >= 0) wait_for(p.wait_send, &op);
         Tensor input;
         if (p.wait_recv >= 0) {
           wait_for(p.wait_recv, &op);

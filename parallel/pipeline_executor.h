@@ -14,6 +14,10 @@
 //        that call;
 //      * the tensor output(mb, c) returns must stay valid and unchanged until the executor calls
 //        backward(mb, c) or backward_input(mb, c) (its send is waited for before that call);
+//      * a forward-only list (evaluation, forward_only_schedule): the input passed to forward(mb, c)
+//        is valid only during that call, and output(mb, c) must stay valid and unchanged until the
+//        next forward of chunk c (its send is waited for before that call), so one output buffer
+//        per chunk is enough;
 //      * the tensor input_grad(mb, c) returns must stay valid and unchanged until the executor's
 //        next backward or backward_input call or the end of run() (its send is waited for before
 //        either), so one buffer for every micro-batch's input gradient is enough.
@@ -100,7 +104,8 @@ class PipelineExecutor {
   struct Plan {
     int slot = -1;       // receives: the buffer they land in
     int wait_recv = -1;  // forward/backward: the receive to wait for (op index), or -1
-    int wait_send = -1;  // backward: the activation send of the same micro-batch, or -1
+    int wait_send = -1;  // backward: the activation send of the same micro-batch, or -1; forward of a
+                         // forward-only list: the previous activation send of the same chunk, or -1
     int tag = 0;         // sends and receives
   };
 
@@ -113,6 +118,7 @@ class PipelineExecutor {
   PipelineStage& stage_;
   Comm& pp_;
   int prev_ = -1, next_ = -1;  // pp ranks of the neighbours (-1: none)
+  bool forward_only_ = false;  // the list has no backward work (evaluation)
   kernels::Shape shape_;
   kernels::DType dtype_;
   std::vector<kernels::Buffer> activation_bufs_, grad_bufs_;

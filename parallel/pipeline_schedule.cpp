@@ -278,11 +278,26 @@ int max_in_flight_per_chunk(const std::vector<PipeOp>& ops) {
 
 // ---- Checker ----
 
+std::vector<PipeOp> forward_only_schedule(const std::vector<PipeOp>& ops) {
+  std::vector<PipeOp> out;
+  for (const PipeOp& op : ops)
+    if (op.kind == K::forward || op.kind == K::send_activation || op.kind == K::recv_activation) out.push_back(op);
+  return out;
+}
+
+bool is_forward_only(const std::vector<PipeOp>& ops) {
+  return std::none_of(ops.begin(), ops.end(), [](const PipeOp& op) {
+    return op.kind == K::backward || op.kind == K::backward_input || op.kind == K::backward_weight ||
+           op.kind == K::send_grad || op.kind == K::recv_grad;
+  });
+}
+
 std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleSpec& spec) {
   if (spec.stages < 1 || spec.stage < 0 || spec.stage >= spec.stages || spec.micro_batches < 1 || spec.chunks < 1)
     return fmt::format("bad schedule spec: stage {} of {}, {} micro-batches, {} chunks", spec.stage, spec.stages,
                        spec.micro_batches, spec.chunks);
   const int n = spec.micro_batches * spec.chunks;
+  const bool forward_only = is_forward_only(ops);
   // How often each (micro-batch, chunk) was seen as each kind so far.
   struct Seen {
     int forward = 0, backward = 0, send_activation = 0, recv_activation = 0, send_grad = 0, recv_grad = 0;
@@ -350,9 +365,10 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
       return fmt::format("stage {}: micro-batch {} chunk {} is never {}", spec.stage, f.micro_batch, f.chunk, what);
     };
     if (!s.forward) return missing("forwarded");
+    if (!last && !s.send_activation) return missing("sent on (activation)");
+    if (forward_only) continue;
     if (!s.backward && !s.backward_input) return missing("backwarded");
     if (s.backward_input && !s.backward_weight) return missing("given its weight gradient");
-    if (!last && !s.send_activation) return missing("sent on (activation)");
     if (!first && !s.send_grad) return missing("sent back (gradient)");
   }
   return "";

@@ -90,6 +90,13 @@ std::vector<PipeOp> interleaved_schedule(const ScheduleSpec& spec);
 // time the bubble is (p - 1)/(3m + p - 1) of the stage-time, a third of 1F1B's 3(p - 1) idle units.
 std::vector<PipeOp> zero_bubble_schedule(const ScheduleSpec& spec);
 
+// A list's forwards and the transfers of their activations, in the list's order: what evaluation
+// runs (forward only, through the same executor). Every stage's forward-only list of one schedule
+// kind keeps the order its training list gives the forwards, so they match as the training lists do.
+std::vector<PipeOp> forward_only_schedule(const std::vector<PipeOp>& ops);
+// Whether a list has no backward work (a forward-only list).
+bool is_forward_only(const std::vector<PipeOp>& ops);
+
 // The recipe's schedule for one stage. With one stage and one chunk every kind gives the one-stage
 // list; `interleaved` throws llmtrain::Error when micro_batches is not a multiple of stages, and
 // `zero_bubble` with chunks > 1 throws one ("not supported yet").
@@ -108,8 +115,8 @@ int max_in_flight_per_chunk(const std::vector<PipeOp>& ops);
 
 // Checkers: "" when valid, otherwise the first problem found, naming the stage and the op.
 // One stage's list: every (micro-batch, chunk) forwarded exactly once and backwarded exactly once
-// after it; exactly one receive before each forward/backward that needs data from another stage
-// and one send after each that produces data for one; no communication where there is no peer;
+// after it (a forward-only list: never backwarded); exactly one receive before each forward/backward that needs data
+// from another stage and one send after each that produces data for one; no communication where there is no peer;
 // micro-batches and chunks in range; a split backward's W after its I.
 std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleSpec& spec);
 // Every stage's list (lists[s] for stage s): each as above, sends of stage s matching the receives

@@ -29,6 +29,11 @@ void Event::record(const Stream& stream) {
   recorded_ = true;
 }
 
+void Event::record() {
+  LT_CUDA(cudaEventRecord(event_, nullptr));
+  recorded_ = true;
+}
+
 void Event::synchronize() const {
   LT_CHECK(recorded_, "Event::synchronize on an event never recorded");
   LT_CUDA(cudaEventSynchronize(event_));

@@ -30,6 +30,7 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   void record(const Stream& stream);
+  void record();  // on the default stream, which the ops launch on
   void synchronize() const;
   // Milliseconds from `start` to this event (both recorded; this one is waited for).
   float elapsed_ms_since(const Event& start) const;

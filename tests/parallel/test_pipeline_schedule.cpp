@@ -131,6 +131,30 @@ TEST(PipelineSchedule, EveryLayoutPassesTheChecker) {
   }
 }
 
+// Evaluation's lists: a schedule's forwards and activation transfers in its order, which the
+// checker accepts as forward-only (and refuses with a forward missing); the executor gives each
+// receive buffer back after its forward.
+TEST(PipelineSchedule, ForwardOnlyLists) {
+  auto l = lists_of(PipelineSchedule::gpipe, 2, 3);
+  EXPECT_EQ(format_ops(forward_only_schedule(l[0])), "F0 sendA0 F1 sendA1 F2 sendA2");
+  EXPECT_EQ(format_ops(forward_only_schedule(l[1])), "recvA0 recvA1 F0 recvA2 F1 F2");
+  EXPECT_TRUE(is_forward_only(forward_only_schedule(l[1])));
+  EXPECT_FALSE(is_forward_only(l[1]));
+  EXPECT_EQ(PipelineExecutor::receive_slots(forward_only_schedule(l[1])).activation_buffers, 2);
+  for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved,
+                                PipelineSchedule::zero_bubble})
+    for (int p : {2, 4}) {
+      const int v = kind == PipelineSchedule::interleaved ? 2 : 1;
+      for (int s = 0; s < p; ++s) {
+        const ScheduleSpec spec{.stages = p, .stage = s, .micro_batches = 4, .chunks = v};
+        EXPECT_EQ(check_stage_schedule(forward_only_schedule(make_schedule(kind, spec)), spec), "")
+            << to_string(kind) << " pp " << p << " stage " << s;
+      }
+    }
+  EXPECT_EQ(check_stage_schedule(parse_ops("F0 sendA0"), {.stages = 2, .stage = 0, .micro_batches = 2}),
+            "stage 0: micro-batch 1 chunk 0 is never forwarded");
+}
+
 TEST(PipelineSchedule, InFlightBound) {
   for (int p = 1; p <= 4; ++p)
     for (int m = 1; m <= 8; ++m)

@@ -2,10 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <tuple>
 
-#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "kernels/ops.h"
@@ -128,10 +125,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // fp16: backward starts from the loss times `scale` (each micro-batch's share of it).
   void set_loss_scale(double scale) { loss_scale_ = float(scale / double(micro_batches_)); }
 
-  void begin_step(int64_t consumed_samples, PhaseTimes* times, std::vector<float>* op_times) {
+  void begin_step(int64_t consumed_samples, StepObserver* observer) {
     consumed_ = consumed_samples;
-    times_ = times;
-    op_times_ = op_times;
+    observer_ = observer;
   }
 
   kernels::Shape activation_shape() const override { return model_.stage_activation_shape(); }
@@ -143,47 +139,38 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   void forward(int micro_batch, int chunk, Tensor input) override {
     const StageLayout& st = model_.options().stage;
     const bool head = st.has_head && chunk == st.chunks - 1;
-    const double t0 = now_s();
+    if (observer_) observer_->op_begin();
     const MicroBatch mb = chunk == 0 || head ? batches_.read(consumed_, micro_batch) : MicroBatch{};
-    const double t1 = now_s();
+    if (observer_) observer_->op_data_read();
     model_.stage_forward(slot(micro_batch), mb, input, chunk);
     parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
     if (head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
-    times_->data += t1 - t0;
-    times_->forward += clocked(t0) - (t1 - t0);
+    if (observer_) observer_->op_end(StepPhase::forward);
   }
   void backward(int micro_batch, int chunk, Tensor grad_output) override {
-    const double t0 = now_s();
+    if (observer_) observer_->op_begin();
     // Every schedule runs each chunk's backwards in micro-batch order.
     last_backward_ = micro_batch == micro_batches_ - 1;
     model_.stage_backward(slot(micro_batch), grad_output, loss_scale_, chunk);
-    times_->backward += clocked(t0);
+    if (observer_) observer_->op_end(StepPhase::backward);
   }
   // Zero-bubble schedules: the weight half comes after the input half, in micro-batch order.
   void backward_input(int micro_batch, int chunk, Tensor grad_output) override {
-    const double t0 = now_s();
+    if (observer_) observer_->op_begin();
     model_.stage_backward_input(slot(micro_batch), grad_output, loss_scale_, chunk);
-    times_->backward += clocked(t0);
+    if (observer_) observer_->op_end(StepPhase::backward);
   }
   void backward_weight(int micro_batch, int chunk) override {
-    const double t0 = now_s();
+    if (observer_) observer_->op_begin();
     last_backward_ = micro_batch == micro_batches_ - 1;
     model_.stage_backward_weight(slot(micro_batch), chunk);
-    times_->backward += clocked(t0);
+    if (observer_) observer_->op_end(StepPhase::backward);
   }
   Tensor output(int micro_batch, int chunk) override { return model_.stage_output(slot(micro_batch), chunk); }
   Tensor input_grad(int, int) override { return model_.stage_input_grad(); }
 
  private:
   int slot(int micro_batch) const { return micro_batch % model_.options().activation_slots; }
-  // Records the seconds of the compute op that started at `t0` (in the step's op times) and
-  // returns them.
-  double clocked(double t0) {
-    kernels::synchronize(model_.device());  // on a GPU: until the op's kernels are done, not launched
-    const double took = now_s() - t0;
-    op_times_->push_back(float(took));
-    return took;
-  }
 
   Model& model_;
   MicroBatchReader& batches_;
@@ -191,9 +178,8 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   float loss_scale_;  // each micro-batch's loss counts 1 / micro-batches of the step's
   Tensor losses_;
   int64_t consumed_ = 0;
-  PhaseTimes* times_ = nullptr;
+  StepObserver* observer_ = nullptr;
   bool last_backward_ = false;
-  std::vector<float>* op_times_ = nullptr;  // each compute op's seconds, appended in list order
 };
 
 std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int micro_batches) {
@@ -203,11 +189,6 @@ std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int
 TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, parallel::MeshComms& comms,
                      MicroBatchReader& batches, std::vector<parallel::PipeOp> schedule)
     : recipe_(recipe), layout_(layout), model_(model), comms_(comms) {
-  schedule_s_.reserve(kScheduleTimesKept);  // a step allocates nothing
-  busy_s_.reserve(kScheduleTimesKept);
-  compute_ops_ = size_t(std::count_if(schedule.begin(), schedule.end(),
-                                      [](const parallel::PipeOp& op) { return parallel::is_compute(op.kind); }));
-  op_s_.reserve(kScheduleTimesKept * compute_ops_);
   for (const parallel::PipeOp& op : schedule)
     if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
   LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
@@ -248,40 +229,28 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
 TrainStep::~TrainStep() = default;
 
 StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
-  StepOutcome out;
-  PhaseTimes& times = out.times;
-  // Adds the time since the last mark to one phase.
-  double mark = now_s();
-  auto spent = [&mark, this](double& phase) {
-    kernels::synchronize(model_.device());
-    const double t = now_s();
-    phase += t - mark;
-    mark = t;
-  };
+  if (observer_) observer_->step_begin();
+  StepOutcome out = take_step(step, consumed_samples);
+  if (observer_) observer_->step_end(out.times);
+  return out;
+}
 
+StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
+  StepOutcome out;
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   if (scaler_) {
     out.loss_scale = scale;
     stage_->set_loss_scale(scale);
   }
   model_.zero_grads();
-  spent(times.optimizer);
-  // The same window as schedule_s_: the last kScheduleTimesKept steps.
-  if (op_s_.size() == kScheduleTimesKept * compute_ops_) op_s_.erase(op_s_.begin(), op_s_.begin() + long(compute_ops_));
-  stage_->begin_step(consumed_samples, &times, &op_s_);
-  const double run_start = now_s();
-  executor_->run();  // forward, backward and data time themselves; pipeline waits are in none
-  mark = now_s();
-  LT_CHECK(op_s_.size() % compute_ops_ == 0, "{} op times for {} compute ops a step", op_s_.size(), compute_ops_);
-  if (schedule_s_.size() == kScheduleTimesKept) {
-    schedule_s_.erase(schedule_s_.begin());
-    busy_s_.erase(busy_s_.begin());
-  }
-  schedule_s_.push_back(float(mark - run_start));
-  busy_s_.push_back(float(times.forward + times.backward + times.data));
+  phase_end(StepPhase::optimizer);
+  stage_->begin_step(consumed_samples, observer_);
+  if (observer_) observer_->schedule_begin();
+  executor_->run();  // forward, backward and data reads report themselves; pipeline waits are in none
+  if (observer_) observer_->schedule_end();
   sum_tied_grads();
   sync_->finish();
-  spent(times.grad_sync);
+  phase_end(StepPhase::grad_sync);
   if (inject_overflow_ && inject_overflow_(step)) kernels::scale(sync_->owned_grads().flat(0, 1), INFINITY);
 
   // The loss: each micro-batch's mean, copied off the device once, averaged over micro-batches (in
@@ -290,12 +259,12 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   double sum = 0;
   for (float l : losses_host_) sum += l;
   out.loss = float(sum / micro_batches_);
-  spent(times.optimizer);
+  phase_end(StepPhase::optimizer);
   // Only the last pipeline stage computes the loss.
   if (comms_.pp->size() > 1)
     comms_.control.pp->broadcast(kernels::host_tensor(&out.loss, {1}), comms_.control.pp->size() - 1);
   comms_.control.dp->all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
-  spent(times.grad_sync);
+  phase_end(StepPhase::grad_sync);
 
   // Σg² of what this rank owns, over every group that splits parameters (each element counted once
   // per model replica: where data-parallel ranks hold shards, only the first copy of each shard
@@ -303,10 +272,10 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
   const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
   float sq = counts ? float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), sync_->owned(), compact)) : 0.0f;
-  spent(times.optimizer);
+  phase_end(StepPhase::optimizer);
   parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
-  spent(times.grad_sync);
+  phase_end(StepPhase::grad_sync);
   out.grad_norm = std::sqrt(double(sq));
   out.lr = lr_at(recipe_.optimizer, step);
 
@@ -314,7 +283,7 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
     // Every rank agrees on the overflow (the norm's group need not span the data-parallel ranks).
     float overflow = std::isfinite(sq) ? 0.0f : 1.0f;
     comms_.control.world->all_reduce(kernels::host_tensor(&overflow, {1}), ReduceOp::max);
-    spent(times.grad_sync);
+    phase_end(StepPhase::grad_sync);
     out.grad_norm /= scale;
     if (overflow > 0 && std::isfinite(out.loss) && scale > recipe_.train.loss_scale.min) {
       scaler_->update(true);
@@ -353,9 +322,9 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   }
   optimizer_->step(sync_->params_compact() ? sync_->owned_params() : model_.params(), sync_->owned_grads(), out.lr,
                    grad_scale, sync_->grads_compact(), sync_->params_compact());
-  spent(times.optimizer);
+  phase_end(StepPhase::optimizer);
   sync_->gather_params();
-  spent(times.grad_sync);
+  phase_end(StepPhase::grad_sync);
   return out;
 }
 
@@ -378,38 +347,6 @@ double schedule_bubble(const Recipe& recipe, int micro_batches) {
   return parallel::schedule_timeline(parallel::make_schedules(recipe.parallel.pp_schedule, spec), micro_batches,
                                      spec.chunks)
       .bubble_fraction();
-}
-
-double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp) {
-  const int v = recipe.parallel.virtual_stages, p = pp.size();
-  const parallel::ScheduleSpec spec{p, 0, micro_batches, v};
-  const std::vector<std::vector<parallel::PipeOp>> lists = parallel::make_schedules(recipe.parallel.pp_schedule, spec);
-  // Every stage runs each micro-batch's forward and backward (or I and W) of each chunk: the same
-  // number of compute ops. Where each op sits in its stage's list of them:
-  using OpKey = std::tuple<parallel::PipeOpKind, int, int>;  // kind, micro-batch, chunk
-  std::vector<std::map<OpKey, size_t>> position(static_cast<size_t>(p));
-  for (int s = 0; s < p; ++s)
-    for (const parallel::PipeOp& op : lists[size_t(s)])
-      if (parallel::is_compute(op.kind))
-        position[size_t(s)].emplace(std::tuple{op.kind, op.micro_batch, op.chunk}, position[size_t(s)].size());
-  const size_t ops = step.compute_ops();
-  LT_CHECK(position[0].size() == ops, "{} compute ops in the schedule, {} timed a step", position[0].size(), ops);
-  const std::vector<float>& mine = step.op_times();
-  const int64_t steps = int64_t(mine.size() / std::max<size_t>(ops, 1));
-  std::vector<float> all(size_t(p) * mine.size());
-  pp.all_gather(kernels::host_tensor(mine.data(), {int64_t(mine.size())}),
-                kernels::host_tensor(all.data(), {int64_t(all.size())}));
-  double idle = 0, span = 0;
-  for (int64_t k = 0; k < steps; ++k) {
-    const parallel::SimulatedStep sim = parallel::simulate_step(lists, [&](int s, const parallel::PipeOp& op) {
-      const size_t i = position[size_t(s)].at(std::tuple{op.kind, op.micro_batch, op.chunk});
-      return double(all[size_t(s) * mine.size() + size_t(k) * ops + i]);
-    });
-    const double t = sim.span();
-    for (double busy : sim.busy) idle += t - busy;
-    span += t;
-  }
-  return span > 0 ? idle / (span * double(p)) : 0.0;
 }
 
 void TrainStep::master_from_params() { optimizer_->master_from_params(model_.params()); }

@@ -13,7 +13,8 @@
 // init_parameters or load.
 //
 // train() (trainer/loop/trainer.cpp) owns everything around it: set-up, resume, reporting, evaluation,
-// checkpoints and the stop agreement.
+// checkpoints and the stop agreement. The step's timing is not the step's: an observer (StepObserver;
+// the timer, trainer/loop/step_timer.h) is told its boundaries, and without one nothing is timed.
 //
 // Rules a reader could get wrong:
 //  - Scalars (the loss, squared norms) cross ranks on the host control groups (comms.control), never
@@ -64,6 +65,28 @@ struct StepOutcome {
   PhaseTimes times;
 };
 
+// What a step is made of, for an observer of it (its timer, trainer/loop/step_timer.h).
+enum class StepPhase : uint8_t { data, forward, backward, grad_sync, optimizer };
+
+// Watches a step at its boundaries; TrainStep::run calls it only when one is set, so a step without
+// one costs nothing (and, on a GPU, waits for nothing but its scalars). Each call marks the point
+// after the work queued so far: the work between two boundaries is the phase the later names.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void step_begin() = 0;
+  virtual void phase_end(StepPhase phase) = 0;  // the work since the previous boundary was `phase`'s
+  // The pipeline schedule's start and end (boundaries both; its waits belong to no phase), and each
+  // compute op in it: a forward reports when its micro-batch is read (what came before is data).
+  virtual void schedule_begin() = 0;
+  virtual void schedule_end() = 0;
+  virtual void op_begin() = 0;
+  virtual void op_data_read() = 0;
+  virtual void op_end(StepPhase phase) = 0;  // forward or backward
+  // After the step's last work, its scalars read (or after a skipped step's decision): the times.
+  virtual void step_end(PhaseTimes& times) = 0;
+};
+
 class TrainStep {
  public:
   // `model`, `batches` and `comms` must outlive the step. `schedule`: this stage's instruction list
@@ -91,18 +114,11 @@ class TrainStep {
   // Fault injection for tests: when `at(step)` is true, this rank's gradients hold an inf after the
   // gradient sync (on this rank only), as an fp16 overflow would leave them.
   void set_overflow_injection(std::function<bool(int64_t step)> at) { inject_overflow_ = std::move(at); }
-  // This rank's time in the pipeline schedule of each of the last kScheduleTimesKept steps (oldest
-  // first), and of that the time it computed or read data (forward, backward, data reads): with
-  // every stage's, the measured bubble (pipeline_bubble_measured). Stages start a step's schedule
-  // together (the previous step ends in collectives over every rank).
-  static constexpr size_t kScheduleTimesKept = 4096;
-  const std::vector<float>& schedule_times() const { return schedule_s_; }
-  const std::vector<float>& busy_times() const { return busy_s_; }
-  // The seconds each of this stage's compute ops took (a forward with its data read), in list
-  // order, compute_ops() per step, for the same steps as schedule_times(): with every stage's, the
-  // schedule's bubble at the measured op times (measured_schedule_bubble).
-  const std::vector<float>& op_times() const { return op_s_; }
-  size_t compute_ops() const { return compute_ops_; }
+  // The observer of the following steps (null: none; StepOutcome::times stay zero). It must outlive
+  // them.
+  void set_observer(StepObserver* observer) { observer_ = observer; }
+  // This stage's instruction list for one step.
+  const std::vector<parallel::PipeOp>& schedule() const { return executor_->ops(); }
   const parallel::GradSync& grad_sync() const { return *sync_; }
   const Layout& layout() const { return layout_; }
 
@@ -131,11 +147,13 @@ class TrainStep {
   // pp > 1 with tied embeddings, on the first and the last stage: the token embedding's index in
   // model.parameters(), the other stage's pp rank, and where its gradient lands.
   int tied_param_ = -1, tied_peer_ = -1;
-  std::vector<float> schedule_s_, busy_s_;  // per step: in the schedule, and computing or reading data in it
-  std::vector<float> op_s_;                 // per step: each compute op's seconds
-  size_t compute_ops_ = 0;                  // compute ops in this stage's list
+  StepObserver* observer_ = nullptr;
   kernels::Buffer tied_scratch_;
 
+  StepOutcome take_step(int64_t step, int64_t consumed_samples);  // the sequence run() observes
+  void phase_end(StepPhase phase) {
+    if (observer_) observer_->phase_end(phase);
+  }
   void sum_tied_grads();
 };
 
@@ -150,12 +168,6 @@ std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int
 // of them when forward and backward take one unit (parallel::Timeline::bubble_fraction). Throws
 // for a schedule make_schedule refuses.
 double schedule_bubble(const Recipe& recipe, int micro_batches);
-// The same schedule's bubble, step by step, when each compute op takes the time it took in that step
-// (TrainStep::op_times, all-gathered over `pp`: collective over it) and communication none
-// (parallel::simulate_step), summed as the measured idle time is (idle over span, over the steps):
-// the bubble the schedule leaves on these stages with their imbalance, their real forward:backward
-// ratios and their op-to-op variation, without transfer costs.
-double measured_schedule_bubble(const Recipe& recipe, int micro_batches, const TrainStep& step, parallel::Comm& pp);
 
 // The options of the model a stage builds for training with `schedule` (its slots are the
 // micro-batches the schedule keeps in flight): train() and the memory plan both use it.

@@ -18,6 +18,8 @@
 #include "trainer/loop/evaluate.h"
 #include "trainer/loop/fault_injection.h"
 #include "trainer/loop/memory.h"
+#include "trainer/loop/step_timer.h"
+#include "trainer/loop/stop_agreement.h"
 #include "trainer/loop/train_step.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
@@ -63,6 +65,13 @@ kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
   return peak;
 }
 
+// The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
+void open_run_directory(const Recipe& r, const std::string& recipe_yaml, FileSystem& fsys) {
+  fsys.make_dirs(r.log.dir);
+  write_file_atomic(fsys, (fs::path(r.log.dir) / "recipe.yaml").string(), recipe_yaml);
+  log_open_file((fs::path(r.log.dir) / "train.log").string());
+}
+
 }  // namespace
 
 int train(const TrainContext& ctx) {
@@ -84,13 +93,8 @@ int train(const TrainContext& ctx) {
                   "train.device: cpu");
   }
 
-  // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
   FileSystem& fsys = ctx.fs ? *ctx.fs : default_file_system();
-  if (root) {
-    fsys.make_dirs(r.log.dir);
-    write_file_atomic(fsys, (fs::path(r.log.dir) / "recipe.yaml").string(), ctx.recipe_yaml);
-    log_open_file((fs::path(r.log.dir) / "train.log").string());
-  }
+  if (root) open_run_directory(r, ctx.recipe_yaml, fsys);
   log_progress("llmtrain run {}: {} rank(s) = {}, {} thread(s) per rank", r.name, world.size(),
                parallel::Mesh::describe(ctx.mesh->shape()), ctx.threads);
 
@@ -113,6 +117,8 @@ int train(const TrainContext& ctx) {
   std::vector<parallel::PipeOp> schedule = step_schedule(layout, ctx.mesh->coord().pp, accum);
   Model model(mc, step_model_options(r, layout, ctx.mesh->coord().pp, schedule), *comms.tp);
   TrainStep step(r, layout, model, comms, train_batches, std::move(schedule));
+  StepTimer timer(model.device(), step.schedule());
+  step.set_observer(&timer);
   model.init_parameters(r.train.seed);  // after the step: at ZeRO 3 the values live in its shard
   step.master_from_params();            // 16-bit parameters: the optimizer's fp32 master
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
@@ -135,11 +141,12 @@ int train(const TrainContext& ctx) {
       r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, world.size(), rank_peak.how);
   Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.dp->size());
   int64_t last_eval = -1;
-  auto eval = [&] {
+  auto eval = [&] {  // its buffers live only while it runs: training's memory is not evaluation's
     if (!valid_batches) return;
     parallel::set_progress(at.step, parallel::Phase::eval);
-    report.eval_done(at.step, evaluate(model, *valid_batches, r.eval.batches, accum, r.train.global_batch,
-                                       *comms.control.dp, comms.pp.get(), comms.control.pp.get()));
+    report.eval_done(
+        at.step,
+        Evaluator(model, *valid_batches, r.eval.batches, accum, r.train.global_batch, step.schedule(), comms).run());
     parallel::set_progress(at.step, parallel::Phase::train);
     last_eval = at.step;
   };
@@ -163,9 +170,7 @@ int train(const TrainContext& ctx) {
     checkpoints.keep_lock();
 
     // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.
-    int32_t stop = stop_requested() ? 1 : 0;
-    world.all_reduce(kernels::Tensor(&stop, kernels::DType::int32, {1}), parallel::ReduceOp::max);
-    if (stop && !last) {
+    if (stop_agreed(world) && !last) {
       report.end_line();
       log_progress("stop requested (signal): writing a checkpoint at step {}", at.step);
       if (checkpoints.last_saved() != at.step) checkpoints.save(at);
@@ -179,41 +184,8 @@ int train(const TrainContext& ctx) {
   if (checkpoints.last_saved() != at.step) checkpoints.save(at);
   remove_stop_handlers();
   log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
-  if (comms.pp->size() > 1 && !step.schedule_times().empty()) {  // every rank ran the same steps
-    // Each stage's measured idle time in the schedule, next to the schedule's unit-time bubble: per
-    // step, the step's span is the slowest stage's time in the schedule (stages start it together),
-    // and a stage idles for the part of the span it did not compute in (waiting for the others).
-    const int pp = comms.pp->size();
-    const std::vector<float>& wall = step.schedule_times();
-    const std::vector<float>& busy = step.busy_times();
-    const int64_t steps = int64_t(wall.size());
-    std::vector<float> walls(size_t(pp * steps)), busys(size_t(pp * steps));
-    std::vector<float> mine_wall = wall, mine_busy = busy;
-    comms.control.pp->all_gather(kernels::host_tensor(mine_wall.data(), {steps}),
-                                 kernels::host_tensor(walls.data(), {pp * steps}));
-    comms.control.pp->all_gather(kernels::host_tensor(mine_busy.data(), {steps}),
-                                 kernels::host_tensor(busys.data(), {pp * steps}));
-    std::vector<double> idle_s(size_t(pp), 0.0);
-    double span_s = 0;
-    for (int64_t k = 0; k < steps; ++k) {
-      double span = 0;
-      for (int s = 0; s < pp; ++s) span = std::max(span, double(walls[size_t(s * steps + k)]));
-      for (int s = 0; s < pp; ++s) idle_s[size_t(s)] += std::max(0.0, span - double(busys[size_t(s * steps + k)]));
-      span_s += span;
-    }
-    std::vector<std::string> parts;
-    double mean = 0;
-    for (int s = 0; s < pp; ++s) {
-      const double idle = span_s > 0 ? idle_s[size_t(s)] / span_s : 0.0;
-      parts.push_back(fmt::format("stage {} {:.1f}%", s, 100.0 * idle));
-      mean += idle / pp;
-    }
-    log_progress(
-        "pipeline idle time per stage (measured): {}; mean {:.1f}%, the {} schedule's bubble {:.1f}%; at "
-        "the measured op times {:.1f}%",
-        join(parts, ", "), 100.0 * mean, to_string(r.parallel.pp_schedule), 100.0 * schedule_bubble(r, accum),
-        100.0 * measured_schedule_bubble(r, accum, step, *comms.control.pp));
-  }
+  if (comms.pp->size() > 1 && !timer.schedule_times().empty())  // every rank ran the same steps
+    report_pipeline_idle(r, accum, timer, *comms.control.pp);
   log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
                format_memory(memory_measured(model.device(), true)),
                format_bytes(double(kernels::memory_use(model.device()).peak)));

@@ -11,12 +11,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
 
+#include "kernels/cuda/sim/sim_counters.h"
 #include "kernels/cuda/sim/sim_internal.h"
 
 struct CUstream_st {
@@ -57,6 +59,12 @@ void protect(const Region& r, bool accessible) {
 
 thread_local cudaError_t tl_last_error = cudaSuccess;
 
+std::atomic<int64_t> g_synchronizations{0}, g_reads{0};
+int sync_counted() {
+  ++g_synchronizations;
+  return 0;
+}
+
 cudaError_t fail(cudaError_t e) {
   tl_last_error = e;
   return e;
@@ -93,6 +101,8 @@ bool is_device_range(const void* p, size_t bytes) {
   std::lock_guard lock(m.mutex);
   return inside(m, p, bytes);
 }
+
+HostWaits host_waits() { return {g_synchronizations.load(), g_reads.load()}; }
 
 }  // namespace llmtrain::cuda_sim
 
@@ -159,6 +169,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
   }
   // A device pointer on the wrong side, or a range past its allocation's end.
   if (!ok) return fail(cudaErrorInvalidValue);
+  if (src_dev && !dst_dev) ++llmtrain::cuda_sim::g_reads;
   DeviceAccess access;
   std::memmove(dst, src, count);
   return cudaSuccess;
@@ -189,7 +200,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaError_t(llmtrain::cuda_sim::sync_counted()); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
   return event == nullptr ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
 }
@@ -213,6 +224,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  llmtrain::cuda_sim::sync_counted();
   return event == nullptr ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
 }
 
@@ -223,7 +235,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaError_t(llmtrain::cuda_sim::sync_counted()); }
 
 cudaError_t cudaGetLastError(void) {
   const cudaError_t e = llmtrain::cuda_sim::tl_last_error;

@@ -52,8 +52,9 @@ class SixteenBitPipeline : public TrainStepTest {
                              me.step->grad_sync().first_copy());
   }
   static float evaluate_pipelined(Rank& me, const Recipe& r) {
-    return trainer::evaluate(me.model, me.batches, 2, me.sampler.micro_batches_per_step(), r.train.global_batch,
-                             *me.comms.control.dp, me.comms.pp.get(), me.comms.control.pp.get());
+    return Evaluator(me.model, me.batches, 2, me.sampler.micro_batches_per_step(), r.train.global_batch,
+                     me.step->schedule(), me.comms)
+        .run();
   }
 
   // What a run ends with: every rank's outcomes, and every parameter (by name) widened to fp32 (the

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "tests/common/test_layout.h"
 #include "tests/trainer/loop/train_step_fixture.h"
+#include "trainer/loop/step_timer.h"
 
 namespace llmtrain::trainer {
 namespace {
@@ -121,19 +122,23 @@ void TrainStepTest::check_pipeline_layouts(const std::vector<Layout>& layouts) {
   }
 }
 
+// With and without the step's timer (trainer/loop/step_timer.h), which train() sets.
 TEST_F(TrainStepTest, AWarmStepAllocatesNothing) {
-  for (const Precision precision : {Precision::fp32, Precision::bf16}) {  // bf16: the widening scratch is warm too
-    SCOPED_TRACE(to_string(precision));
-    recipe_.train.precision = precision;
-    Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
-    one.step->run(0, 0);
-    one.step->run(1, recipe_.train.global_batch);
-    g_allocations = 0;
-    g_counting = true;
-    one.step->run(2, 2 * recipe_.train.global_batch);
-    g_counting = false;
-    EXPECT_EQ(g_allocations.load(), 0);
-  }
+  for (const bool timed : {false, true})
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {  // bf16: the widening scratch is warm too
+      SCOPED_TRACE(fmt::format("{}{}", to_string(precision), timed ? ", timed" : ""));
+      recipe_.train.precision = precision;
+      Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+      StepTimer timer(one.model.device(), one.step->schedule());
+      if (timed) one.step->set_observer(&timer);
+      one.step->run(0, 0);
+      one.step->run(1, recipe_.train.global_batch);
+      g_allocations = 0;
+      g_counting = true;
+      one.step->run(2, 2 * recipe_.train.global_batch);
+      g_counting = false;
+      EXPECT_EQ(g_allocations.load(), 0);
+    }
 }
 
 // fp16's dynamic loss scaling, on fp32 storage (the scaler does not depend on 16-bit tensors) and

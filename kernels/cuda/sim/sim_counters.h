@@ -1,0 +1,18 @@
+// What the simulated device counts for tests: the calls that make the host wait for the device.
+// A GPU overlaps its work with the host's only while the host does not wait, so a test can hold a
+// training step to the waits it needs (tests/trainer/loop/test_step_sync_sim.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace llmtrain::cuda_sim {
+
+struct HostWaits {
+  int64_t synchronizations = 0;  // cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize
+  int64_t reads = 0;             // device-to-host copies (each waits for the work that writes its source)
+};
+
+// Since the process started, over every thread.
+HostWaits host_waits();
+
+}  // namespace llmtrain::cuda_sim
