@@ -42,7 +42,11 @@ std::string flag(bool b) { return b ? "true" : "false"; }
 // ---- One factory per kind of value. `get` is a generic lambda returning the field, for a const
 // and a mutable recipe alike: [](auto& r) -> auto& { return r.model.layers; }.
 
-RecipeKey entry(const char* key, Doc d) { return RecipeKey{key, d.type, d.fallback, d.doc}; }
+RecipeKey entry(const char* key, Doc d) {
+  RecipeKey k;
+  k.key = key, k.type = d.type, k.fallback = d.fallback, k.doc = d.doc;
+  return k;
+}
 
 RecipeKey section(const char* key, Doc d, bool required = false) {
   RecipeKey k = entry(key, d);
