@@ -267,7 +267,8 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   return parallel::rank_main(loaded.env, {.timeout_s = r.parallel.timeout_s}, [&](parallel::Runtime& rt) {
     const Layout layout = layout_of(r);
     parallel::Mesh mesh({layout.tp, layout.pp, layout.dp}, rt.info().rank);
-    parallel::MeshComms comms = parallel::make_mesh_comms(mesh, rt.take_world());
+    parallel::MeshComms comms = parallel::make_mesh_comms(
+        mesh, rt.take_world(), layout.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu);
     trainer::TrainContext ctx;
     ctx.recipe = &r;
     // The run's recipe.yaml: resolved, with the threads this host's launch gave each rank.

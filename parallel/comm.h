@@ -70,6 +70,19 @@ class Work {
 };
 using WorkHandle = std::unique_ptr<Work>;
 
+// One point-to-point transfer of an exchange (Comm::exchange_async): `buf` sent to or received
+// from rank `peer` of the group.
+struct Transfer {
+  enum class Kind : uint8_t { send, recv };
+  Kind kind = Kind::send;
+  Tensor buf;
+  int peer = 0;
+  int tag = 0;
+};
+
+// The tag of all_to_all_v's transfers, clear of the pipeline's (parallel/pipeline_executor.h).
+inline constexpr int kAllToAllTag = 32000;
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -110,6 +123,17 @@ class Comm {
   // comes from rank r.
   virtual WorkHandle all_to_all_async(Tensor in, Tensor out) = 0;
   virtual WorkHandle barrier_async() = 0;
+  // Sends and receives started together as one operation, as NCCL groups them: two ranks that
+  // exchange both ways cannot deadlock, whatever order each lists its transfers in. The default
+  // posts each with send_async/recv_async (non-blocking in every backend) under one handle.
+  virtual WorkHandle exchange_async(std::vector<Transfer> transfers);
+  // All-to-all with per-rank counts (expert parallelism's token exchange): `in` holds
+  // send_counts[r] elements for rank r, one rank after another; `out` receives recv_counts[r]
+  // elements from rank r, in rank order. send_counts[r] here equals rank r's recv_counts[this
+  // rank] (the caller exchanged the counts). One exchange_async of every non-empty transfer; this
+  // rank's own part is a copy.
+  WorkHandle all_to_all_v_async(Tensor in, const std::vector<int64_t>& send_counts, Tensor out,
+                                const std::vector<int64_t>& recv_counts);
 
   // Blocking forms: the asynchronous operation, waited for. A wrapper overrides one only to do more
   // around the call (the flight recorder records blocking calls under their own names).

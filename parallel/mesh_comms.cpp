@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "parallel/comm_staged.h"
 
 namespace llmtrain::parallel {
 
@@ -33,7 +34,7 @@ void MeshComms::set_timeout(double seconds) {
     if (c) c->set_timeout(seconds);
 }
 
-MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world) {
+MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels::Device device) {
   LT_CHECK(world != nullptr);
   const MeshShape& shape = mesh.shape();
   if (world->size() != shape.world())
@@ -57,7 +58,13 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world) {
              members.size(), index);
     return c;
   };
-  auto tensor = [&](GroupKind kind) { return make(mesh.group(kind), mesh.index_in(kind), group_kind_name(kind)); };
+  // Device tensors move through the staged communicator (device -> pinned host -> MPI -> device); a
+  // one-rank group's copies are the device's own.
+  auto tensor = [&](GroupKind kind) {
+    std::unique_ptr<Comm> c = make(mesh.group(kind), mesh.index_in(kind), group_kind_name(kind));
+    if (device == kernels::Device::cuda && c->size() > 1) c = make_staged_comm(std::move(c));
+    return c;
+  };
   auto control = [&](GroupKind kind) {
     return make(mesh.group(kind), mesh.index_in(kind), fmt::format("{} control", group_kind_name(kind)));
   };

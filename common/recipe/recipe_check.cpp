@@ -271,18 +271,6 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
   const ParallelConfig& p = r.parallel;
   if (r.model.dropout > 0)
     out.push_back({NotYet::dropout, fmt::format("model.dropout {} (dropout > 0)", r.model.dropout)});
-  // One rank trains on one device (fp32, bf16, fp16); no multi-rank path (NCCL) is verified yet.
-  if (r.train.device == DeviceKind::cuda) {
-    const LaunchConfig& l = r.launch;
-    if (r.world_size() > 1)
-      out.push_back(
-          {NotYet::cuda_ranks,
-           fmt::format("train.device: cuda with more than one rank (tp {}, pp {}, dp {}, launch {} × {}{}): "
-                       "only one rank on one device trains",
-                       p.tp, p.pp, p.dp, l.nodes, l.procs_per_node, l.hostfile.empty() ? "" : ", a hostfile")});
-    if (p.zero > 0)
-      out.push_back({NotYet::cuda_zero, fmt::format("train.device: cuda with parallel.zero {} (ZeRO)", p.zero)});
-  }
   // ZB-H1's weight-gradient half reads the activations a recomputation would have recomputed into
   // shared buffers long before.
   if (p.pp > 1 && p.pp_schedule == PipelineSchedule::zero_bubble &&

@@ -34,7 +34,7 @@ void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWSt
   const float decay = 1.0f - s.lr * s.weight_decay;
   with_storage(grads, [&](auto tag) {
     using G = decltype(tag);
-    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, adamw_kernel<G>)
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), adamw_kernel<G>)
     (params.ptr<float>(), data<const G>(grads), m.ptr<float>(), v.ptr<float>(), n, s.beta1, s.beta2, s.eps,
      s.grad_scale, decay, step_size, inv_sqrt_bc2);
   });

@@ -384,7 +384,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, con
   with_storage(q, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(dim3(tiles(tq, kThreads / group), unsigned(spec.heads), unsigned(b)), kThreads, tile_bytes(group),
-              nullptr, attention_forward_kernel<T>)
+              compute_stream(), attention_forward_kernel<T>)
     (data<T>(out), lse.ptr<float>(), operands<T>(q, k, v, spec), scale, group);
   });
   LT_CUDA_LAUNCHED("attention_forward_kernel");
@@ -404,13 +404,13 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
     const Operands<T> x = operands<T>(q, k, v, spec);
     if (tq > 0) {
       LT_LAUNCH(dim3(tiles(tq, kThreads / group), unsigned(spec.heads), unsigned(b)), kThreads, tile_bytes(group),
-                nullptr, attention_backward_dq_kernel<T>)
+                compute_stream(), attention_backward_dq_kernel<T>)
       (data<T>(dq), delta, data<const T>(dout), data<const T>(out), lse.ptr<float>(), x, scale, group);
       LT_CUDA_LAUNCHED("attention_backward_dq_kernel");
     }
     if (tk > 0) {
       LT_LAUNCH(dim3(tiles(tk, kThreads / group), unsigned(spec.kv_heads), unsigned(b)), kThreads,
-                tile_bytes(group) + 2 * kTile * sizeof(float), nullptr, attention_backward_dkv_kernel<T>)
+                tile_bytes(group) + 2 * kTile * sizeof(float), compute_stream(), attention_backward_dkv_kernel<T>)
       (data<T>(dk), data<T>(dv), delta, data<const T>(dout), lse.ptr<float>(), x, scale, group);
       LT_CUDA_LAUNCHED("attention_backward_dkv_kernel");
     }
@@ -422,11 +422,11 @@ void attention_merge(Tensor out, Tensor lse, Tensor out_b, Tensor lse_b) {
   if (total == 0) return;
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(total, 256), 256, 0, nullptr, attention_merge_out_kernel<T>)
+    LT_LAUNCH(blocks_for(total, 256), 256, 0, compute_stream(), attention_merge_out_kernel<T>)
     (data<T>(out), data<const T>(out_b), lse.ptr<float>(), lse_b.ptr<float>(), t, heads, d, total);
   });
   LT_CUDA_LAUNCHED("attention_merge_out_kernel");
-  LT_LAUNCH(blocks_for(lse.numel(), 256), 256, 0, nullptr, attention_merge_lse_kernel)
+  LT_LAUNCH(blocks_for(lse.numel(), 256), 256, 0, compute_stream(), attention_merge_lse_kernel)
   (lse.ptr<float>(), lse_b.ptr<float>(), lse.numel());
   LT_CUDA_LAUNCHED("attention_merge_lse_kernel");
 }
@@ -434,7 +434,7 @@ void attention_merge(Tensor out, Tensor lse, Tensor out_b, Tensor lse_b) {
 void kv_cache_write(Tensor k_cache, Tensor v_cache, Tensor qkv, int64_t heads, int64_t kv_heads, int64_t position) {
   const int64_t b = qkv.shape[0], t = qkv.shape[1], d = qkv.shape[3];
   if (b * t == 0) return;
-  LT_LAUNCH(dim3(blocks_for(t * kv_heads * d, 256), unsigned(b)), 256, 0, nullptr, kv_cache_write_kernel)
+  LT_LAUNCH(dim3(blocks_for(t * kv_heads * d, 256), unsigned(b)), 256, 0, compute_stream(), kv_cache_write_kernel)
   (k_cache.ptr<float>(), v_cache.ptr<float>(), qkv.ptr<float>(), t, heads, kv_heads, d, k_cache.shape[1], position);
   LT_CUDA_LAUNCHED("kv_cache_write_kernel");
 }

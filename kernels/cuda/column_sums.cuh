@@ -48,7 +48,7 @@ __global__ void column_sums_kernel(Terms terms, Finish finish, int64_t n, int64_
 template <int K, class Terms, class Finish>
 void column_sums(Terms terms, Finish finish, int64_t n, int64_t c) {
   if (c == 0) return;
-  LT_LAUNCH(unsigned((c + kSumColumns - 1) / kSumColumns), kSumColumns * kSumLanes, 0, nullptr,
+  LT_LAUNCH(unsigned((c + kSumColumns - 1) / kSumColumns), kSumColumns * kSumLanes, 0, compute_stream(),
             column_sums_kernel<K, Terms, Finish>)
   (terms, finish, n, c);
 }

@@ -18,7 +18,7 @@ void convert(Tensor out, Tensor in) {
   const int64_t n = out.numel();
   if (out.dtype == in.dtype) {
     if (out.bytes() > 0 && out.data != in.data)
-      LT_CUDA(cudaMemcpyAsync(out.data, in.data, out.bytes(), cudaMemcpyDeviceToDevice, nullptr));
+      LT_CUDA(cudaMemcpyAsync(out.data, in.data, out.bytes(), cudaMemcpyDeviceToDevice, compute_stream()));
     return;
   }
   if (n == 0) return;
@@ -26,7 +26,8 @@ void convert(Tensor out, Tensor in) {
     using To = decltype(to);
     with_storage(in, [&](auto from) {
       using From = decltype(from);
-      LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, convert_kernel<To, From>)(data<To>(out), data<const From>(in), n);
+      LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), convert_kernel<To, From>)
+      (data<To>(out), data<const From>(in), n);
     });
   });
   LT_CUDA_LAUNCHED("convert_kernel");

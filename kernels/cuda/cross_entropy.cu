@@ -151,7 +151,7 @@ void cross_entropy_forward(Tensor losses, Tensor lse, Tensor logits, Tensor targ
   if (cols.n == 0) return;
   with_storage(logits, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, cross_entropy_forward_kernel<T>)
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, compute_stream(), cross_entropy_forward_kernel<T>)
     (losses.ptr<float>(), lse.ptr<float>(), data<const T>(logits), targets.ptr<int32_t>(), cols.vp, vocab,
      ignore_index);
   });
@@ -164,7 +164,7 @@ void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Ten
   if (cols.n == 0) return;
   with_storage(dlogits, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, cross_entropy_backward_kernel<T>)
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, compute_stream(), cross_entropy_backward_kernel<T>)
     (data<T>(dlogits), data<const T>(logits), lse.ptr<float>(), targets.ptr<int32_t>(), count.ptr<int32_t>(), cols.vp,
      col_begin, cols.real, vocab, ignore_index, loss_scale);
   });
@@ -182,7 +182,7 @@ void cross_entropy_shard_max(Tensor row_max, Tensor logits, int64_t col_begin, i
   if (cols.n == 0) return;
   with_storage(logits, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, shard_max_kernel<T>)
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, compute_stream(), shard_max_kernel<T>)
     (row_max.ptr<float>(), data<const T>(logits), cols.vp, cols.real);
   });
   LT_CUDA_LAUNCHED("shard_max_kernel");
@@ -194,7 +194,7 @@ void cross_entropy_shard_sums(Tensor stats, Tensor logits, Tensor row_max, Tenso
   if (cols.n == 0) return;
   with_storage(logits, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned(cols.n), kThreads, 0, nullptr, shard_sums_kernel<T>)
+    LT_LAUNCH(unsigned(cols.n), kThreads, 0, compute_stream(), shard_sums_kernel<T>)
     (stats.ptr<float>(), data<const T>(logits), row_max.ptr<float>(), targets.ptr<int32_t>(), cols.n, cols.vp,
      col_begin, cols.real, ignore_index);
   });
@@ -205,14 +205,14 @@ void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor sta
                            int32_t ignore_index) {
   const int64_t n = losses.numel();
   if (n == 0) return;
-  LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, combine_kernel)
+  LT_LAUNCH(blocks_for(n, 128), 128, 0, compute_stream(), combine_kernel)
   (losses.ptr<float>(), lse.ptr<float>(), row_max.ptr<float>(), stats.ptr<float>(), targets.ptr<int32_t>(), n, vocab,
    ignore_index);
   LT_CUDA_LAUNCHED("combine_kernel");
 }
 
 void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
-  LT_LAUNCH(1, 1, 0, nullptr, loss_mean_kernel)
+  LT_LAUNCH(1, 1, 0, compute_stream(), loss_mean_kernel)
   (mean.ptr<float>(), count.ptr<int32_t>(), losses.ptr<float>(), targets.ptr<int32_t>(), losses.numel(), ignore_index);
   LT_CUDA_LAUNCHED("loss_mean_kernel");
 }

@@ -84,7 +84,7 @@ void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begi
   if (n * c == 0) return;
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n * c, 256), 256, 0, nullptr, embedding_forward_kernel<T>)
+    LT_LAUNCH(blocks_for(n * c, 256), 256, 0, compute_stream(), embedding_forward_kernel<T>)
     (data<T>(out), tokens.ptr<int32_t>(), data<const T>(wte), n, v, c, vocab_begin, vocab);
   });
   LT_CUDA_LAUNCHED("embedding_forward_kernel");
@@ -96,11 +96,11 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_b
   int32_t* head = static_cast<int32_t*>(device_scratch(0, size_t(2 * n) * sizeof(int32_t)));
   int32_t* next = head + n;
   const int32_t* ids = tokens.ptr<int32_t>();
-  LT_LAUNCH(blocks_for(n, 128), 128, 0, nullptr, token_chains_kernel)(head, next, ids, n, vocab);
+  LT_LAUNCH(blocks_for(n, 128), 128, 0, compute_stream(), token_chains_kernel)(head, next, ids, n, vocab);
   LT_CUDA_LAUNCHED("token_chains_kernel");
   with_storage(dwte, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(unsigned((c + 63) / 64), 64, 0, nullptr, embedding_backward_kernel<T>)
+    LT_LAUNCH(unsigned((c + 63) / 64), 64, 0, compute_stream(), embedding_backward_kernel<T>)
     (data<T>(dwte), data<const T>(dout), ids, head, next, n, v, c, vocab_begin);
   });
   LT_CUDA_LAUNCHED("embedding_backward_kernel");
@@ -112,7 +112,7 @@ void position_embedding_forward(Tensor x, Tensor wpe, int64_t pos_begin) {
   if (b * t * c == 0) return;
   with_storage(x, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(b * t * c, 256), 256, 0, nullptr, position_forward_kernel<T>)
+    LT_LAUNCH(blocks_for(b * t * c, 256), 256, 0, compute_stream(), position_forward_kernel<T>)
     (data<T>(x), data<const T>(wpe) + pos_begin * c, b * t, t, c);
   });
   LT_CUDA_LAUNCHED("position_forward_kernel");
@@ -123,7 +123,7 @@ void position_embedding_backward(Tensor dwpe, Tensor dx, int64_t pos_begin) {
   if (t * c == 0) return;
   with_storage(dwpe, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(t * c, 256), 256, 0, nullptr, position_backward_kernel<T>)
+    LT_LAUNCH(blocks_for(t * c, 256), 256, 0, compute_stream(), position_backward_kernel<T>)
     (data<T>(dwpe) + pos_begin * c, data<const T>(dx), b, t, c);
   });
   LT_CUDA_LAUNCHED("position_backward_kernel");

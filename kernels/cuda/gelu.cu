@@ -37,7 +37,7 @@ void gelu_forward(Tensor out, Tensor in) {
   if (n == 0) return;
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, gelu_forward_kernel<T>)(data<T>(out), data<const T>(in), n);
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), gelu_forward_kernel<T>)(data<T>(out), data<const T>(in), n);
   });
   LT_CUDA_LAUNCHED("gelu_forward_kernel");
 }
@@ -47,7 +47,7 @@ void gelu_backward(Tensor din, Tensor dout, Tensor in) {
   if (n == 0) return;
   with_storage(din, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, gelu_backward_kernel<T>)
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), gelu_backward_kernel<T>)
     (data<T>(din), data<const T>(dout), data<const T>(in), n);
   });
   LT_CUDA_LAUNCHED("gelu_backward_kernel");

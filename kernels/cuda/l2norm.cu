@@ -43,14 +43,14 @@ double sum_squares(Tensor x) {
   if (chunks > 0) {
     with_storage(x, [&](auto tag) {
       using T = decltype(tag);
-      LT_LAUNCH(unsigned(chunks), kThreads, 0, nullptr, chunk_squares_kernel<T>)(partial, data<const T>(x), n);
+      LT_LAUNCH(unsigned(chunks), kThreads, 0, compute_stream(), chunk_squares_kernel<T>)(partial, data<const T>(x), n);
     });
     LT_CUDA_LAUNCHED("chunk_squares_kernel");
   }
-  LT_LAUNCH(1, 1, 0, nullptr, sum_partials_kernel)(total, partial, chunks);
+  LT_LAUNCH(1, 1, 0, compute_stream(), sum_partials_kernel)(total, partial, chunks);
   LT_CUDA_LAUNCHED("sum_partials_kernel");
-  double result = 0;
-  LT_CUDA(cudaMemcpy(&result, total, sizeof(result), cudaMemcpyDeviceToHost));
+  double result = 0;  // pageable: the copy returns once the compute stream has written it
+  LT_CUDA(cudaMemcpyAsync(&result, total, sizeof(result), cudaMemcpyDeviceToHost, compute_stream()));
   return result;
 }
 
@@ -59,7 +59,7 @@ void scale(Tensor x, float s) {
   if (n == 0) return;
   with_storage(x, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n, 256), 256, 0, nullptr, scale_kernel<T>)(data<T>(x), n, s);
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), scale_kernel<T>)(data<T>(x), n, s);
   });
   LT_CUDA_LAUNCHED("scale_kernel");
 }

@@ -88,7 +88,7 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w
   if (n == 0) return;
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, layernorm_forward_kernel<T>)
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, compute_stream(), layernorm_forward_kernel<T>)
     (data<T>(out), mean.ptr<float>(), rstd.ptr<float>(), data<const T>(in), data<const T>(weight), data<const T>(bias),
      n, c, eps);
   });
@@ -105,7 +105,7 @@ void layernorm_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, T
         LayernormParamTerms<T>{data<const T>(dout), data<const T>(in), mean.ptr<float>(), rstd.ptr<float>(), c},
         AddToWeightAndBias<T>{data<T>(dweight), data<T>(dbias)}, n, c);
     LT_CUDA_LAUNCHED("column_sums_kernel (layernorm_backward)");
-    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, layernorm_backward_kernel<T>)
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, compute_stream(), layernorm_backward_kernel<T>)
     (data<T>(din), data<const T>(dout), data<const T>(in), data<const T>(weight), mean.ptr<float>(), rstd.ptr<float>(),
      data<const T>(dresidual), n, c);
   });

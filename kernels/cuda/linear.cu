@@ -70,7 +70,7 @@ void gemm(T* c, const T* a, const T* b, const T* bias, int64_t m, int64_t n, int
           bool trans_a, bool trans_b, bool accumulate) {
   if (m == 0 || n == 0) return;
   const dim3 grid(unsigned((n + kTile - 1) / kTile), unsigned((m + kTile - 1) / kTile));
-  LT_LAUNCH(grid, dim3(kSide, kSide), 0, nullptr, gemm_kernel<T>)
+  LT_LAUNCH(grid, dim3(kSide, kSide), 0, compute_stream(), gemm_kernel<T>)
   (c, a, b, bias, m, n, k, lda, ldb, n, trans_a, trans_b, accumulate);
 }
 

@@ -29,7 +29,7 @@ void residual_forward(Tensor out, Tensor a, Tensor b, Tensor bias) {
   if (total == 0) return;
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(total, 256), 256, 0, nullptr, residual_forward_kernel<T>)
+    LT_LAUNCH(blocks_for(total, 256), 256, 0, compute_stream(), residual_forward_kernel<T>)
     (data<T>(out), data<const T>(a), data<const T>(b), data<const T>(bias), total, c);
   });
   LT_CUDA_LAUNCHED("residual_forward_kernel");

@@ -59,7 +59,7 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float ep
   if (n == 0) return;
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, rmsnorm_forward_kernel<T>)
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, compute_stream(), rmsnorm_forward_kernel<T>)
     (data<T>(out), rstd.ptr<float>(), data<const T>(in), data<const T>(weight), n, c, eps);
   });
   LT_CUDA_LAUNCHED("rmsnorm_forward_kernel");
@@ -74,7 +74,7 @@ void rmsnorm_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor
     column_sums<1>(RmsnormWeightTerm<T>{data<const T>(dout), data<const T>(in), rstd.ptr<float>(), c},
                    AddToColumn<T>{data<T>(dweight)}, n, c);
     LT_CUDA_LAUNCHED("column_sums_kernel (rmsnorm_backward)");
-    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, nullptr, rmsnorm_backward_kernel<T>)
+    LT_LAUNCH(blocks_of(n, kRowsPerBlock), 32 * kRowsPerBlock, 0, compute_stream(), rmsnorm_backward_kernel<T>)
     (data<T>(din), data<const T>(dout), data<const T>(in), data<const T>(weight), rstd.ptr<float>(),
      data<const T>(dresidual), n, c);
   });

@@ -35,7 +35,7 @@ __global__ void rope_kernel(T* x, const float* __restrict__ table, int64_t rows,
 void rope_table(Tensor table, double theta) {
   const int64_t p = table.shape[0], half = table.shape[2];
   if (p * half == 0) return;
-  LT_LAUNCH(blocks_for(p * half, 128), 128, 0, nullptr, rope_table_kernel)(table.ptr<float>(), p, half, theta);
+  LT_LAUNCH(blocks_for(p * half, 128), 128, 0, compute_stream(), rope_table_kernel)(table.ptr<float>(), p, half, theta);
   LT_CUDA_LAUNCHED("rope_table_kernel");
 }
 
@@ -48,7 +48,7 @@ void rope(Tensor x, Tensor table, int64_t rotary_heads, int64_t pos_begin, float
   if (total == 0) return;
   with_storage(x, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(total, 256), 256, 0, nullptr, rope_kernel<T>)
+    LT_LAUNCH(blocks_for(total, 256), 256, 0, compute_stream(), rope_kernel<T>)
     (data<T>(x), table.ptr<float>(), b * t, t, heads, rotary_heads, d / 2, pos_begin, sign);
   });
   LT_CUDA_LAUNCHED("rope_kernel");

@@ -66,8 +66,19 @@ Allocator& device_allocator() {
   return allocator;
 }
 
+cudaStream_t compute_stream() {
+  // Never destroyed: work may still be queued on it while the process exits, when the runtime may
+  // already be unloading.
+  static const cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    LT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }();
+  return stream;
+}
+
 void fill_zero(Tensor x) {
-  if (x.bytes() > 0) LT_CUDA(cudaMemsetAsync(x.data, 0, x.bytes(), nullptr));
+  if (x.bytes() > 0) LT_CUDA(cudaMemsetAsync(x.data, 0, x.bytes(), compute_stream()));
 }
 
 void copy(Tensor out, Tensor in) {
@@ -75,8 +86,11 @@ void copy(Tensor out, Tensor in) {
   cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
   if (out.device == Device::cpu) kind = cudaMemcpyDeviceToHost;
   if (in.device == Device::cpu) kind = cudaMemcpyHostToDevice;
-  // Synchronous: a copy to the host is read right after, and a host source may be reused at once.
-  LT_CUDA(cudaMemcpy(out.data, in.data, out.bytes(), kind));
+  // On the compute stream, after the work queued before. Host memory here is pageable (our host
+  // allocator's), so CUDA makes the call synchronous where the host needs it: a copy to the host
+  // returns once done (it is read right after), and a host source is staged before the call
+  // returns (it may be reused at once). A copy within the device is asynchronous.
+  LT_CUDA(cudaMemcpyAsync(out.data, in.data, out.bytes(), kind, compute_stream()));
 }
 
 void synchronize() { LT_CUDA(cudaDeviceSynchronize()); }

@@ -4,6 +4,8 @@
 // functions that format messages are defined in kernels/cuda/runtime.cpp).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,6 +26,11 @@ template <class T>
 T* data(const Tensor& t) {
   return static_cast<T*>(t.data);
 }
+
+// The stream every op's work goes on: non-blocking (not ordered with the legacy default stream),
+// one per process, on the device this rank holds, created at first use. Communication runs on its
+// own streams, ordered against this one by events (kernels/device_stream.h).
+cudaStream_t compute_stream();
 
 // Device scratch of this host thread, grown to its high-water mark once (ops allocate nothing per
 // call after that); `slot` (0 or 1) keeps users that live at the same time apart.

@@ -5,10 +5,11 @@
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/storage.h"
 
 namespace llmtrain::kernels::cuda {
 
-Stream::Stream() { LT_CUDA(cudaStreamCreate(&stream_)); }
+Stream::Stream() { LT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
 
 Stream::~Stream() {
   if (stream_ != nullptr && cudaStreamDestroy(stream_) != cudaSuccess)
@@ -30,7 +31,7 @@ void Event::record(const Stream& stream) {
 }
 
 void Event::record() {
-  LT_CUDA(cudaEventRecord(event_, nullptr));
+  LT_CUDA(cudaEventRecord(event_, compute_stream()));
   recorded_ = true;
 }
 
@@ -50,6 +51,22 @@ float Event::elapsed_ms_since(const Event& start) const {
 void Event::wait_on(const Stream& stream) const {
   LT_CHECK(recorded_, "Event::wait_on on an event never recorded");
   LT_CUDA(cudaStreamWaitEvent(stream.get(), event_, 0));
+}
+
+void Event::make_compute_wait() const {
+  LT_CHECK(recorded_, "Event::make_compute_wait on an event never recorded");
+  LT_CUDA(cudaStreamWaitEvent(compute_stream(), event_, 0));
+}
+
+bool Event::done() const {
+  LT_CHECK(recorded_, "Event::done on an event never recorded");
+  const cudaError_t e = cudaEventQuery(event_);
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: the work before the event is still running
+    return false;
+  }
+  LT_CUDA(e);
+  return true;
 }
 
 }  // namespace llmtrain::kernels::cuda

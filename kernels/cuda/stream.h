@@ -1,6 +1,7 @@
-// Streams and events of the CUDA backend, owned (RAII) and checked. On a GPU they are CUDA's; in
-// the simulator every stream is in order with the host (work is done when its call returns), so an
-// event's time is when it was recorded.
+// Streams and events of the CUDA backend, owned (RAII) and checked. A Stream is non-blocking (not
+// ordered with the legacy default stream); the ops run on the compute stream (compute_stream(),
+// kernels/cuda/storage.h). In the simulator stream work is deferred until the host needs it, so an
+// event's time is when its record ran there.
 //
 // The rule a reader could get wrong: an Event's elapsed time needs both events recorded and the
 // later one synchronized; elapsed_ms checks both instead of returning CUDA's error as a number.
@@ -30,12 +31,16 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   void record(const Stream& stream);
-  void record();  // on the default stream, which the ops launch on
+  void record();  // on the compute stream, which the ops launch on
   void synchronize() const;
   // Milliseconds from `start` to this event (both recorded; this one is waited for).
   float elapsed_ms_since(const Event& start) const;
   // Makes `stream` wait for this event before its later work.
   void wait_on(const Stream& stream) const;
+  // Makes the compute stream wait for this event before its later work.
+  void make_compute_wait() const;
+  // Whether the work before the record has run (cudaEventQuery; never blocks).
+  bool done() const;
 
  private:
   cudaEvent_t event_ = nullptr;

@@ -37,7 +37,8 @@ void swiglu_forward(Tensor out, Tensor in) {
   if (n * f == 0) return;
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, nullptr, swiglu_forward_kernel<T>)(data<T>(out), data<const T>(in), n, f);
+    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, compute_stream(), swiglu_forward_kernel<T>)
+    (data<T>(out), data<const T>(in), n, f);
   });
   LT_CUDA_LAUNCHED("swiglu_forward_kernel");
 }
@@ -47,7 +48,7 @@ void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
   if (n * f == 0) return;
   with_storage(din, [&](auto tag) {
     using T = decltype(tag);
-    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, nullptr, swiglu_backward_kernel<T>)
+    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, compute_stream(), swiglu_backward_kernel<T>)
     (data<T>(din), data<const T>(dout), data<const T>(in), n, f);
   });
   LT_CUDA_LAUNCHED("swiglu_backward_kernel");

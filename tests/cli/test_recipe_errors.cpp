@@ -316,24 +316,16 @@ TEST(UnsupportedFeatures, SixteenBitTrainsAtEveryLayout) {
       ::testing::ElementsAre(::testing::HasSubstr("parallel.grad_reduce_dtype: bf16 with train.precision fp32")));
 }
 
-// train.device cuda trains on one rank (every precision); more ranks and ZeRO are not built.
-TEST(UnsupportedFeatures, CudaTrainsOnOneRank) {
+// train.device cuda trains under every layout: more ranks, tp, pp and ZeRO are not refused.
+TEST(UnsupportedFeatures, CudaTrainsUnderEveryLayout) {
   Recipe r;
   r.train.device = DeviceKind::cuda;
-  r.parallel.dp = 1;
   for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
     r.train.precision = p;
     EXPECT_TRUE(describe(unsupported_features(r)).empty());
   }
-  r.launch.procs_per_node = 2, r.parallel.dp = 2;  // resolved: dp auto on two ranks
-  EXPECT_THAT(describe(unsupported_features(r)),
-              ::testing::ElementsAre(::testing::HasSubstr("train.device: cuda with more than one rank")));
-  r.launch.procs_per_node = 1, r.parallel.dp = 1;
-  r.parallel.tp = 2;
-  EXPECT_THAT(describe(unsupported_features(r)), ::testing::ElementsAre(::testing::HasSubstr("tp 2")));
-  r.parallel.tp = 1;
-  r.parallel.zero = 1;
-  EXPECT_THAT(describe(unsupported_features(r)), ::testing::ElementsAre(::testing::HasSubstr("parallel.zero 1")));
+  r.launch.procs_per_node = 8, r.parallel.dp = 2, r.parallel.tp = 2, r.parallel.pp = 2, r.parallel.zero = 3;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
 }
 
 }  // namespace

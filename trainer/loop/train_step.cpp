@@ -335,10 +335,12 @@ void TrainStep::sum_tied_grads() {
   // travel as they are stored (exact) and the add sums in fp32 and rounds once, as each
   // micro-batch's accumulation into the one buffer does at pp 1.
   const Tensor grad = model_.parameters()[size_t(tied_param_)].grad.view({tied_scratch_.tensor().numel()});
-  parallel::WorkHandle recv = comms_.pp->recv_async(tied_scratch_.tensor(), tied_peer_, kTiedGradTag);
-  parallel::WorkHandle send = comms_.pp->send_async(grad, tied_peer_, kTiedGradTag);
-  send->wait();
-  recv->wait();
+  // One grouped exchange: both ways at once, so that no backend can deadlock on its order.
+  using parallel::Transfer;
+  comms_.pp
+      ->exchange_async({{Transfer::Kind::recv, tied_scratch_.tensor(), tied_peer_, kTiedGradTag},
+                        {Transfer::Kind::send, grad, tied_peer_, kTiedGradTag}})
+      ->wait();
   kernels::residual_forward(grad, grad, tied_scratch_.tensor(), Tensor{});
 }
 

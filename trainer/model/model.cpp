@@ -505,24 +505,28 @@ void Model::init_parameters(uint64_t seed) {
     if (staged.data()) kernels::copy(param_buf_.tensor(), staged.tensor());
     return;
   }
-  LT_CHECK(options_.device == kernels::Device::cpu, "external parameters (ZeRO 3) on a {} device",
-           kernels::to_string(options_.device));
-  // ZeRO 3: only the owned elements, straight into the shard (each is a pure function of its index).
+  // ZeRO 3: only the owned elements, straight into the shard (each is a pure function of its index);
+  // a device shard is drawn into a host copy that one kernels::copy then moves.
   LT_CHECK(shard_values_.defined(), "init_parameters on a model with external parameters and no param shard");
+  kernels::Buffer staged;
+  if (shard_values_.device != kernels::Device::cpu)
+    staged = kernels::Buffer(DType::fp32, {shard_values_.numel()}, kernels::Device::cpu, kernels::MemoryKind::other);
+  const Tensor shard = staged.data() ? staged.tensor() : shard_values_;
   for (const ModelParam& p : params_)
     for (const parallel::FlatRange& own : shard_ranges_) {
       const int64_t lo = std::max(p.offset, own.begin), hi = std::min(p.offset + p.numel(), own.end);
       if (lo < hi)
-        init_param_elements(p, seed, lo - p.offset, hi - p.offset, shard_values_.ptr<float>() + param_shard_offset(lo));
+        init_param_elements(p, seed, lo - p.offset, hi - p.offset, shard.ptr<float>() + param_shard_offset(lo));
     }
   // 16-bit storage: the fp32 shard is the optimizer's master; it starts from the rounded values,
   // as the master of a model with its own 16-bit buffer does (TrainStep::master_from_params).
-  if (options_.dtype != DType::fp32 && shard_values_.numel() > 0) {
-    std::vector<uint16_t> rounded(size_t(shard_values_.numel()));
-    const Tensor half(rounded.data(), options_.dtype, {shard_values_.numel()});
-    kernels::convert(half, shard_values_);
-    kernels::convert(shard_values_, half);
+  if (options_.dtype != DType::fp32 && shard.numel() > 0) {
+    std::vector<uint16_t> rounded(size_t(shard.numel()));
+    const Tensor half(rounded.data(), options_.dtype, {shard.numel()});
+    kernels::convert(half, shard);
+    kernels::convert(shard, half);
   }
+  if (staged.data()) kernels::copy(shard_values_, staged.tensor());
 }
 
 // Elements [begin, end) of p (this rank's shard, row-major) into out[0, end - begin).

@@ -65,8 +65,7 @@ struct Executor {
   std::vector<WarpRendezvous> warps;
   std::vector<unsigned char> dynamic_smem;
   const LaunchConfig* config = nullptr;
-  void (*body)(void*) = nullptr;
-  void* context = nullptr;
+  const std::function<void()>* body = nullptr;  // one thread's work
 
   ~Executor() {
     for (void* s : stacks) munmap(s, kStackBytes + size_t(getpagesize()));
@@ -93,7 +92,7 @@ void yield_to_scheduler(Executor& e) {
 
 void fiber_entry() {
   Executor& e = executor();
-  e.body(e.context);
+  (*e.body)();
   Fiber* f = e.current;
   f->state = State::exited;
   --e.alive;
@@ -299,9 +298,32 @@ void* dynamic_shared_memory() {
   return e.dynamic_smem.data();
 }
 
-void launch(const LaunchConfig& c, void (*body)(void*), void* context) {
+namespace {
+
+// Runs every block of a launch whose configuration was checked.
+void run_grid(const LaunchConfig& c, const std::function<void()>& body) {
   Executor& e = executor();
   if (e.config != nullptr) fatal(std::string("kernel ") + c.name + " launched from inside kernel " + e.config->name);
+  ensure_fibers(e, int(c.block.x * c.block.y * c.block.z));
+  // 16-byte alignment at least, as CUDA's dynamic shared memory has.
+  e.dynamic_smem.resize(c.smem + 16);
+  e.config = &c;
+  e.body = &body;
+  {
+    DeviceAccess access;  // device memory is accessible while the kernel runs
+    for (unsigned z = 0; z < c.grid.z; ++z)
+      for (unsigned y = 0; y < c.grid.y; ++y)
+        for (unsigned x = 0; x < c.grid.x; ++x) run_block(e, c, make_uint3(x, y, z));
+  }
+  e.config = nullptr;
+  e.body = nullptr;
+}
+
+}  // namespace
+
+void launch(const LaunchConfig& c, std::function<void()> thread_body) {
+  if (executor().config != nullptr)
+    fatal(std::string("kernel ") + c.name + " launched from inside kernel " + executor().config->name);
   const uint64_t threads = uint64_t(c.block.x) * c.block.y * c.block.z;
   if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || threads == 0 || threads > kMaxThreads || c.block.z > 64 ||
       c.grid.y > 65535 || c.grid.z > 65535) {
@@ -312,21 +334,7 @@ void launch(const LaunchConfig& c, void (*body)(void*), void* context) {
     set_last_error(cudaErrorInvalidValue);
     return;
   }
-  ensure_fibers(e, int(threads));
-  // 16-byte alignment at least, as CUDA's dynamic shared memory has.
-  e.dynamic_smem.resize(c.smem + 16);
-  e.config = &c;
-  e.body = body;
-  e.context = context;
-  {
-    DeviceAccess access;  // device memory is accessible while the kernel runs
-    for (unsigned z = 0; z < c.grid.z; ++z)
-      for (unsigned y = 0; y < c.grid.y; ++y)
-        for (unsigned x = 0; x < c.grid.x; ++x) run_block(e, c, make_uint3(x, y, z));
-  }
-  e.config = nullptr;
-  e.body = nullptr;
-  e.context = nullptr;
+  enqueue(c.stream, [c, body = std::move(thread_body)] { run_grid(c, body); });
 }
 
 }  // namespace llmtrain::cuda_sim

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 // Qualifiers: crt/host_defines.h maps __device__, __global__, __host__ to nothing and
@@ -72,9 +73,10 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
 // This block's dynamic shared memory (the launch's `smem` bytes, at least 16-byte aligned).
 void* dynamic_shared_memory();
 
-// A kernel launch: runs `body` for every thread of every block, then returns (streams are in
-// order: a launch completes before the next call). A bad configuration sets the error that
-// cudaGetLastError returns, as CUDA does, and runs nothing.
+// A kernel launch: checks the configuration (a bad one sets the error cudaGetLastError returns, as
+// CUDA does, and queues nothing), then queues the grid on `config.stream`
+// (kernels/cuda/sim/sim_streams.cpp): when the stream's work runs, `thread_body` runs once for
+// every thread of every block.
 struct LaunchConfig {
   dim3 grid;
   dim3 block;
@@ -82,7 +84,7 @@ struct LaunchConfig {
   cudaStream_t stream = nullptr;
   const char* name = "";
 };
-void launch(const LaunchConfig& config, void (*body)(void*), void* context);
+void launch(const LaunchConfig& config, std::function<void()> thread_body);
 
 template <class Kernel>
 struct Launcher {
@@ -90,11 +92,9 @@ struct Launcher {
   Kernel kernel;
   template <class... Args>
   void operator()(Args&&... args) const {
-    // Arguments are evaluated once, at the launch, and each thread receives its own copies of
-    // them (a kernel's parameters are by value).
-    auto call = [&] { kernel(args...); };
-    launch(
-        config, [](void* c) { (*static_cast<decltype(call)*>(c))(); }, &call);
+    // A kernel's parameters are by value: the arguments are copied at the launch, and each thread
+    // receives its own copies of those when the grid runs, later (streams are asynchronous).
+    launch(config, [kernel = kernel, ... a = std::decay_t<Args>(std::forward<Args>(args))] { kernel(a...); });
   }
 };
 

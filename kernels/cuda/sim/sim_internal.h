@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace llmtrain::cuda_sim {
@@ -16,6 +17,19 @@ inline constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
 
 // The error cudaGetLastError returns next (a launch's configuration error).
 void set_last_error(cudaError_t e);
+// Sets the error cudaGetLastError returns next and returns it: a failed call's `return fail(e)`.
+cudaError_t fail(cudaError_t e);
+
+// What tests count (kernels/cuda/sim/sim_counters.h): a host wait for the device, a copy to the host.
+void count_synchronization();
+void count_read();
+
+// Queues `work` on `stream`, to run when the host next needs that stream's work, interleaved with
+// other streams as CUDA allows (kernels/cuda/sim/sim_streams.cpp); on the legacy default stream
+// (null) it runs now, after every blocking stream's work. Device memory is accessible while it runs.
+void enqueue(cudaStream_t stream, std::function<void()> work);
+// Runs every stream's queued work (what cudaDeviceSynchronize and cudaFree wait for).
+void drain_all();
 
 // While one exists (on any OS thread), every device allocation is readable and writable: a kernel
 // or a copy is running. Outside, device memory has no access at all.

@@ -1,7 +1,7 @@
 // The simulated device's runtime: the subset of CUDA's runtime API (cuda_runtime_api.h, NVIDIA's
-// declarations) that llmtrain calls, implemented on the host. One device; streams and events are
-// in order (every call completes before it returns); device memory is mapped with no access
-// except while a kernel or a copy runs.
+// declarations) that llmtrain calls, implemented on the host: device memory, errors, the device's
+// identity (streams, events and copies are kernels/cuda/sim/sim_streams.cpp). Device memory is
+// mapped with no access except while a kernel or a copy runs.
 //
 // The rule a reader could get wrong: a device pointer is never host-readable here. Each
 // allocation is its own mapping, ending at a guard page (an overrun past the 256-byte rounding
@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -20,14 +19,6 @@
 
 #include "kernels/cuda/sim/sim_counters.h"
 #include "kernels/cuda/sim/sim_internal.h"
-
-struct CUstream_st {
-  int unused = 0;
-};
-struct CUevent_st {
-  std::chrono::steady_clock::time_point time;
-  bool recorded = false;
-};
 
 namespace llmtrain::cuda_sim {
 namespace {
@@ -60,15 +51,6 @@ void protect(const Region& r, bool accessible) {
 thread_local cudaError_t tl_last_error = cudaSuccess;
 
 std::atomic<int64_t> g_synchronizations{0}, g_reads{0};
-int sync_counted() {
-  ++g_synchronizations;
-  return 0;
-}
-
-cudaError_t fail(cudaError_t e) {
-  tl_last_error = e;
-  return e;
-}
 
 bool inside(const Memory& m, const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -81,6 +63,14 @@ bool inside(const Memory& m, const void* p, size_t bytes) {
 }  // namespace
 
 void set_last_error(cudaError_t e) { tl_last_error = e; }
+
+cudaError_t fail(cudaError_t e) {
+  tl_last_error = e;
+  return e;
+}
+
+void count_synchronization() { ++g_synchronizations; }
+void count_read() { ++g_reads; }
 
 DeviceAccess::DeviceAccess() {
   Memory& m = memory();
@@ -106,9 +96,8 @@ HostWaits host_waits() { return {g_synchronizations.load(), g_reads.load()}; }
 
 }  // namespace llmtrain::cuda_sim
 
-using llmtrain::cuda_sim::DeviceAccess;
+using llmtrain::cuda_sim::drain_all;
 using llmtrain::cuda_sim::fail;
-using llmtrain::cuda_sim::is_device_range;
 
 extern "C" {
 
@@ -136,6 +125,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 cudaError_t cudaFree(void* ptr) {
   using namespace llmtrain::cuda_sim;
   if (ptr == nullptr) return cudaSuccess;
+  drain_all();  // CUDA's cudaFree waits for the device's work, which may still use the memory
   Memory& m = memory();
   std::lock_guard lock(m.mutex);
   auto it = m.regions.find(reinterpret_cast<uintptr_t>(ptr));
@@ -144,98 +134,6 @@ cudaError_t cudaFree(void* ptr) {
   m.regions.erase(it);
   return cudaSuccess;
 }
-
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  if (count == 0) return cudaSuccess;
-  if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
-  const bool dst_dev = is_device_range(dst, count), src_dev = is_device_range(src, count);
-  bool ok = false;
-  switch (kind) {
-    case cudaMemcpyHostToHost:
-      ok = !dst_dev && !src_dev;
-      break;
-    case cudaMemcpyHostToDevice:
-      ok = dst_dev && !src_dev;
-      break;
-    case cudaMemcpyDeviceToHost:
-      ok = !dst_dev && src_dev;
-      break;
-    case cudaMemcpyDeviceToDevice:
-      ok = dst_dev && src_dev;
-      break;
-    case cudaMemcpyDefault:
-      ok = true;
-      break;
-  }
-  // A device pointer on the wrong side, or a range past its allocation's end.
-  if (!ok) return fail(cudaErrorInvalidValue);
-  if (src_dev && !dst_dev) ++llmtrain::cuda_sim::g_reads;
-  DeviceAccess access;
-  std::memmove(dst, src, count);
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, count, kind);
-}
-
-cudaError_t cudaMemset(void* ptr, int value, size_t count) {
-  if (count == 0) return cudaSuccess;
-  if (!is_device_range(ptr, count)) return fail(cudaErrorInvalidValue);
-  DeviceAccess access;
-  std::memset(ptr, value, count);
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) { return cudaMemset(ptr, value, count); }
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  if (stream == nullptr) return fail(cudaErrorInvalidValue);
-  *stream = new CUstream_st;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete stream;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaError_t(llmtrain::cuda_sim::sync_counted()); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-  return event == nullptr ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) {
-  if (event == nullptr) return fail(cudaErrorInvalidValue);
-  *event = new CUevent_st;
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete event;
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  event->time = std::chrono::steady_clock::now();
-  event->recorded = true;
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  llmtrain::cuda_sim::sync_counted();
-  return event == nullptr ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
-}
-
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (ms == nullptr || start == nullptr || end == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
-  return cudaSuccess;
-}
-
-cudaError_t cudaDeviceSynchronize(void) { return cudaError_t(llmtrain::cuda_sim::sync_counted()); }
 
 cudaError_t cudaGetLastError(void) {
   const cudaError_t e = llmtrain::cuda_sim::tl_last_error;
@@ -261,6 +159,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidResourceHandle";
     case cudaErrorInvalidDevice:
       return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
     default:
       return "cudaErrorUnknown";
   }
@@ -282,6 +182,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid resource handle";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
     default:
       return "unknown error (the simulator does not produce this code)";
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,8 @@ TEST(CudaRuntime, EventsAreRecordedInOrder) {
   Stream s, t;
   Event c, b, a;  // created in the other order: an event's time is its record's
   Buffer d(DType::uint8, {int64_t(4) << 20}, Device::cuda);
+  kernels::synchronize(
+      Device::cuda);  // a new Buffer is zeroed on the compute stream, which nothing orders with s and t
   a.record(s);
   LT_CUDA(cudaMemsetAsync(d.data(), 0, d.bytes(), s.get()));
   b.record(s);
@@ -82,7 +85,8 @@ TEST(CudaRuntime, EventsAreRecordedInOrder) {
   EXPECT_NEAR(ac, ab + bc, 1e-3f + 1e-4f * ac);
   EXPECT_FLOAT_EQ(a.elapsed_ms_since(b), -ab);
   EXPECT_LT(a.elapsed_ms_since(c), 0.0f);
-  // The later memset won: every byte is 1.
+  // The later memset won: every byte is 1 (the copy runs on the compute stream, which waits for c).
+  c.make_compute_wait();
   std::vector<uint8_t> host(d.bytes());
   copy(Tensor(host.data(), DType::uint8, {int64_t(host.size())}), d.tensor());
   EXPECT_EQ(std::count(host.begin(), host.end(), uint8_t(1)), int64_t(host.size()));
@@ -98,6 +102,74 @@ TEST(CudaRuntime, CopiesBetweenHostAndDeviceAndWithinTheDevice) {
   std::vector<float> out(100);
   copy(Tensor(out.data(), DType::fp32, {100}), e.tensor());
   EXPECT_EQ(out, v);
+}
+
+// Pinned host memory for the stream tests, freed by the test's end.
+struct Pinned {
+  explicit Pinned(size_t bytes) { LT_CUDA(cudaMallocHost(&p, bytes)); }
+  ~Pinned() { cudaFreeHost(p); }
+  void* p = nullptr;
+};
+
+// What the simulator promises so that a missing wait fails a test: work on a stream is deferred
+// until the host needs it, and work that no event orders runs in an order CUDA allows but does not
+// promise (the stream queued last first). Stream t copies the buffer that stream s fills: without
+// t waiting for an event recorded after s's fill, t reads what was there before.
+TEST(CudaRuntime, AStreamThatDoesNotWaitForAnotherReadsTheOldContents) {
+  for (const bool wait : {false, true}) {
+    Stream s, t;
+    Event filled, copied;
+    Buffer d(DType::uint8, {4096}, Device::cuda);  // zeroed on the compute stream
+    kernels::synchronize(Device::cuda);
+    Pinned host(4096);
+    LT_CUDA(cudaMemsetAsync(d.data(), 7, d.bytes(), s.get()));
+    filled.record(s);
+    if (wait) filled.wait_on(t);
+    LT_CUDA(cudaMemcpyAsync(host.p, d.data(), d.bytes(), cudaMemcpyDeviceToHost, t.get()));
+    copied.record(t);
+    copied.synchronize();
+    const auto* bytes = static_cast<const uint8_t*>(host.p);
+    EXPECT_EQ(int(std::count(bytes, bytes + 4096, uint8_t(wait ? 7 : 0))), 4096)
+        << (wait ? "with" : "without") << " the wait";
+    s.synchronize();
+  }
+}
+
+// A copy into pinned memory is asynchronous: it has not happened until an event behind it says so,
+// and the first query of that event, made before anything waited, reports the work as not ready.
+TEST(CudaRuntime, CopiesToPinnedMemoryHappenBehindTheirEvent) {
+  Stream s;
+  Event done;
+  Buffer d(DType::uint8, {256}, Device::cuda);
+  kernels::synchronize(Device::cuda);
+  LT_CUDA(cudaMemsetAsync(d.data(), 5, d.bytes(), s.get()));
+  Pinned host(256);
+  std::memset(host.p, 0, 256);
+  LT_CUDA(cudaMemcpyAsync(host.p, d.data(), d.bytes(), cudaMemcpyDeviceToHost, s.get()));
+  done.record(s);
+  EXPECT_EQ(static_cast<const uint8_t*>(host.p)[0], 0) << "the copy ran before anything needed it";
+  EXPECT_FALSE(done.done());
+  EXPECT_TRUE(done.done());
+  EXPECT_EQ(static_cast<const uint8_t*>(host.p)[255], 5);
+}
+
+// The ops run on the compute stream: a copy to pageable host memory sees every op queued before it,
+// and a stream that waits for an event recorded on the compute stream sees the op's result.
+TEST(CudaRuntime, OpsRunOnTheComputeStream) {
+  Buffer d(DType::fp32, {64}, Device::cuda);
+  kernels::synchronize(Device::cuda);
+  Stream comm;
+  Event after_zero;
+  LT_CUDA(cudaMemsetAsync(d.data(), 0xFF, d.bytes(), comm.get()));  // would win if nothing ordered it
+  comm.synchronize();
+  fill_zero(d.tensor());
+  after_zero.record();
+  after_zero.wait_on(comm);
+  Pinned host(d.bytes());
+  LT_CUDA(cudaMemcpyAsync(host.p, d.data(), d.bytes(), cudaMemcpyDeviceToHost, comm.get()));
+  comm.synchronize();
+  const auto* f = static_cast<const float*>(host.p);
+  EXPECT_EQ(int(std::count(f, f + 64, 0.0f)), 64);
 }
 
 using CudaRuntimeDeathTest = ::testing::Test;

@@ -1,0 +1,35 @@
+// The staged device communicator: device memory moved by a host communicator (MPI), through pinned
+// host memory, on a communication stream of its own. It serves the simulated device and any MPI
+// that is not CUDA-aware, and is what CI runs; NCCL takes its place on GPUs (the "NCCL" issue).
+//
+// One operation on device tensors goes:
+//   1. an event recorded on the compute stream behind the work queued so far, which the
+//      communication stream waits for: the input is written;
+//   2. the input copied to pinned host memory on the communication stream, and an event behind it;
+//   3. once that event is done (progress() polls it, never blocking), the host operation starts;
+//   4. once the host operation is done, the result copied back on the communication stream, and an
+//      event behind it that wait() makes the compute stream wait for. wait() returns without
+//      waiting for the device: the compute stream's later work sees the result.
+// Host tensors go straight to the host communicator. Host operations start in the order the
+// operations were called, whatever their tensors, so every rank runs the same host operations in
+// the same order (a host communicator without tags that runs one group's operations in order could
+// sit beneath it).
+//
+// Rules a reader could get wrong:
+//  - The Comm contract holds (parallel/comm.h): a buffer passed to an asynchronous call stays
+//    untouched until its wait() returns — including by kernels queued on the compute stream after
+//    the call, which the copy of step 2 may not have read yet.
+//  - Pinned staging memory is pooled per communicator and reused once an operation's copy back has
+//    completed; it is freed with the communicator.
+#pragma once
+
+#include <memory>
+
+#include "parallel/comm.h"
+
+namespace llmtrain::parallel {
+
+// Wraps `host` (kept) in the staged communicator. Its split() wraps the host's split.
+std::unique_ptr<Comm> make_staged_comm(std::unique_ptr<Comm> host);
+
+}  // namespace llmtrain::parallel

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Every parallel layout on the CUDA backend in the SIM build (one simulated device per process,
+# ranks under real `mpirun`, device tensors moved by the staged communicator), against the one-rank
+# CPU run of the same recipe: losses per step within 1e-5 (relative) and the final parameters
+# (assembled from the checkpoints' slices) within 1e-5.
+#
+#   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2, tp 2 with sequence parallelism, pp 2 (1F1B),
+#                              tp 2 × pp 2; a 2-rank cuda checkpoint resumed on one CPU rank
+#   cuda_layouts_sim.sh BUILD SRC full   the other schedules, ZeRO 1 and 2, hybrid sharding, bf16,
+#                              recomputation, evaluation through the pipeline, SIGTERM on the device
+#
+# tiny at seq 64, micro-batch 1, global batch 2, 3 steps, checkpoints at steps 2 and 3: a simulated
+# step costs seconds.
+source "$(dirname "$0")/lib.sh"
+source "$SRC/tests/parallel/mpi_env.sh"
+use_python
+prep_fortunes
+mode=${3:-ci}
+
+common=(--set model.seq_len=64 --set train.micro_batch=1 --set train.global_batch=2 --set train.steps=3
+        --set train.threads=1 --set parallel.dp=auto --set data.train=data/train --set data.valid=data/valid
+        --set eval.every=0 --set eval.batches=1 --set checkpoint.every=2 --set checkpoint.keep=2 --set log.every=1
+        --set optimizer.warmup=1 --set checkpoint.resume=none)
+# run NAME NP ARGS...: tiny on NP ranks (each process one rank, as mpirun starts them).
+run() {
+  local name=$1 np=$2
+  shift 2
+  run_cmd "$name" mpi_run 400 "$np" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" --set log.dir="$name" "$@"
+}
+compare() { # NAME A B ARGS...: compare_runs.py A B ARGS, one line of figures
+  local name=$1 o
+  o=$($PY "$SRC/tests/e2e/compare_runs.py" "${@:2}" 2>&1) && pass "$name: $o" || fail "$name: $o"
+}
+# layout NAME NP ARGS...: NAME on cuda against the CPU reference.
+layout() {
+  local name=$1
+  SECONDS=0
+  run "$@" --set train.device=cuda
+  expect_status 0
+  echo "   $name: ${SECONDS}s"
+  compare "$name on cuda takes the one-rank cpu run's steps" "$name" cpu --last 3 --tol 1e-5
+}
+
+run cpu 1 --set train.device=cpu
+expect_status 0
+
+if [[ $mode == ci ]]; then
+  layout dp2 2
+  layout zero3 2 --set parallel.zero=3
+  layout tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
+  layout pp2-1f1b 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
+  layout tp2-pp2 4 --set parallel.tp=2 --set parallel.pp=2
+  # A 2-rank cuda checkpoint (dp 2, step 2) resumes on one CPU rank, on the CPU run's step 3.
+  run_cmd "dp2's cuda checkpoint on one cpu rank" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+    --set log.dir=dp2-on-cpu --set train.device=cpu --set checkpoint.resume=dp2/ckpt/step_00000002
+  expect_status 0
+  expect_out "resuming from"
+  compare "dp2's cuda checkpoint continues on cpu" dp2-on-cpu cpu --first 3 --last 3 --tol 1e-5
+else
+  layout pp2-gpipe 2 --set parallel.pp=2 --set parallel.pp_schedule=gpipe
+  layout pp2-interleaved 2 --set parallel.pp=2 --set parallel.pp_schedule=interleaved --set parallel.virtual_stages=2
+  layout pp2-zb 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
+  layout zero1 2 --set parallel.zero=1
+  layout zero2 2 --set parallel.zero=2
+  layout zero3-hybrid 4 --set parallel.zero=3 --set parallel.zero_group=2
+  layout recompute-tp2 2 --set parallel.tp=2 --set train.activation_checkpointing=full
+  layout eval-pp2 2 --set parallel.pp=2 --set eval.every=3
+  # bf16: cuda at dp 2 against bf16 on one CPU rank, within 16-bit rounding.
+  run bf16-cpu 1 --set train.device=cpu --set train.precision=bf16
+  expect_status 0
+  run bf16-dp2 2 --set train.device=cuda --set train.precision=bf16
+  expect_status 0
+  compare "bf16 at dp 2 on cuda takes bf16's cpu steps" bf16-dp2 bf16-cpu --last 3 --tol 5e-3
+  # SIGTERM on the device (LLMTRAIN_FAULT=term@2: every rank's handler asks for a stop after step 2):
+  # a checkpoint and exit 75, then resumed to the end on the CPU run's steps.
+  SECONDS=0
+  run_cmd "SIGTERM at dp 2 on cuda" env LLMTRAIN_FAULT=term@2 bash -c "source '$SRC/tests/parallel/mpi_env.sh'; \
+    mpi_run 400 2 '$LLMTRAIN' run '$SRC/recipes/tiny.yaml' ${common[*]} --set log.dir=term --set train.device=cuda"
+  expect_status 75
+  [[ -d term/ckpt/step_00000002 ]] && pass "SIGTERM checkpointed step 2" || fail "no step-2 checkpoint: $(ls term/ckpt)"
+  run term 2 --set train.device=cuda --set checkpoint.resume=auto
+  expect_status 0
+  echo "   SIGTERM and resume: ${SECONDS}s"
+  compare "SIGTERM'd cuda run resumes on the cpu run's steps" term cpu --first 3 --last 3 --tol 1e-5
+fi
+finish
