@@ -7,8 +7,8 @@
 #     cuda (steps 9-10), each continuing on the uninterrupted CPU run's losses (within 1e-5);
 #  3. bf16 on cuda takes bf16's CPU steps (3) within 16-bit rounding: losses and parameters within
 #     5e-3 (measured: losses 6e-6, parameters 2e-3; Adam turns rounding noise in near-zero gradients
-#     into ±lr steps). fp16 is measured in docs/cuda.md, not here: each simulated step costs seconds;
-#  4. multi-rank cuda is refused with "not supported yet".
+#     into ±lr steps). fp16 is measured in docs/cuda.md, not here: each simulated step costs seconds.
+# Multi-rank layouts on cuda: tests/e2e/cuda_layouts_sim.sh.
 source "$(dirname "$0")/lib.sh"
 use_python
 prep_fortunes
@@ -51,8 +51,4 @@ for d in cpu cuda; do
 done
 compare "bf16: cuda takes the cpu's steps within 16-bit rounding" bf16-cuda bf16-cpu --last 3 --tol 5e-3
 
-# 4. More than one rank on cuda is not built.
-run_cmd "cuda at dp 2" train dp2 --set train.device=cuda --set parallel.dp=2 --set launch.procs_per_node=2
-expect_status 2
-expect_out "not supported yet: train.device: cuda with more than one rank"
 finish
