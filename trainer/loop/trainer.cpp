@@ -1,7 +1,9 @@
 #include "trainer/loop/trainer.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -65,6 +67,21 @@ kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
   return peak;
 }
 
+// The header's devices: rank 0's in full, and every rank's ordinal (each chose its own from its
+// local rank, kernels/device_select.h). Collective on `world`: every rank calls it.
+void log_devices(const TrainContext& ctx, parallel::Comm& world) {
+  int32_t mine = ctx.device;
+  std::vector<int32_t> all(size_t(world.size()), -1);
+  world.all_gather(kernels::Tensor(&mine, kernels::DType::int32, {1}),
+                   kernels::Tensor(all.data(), kernels::DType::int32, {int64_t(all.size())}));
+  log_progress("device: rank 0 holds {}", ctx.device_text);
+  if (world.size() == 1) return;
+  std::vector<std::string> ranks;
+  for (size_t i = 0; i < all.size() && i < 64; ++i) ranks.push_back(fmt::format("{}:cuda:{}", i, all[i]));
+  if (all.size() > 64) ranks.push_back(fmt::format("... ({} ranks)", all.size()));
+  log_progress("devices by rank: {}", join(ranks, " "));
+}
+
 // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
 void open_run_directory(const Recipe& r, const std::string& recipe_yaml, FileSystem& fsys) {
   fsys.make_dirs(r.log.dir);
@@ -97,6 +114,7 @@ int train(const TrainContext& ctx) {
   if (root) open_run_directory(r, ctx.recipe_yaml, fsys);
   log_progress("llmtrain run {}: {} rank(s) = {}, {} thread(s) per rank", r.name, world.size(),
                parallel::Mesh::describe(ctx.mesh->shape()), ctx.threads);
+  if (ctx.device >= 0) log_devices(ctx, world);
 
   // Data: this data-parallel rank's share of every global batch.
   parallel::set_progress(0, parallel::Phase::load);
