@@ -206,10 +206,10 @@ LaunchPlan plan_launch(const Recipe& r, const PlanInputs& in, const std::vector<
            fmt::format("--cpus-per-task={}", threads),
            "--kill-on-bad-exit=1",
            "--label"};
-    add_srun_gpus(plan, r, a, cmd);
     plan.env.push_back({"OMP_NUM_THREADS", std::to_string(threads)});
     plan.notes.push_back(fmt::format("inside Slurm job {}: ranks start through srun --mpi=pmix on the allocation",
                                      a.job_id.empty() ? env.slurm_job_id : a.job_id));
+    add_srun_gpus(plan, r, a, cmd);
     if (!r.launch.hostfile.empty()) {
       plan.blocker = fmt::format(
           "launch.hostfile is set ({}), but this runs inside Slurm job {}, whose nodes are "
