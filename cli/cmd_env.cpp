@@ -28,7 +28,10 @@ void print_rank_device(const parallel::LaunchEnv& le, const kernels::CudaInfo& c
   const std::string where = fmt::format("local rank {} of {}{}", le.local_rank, le.local_size,
                                         le.is_rank() ? "" : " (not started as a rank)");
   const std::string env = c.simulator ? "" : fmt::format(", CUDA_VISIBLE_DEVICES={}", shown ? shown : "unset");
-  if (le.local_size <= visible)
+  if (le.gpus_per_task > 0 && le.gpus_per_task == visible)
+    std::printf("rank device: %s takes cuda:0, the first of its own %d (srun --gpus-per-task=%d)%s\n", where.c_str(),
+                visible, le.gpus_per_task, env.c_str());
+  else if (le.local_size <= visible)
     std::printf("rank device: %s takes cuda:%d of %d visible%s\n", where.c_str(),
                 kernels::device_for_rank(le.local_rank, le.local_size, visible, false), visible, env.c_str());
   else

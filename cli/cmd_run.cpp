@@ -271,7 +271,8 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
     // the launching host's), before anything allocates on it or a device communicator is made.
     std::optional<kernels::HeldDevice> device;
     if (r.train.device == DeviceKind::cuda)
-      device = kernels::device_select(rt.info().local_rank, rt.info().local_size, r.launch.share_devices);
+      device = kernels::device_select(rt.info().local_rank, rt.info().local_size, r.launch.share_devices,
+                                      loaded.env.gpus_per_task);
     const Layout layout = layout_of(r);
     parallel::Mesh mesh({layout.tp, layout.pp, layout.dp}, rt.info().rank);
     parallel::MeshComms comms = parallel::make_mesh_comms(mesh, rt.take_world());

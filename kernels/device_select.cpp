@@ -31,13 +31,17 @@ int device_for_rank(int local_rank, int local_size, int visible, bool share_devi
 }
 
 std::string HeldDevice::describe() const {
-  return fmt::format("cuda:{} ({}), local rank {} of {} → {} mod {} visible{}, {}", ordinal, name, local_rank,
-                     local_size, local_rank, visible, shared ? " (shared: launch.share_devices)" : "",
-                     fmt::format("{}{}{}", simulator ? "LLMTRAIN_SIM_DEVICES" : "CUDA_VISIBLE_DEVICES",
-                                 visible_env == "unset" ? " " : "=", visible_env));
+  const std::string rule = own_devices
+                               ? fmt::format("local rank {} of {}, the first of its own {} (srun --gpus-per-task)",
+                                             local_rank, local_size, visible)
+                               : fmt::format("local rank {} of {} → {} mod {} visible{}", local_rank, local_size,
+                                             local_rank, visible, shared ? " (shared: launch.share_devices)" : "");
+  return fmt::format("cuda:{} ({}), {}, {}{}{}", ordinal, name, rule,
+                     simulator ? "LLMTRAIN_SIM_DEVICES" : "CUDA_VISIBLE_DEVICES", visible_env == "unset" ? " " : "=",
+                     visible_env);
 }
 
-HeldDevice device_select(int local_rank, int local_size, bool share_devices) {
+HeldDevice device_select(int local_rank, int local_size, bool share_devices, int gpus_per_task) {
   const CudaInfo cuda = cuda_info();
   if (!cuda.built)
     throw Error(fmt::format("this build has no CUDA backend: train.device is cuda ({})", cuda.unavailable_reason),
@@ -51,8 +55,11 @@ HeldDevice device_select(int local_rank, int local_size, bool share_devices) {
   held.local_rank = local_rank;
   held.local_size = local_size;
   held.visible = static_cast<int>(cuda.devices.size());
-  held.ordinal = device_for_rank(local_rank, local_size, held.visible, share_devices);
-  held.shared = local_size > held.visible;
+  const bool own_devices = gpus_per_task > 0 && held.visible == gpus_per_task;
+  held.own_devices = own_devices;
+  held.ordinal = own_devices ? device_for_rank(0, 1, held.visible, share_devices)
+                             : device_for_rank(local_rank, local_size, held.visible, share_devices);
+  held.shared = !own_devices && local_size > held.visible;
   held.simulator = cuda.simulator;
   held.name = cuda.devices[size_t(held.ordinal)].name;
   const char* env = std::getenv(cuda.simulator ? "LLMTRAIN_SIM_DEVICES" : "CUDA_VISIBLE_DEVICES");

@@ -90,6 +90,19 @@ TEST(DeviceSelect, SimulatorShowsLlmtrainSimDevicesDevices) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("3 local ranks on this node but 2 CUDA device(s) visible"));
   }
+  // srun --gpus-per-task: the visible devices are the rank's own, whatever its local rank.
+  SimDevices one("1");
+  const HeldDevice own = device_select(3, 4, false, /*gpus_per_task=*/1);
+  EXPECT_EQ(own.ordinal, 0);
+  EXPECT_FALSE(own.shared);
+  EXPECT_THAT(own.describe(), HasSubstr("local rank 3 of 4, the first of its own 1 (srun --gpus-per-task)"));
+  {
+    // SLURM_GPUS_PER_TASK=1 but every device visible (no binding): the local-rank rule again.
+    SimDevices four("4");
+    const HeldDevice unbound = device_select(3, 4, false, /*gpus_per_task=*/1);
+    EXPECT_EQ(unbound.ordinal, 3);
+    EXPECT_FALSE(unbound.own_devices);
+  }
   const HeldDevice shared = device_select(2, 3, true);
   EXPECT_EQ(shared.ordinal, 0);
   EXPECT_TRUE(shared.shared);
