@@ -77,12 +77,15 @@ std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
     s += fmt::format("#SBATCH --cpus-per-task={}\n", cpus_per_task);
   else
     s += "#SBATCH --exclusive              # whole nodes: threads per rank = the node's CPUs / ranks per node\n";
-  if (gpus > 0)
-    s += fmt::format("#SBATCH --gpus-per-node={}{}\n", gpus,
-                     !cuda        ? ""
-                     : gpus < ppn ? "    # launch.share_devices: ranks share GPUs, each takes local rank mod it"
-                     : r.launch.share_devices ? "    # srun gives the ranks of a node these GPUs to share"
-                                              : "    # srun gives each rank one of them (--gpus-per-task=1)");
+  if (gpus > 0) {
+    std::string why;  // how the ranks use them (srun inside the job: launch_plan.cpp)
+    if (cuda && gpus < ppn)
+      why = fmt::format("    # launch.share_devices: each rank takes GPU local_rank mod {}", gpus);
+    else if (cuda)
+      why = r.launch.share_devices ? "    # srun gives the ranks of a node these GPUs to share"
+                                   : "    # srun gives each rank one of them (--gpus-per-task=1)";
+    s += fmt::format("#SBATCH --gpus-per-node={}{}\n", gpus, why);
+  }
   if (!time.empty()) s += fmt::format("#SBATCH --time={}\n", time);
   if (!partition.empty()) s += fmt::format("#SBATCH --partition={}\n", shell_quote(partition));
   if (!account.empty()) s += fmt::format("#SBATCH --account={}\n", shell_quote(account));

@@ -113,7 +113,8 @@ TEST(SbatchScript, SharedDevicesAllowFewerGpusThanRanks) {
   SbatchRequest q = request();
   q.gpus_per_node = 1;
   std::string s = sbatch_script(r, q);
-  EXPECT_THAT(s, HasSubstr("#SBATCH --gpus-per-node=1    # launch.share_devices: ranks share GPUs"));
+  EXPECT_THAT(s,
+              HasSubstr("#SBATCH --gpus-per-node=1    # launch.share_devices: each rank takes GPU local_rank mod 1\n"));
   EXPECT_THAT(s, HasSubstr("#SBATCH --ntasks-per-node=4\n"));
   q.gpus_per_node = -1;  // not given: one per rank, shared by srun's ranks all the same
   EXPECT_THAT(sbatch_script(r, q), HasSubstr("#SBATCH --gpus-per-node=4    # srun gives the ranks of a node"));
