@@ -38,13 +38,14 @@ namespace {
 // On cuda: the device's rated peak (kernels/gpu_peak.cpp; fp32 CUDA cores for fp32, dense tensor
 // cores for 16-bit), or where the table does not know the device (the simulator, which runs on the
 // CPU, included) the CPU's as below, saying so.
-kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
+kernels::CpuPeak peak_flops(const Recipe& r, int threads, int device) {
   if (r.log.peak_tflops > 0)
     return {r.log.peak_tflops * 1e12, fmt::format("{} TFLOP/s (log.peak_tflops)", r.log.peak_tflops)};
   std::string unknown_gpu;
   if (r.train.device == DeviceKind::cuda) {
     const kernels::CudaInfo cuda = kernels::cuda_info();
-    const std::string name = cuda.devices.empty() ? "" : cuda.devices[0].name;
+    const size_t held = device >= 0 ? size_t(device) : 0;  // the device this rank holds
+    const std::string name = held < cuda.devices.size() ? cuda.devices[held].name : "";
     const std::optional<kernels::GpuPeak> gpu = kernels::gpu_peak_lookup(name);
     const bool wide = r.train.precision == Precision::fp32;
     if (gpu && (wide ? gpu->fp32 : gpu->bf16_dense) > 0) {
@@ -151,7 +152,7 @@ int train(const TrainContext& ctx) {
     return kExitOk;
   }
 
-  const kernels::CpuPeak rank_peak = peak_flops(r, ctx.threads);
+  const kernels::CpuPeak rank_peak = peak_flops(r, ctx.threads, ctx.device);
   const double peak = rank_peak.flops * world.size();
   log_progress(
       "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {} "
