@@ -10,11 +10,38 @@
 #include "common/host.h"
 #include "common/strings.h"
 #include "kernels/backend_info.h"
+#include "kernels/device_select.h"
 #include "llmtrain_version.h"
 #include "parallel/comm_libraries.h"
 #include "parallel/launch_env.h"
 
 namespace llmtrain::cli {
+
+namespace {
+
+// The device a rank started here takes (kernels/device_select.h): local rank mod the visible
+// devices. Under `llmtrain run RECIPE -- llmtrain env` every rank prints its own.
+void print_rank_device(const parallel::LaunchEnv& le, const kernels::CudaInfo& c) {
+  const int visible = static_cast<int>(c.devices.size());
+  if (visible == 0) return;
+  const char* shown = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string where = fmt::format("local rank {} of {}{}", le.local_rank, le.local_size,
+                                        le.is_rank() ? "" : " (not started as a rank)");
+  const std::string env = c.simulator ? "" : fmt::format(", CUDA_VISIBLE_DEVICES={}", shown ? shown : "unset");
+  if (le.gpus_per_task > 0 && le.gpus_per_task == visible)
+    std::printf("rank device: %s takes cuda:0, the first of its own %d (srun --gpus-per-task=%d)%s\n", where.c_str(),
+                visible, le.gpus_per_task, env.c_str());
+  else if (le.local_size <= visible)
+    std::printf("rank device: %s takes cuda:%d of %d visible%s\n", where.c_str(),
+                kernels::device_for_rank(le.local_rank, le.local_size, visible, false), visible, env.c_str());
+  else
+    std::printf(
+        "rank device: %s: %d local ranks > %d visible device(s): refused unless launch.share_devices: true, "
+        "which gives it cuda:%d%s\n",
+        where.c_str(), le.local_size, visible, le.local_rank % visible, env.c_str());
+}
+
+}  // namespace
 
 int cmd_env() {
   HostInfo h = host_info();
@@ -44,11 +71,15 @@ int cmd_env() {
   if (!c.built) {
     std::printf("cuda:      %s\n", c.unavailable_reason.c_str());
   } else if (c.simulator) {
-    std::printf(
-        "cuda:      simulator (kernels/cuda/sim): CUDA kernels run on this CPU, one simulated device, "
-        "headers of CUDA %d.%d\n",
-        c.runtime_version / 1000, (c.runtime_version % 1000) / 10);
+    std::printf("cuda:      simulator (kernels/cuda/sim): CUDA kernels run on this CPU, headers of CUDA %d.%d\n",
+                c.runtime_version / 1000, (c.runtime_version % 1000) / 10);
     std::printf("gemm:      %s\n", c.gemm.c_str());
+    if (c.devices.empty())
+      std::printf("devices:   none (%s)\n", c.unavailable_reason.c_str());
+    else
+      std::printf("devices:   %zu simulated (LLMTRAIN_SIM_DEVICES=%s)\n", c.devices.size(),
+                  std::getenv("LLMTRAIN_SIM_DEVICES") ? std::getenv("LLMTRAIN_SIM_DEVICES") : "unset: 1");
+    print_rank_device(le, c);
   } else {
     std::printf("cuda:      built for %s, runtime %d.%d, driver %s\n", c.built_archs.c_str(), c.runtime_version / 1000,
                 (c.runtime_version % 1000) / 10,
@@ -66,6 +97,7 @@ int cmd_env() {
                               .c_str()
                         : "not in the table (kernels/gpu_peak.cpp)");
     }
+    print_rank_device(le, c);
   }
   std::printf("nccl:      %s\n", parallel::nccl_version().c_str());
   return 0;

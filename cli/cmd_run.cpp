@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -23,6 +24,7 @@
 #include "common/host.h"
 #include "common/signals.h"
 #include "common/strings.h"
+#include "kernels/device_select.h"
 #include "launcher/child_process.h"
 #include "launcher/launch_plan.h"
 #include "launcher/preflight.h"
@@ -265,6 +267,12 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
 int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
   const Recipe& r = loaded.recipe;
   return parallel::rank_main(loaded.env, {.timeout_s = r.parallel.timeout_s}, [&](parallel::Runtime& rt) {
+    // The rank's device, from its local rank among the ranks of its node (bootstrap's count, not
+    // the launching host's), before anything allocates on it or a device communicator is made.
+    std::optional<kernels::HeldDevice> device;
+    if (r.train.device == DeviceKind::cuda)
+      device = kernels::device_select(rt.info().local_rank, rt.info().local_size, r.launch.share_devices,
+                                      loaded.env.gpus_per_task);
     const Layout layout = layout_of(r);
     parallel::Mesh mesh({layout.tp, layout.pp, layout.dp}, rt.info().rank);
     parallel::MeshComms comms = parallel::make_mesh_comms(
@@ -278,6 +286,10 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
     ctx.mesh = &mesh;
     ctx.comms = &comms;
     ctx.threads = plan.threads_per_rank;
+    if (device) {
+      ctx.device = device->ordinal;
+      ctx.device_text = device->describe();
+    }
     return trainer::train(ctx);
   });
 }

@@ -479,6 +479,8 @@ std::vector<RecipeKey> make_schema() {
             {"int ≥ 0", "0", "restarts of a failed job from its last checkpoint"}),
     duration("launch.hang_timeout", [](auto& r) -> auto& { return r.launch.hang_timeout_s; }, true,
              {"duration", "10m", "no progress for this long ends the job (0 = off)"}),
+    boolean("launch.share_devices", [](auto& r) -> auto& { return r.launch.share_devices; },
+            {"bool", "false", "let more local ranks than visible CUDA devices share them"}),
     section("launch.slurm", {"map", "{}", "options for `llmtrain sbatch`"}),
     string("launch.slurm.partition", [](auto& r) -> auto& { return r.launch.slurm.partition; }, nullable,
            {"string or null", "null", "sbatch --partition"}),

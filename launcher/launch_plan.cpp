@@ -10,8 +10,11 @@
 #include "common/enum_names.h"
 #include "common/error.h"
 #include "common/host.h"
+#include "common/strings.h"
 #include "parallel/flight_recorder.h"
 #include "parallel/progress.h"
+
+extern char** environ;  // POSIX: the process's environment
 
 namespace llmtrain::launcher {
 namespace {
@@ -28,9 +31,38 @@ bool cma_works() {
 // Options every mpirun launch shares: output tagged by rank (the supervisor parses it), the threads
 // per rank, the restart count, the job, and the progress and flight-record settings (parallel/
 // progress.h) exported to every rank, also on other hosts.
-void add_mpirun_common(LaunchPlan& plan, std::vector<std::string>& cmd) {
+// The device settings of this environment (CUDA_VISIBLE_DEVICES, LLMTRAIN_SIM_DEVICES, NCCL_*) go
+// to every rank too: mpirun copies its environment only to the ranks on its own host.
+void add_mpirun_common(LaunchPlan& plan, const PlanInputs& in, std::vector<std::string>& cmd) {
   cmd.insert(cmd.end(), {"--tag-output", "-x", fmt::format("OMP_NUM_THREADS={}", plan.threads_per_rank), "-x",
                          kRestartCountEnv, "-x", kJobEnv, "-x", parallel::kProgressEnv, "-x", parallel::kFlightDirEnv});
+  for (const std::string& name : in.forwarded_env) cmd.insert(cmd.end(), {"-x", name});
+  if (!in.forwarded_env.empty())
+    plan.notes.push_back(fmt::format("passed on to every rank (-x): {}", join(in.forwarded_env, " ")));
+}
+
+// train.device cuda under srun: one GPU per task, bound to it (the rank sees it as device 0), when
+// the allocation holds GPUs Slurm knows of and each rank may have its own.
+void add_srun_gpus(LaunchPlan& plan, const Recipe& r, const SlurmAllocation& a, std::vector<std::string>& cmd) {
+  if (r.train.device != DeviceKind::cuda) return;
+  if (a.gpus_per_node == 0) {
+    plan.notes.push_back(
+        "the allocation holds no GPUs Slurm manages (SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS, SLURM_GPUS_PER_NODE "
+        "unset): srun asks for none, each rank takes local rank mod the CUDA devices it sees");
+    return;
+  }
+  if (r.launch.share_devices) {
+    plan.notes.push_back(fmt::format(
+        "launch.share_devices: srun asks for no GPU per task; the {} rank(s) of a node share its {} GPU(s) ({}), "
+        "each taking local rank mod {}",
+        plan.ranks_per_node, a.gpus_per_node, a.gpus_source, a.gpus_per_node));
+    return;
+  }
+  cmd.insert(cmd.end(), {"--gpus-per-task=1", "--gpu-bind=per_task:1"});
+  plan.notes.push_back(fmt::format(
+      "train.device cuda: one of the allocation's {} GPU(s) per node ({}) per rank, bound to it (it is the rank's "
+      "device 0)",
+      a.gpus_per_node, a.gpus_source));
 }
 
 void add_mpirun_env(LaunchPlan& plan, const PlanInputs& in) {
@@ -66,7 +98,23 @@ PlanInputs plan_inputs(const parallel::LaunchEnv& env, bool rank_program) {
   in.root = geteuid() == 0;
   in.cma_available = cma_works();
   in.rank_program = rank_program;
+  in.forwarded_env = forwarded_env_names(environ);
   return in;
+}
+
+std::vector<std::string> forwarded_env_names(const char* const* entries) {
+  std::vector<std::string> names;
+  for (const char* const* e = entries; e && *e; ++e) {
+    const std::string_view entry = *e;
+    const std::string_view name = entry.substr(0, entry.find('='));
+    const bool wanted = name == "CUDA_VISIBLE_DEVICES" || name == "LLMTRAIN_SIM_DEVICES" || name.starts_with("NCCL_");
+    const bool word = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                      std::all_of(name.begin(), name.end(),
+                                  [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (wanted && word && std::find(names.begin(), names.end(), name) == names.end()) names.emplace_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 WorldInfo planned_world(const Recipe& r, const parallel::LaunchEnv& env) {
@@ -161,6 +209,7 @@ LaunchPlan plan_launch(const Recipe& r, const PlanInputs& in, const std::vector<
     plan.env.push_back({"OMP_NUM_THREADS", std::to_string(threads)});
     plan.notes.push_back(fmt::format("inside Slurm job {}: ranks start through srun --mpi=pmix on the allocation",
                                      a.job_id.empty() ? env.slurm_job_id : a.job_id));
+    add_srun_gpus(plan, r, a, cmd);
     if (!r.launch.hostfile.empty()) {
       plan.blocker = fmt::format(
           "launch.hostfile is set ({}), but this runs inside Slurm job {}, whose nodes are "
@@ -190,7 +239,7 @@ LaunchPlan plan_launch(const Recipe& r, const PlanInputs& in, const std::vector<
            "--mca",
            "plm_rsh_agent",
            agent};
-    add_mpirun_common(plan, cmd);
+    add_mpirun_common(plan, in, cmd);
     add_mpirun_env(plan, in);
     plan.notes.push_back(fmt::format(
         "{} hosts × {} ranks over ssh; threads per rank from this host's {} cores{}", plan.nodes, plan.ranks_per_node,
@@ -217,7 +266,7 @@ LaunchPlan plan_launch(const Recipe& r, const PlanInputs& in, const std::vector<
       plan.notes.push_back(
           fmt::format("{} threads per rank: binding off so a rank's threads may use its cores", plan.threads_per_rank));
     }
-    add_mpirun_common(plan, cmd);
+    add_mpirun_common(plan, in, cmd);
     add_mpirun_env(plan, in);
     if (plan.world_size == 1)
       plan.notes.push_back(in.rank_program ? "one rank of the given program, under mpirun"

@@ -40,6 +40,9 @@ struct PlanInputs {
   bool root = false;          // Open MPI refuses root unless told it is intended
   bool cma_available = true;  // cross-memory attach (process_vm_readv) works; containers often block it
   bool rank_program = false;  // ranks run a program other than `llmtrain run` (`run RECIPE -- PROGRAM ...`)
+  // Variables mpirun passes on to every rank, also on other hosts (`-x NAME`): CUDA_VISIBLE_DEVICES,
+  // LLMTRAIN_SIM_DEVICES and every NCCL_* variable set in this process's environment.
+  std::vector<std::string> forwarded_env;
 };
 
 PlanInputs plan_inputs(const parallel::LaunchEnv& env, bool rank_program = false);
@@ -84,6 +87,10 @@ LaunchPlan plan_launch(const Recipe& resolved, const parallel::LaunchEnv& env,
                        const std::vector<std::string>& rank_argv);
 
 std::string shell_quote(const std::string& arg);
+
+// The names forwarded_env holds, from an environment's "NAME=value" entries (environ): names that
+// are not [A-Za-z_][A-Za-z0-9_]* are left out (mpirun's -x could not pass them).
+std::vector<std::string> forwarded_env_names(const char* const* environ_entries);
 
 // The names of the environment variables the supervisor sets for every attempt and mpirun
 // exports to every rank (`-x`): the restart count, as torchrun's TORCHELASTIC_RESTART_COUNT.

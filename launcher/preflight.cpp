@@ -47,20 +47,24 @@ void check_program(const std::string& program, const std::string& what, const st
         hint);
 }
 
+// Local mpirun: this host's devices are the ranks' devices, checked before they start (each rank
+// checks again, on its own node, when it takes its device: kernels/device_select.h).
 void check_devices(const Recipe& r, const LaunchPlan& plan) {
   if (r.train.device != DeviceKind::cuda) return;
   kernels::CudaInfo cuda = kernels::cuda_info();
   const int have = static_cast<int>(cuda.devices.size());
-  if (have >= plan.ranks_per_node) return;
+  if (have >= plan.ranks_per_node || (have > 0 && r.launch.share_devices)) return;
   std::string why = cuda.unavailable_reason.empty() ? "" : fmt::format(" ({})", cuda.unavailable_reason);
   throw environment_error(
       fmt::format("train.device is cuda and {} rank(s) run on this host (launch.procs_per_node {}), but {} CUDA "
                   "device(s) are visible{}",
                   plan.ranks_per_node, r.launch.procs_per_node, have, why),
-      have == 0 ? "run on a machine with NVIDIA GPUs (`llmtrain env` lists what this one has), or use train.device: cpu"
-                : fmt::format("each rank needs its own GPU: set launch.procs_per_node to {} or fewer, or check "
-                              "CUDA_VISIBLE_DEVICES",
-                              have));
+      have == 0 ? (cuda.simulator ? "set LLMTRAIN_SIM_DEVICES to a whole number of simulated devices, or unset it"
+                                  : "run on a machine with NVIDIA GPUs (`llmtrain env` lists what this one has), or "
+                                    "use train.device: cpu")
+                : fmt::format("each rank needs its own device: set launch.procs_per_node to {} or fewer, check "
+                              "CUDA_VISIBLE_DEVICES, or let ranks share devices with launch.share_devices: true{}",
+                              have, cuda.simulator ? " (the simulator shows LLMTRAIN_SIM_DEVICES devices)" : ""));
 }
 
 void check_slurm(const Recipe& r, const LaunchPlan& plan, const SlurmAllocation& a) {
@@ -77,6 +81,13 @@ void check_slurm(const Recipe& r, const LaunchPlan& plan, const SlurmAllocation&
         fmt::format("the recipe needs {} but {} has {} task(s) (SLURM_NTASKS={})", world, job, a.ntasks, a.ntasks),
         "allocate --ntasks-per-node equal to launch.procs_per_node (`llmtrain sbatch` does), or change "
         "launch.procs_per_node");
+  if (r.train.device == DeviceKind::cuda && a.gpus_per_node > 0 && a.gpus_per_node < plan.ranks_per_node &&
+      !r.launch.share_devices)
+    throw Error(fmt::format("train.device is cuda with {} ranks per node, but {} has {} GPU(s) per node ({}): srun "
+                            "would wait forever for a GPU per rank",
+                            plan.ranks_per_node, job, a.gpus_per_node, a.gpus_source),
+                "allocate a GPU per rank (--gpus-per-node equal to launch.procs_per_node; `llmtrain sbatch` does), "
+                "lower launch.procs_per_node, or let ranks share devices with launch.share_devices: true");
   const int cpus = a.min_cpus_per_node();
   const int need = plan.ranks_per_node * plan.threads_per_rank;
   if (cpus > 0 && need > cpus)
@@ -211,7 +222,7 @@ void preflight_check(const Recipe& r, const LaunchPlan& plan, const PreflightOpt
     if (!plan.rank_argv.empty())
       check_program(plan.rank_argv.front(), "the program every rank runs", "check the path of the rank program");
   }
-  if (opt.check_devices && plan.mode != LaunchMode::ssh_mpirun) check_devices(r, plan);
+  if (opt.check_devices && plan.mode == LaunchMode::local_mpirun) check_devices(r, plan);
   if (plan.mode == LaunchMode::slurm_srun) check_slurm(r, plan, slurm_allocation_from_env());
   if (plan.mode == LaunchMode::ssh_mpirun) check_ssh(r, plan, opt);
   // Last: these create the run's folders, which a job refused by the checks above must not leave behind.

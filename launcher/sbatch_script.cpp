@@ -34,11 +34,13 @@ std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
   const int ppn = r.launch.procs_per_node;
   const bool cuda = r.train.device == DeviceKind::cuda;
   int gpus = q.gpus_per_node >= 0 ? q.gpus_per_node : cuda ? ppn : 0;
-  if (cuda && gpus < ppn)
+  if (cuda && (gpus < 1 || (gpus < ppn && !r.launch.share_devices)))
     throw Error(fmt::format("train.device is cuda with launch.procs_per_node {} ranks per node, but --gpus-per-node "
                             "is {}",
                             ppn, gpus),
-                "each rank needs its own GPU: --gpus-per-node must be at least launch.procs_per_node");
+                gpus < 1 ? "a cuda run needs GPUs: give --gpus-per-node at least 1"
+                         : "each rank needs its own GPU: --gpus-per-node must be at least launch.procs_per_node, or "
+                           "let ranks share devices with launch.share_devices: true");
   const int cpus_per_task = q.cpus_per_task > 0 ? q.cpus_per_task : r.train.threads;
   const std::string time = q.time.empty() ? r.launch.slurm.time : q.time;
   const std::string partition = q.partition.empty() ? r.launch.slurm.partition : q.partition;
@@ -75,7 +77,15 @@ std::string sbatch_script(const Recipe& r, const SbatchRequest& q) {
     s += fmt::format("#SBATCH --cpus-per-task={}\n", cpus_per_task);
   else
     s += "#SBATCH --exclusive              # whole nodes: threads per rank = the node's CPUs / ranks per node\n";
-  if (gpus > 0) s += fmt::format("#SBATCH --gpus-per-node={}\n", gpus);
+  if (gpus > 0) {
+    std::string why;  // how the ranks use them (srun inside the job: launch_plan.cpp)
+    if (cuda && gpus < ppn)
+      why = fmt::format("    # launch.share_devices: each rank takes GPU local_rank mod {}", gpus);
+    else if (cuda)
+      why = r.launch.share_devices ? "    # srun gives the ranks of a node these GPUs to share"
+                                   : "    # srun gives each rank one of them (--gpus-per-task=1)";
+    s += fmt::format("#SBATCH --gpus-per-node={}{}\n", gpus, why);
+  }
   if (!time.empty()) s += fmt::format("#SBATCH --time={}\n", time);
   if (!partition.empty()) s += fmt::format("#SBATCH --partition={}\n", shell_quote(partition));
   if (!account.empty()) s += fmt::format("#SBATCH --account={}\n", shell_quote(account));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "common/strings.h"
 
@@ -51,6 +52,32 @@ int SlurmAllocation::min_cpus_per_node() const {
   return *std::min_element(cpus_per_node.begin(), cpus_per_node.end());
 }
 
+int slurm_gpus_per_node(const char* gpus_on_node, const char* job_gpus, const char* gpus_per_node,
+                        std::string* source) {
+  source->clear();
+  if (gpus_on_node && *gpus_on_node) {
+    const int n = to_int(gpus_on_node, 0);
+    if (n > 0) {
+      *source = std::string("SLURM_GPUS_ON_NODE=") + gpus_on_node;
+      return n;
+    }
+  }
+  if (job_gpus && *job_gpus) {  // "0,1,2,3": the ids of this node's GPUs
+    *source = std::string("SLURM_JOB_GPUS=") + job_gpus;
+    return static_cast<int>(split(job_gpus, ',').size());
+  }
+  if (gpus_per_node && *gpus_per_node) {  // "4" or "h100:4"
+    std::string_view v = gpus_per_node;
+    if (auto colon = v.rfind(':'); colon != std::string_view::npos) v = v.substr(colon + 1);
+    const int n = to_int(v, 0);
+    if (n > 0) {
+      *source = std::string("SLURM_GPUS_PER_NODE=") + gpus_per_node;
+      return n;
+    }
+  }
+  return 0;
+}
+
 SlurmAllocation slurm_allocation_from_env() {
   SlurmAllocation a;
   a.job_id = env_str("SLURM_JOB_ID");
@@ -61,6 +88,8 @@ SlurmAllocation slurm_allocation_from_env() {
   a.cpus_per_task = env_int("SLURM_CPUS_PER_TASK", 0);
   a.cpus_per_node = parse_slurm_counts(env_str("SLURM_JOB_CPUS_PER_NODE"));
   a.restart_count = env_int("SLURM_RESTART_COUNT", 0);
+  a.gpus_per_node = slurm_gpus_per_node(std::getenv("SLURM_GPUS_ON_NODE"), std::getenv("SLURM_JOB_GPUS"),
+                                        std::getenv("SLURM_GPUS_PER_NODE"), &a.gpus_source);
   return a;
 }
 

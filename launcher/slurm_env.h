@@ -18,6 +18,10 @@ struct SlurmAllocation {
   int cpus_per_task = 0;           // SLURM_CPUS_PER_TASK; 0 when not given
   std::vector<int> cpus_per_node;  // SLURM_JOB_CPUS_PER_NODE expanded, one entry per node
   int restart_count = 0;           // SLURM_RESTART_COUNT: times the job was requeued
+  // GPUs the allocation holds on each node (Slurm's gres): SLURM_GPUS_ON_NODE, else the ids in
+  // SLURM_JOB_GPUS, else SLURM_GPUS_PER_NODE ("[type:]N"); 0 when it holds none Slurm knows of.
+  int gpus_per_node = 0;
+  std::string gpus_source;  // which variable said so, for messages: "SLURM_GPUS_ON_NODE=4"
 
   bool active() const { return !job_id.empty(); }
   // The fewest CPUs any node of the allocation has (0 when unknown).
@@ -25,6 +29,10 @@ struct SlurmAllocation {
 };
 
 SlurmAllocation slurm_allocation_from_env();
+
+// The GPUs per node from Slurm's variables (nullptr = unset), in the order above; 0 and "" when
+// none says. Pure, for tests.
+int slurm_gpus_per_node(const char* gpus_on_node, const char* job_gpus, const char* gpus_per_node, std::string* source);
 
 // Slurm's compressed count lists: "4(x2),2" -> {4, 4, 2}. Empty when malformed.
 std::vector<int> parse_slurm_counts(std::string_view text);

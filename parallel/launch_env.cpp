@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -41,6 +42,7 @@ LaunchEnv detect_launch_env() {
     e.local_rank = env_int("SLURM_LOCALID", 0);
     // SLURM_TASKS_PER_NODE may be "4(x2)"; the local count is the step's tasks on this node.
     e.local_size = env_int("SLURM_STEP_TASKS_PER_NODE", env_int("SLURM_NTASKS_PER_NODE", 1));
+    e.gpus_per_task = std::max(0, env_int("SLURM_GPUS_PER_TASK", 0));
   } else if (env("SLURM_STEP_ID") && env("SLURM_PROCID") && env_int("SLURM_NTASKS", 1) > 1) {
     e.launcher = Launcher::srun_no_pmix;
     e.rank = env_int("SLURM_PROCID", 0);

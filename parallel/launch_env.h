@@ -21,6 +21,9 @@ struct LaunchEnv {
   int local_rank = 0;
   int local_size = 1;
   std::string slurm_job_id;  // set inside a Slurm allocation (batch script, salloc, srun)
+  // srun --gpus-per-task (SLURM_GPUS_PER_TASK, srun_pmix only): the devices this rank sees are its
+  // own, not shared with the other ranks of its node; 0 otherwise (kernels/device_select.h).
+  int gpus_per_task = 0;
 
   bool is_rank() const { return launcher == Launcher::mpirun || launcher == Launcher::srun_pmix; }
   bool in_slurm_allocation() const { return !slurm_job_id.empty(); }

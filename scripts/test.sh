@@ -48,7 +48,7 @@ if (($# == 0)); then
   t0=$SECONDS
   sim=${LLMTRAIN_SIM_BUILD_DIR:-build-sim}
   cmake -S . -B "$sim" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_CUDA=SIM -DLLMTRAIN_TESTS=ON >/dev/null
-  cmake --build "$sim" -j "$jobs" --target test_cuda_sim test_step_sync_sim test_kernels llmtrain
+  cmake --build "$sim" -j "$jobs" --target test_cuda_sim test_step_sync_sim test_comm_staged_sim test_kernels test_device_select llmtrain
   (cd "$sim" && ctest --output-on-failure -j "$jobs" -L cuda_sim "${label_filter[@]}") || status=1
   echo "test: the simulator build and its tests took $((SECONDS - t0)) s"
 fi

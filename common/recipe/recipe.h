@@ -163,6 +163,9 @@ struct LaunchConfig {
   // No rank making progress (a step, or a change of phase) for this long ends the job, naming the
   // ranks behind and the collective they are in, and restarts it when max_restarts allows. 0 = off.
   double hang_timeout_s = 600.0;
+  // train.device cuda: a rank takes device local_rank mod (the devices it sees); more local ranks
+  // than devices is refused unless this lets them share (tests on one GPU or the simulator).
+  bool share_devices = false;
   SlurmConfig slurm;
   SshConfig ssh;
 };

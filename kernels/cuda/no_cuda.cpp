@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/device_select.h"
 
 namespace llmtrain::kernels {
 
@@ -12,6 +13,15 @@ CudaInfo cuda_info() {
   c.unavailable_reason = "this build has no CUDA backend (configured with LLMTRAIN_CUDA=OFF or CUDA not found)";
   return c;
 }
+
+[[noreturn]] static void no_device() {
+  throw Error("this build has no CUDA backend: it cannot hold a CUDA device",
+              "use train.device: cpu, or build with the CUDA backend (cmake -DLLMTRAIN_CUDA=ON, or -DLLMTRAIN_CUDA=SIM "
+              "for the simulator)");
+}
+
+void device_make_current(int) { no_device(); }
+int device_current() { no_device(); }
 
 namespace cuda {
 

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/storage.h"
+#include "kernels/device_select.h"
 
 namespace llmtrain::kernels::cuda {
 
@@ -123,3 +124,16 @@ void* device_scratch(int slot, size_t bytes) {
 }
 
 }  // namespace llmtrain::kernels::cuda
+
+namespace llmtrain::kernels {
+
+// kernels/device_select.h's backend half: cudaSetDevice is per host thread.
+void device_make_current(int ordinal) { LT_CUDA(cudaSetDevice(ordinal)); }
+
+int device_current() {
+  int ordinal = -1;
+  LT_CUDA(cudaGetDevice(&ordinal));
+  return ordinal;
+}
+
+}  // namespace llmtrain::kernels

@@ -16,6 +16,8 @@ source "$SRC/tests/parallel/mpi_env.sh"
 use_python
 prep_fortunes
 mode=${3:-ci}
+# Each rank holds a simulated device of its own (local rank mod 4), as on a node with 4 GPUs.
+export LLMTRAIN_SIM_DEVICES=4
 
 common=(--set model.seq_len=64 --set train.micro_batch=1 --set train.global_batch=2 --set train.steps=3
         --set train.threads=1 --set parallel.dp=auto --set data.train=data/train --set data.valid=data/valid

@@ -7,8 +7,11 @@
 #     cuda (steps 9-10), each continuing on the uninterrupted CPU run's losses (within 1e-5);
 #  3. bf16 on cuda takes bf16's CPU steps (3) within 16-bit rounding: losses and parameters within
 #     5e-3 (measured: losses 6e-6, parameters 2e-3; Adam turns rounding noise in near-zero gradients
-#     into ±lr steps). fp16 is measured in docs/cuda.md, not here: each simulated step costs seconds.
-# Multi-rank layouts on cuda: tests/e2e/cuda_layouts_sim.sh.
+#     into ±lr steps). fp16 is measured in docs/cuda.md, not here: each simulated step costs seconds;
+#  4. a device per rank: the one-rank run's header names its device; 2 ranks through mpirun on
+#     LLMTRAIN_SIM_DEVICES=2 take cuda:0 and cuda:1; on one device they are refused before they
+#     start, naming both counts, unless launch.share_devices; a malformed count is an error.
+# Multi-rank training on cuda: tests/e2e/cuda_layouts_sim.sh.
 source "$(dirname "$0")/lib.sh"
 use_python
 prep_fortunes
@@ -38,9 +41,11 @@ run_cmd "cuda's step 5 resumed on cpu" train cuda2cpu --set train.device=cpu --s
 expect_status 0
 expect_out "resuming from"
 compare "cuda's checkpoint continues on cpu" cuda2cpu cpu --first 6 --last 10 --tol 1e-5
-run_cmd "cpu's step 8 resumed on cuda" train cpu2cuda --set train.device=cuda --set checkpoint.resume=cpu/ckpt/step_00000008
+run_cmd "cpu's step 8 resumed on cuda" env LLMTRAIN_SIM_DEVICES=2 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" \
+  "${common[@]}" --set log.dir=cpu2cuda --set train.device=cuda --set checkpoint.resume=cpu/ckpt/step_00000008
 expect_status 0
 expect_out "resuming from"
+expect_out "device: rank 0 holds cuda:0 (SIMT simulator (kernels/cuda/sim), on the CPU), local rank 0 of 1 → 0 mod 2 visible, LLMTRAIN_SIM_DEVICES=2"
 compare "cpu's checkpoint continues on cuda" cpu2cuda cpu --first 9 --last 10 --tol 1e-5
 
 # 3. bf16: cuda against the cpu, 3 steps.
@@ -51,4 +56,20 @@ for d in cpu cuda; do
 done
 compare "bf16: cuda takes the cpu's steps within 16-bit rounding" bf16-cuda bf16-cpu --last 3 --tol 5e-3
 
+# 4. A device per rank (no training: every rank runs `llmtrain env`, which names the device it takes).
+ranks() { "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --nproc 2 --set train.device=cuda --set log.dir=ranks "$@" -- "$LLMTRAIN" env; }
+LLMTRAIN_SIM_DEVICES=2 run_cmd "2 ranks on LLMTRAIN_SIM_DEVICES=2" ranks
+expect_status 0
+expect_out "[rank 0] rank device: local rank 0 of 2 takes cuda:0 of 2 visible"
+expect_out "[rank 1] rank device: local rank 1 of 2 takes cuda:1 of 2 visible"
+run_cmd "2 ranks on 1 simulated device" ranks
+expect_status 1
+expect_out "train.device is cuda and 2 rank(s) run on this host (launch.procs_per_node 2), but 1 CUDA device(s) are visible"
+expect_out "launch.share_devices: true"
+run_cmd "2 ranks sharing 1 simulated device" ranks --set launch.share_devices=true
+expect_status 0
+expect_out "[rank 1] rank device: local rank 1 of 2: 2 local ranks > 1 visible device(s): refused unless launch.share_devices: true, which gives it cuda:0"
+run_cmd "a malformed LLMTRAIN_SIM_DEVICES" env LLMTRAIN_SIM_DEVICES=two "$LLMTRAIN" env
+expect_status 0
+expect_out 'devices:   none (LLMTRAIN_SIM_DEVICES="two": expected a whole number of simulated devices from 1 to 64)'
 finish

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include "common/error.h"
@@ -10,6 +11,7 @@
 using namespace llmtrain;
 using namespace llmtrain::launcher;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -171,4 +173,61 @@ TEST(LaunchPlan, ARankStartsNothing) {
   EXPECT_EQ(p.threads_per_rank, 2);
   in.rank_program = true;
   EXPECT_THAT(plan_launch(recipe(4), in, kArgv).blocker, HasSubstr("this process is already a rank"));
+}
+
+// train.device cuda inside an allocation with GPUs: one GPU per task, bound, so each rank sees its
+// own as device 0; with launch.share_devices or no GPUs Slurm knows of, srun asks for none.
+TEST(LaunchPlan, SrunAsksOneGpuPerTaskForCuda) {
+  PlanInputs in = machine(2);
+  in.env.slurm_job_id = "42";
+  in.slurm.job_id = "42";
+  in.slurm.nodes = 2;
+  in.slurm.cpus_per_node = {16, 16};
+  in.slurm.gpus_per_node = 4;
+  in.slurm.gpus_source = "SLURM_GPUS_ON_NODE=4";
+  Recipe r = recipe(4, 2);
+  r.train.device = DeviceKind::cuda;
+  LaunchPlan p = plan_launch(r, in, kArgv);
+  EXPECT_EQ(joined(p.command),
+            "srun --mpi=pmix --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=4 --kill-on-bad-exit=1 --label "
+            "--gpus-per-task=1 --gpu-bind=per_task:1 /bin/llmtrain run /r.yaml");
+  EXPECT_THAT(joined(p.notes), HasSubstr("(SLURM_GPUS_ON_NODE=4) per rank, bound to it"));
+
+  r.launch.share_devices = true;
+  p = plan_launch(r, in, kArgv);
+  EXPECT_THAT(joined(p.command), Not(HasSubstr("--gpus-per-task")));
+  EXPECT_THAT(joined(p.notes), HasSubstr("launch.share_devices: srun asks for no GPU per task"));
+
+  r.launch.share_devices = false;
+  in.slurm.gpus_per_node = 0;
+  p = plan_launch(r, in, kArgv);
+  EXPECT_THAT(joined(p.command), Not(HasSubstr("--gpu")));
+  EXPECT_THAT(joined(p.notes), HasSubstr("the allocation holds no GPUs Slurm manages"));
+
+  in.slurm.gpus_per_node = 4;  // a CPU run asks for no GPU
+  EXPECT_THAT(joined(plan_launch(recipe(4, 2), in, kArgv).command), Not(HasSubstr("--gpu")));
+}
+
+// Open MPI copies its environment only to the ranks of its own host: device and NCCL settings go
+// to every rank by name (never by value on the command line).
+TEST(LaunchPlan, MpirunPassesDeviceAndNcclVariablesOnByName) {
+  const char* environ_entries[] = {
+      "PATH=/bin", "NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=2,3", "NCCL_SOCKET_IFNAME=eth0;rm -rf ~",
+      "NCCLX=1",   "NCCL_BAD-NAME=1", "LLMTRAIN_SIM_DEVICES=2",   "NCCL_DEBUG=again",
+      nullptr};
+  const std::vector<std::string> names = forwarded_env_names(environ_entries);
+  EXPECT_EQ(names, (std::vector<std::string>{"CUDA_VISIBLE_DEVICES", "LLMTRAIN_SIM_DEVICES", "NCCL_DEBUG",
+                                             "NCCL_SOCKET_IFNAME"}));
+  PlanInputs in = machine(8);
+  in.forwarded_env = names;
+  const std::string local = plan_launch(recipe(2), in, kArgv).command_line();
+  EXPECT_THAT(local, HasSubstr("-x LLMTRAIN_FLIGHT_DIR -x CUDA_VISIBLE_DEVICES -x LLMTRAIN_SIM_DEVICES -x NCCL_DEBUG "
+                               "-x NCCL_SOCKET_IFNAME /bin/llmtrain run"));
+  EXPECT_THAT(local, Not(HasSubstr("eth0")));
+  std::string hosts = write_hostfile("n1 slots=2\nn2 slots=2\n");
+  Recipe r = recipe(2);
+  r.parallel.dp = 4;
+  r.launch.hostfile = hosts;
+  EXPECT_THAT(plan_launch(r, in, kArgv).command_line(), HasSubstr("-x CUDA_VISIBLE_DEVICES -x LLMTRAIN_SIM_DEVICES"));
+  std::remove(hosts.c_str());
 }

@@ -5,7 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
+#include "common/error.h"
+#include "launcher/child_process.h"
 #include "launcher/preflight.h"
 
 using namespace llmtrain::launcher;
@@ -33,6 +37,43 @@ TEST(Preflight, WriteTestNeverWritesThroughALink) {
   check_writable_dir(dir.string(), "log.dir");
   EXPECT_EQ(slurp(dir / "victim"), "precious");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), 1 + 5);  // its probe is gone
+  fs::remove_all(dir);
+}
+
+// Inside an allocation with fewer GPUs per node than ranks, srun's --gpus-per-task=1 would wait
+// forever: refused before it starts, naming both counts, unless the ranks may share the GPUs.
+TEST(Preflight, SlurmGpusFewerThanRanksPerNodeAreRefusedUnlessShared) {
+  if (find_program("srun").empty()) GTEST_SKIP() << "srun is not installed";
+  const fs::path dir = fs::path(::testing::TempDir()) / ("preflight_gpus_" + std::to_string(::getpid()));
+  llmtrain::Recipe r;
+  r.train.device = llmtrain::DeviceKind::cuda;
+  r.launch.procs_per_node = 4;
+  r.log.dir = (dir / "log").string();
+  r.checkpoint.dir = (dir / "ckpt").string();
+  LaunchPlan plan;
+  plan.mode = LaunchMode::slurm_srun;
+  plan.world_size = plan.ranks_per_node = 4;
+  plan.command = {"srun"};
+  const std::vector<std::pair<const char*, const char*>> vars = {{"SLURM_JOB_ID", "9"},
+                                                                 {"SLURM_JOB_NUM_NODES", "1"},
+                                                                 {"SLURM_NTASKS", "4"},
+                                                                 {"SLURM_JOB_CPUS_PER_NODE", "8"},
+                                                                 {"SLURM_GPUS_ON_NODE", "2"}};
+  for (const auto& [k, v] : vars) setenv(k, v, 1);
+  try {
+    preflight_check(r, plan);
+    ADD_FAILURE() << "4 ranks per node on 2 GPUs";
+  } catch (const llmtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.device is cuda with 4 ranks per node, but Slurm job 9 has 2 GPU(s) "
+                                         "per node (SLURM_GPUS_ON_NODE=2)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("launch.share_devices: true"), std::string::npos) << e.hint();
+  }
+  EXPECT_FALSE(fs::exists(dir));  // refused before the run's folders are made
+  r.launch.share_devices = true;
+  EXPECT_NO_THROW(preflight_check(r, plan));
+  for (const auto& [k, v] : vars) unsetenv(k);
   fs::remove_all(dir);
 }
 

@@ -69,7 +69,7 @@ TEST(SbatchScript, GpuJobAsksOneGpuPerRankAndHonoursFlagsOverTheRecipe) {
   q.signal_margin_s = 600;
   q.rank_command = {"/usr/bin/nvidia-smi", "-L"};
   std::string s = sbatch_script(r, q);
-  EXPECT_THAT(s, HasSubstr("#SBATCH --gpus-per-node=4\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --gpus-per-node=4    # srun gives each rank one of them (--gpus-per-task=1)\n"));
   EXPECT_THAT(s, HasSubstr("#SBATCH --cpus-per-task=6\n"));
   EXPECT_THAT(s, Not(HasSubstr("--exclusive")));
   EXPECT_THAT(s, HasSubstr("#SBATCH --time=2-00:00:00\n"));
@@ -90,9 +90,34 @@ TEST(SbatchScript, RefusesWhatCannotWork) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("launch.procs_per_node 4 ranks per node, but --gpus-per-node is 2"));
   }
+  try {
+    sbatch_script(r, q);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.hint(), HasSubstr("launch.share_devices: true"));
+  }
+  q.gpus_per_node = 0;
+  r.launch.share_devices = true;  // sharing still needs a GPU
+  EXPECT_THROW(sbatch_script(r, q), Error);
   r = recipe();
   r.launch.hostfile = "/hosts";
   EXPECT_THROW(sbatch_script(r, request()), Error);
+}
+
+// launch.share_devices: fewer GPUs per node than ranks is what the user asked for (one GPU testing
+// multi-rank code), and the header says how the ranks use them.
+TEST(SbatchScript, SharedDevicesAllowFewerGpusThanRanks) {
+  Recipe r = recipe();
+  r.train.device = DeviceKind::cuda;
+  r.launch.share_devices = true;
+  SbatchRequest q = request();
+  q.gpus_per_node = 1;
+  std::string s = sbatch_script(r, q);
+  EXPECT_THAT(s,
+              HasSubstr("#SBATCH --gpus-per-node=1    # launch.share_devices: each rank takes GPU local_rank mod 1\n"));
+  EXPECT_THAT(s, HasSubstr("#SBATCH --ntasks-per-node=4\n"));
+  q.gpus_per_node = -1;  // not given: one per rank, shared by srun's ranks all the same
+  EXPECT_THAT(sbatch_script(r, q), HasSubstr("#SBATCH --gpus-per-node=4    # srun gives the ranks of a node"));
 }
 
 TEST(SbatchScript, ValuesThatWouldEndAnSbatchLineAreRefused) {

@@ -35,3 +35,17 @@ TEST(SlurmEnv, ReadsTheAllocation) {
     unsetenv(v);
   EXPECT_FALSE(slurm_allocation_from_env().active());
 }
+
+// The allocation's GPUs per node decide whether srun asks for one per task (launch_plan.cpp).
+TEST(SlurmEnv, ReadsTheAllocationsGpusPerNode) {
+  std::string source;
+  EXPECT_EQ(slurm_gpus_per_node("4", "0,1,2,3", "4", &source), 4);
+  EXPECT_EQ(source, "SLURM_GPUS_ON_NODE=4");
+  EXPECT_EQ(slurm_gpus_per_node(nullptr, "2,5", nullptr, &source), 2);
+  EXPECT_EQ(source, "SLURM_JOB_GPUS=2,5");
+  EXPECT_EQ(slurm_gpus_per_node(nullptr, nullptr, "h100:8", &source), 8);
+  EXPECT_EQ(source, "SLURM_GPUS_PER_NODE=h100:8");
+  EXPECT_EQ(slurm_gpus_per_node("", "", "", &source), 0);  // none Slurm knows of
+  EXPECT_EQ(source, "");
+  EXPECT_EQ(slurm_gpus_per_node("x", nullptr, "gpu:", &source), 0);
+}

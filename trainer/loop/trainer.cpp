@@ -1,7 +1,9 @@
 #include "trainer/loop/trainer.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -36,13 +38,14 @@ namespace {
 // On cuda: the device's rated peak (kernels/gpu_peak.cpp; fp32 CUDA cores for fp32, dense tensor
 // cores for 16-bit), or where the table does not know the device (the simulator, which runs on the
 // CPU, included) the CPU's as below, saying so.
-kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
+kernels::CpuPeak peak_flops(const Recipe& r, int threads, int device) {
   if (r.log.peak_tflops > 0)
     return {r.log.peak_tflops * 1e12, fmt::format("{} TFLOP/s (log.peak_tflops)", r.log.peak_tflops)};
   std::string unknown_gpu;
   if (r.train.device == DeviceKind::cuda) {
     const kernels::CudaInfo cuda = kernels::cuda_info();
-    const std::string name = cuda.devices.empty() ? "" : cuda.devices[0].name;
+    const size_t held = device >= 0 ? size_t(device) : 0;  // the device this rank holds
+    const std::string name = held < cuda.devices.size() ? cuda.devices[held].name : "";
     const std::optional<kernels::GpuPeak> gpu = kernels::gpu_peak_lookup(name);
     const bool wide = r.train.precision == Precision::fp32;
     if (gpu && (wide ? gpu->fp32 : gpu->bf16_dense) > 0) {
@@ -63,6 +66,21 @@ kernels::CpuPeak peak_flops(const Recipe& r, int threads) {
                                   {rows, mc.padded_vocab() / tp, d}});
   peak.how += unknown_gpu;
   return peak;
+}
+
+// The header's devices: rank 0's in full, and every rank's ordinal (each chose its own from its
+// local rank, kernels/device_select.h). Collective on `world`: every rank calls it.
+void log_devices(const TrainContext& ctx, parallel::Comm& world) {
+  int32_t mine = ctx.device;
+  std::vector<int32_t> all(size_t(world.size()), -1);
+  world.all_gather(kernels::Tensor(&mine, kernels::DType::int32, {1}),
+                   kernels::Tensor(all.data(), kernels::DType::int32, {int64_t(all.size())}));
+  log_progress("device: rank 0 holds {}", ctx.device_text);
+  if (world.size() == 1) return;
+  std::vector<std::string> ranks;
+  for (size_t i = 0; i < all.size() && i < 64; ++i) ranks.push_back(fmt::format("{}:cuda:{}", i, all[i]));
+  if (all.size() > 64) ranks.push_back(fmt::format("... ({} ranks)", all.size()));
+  log_progress("devices by rank: {}", join(ranks, " "));
 }
 
 // The run directory: the resolved recipe and the log. Rank 0 writes; the others log to stderr.
@@ -97,6 +115,7 @@ int train(const TrainContext& ctx) {
   if (root) open_run_directory(r, ctx.recipe_yaml, fsys);
   log_progress("llmtrain run {}: {} rank(s) = {}, {} thread(s) per rank", r.name, world.size(),
                parallel::Mesh::describe(ctx.mesh->shape()), ctx.threads);
+  if (ctx.device >= 0) log_devices(ctx, world);
 
   // Data: this data-parallel rank's share of every global batch.
   parallel::set_progress(0, parallel::Phase::load);
@@ -133,7 +152,7 @@ int train(const TrainContext& ctx) {
     return kExitOk;
   }
 
-  const kernels::CpuPeak rank_peak = peak_flops(r, ctx.threads);
+  const kernels::CpuPeak rank_peak = peak_flops(r, ctx.threads, ctx.device);
   const double peak = rank_peak.flops * world.size();
   log_progress(
       "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {} "

@@ -25,7 +25,11 @@ struct TrainContext {
   std::string recipe_yaml;         // the resolved recipe as YAML (run directory, checkpoints)
   const parallel::Mesh* mesh = nullptr;
   parallel::MeshComms* comms = nullptr;
-  int threads = 1;           // CPU threads for this rank
+  int threads = 1;  // CPU threads for this rank
+  // train.device cuda: the device this rank holds (kernels::device_select, made current before
+  // train() runs) and its description for the run's header; -1 when the caller selected none.
+  int device = -1;
+  std::string device_text;
   FileSystem* fs = nullptr;  // checkpoint writes (tests inject faults); null = the real one
 };
 

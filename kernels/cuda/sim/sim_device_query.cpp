@@ -1,8 +1,11 @@
-// cuda_info() in the simulator build (LLMTRAIN_CUDA=SIM): one simulated device, and the words
-// that say so wherever devices are listed (`llmtrain env`, pre-flight checks).
+// cuda_info() in the simulator build (LLMTRAIN_CUDA=SIM): LLMTRAIN_SIM_DEVICES simulated devices
+// (one by default; kernels/cuda/sim/sim_devices.h), and the words that say so wherever devices are
+// listed (`llmtrain env`, pre-flight checks, the device a rank holds). A malformed
+// LLMTRAIN_SIM_DEVICES leaves the list empty with the reason.
 #include <cuda_runtime_api.h>
 
 #include "kernels/backend_info.h"
+#include "kernels/cuda/sim/sim_devices.h"
 
 namespace llmtrain::kernels {
 
@@ -14,7 +17,10 @@ CudaInfo cuda_info() {
   c.runtime_version = CUDART_VERSION;
   c.driver_version = 0;
   c.gemm = "llmtrain's tiled GEMM (the simulator has no cuBLASLt)";
-  c.devices.push_back({0, "SIMT simulator (kernels/cuda/sim), on the CPU", 0, 0, 0, 1});
+  const cuda_sim::SimDevices sim = cuda_sim::sim_devices();
+  c.unavailable_reason = sim.error;
+  for (int i = 0; i < sim.count; ++i)
+    c.devices.push_back({i, "SIMT simulator (kernels/cuda/sim), on the CPU", 0, 0, 0, 1});
   return c;
 }
 

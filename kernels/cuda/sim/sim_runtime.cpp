@@ -1,6 +1,7 @@
 // The simulated device's runtime: the subset of CUDA's runtime API (cuda_runtime_api.h, NVIDIA's
-// declarations) that llmtrain calls, implemented on the host: device memory, errors, the device's
-// identity (streams, events and copies are kernels/cuda/sim/sim_streams.cpp). Device memory is
+// declarations) that llmtrain calls, implemented on the host: device memory, errors, the devices'
+// identity (LLMTRAIN_SIM_DEVICES devices, sim_devices.h, one by default, over one simulated
+// memory; streams, events and copies are kernels/cuda/sim/sim_streams.cpp). Device memory is
 // mapped with no access except while a kernel or a copy runs.
 //
 // The rule a reader could get wrong: a device pointer is never host-readable here. Each
@@ -18,6 +19,7 @@
 #include <mutex>
 
 #include "kernels/cuda/sim/sim_counters.h"
+#include "kernels/cuda/sim/sim_devices.h"
 #include "kernels/cuda/sim/sim_internal.h"
 
 namespace llmtrain::cuda_sim {
@@ -189,17 +191,28 @@ const char* cudaGetErrorString(cudaError_t error) {
   }
 }
 
+// LLMTRAIN_SIM_DEVICES devices (sim_devices.h); a malformed value fails the count. The current
+// device is per host thread, as in CUDA; every ordinal shares this process's one simulated memory.
+static thread_local int tl_current_device = 0;
+
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return fail(cudaErrorInvalidValue);
-  *count = 1;
+  const llmtrain::cuda_sim::SimDevices d = llmtrain::cuda_sim::sim_devices();
+  *count = d.count;
+  return d.error.empty() ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  const llmtrain::cuda_sim::SimDevices d = llmtrain::cuda_sim::sim_devices();
+  if (!d.error.empty()) return fail(cudaErrorInvalidValue);
+  if (device < 0 || device >= d.count) return fail(cudaErrorInvalidDevice);
+  tl_current_device = device;
   return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
-
 cudaError_t cudaGetDevice(int* device) {
   if (device == nullptr) return fail(cudaErrorInvalidValue);
-  *device = 0;
+  *device = tl_current_device;
   return cudaSuccess;
 }
 

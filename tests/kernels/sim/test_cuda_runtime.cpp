@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -50,6 +52,36 @@ TEST(CudaRuntime, ABadLaunchIsAnErrorNamingTheKernel) {
   EXPECT_NE(what.find("the launch of deadlock_kernel"), std::string::npos) << what;
   EXPECT_NE(what.find("cudaErrorInvalidConfiguration"), std::string::npos) << what;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the check consumed it
+}
+
+// LLMTRAIN_SIM_DEVICES=N: the runtime counts N devices and accepts ordinals below N, per host
+// thread as CUDA does; a malformed value fails the count instead of quietly being 1.
+TEST(CudaRuntime, SimulatedDeviceCountComesFromTheEnvironment) {
+  setenv("LLMTRAIN_SIM_DEVICES", "3", 1);
+  int count = 0, current = -1;
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(count, 3);
+  EXPECT_EQ(cudaSetDevice(2), cudaSuccess);
+  EXPECT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 2);
+  std::thread([] {
+    int other = -1;
+    cudaGetDevice(&other);
+    EXPECT_EQ(other, 0);  // another host thread has its own current device
+  }).join();
+  EXPECT_EQ(cudaSetDevice(3), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaSetDevice(-1), cudaErrorInvalidDevice);
+  cudaGetLastError();
+  setenv("LLMTRAIN_SIM_DEVICES", "many", 1);
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaErrorInvalidValue);
+  cudaGetLastError();
+  EXPECT_EQ(cuda_info().unavailable_reason,
+            "LLMTRAIN_SIM_DEVICES=\"many\": expected a whole number of simulated devices from 1 to 64");
+  unsetenv("LLMTRAIN_SIM_DEVICES");
+  EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(count, 1);
 }
 
 TEST(CudaRuntime, EnvironmentReportsTheSimulator) {
