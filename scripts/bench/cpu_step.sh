@@ -31,10 +31,8 @@ while (($#)); do
 done
 python=/usr/bin/python3
 bench=$build/tests/step_bench
-if [[ ! -x $bench ]]; then
-  echo "building $bench"
-  cmake --build "$build" --target step_bench -j "$(nproc)" >/dev/null
-fi
+# Not part of the default build (scripts/test.sh): built (or brought up to date) here.
+cmake --build "$build" --target step_bench -j "$(nproc)" >/dev/null
 export OMP_WAIT_POLICY=PASSIVE MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=4294967296
 unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
 
