@@ -25,6 +25,7 @@ struct StagedOp {
 
   std::string what;  // "all_reduce of 4096 bf16", for errors
   State state = State::staging;
+  bool ordered = false;           // the communication stream waits for the compute stream's work before it
   bool staged_on_device = false;  // its input went through the communication stream
   DeviceEvent staged;             // recorded behind the copies of the inputs
   std::function<WorkHandle()> start;
@@ -201,13 +202,22 @@ class StagedComm final : public Comm {
   Tensor stage_in(StagedOp& op, const Tensor& t) {
     Tensor h = host_side(op, t);
     if (t.device == Device::cpu) return h;
-    if (!stream_) stream_ = std::make_unique<kernels::DeviceStream>();
-    DeviceEvent written;
-    written.record_compute();
-    written.make_wait(*stream_);
+    order_after_compute(op);
     stream_->copy_async(h, t);
     op.staged_on_device = true;
     return h;
+  }
+
+  // Makes the communication stream's work from here on wait for the compute stream's work queued
+  // so far, once per operation: its inputs are written, and nothing queued before it (a new
+  // buffer's zero fill, say) can land on its outputs after the copy back.
+  void order_after_compute(StagedOp& op) {
+    if (op.ordered) return;
+    if (!stream_) stream_ = std::make_unique<kernels::DeviceStream>();
+    DeviceEvent queued;
+    queued.record_compute();
+    queued.make_wait(*stream_);
+    op.ordered = true;
   }
 
   WorkHandle submit(const std::shared_ptr<StagedOp>& op, std::function<WorkHandle()> start,
@@ -215,7 +225,10 @@ class StagedComm final : public Comm {
     if (op->staged_on_device) op->staged.record(*stream_);
     op->start = std::move(start);
     for (auto& [dst, src] : results)
-      if (dst.device == Device::cuda) op->copy_back.emplace_back(dst, src);
+      if (dst.device == Device::cuda) {
+        order_after_compute(*op);
+        op->copy_back.emplace_back(dst, src);
+      }
     pending_.push_back(op);
     advance();
     return std::make_unique<StagedWork>(this, op);

@@ -4,7 +4,8 @@
 //
 // One operation on device tensors goes:
 //   1. an event recorded on the compute stream behind the work queued so far, which the
-//      communication stream waits for: the input is written;
+//      communication stream waits for: the input is written, and nothing queued before the call
+//      (a new output buffer's zero fill, say) lands on the output after step 4;
 //   2. the input copied to pinned host memory on the communication stream, and an event behind it;
 //   3. once that event is done (progress() polls it, never blocking), the host operation starts;
 //   4. once the host operation is done, the result copied back on the communication stream, and an
