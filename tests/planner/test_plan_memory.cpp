@@ -85,8 +85,14 @@ TEST_F(PlanMemory, PredictedPeakPerRankIsWithinTenPercentOfTheMeasured) {
 TEST_F(PlanMemory, AsyncCheckpointSnapshotIsWhatEachRankWrites) {
   recipe_.model.layers = 4;
   const std::vector<Case> cases = {
-      {1, 1, 2, 0},    {1, 1, 4, 1}, {1, 1, 2, 2, Precision::bf16}, {1, 1, 2, 3},
-      {2, 1, 1, 0},    {1, 2, 1, 0}, {2, 2, 1, 0, Precision::bf16},  {1, 2, 2, 1},
+      {1, 1, 2, 0},
+      {1, 1, 4, 1},
+      {1, 1, 2, 2, Precision::bf16},
+      {1, 1, 2, 3},
+      {2, 1, 1, 0},
+      {1, 2, 1, 0},
+      {2, 2, 1, 0, Precision::bf16},
+      {1, 2, 2, 1},
       {2, 1, 2, 3, Precision::bf16},
   };
   for (const Case& c : cases) {
@@ -108,13 +114,16 @@ TEST_F(PlanMemory, AsyncCheckpointSnapshotIsWhatEachRankWrites) {
     });
     int64_t total = 0;
     for (int rank = 0; rank < world; ++rank) {
-      SCOPED_TRACE(fmt::format("tp {} pp {} dp {} zero {} {}: rank {}", c.tp, c.pp, c.dp, c.zero,
-                               to_string(c.precision), rank));
+      SCOPED_TRACE(
+          fmt::format("tp {} pp {} dp {} zero {} {}: rank {}", c.tp, c.pp, c.dp, c.zero, to_string(c.precision), rank));
       if (c.zero == 0)
         EXPECT_EQ(planned[rank], written[rank]);
       else
         EXPECT_GE(planned[rank], written[rank]);
       total += written[rank];
+      std::printf("tp %d pp %d dp %d zero %d %s rank %d: snapshot planned %lld B, written %lld B\n", c.tp, c.pp, c.dp,
+                  c.zero, to_string(c.precision), rank, static_cast<long long>(planned[rank]),
+                  static_cast<long long>(written[rank]));
     }
     EXPECT_GT(total, 0);
   }

@@ -129,9 +129,8 @@ AsyncSaveResult AsyncCheckpointWriter::start(const CheckpointMeta& meta, const s
   job->held_s = now_s() - t0;
   out.held_s = job->held_s;
   try {
-    job->thread = std::thread([job, hook = hook_, &fsys = fs_, rank = world_.rank()] {
-      write_job(*job, hook, fsys, rank);
-    });
+    job->thread =
+        std::thread([job, hook = hook_, &fsys = fs_, rank = world_.rank()] { write_job(*job, hook, fsys, rank); });
   } catch (const std::system_error&) {
     // No thread to be had: write on this one (the commit's agreement is the same).
     write_job(*job, hook_, fs_, world_.rank());

@@ -43,10 +43,10 @@ namespace llmtrain::trainer {
 // A save that left the training thread: committed (path set) or failed (error set).
 struct AsyncSaveResult {
   int64_t step = 0;
-  std::string path;   // the step directory, when committed
-  std::string error;  // why it was not committed ("" when it was), naming the rank and path
-  double held_s = 0;  // the step boundary held for the snapshot (and preparing the directory)
-  double write_s = 0;  // this rank's background write, from its start to its end
+  std::string path;     // the step directory, when committed
+  std::string error;    // why it was not committed ("" when it was), naming the rank and path
+  double held_s = 0;    // the step boundary held for the snapshot (and preparing the directory)
+  double write_s = 0;   // this rank's background write, from its start to its end
   double commit_s = 0;  // the commit on the training thread (the wait for the writer included)
   bool committed() const { return error.empty(); }
 };
@@ -97,8 +97,8 @@ class AsyncCheckpointWriter {
   parallel::Comm& world_;
   double timeout_s_;
   WriterHook hook_;
-  std::shared_ptr<Job> job_;               // the save in flight
-  std::vector<kernels::Buffer> spare_;     // the snapshot's buffers between saves (reused)
+  std::shared_ptr<Job> job_;            // the save in flight
+  std::vector<kernels::Buffer> spare_;  // the snapshot's buffers between saves (reused)
   int64_t snapshot_bytes_ = 0;
 };
 

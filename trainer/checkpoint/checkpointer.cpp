@@ -198,9 +198,10 @@ double Checkpointer::save(const RunPosition& at) {
     const AsyncSaveResult started = async_->start(
         meta, checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
     if (!async_->in_flight()) return seconds + report(started);
-    log_progress("checkpoint step {}: snapshot of {} in host memory taken in {} (the step was held that long); "
-                 "writing it in the background",
-                 at.step, format_bytes(double(async_->snapshot_bytes())), format_duration(started.held_s));
+    log_progress(
+        "checkpoint step {}: snapshot of {} in host memory taken in {} (the step was held that long); "
+        "writing it in the background",
+        at.step, format_bytes(double(async_->snapshot_bytes())), format_duration(started.held_s));
     return seconds + started.held_s;
   }
   const double t0 = now_s();
@@ -217,9 +218,10 @@ double Checkpointer::save(const RunPosition& at) {
 
 double Checkpointer::report(const AsyncSaveResult& r) {
   if (r.committed()) {
-    log_progress("checkpoint {} written in {} behind training (rank 0's write; the step was held {} for the "
-                 "snapshot, {} for the commit)",
-                 r.path, format_duration(r.write_s), format_duration(r.held_s), format_duration(r.commit_s));
+    log_progress(
+        "checkpoint {} written in {} behind training (rank 0's write; the step was held {} for the "
+        "snapshot, {} for the commit)",
+        r.path, format_duration(r.write_s), format_duration(r.held_s), format_duration(r.commit_s));
     last_saved_ = r.step;
   } else {
     log_warn("{}; {}; training goes on and the next save is tried", r.error,
@@ -258,8 +260,9 @@ double Checkpointer::save_final(const RunPosition& at) {
   const AsyncSaveResult r = *async_->finish();
   seconds += report(r);
   if (!r.committed())
-    throw environment_error(r.error, "free space or fix the file system under checkpoint.dir, then run the same "
-                                     "command: it resumes from the checkpoint `latest` names");
+    throw environment_error(r.error,
+                            "free space or fix the file system under checkpoint.dir, then run the same "
+                            "command: it resumes from the checkpoint `latest` names");
   return seconds;
 }
 

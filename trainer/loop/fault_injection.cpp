@@ -35,9 +35,10 @@ Fault fault_from_env() {
       (colon == std::string_view::npos ||
        (is_digits(rank) && std::from_chars(rank.data(), rank.data() + rank.size(), f.rank).ec == std::errc()));
   if (!ok)
-    throw Error(fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
-                "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term, term-in-save (a test hook; unset it for "
-                "real runs)");
+    throw Error(
+        fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
+        "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term, term-in-save (a test hook; unset it for "
+        "real runs)");
   return f;
 }
 
@@ -85,7 +86,7 @@ std::unique_ptr<FileSystem> fault_file_system(const Fault& f, int rank, FileSyst
 }
 
 std::function<void(int64_t, const std::function<bool(double)>&)> fault_writer_hook(const Fault& f, int rank,
-                                                                                  bool async) {
+                                                                                   bool async) {
   if (f.kind != "term-in-save") return {};
   if (!async)
     throw Error(fmt::format("LLMTRAIN_FAULT={}@{}: term-in-save stops a background write, and checkpoint.async is "
@@ -99,9 +100,10 @@ std::function<void(int64_t, const std::function<bool(double)>&)> fault_writer_ho
     // Held until the loop has agreed on the stop and waits for this write; a bound (not a timing)
     // only so that a broken loop fails the test instead of hanging it.
     if (!wait_for_waiter(600))
-      throw environment_error(fmt::format("injected fault term-in-save@{}: the training loop did not wait for the "
-                                          "background write within 600 s",
-                                          step));
+      throw environment_error(
+          fmt::format("injected fault term-in-save@{}: the training loop did not wait for the "
+                      "background write within 600 s",
+                      step));
   };
 }
 

@@ -128,10 +128,10 @@ MemoryAccount memory_measured(kernels::Device device, bool peak) {
 
 std::string format_memory(const MemoryAccount& m) {
   auto b = [](int64_t bytes) { return format_bytes(double(bytes)); };
-  std::string out =
-      fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, communication {}", b(m.parameters),
-                  b(m.gradients), b(m.optimizer), b(m.activations), b(m.communication));
-  if (m.checkpoint_snapshot > 0 && !m.snapshot_on_host) out += fmt::format(", checkpoint snapshot {}", b(m.checkpoint_snapshot));
+  std::string out = fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, communication {}",
+                                b(m.parameters), b(m.gradients), b(m.optimizer), b(m.activations), b(m.communication));
+  if (m.checkpoint_snapshot > 0 && !m.snapshot_on_host)
+    out += fmt::format(", checkpoint snapshot {}", b(m.checkpoint_snapshot));
   out += fmt::format("; total {}", b(m.total()));
   if (m.checkpoint_snapshot > 0 && m.snapshot_on_host)
     out += fmt::format("; host memory: checkpoint snapshot {}", b(m.checkpoint_snapshot));
