@@ -85,6 +85,27 @@ $b"
 }
 
 check dp1 1
+
+# A rank killed inside a background write (LLMTRAIN_FAULT=kill-in-save: SIGKILL once the writer has
+# written step 4's shard, before its fsync): step 4 is never committed, `latest` names step 2, and
+# the next run resumes there and ends bitwise on the synchronous run's losses.
+run_cmd "kill-in-save async" env LLMTRAIN_FAULT=kill-in-save@4 "$LLMTRAIN" run r.yaml --set log.dir=killed \
+  --set checkpoint.async=true
+[[ $status != 0 && $status != 124 ]] && pass "kill-in-save async: the run died (exit $status)" ||
+  fail "kill-in-save async: exit $status
+$out"
+[[ ! -e killed/ckpt/step_00000004 && $(cat killed/ckpt/latest) == step_00000002 ]] &&
+  pass "kill-in-save async: step 4 not committed, latest is step 2" ||
+  fail "kill-in-save async: $(ls killed/ckpt) latest=$(cat killed/ckpt/latest)"
+run_cmd "kill-in-save async resumed" "$LLMTRAIN" run r.yaml --set log.dir=killed --set checkpoint.async=true
+expect_status 0
+expect_out "at step 2"
+a=$(losses dp1-sync) b=$(losses killed | sort -n -u)
+[[ $a == "$b" ]] && pass "killed in a background write, resumed: every loss of sync, bitwise" ||
+  fail "killed in a background write, resumed: losses differ:
+$a
+--
+$b"
 # The planned host snapshot (rank 0: stage 0, tp rank 0) is what the run copied.
 run_cmd dry-run "$LLMTRAIN" run r.yaml --dry-run --set checkpoint.async=true
 expect_status 0
