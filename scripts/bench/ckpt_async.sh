@@ -10,18 +10,22 @@
 # background write competes with it for the cores and the disk) and for the others; then the
 # logged save, snapshot, background-write and commit times.
 #
-#   scripts/bench/ckpt_async.sh [STEPS] [SAVE_EVERY]   (default 12 4; build in ${LLMTRAIN_BUILD_DIR:-build})
+#   scripts/bench/ckpt_async.sh [STEPS] [SAVE_EVERY] [THREADS]
+#     defaults 12 4 and all cores (train.threads); build in ${LLMTRAIN_BUILD_DIR:-build}. With
+#     THREADS below the cores, a core is left for the background writer, as on a GPU node (where the
+#     step runs on the GPU and the host's cores are mostly idle).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-12}
 every=${2:-4}
+threads=${3:-$(nproc)}
 build=${LLMTRAIN_BUILD_DIR:-build}
 bin=$(realpath "$build/llmtrain")
 [[ -x $bin ]] || { echo "build first: cmake --build $build --target llmtrain" >&2; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/llmtrain-ckpt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD) $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# checkpoint.dir on $(df -h "$work" | awk 'NR==2 {print $1, $2}')"
+echo "# checkpoint.dir on $(df -h "$work" | awk 'NR==2 {print $1, $2}'); train.threads $threads; $steps steps, a save every $every"
 src=$PWD
 cd "$work"
 "$bin" prep --input $(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese) --separator % \
@@ -30,7 +34,7 @@ cat >r.yaml <<YAML
 name: bench
 model: {family: llama, layers: 8, hidden: 1024, heads: 16, seq_len: 32}
 data: {tokenizer: byte, train: data/train}
-train: {steps: $steps, micro_batch: 1, global_batch: 1, seed: 1}
+train: {steps: $steps, micro_batch: 1, global_batch: 1, seed: 1, threads: $threads}
 optimizer: {lr: 1.0e-4, warmup: 1}
 checkpoint: {every: $every, keep: 2}
 eval: {every: 0}

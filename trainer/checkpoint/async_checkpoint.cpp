@@ -87,6 +87,14 @@ int64_t AsyncCheckpointWriter::snapshot_bytes_of(const std::vector<CheckpointSli
   return bytes;
 }
 
+void AsyncCheckpointWriter::reserve(const std::vector<CheckpointSlice>& slices) {
+  LT_CHECK(!job_, "the snapshot is reserved while step {} is in flight", job_->meta.step);
+  spare_.clear();
+  for (const CheckpointSlice& s : slices)
+    if (s.write) spare_.emplace_back(s.data.dtype, s.data.shape, kernels::Device::cpu, kernels::MemoryKind::other);
+  snapshot_bytes_ = snapshot_bytes_of(slices);
+}
+
 int64_t AsyncCheckpointWriter::in_flight_step() const { return job_ ? job_->meta.step : -1; }
 
 AsyncSaveResult AsyncCheckpointWriter::start(const CheckpointMeta& meta, const std::vector<CheckpointSlice>& live) {

@@ -80,7 +80,11 @@ class AsyncCheckpointWriter {
   // Throws llmtrain::Error when the writer does not finish within the timeout.
   std::optional<AsyncSaveResult> finish();
 
-  // Host bytes the snapshot holds (0 before the first save): the slices this rank writes, fp32.
+  // Allocates the snapshot for `slices` (as start() will be given them) now, at the run's start, so
+  // that no save holds the step for the allocation (zeroed pages of a large model take seconds).
+  void reserve(const std::vector<CheckpointSlice>& slices);
+  // Host bytes the snapshot holds (0 before reserve() or the first save): the slices this rank
+  // writes, fp32.
   int64_t snapshot_bytes() const { return snapshot_bytes_; }
   // The snapshot's size for `slices` (those this rank writes): what start() allocates.
   static int64_t snapshot_bytes_of(const std::vector<CheckpointSlice>& slices);

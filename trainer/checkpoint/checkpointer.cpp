@@ -50,9 +50,13 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
     if (world_.rank() == 0) lock_ = CheckpointDirLock::acquire(recipe_.checkpoint.dir, checkpoint_job_id());
   });
   lock_renewed_ = now_s();
-  if (recipe_.checkpoint.async)
+  if (recipe_.checkpoint.async) {
     async_ = std::make_unique<AsyncCheckpointWriter>(fs_, recipe_.checkpoint.dir, recipe_.checkpoint.keep, world_,
                                                      recipe_.checkpoint.timeout_s);
+    async_->reserve(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
+    log_progress("checkpoint.async: {} of host memory for the snapshot of this rank's slices",
+                 format_bytes(double(async_->snapshot_bytes())));
+  }
 }
 
 void Checkpointer::keep_lock() {

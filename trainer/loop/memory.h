@@ -38,7 +38,7 @@ struct MemoryAccount {
                               // other three kinds.
   int64_t head_logits = 0;    // of activations: the LM head's logits, [tokens, padded vocab / tp] per slot
   // checkpoint.async: the host copy of the slices this rank writes (fp32 parameters or master, and
-  // both moments), held from the first save on. On a cpu rank it shares the host with the rest and
+  // both moments), allocated when the run starts. On a cpu rank it shares the host with the rest and
   // counts in total(); on a cuda rank it is host memory beside the device's (`snapshot_on_host`).
   int64_t checkpoint_snapshot = 0;
   bool snapshot_on_host = false;
