@@ -1,6 +1,9 @@
 #include "trainer/checkpoint/async_checkpoint.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -38,11 +41,16 @@ struct AsyncCheckpointWriter::Job {
 
 namespace {
 
+constexpr int kWriterNice = 10;
+
 // The writer thread's body: never throws (checkpoint_save_write captures every failure, the hook's
 // included), never logs, never communicates.
 template <typename Job>
 void write_job(Job& job, const AsyncCheckpointWriter::WriterHook& hook, FileSystem& fsys, int rank) noexcept {
   const double t0 = now_s();
+  // Behind training: the writer's CPU work (checksums, copies into the page cache) yields to the
+  // step's threads where the cores are all busy. On Linux a thread's nice value is its own.
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
   std::function<void()> before;
   if (hook)
     before = [&] {
