@@ -46,11 +46,13 @@ constexpr int kWriterNice = 10;
 // The writer thread's body: never throws (checkpoint_save_write captures every failure, the hook's
 // included), never logs, never communicates.
 template <typename Job>
-void write_job(Job& job, const AsyncCheckpointWriter::WriterHook& hook, FileSystem& fsys, int rank) noexcept {
+void write_job(Job& job, const AsyncCheckpointWriter::WriterHook& hook, FileSystem& fsys, int rank,
+               bool own_thread) noexcept {
   const double t0 = now_s();
   // Behind training: the writer's CPU work (checksums, copies into the page cache) yields to the
-  // step's threads where the cores are all busy. On Linux a thread's nice value is its own.
-  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
+  // step's threads where the cores are all busy. On Linux a thread's nice value is its own (and
+  // the training thread's, when it writes for want of a thread, stays as it is).
+  if (own_thread) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
   std::function<void()> before;
   if (hook)
     before = [&] {
@@ -82,6 +84,7 @@ AsyncCheckpointWriter::~AsyncCheckpointWriter() {
     std::unique_lock<std::mutex> lock(job_->mu);
     done = job_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return job_->done; });
   }
+  if (!job_->thread.joinable()) return;  // written on the training thread, or joined by a commit that threw
   if (done)
     job_->thread.join();
   else
@@ -145,11 +148,11 @@ AsyncSaveResult AsyncCheckpointWriter::start(const CheckpointMeta& meta, const s
   job->held_s = now_s() - t0;
   out.held_s = job->held_s;
   try {
-    job->thread =
-        std::thread([job, hook = hook_, &fsys = fs_, rank = world_.rank()] { write_job(*job, hook, fsys, rank); });
+    job->thread = std::thread(
+        [job, hook = hook_, &fsys = fs_, rank = world_.rank()] { write_job(*job, hook, fsys, rank, true); });
   } catch (const std::system_error&) {
     // No thread to be had: write on this one (the commit's agreement is the same).
-    write_job(*job, hook_, fs_, world_.rank());
+    write_job(*job, hook_, fs_, world_.rank(), false);
   }
   job_ = std::move(job);
   return out;
@@ -177,7 +180,7 @@ std::optional<AsyncSaveResult> AsyncCheckpointWriter::finish() {
     if (!job_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return job_->done; })) {
       lock.unlock();
       const std::string partial = job_->partial;
-      job_->thread.detach();  // it holds the job (and so the snapshot) itself
+      if (job_->thread.joinable()) job_->thread.detach();  // it holds the job (and so the snapshot) itself
       job_.reset();
       throw environment_error(
           fmt::format("the background write of checkpoint {} did not finish within checkpoint.timeout ({})", partial,
@@ -194,7 +197,7 @@ std::optional<AsyncSaveResult> AsyncCheckpointWriter::finish() {
 AsyncSaveResult AsyncCheckpointWriter::commit() {
   const double t0 = now_s();
   Job& job = *job_;
-  job.thread.join();
+  if (job.thread.joinable()) job.thread.join();
   AsyncSaveResult out;
   out.step = job.meta.step;
   out.held_s = job.held_s;
