@@ -6,7 +6,8 @@
 # (`ckpt inspect` verifies every checksum); resumed with the same command it ends bitwise where a
 # run with synchronous saves ends: the same loss at every step (as text, every digit) and
 # byte-identical shard files at every checkpoint both runs wrote. --dry-run's planned host
-# snapshot is the size the run snapshots.
+# snapshot is the size the run snapshots. A full disk under a background write is a warning and
+# training goes on; a rank killed inside one leaves that step uncommitted.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 prep_fortunes
@@ -85,6 +86,21 @@ $b"
 }
 
 check dp1 1
+
+# A full disk under a background write (LLMTRAIN_FAULT=full-disk-in-save: the shard of step 4
+# cannot be created, ENOSPC): a warning names the path and the error, `latest` keeps step 2 until
+# step 6 commits, training goes on to the end (exit 0) on the synchronous run's losses, and no
+# step 4 or `.partial` is left.
+run_cmd "full disk async" env LLMTRAIN_FAULT=full-disk-in-save@4 "$LLMTRAIN" run r.yaml --set log.dir=full \
+  --set checkpoint.async=true
+expect_status 0
+expect_out_re "warning: checkpoint .*/step_00000004.partial was not written: .*No space left on device"
+expect_out "\`latest\` still names step_00000002; training goes on and the next save is tried"
+[[ ! -e full/ckpt/step_00000004 && -f full/ckpt/step_00000006/manifest.json && $(cat full/ckpt/latest) == step_00000008 ]] &&
+  ! ls -d full/ckpt/*.partial >/dev/null 2>&1 && pass "full disk async: step 4 skipped, 6 and 8 committed, nothing left" ||
+  fail "full disk async: $(ls full/ckpt) latest=$(cat full/ckpt/latest)"
+[[ $(losses dp1-sync) == "$(losses full)" ]] && pass "full disk async: every loss of sync, bitwise" ||
+  fail "full disk async: losses differ from sync's"
 
 # A rank killed inside a background write (LLMTRAIN_FAULT=kill-in-save: SIGKILL once the writer has
 # written step 4's shard, before its fsync): step 4 is never committed, `latest` names step 2, and

@@ -13,6 +13,10 @@
 //   kill-in-save
 //          SIGKILL in the middle of step <step>'s checkpoint save: once the rank has written its
 //          shard's bytes, before it fsyncs them (fault_file_system)
+//   full-disk-in-save
+//          the files of step <step>'s checkpoint cannot be created on this rank: ENOSPC, as from a
+//          full disk (fault_file_system). A synchronous save fails the run; an asynchronous one is
+//          a warning, and training goes on
 //   term-in-save
 //          (checkpoint.async only) SIGTERM from inside the background write of step <step>'s
 //          checkpoint, before it writes anything; the writer then holds until the training loop
@@ -39,7 +43,8 @@ struct Fault {
 Fault fault_from_env();
 // Fails as `fault` says when `step` and `rank` match it (not `slow`).
 void fault_maybe_fire(const Fault& fault, int64_t step, int rank);
-// For `kill-in-save`: `base` wrapped so that this rank dies inside the save of the fault's step,
+// For `kill-in-save` and `full-disk-in-save`: `base` wrapped so that this rank dies inside the save
+// of the fault's step (or finds the disk full there),
 // when the fault applies to `rank`; else null (use `base` itself).
 std::unique_ptr<FileSystem> fault_file_system(const Fault& fault, int rank, FileSystem& base);
 // For `term-in-save`: the hook the asynchronous writer runs (AsyncCheckpointWriter::WriterHook),
