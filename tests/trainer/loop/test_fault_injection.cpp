@@ -26,6 +26,7 @@ TEST(FaultInjection, ParsesKindStepAndRank) {
   EXPECT_EQ(f.step, 0);
   EXPECT_EQ(f.rank, -1);
   EXPECT_EQ(parse("term@5:1").kind, "term");
+  EXPECT_EQ(parse("full-disk-in-save@4").kind, "full-disk-in-save");
   EXPECT_EQ(parse("").kind, "");
 }
 
