@@ -444,6 +444,8 @@ std::vector<RecipeKey> make_schema() {
            [](const Recipe& r) -> std::optional<std::string> { return flag(r.checkpoint.load_weights_only); }),
     duration("checkpoint.timeout", [](auto& r) -> auto& { return r.checkpoint.timeout_s; }, false,
              {"duration", "30m", "bound on a save's or load's waits for other ranks"}),
+    boolean("checkpoint.async", [](auto& r) -> auto& { return r.checkpoint.async; },
+            {"bool", "false", "snapshot to host memory at the step, write in the background"}),
 
     section("eval", {"map", "{}", "validation"}),
     integer("eval.every", [](auto& r) -> auto& { return r.eval.every; }, kNonNegative,

@@ -128,6 +128,9 @@ struct CheckpointConfig {
   // Bound on a save's (and a load's) waits for other ranks, instead of parallel.timeout: writing a
   // large model's shards takes longer than any collective should.
   double timeout_s = 1800.0;
+  // Saves snapshot this rank's slices into host memory at the step boundary and write them on a
+  // background thread while training goes on (trainer/checkpoint/async_checkpoint.h).
+  bool async = false;
 };
 
 struct EvalConfig {

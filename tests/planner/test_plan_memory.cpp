@@ -12,6 +12,9 @@
 #include "tests/common/test_layout.h"
 #include "tests/parallel/comm_counting.h"
 #include "tests/trainer/loop/train_step_fixture.h"
+#include "trainer/checkpoint/async_checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/loop/memory.h"
 
 namespace llmtrain::trainer {
 namespace {
@@ -71,6 +74,58 @@ TEST_F(PlanMemory, PredictedPeakPerRankIsWithinTenPercentOfTheMeasured) {
                 static_cast<long long>(measured), ratio);
     EXPECT_GT(ratio, 0.9);
     EXPECT_LT(ratio, 1.1);
+  }
+}
+
+// checkpoint.async's host snapshot: for layouts of every kind (dp, ZeRO 1-3 with shard groups,
+// tp, pp, 16-bit with an fp32 master), the plan's checkpoint_snapshot on each rank is the size of
+// the slices that rank writes (checkpoint_slices, as the Checkpointer takes them), which is what
+// the asynchronous writer copies. At ZeRO >= 1 an owned chunk may hold a tied copy or a
+// tensor-parallel replica, which is not written: there the plan may be larger, never smaller.
+TEST_F(PlanMemory, AsyncCheckpointSnapshotIsWhatEachRankWrites) {
+  recipe_.model.layers = 4;
+  const std::vector<Case> cases = {
+      {1, 1, 2, 0},
+      {1, 1, 4, 1},
+      {1, 1, 2, 2, Precision::bf16},
+      {1, 1, 2, 3},
+      {2, 1, 1, 0},
+      {1, 2, 1, 0},
+      {2, 2, 1, 0, Precision::bf16},
+      {1, 2, 2, 1},
+      {2, 1, 2, 3, Precision::bf16},
+  };
+  for (const Case& c : cases) {
+    Recipe r = recipe_;
+    r.parallel.tp = c.tp, r.parallel.pp = c.pp, r.parallel.dp = c.dp, r.parallel.zero = c.zero;
+    if (c.dp == 4) r.parallel.zero_group = 2;
+    fill_zero_group(r.parallel);
+    r.parallel.bucket_mb = 0.01;
+    r.train.precision = c.precision;
+    r.checkpoint.async = true;
+    const int world = c.tp * c.pp * c.dp;
+    ASSERT_TRUE(recipe_check(r, {world, "test", false}).empty());
+    std::vector<int64_t> planned(world), written(world);
+    parallel::run_ranks_in_threads(world, [&](parallel::Comm& comm) {
+      Rank me(r, prefix_, comm.split(0, comm.rank(), "world"), r.parallel.dp, r.parallel.pp);
+      planned[comm.rank()] = memory_plan(r, test_layout(r), me.mesh.coord()).checkpoint_snapshot;
+      written[comm.rank()] = AsyncCheckpointWriter::snapshot_bytes_of(checkpoint_slices(
+          me.model, &me.step->optimizer(), me.comms.dp->rank() == 0, me.step->grad_sync().first_copy()));
+    });
+    int64_t total = 0;
+    for (int rank = 0; rank < world; ++rank) {
+      SCOPED_TRACE(
+          fmt::format("tp {} pp {} dp {} zero {} {}: rank {}", c.tp, c.pp, c.dp, c.zero, to_string(c.precision), rank));
+      if (c.zero == 0)
+        EXPECT_EQ(planned[rank], written[rank]);
+      else
+        EXPECT_GE(planned[rank], written[rank]);
+      total += written[rank];
+      std::printf("tp %d pp %d dp %d zero %d %s rank %d: snapshot planned %lld B, written %lld B\n", c.tp, c.pp, c.dp,
+                  c.zero, to_string(c.precision), rank, static_cast<long long>(planned[rank]),
+                  static_cast<long long>(written[rank]));
+    }
+    EXPECT_GT(total, 0);
   }
 }
 

@@ -45,7 +45,10 @@ std::vector<std::string> gather_strings(parallel::Comm& world, const std::string
 
 // An error on one rank, in a form that crosses ranks: kind, message, hint.
 std::string encode_error(const Error& e) {
-  return json{{"user", e.kind() == Error::Kind::user}, {"message", e.what()}, {"hint", e.hint()}}.dump();
+  // A message may hold a path that is not UTF-8: replaced, never a throw (the writer thread's
+  // failures pass through here, where an exception would end the process).
+  return json{{"user", e.kind() == Error::Kind::user}, {"message", e.what()}, {"hint", e.hint()}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 // Every rank learns whether any rank failed; if one did, every rank throws the first failure
@@ -74,6 +77,8 @@ std::string capture(Fn&& fn) {
     return encode_error(e);
   } catch (const std::exception& e) {
     return encode_error(environment_error(e.what()));
+  } catch (...) {
+    return encode_error(environment_error("an unknown exception"));
   }
   return {};
 }
@@ -396,28 +401,41 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
 
 void checkpoint_collective(parallel::Comm& world, const std::function<void()>& fn) { agree(world, capture(fn)); }
 
-std::string checkpoint_save(FileSystem& fsys, const std::string& dir, const CheckpointMeta& meta,
-                            const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep) {
-  const std::string final_dir = (fs::path(dir) / checkpoint_step_dir(meta.step)).string();
-  const std::string partial = final_dir + kPartialSuffix;
-  const bool root = world.rank() == 0;
-
+std::string checkpoint_save_prepare(FileSystem& fsys, const std::string& dir, int64_t step, parallel::Comm& world) {
+  const std::string partial = (fs::path(dir) / checkpoint_step_dir(step)).string() + kPartialSuffix;
   agree(world, capture([&] {
-          if (!root) return;
+          if (world.rank() != 0) return;
           fsys.make_dirs(dir);
           fsys.remove_all(partial);
           fsys.make_dirs(partial);
         }));
-  const std::string shard = checkpoint_shard_file(world.rank());
-  json written;
-  agree(world, capture([&] {
-          write_shard(fsys, (fs::path(partial) / shard).string(), slices);
-          written = describe_written(slices, shard);
-          if (root && !meta.tokenizer_bytes.empty())
-            write_file_atomic(fsys, (fs::path(partial) / checkpoint_tokenizer_file(meta.tokenizer_kind)).string(),
-                              meta.tokenizer_bytes);
-        }));
-  auto per_rank = gather_strings(world, written.dump());
+  return partial;
+}
+
+ShardWrite checkpoint_save_write(FileSystem& fsys, const std::string& partial, const CheckpointMeta& meta,
+                                 const std::vector<CheckpointSlice>& slices, int rank,
+                                 const std::function<void()>& before) noexcept {
+  ShardWrite out;
+  out.error = capture([&] {
+    if (before) before();
+    const std::string shard = checkpoint_shard_file(rank);
+    write_shard(fsys, (fs::path(partial) / shard).string(), slices);
+    out.written = describe_written(slices, shard).dump();
+    if (rank == 0 && !meta.tokenizer_bytes.empty())
+      write_file_atomic(fsys, (fs::path(partial) / checkpoint_tokenizer_file(meta.tokenizer_kind)).string(),
+                        meta.tokenizer_bytes);
+  });
+  if (!out.error.empty()) out.written.clear();
+  return out;
+}
+
+std::string checkpoint_save_commit(FileSystem& fsys, const std::string& dir, const CheckpointMeta& meta,
+                                   const ShardWrite& mine, parallel::Comm& world, int keep) {
+  const std::string final_dir = (fs::path(dir) / checkpoint_step_dir(meta.step)).string();
+  const std::string partial = final_dir + kPartialSuffix;
+  const bool root = world.rank() == 0;
+  agree(world, mine.error);
+  auto per_rank = gather_strings(world, mine.written);
   agree(world, capture([&] {
           if (!root) return;
           Manifest m = assemble_manifest(meta, per_rank);
@@ -442,6 +460,13 @@ std::string checkpoint_save(FileSystem& fsys, const std::string& dir, const Chec
           }
         }));
   return final_dir;
+}
+
+std::string checkpoint_save(FileSystem& fsys, const std::string& dir, const CheckpointMeta& meta,
+                            const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep) {
+  const std::string partial = checkpoint_save_prepare(fsys, dir, meta.step, world);
+  ShardWrite mine = checkpoint_save_write(fsys, partial, meta, slices, world.rank());
+  return checkpoint_save_commit(fsys, dir, meta, mine, world, keep);
 }
 
 LoadedCheckpoint checkpoint_load(const std::string& path, const std::vector<CheckpointSlice>& slices,

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,27 @@ struct CheckpointMeta {
 // checkpoints. Collective over `world`. Returns the step directory's path.
 std::string checkpoint_save(FileSystem& fs, const std::string& dir, const CheckpointMeta& meta,
                             const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep);
+
+// checkpoint_save's three stages, for the asynchronous writer (async_checkpoint.h), which runs the
+// second on a background thread and the other two on the training thread:
+//  1. prepare (collective): rank 0 makes `<dir>/step_<N>.partial/` afresh; returns its path.
+//  2. write (this rank alone, no communication, never throws): its shard file, fsynced, and on rank
+//     0 the tokenizer's copy; the result carries the descriptions of what it wrote, or its failure.
+//  3. commit (collective): when any rank's write failed, every rank throws that failure and nothing
+//     is committed; else rank 0 writes the manifest, renames the directory into place, replaces
+//     `latest` and applies retention.
+struct ShardWrite {
+  std::string written;  // the slices written, as JSON, for rank 0's manifest
+  std::string error;    // "" or this rank's failure, encoded for the agreement
+  bool failed() const { return !error.empty(); }
+};
+std::string checkpoint_save_prepare(FileSystem& fs, const std::string& dir, int64_t step, parallel::Comm& world);
+// `before` (a test hook) runs first; what it throws is the write's failure.
+ShardWrite checkpoint_save_write(FileSystem& fs, const std::string& partial, const CheckpointMeta& meta,
+                                 const std::vector<CheckpointSlice>& slices, int rank,
+                                 const std::function<void()>& before = {}) noexcept;
+std::string checkpoint_save_commit(FileSystem& fs, const std::string& dir, const CheckpointMeta& meta,
+                                   const ShardWrite& mine, parallel::Comm& world, int keep);
 
 struct LoadedCheckpoint {
   std::string path;  // the step directory

@@ -50,6 +50,13 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
     if (world_.rank() == 0) lock_ = CheckpointDirLock::acquire(recipe_.checkpoint.dir, checkpoint_job_id());
   });
   lock_renewed_ = now_s();
+  if (recipe_.checkpoint.async) {
+    async_ = std::make_unique<AsyncCheckpointWriter>(fs_, recipe_.checkpoint.dir, recipe_.checkpoint.keep, world_,
+                                                     recipe_.checkpoint.timeout_s);
+    async_->reserve(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
+    log_progress("checkpoint.async: {} of host memory for the snapshot of this rank's slices",
+                 format_bytes(double(async_->snapshot_bytes())));
+  }
 }
 
 void Checkpointer::keep_lock() {
@@ -168,7 +175,7 @@ RunPosition Checkpointer::resume() {
   return at;
 }
 
-double Checkpointer::save(const RunPosition& at) {
+CheckpointMeta Checkpointer::meta_at(const RunPosition& at) const {
   CheckpointMeta meta;
   meta.step = at.step;
   meta.consumed_samples = at.consumed_samples;
@@ -180,6 +187,27 @@ double Checkpointer::save(const RunPosition& at) {
   meta.mesh = {l.tp, l.pp, l.dp, l.zero, l.optimizer_sharded() ? l.shard_group : 0};
   meta.tokenizer_kind = tokenizer_.source().kind;
   meta.tokenizer_bytes = tokenizer_.source().bytes;
+  return meta;
+}
+
+double Checkpointer::save(const RunPosition& at) {
+  const CheckpointMeta meta = meta_at(at);
+  if (async_) {
+    double seconds = 0;
+    if (async_->in_flight()) {  // at most one save in flight: the next one waits for it
+      CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
+      seconds += report(*async_->finish());
+    }
+    CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
+    const AsyncSaveResult started = async_->start(
+        meta, checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
+    if (!async_->in_flight()) return seconds + report(started);
+    log_progress(
+        "checkpoint step {}: snapshot of {} in host memory taken in {} (the step was held that long); "
+        "writing it in the background",
+        at.step, format_bytes(double(async_->snapshot_bytes())), format_duration(started.held_s));
+    return seconds + started.held_s;
+  }
   const double t0 = now_s();
   CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
   const HostStaged staged(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
@@ -190,6 +218,62 @@ double Checkpointer::save(const RunPosition& at) {
   log_progress("checkpoint {} written in {}", path, format_duration(seconds));
   last_saved_ = at.step;
   return seconds;
+}
+
+double Checkpointer::report(const AsyncSaveResult& r) {
+  if (r.committed()) {
+    log_progress(
+        "checkpoint {} written in {} behind training (rank 0's write; the step was held {} for the "
+        "snapshot, {} for the commit)",
+        r.path, format_duration(r.write_s), format_duration(r.held_s), format_duration(r.commit_s));
+    last_saved_ = r.step;
+  } else {
+    log_warn("{}; {}; training goes on and the next save is tried", r.error,
+             last_saved_ >= 0 ? fmt::format("`latest` still names {}", checkpoint_step_dir(last_saved_))
+                              : std::string("no checkpoint of this run is committed yet"));
+  }
+  return r.commit_s;
+}
+
+double Checkpointer::step_boundary(int64_t step) {
+  if (!async_ || !async_->in_flight()) return 0;
+  std::optional<AsyncSaveResult> done;
+  {
+    CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, step, parallel::Phase::save);
+    done = async_->poll();
+  }
+  return done ? report(*done) : 0;
+}
+
+double Checkpointer::save_final(const RunPosition& at) {
+  double seconds = 0;
+  if (async_ && async_->in_flight()) {
+    CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
+    seconds += report(*async_->finish());
+  }
+  if (last_saved_ == at.step) return seconds;
+  if (!async_) return seconds + save(at);
+  // The last save: started as any other, then waited for; its failure ends the run as a
+  // synchronous save's would.
+  seconds += save(at);
+  if (!async_->in_flight())
+    throw environment_error(fmt::format("checkpoint step {} could not be saved (see the warning above)", at.step),
+                            "free space or fix the file system under checkpoint.dir, then run the same command: it "
+                            "resumes from the checkpoint `latest` names");
+  CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
+  const AsyncSaveResult r = *async_->finish();
+  seconds += report(r);
+  if (!r.committed())
+    throw environment_error(r.error,
+                            "free space or fix the file system under checkpoint.dir, then run the same "
+                            "command: it resumes from the checkpoint `latest` names");
+  return seconds;
+}
+
+int64_t Checkpointer::snapshot_bytes() const { return async_ ? async_->snapshot_bytes() : 0; }
+
+void Checkpointer::set_writer_hook(AsyncCheckpointWriter::WriterHook hook) {
+  if (async_) async_->set_hook(std::move(hook));
 }
 
 }  // namespace llmtrain::trainer

@@ -10,7 +10,10 @@
 //  - A checkpoint records the data position (samples consumed, always step × global_batch) and the
 //    training step's own state (skip counters); a checkpoint written with another global batch is
 //    refused for a full resume.
-//  - save() and resume() are collective over the world control group: every rank calls them.
+//  - save(), step_boundary(), save_final() and resume() are collective over the world control group:
+//    every rank calls them, at the same steps.
+//  - With checkpoint.async, last_saved() is the last COMMITTED step: a save in flight counts only
+//    once every rank has written it and rank 0 has renamed it into place.
 //  - One job writes a checkpoint directory: the constructor takes its lock (rank 0, agreed by all)
 //    and refuses, naming the holder, when another live job has it; the destructor releases it.
 #pragma once
@@ -23,6 +26,7 @@
 #include "common/file_io.h"
 #include "common/recipe/recipe.h"
 #include "parallel/comm.h"
+#include "trainer/checkpoint/async_checkpoint.h"
 #include "trainer/data/gpt_dataset.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/loop/train_step.h"
@@ -51,10 +55,24 @@ class Checkpointer {
   // Loads what checkpoint.resume says into the model, the optimizer and the step's state, and
   // returns the position to continue from ({0, 0} for a fresh start or a weights-only start).
   RunPosition resume();
-  // Writes a checkpoint of the current state at `at`; returns the seconds it took.
+  // Writes a checkpoint of the current state at `at`; returns the seconds the training thread spent
+  // on it. With checkpoint.async the write goes on in the background (async_checkpoint.h): this
+  // first waits for the save in flight, if any, then holds the step only for the snapshot.
   double save(const RunPosition& at);
-  // The step of the last checkpoint written or resumed from by this process (-1: none).
+  // At every step boundary, `step` the steps done (collective; with checkpoint.async): commits the
+  // save in flight when every rank has written its part. Returns the seconds the training thread
+  // spent on it.
+  double step_boundary(int64_t step);
+  // At a stop or the end of the run: waits for the save in flight and commits it, then saves `at`
+  // unless that is what the last committed checkpoint holds. A failure of this last save throws
+  // (there is no next save to try); a failure of the one in flight is a warning, as at any step.
+  double save_final(const RunPosition& at);
+  // The step of the last checkpoint committed or resumed from by this process (-1: none).
   int64_t last_saved() const { return last_saved_; }
+  // Host bytes the asynchronous save's snapshot holds (0: synchronous saves, or none yet).
+  int64_t snapshot_bytes() const;
+  // A test hook (fault injection) run on the background writer of every asynchronous save.
+  void set_writer_hook(AsyncCheckpointWriter::WriterHook hook);
   // Renews the checkpoint directory's lock when a minute has passed since the last renewal (rank 0;
   // cheap to call every step).
   void keep_lock();
@@ -72,6 +90,13 @@ class Checkpointer {
   int64_t last_saved_ = -1;
   std::unique_ptr<CheckpointDirLock> lock_;  // rank 0's lock on checkpoint.dir (common/checkpoint_dir.h)
   double lock_renewed_ = 0;
+  // checkpoint.async's writer; declared after the lock so that it is destroyed (its writer waited
+  // for) before the lock is released.
+  std::unique_ptr<AsyncCheckpointWriter> async_;
+
+  CheckpointMeta meta_at(const RunPosition& at) const;
+  // Logs an asynchronous save's outcome; returns its seconds on the training thread.
+  double report(const AsyncSaveResult& r);
 };
 
 }  // namespace llmtrain::trainer

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -26,8 +27,8 @@ Fault fault_from_env() {
   const std::string_view kind = s.substr(0, at);
   const std::string_view step = at == std::string_view::npos ? "" : s.substr(at + 1, colon - at - 1);
   const std::string_view rank = colon == std::string_view::npos ? "" : s.substr(colon + 1);
-  static const std::set<std::string_view> kinds = {"kill", "segv", "exit",         "throw",
-                                                   "hang", "slow", "kill-in-save", "term"};
+  static const std::set<std::string_view> kinds = {"kill", "segv",         "exit", "throw",        "hang",
+                                                   "slow", "kill-in-save", "term", "term-in-save", "full-disk-in-save"};
   Fault f{std::string(kind), 0, -1};
   const bool ok =
       kinds.count(kind) && is_digits(step) &&
@@ -35,14 +36,17 @@ Fault fault_from_env() {
       (colon == std::string_view::npos ||
        (is_digits(rank) && std::from_chars(rank.data(), rank.data() + rank.size(), f.rank).ec == std::errc()));
   if (!ok)
-    throw Error(fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
-                "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term (a test hook; unset it for real runs)");
+    throw Error(
+        fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
+        "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term, term-in-save (a test hook; unset it for "
+        "real runs)");
   return f;
 }
 
 namespace {
 
-// Forwards to `base`; a file written inside `<dir>/step_<N>.partial/` is killed at its first sync.
+// Forwards to `base`; a file written inside `<dir>/step_<N>.partial/` is killed at its first sync
+// (kill-in-save), or cannot be created: the disk is full (full-disk-in-save).
 class SaveKiller final : public FileSystem {
   class File final : public WritableFile {
    public:
@@ -61,9 +65,16 @@ class SaveKiller final : public FileSystem {
   };
 
  public:
-  SaveKiller(FileSystem& base, std::string marker) : base_(base), marker_(std::move(marker)) {}
+  SaveKiller(FileSystem& base, std::string marker, bool full_disk)
+      : base_(base), marker_(std::move(marker)), full_disk_(full_disk) {}
   std::unique_ptr<WritableFile> create(const std::string& path) override {
-    return std::make_unique<File>(base_.create(path), path.find(marker_) != std::string::npos);
+    const bool armed = path.find(marker_) != std::string::npos;
+    if (armed && full_disk_) {
+      FaultyFileSystem full(base_);  // the error a full disk gives, worded as the real one is
+      full.fail_at(1, ENOSPC);
+      return full.create(path);
+    }
+    return std::make_unique<File>(base_.create(path), armed);
   }
   void rename(const std::string& from, const std::string& to) override { base_.rename(from, to); }
   void exchange(const std::string& a, const std::string& b) override { base_.exchange(a, b); }
@@ -74,13 +85,37 @@ class SaveKiller final : public FileSystem {
  private:
   FileSystem& base_;
   std::string marker_;
+  bool full_disk_;
 };
 
 }  // namespace
 
 std::unique_ptr<FileSystem> fault_file_system(const Fault& f, int rank, FileSystem& base) {
-  if (f.kind != "kill-in-save" || (f.rank >= 0 && f.rank != rank)) return nullptr;
-  return std::make_unique<SaveKiller>(base, "/" + checkpoint_step_dir(f.step) + kPartialSuffix + "/");
+  if ((f.kind != "kill-in-save" && f.kind != "full-disk-in-save") || (f.rank >= 0 && f.rank != rank)) return nullptr;
+  return std::make_unique<SaveKiller>(base, "/" + checkpoint_step_dir(f.step) + kPartialSuffix + "/",
+                                      f.kind == "full-disk-in-save");
+}
+
+std::function<void(int64_t, const std::function<bool(double)>&)> fault_writer_hook(const Fault& f, int rank,
+                                                                                   bool async) {
+  if (f.kind != "term-in-save") return {};
+  if (!async)
+    throw Error(fmt::format("LLMTRAIN_FAULT={}@{}: term-in-save stops a background write, and checkpoint.async is "
+                            "false",
+                            f.kind, f.step),
+                "set checkpoint.async: true (--set checkpoint.async=true), or use kill-in-save or term");
+  if (f.rank >= 0 && f.rank != rank) return {};
+  return [step = f.step](int64_t saving, const std::function<bool(double)>& wait_for_waiter) {
+    if (saving != step) return;
+    std::raise(SIGTERM);  // handled as a scheduler's would be: stop_requested(), on this thread
+    // Held until the loop has agreed on the stop and waits for this write; a bound (not a timing)
+    // only so that a broken loop fails the test instead of hanging it.
+    if (!wait_for_waiter(600))
+      throw environment_error(
+          fmt::format("injected fault term-in-save@{}: the training loop did not wait for the "
+                      "background write within 600 s",
+                      step));
+  };
 }
 
 double fault_slow_down(const Fault& f, int64_t step, int rank, double compute_s) {

@@ -13,10 +13,19 @@
 //   kill-in-save
 //          SIGKILL in the middle of step <step>'s checkpoint save: once the rank has written its
 //          shard's bytes, before it fsyncs them (fault_file_system)
+//   full-disk-in-save
+//          the files of step <step>'s checkpoint cannot be created on this rank: ENOSPC, as from a
+//          full disk (fault_file_system). A synchronous save fails the run; an asynchronous one is
+//          a warning, and training goes on
+//   term-in-save
+//          (checkpoint.async only) SIGTERM from inside the background write of step <step>'s
+//          checkpoint, before it writes anything; the writer then holds until the training loop
+//          waits for it (fault_writer_hook), so the stop is handled while the write is in flight
 // Unset, nothing happens. docs/testing.md lists it; it is not meant for production runs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,9 +43,15 @@ struct Fault {
 Fault fault_from_env();
 // Fails as `fault` says when `step` and `rank` match it (not `slow`).
 void fault_maybe_fire(const Fault& fault, int64_t step, int rank);
-// For `kill-in-save`: `base` wrapped so that this rank dies inside the save of the fault's step,
+// For `kill-in-save` and `full-disk-in-save`: `base` wrapped so that this rank dies inside the save
+// of the fault's step (or finds the disk full there),
 // when the fault applies to `rank`; else null (use `base` itself).
 std::unique_ptr<FileSystem> fault_file_system(const Fault& fault, int rank, FileSystem& base);
+// For `term-in-save`: the hook the asynchronous writer runs (AsyncCheckpointWriter::WriterHook),
+// when the fault applies to `rank`; else an empty function. Throws llmtrain::Error when the fault
+// is term-in-save and `async` (checkpoint.async) is false: there is no background write to stop in.
+std::function<void(int64_t step, const std::function<bool(double)>& wait_for_waiter)> fault_writer_hook(
+    const Fault& fault, int rank, bool async);
 // For `slow`: when the fault applies to `step` and `rank`, sleeps 2 × compute_s and returns the
 // seconds slept; else returns 0 at once.
 double fault_slow_down(const Fault& fault, int64_t step, int rank, double compute_s);

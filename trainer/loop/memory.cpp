@@ -52,6 +52,7 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
   for (const ModelParam& p : params) numel += p.numel();
   out.optimizer = fp32_states * numel * 4;
   int64_t zero_pools = 0;
+  int64_t owned_numel = numel;
   if (layout.optimizer_sharded()) {
     const int shard = layout.shard_group;
     std::vector<parallel::ParamRange> ranges;
@@ -59,6 +60,7 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     const std::vector<parallel::ShardUnit> units =
         parallel::shard_units(ranges, grad_ready_groups(mo.stage, params), layout.bucket_mb, size_t(element));
     const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
+    owned_numel = owned;
     out.optimizer = fp32_states * owned * 4;
     zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
     if (layout.gradients_sharded()) {
@@ -77,6 +79,24 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
       out.parameters = std::max<int64_t>(owned, 1) * 4;
       zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * element;
     }
+  }
+
+  if (r.checkpoint.async) {
+    // What checkpoint_slices marks as this rank's to write (trainer/checkpoint/checkpoint.h), fp32:
+    // whole parameters on dp rank 0 (tied copies and tensor-parallel replicas are not written);
+    // with a master (16-bit) or at ZeRO 3 the owned ranges instead, on the ranks that write the
+    // moments (GradSync::first_copy(): dp rank 0, or with ZeRO the first shard group), which
+    // write both moments of their owned ranges. At ZeRO ≥ 1 an owned chunk may cover a tied copy
+    // or a replica, which is counted though not written: the plan is then an upper bound.
+    int64_t written = 0;
+    for (const ModelParam& p : params)
+      if (!p.tied_copy && !p.tp_replica) written += p.numel();
+    const bool first_copy = layout.optimizer_sharded() ? coord.dp < layout.shard_group : coord.dp == 0;
+    const int64_t owned_written = layout.optimizer_sharded() ? owned_numel : written;
+    const bool params_owned = layout.fp32_master() || layout.parameters_sharded();
+    const int64_t params_written = params_owned ? (first_copy ? owned_written : 0) : (coord.dp == 0 ? written : 0);
+    out.checkpoint_snapshot = (params_written + (first_copy ? 2 * owned_written : 0)) * 4;
+    out.snapshot_on_host = r.train.device != DeviceKind::cpu;
   }
 
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
@@ -108,9 +128,14 @@ MemoryAccount memory_measured(kernels::Device device, bool peak) {
 
 std::string format_memory(const MemoryAccount& m) {
   auto b = [](int64_t bytes) { return format_bytes(double(bytes)); };
-  return fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, communication {}; total {}",
-                     b(m.parameters), b(m.gradients), b(m.optimizer), b(m.activations), b(m.communication),
-                     b(m.total()));
+  std::string out = fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, communication {}",
+                                b(m.parameters), b(m.gradients), b(m.optimizer), b(m.activations), b(m.communication));
+  if (m.checkpoint_snapshot > 0 && !m.snapshot_on_host)
+    out += fmt::format(", checkpoint snapshot {}", b(m.checkpoint_snapshot));
+  out += fmt::format("; total {}", b(m.total()));
+  if (m.checkpoint_snapshot > 0 && m.snapshot_on_host)
+    out += fmt::format("; host memory: checkpoint snapshot {}", b(m.checkpoint_snapshot));
+  return out;
 }
 
 }  // namespace llmtrain::trainer

@@ -6,7 +6,9 @@
 //    pipeline executor's receive buffers for this stage's schedule. `llmtrain run --dry-run` prints
 //    it for a 70B recipe on a laptop.
 //  - memory_measured() reads what the allocator counted for Buffers of each kind
-//    (kernels/buffer.h): the run prints the peaks, which must equal the plan.
+//    (kernels/buffer.h): the run prints the peaks, which must equal the plan. The asynchronous
+//    checkpoint's snapshot is not one of those kinds: the run logs its size when it takes it
+//    (Checkpointer::snapshot_bytes()), which must equal the plan's checkpoint_snapshot.
 //
 // Rule a reader could get wrong: the plan is what THIS build would allocate for the recipe. Where a
 // recipe asks for something not built yet (the zero-bubble schedule with recomputation), the plan
@@ -35,9 +37,17 @@ struct MemoryAccount {
                               // buckets reduce in place). The ZeRO paper's model states are the
                               // other three kinds.
   int64_t head_logits = 0;    // of activations: the LM head's logits, [tokens, padded vocab / tp] per slot
+  // checkpoint.async: the host copy of the slices this rank writes (fp32 parameters or master, and
+  // both moments), allocated when the run starts. On a cpu rank it shares the host with the rest and
+  // counts in total(); on a cuda rank it is host memory beside the device's (`snapshot_on_host`).
+  int64_t checkpoint_snapshot = 0;
+  bool snapshot_on_host = false;
   std::vector<std::string> notes;
 
-  int64_t total() const { return parameters + gradients + optimizer + activations + communication; }
+  int64_t total() const {
+    return parameters + gradients + optimizer + activations + communication +
+           (snapshot_on_host ? 0 : checkpoint_snapshot);
+  }
 };
 
 // What the rank at `coord` of a resolved recipe's layout (layout_of(recipe)) allocates. Throws

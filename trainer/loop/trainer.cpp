@@ -146,6 +146,7 @@ int train(const TrainContext& ctx) {
   const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
   Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world,
                            fault_fs ? *fault_fs : fsys, data_identity(train_data));
+  checkpoints.set_writer_hook(fault_writer_hook(fault, world.rank(), r.checkpoint.async));  // tests only
   RunPosition at = checkpoints.resume();
   if (at.step >= r.train.steps) {
     log_progress("nothing to do: the checkpoint is at step {} and train.steps is {}", at.step, r.train.steps);
@@ -182,6 +183,7 @@ int train(const TrainContext& ctx) {
       log_progress("memory per rank, measured after the first step: {}",
                    format_memory(memory_measured(model.device(), true)));
     const bool last = at.step == r.train.steps;
+    report.checkpoint_done(checkpoints.step_boundary(at.step));  // checkpoint.async: commits a finished save
     if (r.eval.every > 0 && at.step % r.eval.every == 0 && !last) eval();
     if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last)
       report.checkpoint_done(checkpoints.save(at));
@@ -192,7 +194,7 @@ int train(const TrainContext& ctx) {
     if (stop_agreed(world) && !last) {
       report.end_line();
       log_progress("stop requested (signal): writing a checkpoint at step {}", at.step);
-      if (checkpoints.last_saved() != at.step) checkpoints.save(at);
+      checkpoints.save_final(at);  // after the save in flight, if any (checkpoint.async)
       remove_stop_handlers();
       log_progress("interrupted at step {} of {}; resume with the same command", at.step, r.train.steps);
       return kExitInterrupted;
@@ -200,7 +202,7 @@ int train(const TrainContext& ctx) {
   }
   report.end_line();
   if (last_eval != at.step) eval();
-  if (checkpoints.last_saved() != at.step) checkpoints.save(at);
+  checkpoints.save_final(at);
   remove_stop_handlers();
   log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
   if (comms.pp->size() > 1 && !timer.schedule_times().empty())  // every rank ran the same steps

@@ -13,12 +13,12 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "parallel/comm.h"
+#include "trainer/checkpoint/async_checkpoint.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_inspect.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
 
-using namespace llmtrain;
 using namespace llmtrain;
 using namespace llmtrain::trainer;
 namespace fs = std::filesystem;
@@ -73,6 +73,28 @@ bool same_bits(kernels::Tensor a, kernels::Tensor b) {
   return a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
 }
 
+// How a test saves: checkpoint_save itself, or the same protocol through the asynchronous writer
+// (checkpoint.async: the snapshot, the write on a background thread, the commit), whose failure is
+// thrown here as checkpoint_save's would be.
+enum class SaveMode { sync, async };
+
+std::string save(SaveMode mode, FileSystem& fsys, const fs::path& dir, const CheckpointMeta& meta,
+                 const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep) {
+  if (mode == SaveMode::sync) return checkpoint_save(fsys, dir.string(), meta, slices, world, keep);
+  AsyncCheckpointWriter writer(fsys, dir.string(), keep, world, 60);
+  const AsyncSaveResult started = writer.start(meta, slices);
+  if (!writer.in_flight()) throw Error(started.error);
+  const AsyncSaveResult done = *writer.finish();
+  if (!done.committed()) throw Error(done.error);
+  return done.path;
+}
+
+class SaveModes : public ::testing::TestWithParam<SaveMode> {};
+INSTANTIATE_TEST_SUITE_P(Saves, SaveModes, ::testing::Values(SaveMode::sync, SaveMode::async),
+                         [](const ::testing::TestParamInfo<SaveMode>& i) {
+                           return std::string(i.param == SaveMode::sync ? "sync" : "async");
+                         });
+
 TEST(Checkpoint, EveryTensorRoundTripsBitwise) {
   fs::path dir = temp_dir("roundtrip");
   Fixture a(1), b(2);
@@ -105,12 +127,13 @@ TEST(Checkpoint, KeepsTheNewestAndMovesLatest) {
 
 // A save that fails at its n-th file operation, for every n, leaves step 10 loadable as the newest
 // intact checkpoint, with its original contents.
-TEST(Checkpoint, InterruptedSaveAtEveryPointKeepsThePreviousOne) {
-  fs::path dir = temp_dir("interrupted");
+TEST_P(SaveModes, InterruptedSaveAtEveryPointKeepsThePreviousOne) {
+  const SaveMode mode = GetParam();
+  fs::path dir = temp_dir(GetParam() == SaveMode::sync ? "interrupted" : "interrupted_async");
   Fixture a(1), b(2);
   checkpoint_save(default_file_system(), dir.string(), meta_at(10), a.slices(), *a.world, 3);
   FaultyFileSystem counter(default_file_system());
-  checkpoint_save(counter, (dir / "count").string(), meta_at(20), b.slices(), *b.world, 3);
+  save(mode, counter, dir / "count", meta_at(20), b.slices(), *b.world, 3);
   const long ops = counter.operations();
   ASSERT_GT(ops, 5);
   for (long n = 1; n <= ops; ++n) {
@@ -119,7 +142,7 @@ TEST(Checkpoint, InterruptedSaveAtEveryPointKeepsThePreviousOne) {
       faulty.fail_at(n, error);
       bool threw = false;
       try {
-        checkpoint_save(faulty, dir.string(), meta_at(20), b.slices(), *b.world, 3);
+        save(mode, faulty, dir, meta_at(20), b.slices(), *b.world, 3);
       } catch (const Error& e) {
         threw = true;
         if (error == ENOSPC) {
@@ -155,11 +178,12 @@ TEST(Checkpoint, InterruptedSaveAtEveryPointKeepsThePreviousOne) {
 // the save also removes step 10 (retention), so crashes inside retention are covered. At every n,
 // a checkpoint must load, with the contents of step 10 or step 20; and after a save that completed
 // (n past the last operation), step 20 must survive.
-TEST(Checkpoint, PowerLossAtEveryPointLeavesACheckpoint) {
-  fs::path dir = temp_dir("power_loss");
+TEST_P(SaveModes, PowerLossAtEveryPointLeavesACheckpoint) {
+  const SaveMode mode = GetParam();
+  fs::path dir = temp_dir(GetParam() == SaveMode::sync ? "power_loss" : "power_loss_async");
   Fixture a(1), b(2);
   FaultyFileSystem counter(default_file_system());
-  checkpoint_save(counter, (dir / "count").string(), meta_at(20), b.slices(), *b.world, 1);
+  save(mode, counter, dir / "count", meta_at(20), b.slices(), *b.world, 1);
   const long ops = counter.operations();
   fs::remove_all(dir / "count");
   ASSERT_GT(ops, 5);
@@ -170,7 +194,7 @@ TEST(Checkpoint, PowerLossAtEveryPointLeavesACheckpoint) {
       FaultyFileSystem crash(disk);
       crash.crash_at(n);
       try {
-        checkpoint_save(crash, dir.string(), meta_at(20), b.slices(), *b.world, 1);
+        save(mode, crash, dir, meta_at(20), b.slices(), *b.world, 1);
       } catch (const Error&) {
       }
       disk.power_loss();
@@ -228,18 +252,19 @@ TEST(Checkpoint, RetentionAndResumeFollowTheLineage) {
 
 // Saving a step that exists (a resumed run re-saving it) swaps the directories: at every failure
 // point, step 20 exists complete with either its old or its new contents.
-TEST(Checkpoint, SavingAStepAgainIsAtomic) {
-  fs::path dir = temp_dir("resave");
+TEST_P(SaveModes, SavingAStepAgainIsAtomic) {
+  const SaveMode mode = GetParam();
+  fs::path dir = temp_dir(GetParam() == SaveMode::sync ? "resave" : "resave_async");
   Fixture a(1), b(2);
   FaultyFileSystem counter(default_file_system());
   checkpoint_save(default_file_system(), dir.string(), meta_at(20), a.slices(), *a.world, 3);
-  checkpoint_save(counter, dir.string(), meta_at(20), a.slices(), *a.world, 3);
+  save(mode, counter, dir, meta_at(20), a.slices(), *a.world, 3);
   const long ops = counter.operations();
   for (long n = 1; n <= ops; ++n) {
     FaultyFileSystem faulty(default_file_system());
     faulty.fail_at(n, EIO);
     try {
-      checkpoint_save(faulty, dir.string(), meta_at(20), b.slices(), *b.world, 3);
+      save(mode, faulty, dir, meta_at(20), b.slices(), *b.world, 3);
     } catch (const Error&) {
     }
     Fixture c(3);

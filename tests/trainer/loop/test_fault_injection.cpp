@@ -26,6 +26,7 @@ TEST(FaultInjection, ParsesKindStepAndRank) {
   EXPECT_EQ(f.step, 0);
   EXPECT_EQ(f.rank, -1);
   EXPECT_EQ(parse("term@5:1").kind, "term");
+  EXPECT_EQ(parse("full-disk-in-save@4").kind, "full-disk-in-save");
   EXPECT_EQ(parse("").kind, "");
 }
 
@@ -35,6 +36,22 @@ TEST(FaultInjection, MalformedValuesAreErrors) {
     EXPECT_THROW(parse(bad), Error) << bad;
     ::unsetenv("LLMTRAIN_FAULT");
   }
+}
+
+// term-in-save stops a background write: without checkpoint.async there is none, which is said
+// rather than ignored; with it, only the fault's rank and step fire.
+TEST(FaultInjection, TermInSaveNeedsAsyncCheckpoints) {
+  const Fault f = parse("term-in-save@4:1");
+  EXPECT_EQ(f.kind, "term-in-save");
+  try {
+    fault_writer_hook(f, 1, /*async=*/false);
+    ADD_FAILURE() << "term-in-save without checkpoint.async was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.async is false"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fault_writer_hook(f, 0, true));  // another rank
+  EXPECT_TRUE(fault_writer_hook(f, 1, true));
+  EXPECT_FALSE(fault_writer_hook(parse("term@4"), 0, true));  // not a writer fault
 }
 
 }  // namespace
