@@ -4,7 +4,7 @@
 # CPU run of the same recipe: losses per step within 1e-5 (relative) and the final parameters
 # (assembled from the checkpoints' slices) within 1e-5.
 #
-#   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2, tp 2 with sequence parallelism, pp 2 (1F1B),
+#   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), tp 2 with sequence parallelism, pp 2 (1F1B),
 #                              tp 2 × pp 2; a 2-rank cuda checkpoint resumed on one CPU rank
 #   cuda_layouts_sim.sh BUILD SRC full   the other schedules, ZeRO 1 and 2, hybrid sharding, bf16,
 #                              recomputation, evaluation through the pipeline, SIGTERM on the device
@@ -48,7 +48,7 @@ expect_status 0
 
 if [[ $mode == ci ]]; then
   layout dp2 2
-  layout zero3 2 --set parallel.zero=3
+  layout zero3 2 --set parallel.zero=3 --set checkpoint.async=true  # its checkpoints written in the background
   layout tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
   layout pp2-1f1b 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
   layout tp2-pp2 4 --set parallel.tp=2 --set parallel.pp=2
