@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "parallel/comm.h"
 #include "parallel/comm_threads.h"
+#include "tests/trainer/checkpoint/checkpoint_fixture.h"
 #include "trainer/checkpoint/async_checkpoint.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/model/model.h"
@@ -28,33 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ModelConfig small_model() {
-  ModelConfig m;
-  m.family = ModelFamily::llama;
-  m.layers = 2, m.hidden = 32, m.heads = 4, m.kv_heads = 2, m.ffn_hidden = 64;
-  m.vocab = 100, m.vocab_pad = 64, m.seq_len = 8, m.max_positions = 8, m.tie_embeddings = false;
-  return m;
-}
-
 // A model and its optimizer state, filled from `seed`.
-struct State {
-  std::unique_ptr<parallel::Comm> tp = parallel::make_local_comm();
-  ModelConfig config = small_model();
-  Model model{config, {}, *tp};
-  AdamW opt{OptimizerConfig{}, decay_ranges(model.parameters()), {{0, model.numel()}}};
-
-  explicit State(uint64_t seed) {
-    model.init_parameters(seed);
-    std::mt19937 rng(static_cast<uint32_t>(seed));
-    std::uniform_real_distribution<float> u(0, 1);
-    for (int64_t i = 0; i < model.numel(); ++i) {
-      opt.exp_avg().ptr<float>()[i] = u(rng);
-      opt.exp_avg_sq().ptr<float>()[i] = u(rng);
-    }
-  }
-  std::vector<CheckpointSlice> slices(bool params = true, bool moments = true) {
-    return checkpoint_slices(model, &opt, params, moments);
-  }
+struct State : CheckpointFixture {
+  using CheckpointFixture::CheckpointFixture;
   std::vector<float> copy(kernels::Tensor t) const {
     std::vector<float> out(size_t(t.numel()));
     std::memcpy(out.data(), t.data, t.bytes());
@@ -224,7 +201,7 @@ TEST(AsyncCheckpoint, AFailedWriteOnOneRankCommitsOnNone) {
       if (rank == 1 && fail_rank1) fsys.fail_at(1, EIO);  // rank 1's first operation: its shard
       AsyncCheckpointWriter writer(fsys, dir.string(), 3, world, 60);
       State& s = rank == 0 ? s0 : s1;
-      writer.start(meta_at(step), s.slices(/*params=*/rank == 0, /*moments=*/rank == 1));
+      writer.start(meta_at(step), s.slices_of(/*params=*/rank == 0, /*moments=*/rank == 1));
       if (!writer.in_flight()) throw Error("not started");
       results[rank] = *writer.finish();
     });

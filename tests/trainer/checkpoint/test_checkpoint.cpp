@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "parallel/comm.h"
+#include "tests/trainer/checkpoint/checkpoint_fixture.h"
 #include "trainer/checkpoint/async_checkpoint.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_inspect.h"
@@ -25,34 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ModelConfig small_model() {
-  ModelConfig m;
-  m.family = ModelFamily::llama;
-  m.layers = 2, m.hidden = 32, m.heads = 4, m.kv_heads = 2, m.ffn_hidden = 64;
-  m.vocab = 100, m.vocab_pad = 64, m.seq_len = 8, m.max_positions = 8, m.tie_embeddings = false;
-  return m;
-}
-
-struct Fixture {
-  std::unique_ptr<parallel::Comm> world = parallel::make_local_comm();
-  ModelConfig config = small_model();
-  Model model{config, {}, *world};
-  AdamW opt{OptimizerConfig{}, decay_ranges(model.parameters()), {{0, model.numel()}}};
-
-  explicit Fixture(uint64_t seed) {
-    model.init_parameters(seed);
-    // Distinct, non-trivial optimizer moments.
-    std::mt19937 rng(static_cast<uint32_t>(seed));
-    std::uniform_real_distribution<float> u(0, 1);
-    for (int64_t i = 0; i < model.numel(); ++i) {
-      opt.exp_avg().ptr<float>()[i] = u(rng);
-      opt.exp_avg_sq().ptr<float>()[i] = u(rng);
-    }
-  }
-  std::vector<CheckpointSlice> slices(bool with_opt = true) {
-    return checkpoint_slices(model, with_opt ? &opt : nullptr, true, true);
-  }
-};
+using Fixture = CheckpointFixture;
 
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("llmtrain_ckpt_" + std::to_string(getpid()) + "_" + name);
@@ -401,7 +375,7 @@ TEST(Checkpoint, ModelOfAnotherShapeIsNamed) {
   Fixture a(1);
   checkpoint_save(default_file_system(), dir.string(), meta_at(10), a.slices(), *a.world, 3);
   auto world = parallel::make_local_comm();
-  ModelConfig other = small_model();
+  ModelConfig other = small_checkpoint_model();
   other.ffn_hidden = 96;
   Model m(other, {}, *world);
   try {
@@ -426,7 +400,7 @@ TEST(Checkpoint, ResumingAnotherModelsCheckpointSaysSoNamingTheKey) {
   meta.step = 20;
   checkpoint_save(default_file_system(), dir.string(), meta, a.slices(), *a.world, 3);
   auto world = parallel::make_local_comm();
-  ModelConfig other = small_model();
+  ModelConfig other = small_checkpoint_model();
   other.ffn_hidden = 96;
   Model m(other, {}, *world);
   const std::string ours = "name: t\nmodel:\n  family: llama\n  ffn_hidden: 96\n  vocab: 100\ndata:\n  ffn_hidden: 2\n";
@@ -456,7 +430,7 @@ TEST(Checkpoint, AModelLargerThanItsFilesIsRefusedBeforeAllocating) {
   Fixture a(1);
   checkpoint_save(default_file_system(), dir.string(), meta_at(10), a.slices(false), *a.world, 3);
   const std::string step = (dir / "step_00000010").string();
-  ModelConfig big = small_model();
+  ModelConfig big = small_checkpoint_model();
   big.hidden = 1 << 16, big.ffn_hidden = 1 << 18, big.heads = 512, big.kv_heads = 512;  // ~130B parameters
   // The manifest claims these shapes for the same tensors (slices of the small ones stay inside).
   nlohmann::json j = nlohmann::json::parse(read_file(step + "/manifest.json"));
@@ -471,7 +445,7 @@ TEST(Checkpoint, AModelLargerThanItsFilesIsRefusedBeforeAllocating) {
     EXPECT_NE(std::string(e.what()).find("but the shard files holding them have"), std::string::npos) << e.what();
   }
   // The checkpoint's own model passes.
-  checkpoint_check_model_fits(step, checkpoint_read_manifest(step), small_model(), 2.0, "exporting it");
+  checkpoint_check_model_fits(step, checkpoint_read_manifest(step), small_checkpoint_model(), 2.0, "exporting it");
   fs::remove_all(dir);
 }
 
