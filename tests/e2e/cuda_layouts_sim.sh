@@ -64,7 +64,13 @@ else
   layout pp2-zb 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
   layout zero1 2 --set parallel.zero=1
   layout zero2 2 --set parallel.zero=2
-  layout zero3-hybrid 4 --set parallel.zero=3 --set parallel.zero_group=2
+  # Hybrid ZeRO 3 (dp 4, shards over 2) needs 4 sequences a step: against the CPU at global batch 4.
+  run cpu-gb4 1 --set train.device=cpu --set train.global_batch=4
+  expect_status 0
+  run zero3-hybrid 4 --set train.device=cuda --set train.global_batch=4 --set parallel.zero=3 \
+    --set parallel.zero_group=2
+  expect_status 0
+  compare "zero3-hybrid on cuda takes the one-rank cpu run's steps" zero3-hybrid cpu-gb4 --last 3 --tol 1e-5
   layout recompute-tp2 2 --set parallel.tp=2 --set train.activation_checkpointing=full
   layout eval-pp2 2 --set parallel.pp=2 --set eval.every=3
   # bf16: cuda at dp 2 against bf16 on one CPU rank, within 16-bit rounding.
