@@ -1,10 +1,14 @@
 // What the checkpoint tests share: a small LLaMA and its AdamW state, filled from a seed (the
 // parameters by the model's own initialization, the moments with distinct non-trivial values), and
-// its checkpoint slices.
+// its checkpoint slices; a test directory and checkpoint metadata.
 #pragma once
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -46,5 +50,23 @@ struct CheckpointFixture {
     return checkpoint_slices(model, &opt, params, moments);
   }
 };
+
+// An empty directory for one test: the system's temporary folder / <prefix>_<pid>_<name>.
+inline std::filesystem::path checkpoint_test_dir(const std::string& prefix, const std::string& name) {
+  std::filesystem::path d =
+      std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(getpid()) + "_" + name);
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+// A checkpoint's metadata at `step` (4 samples a step, the byte tokenizer).
+inline CheckpointMeta meta_at(int64_t step) {
+  CheckpointMeta m;
+  m.step = step;
+  m.consumed_samples = step * 4;
+  m.recipe_yaml = "name: t\n";
+  m.tokenizer_kind = "byte";
+  return m;
+}
 
 }  // namespace llmtrain::trainer

@@ -43,20 +43,7 @@ bool same(const std::vector<float>& a, kernels::Tensor b) {
   return a.size() * sizeof(float) == b.bytes() && std::memcmp(a.data(), b.data, b.bytes()) == 0;
 }
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("llmtrain_async_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(d);
-  return d;
-}
-
-CheckpointMeta meta_at(int64_t step) {
-  CheckpointMeta m;
-  m.step = step;
-  m.consumed_samples = step * 4;
-  m.recipe_yaml = "name: t\n";
-  m.tokenizer_kind = "byte";
-  return m;
-}
+fs::path temp_dir(const std::string& name) { return checkpoint_test_dir("llmtrain_async", name); }
 
 // Holds every background write until the training thread waits for it (as the term-in-save fault
 // does), so that what happens between start() and finish() happens while the write is in flight.

@@ -28,20 +28,7 @@ namespace {
 
 using Fixture = CheckpointFixture;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("llmtrain_ckpt_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(d);
-  return d;
-}
-
-CheckpointMeta meta_at(int64_t step) {
-  CheckpointMeta m;
-  m.step = step;
-  m.consumed_samples = step * 4;
-  m.recipe_yaml = "name: t\n";
-  m.tokenizer_kind = "byte";
-  return m;
-}
+fs::path temp_dir(const std::string& name) { return checkpoint_test_dir("llmtrain_ckpt", name); }
 
 bool same_bits(kernels::Tensor a, kernels::Tensor b) {
   return a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
