@@ -80,7 +80,7 @@ struct Transfer {
   int tag = 0;
 };
 
-// The tag of all_to_all_v's transfers, clear of the pipeline's (parallel/pipeline_executor.h).
+// The tag of all_to_all_v's transfers, clear of other point-to-point traffic on a group (tag 0).
 inline constexpr int kAllToAllTag = 32000;
 
 class Comm {

@@ -32,6 +32,7 @@ void MeshComms::set_timeout(double seconds) {
   for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), control.world.get(), control.tp.get(), control.pp.get(),
                   control.dp.get(), control.mp.get()})
     if (c) c->set_timeout(seconds);
+  pipe.set_timeout(seconds);
 }
 
 MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels::Device device) {
@@ -74,6 +75,7 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels
   MeshComms out;
   out.tp = tensor(GroupKind::tp);
   out.pp = tensor(GroupKind::pp);
+  out.pipe = make_pipe_links(*out.pp);
   out.dp = tensor(GroupKind::dp);
   out.control.world = make(everyone, mesh.rank(), "world control");
   out.control.tp = control(GroupKind::tp);

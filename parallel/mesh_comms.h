@@ -19,6 +19,7 @@
 
 #include "parallel/comm.h"
 #include "parallel/mesh.h"
+#include "parallel/pipe_links.h"
 
 namespace llmtrain::parallel {
 
@@ -37,7 +38,8 @@ struct ControlComms {
 struct MeshComms {
   std::unique_ptr<Comm> world;  // the job's world, which the groups were split from
   std::unique_ptr<Comm> tp;     // "tp": tensor-parallel activations and gradients
-  std::unique_ptr<Comm> pp;     // "pp": activations and gradients between pipeline stages
+  std::unique_ptr<Comm> pp;     // "pp": the tied embedding's gradient between the first and last stage
+  PipeLinks pipe;               // split from pp: activations and gradients between neighbouring stages
   std::unique_ptr<Comm> dp;     // "dp": gradient reduction and parameter gathers
   ControlComms control;
 

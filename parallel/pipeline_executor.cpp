@@ -88,9 +88,13 @@ PipelineExecutor::ReceiveSlots PipelineExecutor::receive_slots(const std::vector
   return out;
 }
 
-PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage, Comm& pp)
-    : ops_(std::move(ops)), stage_(stage), pp_(pp), shape_(stage.activation_shape()), dtype_(stage.activation_dtype()) {
-  const int stages = pp.size(), me = pp.rank();
+PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage, PipeLinks& links)
+    : ops_(std::move(ops)),
+      stage_(stage),
+      links_(links),
+      shape_(stage.activation_shape()),
+      dtype_(stage.activation_dtype()) {
+  const int stages = links.stages, me = links.stage;
   int micro_batches = 0, chunks = 1;
   for (const PipeOp& op : ops_) {
     if (op.kind == K::forward && op.chunk == 0) ++micro_batches;
@@ -98,11 +102,7 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
   }
   const std::string problem = check_stage_schedule(
       ops_, {.stages = stages, .stage = me, .micro_batches = std::max(micro_batches, 1), .chunks = chunks});
-  LT_CHECK(problem.empty(), "pipeline executor on stage {} of {} (group '{}'): {}", me, stages, pp.name(), problem);
-  if (stages > 1) {
-    prev_ = (me + stages - 1) % stages;
-    next_ = (me + 1) % stages;
-  }
+  LT_CHECK(problem.empty(), "pipeline executor on stage {} of {}: {}", me, stages, problem);
 
   // Walk the list as run() will: assign buffers and find what each piece of work waits for.
   plan_.resize(ops_.size());
@@ -124,7 +124,6 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
       case K::recv_grad:
       case K::send_activation:
       case K::send_grad:
-        p.tag = tag_of(op);
         transfers[{op.kind, op.micro_batch, op.chunk}] = int(i);
         if (op.kind == K::send_activation) last_send[op.chunk] = int(i);
         break;
@@ -154,15 +153,19 @@ PipelineExecutor::PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage
   grad_sends_pending_.reserve(ops_.size());
 }
 
-int PipelineExecutor::tag_of(const PipeOp& op) const {
-  const bool grad = op.kind == K::send_grad || op.kind == K::recv_grad;
-  return kPipelineTagBase + 2 * pipe_boundary(op, pp_.size(), pp_.rank()) + (grad ? 1 : 0);
+Comm& PipelineExecutor::link_of(const PipeOp& op) const {
+  Comm* link = op.kind == K::send_activation   ? links_.activation_out.get()
+               : op.kind == K::recv_activation ? links_.activation_in.get()
+               : op.kind == K::send_grad       ? links_.grad_out.get()
+                                               : links_.grad_in.get();
+  LT_CHECK(link != nullptr, "pipeline stage {} of {} has no link for {}", links_.stage, links_.stages, to_string(op));
+  return *link;
 }
 
 void PipelineExecutor::wait_for(size_t i, const PipeOp* user) {
   WorkHandle& w = pending_[i];
   const std::string when = user ? "before " + to_string(*user) : std::string("at the end of the step");
-  LT_CHECK(w != nullptr, "pipeline stage {}, {}: {} was never posted", pp_.rank(), when, to_string(ops_[i]));
+  LT_CHECK(w != nullptr, "pipeline stage {}, {}: {} was never posted", links_.stage, when, to_string(ops_[i]));
   try {
     w->wait();
   } catch (const Error& e) {
@@ -171,8 +174,8 @@ void PipelineExecutor::wait_for(size_t i, const PipeOp* user) {
                        : op.kind == K::recv_grad       ? "the output gradient from the next stage"
                        : op.kind == K::send_activation ? "the next stage to take the activation sent to it"
                                                        : "the previous stage to take the gradient sent to it";
-    throw Error(fmt::format("pipeline stage {} of {}, {}: waiting for {} ({}): {}", pp_.rank(), pp_.size(), when, what,
-                            to_string(op), e.what()),
+    throw Error(fmt::format("pipeline stage {} of {}, {}: waiting for {} ({}): {}", links_.stage, links_.stages, when,
+                            what, to_string(op), e.what()),
                 e.hint(), e.kind());
   }
   w.reset();
@@ -183,7 +186,7 @@ void PipelineExecutor::run() {
   const size_t bytes = shape_.numel() * kernels::dtype_size(dtype_);
   auto check_sent = [&](const Tensor& t, const PipeOp& op) {
     LT_CHECK(t.defined() && t.bytes() == bytes && t.dtype == dtype_,
-             "pipeline stage {}: the tensor to {} holds {} {} bytes, the activation is {} {}", pp_.rank(),
+             "pipeline stage {}: the tensor to {} holds {} {} bytes, the activation is {} {}", links_.stage,
              to_string(op), t.bytes(), kernels::to_string(t.dtype), shape_.str(), kernels::to_string(dtype_));
   };
   grad_sends_pending_.clear();
@@ -192,21 +195,21 @@ void PipelineExecutor::run() {
     const Plan& p = plan_[i];
     switch (op.kind) {
       case K::recv_activation:
-        pending_[i] = pp_.recv_async(activation_bufs_[p.slot].tensor(), prev_, p.tag);
+        pending_[i] = link_of(op).recv_async(activation_bufs_[p.slot].tensor(), kLinkSender);
         break;
       case K::recv_grad:
-        pending_[i] = pp_.recv_async(grad_bufs_[p.slot].tensor(), next_, p.tag);
+        pending_[i] = link_of(op).recv_async(grad_bufs_[p.slot].tensor(), kLinkSender);
         break;
       case K::send_activation: {
         Tensor t = stage_.output(op.micro_batch, op.chunk);
         check_sent(t, op);
-        pending_[i] = pp_.send_async(t, next_, p.tag);
+        pending_[i] = link_of(op).send_async(t, kLinkReceiver);
         break;
       }
       case K::send_grad: {
         Tensor t = stage_.input_grad(op.micro_batch, op.chunk);
         check_sent(t, op);
-        pending_[i] = pp_.send_async(t, prev_, p.tag);
+        pending_[i] = link_of(op).send_async(t, kLinkReceiver);
         grad_sends_pending_.push_back(int(i));
         break;
       }
@@ -218,7 +221,7 @@ void PipelineExecutor::run() {
           input = activation_bufs_[plan_[p.wait_recv].slot].tensor();
         }
         stage_.forward(op.micro_batch, op.chunk, input);
-        pp_.progress();
+        links_.progress();
         break;
       }
       case K::backward:
@@ -236,12 +239,12 @@ void PipelineExecutor::run() {
           stage_.backward(op.micro_batch, op.chunk, grad_output);
         else
           stage_.backward_input(op.micro_batch, op.chunk, grad_output);
-        pp_.progress();
+        links_.progress();
         break;
       }
       case K::backward_weight:
         stage_.backward_weight(op.micro_batch, op.chunk);
-        pp_.progress();
+        links_.progress();
         break;
       default:
         LT_CHECK(false, "the executor cannot run {} yet", to_string(op));
@@ -252,7 +255,7 @@ void PipelineExecutor::run() {
   for (size_t i = 0; i < ops_.size(); ++i)
     if (pending_[i]) {
       LT_CHECK(ops_[i].kind == K::send_activation || ops_[i].kind == K::send_grad,
-               "pipeline stage {}: {} was never used", pp_.rank(), to_string(ops_[i]));
+               "pipeline stage {}: {} was never used", links_.stage, to_string(ops_[i]));
       wait_for(i, nullptr);
     }
 }

@@ -5,7 +5,9 @@
 //
 // Rules a reader could get wrong:
 //  - The stage is the rank in the pp group: stage s receives activations from pp rank s - 1 and
-//    sends them to s + 1; gradients go the other way.
+//    sends them to s + 1; gradients go the other way. Each kind and direction has its own link
+//    (parallel/pipe_links.h), where sends and receives match in list order: no tags, and no
+//    receive needs to be posted before its send.
 //  - Memory contract between executor and stage (no copies are made on either side):
 //      * the `input` passed to forward(mb, c) is an executor buffer that stays valid and unchanged
 //        until backward(mb, c) (or backward_weight(mb, c) of a split backward) returns, so the
@@ -27,11 +29,8 @@
 //    completed. Every wait is bounded by the pp communicator's timeout and a timeout names the
 //    operation, the micro-batch and the stage.
 //  - Asynchronous transfers advance only inside communicator calls: the executor calls
-//    pp.progress() after every forward and backward. A stage that computes for long may call it
+//    links.progress() after every forward and backward. A stage that computes for long may call it
 //    itself between layers.
-//  - Message tags are kPipelineTagBase + 2 · boundary (+1 for gradients), with the boundary between
-//    virtual stages of pipe_boundary(): activations, gradients and chunks never match each other,
-//    and the tags stay clear of other point-to-point traffic on the pp group (tag 0 by default).
 //  - After run() throws, the executor and the pp group are unusable (a receive may still land in
 //    an executor buffer): the error goes to the rank's top level, which ends the job.
 #pragma once
@@ -41,11 +40,10 @@
 
 #include "kernels/buffer.h"
 #include "parallel/comm.h"
+#include "parallel/pipe_links.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace llmtrain::parallel {
-
-inline constexpr int kPipelineTagBase = 4096;
 
 // What a pipeline stage does, as the executor sees it (the trainer implements it on its Model).
 class PipelineStage {
@@ -78,9 +76,9 @@ class PipelineStage {
 // no tensor memory.
 class PipelineExecutor {
  public:
-  // `ops`: this stage's list, for stage pp.rank() of pp.size() (checked with
-  // check_stage_schedule). The stage and the communicator must outlive the executor.
-  PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage, Comm& pp);
+  // `ops`: this stage's list, for stage links.stage of links.stages (checked with
+  // check_stage_schedule). The stage and the links must outlive the executor.
+  PipelineExecutor(std::vector<PipeOp> ops, PipelineStage& stage, PipeLinks& links);
 
   // One step: every op of the list, in order.
   void run();
@@ -106,18 +104,17 @@ class PipelineExecutor {
     int wait_recv = -1;  // forward/backward: the receive to wait for (op index), or -1
     int wait_send = -1;  // backward: the activation send of the same micro-batch, or -1; forward of a
                          // forward-only list: the previous activation send of the same chunk, or -1
-    int tag = 0;         // sends and receives
   };
 
   // Waits for the transfer of op i; `user` is the op that needs it (nullptr: the end of the step).
   void wait_for(size_t i, const PipeOp* user);
-  int tag_of(const PipeOp& op) const;
+  // The link op i moves its message on.
+  Comm& link_of(const PipeOp& op) const;
 
   std::vector<PipeOp> ops_;
   std::vector<Plan> plan_;
   PipelineStage& stage_;
-  Comm& pp_;
-  int prev_ = -1, next_ = -1;  // pp ranks of the neighbours (-1: none)
+  PipeLinks& links_;
   bool forward_only_ = false;  // the list has no backward work (evaluation)
   kernels::Shape shape_;
   kernels::DType dtype_;

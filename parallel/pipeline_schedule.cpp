@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string_view>
 #include <tuple>
 
@@ -376,22 +377,21 @@ std::string check_stage_schedule(const std::vector<PipeOp>& ops, const ScheduleS
 
 namespace {
 
-// A message channel: (from stage, to stage, gradient?, boundary). The k-th send on a channel
-// matches its k-th receive.
-using Channel = std::tuple<int, int, bool, int>;
+// A link (parallel/pipe_links.h): (from stage, to stage, gradient?). Every chunk's messages of one
+// kind between two stages share it, and the k-th send on a link matches its k-th receive.
+using Channel = std::tuple<int, int, bool>;
 
 Channel channel_of(const PipeOp& op, int stages, int stage) {
   const int next = (stage + 1) % stages, prev = (stage + stages - 1) % stages;
-  const int b = pipe_boundary(op, stages, stage);
   switch (op.kind) {
     case K::send_activation:
-      return {stage, next, false, b};
+      return {stage, next, false};
     case K::recv_activation:
-      return {prev, stage, false, b};
+      return {prev, stage, false};
     case K::send_grad:
-      return {stage, prev, true, b};
+      return {stage, prev, true};
     case K::recv_grad:
-      return {next, stage, true, b};
+      return {next, stage, true};
     default:
       LT_CHECK(false, "{} is not communication", to_string(op));
   }
@@ -526,15 +526,27 @@ std::string check_schedule(const std::vector<std::vector<PipeOp>>& lists, int mi
       auto& [sends, recvs] = seq[channel_of(op, p, s)];
       (op.kind == K::send_activation || op.kind == K::send_grad ? sends : recvs).push_back(op);
     }
+  // Each message is (micro-batch, boundary): the same micro-batch crosses a link once per chunk.
   for (const auto& [ch, sr] : seq) {
-    const auto& [from, to, grad, boundary] = ch;
-    std::vector<int> sent, received;
-    for (const PipeOp& op : sr.first) sent.push_back(op.micro_batch);
-    for (const PipeOp& op : sr.second) received.push_back(op.micro_batch);
-    if (sent != received)
-      return fmt::format("stage {} sends {} of micro-batches [{}] to stage {} across boundary {}, which receives [{}]",
-                         from, grad ? "gradients" : "activations", fmt::join(sent, " "), to, boundary,
-                         fmt::join(received, " "));
+    const auto& [from, to, grad] = ch;
+    std::vector<std::pair<int, int>> sent, received;
+    for (const PipeOp& op : sr.first) sent.push_back({op.micro_batch, pipe_boundary(op, p, from)});
+    for (const PipeOp& op : sr.second) received.push_back({op.micro_batch, pipe_boundary(op, p, to)});
+    if (sent == received) continue;
+    // Micro-batches, with the boundary where the link carries more than one (several chunks).
+    std::set<int> boundaries;
+    for (const auto& ms : {sent, received})
+      for (auto [mb, b] : ms) boundaries.insert(b);
+    const bool one_boundary = boundaries.size() <= 1;
+    auto names = [&](const std::vector<std::pair<int, int>>& ms) {
+      std::vector<std::string> out;
+      for (auto [mb, b] : ms) out.push_back(one_boundary ? std::to_string(mb) : fmt::format("{}@{}", mb, b));
+      return fmt::format("{}", fmt::join(out, " "));
+    };
+    return fmt::format(
+        "stage {} sends {} of micro-batches [{}] to stage {}, which receives them as [{}]{}", from,
+        grad ? "gradients" : "activations", names(sent), to, names(received),
+        one_boundary ? "" : " (micro-batch@boundary: every chunk's messages share the link between two stages)");
   }
   return simulate(lists).deadlock;
 }

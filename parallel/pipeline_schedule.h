@@ -10,10 +10,11 @@
 //    forward/backward that produces it. The executor posts receives when it reaches them and waits
 //    for them just before use, so the generators place each receive one piece of work early (its
 //    transfer can run during that work); placing it earlier would only hold more buffers.
-//  - Sends and receives between two stages match in list order (MPI's non-overtaking rule per
-//    tag): the k-th activation send of stage s is the k-th activation receive of stage s + 1, and
-//    the k-th gradient send of stage s is the k-th gradient receive of stage s - 1. check_schedule()
-//    checks that they are the same micro-batch.
+//  - Sends and receives between two stages match in list order, with no tags: activations from
+//    stage s to s + 1 travel on one link and gradients from s to s - 1 on another
+//    (parallel/pipe_links.h), every chunk's on the same one, so the k-th activation send of stage s
+//    is the k-th activation receive of stage s + 1 (likewise for gradients). check_schedule()
+//    checks that they are the same micro-batch across the same boundary.
 //  - Micro-batches are backwarded in ascending order on every stage by every generator, so the
 //    parameter gradients are summed in the same order as in the one-stage loop.
 //  - With one stage (and one chunk) every schedule kind is the one-stage list F0 B0 F1 B1 ...,
@@ -62,9 +63,9 @@ bool is_compute(PipeOpKind kind);  // forward, backward, backward_input, backwar
 // Which boundary between virtual stages a send or receive crosses. Virtual stage v = chunk ·
 // stages + stage runs layers block v; boundary k lies between virtual stages k and k + 1, so an
 // activation sent by virtual stage v and the gradient it receives cross boundary v, and the
-// activation it receives and the gradient it sends cross boundary v - 1. Two stages exchange
-// several chunks' data only through different boundaries: the executor's message tags are made
-// from it, and the checker matches sends with receives per boundary.
+// activation it receives and the gradient it sends cross boundary v - 1. With several chunks, two
+// stages exchange data across several boundaries over one link; the checker matches each send with
+// its receive by (micro-batch, boundary).
 int pipe_boundary(const PipeOp& op, int stages, int stage);
 
 struct ScheduleSpec {

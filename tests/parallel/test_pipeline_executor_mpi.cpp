@@ -134,7 +134,8 @@ void run_case(PipelineSchedule kind, int m) {
     if (is_compute(op.kind)) compute.push_back(op);
 
   ToyStage stage(s, p, m);
-  PipelineExecutor ex(ops, stage, pp);
+  PipeLinks links = make_pipe_links(pp);
+  PipelineExecutor ex(ops, stage, links);
   // Receive buffers: none where nothing comes in; otherwise what stays alive plus one posted early.
   if (s == 0) {
     EXPECT_EQ(ex.activation_buffers(), 0);

@@ -50,7 +50,7 @@ Evaluator::Evaluator(Model& model, MicroBatchReader& valid, int batches, int mic
   losses_host_.assign(size_t(micro_batches), 0.0f);
   stage_ = std::make_unique<Stage>(model, valid, losses_.tensor());
   executor_ =
-      std::make_unique<parallel::PipelineExecutor>(parallel::forward_only_schedule(schedule), *stage_, *comms.pp);
+      std::make_unique<parallel::PipelineExecutor>(parallel::forward_only_schedule(schedule), *stage_, comms.pipe);
 }
 
 Evaluator::~Evaluator() = default;

@@ -83,9 +83,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // `tied`: this stage holds one of two copies of a tied word embedding (pp > 1); its group's
   // gradient is final only after TrainStep sums the copies, after the schedule, so backward does not
   // mark it (GradSync::finish marks it).
-  // `pp`: the pipeline group, whose transfers advance between layers (with more than one stage).
-  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::Comm& pp, int micro_batches,
-             Tensor losses, bool tied)
+  // `pipe`: the links between stages, whose transfers advance between layers (with more than one stage).
+  ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::PipeLinks& pipe,
+             int micro_batches, Tensor losses, bool tied)
       : model_(model),
         batches_(batches),
         micro_batches_(micro_batches),
@@ -109,9 +109,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     // between micro-batches — a pipeline send posted after a forward or backward (without a
     // single-copy transport it moves in fragments, each needing its sender), and the gradient
     // sync's launched reductions and prefetched ZeRO-3 gathers.
-    const bool pipelined = pp.size() > 1;
-    model_.set_layer_done_hook([&pp, &sync, pipelined] {
-      if (pipelined) pp.progress();
+    const bool pipelined = pipe.stages > 1;
+    model_.set_layer_done_hook([&pipe, &sync, pipelined] {
+      if (pipelined) pipe.progress();
       sync.progress();
     });
   }
@@ -220,10 +220,10 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
                                     model.device(), kernels::MemoryKind::communication);
   }
-  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, *comms.pp, micro_batches_, losses_.tensor(),
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_, losses_.tensor(),
                                         tied_peer_ >= 0);
   if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
-  executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, *comms.pp);
+  executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
 }
 
 TrainStep::~TrainStep() = default;
@@ -338,8 +338,8 @@ void TrainStep::sum_tied_grads() {
   // One grouped exchange: both ways at once, so that no backend can deadlock on its order.
   using parallel::Transfer;
   comms_.pp
-      ->exchange_async({{Transfer::Kind::recv, tied_scratch_.tensor(), tied_peer_, kTiedGradTag},
-                        {Transfer::Kind::send, grad, tied_peer_, kTiedGradTag}})
+      ->exchange_async(
+          {{Transfer::Kind::recv, tied_scratch_.tensor(), tied_peer_}, {Transfer::Kind::send, grad, tied_peer_}})
       ->wait();
   kernels::residual_forward(grad, grad, tied_scratch_.tensor(), Tensor{});
 }

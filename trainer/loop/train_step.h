@@ -157,9 +157,6 @@ class TrainStep {
   void sum_tied_grads();
 };
 
-// The pp-group tag of the tied embedding's gradient exchange (clear of the executor's tags).
-inline constexpr int kTiedGradTag = parallel::kPipelineTagBase - 1;
-
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
 // layout's pipeline and schedule say (with one stage: F0 B0 F1 B1 ...).
 std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int micro_batches);
