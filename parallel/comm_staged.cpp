@@ -38,6 +38,13 @@ struct StagedOp {
 
 class StagedComm;
 
+// Every staged communicator of this thread (a Comm and its work belong to the thread that made it).
+// A wait on one advances them all, as an MPI call progresses every request of the process: across
+// ranks, one group's operation may wait for another group's — a pipeline stage blocked on a
+// receive on one link while its send on another link has yet to start on the host.
+thread_local std::vector<StagedComm*> t_staged;
+void progress_every_staged_comm();
+
 class StagedWork final : public Work {
  public:
   StagedWork(StagedComm* comm, std::shared_ptr<StagedOp> op) : comm_(comm), op_(std::move(op)) {}
@@ -51,7 +58,10 @@ class StagedWork final : public Work {
 
 class StagedComm final : public Comm {
  public:
-  explicit StagedComm(std::unique_ptr<Comm> host) : host_(std::move(host)) {}
+  explicit StagedComm(std::unique_ptr<Comm> host) : host_(std::move(host)) { t_staged.push_back(this); }
+  ~StagedComm() override { std::erase(t_staged, this); }
+  StagedComm(const StagedComm&) = delete;
+  StagedComm& operator=(const StagedComm&) = delete;
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
@@ -59,7 +69,10 @@ class StagedComm final : public Comm {
   void set_timeout(double seconds) override { host_->set_timeout(seconds); }
   double timeout() const override { return host_->timeout(); }
 
-  void progress() override {
+  void progress() override { progress_every_staged_comm(); }
+
+  // This communicator's share of progress_every_staged_comm(). Never blocks.
+  void progress_own() {
     host_->progress();
     advance();
   }
@@ -140,8 +153,7 @@ class StagedComm final : public Comm {
     if (op.state != StagedOp::State::staging) return;
     const double waited = wait_poll(
         [&] {
-          host_->progress();
-          advance();
+          progress_every_staged_comm();
           return op.state != StagedOp::State::staging ? Poll::done : Poll::pending;
         },
         timeout());
@@ -156,6 +168,24 @@ class StagedComm final : public Comm {
   // Copies `op`'s result back (once its host operation is done) and makes the compute stream wait.
   void finish(StagedOp& op) {
     if (op.state == StagedOp::State::started) {
+      // Polled rather than waited for, so that the thread's other staged communicators keep
+      // starting their host operations meanwhile; the host wait then returns at once (or throws).
+      const double waited = wait_poll(
+          [&] {
+            progress_every_staged_comm();
+            return op.state != StagedOp::State::started || op.host->done() ? Poll::done : Poll::pending;
+          },
+          timeout());
+      if (waited < 0)
+        throw environment_error(
+            fmt::format("timed out after {} waiting for {} on group '{}' ({} ranks; this is its rank {})",
+                        format_duration(timeout()), op.what, name(), size(), rank()),
+            fmt::format("the other ranks of group '{}' did not complete it within parallel.timeout: one is stuck, has "
+                        "crashed or called a different operation (its own output says which); if they are only "
+                        "slow, raise parallel.timeout",
+                        name()));
+    }
+    if (op.state == StagedOp::State::started) {
       op.host->wait();
       return_to_device(op);
     }
@@ -164,7 +194,7 @@ class StagedComm final : public Comm {
 
   // Whether `op` has completed, its result back in device memory. Never blocks.
   bool completed(StagedOp& op) {
-    advance();
+    progress_every_staged_comm();
     if (op.state == StagedOp::State::staging || op.state == StagedOp::State::started) return false;
     return !op.returns_to_device || op.returned.done();
   }
@@ -286,6 +316,10 @@ class StagedComm final : public Comm {
   std::deque<std::shared_ptr<StagedOp>> pending_;
   std::vector<PinnedBuffer> pool_;
 };
+
+void progress_every_staged_comm() {
+  for (size_t i = 0; i < t_staged.size(); ++i) t_staged[i]->progress_own();
+}
 
 void StagedWork::wait() {
   if (!op_) return;

@@ -22,6 +22,11 @@
 //    the call, which the copy of step 2 may not have read yet.
 //  - Pinned staging memory is pooled per communicator and reused once an operation's copy back has
 //    completed; it is freed with the communicator.
+//  - A host operation starts only inside a call on a staged communicator, so every wait, done() and
+//    progress() on one advances every staged communicator of the thread (as any MPI call
+//    progresses all of a process's requests): a rank blocked on one group's operation still starts
+//    its other groups' — without it, a pipeline stage waiting for a receive on one link would never
+//    start its send on the other, which its peer waits for (parallel/pipe_links.h).
 #pragma once
 
 #include <memory>

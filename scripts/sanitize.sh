@@ -6,6 +6,8 @@
 #
 #   scripts/sanitize.sh [FUZZ_SECONDS]        unit tests, then scripts/fuzz.sh FUZZ_SECONDS (default 10)
 #   scripts/sanitize.sh --build-only TARGET.. only configure and build those targets (scripts/fuzz.sh)
+#   scripts/sanitize.sh --build-all           only configure and build every target the first form runs
+#                                             (scripts/test.sh starts it early, in the background)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,18 +22,25 @@ configure() {
     -DLLMTRAIN_CUDA=OFF -DLLMTRAIN_TESTS=ON >/dev/null
 }
 
+fuzz_targets=(fuzz_recipe fuzz_safetensors fuzz_manifest fuzz_idx fuzz_tokenizer fuzz_tokenizer_text fuzz_prep_jsonl
+  fuzz_hf_config fuzz_plot_metrics fuzz_hf_index fuzz_derived_recipe)
+
 if [[ ${1:-} == --build-only ]]; then
   shift
   configure
   cmake --build "$build" -j "$jobs" --target "$@" >/dev/null
   exit 0
 fi
+if [[ ${1:-} == --build-all ]]; then
+  configure
+  cmake --build "$build" -j "$jobs" --target "${unit_tests[@]}" "${fuzz_targets[@]}"
+  exit 0
+fi
 
 fuzz_seconds=${1:-10}
 configure
 echo "sanitize: building ${unit_tests[*]} and the fuzz targets in $build with $jobs jobs"
-cmake --build "$build" -j "$jobs" --target "${unit_tests[@]}" fuzz_recipe fuzz_safetensors fuzz_manifest fuzz_idx \
-  fuzz_tokenizer fuzz_tokenizer_text fuzz_prep_jsonl fuzz_hf_config fuzz_plot_metrics fuzz_hf_index fuzz_derived_recipe >/dev/null
+cmake --build "$build" -j "$jobs" --target "${unit_tests[@]}" "${fuzz_targets[@]}" >/dev/null
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

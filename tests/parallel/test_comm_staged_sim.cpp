@@ -2,7 +2,8 @@
 // over the in-process communicator: every operation on device tensors gives bitwise what the host
 // communicator gives on the same values, a collective reduces what the kernels queued before it
 // wrote (the simulator runs stream work that no event orders in the order that exposes a missing
-// wait), and the compute stream's later work sees the result.
+// wait), and the compute stream's later work sees the result; a wait on one staged communicator
+// starts the host operations of the thread's others.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -143,6 +144,32 @@ TEST(CommStagedSim, ACollectiveSeesTheKernelsBeforeItAndTheKernelsAfterSeeItsRes
     kernels::scale(d.tensor(), 0.5f);  // must read the reduced values
     EXPECT_EQ(to_host(d), std::vector<float>(kN, (2.0f * 1 + 2.0f * 2) * 0.5f));
   });
+}
+
+// Two one-way links between the same two ranks, as two pipeline stages hold them: rank 0 sends on
+// link a, then waits for a receive on link b; rank 1 sends on b only once a's message arrived. Rank
+// 0's send starts on the host only inside a call on a staged communicator, and the one it makes is
+// a wait on b: unless that wait advances a too, both ranks wait until the timeout.
+TEST(CommStagedSim, AWaitOnOneCommunicatorStartsTheOthers) {
+  run_ranks_in_threads(
+      2,
+      [](Comm& world) {
+        const int r = world.rank();
+        std::unique_ptr<Comm> a = make_staged_comm(world.split(0, r, "a"));
+        std::unique_ptr<Comm> b = make_staged_comm(world.split(0, r, "b"));
+        Buffer sent = on_device(values(r, 8, 1.0f)), got(DType::fp32, {8}, Device::cuda);
+        if (r == 0) {
+          WorkHandle send = a->send_async(sent.tensor(), 1);
+          b->recv_async(got.tensor(), 1)->wait();
+          send->wait();
+          EXPECT_EQ(to_host(got), values(1, 8, 1.0f));
+        } else {
+          a->recv_async(got.tensor(), 0)->wait();
+          EXPECT_EQ(to_host(got), values(0, 8, 1.0f));
+          b->send_async(sent.tensor(), 0)->wait();
+        }
+      },
+      20.0);
 }
 
 }  // namespace
