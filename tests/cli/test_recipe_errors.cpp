@@ -216,7 +216,7 @@ const Case kCases[] = {
      "launch.procs_per_node=4"},
     {"cp_world_size", "tp: 1", "  tp: 1\n  cp: 2\n  dp: 2", "parallel.dp", "dp: 2", "!= tp 1 × cp 2 × pp 1 × dp 2 = 4",
      "", "", "launch.procs_per_node=3"},
-    {"cp_dp_auto_divides", "tp: 1", "  tp: 1\n  cp: 2", "parallel.dp", "tp: 1",
+    {"cp_dp_auto_divides", "tp: 1", "  tp: 1\n  cp: 2", "parallel.dp", "parallel:",
      "is not divisible by tp 1 × cp 2 × pp 1 = 2", "", "", "launch.procs_per_node=3"},
     {"cp_all_to_all_heads", "tp: 1", "  tp: 1\n  cp: 8\n  cp_comm: all_to_all", "parallel.cp_comm", "cp_comm",
      "all_to_all gives each of cp 8 ranks heads / cp of a tp rank's 4 query and 4 key/value heads", "", "",
