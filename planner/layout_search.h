@@ -60,7 +60,7 @@ struct LayoutChoice {
 };
 // Sequences at least this long make the search try context parallelism (cp 2, 4, 8 where 2·cp
 // divides seq_len); shorter ones keep the recipe's cp.
-inline constexpr int kLongSequence = 8192;
+inline constexpr int kLongSequence = 16384;
 Recipe with_layout(const Recipe& recipe, const LayoutChoice& layout);
 
 struct SearchResult {
