@@ -6,7 +6,8 @@
 # tp 2 with sequence parallelism, cp 2 × pp 2, cp 2 × dp 2 with ZeRO 1 and cp 2 with ZeRO 3, each against cp 1: the
 # losses per step (relative ≤ 1e-5 over 15 steps), the validation losses and the final parameters
 # (assembled from the checkpoint's slices, ‖a − b‖ / ‖b‖ ≤ 1e-5); measured memory equals the plan;
-# a cp 4 checkpoint resumes at cp 1 on cp 4's trajectory; all_to_all with heads cp does not divide is
+# a cp 4 checkpoint resumes at cp 1 on cp 4's trajectory and a cp 1 one at cp 2 × dp 2 (ZeRO 1);
+# `ckpt inspect` names cp 4 and `generate` runs from that checkpoint at cp 1; all_to_all with heads cp does not divide is
 # refused before any rank starts.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
@@ -66,6 +67,24 @@ expect_status 0
 expect_out "at step 10"
 out=$(compare resume1 gpt2-cp4-tp1-pp1-zero0-ring 11 2>&1) && pass "cp 4 checkpoint resumed at cp 1: $out" ||
   fail "cp 4 checkpoint resumed at cp 1 diverges: $out"
+
+# And a cp 1 checkpoint resumes at cp 2 × dp 2 with ZeRO 1, on cp 1's trajectory.
+mkdir -p resume2/ckpt
+cp -r gpt2-cp1/ckpt/step_00000010 resume2/ckpt/
+echo step_00000010 >resume2/ckpt/latest
+cp gpt2-cp1/metrics.jsonl resume2/
+run_cmd resume-cp2 mpi_run 180 4 "$LLMTRAIN" run r.yaml --set log.dir=resume2 --set parallel.cp=2 --set parallel.zero=1
+expect_status 0
+expect_out "at step 10"
+out=$(compare resume2 gpt2-cp1 11 2>&1) && pass "cp 1 checkpoint resumed at cp 2 × dp 2, ZeRO 1: $out" ||
+  fail "cp 1 checkpoint resumed at cp 2 × dp 2 diverges: $out"
+
+# The manifest records the layout; generation runs at cp 1 from a cp 4 checkpoint.
+run_cmd inspect-cp4 "$LLMTRAIN" ckpt inspect gpt2-cp4-tp1-pp1-zero0-ring/ckpt/step_00000015
+expect_status 0
+expect_out "tp 1 × cp 4 × pp 1"
+run_cmd generate-cp4 "$LLMTRAIN" generate gpt2-cp4-tp1-pp1-zero0-ring --prompt "The " --temperature 0 --max-tokens 8
+expect_status 0
 
 # Ulysses needs cp to divide the (key/value) heads: refused before any rank starts, naming the key.
 run_cmd all-to-all-heads "$LLMTRAIN" run r.yaml --nproc 4 --set parallel.cp=4 --set parallel.cp_comm=all_to_all \
