@@ -163,7 +163,7 @@ int train(const TrainContext& ctx) {
       "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {} "
       "rank(s) × {}",
       r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, world.size(), rank_peak.how);
-  Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.dp->size());
+  Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.replicas().size());
   int64_t last_eval = -1;
   auto eval = [&] {  // its buffers live only while it runs: training's memory is not evaluation's
     if (!valid_batches) return;
