@@ -19,7 +19,7 @@ std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("
 // "tp 2 × pp 2 (interleaved, 2 virtual stages) × dp 2, zero 1, sequence parallel; bf16"
 std::string layout_text(const trainer::Manifest& m, const Recipe* r) {
   const trainer::CheckpointMesh& mesh = m.mesh;
-  std::string s = fmt::format("tp {} × pp {}", mesh.tp, mesh.pp);
+  std::string s = fmt::format("tp {}{} × pp {}", mesh.tp, mesh.cp > 1 ? fmt::format(" × cp {}", mesh.cp) : "", mesh.pp);
   if (r && mesh.pp > 1) {
     s += fmt::format(" ({}", to_string(r->parallel.pp_schedule));
     if (r->parallel.virtual_stages > 1) s += fmt::format(", {} virtual stages", r->parallel.virtual_stages);

@@ -35,6 +35,8 @@ nlohmann::json candidate_json(const Candidate& c, int gpus) {
           {"virtual_stages", p.virtual_stages},
           {"pp_schedule", to_string(p.pp_schedule)},
           {"dp", p.dp},
+          {"cp", p.cp},
+          {"cp_comm", to_string(p.cp_comm)},
           {"zero", p.zero},
           {"micro_batch", c.recipe.train.micro_batch},
           {"activation_checkpointing", to_string(c.recipe.train.activation_checkpointing)},

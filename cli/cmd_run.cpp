@@ -162,17 +162,28 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
   const Recipe& r = loaded.recipe;
   const auto& m = r.model;
   const Layout layout = layout_of(r);
-  parallel::MeshShape shape{layout.tp, layout.pp, layout.dp};
+  parallel::MeshShape shape{layout.tp, layout.pp, layout.dp, layout.cp};
 
   std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
   std::printf("# plan\n");
   std::printf("world: %d ranks = %s (from %s)\n", shape.world(), parallel::Mesh::describe(shape).c_str(),
               loaded.world.source.c_str());
-  std::printf("mesh order: rank = pp·(dp·tp) + dp·tp + tp (tp fastest)\n");
-  for (auto kind :
-       {parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp, parallel::GroupKind::model_parallel})
+  if (layout.cp > 1)
+    std::printf("mesh order: rank = pp·(dp·cp·tp) + dp·(cp·tp) + cp·tp + tp (tp fastest, then cp)\n");
+  else
+    std::printf("mesh order: rank = pp·(dp·tp) + dp·tp + tp (tp fastest)\n");
+  std::vector<parallel::GroupKind> kinds{parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp,
+                                         parallel::GroupKind::model_parallel};
+  if (layout.cp > 1) kinds.insert(kinds.end(), {parallel::GroupKind::cp, parallel::GroupKind::dp_cp});
+  for (auto kind : kinds)
     std::printf("  %-15s %s\n", (std::string(parallel::group_kind_name(kind)) + " groups:").c_str(),
                 groups_text(shape, kind).c_str());
+  if (layout.cp > 1)
+    std::printf(
+        "context parallel: cp %d, %s; each sequence of %d tokens in %d chunks of %d, %lld tokens per rank "
+        "(rank i of a cp group holds chunks i and %d − i)\n",
+        layout.cp, to_string(layout.cp_comm), m.seq_len, 2 * layout.cp, m.seq_len / (2 * layout.cp),
+        static_cast<long long>(layout.local_seq(m.seq_len)), 2 * layout.cp - 1);
   if (layout.optimizer_sharded()) std::printf("zero: %s\n", layout.describe_zero().c_str());
 
   int64_t params = trainer::count_parameters(m);
@@ -274,7 +285,7 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
       device = kernels::device_select(rt.info().local_rank, rt.info().local_size, r.launch.share_devices,
                                       loaded.env.gpus_per_task);
     const Layout layout = layout_of(r);
-    parallel::Mesh mesh({layout.tp, layout.pp, layout.dp}, rt.info().rank);
+    parallel::Mesh mesh({layout.tp, layout.pp, layout.dp, layout.cp}, rt.info().rank);
     parallel::MeshComms comms = parallel::make_mesh_comms(
         mesh, rt.take_world(), layout.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu);
     trainer::TrainContext ctx;

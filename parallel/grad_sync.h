@@ -136,8 +136,10 @@ struct GradSyncLayout {
 //    optimizer's update. Under hybrid sharding the replicas update identical shards, so gathers
 //    run over the shard group only. Every rank requests the same groups in the same order, so
 //    the collectives start in the same order everywhere.
-// `zero_group`: the dp ranks one shard group spans at stages 1-3 (Layout::shard_group: the whole dp
-// group unless the recipe's parallel.zero_group says fewer); ignored at stage 0.
+// `dp` is every rank holding the same parameters (the dp × cp group with context parallelism).
+// `zero_group`: the consecutive ranks of it one shard group spans at stages 1-3 (Layout::shard_group:
+// the whole group unless the recipe's parallel.zero_group says fewer dp ranks, times cp); ignored at
+// stage 0.
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group);
 

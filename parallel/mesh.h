@@ -1,9 +1,14 @@
-// The device mesh: how world ranks map to (pp, dp, tp) coordinates and which ranks form each
+// The device mesh: how world ranks map to (pp, dp, cp, tp) coordinates and which ranks form each
 // communication group. Pure rank arithmetic, no MPI, so it is tested for many shapes directly.
 //
-// Order (docs/architecture.md §3, Megatron's default): tp varies fastest, then dp, then pp:
-//     rank = pp_index * (dp * tp) + dp_index * tp + tp_index
-// so a tensor-parallel group is tp consecutive ranks and stays inside one node.
+// Order (docs/architecture.md §3, Megatron-Core's): tp varies fastest, then cp, then dp, then pp:
+//     rank = pp_index * (dp * cp * tp) + dp_index * (cp * tp) + cp_index * tp + tp_index
+// so a tensor-parallel group is tp consecutive ranks and stays inside one node, and a
+// context-parallel group (one sequence split over cp ranks) is the next closest.
+//
+// Rule a reader could get wrong: parameters are replicated over cp as over dp, so gradients are
+// reduced (and ZeRO shards) over the dp × cp group (GroupKind::dp_cp), while the data sampler
+// splits batches over dp only: the cp ranks of one dp index read the same samples.
 #pragma once
 
 #include <string>
@@ -15,13 +20,15 @@ struct MeshShape {
   int tp = 1;
   int pp = 1;
   int dp = 1;
-  int world() const { return tp * pp * dp; }
+  int cp = 1;  // context parallelism: each sequence split over cp ranks
+  int world() const { return tp * cp * pp * dp; }
 };
 
 struct MeshCoord {
   int pp = 0;
   int dp = 0;
   int tp = 0;
+  int cp = 0;
   bool operator==(const MeshCoord&) const = default;
 };
 
@@ -29,7 +36,9 @@ enum class GroupKind {
   tp,              // same (pp, dp): the ranks that split one layer's tensors
   pp,              // same (dp, tp): the stages of one pipeline
   dp,              // same (pp, tp): the replicas that average gradients
-  model_parallel,  // same dp: every rank holding a distinct part of the model (global norms)
+  model_parallel,  // same (dp, cp): every rank holding a distinct part of the model (global norms)
+  cp,              // same (pp, dp, tp): the ranks that split one sequence (ring attention)
+  dp_cp,           // same (pp, tp): the replicas of a parameter shard (gradient reduction, ZeRO)
 };
 
 const char* group_kind_name(GroupKind kind);
@@ -53,7 +62,7 @@ class Mesh {
   static std::vector<std::vector<int>> all_groups(const MeshShape& shape, GroupKind kind);
   static std::vector<int> group_of(const MeshShape& shape, int rank, GroupKind kind);
 
-  // "tp 2 × pp 1 × dp 4 = 8"
+  // "tp 2 × pp 1 × dp 4 = 8" ("tp 2 × cp 2 × pp 1 × dp 2 = 8" with cp > 1)
   static std::string describe(const MeshShape& shape);
 
  private:

@@ -17,20 +17,35 @@ Comm& ControlComms::group(GroupKind kind) const {
       return *dp;
     case GroupKind::model_parallel:
       return *mp;
+    case GroupKind::dp_cp:
+      return replicas();
+    case GroupKind::cp:
+      break;  // no scalar crosses the cp group alone
   }
-  LT_CHECK(false, "group kind {}", static_cast<int>(kind));
+  LT_CHECK(false, "no control group of kind {}", group_kind_name(kind));
   return *world;
 }
 
 Comm& MeshComms::group(GroupKind kind) const {
   LT_CHECK(kind != GroupKind::model_parallel,
            "no tensor group of kind {} (the model-parallel group is a control group)", group_kind_name(kind));
-  return kind == GroupKind::tp ? *tp : kind == GroupKind::pp ? *pp : *dp;
+  switch (kind) {
+    case GroupKind::tp:
+      return *tp;
+    case GroupKind::pp:
+      return *pp;
+    case GroupKind::cp:
+      return *cp;
+    case GroupKind::dp_cp:
+      return replicas();
+    default:
+      return *dp;
+  }
 }
 
 void MeshComms::set_timeout(double seconds) {
-  for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), control.world.get(), control.tp.get(), control.pp.get(),
-                  control.dp.get(), control.mp.get()})
+  for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), cp.get(), dp_cp.get(), control.world.get(),
+                  control.tp.get(), control.pp.get(), control.dp.get(), control.mp.get(), control.dp_cp.get()})
     if (c) c->set_timeout(seconds);
   pipe.set_timeout(seconds);
 }
@@ -39,9 +54,10 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels
   LT_CHECK(world != nullptr);
   const MeshShape& shape = mesh.shape();
   if (world->size() != shape.world())
-    throw Error(fmt::format("the job has {} ranks but the layout needs {}", world->size(), Mesh::describe(shape)),
-                fmt::format("start {} ranks, or change parallel.tp/pp/dp (parallel.dp: auto fills in the world size)",
-                            shape.world()));
+    throw Error(
+        fmt::format("the job has {} ranks but the layout needs {}", world->size(), Mesh::describe(shape)),
+        fmt::format("start {} ranks, or change parallel.tp/cp/pp/dp (parallel.dp: auto fills in the world size)",
+                    shape.world()));
   LT_CHECK(world->rank() == mesh.rank(), "mesh of rank {} on world rank {}", mesh.rank(), world->rank());
 
   // Every rank makes the same splits in the same order (split is collective over the world).
@@ -77,11 +93,14 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels
   out.pp = tensor(GroupKind::pp);
   out.pipe = make_pipe_links(*out.pp);
   out.dp = tensor(GroupKind::dp);
+  out.cp = tensor(GroupKind::cp);
+  if (shape.cp > 1) out.dp_cp = tensor(GroupKind::dp_cp);
   out.control.world = make(everyone, mesh.rank(), "world control");
   out.control.tp = control(GroupKind::tp);
   out.control.pp = control(GroupKind::pp);
   out.control.dp = control(GroupKind::dp);
   out.control.mp = control(GroupKind::model_parallel);
+  if (shape.cp > 1) out.control.dp_cp = control(GroupKind::dp_cp);
   out.world = std::move(world);
   return out;
 }

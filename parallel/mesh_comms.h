@@ -31,8 +31,13 @@ struct ControlComms {
   std::unique_ptr<Comm> pp;
   std::unique_ptr<Comm> dp;
   std::unique_ptr<Comm> mp;  // model-parallel (tp × pp): sums of squared norms
+  // dp × cp (cp > 1 only; null at cp 1, where it is the dp group): the loss's mean over every
+  // rank that computed a part of it.
+  std::unique_ptr<Comm> dp_cp;
 
   Comm& group(GroupKind kind) const;
+  // The group the loss is averaged over: dp × cp (dp at cp 1).
+  Comm& replicas() const { return dp_cp ? *dp_cp : *dp; }
 };
 
 struct MeshComms {
@@ -40,11 +45,18 @@ struct MeshComms {
   std::unique_ptr<Comm> tp;     // "tp": tensor-parallel activations and gradients
   std::unique_ptr<Comm> pp;     // "pp": the tied embedding's gradient between the first and last stage
   PipeLinks pipe;               // split from pp: activations and gradients between neighbouring stages
-  std::unique_ptr<Comm> dp;     // "dp": gradient reduction and parameter gathers
+  std::unique_ptr<Comm> dp;     // "dp": the data-parallel replicas (the sampler's split)
+  std::unique_ptr<Comm> cp;     // "cp": the ranks splitting one sequence (ring attention's K/V blocks)
+  // "dp-cp" (cp > 1 only; null at cp 1, where it is the dp group): every rank holding the same
+  // parameters — gradient reduction, ZeRO shards and parameter gathers span it.
+  std::unique_ptr<Comm> dp_cp;
   ControlComms control;
 
-  // The tensor group of `kind` (tp, pp or dp; the model-parallel group only exists for control).
+  // The tensor group of `kind` (tp, pp, dp, cp or dp_cp; the model-parallel group only exists for
+  // control).
   Comm& group(GroupKind kind) const;
+  // The gradient reduction's group: dp × cp (dp at cp 1).
+  Comm& replicas() const { return dp_cp ? *dp_cp : *dp; }
   // Every group's timeout (parallel.timeout), control groups and world included.
   void set_timeout(double seconds);
 };

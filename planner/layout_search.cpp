@@ -60,13 +60,14 @@ std::string Candidate::layout() const {
   s += fmt::format(" · dp {} · zero {} · mb {} · recompute {}", p.dp, p.zero, recipe.train.micro_batch,
                    to_string(recipe.train.activation_checkpointing));
   if (p.sequence_parallel) s += " · sp";
+  if (p.cp > 1) s += fmt::format(" · cp {} ({})", p.cp, to_string(p.cp_comm));
   return s;
 }
 
 Recipe with_layout(const Recipe& recipe, const LayoutChoice& l) {
   Recipe r = recipe;
   ParallelConfig& p = r.parallel;
-  p.tp = l.tp, p.pp = l.pp, p.dp = l.dp, p.zero = l.zero, p.zero_group = 0;
+  p.tp = l.tp, p.pp = l.pp, p.dp = l.dp, p.zero = l.zero, p.zero_group = 0, p.cp = l.cp;
   fill_zero_group(p);
   p.virtual_stages = l.virtual_stages, p.pp_schedule = l.schedule, p.pp_layers.clear();
   p.sequence_parallel = l.sequence_parallel;
@@ -81,31 +82,39 @@ SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
   std::vector<int> micro_batches{1, 2, 4, 8};
   if (std::find(micro_batches.begin(), micro_batches.end(), recipe.train.micro_batch) == micro_batches.end())
     micro_batches.push_back(recipe.train.micro_batch);
+  // Context parallelism for long sequences (and the recipe's own cp): activations per rank are
+  // 1/cp of a sequence's.
+  std::vector<int> cps{recipe.parallel.cp};
+  if (recipe.model.seq_len >= kLongSequence)
+    for (int cp : {1, 2, 4, 8})
+      if (cp != recipe.parallel.cp) cps.push_back(cp);
   for (int tp : divisors(n)) {
     if (tp > c.gpus_per_node) continue;  // tensor parallelism stays inside a node's NVLink
-    for (int pp : divisors(n / tp)) {
-      const int dp = n / tp / pp;
-      for (int v : {1, 2, 4}) {
-        if (v > 1 && pp == 1) continue;
-        std::vector<PipelineSchedule> schedules{v > 1 ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b};
-        if (pp > 1 && v == 1) schedules.push_back(PipelineSchedule::zero_bubble);
-        for (PipelineSchedule schedule : schedules)
-          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
-            for (int mb : micro_batches)
-              for (ActivationCheckpointing rc :
-                   {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full})
-                for (bool sp : {false, true}) {
-                  if (sp && tp == 1) continue;
-                  const Recipe r = with_layout(recipe, {tp, pp, dp, zero, v, mb, schedule, rc, sp});
-                  if (!accepted(r, n)) {
-                    ++out.rejected;
-                    continue;
+    for (int cp : cps)
+      for (int pp : (n / tp) % cp == 0 ? divisors(n / tp / cp) : std::vector<int>{}) {
+        const int dp = n / tp / cp / pp;
+        for (int v : {1, 2, 4}) {
+          if (v > 1 && pp == 1) continue;
+          std::vector<PipelineSchedule> schedules{v > 1 ? PipelineSchedule::interleaved
+                                                        : PipelineSchedule::one_f_one_b};
+          if (pp > 1 && v == 1) schedules.push_back(PipelineSchedule::zero_bubble);
+          for (PipelineSchedule schedule : schedules)
+            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+              for (int mb : micro_batches)
+                for (ActivationCheckpointing rc :
+                     {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full})
+                  for (bool sp : {false, true}) {
+                    if (sp && tp == 1) continue;
+                    const Recipe r = with_layout(recipe, {tp, pp, dp, zero, v, mb, schedule, rc, sp, cp});
+                    if (!accepted(r, n)) {
+                      ++out.rejected;
+                      continue;
+                    }
+                    Candidate cand{r, predict_memory(r, c), predict_step(r, c)};
+                    (cand.memory.fits() ? out.fitting : out.too_big).push_back(std::move(cand));
                   }
-                  Candidate cand{r, predict_memory(r, c), predict_step(r, c)};
-                  (cand.memory.fits() ? out.fitting : out.too_big).push_back(std::move(cand));
-                }
+        }
       }
-    }
   }
   std::stable_sort(out.fitting.begin(), out.fitting.end(), [](const Candidate& a, const Candidate& b) {
     if (a.time.total != b.time.total) return a.time.total < b.time.total;
@@ -126,7 +135,8 @@ std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
                          r.train.micro_batch,
                          p.pp_schedule,
                          r.train.activation_checkpointing,
-                         p.sequence_parallel};
+                         p.sequence_parallel,
+                         p.cp};
   std::vector<std::pair<std::string, LayoutChoice>> tries;
   for (int zero = p.zero + 1; zero <= 3 && p.dp > 1; ++zero) {
     LayoutChoice l = now;
@@ -140,6 +150,9 @@ std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
     l = now;
     l.pp *= 2, l.dp /= 2;
     tries.push_back({fmt::format("pp {}", l.pp), l});
+    l = now;
+    l.cp *= 2, l.dp /= 2;
+    tries.push_back({fmt::format("cp {}", l.cp), l});
   }
   for (ActivationCheckpointing rc : {ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
     if (int(rc) <= int(now.recompute)) continue;

@@ -45,7 +45,7 @@ struct Candidate {
   Recipe recipe;  // the base recipe with this layout
   RankMemory memory;
   StepPrediction time;
-  // "tp 2 · pp 1 · dp 4 · zero 1 · mb 1 · recompute full · sp"
+  // "tp 2 · pp 1 · dp 4 · zero 1 · mb 1 · recompute full · sp" (" · cp 2" with context parallelism)
   std::string layout() const;
 };
 
@@ -56,7 +56,11 @@ struct LayoutChoice {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   ActivationCheckpointing recompute = ActivationCheckpointing::none;
   bool sequence_parallel = false;
+  int cp = 1;  // context parallelism (cp_comm stays the recipe's)
 };
+// Sequences at least this long make the search try context parallelism (cp 2, 4, 8 where 2·cp
+// divides seq_len); shorter ones keep the recipe's cp.
+inline constexpr int kLongSequence = 16384;
 Recipe with_layout(const Recipe& recipe, const LayoutChoice& layout);
 
 struct SearchResult {

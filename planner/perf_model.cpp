@@ -75,9 +75,11 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const Layout p = layout_of(r);
   LT_CHECK(c.gpus == p.world(), "cluster of {} ranks for a layout of {}", c.gpus, p.world());
   const DeviceSpec& dev = c.device;
-  const int tp = p.tp, pp = p.pp, dp = p.dp, v = p.virtual_stages;
+  const int tp = p.tp, pp = p.pp, dp = p.dp, v = p.virtual_stages, cp = p.cp;
+  const int replicas = p.replicas();  // dp × cp: the gradient reduction's ranks
   const int mbs = r.grad_accum_steps();
-  const double tokens = double(r.train.micro_batch) * m.seq_len;  // per micro-batch
+  // Per micro-batch and rank: a rank holds seq_len / cp tokens of each sequence (context parallelism).
+  const double tokens = double(r.train.micro_batch) * m.seq_len / cp;
   const double element = p.precision == Precision::fp32 ? 4 : 2;
   const int per_node = std::max(1, std::min(c.gpus, c.gpus_per_node));
 
@@ -85,14 +87,15 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   double rate = p.precision == Precision::fp32 ? dev.achievable_fp32 : dev.achievable_bf16;
   if (dev.shares_host) rate = host_rank_rate(r, dev, rate, per_node);
 
-  // Which links each kind of group crosses (mesh order: tp fastest, then dp, then pp).
+  // Which links each kind of group crosses (mesh order: tp fastest, then cp, then dp, then pp).
   auto link = [&](bool inter) {
     return std::pair<double, double>{inter ? c.inter_node_bandwidth : dev.intra_node_bandwidth,
                                      inter ? dev.inter_node_latency : dev.intra_node_latency};
   };
   const auto [tp_bw, tp_lat] = link(tp > c.gpus_per_node);
-  const auto [dp_bw, dp_lat] = link(int64_t(tp) * dp > c.gpus_per_node);
-  const auto [pp_bw, pp_lat] = link(int64_t(tp) * dp >= c.gpus_per_node);
+  const auto [cp_bw, cp_lat] = link(int64_t(tp) * cp > c.gpus_per_node);
+  const auto [dp_bw, dp_lat] = link(int64_t(tp) * cp * dp > c.gpus_per_node);
+  const auto [pp_bw, pp_lat] = link(int64_t(tp) * cp * dp >= c.gpus_per_node);
 
   // FLOPs per token and tensor-parallel rank, forward only (backward is twice the forward).
   const ParamCounts counts = param_counts(m, tp);
@@ -138,6 +141,25 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     if (ps.place == trainer::ParamPlace::block && ps.layer == 0) block_replicated += double(ps.numel()) * element;
     if (ps.place == trainer::ParamPlace::head) head_replicated += double(ps.numel()) * element;
   }
+  // Context parallelism, per block: the ring sends cp − 1 blocks of this rank's packed q|k|v rows
+  // forward (overlapped with the attention of the block held: only what the attention does not
+  // cover shows) and twice that backward (the blocks and their gradient accumulators); Ulysses two
+  // all-to-alls forward (q|k|v, the output) and three backward, not overlapped.
+  double cp_forward_block = 0, cp_backward_block = 0;
+  if (cp > 1) {
+    const double qkv_bytes = tokens * double(m.heads + 2 * m.kv_heads) * m.head_dim() / tp * element;
+    const double out_bytes = tokens * double(m.heads) * m.head_dim() / tp * element;
+    const double attention_time = tokens * attention_forward / rate;
+    if (p.cp_comm == CpComm::ring) {
+      const double pass = (cp - 1) * (qkv_bytes / cp_bw + cp_lat);
+      cp_forward_block = std::max(0.0, pass - attention_time);
+      cp_backward_block = std::max(0.0, 2 * pass - 2 * attention_time);
+    } else {
+      auto all_to_all = [&](double bytes) { return double(cp - 1) / cp * bytes / cp_bw + (cp - 1) * cp_lat; };
+      cp_forward_block = all_to_all(qkv_bytes) + all_to_all(out_bytes);
+      cp_backward_block = 2 * all_to_all(out_bytes) + all_to_all(qkv_bytes);
+    }
+  }
   const bool sp = p.sequence_parallel && tp > 1;
   const double sp_grads_block = sp ? ring_all_reduce_time(block_replicated, tp, tp_bw, tp_lat) : 0;
   const double sp_grads_head = sp ? ring_all_reduce_time(head_replicated, tp, tp_bw, tp_lat) : 0;
@@ -169,11 +191,12 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     const double bwd_traffic = tokens * blocks * (traffic_backward + traffic_recompute);
     sc.forward = (fwd_flops / rate + fwd_traffic / bandwidth) / v;  // per chunk: each op is one chunk's work
     sc.backward = ((2 * fwd_flops + recompute_flops) / rate + bwd_traffic / bandwidth) / v;
-    sc.tp_forward =
-        (blocks * tp_forward_block + (layout.has_embedding ? tp_collective : 0) + (layout.has_head ? loss_time : 0)) /
-        v;
-    sc.tp_backward =
-        (blocks * (tp_backward_block + sp_grads_block) + (layout.has_head ? tp_collective + sp_grads_head : 0)) / v;
+    sc.tp_forward = (blocks * (tp_forward_block + cp_forward_block) + (layout.has_embedding ? tp_collective : 0) +
+                     (layout.has_head ? loss_time : 0)) /
+                    v;
+    sc.tp_backward = (blocks * (tp_backward_block + sp_grads_block + cp_backward_block) +
+                      (layout.has_head ? tp_collective + sp_grads_head : 0)) /
+                     v;
   }
   enum Part { compute, tensor, pipe };
   auto op_time = [&](int s, const parallel::PipeOp& op, Part part) {
@@ -221,15 +244,15 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const int shard = p.shard_group;
   const double bucket_share = std::min(1.0, p.bucket_mb * 1e6 / std::max(grads, 1.0));
   const double backward_last = last.backward * v;  // the last micro-batch's backward over all chunks
-  if (dp > 1) {
+  if (replicas > 1) {
     if (p.zero == 0) {
-      const double t = ring_all_reduce_time(grads, dp, dp_bw, dp_lat);
+      const double t = ring_all_reduce_time(grads, replicas, dp_bw, dp_lat);
       out.dp_comm = std::max(t - backward_last, t * bucket_share);
     } else {
       const double rs = ring_reduce_scatter_time(grads, shard, dp_bw, dp_lat);
       const double ag = ring_all_gather_time(params, shard, dp_bw, dp_lat);
       // Hybrid sharding: the shards are all-reduced across the dp / shard groups.
-      const double across = ring_all_reduce_time(grads / shard, dp / shard, dp_bw, dp_lat);
+      const double across = ring_all_reduce_time(grads / shard, replicas / shard, dp_bw, dp_lat);
       if (p.zero == 1) {
         out.dp_comm = std::max(rs - backward_last, rs * bucket_share) + ag + across;
       } else if (p.zero == 2) {

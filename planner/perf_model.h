@@ -46,7 +46,8 @@ struct StepPrediction {
   // optimizer, where compute, tp_comm and pp_comm are the busiest stage's.
   double compute = 0;
   double bubble = 0;   // the pipeline's idle time on the busiest stage
-  double tp_comm = 0;  // tensor-parallel collectives (not overlapped)
+  double tp_comm = 0;  // tensor-parallel collectives (not overlapped), and context parallelism's
+                       // ring transfers not hidden behind attention or its all-to-alls
   double pp_comm = 0;  // activation and gradient transfers between stages
   double dp_comm = 0;  // the data-parallel / ZeRO collectives the backward does not hide
   double optimizer = 0;

@@ -14,8 +14,10 @@ Layout layout_of(const Recipe& r) {
   l.tp = p.tp;
   l.pp = p.pp;
   l.dp = p.dp;
+  l.cp = p.cp;
+  l.cp_comm = p.cp_comm;
   l.zero = p.zero;
-  l.shard_group = p.zero >= 1 ? p.zero_group : 1;
+  l.shard_group = p.zero >= 1 ? p.zero_group * p.cp : 1;
   l.schedule = p.pp_schedule;
   l.virtual_stages = p.virtual_stages;
   l.stage_blocks = p.pp_layers;
@@ -30,14 +32,14 @@ Layout layout_of(const Recipe& r) {
 
 std::string Layout::describe_zero() const {
   if (zero == 0) return "";
-  std::string s = fmt::format("stage {}, optimizer state{} sharded over {} dp rank{}", zero,
+  std::string s = fmt::format("stage {}, optimizer state{} sharded over {} {}rank{}", zero,
                               parameters_sharded()  ? ", gradients and parameters"
                               : gradients_sharded() ? " and gradients"
                                                     : "",
-                              shard_group, shard_group == 1 ? "" : "s");
-  if (shard_group < dp)
+                              shard_group, cp > 1 ? "dp × cp " : "dp ", shard_group == 1 ? "" : "s");
+  if (shard_group < replicas())
     s += fmt::format(" (zero_group {}: {} shard groups of consecutive dp ranks; shards all-reduced across them)",
-                     shard_group, shard_groups());
+                     shard_group / cp, shard_groups());
   return s;
 }
 

@@ -4,9 +4,10 @@
 // gradient sync, the memory account, the planner and the checkpointer read this value and derive
 // none of it again (docs/architecture.md §3 "One layout value").
 //
-// Rule a reader could get wrong: the mesh has room for the dimensions still to come. cp (context
-// parallelism) and ep (expert parallelism) are 1 until they are built; world() already counts
-// them, so code that sizes groups from the layout stays right when they arrive.
+// Rules a reader could get wrong: the mesh has room for the dimensions still to come (ep, expert
+// parallelism, is 1 until it is built; world() already counts it). Parameters are replicated over
+// cp as over dp: the gradient sync and ZeRO span dp × cp ranks (replicas()), and a ZeRO shard group
+// is zero_group dp ranks × cp (shard_group counts ranks of the dp × cp group).
 #pragma once
 
 #include <string>
@@ -17,15 +18,17 @@
 namespace llmtrain {
 
 struct Layout {
-  // The mesh (docs/parallel.md: tp fastest, then dp, then pp).
+  // The mesh (docs/parallel.md: tp fastest, then cp, then dp, then pp).
   int tp = 1;
   int pp = 1;
   int dp = 1;
-  int cp = 1;  // context parallelism: not built yet
+  int cp = 1;  // context parallelism: each sequence split over cp ranks
+  CpComm cp_comm = CpComm::ring;
   int ep = 1;  // expert parallelism: not built yet
 
-  // ZeRO: the stage, and how many consecutive dp ranks one shard group spans (1 = nothing is
-  // sharded; below dp = hybrid sharding, each shard all-reduced across the dp / shard_group groups).
+  // ZeRO: the stage, and how many consecutive ranks of the dp × cp group one shard group spans
+  // (zero_group · cp; 1 = nothing is sharded; below dp × cp = hybrid sharding, each shard
+  // all-reduced across the replicas() / shard_group groups).
   int zero = 0;
   int shard_group = 1;
 
@@ -49,7 +52,11 @@ struct Layout {
   bool optimizer_sharded() const { return zero >= 1; }
   bool gradients_sharded() const { return zero >= 2; }
   bool parameters_sharded() const { return zero >= 3; }
-  int shard_groups() const { return dp / shard_group; }
+  int shard_groups() const { return replicas() / shard_group; }
+  // The ranks holding the same parameters: dp × cp (the gradient reduction's group).
+  int replicas() const { return dp * cp; }
+  // Tokens of one sequence on a rank: seq_len / cp.
+  int64_t local_seq(int64_t seq_len) const { return seq_len / cp; }
   // 16-bit parameters keep an fp32 master copy in the optimizer, except at ZeRO 3, where the owned
   // shard is fp32 and is the master.
   bool fp32_master() const { return precision != Precision::fp32 && !parameters_sharded(); }

@@ -21,6 +21,7 @@ constexpr EnumName<PipelineSchedule> kPipelineSchedule[] = {{"gpipe", PipelineSc
                                                             {"1f1b", PipelineSchedule::one_f_one_b},
                                                             {"interleaved", PipelineSchedule::interleaved},
                                                             {"zero_bubble", PipelineSchedule::zero_bubble}};
+constexpr EnumName<CpComm> kCpComm[] = {{"ring", CpComm::ring}, {"all_to_all", CpComm::all_to_all}};
 
 }  // namespace
 
@@ -34,5 +35,6 @@ std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpoi
 std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction) { return kNonFiniteAction; }
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule) { return kLrSchedule; }
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { return kPipelineSchedule; }
+std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
 
 }  // namespace llmtrain

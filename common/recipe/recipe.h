@@ -23,6 +23,8 @@ enum class ActivationCheckpointing { none, selective, full };
 enum class NonFiniteAction { stop, skip };
 enum class LrSchedule { cosine, linear, constant };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
+// Context parallelism's attention: K/V blocks around a ring, or Ulysses' heads ↔ sequence all-to-all.
+enum class CpComm { ring, all_to_all };
 enum class ResumeMode { automatic, none, path };
 
 struct ModelConfig {
@@ -100,7 +102,11 @@ struct OptimizerConfig {
 struct ParallelConfig {
   int tp = 1;
   int pp = 1;
-  int dp = 0;  // 0 = auto: world size / (tp · pp)
+  int dp = 0;  // 0 = auto: world size / (tp · cp · pp)
+  // Context parallelism: each sequence split over cp ranks in 2·cp chunks (rank i holds chunks i and
+  // 2·cp − 1 − i); cp_comm says how attention crosses them.
+  int cp = 1;
+  CpComm cp_comm = CpComm::ring;
   int zero = 0;
   int zero_group =
       0;  // 0 = auto: the whole dp group at zero ≥ 1, 1 at zero 0 (ZeRO shards within groups of this many dp ranks)
@@ -186,7 +192,7 @@ struct Recipe {
   LogConfig log;
   LaunchConfig launch;
 
-  int world_size() const { return parallel.tp * parallel.pp * parallel.dp; }
+  int world_size() const { return parallel.tp * parallel.cp * parallel.pp * parallel.dp; }
   // Micro-batches each data-parallel rank runs per optimizer step.
   int grad_accum_steps() const { return global_batch_per_dp() / train.micro_batch; }
   int global_batch_per_dp() const { return train.global_batch / parallel.dp; }
@@ -202,6 +208,7 @@ std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpoi
 std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction);
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule);
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
+std::span<const EnumName<CpComm>> enum_names(CpComm);
 
 // The name of a recipe enum's value, as recipes write it ("1f1b").
 template <typename E>

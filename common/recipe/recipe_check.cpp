@@ -78,18 +78,20 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
   ParallelConfig& p = r.parallel;
   if (p.dp == 0) {
     // Products of counts in 64 bits: the parser bounds each count by 2^16, so none can wrap.
-    const int64_t tp_pp = int64_t(p.tp) * p.pp;
+    const int64_t tp_pp = int64_t(p.tp) * p.cp * p.pp;
+    const std::string factors =
+        p.cp > 1 ? fmt::format("tp {} × cp {} × pp {}", p.tp, p.cp, p.pp) : fmt::format("tp {} × pp {}", p.tp, p.pp);
     if (tp_pp > 0 && world.size % tp_pp == 0) {
       p.dp = int(world.size / tp_pp);
     } else if (world.defaulted && tp_pp > world.size) {
-      problems.push_back(start_ranks_problem(tp_pp, fmt::format("tp {} × pp {}, dp auto", p.tp, p.pp), world));
+      problems.push_back(start_ranks_problem(tp_pp, fmt::format("{}, dp auto", factors), world));
       p.dp = 1;
     } else {
-      problems.push_back(
-          {"parallel.dp",
-           fmt::format("parallel.dp is auto, but world size {} ({}) is not divisible by tp {} × pp {} = {}", world.size,
-                       world.source, p.tp, p.pp, tp_pp),
-           "make the number of ranks a multiple of tp × pp, or change tp/pp"});
+      problems.push_back({"parallel.dp",
+                          fmt::format("parallel.dp is auto, but world size {} ({}) is not divisible by {} = {}",
+                                      world.size, world.source, factors, tp_pp),
+                          p.cp > 1 ? "make the number of ranks a multiple of tp × cp × pp, or change tp/cp/pp"
+                                   : "make the number of ranks a multiple of tp × pp, or change tp/pp"});
       p.dp = 1;
     }
   }
@@ -169,14 +171,33 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   if (p.sequence_parallel && p.tp == 1)
     problem("parallel.sequence_parallel", "sequence_parallel is true but tp is 1",
             "sequence parallelism splits work across a tensor-parallel group: set tp > 1 or sequence_parallel: false");
-  const int64_t rows = int64_t(r.train.micro_batch) * m.seq_len;
+  // Context parallelism: each sequence in 2·cp equal chunks.
+  if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
+    problem("parallel.cp",
+            fmt::format("context parallelism cuts each sequence into 2 · cp = {} equal chunks, but model.seq_len {} "
+                        "is not divisible by {} (remainder {})",
+                        2 * p.cp, m.seq_len, 2 * p.cp, m.seq_len % (2 * p.cp)),
+            "choose cp so that 2 · cp divides model.seq_len (e.g. seq_len a power of two)");
+  if (p.cp > 1 && p.cp_comm == CpComm::all_to_all) {
+    // Ulysses gives each cp rank heads / cp of this tp rank's heads (and of its key/value heads).
+    const int64_t heads = m.heads / std::max(p.tp, 1);
+    const int64_t kv = m.kv_heads > 0 && m.kv_heads % std::max(p.tp, 1) == 0 ? m.kv_heads / std::max(p.tp, 1) : 1;
+    if (heads % p.cp != 0 || kv % p.cp != 0)
+      problem("parallel.cp_comm",
+              fmt::format("all_to_all gives each of cp {} ranks heads / cp of a tp rank's {} query and {} key/value "
+                          "heads, which cp does not divide",
+                          p.cp, heads, kv),
+              "use cp_comm: ring (any head count), or choose cp dividing the (key/value) heads per tp rank");
+  }
+  const int64_t seq_local = p.cp > 1 ? m.seq_len / p.cp : m.seq_len;
+  const int64_t rows = int64_t(r.train.micro_batch) * seq_local;
   if (p.sequence_parallel && p.tp > 1 && rows % p.tp != 0)
-    problem(
-        "parallel.sequence_parallel",
-        fmt::format("sequence parallelism splits micro_batch {} × seq_len {} = {} token rows over tp {}, which does "
-                    "not divide them (remainder {})",
-                    r.train.micro_batch, m.seq_len, rows, p.tp, rows % p.tp),
-        "choose train.micro_batch and model.seq_len whose product tp divides");
+    problem("parallel.sequence_parallel",
+            fmt::format("sequence parallelism splits micro_batch {} × seq_len {}{} = {} token rows over tp {}, which "
+                        "does not divide them (remainder {})",
+                        r.train.micro_batch, m.seq_len, p.cp > 1 ? fmt::format(" / cp {}", p.cp) : "", rows, p.tp,
+                        rows % p.tp),
+            "choose train.micro_batch and model.seq_len whose product tp divides");
 
   // Pipeline parallelism.
   const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
@@ -222,14 +243,15 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
                         p.dp));
 
   // World size.
-  const int64_t needed = int64_t(p.tp) * p.pp * p.dp;
+  const int64_t needed = int64_t(p.tp) * p.cp * p.pp * p.dp;
+  const std::string factors = p.cp > 1 ? fmt::format("tp {} × cp {} × pp {} × dp {}", p.tp, p.cp, p.pp, p.dp)
+                                       : fmt::format("tp {} × pp {} × dp {}", p.tp, p.pp, p.dp);
   if (needed != world.size && world.defaulted && needed > world.size)
-    out.push_back(start_ranks_problem(needed, fmt::format("tp {} × pp {} × dp {}", p.tp, p.pp, p.dp), world));
+    out.push_back(start_ranks_problem(needed, factors, world));
   else if (needed != world.size)
-    problem("parallel.dp",
-            fmt::format("world size {} ({}) != tp {} × pp {} × dp {} = {}", world.size, world.source, p.tp, p.pp, p.dp,
-                        needed),
-            "make tp × pp × dp equal the number of ranks, or set parallel.dp: auto");
+    problem("parallel.dp", fmt::format("world size {} ({}) != {} = {}", world.size, world.source, factors, needed),
+            p.cp > 1 ? "make tp × cp × pp × dp equal the number of ranks, or set parallel.dp: auto"
+                     : "make tp × pp × dp equal the number of ranks, or set parallel.dp: auto");
 
   // Batch arithmetic.
   const TrainConfig& t = r.train;
@@ -283,6 +305,11 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
   if (p.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
     out.push_back({NotYet::bf16_reduce_of_fp32,
                    "parallel.grad_reduce_dtype: bf16 with train.precision fp32 (fp32 gradients reduced as bf16)"});
+  // Context parallelism runs on the CPU backend; the device path is next.
+  if (p.cp > 1 && r.train.device == DeviceKind::cuda)
+    out.push_back({NotYet::cp_cuda, fmt::format("parallel.cp {} with train.device: cuda (context parallelism runs on "
+                                                "train.device: cpu)",
+                                                p.cp)});
   return out;
 }
 

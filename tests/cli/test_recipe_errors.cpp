@@ -211,6 +211,17 @@ const Case kCases[] = {
      "launch.procs_per_node=4"},
     {"sequence_parallel_tp1", "tp: 1", "  tp: 1\n  sequence_parallel: true", "parallel.sequence_parallel",
      "sequence_parallel", "tp is 1"},
+    {"cp_chunks_seq_len", "seq_len: 64", "  seq_len: 60", "parallel.cp",
+     "cp:", "2 · cp = 8 equal chunks, but model.seq_len 60 is not divisible by 8", "tp: 1", "  tp: 1\n  cp: 4",
+     "launch.procs_per_node=4"},
+    {"cp_world_size", "tp: 1", "  tp: 1\n  cp: 2\n  dp: 2", "parallel.dp", "dp: 2", "!= tp 1 × cp 2 × pp 1 × dp 2 = 4",
+     "", "", "launch.procs_per_node=3"},
+    {"cp_dp_auto_divides", "tp: 1", "  tp: 1\n  cp: 2", "parallel.dp",
+     "parallel:", "is not divisible by tp 1 × cp 2 × pp 1 = 2", "", "", "launch.procs_per_node=3"},
+    {"cp_all_to_all_heads", "tp: 1", "  tp: 1\n  cp: 8\n  cp_comm: all_to_all", "parallel.cp_comm", "cp_comm",
+     "all_to_all gives each of cp 8 ranks heads / cp of a tp rank's 4 query and 4 key/value heads", "", "",
+     "launch.procs_per_node=8"},
+    {"cp_comm_bad", "tp: 1", "  tp: 1\n  cp_comm: ulysses", "parallel.cp_comm", "cp_comm", "ulysses"},
     {"tokenizer_missing", "tokenizer: byte", "  tokenizer: /nonexistent/tokenizer.json", "data.tokenizer",
      "tokenizer:", "cannot read tokenizer file"},
     {"weights_only_without_resume", "", "checkpoint: {resume: none, load_weights_only: true}",
@@ -325,6 +336,20 @@ TEST(UnsupportedFeatures, CudaTrainsUnderEveryLayout) {
     EXPECT_TRUE(describe(unsupported_features(r)).empty());
   }
   r.launch.procs_per_node = 8, r.parallel.dp = 2, r.parallel.tp = 2, r.parallel.pp = 2, r.parallel.zero = 3;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
+}
+
+// Context parallelism trains on the CPU with the ring and with Ulysses; the device path is refused.
+TEST(UnsupportedFeatures, ContextParallelismRefusesCuda) {
+  Recipe r;
+  r.parallel.cp = 2;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
+  r.parallel.cp_comm = CpComm::all_to_all;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
+  r.parallel.cp_comm = CpComm::ring, r.train.device = DeviceKind::cuda;
+  EXPECT_THAT(describe(unsupported_features(r)),
+              ::testing::ElementsAre(::testing::HasSubstr("parallel.cp 2 with train.device: cuda")));
+  r.parallel.cp = 1;
   EXPECT_TRUE(describe(unsupported_features(r)).empty());
 }
 

@@ -75,3 +75,41 @@ TEST(Mesh, IndexInGroupMatchesCoordinate) {
     EXPECT_EQ(m.index_in(GroupKind::pp), m.coord().pp);
   }
 }
+
+// Megatron-Core's order with context parallelism: tp fastest, then cp, then dp, then pp.
+TEST(Mesh, CpSitsBetweenTpAndDp) {
+  MeshShape s{2, 2, 2, 2};  // tp 2, pp 2, dp 2, cp 2: 16 ranks
+  EXPECT_EQ(s.world(), 16);
+  EXPECT_EQ(Mesh::coord_of(s, 1), (MeshCoord{0, 0, 1, 0}));
+  EXPECT_EQ(Mesh::coord_of(s, 2), (MeshCoord{0, 0, 0, 1}));
+  EXPECT_EQ(Mesh::coord_of(s, 4), (MeshCoord{0, 1, 0, 0}));
+  EXPECT_EQ(Mesh::coord_of(s, 8), (MeshCoord{1, 0, 0, 0}));
+  EXPECT_EQ(Mesh::coord_of(s, 15), (MeshCoord{1, 1, 1, 1}));
+  EXPECT_EQ(Mesh::all_groups(s, GroupKind::cp)[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(Mesh::all_groups(s, GroupKind::dp)[0], (std::vector<int>{0, 4}));
+  EXPECT_EQ(Mesh::all_groups(s, GroupKind::dp_cp)[0], (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(Mesh::all_groups(s, GroupKind::pp)[0], (std::vector<int>{0, 8}));
+  // The model-parallel group (norms) holds one copy of the model: same dp and cp.
+  EXPECT_EQ(Mesh::all_groups(s, GroupKind::model_parallel)[0], (std::vector<int>{0, 1, 8, 9}));
+  for (int tp : {1, 2})
+    for (int cp : {1, 2, 4})
+      for (int dp : {1, 3}) {
+        MeshShape m{tp, 2, dp, cp};
+        for (int r = 0; r < m.world(); ++r) {
+          EXPECT_EQ(Mesh::rank_of(m, Mesh::coord_of(m, r)), r);
+          Mesh mesh(m, r);
+          EXPECT_EQ(mesh.index_in(GroupKind::cp), mesh.coord().cp);
+          // The dp × cp index: cp fastest (the ZeRO shard groups are its consecutive runs).
+          EXPECT_EQ(mesh.index_in(GroupKind::dp_cp), mesh.coord().dp * cp + mesh.coord().cp);
+        }
+        for (auto [kind, size] : {std::pair{GroupKind::cp, cp}, {GroupKind::dp_cp, dp * cp}}) {
+          std::set<int> seen;
+          for (const auto& g : Mesh::all_groups(m, kind)) {
+            ASSERT_EQ(int(g.size()), size);
+            for (int x : g) EXPECT_TRUE(seen.insert(x).second);
+          }
+          EXPECT_EQ(int(seen.size()), m.world());
+        }
+      }
+  EXPECT_EQ(Mesh::describe(s), "tp 2 × cp 2 × pp 2 × dp 2 = 16");
+}

@@ -135,6 +135,36 @@ TEST(LayoutSearch, ProposesOnlyLayoutsTheRecipeChecksAccept) {
   EXPECT_NE(why_best(found.fitting).find("runner-up"), std::string::npos) << why_best(found.fitting);
 }
 
+// Context parallelism: a rank's activations are those of seq_len / cp tokens (plus the ring's
+// buffers), and the search proposes cp for long sequences only.
+TEST(LayoutSearch, ContextParallelismForLongSequences) {
+  Recipe r = gpt(8, 2048, 16, 32768, 1, 1, 8, 1, 8);
+  const trainer::MemoryAccount whole = trainer::memory_plan(r, layout_of(r), {0, 0, 0});
+  r.parallel.cp = 4, r.parallel.dp = 2, r.parallel.zero_group = 2;
+  ASSERT_TRUE(recipe_check(r, {8, "test", false}).empty());
+  const trainer::MemoryAccount split = trainer::memory_plan(r, layout_of(r), {0, 0, 0});
+  const double ratio = double(split.activations) / double(whole.activations);
+  EXPECT_GT(ratio, 0.25) << "the ring's buffers come on top of a quarter";
+  EXPECT_LT(ratio, 0.30);
+  EXPECT_EQ(split.parameters, whole.parameters);
+
+  const Cluster c{device_lookup("h100"), 8, 8, 50e9};
+  r = gpt(8, 2048, 16, 32768, 1, 1, 8, 1, 8);
+  const SearchResult found = search_layouts(r, c);
+  int with_cp = 0;
+  for (const Candidate& cand : found.fitting) {
+    EXPECT_EQ(cand.recipe.world_size(), 8) << cand.layout();
+    EXPECT_TRUE(recipe_check(cand.recipe, {8, "test", false}).empty()) << cand.layout();
+    if (cand.recipe.parallel.cp > 1) {
+      ++with_cp;
+      EXPECT_NE(cand.layout().find(" · cp "), std::string::npos) << cand.layout();
+    }
+  }
+  EXPECT_GT(with_cp, 0);
+  r = gpt(8, 2048, 16, 2048, 1, 1, 8, 1, 8);  // a short sequence: cp stays the recipe's
+  for (const Candidate& cand : search_layouts(r, c).fitting) EXPECT_EQ(cand.recipe.parallel.cp, 1);
+}
+
 // Megatron-LM (Narayanan et al. 2021) Table 1: GPT models of 1.7B to 1T parameters on A100-80GB
 // (8 per node, 8 × 200 Gb/s HDR InfiniBand per node), vocabulary 51,200, sequence 2,048, full
 // activation recomputation; achieved TF/s per GPU by their formula 96·B·s·l·h²·(1 + s/6h + V/16lh).

@@ -82,6 +82,7 @@ json manifest_to_json(const Manifest& m) {
   }
   json mesh = {{"tp", m.mesh.tp}, {"pp", m.mesh.pp}, {"dp", m.mesh.dp}, {"zero", m.mesh.zero}};
   if (m.mesh.zero > 0) mesh["zero_group"] = m.mesh.zero_group;
+  if (m.mesh.cp > 1) mesh["cp"] = m.mesh.cp;
   return {{"format", kCheckpointFormatName},
           {"version", m.version},
           {"step", m.step},
@@ -145,8 +146,12 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
     m.extra = j.value("extra", json::object());
     const json& mesh = j.at("mesh");
     auto mesh_int = [&](const char* key) { return int(integer(mesh.at(key), path + ": mesh." + key, 0, INT_MAX)); };
-    m.mesh = {mesh_int("tp"), mesh_int("pp"), mesh_int("dp"), mesh_int("zero"),
-              mesh.contains("zero_group") ? mesh_int("zero_group") : 0};
+    m.mesh = {mesh_int("tp"),
+              mesh_int("pp"),
+              mesh_int("dp"),
+              mesh_int("zero"),
+              mesh.contains("zero_group") ? mesh_int("zero_group") : 0,
+              mesh.contains("cp") ? mesh_int("cp") : 1};
     m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
     m.tokenizer = j.at("tokenizer").at("file").get<std::string>();
     if (!is_plain_file_name(m.tokenizer))

@@ -69,6 +69,7 @@ struct SavedTensor {
 struct CheckpointMesh {
   int tp = 1, pp = 1, dp = 1, zero = 0;
   int zero_group = 0;  // with zero ≥ 1: dp ranks per shard group (manifest key only then; 0 otherwise)
+  int cp = 1;          // context parallelism (manifest key only when > 1): parameters are replicated over it
 };
 
 struct Manifest {

@@ -184,7 +184,7 @@ CheckpointMeta Checkpointer::meta_at(const RunPosition& at) const {
   if (!data_.is_null()) meta.extra["data"] = data_;
   meta.recipe_yaml = recipe_yaml_;
   const Layout& l = step_.layout();
-  meta.mesh = {l.tp, l.pp, l.dp, l.zero, l.optimizer_sharded() ? l.shard_group : 0};
+  meta.mesh = {l.tp, l.pp, l.dp, l.zero, l.optimizer_sharded() ? l.shard_group / l.cp : 0, l.cp};
   meta.tokenizer_kind = tokenizer_.source().kind;
   meta.tokenizer_bytes = tokenizer_.source().bytes;
   return meta;

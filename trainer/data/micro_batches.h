@@ -17,10 +17,17 @@
 
 namespace llmtrain::trainer {
 
+// Context parallelism: this rank's share of each sequence (parallel/context_parallel.h): chunks
+// cp_chunk(rank, 0) and cp_chunk(rank, 1) of 2·cp, tokens and targets alike.
+struct ContextSplit {
+  int cp = 1, rank = 0;
+};
+
 class MicroBatchReader {
  public:
-  // `data` and `sampler` must outlive the reader.
-  MicroBatchReader(const GptDataset& data, const Sampler& sampler, int seq_len);
+  // `data` and `sampler` must outlive the reader. With split.cp > 1 read() gives [micro_batch,
+  // seq_len / cp] tensors of this rank's two chunks (seq_len divisible by 2·cp).
+  MicroBatchReader(const GptDataset& data, const Sampler& sampler, int seq_len, ContextSplit split = {});
 
   // Micro-batch `micro` of the step that starts after `consumed_samples`.
   MicroBatch read(int64_t consumed_samples, int micro);
@@ -29,7 +36,8 @@ class MicroBatchReader {
   const GptDataset& data_;
   const Sampler& sampler_;
   int b_, t_;
-  std::vector<int32_t> sample_, tokens_, targets_;
+  ContextSplit split_;
+  std::vector<int32_t> sample_, tokens_, targets_, local_tokens_, local_targets_;
   std::vector<int64_t> indices_;
 };
 

@@ -68,7 +68,7 @@ float Evaluator::run() {
   float mean = float(sum / (double(batches_) * micro_batches_));
   if (comms_.pp->size() > 1)
     comms_.control.pp->broadcast(kernels::host_tensor(&mean, {1}), comms_.control.pp->size() - 1);
-  comms_.control.dp->all_reduce(kernels::host_tensor(&mean, {1}), parallel::ReduceOp::avg);
+  comms_.control.replicas().all_reduce(kernels::host_tensor(&mean, {1}), parallel::ReduceOp::avg);
   return mean;
 }
 

@@ -59,7 +59,8 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     for (const ModelParam& p : params) ranges.push_back({p.offset, p.numel()});
     const std::vector<parallel::ShardUnit> units =
         parallel::shard_units(ranges, grad_ready_groups(mo.stage, params), layout.bucket_mb, size_t(element));
-    const int64_t owned = parallel::owned_numel(units, shard, coord.dp % shard);
+    // The rank's index in the dp × cp group (cp fastest), whose consecutive runs the shards span.
+    const int64_t owned = parallel::owned_numel(units, shard, (coord.dp * layout.cp + coord.cp) % shard);
     owned_numel = owned;
     out.optimizer = fp32_states * owned * 4;
     zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
@@ -91,10 +92,11 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     int64_t written = 0;
     for (const ModelParam& p : params)
       if (!p.tied_copy && !p.tp_replica) written += p.numel();
-    const bool first_copy = layout.optimizer_sharded() ? coord.dp < layout.shard_group : coord.dp == 0;
+    const int replica = coord.dp * layout.cp + coord.cp;  // index in the dp × cp group
+    const bool first_copy = layout.optimizer_sharded() ? replica < layout.shard_group : replica == 0;
     const int64_t owned_written = layout.optimizer_sharded() ? owned_numel : written;
     const bool params_owned = layout.fp32_master() || layout.parameters_sharded();
-    const int64_t params_written = params_owned ? (first_copy ? owned_written : 0) : (coord.dp == 0 ? written : 0);
+    const int64_t params_written = params_owned ? (first_copy ? owned_written : 0) : (replica == 0 ? written : 0);
     out.checkpoint_snapshot = (params_written + (first_copy ? 2 * owned_written : 0)) * 4;
     out.snapshot_on_host = r.train.device != DeviceKind::cpu;
   }
@@ -102,8 +104,8 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
   const parallel::PipelineExecutor::ReceiveSlots slots = parallel::PipelineExecutor::receive_slots(schedule);
   // A message is a micro-batch's residual stream in the storage dtype: with sequence parallelism
   // this rank's 1/tp of its rows.
-  const int64_t activation_message =
-      int64_t(r.train.micro_batch) * mc.seq_len * mc.hidden * element / (mo.sequence_parallel ? layout.tp : 1);
+  const int64_t activation_message = int64_t(r.train.micro_batch) * layout.local_seq(mc.seq_len) * mc.hidden * element /
+                                     (mo.sequence_parallel ? layout.tp : 1);
   out.communication = int64_t(slots.activation_buffers + slots.grad_buffers) * activation_message + zero_pools;
   // pp > 1 with a tied word embedding: the first and the last stage receive the other's gradient of
   // it (TrainStep), the embedding's tensor-parallel shard, in the gradients' dtype.

@@ -46,7 +46,9 @@ ModelOptions step_model_options(const Recipe& r, const Layout& l, int stage,
   ModelOptions mo;
   mo.stage = pipeline_stage_layout(r.model, l, stage);
   mo.micro_batch = r.train.micro_batch;
-  mo.seq_len = r.model.seq_len;
+  mo.seq_len = int(l.local_seq(r.model.seq_len));  // context parallelism: this rank's two chunks
+  mo.context_parallel = l.cp;
+  mo.cp_comm = l.cp_comm;
   mo.checkpointing = l.recompute;
   mo.dtype = precision_dtype(l.precision);
   mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);
@@ -199,8 +201,8 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
                                        grad_ready_groups(model), model.device(), model.options().dtype};
   for (const ModelParam& p : model.parameters()) sync_layout.param_ranges.push_back({p.offset, p.numel()});
   if (layout_.grad_reduce == GradReduceDtype::bf16) sync_layout.accumulate = parallel::Accumulate::in_dtype;
-  sync_ =
-      parallel::make_grad_sync(layout_.zero, *comms.dp, std::move(sync_layout), layout_.bucket_mb, layout_.shard_group);
+  sync_ = parallel::make_grad_sync(layout_.zero, comms.replicas(), std::move(sync_layout), layout_.bucket_mb,
+                                   layout_.shard_group);
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
   // through the model.
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
@@ -263,7 +265,8 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   // Only the last pipeline stage computes the loss.
   if (comms_.pp->size() > 1)
     comms_.control.pp->broadcast(kernels::host_tensor(&out.loss, {1}), comms_.control.pp->size() - 1);
-  comms_.control.dp->all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
+  // The mean over dp × cp: every cp rank's loss is the mean over its equal share of the tokens.
+  comms_.control.replicas().all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
   phase_end(StepPhase::grad_sync);
 
   // Σg² of what this rank owns, over every group that splits parameters (each element counted once

@@ -127,14 +127,17 @@ int train(const TrainContext& ctx) {
   log_progress("data: {}", train_data.describe());
   const Sampler sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), comms.dp->size());
   const int accum = sampler.micro_batches_per_step();
-  MicroBatchReader train_batches(train_data, sampler, mc.seq_len);
+  // Context parallelism: the cp ranks of a dp rank read the same samples, each keeping its two chunks.
+  const ContextSplit split{comms.cp->size(), comms.cp->rank()};
+  MicroBatchReader train_batches(train_data, sampler, mc.seq_len, split);
   std::optional<MicroBatchReader> valid_batches;
-  if (valid_data) valid_batches.emplace(*valid_data, sampler, mc.seq_len);
+  if (valid_data) valid_batches.emplace(*valid_data, sampler, mc.seq_len, split);
 
   // Model, the step (gradient sync and optimizer) and checkpoints.
   const Layout layout = layout_of(r);  // read by the model's options, the step (its gradient sync) and memory_plan
   std::vector<parallel::PipeOp> schedule = step_schedule(layout, ctx.mesh->coord().pp, accum);
-  Model model(mc, step_model_options(r, layout, ctx.mesh->coord().pp, schedule), *comms.tp);
+  Model model(mc, step_model_options(r, layout, ctx.mesh->coord().pp, schedule), *comms.tp,
+              layout.cp > 1 ? comms.cp.get() : nullptr);
   TrainStep step(r, layout, model, comms, train_batches, std::move(schedule));
   StepTimer timer(model.device(), step.schedule());
   step.set_observer(&timer);
@@ -144,7 +147,8 @@ int train(const TrainContext& ctx) {
                format_memory(memory_plan(r, layout, ctx.mesh->coord())));
   const Fault fault = fault_from_env();
   const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
-  Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.dp->rank(), world,
+  // dp × cp replicas hold the same slices: the first writes them.
+  Checkpointer checkpoints(r, ctx.recipe_yaml, *tokenizer, model, step, comms.replicas().rank(), world,
                            fault_fs ? *fault_fs : fsys, data_identity(train_data));
   checkpoints.set_writer_hook(fault_writer_hook(fault, world.rank(), r.checkpoint.async));  // tests only
   RunPosition at = checkpoints.resume();
@@ -159,7 +163,7 @@ int train(const TrainContext& ctx) {
       "{} steps of {} sequences × {} tokens ({} micro-batches of {} per data-parallel rank); MFU against {} "
       "rank(s) × {}",
       r.train.steps, r.train.global_batch, mc.seq_len, accum, r.train.micro_batch, world.size(), rank_peak.how);
-  Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.dp->size());
+  Reporter report(r, world, at.step, training_flops_per_token(mc), peak, comms.replicas().size());
   int64_t last_eval = -1;
   auto eval = [&] {  // its buffers live only while it runs: training's memory is not evaluation's
     if (!valid_batches) return;

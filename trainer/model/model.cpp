@@ -144,9 +144,12 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
            o.micro_batch, o.activation_slots, o.kv_cache_tokens);
   LT_CHECK(o.dtype == DType::fp32 || o.dtype == DType::bf16 || o.dtype == DType::fp16, "model storage {}",
            kernels::to_string(o.dtype));
-  if (o.seq_len > m.max_positions)
-    throw Error(fmt::format("sequence length {} exceeds model.max_positions {}", o.seq_len, m.max_positions),
+  if (int64_t(o.seq_len) * o.context_parallel > m.max_positions)
+    throw Error(fmt::format("sequence length {} exceeds model.max_positions {}",
+                            int64_t(o.seq_len) * o.context_parallel, m.max_positions),
                 "raise model.max_positions or lower model.seq_len");
+  LT_CHECK(o.context_parallel >= 1 && (o.context_parallel == 1 || (o.seq_len % 2 == 0 && o.kv_cache_tokens == 0)),
+           "context parallelism {} with {} local rows, KV cache {}", o.context_parallel, o.seq_len, o.kv_cache_tokens);
   if (o.kv_cache_tokens > 0) {
     LT_CHECK(o.stage.has_embedding && o.stage.has_head, "a KV cache needs the whole model on one stage");
     if (o.kv_cache_tokens > m.max_positions)
@@ -157,8 +160,11 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   return o;
 }
 
-Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp)
+Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp, parallel::Comm* cp)
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
+  LT_CHECK((cp ? cp->size() : 1) == options_.context_parallel, "a cp group of {} ranks for context_parallel {}",
+           cp ? cp->size() : 1, options_.context_parallel);
+  if (options_.context_parallel > 1) cp_ = cp;
   // Generation (the KV cache) runs in fp32, from a checkpoint's fp32 weights.
   LT_CHECK(options_.dtype == DType::fp32 || options_.kv_cache_tokens == 0, "16-bit storage with a KV cache");
   const Dims z(config_, options_, tp_.size());
@@ -432,6 +438,15 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     work.sp_full = a.take({n, d});
     work.sp_rows = a.take({nl, d});
     work.sp_grad_saved = a.take({2 * 6 * d});
+  }
+  if (options.context_parallel > 1 && layers > 0) {
+    const parallel::RingScratchSizes r = parallel::ring_scratch_sizes(b, z.seq, z.heads, z.kv_heads, z.head_dim);
+    for (Tensor& t : work.ring.kv) t = a.take({r.kv});
+    for (Tensor& t : work.ring.dkv) t = a.take({r.kv});
+    work.ring.part_out = a.take({r.part_out});
+    work.ring.part_lse = a.take_f32({r.part_lse});
+    work.ring.dq_block = a.take({r.block});
+    work.ring.dkv_block = a.take({r.block});
   }
   mem.activations_work = a.bytes() - mem.activations_kept;
   if (options.kv_cache_tokens > 0)

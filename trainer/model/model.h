@@ -125,6 +125,13 @@ struct ModelOptions {
   // reduce-scatters after the row-parallel ones replace the all-reduces (parallel/tensor_parallel.h).
   // Needs the whole model on this stage and micro_batch·seq_len divisible by tp.
   bool sequence_parallel = false;
+  // Context parallelism: each sequence is split over this many ranks (parallel/context_parallel.h),
+  // and seq_len above is this rank's share (the sequence / context_parallel: two chunks of
+  // seq_len / 2 rows, at the positions cp_chunk says). Attention is ring attention over the cp
+  // group the constructor is given; the ring's buffers are activations work memory. Training only
+  // (no KV cache).
+  int context_parallel = 1;
+  CpComm cp_comm = CpComm::ring;  // ring attention, or Ulysses' all-to-all (heads and kv_heads / tp divisible by cp)
   // Zero-bubble pipeline schedules: backward runs as stage_backward_input then
   // stage_backward_weight, and each slot keeps the linears' output gradients in between. Needs
   // every activation kept (no checkpointing), gradients and parameters of its own, no sequence
@@ -200,7 +207,9 @@ class Model {
   // (a one-rank comm when tp = 1; it must outlive the model); heads, ffn_hidden and the padded
   // vocabulary must divide by its size, and kv_heads must divide it or be divided by it (key/value
   // heads replicated over tp / kv_heads ranks; the constructor is then collective over `tp`).
-  Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp);
+  // `cp` is this rank's context-parallel group, of options.context_parallel ranks (null when that
+  // is 1); it must outlive the model.
+  Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp, parallel::Comm* cp = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -388,6 +397,11 @@ class Model {
   void row_parallel_out(kernels::Tensor out, kernels::Tensor in, kernels::Tensor w);
   void row_parallel_out_backward(kernels::Tensor din, kernels::Tensor dw, kernels::Tensor db, kernels::Tensor dout,
                                  kernels::Tensor dfull, kernels::Tensor in, kernels::Tensor w, kernels::Tensor kept);
+  // Learned positions and RoPE at this rank's positions: `position` onwards, or with context
+  // parallelism each half of every sample at its chunk's (x [B, T, ·]).
+  void positions_forward(kernels::Tensor x, int64_t position);
+  void positions_backward(kernels::Tensor dx);
+  void rope_apply(kernels::Tensor qkv4, int64_t position, bool backward);
   void require_whole_model(const char* what) const;
   void require_tp1(const char* what) const;
   // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a
@@ -402,6 +416,7 @@ class Model {
   ModelConfig config_;
   ModelOptions options_;
   parallel::Comm& tp_;
+  parallel::Comm* cp_ = nullptr;              // the context-parallel group (null at cp 1)
   std::unique_ptr<parallel::Comm> kv_group_;  // the tp ranks holding this rank's key/value head (replicated)
   bool llama_ = false;
   bool sp_ = false;  // options.sequence_parallel with tp > 1

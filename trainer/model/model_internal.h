@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "parallel/context_parallel.h"
 #include "trainer/model/model.h"
 
 namespace llmtrain::trainer {
@@ -84,6 +85,7 @@ struct Model::LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // norm output and statistics (mean: LayerNorm only)
   Tensor qkv;                      // [N, (H + 2·KV)/tp · hd], after RoPE for LLaMA
   Tensor att, lse;                 // attention output [N, H/tp · hd], log-sum-exp [B, H/tp, T]
+                                   // (cp > 1: [B, 2, H/tp, T/2], ring attention's blocks)
   Tensor mid;                      // residual stream after attention [N, d]
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fc;   // [N, f/tp] pre-GELU (gpt2) or [N, 2·f/tp] gate|up (llama)
@@ -134,8 +136,9 @@ struct Model::Work {
   // a norm's output before its all-gather (forward) and the reduce-scattered input gradient
   // (backward); sp_grad_saved [2·6·d] the replicated gradients' saved values and their pack.
   Tensor sp_full, sp_rows, sp_grad_saved;
-  Tensor input_grad;         // view of dres after the last backward
-  std::vector<Cache> cache;  // per local layer (kv_cache_tokens > 0), else empty
+  Tensor input_grad;           // view of dres after the last backward
+  parallel::RingScratch ring;  // context parallelism's K/V blocks and partial results (cp > 1)
+  std::vector<Cache> cache;    // per local layer (kv_cache_tokens > 0), else empty
 };
 
 // [B, T] int32 tensor → (B, T), or an Error naming what is wrong. Reads the shape only.

@@ -18,6 +18,9 @@
 //    buffers carry the gathered stream gradient and the reduce-scattered norm input gradient. The
 //    replicated parameters that only see this rank's rows (norms, row-parallel biases) have their
 //    gradients reduced over tp around each backward (sp_grads).
+//  - Context parallelism (cp_): this rank's rows are two chunks of each sequence
+//    (parallel/context_parallel.h); learned positions and RoPE take each half's chunk position and
+//    attention is ring attention over the cp group. Everything else is per row and unchanged.
 //  - Training and generation share this code. `position` offsets learned positions and RoPE;
 //    with a KV cache (generation) the block writes its keys and values to the cache and attends
 //    over it instead of over its own rows. Training passes position 0 and no cache, and runs
@@ -52,14 +55,60 @@ void Model::embed_forward(Slot& s, int64_t position) {
     // (rank 0), and keeps the sum of its rows.
     const Tensor full = rows(work_->sp_full, n);
     k::embedding_forward(full, tokens, ends_->wte, vocab_begin_, config_.vocab);
-    if (!llama_ && tp_.rank() == 0) k::position_embedding_forward(full.view({s.batch, s.seq, d}), ends_->wpe, position);
+    if (!llama_ && tp_.rank() == 0) positions_forward(full.view({s.batch, s.seq, d}), position);
     tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, full, rows(s.residual[0], n / tp_.size()));
     return;
   }
   const Tensor x = rows(s.residual[0], n);
   k::embedding_forward(x, tokens, ends_->wte, vocab_begin_, config_.vocab);
   tpx::reduce_from_tp_region_forward(tp_, x);
-  if (!llama_) k::position_embedding_forward(x.view({s.batch, s.seq, d}), ends_->wpe, position);
+  if (!llama_) positions_forward(x.view({s.batch, s.seq, d}), position);
+}
+
+// Context parallelism: half h of each sample's rows sits at chunk cp_chunk(rank, h)'s positions.
+void Model::positions_forward(Tensor x, int64_t position) {
+  if (!cp_) {
+    k::position_embedding_forward(x, ends_->wpe, position);
+    return;
+  }
+  const int64_t b = x.shape[0], t = x.shape[1], d = x.shape[2], c = t / 2;
+  for (int64_t i = 0; i < b; ++i)
+    for (int h = 0; h < 2; ++h)
+      k::position_embedding_forward(x.flat((i * t + h * c) * d, c * d).view({1, c, d}), ends_->wpe,
+                                    parallel::cp_chunk(cp_->rank(), h, cp_->size()) * c);
+}
+
+void Model::positions_backward(Tensor dx) {
+  if (!cp_) {
+    k::position_embedding_backward(end_grads_->wpe, dx, 0);
+    return;
+  }
+  const int64_t b = dx.shape[0], t = dx.shape[1], d = dx.shape[2], c = t / 2;
+  for (int64_t i = 0; i < b; ++i)
+    for (int h = 0; h < 2; ++h)
+      k::position_embedding_backward(end_grads_->wpe, dx.flat((i * t + h * c) * d, c * d).view({1, c, d}),
+                                     parallel::cp_chunk(cp_->rank(), h, cp_->size()) * c);
+}
+
+void Model::rope_apply(Tensor qkv4, int64_t position, bool backward) {
+  const int64_t rotary = heads_ + kv_heads_;
+  if (!cp_) {
+    if (backward)
+      k::rope_backward(qkv4, work_->rope, rotary, position);
+    else
+      k::rope_forward(qkv4, work_->rope, rotary, position);
+    return;
+  }
+  const int64_t b = qkv4.shape[0], t = qkv4.shape[1], w = qkv4.shape[2], hd = qkv4.shape[3], c = t / 2;
+  for (int64_t i = 0; i < b; ++i)
+    for (int h = 0; h < 2; ++h) {
+      const Tensor part = qkv4.flat((i * t + h * c) * w * hd, c * w * hd).view({1, c, w, hd});
+      const int64_t pos = parallel::cp_chunk(cp_->rank(), h, cp_->size()) * c;
+      if (backward)
+        k::rope_backward(part, work_->rope, rotary, pos);
+      else
+        k::rope_forward(part, work_->rope, rotary, pos);
+    }
 }
 
 void Model::embed_backward(Slot& s) {
@@ -68,12 +117,12 @@ void Model::embed_backward(Slot& s) {
     // The gathered gradient is the same on every rank: so are the positions' gradients.
     const Tensor dfull = rows(work_->sp_full, n);
     tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, rows(work_->dres, n / tp_.size()), dfull);
-    if (!llama_) k::position_embedding_backward(end_grads_->wpe, dfull.view({s.batch, s.seq, d}), 0);
+    if (!llama_) positions_backward(dfull.view({s.batch, s.seq, d}));
     k::embedding_backward(end_grads_->wte, dfull, first(s.tokens, n), vocab_begin_, config_.vocab);
     return;
   }
   const Tensor dx = rows(work_->dres, n);
-  if (!llama_) k::position_embedding_backward(end_grads_->wpe, dx.view({s.batch, s.seq, d}), 0);
+  if (!llama_) positions_backward(dx.view({s.batch, s.seq, d}));
   tpx::reduce_from_tp_region_backward(tp_, dx);
   k::embedding_backward(end_grads_->wte, dx, first(s.tokens, n), vocab_begin_, config_.vocab);
 }
@@ -162,7 +211,7 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   // Attention sub-block: mid = x + proj(attention(norm(x))).
   norm_into_tp_region(ln1, x, w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd);
   k::linear_forward(qkv, ln1, w.qkv_w, w.qkv_b);
-  if (llama_) k::rope_forward(qkv4, work_->rope, heads_ + kv_heads_, position);
+  if (llama_) rope_apply(qkv4, position, false);
   if (cache) {
     // The cache holds micro_batch sequences; this call uses the first b of them.
     const int64_t rows_per_seq = cache->k.numel() / cache->k.shape[0];
@@ -171,6 +220,10 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
                  vc = cache->v.flat(0, b * rows_per_seq).view(shape);
     k::kv_cache_write(kc, vc, qkv4, heads_, kv_heads_, position);
     k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position);
+  } else if (cp_ && options_.cp_comm == CpComm::all_to_all) {
+    parallel::ulysses_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
+  } else if (cp_) {
+    parallel::ring_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else {
     k::attention_forward(att, lse, qkv4, heads_, kv_heads_);
   }
@@ -242,9 +295,14 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   row_parallel_out_backward(datt, g.o_w, g.o_b, dres, dfull, att, w.o_w, keep ? rows(keep->d_mid, n) : Tensor{});
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   const Tensor dqkv4 = dqkv.view({b, t, heads_ + 2 * kv_heads_, hd});
-  k::attention_backward(dqkv4, datt.view({b, t, heads_, hd}), qkv4, att.view({b, t, heads_, hd}), lse, heads_,
-                        kv_heads_);
-  if (llama_) k::rope_backward(dqkv4, work_->rope, heads_ + kv_heads_, 0);
+  if (cp_ && options_.cp_comm == CpComm::all_to_all)
+    parallel::ulysses_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring);
+  else if (cp_)
+    parallel::ring_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring);
+  else
+    k::attention_backward(dqkv4, datt.view({b, t, heads_, hd}), qkv4, att.view({b, t, heads_, hd}), lse, heads_,
+                          kv_heads_);
+  if (llama_) rope_apply(dqkv4, 0, true);
   // Replicated key/value heads: each rank's gradient of them is its query heads' part only.
   const Tensor kv_grad =
       kv_group_ ? g.qkv_w.flat(heads_ * hd * config_.hidden, 2 * kv_heads_ * hd * config_.hidden) : Tensor{};
