@@ -77,7 +77,7 @@ void fail_job(Job& job, int world_rank, std::string_view why) {
 
 struct Group;
 struct Collective;
-struct Transfer;
+struct PointToPoint;
 
 // What an operation is, for matching ranks and for messages.
 struct OpDesc {
@@ -129,9 +129,9 @@ struct Group {
   std::shared_ptr<Job> job;
   std::vector<int> world_ranks;  // of each member
   // Under job->mu from here on.
-  std::unordered_map<uint64_t, std::shared_ptr<Collective>> open;         // started by some ranks, by sequence number
-  using Channel = std::tuple<int, int, int>;                              // source, destination, tag
-  std::map<Channel, std::deque<std::shared_ptr<Transfer>>> sends, recvs;  // unmatched, oldest first
+  std::unordered_map<uint64_t, std::shared_ptr<Collective>> open;  // started by some ranks, by sequence number
+  using Channel = std::tuple<int, int, int>;                       // source, destination, tag
+  std::map<Channel, std::deque<std::shared_ptr<PointToPoint>>> sends, recvs;  // unmatched, oldest first
 };
 
 struct Collective final : Op {
@@ -160,7 +160,7 @@ struct Collective final : Op {
   std::vector<int> new_rank;
 };
 
-struct Transfer final : Op {
+struct PointToPoint final : Op {
   int needs_returned_rank(const Group& g) const override {
     if (!sender_posted && g.has_returned(src)) return src;
     if (!receiver_posted && g.has_returned(dst)) return dst;
@@ -579,14 +579,14 @@ class ThreadComm final : public Comm {
     auto& partners = sending ? group_->recvs : group_->sends;
     const auto it = partners.find(channel);
     if (it == partners.end()) {  // first side: wait in the queue for the other
-      auto t = std::make_shared<Transfer>();
+      auto t = std::make_shared<PointToPoint>();
       t->src = std::get<0>(channel), t->dst = std::get<1>(channel);
       (sending ? t->send : t->recv) = buf;
       (sending ? t->sender_posted : t->receiver_posted) = true;
       (sending ? group_->sends : group_->recvs)[channel].push_back(t);
       return make_work(std::move(t), desc);
     }
-    const std::shared_ptr<Transfer> t = it->second.front();
+    const std::shared_ptr<PointToPoint> t = it->second.front();
     it->second.pop_front();
     if (it->second.empty()) partners.erase(it);
     (sending ? t->send : t->recv) = buf;

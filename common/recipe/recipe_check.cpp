@@ -305,11 +305,6 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
   if (p.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
     out.push_back({NotYet::bf16_reduce_of_fp32,
                    "parallel.grad_reduce_dtype: bf16 with train.precision fp32 (fp32 gradients reduced as bf16)"});
-  // Context parallelism runs on the CPU backend; the device path is next.
-  if (p.cp > 1 && r.train.device == DeviceKind::cuda)
-    out.push_back({NotYet::cp_cuda, fmt::format("parallel.cp {} with train.device: cuda (context parallelism runs on "
-                                                "train.device: cpu)",
-                                                p.cp)});
   return out;
 }
 

@@ -2,7 +2,7 @@
 # Context parallelism under real `mpirun` (ring attention's K/V blocks and their gradients between
 # ranks, the chunk split of every sequence, gradients reduced over dp × cp): GPT-2 (learned positions)
 # and LLaMA (RoPE, grouped-query kv_heads 2) on fortunes at cp 2 and cp 4 with cp_comm ring and
-# all_to_all (Ulysses; LLaMA's 2 key/value heads: cp 2 only), cp 2 ×
+# all_to_all (Ulysses; LLaMA with 2 key/value heads at cp 2, with 4 at cp 4), cp 2 ×
 # tp 2 with sequence parallelism, cp 2 × pp 2, cp 2 × dp 2 with ZeRO 1 and cp 2 with ZeRO 3, each against cp 1: the
 # losses per step (relative ≤ 1e-5 over 15 steps), the validation losses and the final parameters
 # (assembled from the checkpoint's slices, ‖a − b‖ / ‖b‖ ≤ 1e-5); measured memory equals the plan;
@@ -29,16 +29,19 @@ compare() {
   $PY "$SRC/tests/e2e/compare_runs.py" "$1" "$2" --first "${3:-1}" --last 15 --val
 }
 
-for family in gpt2 llama; do
-  fam=(--set model.family=$family)
+# llama (kv_heads 2) covers every layout but all_to_all at cp 4, which its 2 key/value heads do not
+# divide over; llama-mha (kv_heads 4) runs that one.
+for family in gpt2 llama llama-mha; do
+  fam=(--set model.family=${family%-mha})
   [[ $family == llama ]] && fam+=(--set model.kv_heads=2)
+  [[ $family == llama-mha ]] && fam+=(--set model.kv_heads=4)
   run_cmd $family-cp1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=$family-cp1 "${fam[@]}"
   expect_status 0
-  # ranks cp tp pp zero sequence_parallel cp_comm (LLaMA's 2 key/value heads do not divide over cp 4:
-  # all_to_all at cp 4 is GPT-2's)
+  # ranks cp tp pp zero sequence_parallel cp_comm
   cfgs=("2 2 1 1 0 false ring" "4 4 1 1 0 false ring" "4 2 2 1 0 true ring" "4 2 1 2 0 false ring"
     "4 2 1 1 1 false ring" "2 2 1 1 3 false ring" "2 2 1 1 0 false all_to_all")
   [[ $family == gpt2 ]] && cfgs+=("4 4 1 1 0 false all_to_all")
+  [[ $family == llama-mha ]] && cfgs=("4 4 1 1 0 false all_to_all")
   for cfg in "${cfgs[@]}"; do
     set -- $cfg
     name=$family-cp$2-tp$3-pp$4-zero$5-$7

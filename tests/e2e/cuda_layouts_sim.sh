@@ -5,8 +5,8 @@
 # (assembled from the checkpoints' slices) within 1e-5.
 #
 #   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), tp 2 with sequence parallelism, pp 2 (1F1B),
-#                              tp 2 × pp 2; a 2-rank cuda checkpoint resumed on one CPU rank
-#   cuda_layouts_sim.sh BUILD SRC full   the other schedules, ZeRO 1 and 2, hybrid sharding, bf16,
+#                              tp 2 × pp 2, cp 2 (ring); a 2-rank cuda checkpoint resumed on one CPU rank
+#   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, hybrid sharding, bf16,
 #                              recomputation, evaluation through the pipeline, SIGTERM on the device
 #
 # tiny at seq 64, micro-batch 1, global batch 2, 3 steps, checkpoints at steps 2 and 3: a simulated
@@ -52,6 +52,7 @@ if [[ $mode == ci ]]; then
   layout tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
   layout pp2-1f1b 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
   layout tp2-pp2 4 --set parallel.tp=2 --set parallel.pp=2
+  layout cp2-ring 2 --set parallel.cp=2  # context parallelism: K/V blocks around the ring
   # A 2-rank cuda checkpoint (dp 2, step 2) resumes on one CPU rank, on the CPU run's step 3.
   run_cmd "dp2's cuda checkpoint on one cpu rank" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
     --set log.dir=dp2-on-cpu --set train.device=cpu --set checkpoint.resume=dp2/ckpt/step_00000002
@@ -60,6 +61,7 @@ if [[ $mode == ci ]]; then
   compare "dp2's cuda checkpoint continues on cpu" dp2-on-cpu cpu --first 3 --last 3 --tol 1e-5
 else
   layout pp2-gpipe 2 --set parallel.pp=2 --set parallel.pp_schedule=gpipe
+  layout cp2-a2a 2 --set parallel.cp=2 --set parallel.cp_comm=all_to_all  # Ulysses
   layout pp2-interleaved 2 --set parallel.pp=2 --set parallel.pp_schedule=interleaved --set parallel.virtual_stages=2
   layout pp2-zb 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
   layout zero1 2 --set parallel.zero=1
