@@ -155,7 +155,10 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
       cp_forward_block = std::max(0.0, pass - attention_time);
       cp_backward_block = std::max(0.0, 2 * pass - 2 * attention_time);
     } else {
-      auto all_to_all = [&](double bytes) { return double(cp - 1) / cp * bytes / cp_bw + (cp - 1) * cp_lat; };
+      // (structured bindings are copied in: clang before 16 cannot capture them by reference)
+      auto all_to_all = [&, bw = cp_bw, lat = cp_lat](double bytes) {
+        return double(cp - 1) / cp * bytes / bw + (cp - 1) * lat;
+      };
       cp_forward_block = all_to_all(qkv_bytes) + all_to_all(out_bytes);
       cp_backward_block = 2 * all_to_all(out_bytes) + all_to_all(qkv_bytes);
     }
