@@ -151,7 +151,7 @@ Manifest manifest_from_json(const json& j, const std::string& path) {
               mesh_int("dp"),
               mesh_int("zero"),
               mesh.contains("zero_group") ? mesh_int("zero_group") : 0,
-              mesh.contains("cp") ? mesh_int("cp") : 1};
+              mesh.contains("cp") ? int(integer(mesh.at("cp"), path + ": mesh.cp", 1, INT_MAX)) : 1};
     m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
     m.tokenizer = j.at("tokenizer").at("file").get<std::string>();
     if (!is_plain_file_name(m.tokenizer))
