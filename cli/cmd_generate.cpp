@@ -132,7 +132,7 @@ int cmd_generate(const GenerateArgs& args) {
     try {
       // Besides the parameters: the KV cache of the context, and at least one activation row of each
       // kind per position of model.seq_len (a lower bound: it refuses only what cannot fit).
-      const double kv_cache = 2.0 * cfg.layers * double(context) * cfg.kv_heads * double(cfg.hidden / cfg.heads) * 4;
+      const double kv_cache = 2.0 * cfg.layers * double(context) * cfg.kv_heads * double(cfg.head_size()) * 4;
       const double activations = double(cfg.seq_len) * (double(cfg.hidden) + cfg.ffn_hidden + cfg.padded_vocab()) * 4;
       trainer::checkpoint_check_model_fits(dir, manifest, cfg, 2.0, "generating from " + dir, kv_cache + activations);
     } catch (const Error& e) {

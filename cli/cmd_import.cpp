@@ -141,7 +141,22 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
   cmp("vocab", want.vocab, have.vocab);
   cmp("max_positions", want.max_positions, have.max_positions);
   cmp("norm_eps", want.norm_eps, have.norm_eps);
-  if (have.family == ModelFamily::llama) cmp("rope_theta", want.rope_theta, have.rope_theta);
+  if (have.family == ModelFamily::llama) {
+    cmp("rope_theta", want.rope_theta, have.rope_theta);
+    cmp("rope_scaling.type", std::string(to_string(want.rope_scaling.type)),
+        std::string(to_string(have.rope_scaling.type)));
+    if (have.rope_scaling.type != RopeScalingType::none) cmp("rope_scaling.factor", want.rope_scaling.factor, have.rope_scaling.factor);
+    if (have.rope_scaling.type == RopeScalingType::llama3) {
+      cmp("rope_scaling.low_freq_factor", want.rope_scaling.low_freq_factor, have.rope_scaling.low_freq_factor);
+      cmp("rope_scaling.high_freq_factor", want.rope_scaling.high_freq_factor, have.rope_scaling.high_freq_factor);
+      cmp("rope_scaling.original_max_positions", want.rope_scaling.original_max_positions,
+          have.rope_scaling.original_max_positions);
+    }
+    cmp("head_dim", want.head_size(), have.head_size());
+    cmp("qkv_bias", want.qkv_bias, have.qkv_bias);
+    cmp("qk_norm", want.qk_norm, have.qk_norm);
+    cmp("sliding_window", want.sliding_window, have.sliding_window);
+  }
   cmp("tie_embeddings", want.tie_embeddings, have.tie_embeddings);
   if (!bad.empty())
     throw Error(fmt::format("{} does not describe the model in {}:\n  {}", recipe, config, fmt::join(bad, "\n  ")),

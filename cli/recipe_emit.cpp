@@ -27,19 +27,39 @@ std::string recipe_to_yaml(const Recipe& r) {
   return y;
 }
 
+namespace {
+
+// The llama family's variant keys a derived recipe needs (none for a plain model).
+std::string variant_keys(const ModelConfig& m) {
+  std::string out;
+  if (m.head_dim > 0) out += fmt::format(", head_dim: {}", m.head_dim);
+  if (m.qkv_bias) out += ", qkv_bias: true";
+  if (m.qk_norm) out += ", qk_norm: true";
+  if (m.sliding_window > 0) out += fmt::format(", sliding_window: {}", m.sliding_window);
+  const RopeScalingConfig& r = m.rope_scaling;
+  if (r.type == RopeScalingType::linear) out += fmt::format(",\n        rope_scaling: {{type: linear, factor: {}}}", r.factor);
+  if (r.type == RopeScalingType::llama3)
+    out += fmt::format(",\n        rope_scaling: {{type: llama3, factor: {}, low_freq_factor: {}, high_freq_factor: {}, "
+                       "original_max_positions: {}}}",
+                       r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
+  return out;
+}
+
+}  // namespace
+
 std::string recipe_derived_yaml(const ModelConfig& m, const std::string& name, const std::string& tokenizer,
                                 const std::string& resume, const std::string& config_path) {
   return fmt::format(
       "# Derived from {} by `llmtrain import`: set data.train to your dataset, then `llmtrain run`.\n"
       "name: {}\n"
       "model: {{family: {}, layers: {}, hidden: {}, heads: {}, kv_heads: {}, ffn_hidden: {}, vocab: {},\n"
-      "        seq_len: {}, max_positions: {}, rope_theta: {}, norm_eps: {}, init_std: {}, tie_embeddings: {}}}\n"
+      "        seq_len: {}, max_positions: {}, rope_theta: {}, norm_eps: {}, init_std: {}, tie_embeddings: {}{}}}\n"
       "data: {{tokenizer: {}, train: [data/train]}}\n"
       "train: {{steps: 1000, micro_batch: 1}}\n"
       "checkpoint: {{resume: {}, load_weights_only: true}}\n",
       printable(config_path), yaml_quoted(name, "the run name"), to_string(m.family), m.layers, m.hidden, m.heads,
       m.kv_heads, m.ffn_hidden, m.vocab, m.seq_len, m.max_positions, m.rope_theta, m.norm_eps, m.init_std,
-      m.tie_embeddings ? "true" : "false",
+      m.tie_embeddings ? "true" : "false", variant_keys(m),
       tokenizer == "byte" ? std::string("byte") : yaml_quoted(tokenizer, "the tokenizer's path"),
       yaml_quoted(resume, "the checkpoint's path"));
 }

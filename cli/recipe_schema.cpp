@@ -62,7 +62,9 @@ RecipeKey integer(const char* key, Get get, IntRule rule, Doc d, bool required =
   k.parse = [get, rule, name = leaf(key)](Section& s, Recipe& r) { s.integer(name, get(r), rule); };
   k.emit = [get, rule](const Recipe& r) -> std::optional<std::string> {
     const auto v = get(r);
-    return rule.allow_auto && v == 0 ? std::string("auto") : std::to_string(v);
+    if (v == 0 && rule.allow_auto) return std::string("auto");
+    if (v == 0 && rule.allow_null) return std::string("null");
+    return std::to_string(v);
   };
   return k;
 }
@@ -309,6 +311,28 @@ std::vector<RecipeKey> make_schema() {
             {"int ≥ 1 or auto", "auto = `seq_len`", "positions the model can address"}),
     number("model.rope_theta", [](auto& r) -> auto& { return r.model.rope_theta; }, kPositiveFloat,
            {"number > 0", "10000", "RoPE base (llama)"}),
+    section("model.rope_scaling", {"map", "{}", "RoPE frequency scaling for long contexts (llama)"}),
+    choice("model.rope_scaling.type", [](auto& r) -> auto& { return r.model.rope_scaling.type; },
+           {"`none` \\| `linear` \\| `llama3`", "`none`", "transformers' rope_type (Llama 3.1+: llama3)"}),
+    number("model.rope_scaling.factor", [](auto& r) -> auto& { return r.model.rope_scaling.factor; },
+           FloatRule{1.0, false, 1e6}, {"number ≥ 1", "1", "context extension factor (linear, llama3)"}),
+    number("model.rope_scaling.low_freq_factor", [](auto& r) -> auto& { return r.model.rope_scaling.low_freq_factor; },
+           FloatRule{0.0, true, 1e6}, {"number > 0", "1", "llama3: wavelengths above original / this are scaled"}),
+    number("model.rope_scaling.high_freq_factor",
+           [](auto& r) -> auto& { return r.model.rope_scaling.high_freq_factor; }, FloatRule{0.0, true, 1e6},
+           {"number > 0", "4", "llama3: wavelengths below original / this are kept"}),
+    integer("model.rope_scaling.original_max_positions",
+            [](auto& r) -> auto& { return r.model.rope_scaling.original_max_positions; }, IntRule{1, 1 << 24},
+            {"int ≥ 1", "8192", "llama3: the pre-training context (original_max_position_embeddings)"}),
+    integer("model.head_dim", [](auto& r) -> auto& { return r.model.head_dim; }, kModelDimOrAuto,
+            {"int ≥ 1 or auto", "auto = hidden / heads", "attention head size (llama; Qwen3 and Mistral set it)"}),
+    boolean("model.qkv_bias", [](auto& r) -> auto& { return r.model.qkv_bias; },
+            {"bool", "false", "biases on the q, k and v projections (llama; Qwen2)"}),
+    boolean("model.qk_norm", [](auto& r) -> auto& { return r.model.qk_norm; },
+            {"bool", "false", "per-head RMSNorm of q and k before RoPE (llama; Qwen3)"}),
+    integer("model.sliding_window", [](auto& r) -> auto& { return r.model.sliding_window; },
+            IntRule{1, 1 << 24, false, true},
+            {"int ≥ 1 or null", "null", "each query sees itself and the window − 1 keys before it (llama; Mistral)"}),
     number("model.norm_eps", [](auto& r) -> auto& { return r.model.norm_eps; }, kPositiveFloat,
            {"number > 0", "1e-5", "LayerNorm / RMSNorm epsilon"}),
     number("model.init_std", [](auto& r) -> auto& { return r.model.init_std; }, kPositiveFloat,

@@ -78,7 +78,7 @@ DeviceSpec cpu_device(const Recipe* recipe) {
   if (recipe != nullptr) {
     const ModelConfig& m = recipe->model;
     const int64_t rows = int64_t(recipe->train.micro_batch) * m.seq_len, d = m.hidden;
-    shapes = {{rows, (m.heads + 2 * int64_t(m.kv_heads)) * m.head_dim(), d},
+    shapes = {{rows, (m.heads + 2 * int64_t(m.kv_heads)) * m.head_size(), d},
               {rows, m.ffn_hidden, d},
               {rows, d, m.ffn_hidden},
               {rows, m.padded_vocab(), d}};

@@ -99,7 +99,8 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
 
   // FLOPs per token and tensor-parallel rank, forward only (backward is twice the forward).
   const ParamCounts counts = param_counts(m, tp);
-  const double attention_forward = 4.0 * m.hidden * m.seq_len / tp;  // QKᵀ and AV (the 12·d·T of training / 3)
+  // QKᵀ and AV (the 12·H·hd·T of training / 3; H·hd is hidden unless model.head_dim says otherwise)
+  const double attention_forward = 4.0 * m.heads * m.head_size() * double(m.seq_len) / tp;
   const double block_forward = 2 * counts.block_matmul + attention_forward;
   const double head_forward = 2.0 * double(m.padded_vocab()) * m.hidden / tp;
   double block_recompute = 0;
@@ -147,8 +148,8 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // all-to-alls forward (q|k|v, the output) and three backward, not overlapped.
   double cp_forward_block = 0, cp_backward_block = 0;
   if (cp > 1) {
-    const double qkv_bytes = tokens * double(m.heads + 2 * m.kv_heads) * m.head_dim() / tp * element;
-    const double out_bytes = tokens * double(m.heads) * m.head_dim() / tp * element;
+    const double qkv_bytes = tokens * double(m.heads + 2 * m.kv_heads) * m.head_size() / tp * element;
+    const double out_bytes = tokens * double(m.heads) * m.head_size() / tp * element;
     const double attention_time = tokens * attention_forward / rate;
     if (p.cp_comm == CpComm::ring) {
       const double pass = (cp - 1) * (qkv_bytes / cp_bw + cp_lat);

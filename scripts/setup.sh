@@ -91,5 +91,8 @@ if [[ $minimal == 0 ]]; then
   else
     echo "setup: transformers 4.40.2 already installed in $hf_venv"
   fi
+
+  # transformers 5 with PyTorch 2 (scripts/setup_hf5.sh); scripts/test.sh runs it beside the build.
+  [[ ${LLMTRAIN_SETUP_HF5:-1} == 0 ]] || scripts/setup_hf5.sh
 fi
 echo "setup: done"

@@ -27,7 +27,9 @@ fi
 label_filter=(-LE '^full$')
 ((full)) && label_filter=()
 
-scripts/setup.sh
+# transformers 5 and PyTorch 2 (scripts/setup_hf5.sh: a download of about 5 GB, little CPU) install
+# beside the build, below.
+LLMTRAIN_SETUP_HF5=0 scripts/setup.sh
 build=${LLMTRAIN_BUILD_DIR:-build}
 sim=${LLMTRAIN_SIM_BUILD_DIR:-build-sim}
 jobs=${LLMTRAIN_JOBS:-$(nproc)}
@@ -45,6 +47,9 @@ stop_background() {
   for pgid in "${background[@]}"; do kill -- "-$pgid" 2>/dev/null || true; done
 }
 trap stop_background EXIT
+setsid nice -n 10 scripts/setup_hf5.sh >"$build/hf5-setup.log" 2>&1 &
+hf5_setup=$!
+background+=("$hf5_setup")
 sim_targets=(test_cuda_sim test_step_sync_sim test_comm_staged_sim test_kernels test_device_select llmtrain)
 if (($# == 0)); then
   cmake -S . -B "$sim" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_CUDA=SIM -DLLMTRAIN_TESTS=ON >/dev/null
@@ -61,30 +66,31 @@ t0=$SECONDS
 cmake --build "$build" -j "$jobs"
 echo "test: the build took $((SECONDS - t0)) s"
 status=0
+# Waits for a background job; on failure shows the end of its log.
+finished() {  # PID NAME LOG
+  local t0=$SECONDS
+  if wait "$1"; then
+    echo "test: waited $((SECONDS - t0)) s for $2 to finish"
+  else
+    echo "test: $2 FAILED (log: $3):"
+    tail -30 "$3" | sed 's/^/  /'
+    return 1
+  fi
+}
+finished "$hf5_setup" "the transformers 5 venv (scripts/setup_hf5.sh)" "$build/hf5-setup.log" || status=1
 t0=$SECONDS
 (cd "$build" && ctest --output-on-failure -j "$jobs" "${label_filter[@]}" "$@") || status=$?
 echo "test: ctest took $((SECONDS - t0)) s"
 # ctest says only "***Skipped"; the reasons are in its log.
 scripts/skipped_tests.sh "$build"
 
-# Waits for a background build; on failure shows the end of its log.
-finished() {  # PID NAME LOG
-  local t0=$SECONDS
-  if wait "$1"; then
-    echo "test: waited $((SECONDS - t0)) s for the $2 build to finish"
-  else
-    echo "test: the $2 build FAILED (log: $3):"
-    tail -30 "$3" | sed 's/^/  /'
-    return 1
-  fi
-}
 # The CUDA backend on the SIMT simulator (docs/cuda.md; only for the whole suite): its own build in
 # build-sim/ (LLMTRAIN_CUDA=SIM: the .cu files compiled as C++), only the targets its tests need, and
 # the tests labelled cuda_sim (the simulator's own, every op case on the simulated device, and
 # training tiny on it against the CPU: tests/e2e/cuda_sim.sh).
 if (($# == 0)); then
   t0=$SECONDS
-  if finished "$sim_build" simulator "$build/sim-build.log"; then
+  if finished "$sim_build" "the simulator build" "$build/sim-build.log"; then
     (cd "$sim" && ctest --output-on-failure -j "$jobs" -L cuda_sim "${label_filter[@]}") || status=1
   else
     status=1
@@ -97,7 +103,7 @@ if (($# == 0)); then
   t0=$SECONDS
   fuzz_seconds=10
   ((full)) && fuzz_seconds=60
-  if finished "$asan_build" sanitizer "$build/asan-build.log"; then
+  if finished "$asan_build" "the sanitizer build" "$build/asan-build.log"; then
     scripts/sanitize.sh "${LLMTRAIN_FUZZ_SECONDS:-$fuzz_seconds}" || status=1
   else
     status=1

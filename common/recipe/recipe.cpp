@@ -22,6 +22,8 @@ constexpr EnumName<PipelineSchedule> kPipelineSchedule[] = {{"gpipe", PipelineSc
                                                             {"interleaved", PipelineSchedule::interleaved},
                                                             {"zero_bubble", PipelineSchedule::zero_bubble}};
 constexpr EnumName<CpComm> kCpComm[] = {{"ring", CpComm::ring}, {"all_to_all", CpComm::all_to_all}};
+constexpr EnumName<RopeScalingType> kRopeScalingType[] = {
+    {"none", RopeScalingType::none}, {"linear", RopeScalingType::linear}, {"llama3", RopeScalingType::llama3}};
 
 }  // namespace
 
@@ -36,5 +38,6 @@ std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction) { return 
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule) { return kLrSchedule; }
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { return kPipelineSchedule; }
 std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
+std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType) { return kRopeScalingType; }
 
 }  // namespace llmtrain

@@ -26,6 +26,17 @@ enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's attention: K/V blocks around a ring, or Ulysses' heads ↔ sequence all-to-all.
 enum class CpComm { ring, all_to_all };
 enum class ResumeMode { automatic, none, path };
+// RoPE's frequency scaling for longer contexts (transformers' rope_type): Llama 3.1+'s `llama3`, or
+// `linear` position interpolation.
+enum class RopeScalingType { none, linear, llama3 };
+
+struct RopeScalingConfig {
+  RopeScalingType type = RopeScalingType::none;
+  double factor = 1.0;              // linear and llama3: the context extension factor
+  double low_freq_factor = 1.0;     // llama3
+  double high_freq_factor = 4.0;    // llama3
+  int original_max_positions = 8192;  // llama3: original_max_position_embeddings
+};
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::gpt2;
@@ -39,12 +50,18 @@ struct ModelConfig {
   int seq_len = 0;
   int max_positions = 0;  // 0 = auto: seq_len
   double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
+  // The llama family's variants (Qwen, Mistral; docs/model.md):
+  int head_dim = 0;        // 0 = auto: hidden / heads (Qwen3 and Mistral set their own)
+  bool qkv_bias = false;   // biases on the q, k and v projections (Qwen2)
+  bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (Qwen3)
+  int sliding_window = 0;  // 0 = none; else each query sees itself and the window − 1 keys before it (Mistral)
   double norm_eps = 1e-5;
   double init_std = 0.02;
   double dropout = 0.0;
   bool tie_embeddings = true;  // default per family: true for gpt2, false for llama
 
-  int head_dim() const { return hidden / heads; }
+  int head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
   int padded_vocab() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
 
@@ -208,6 +225,7 @@ std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpoi
 std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction);
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule);
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
+std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType);
 std::span<const EnumName<CpComm>> enum_names(CpComm);
 
 // The name of a recipe enum's value, as recipes write it ("1f1b").

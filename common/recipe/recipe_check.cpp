@@ -61,6 +61,7 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   if (m.ffn_hidden == 0) m.ffn_hidden = m.family == ModelFamily::gpt2 ? 4 * m.hidden : llama_default_ffn(m.hidden);
   if (m.max_positions == 0) m.max_positions = m.seq_len;
+  if (m.head_dim == 0 && m.heads > 0 && m.hidden % m.heads == 0) m.head_dim = m.hidden / m.heads;
 
   if (r.data.tokenizer != "byte") r.data.tokenizer = absolute_path(r.data.tokenizer, cwd);
   for (auto& src : r.data.train) src.path = absolute_path(src.path, cwd);
@@ -125,7 +126,7 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   const ParallelConfig& p = r.parallel;
 
   // Model shape.
-  if (m.hidden % m.heads != 0)
+  if (m.head_dim == 0 && m.hidden % m.heads != 0)
     problem("model.heads",
             fmt::format("hidden {} is not divisible by heads {} (remainder {})", m.hidden, m.heads, m.hidden % m.heads),
             "choose heads so that hidden / heads (the head size) is a whole number, e.g. hidden 768 with 12 heads");
@@ -136,11 +137,35 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     problem("model.kv_heads",
             fmt::format("family gpt2 uses multi-head attention, found kv_heads {} != heads {}", m.kv_heads, m.heads),
             "remove model.kv_heads, or use family: llama for grouped-query attention");
-  if (m.family == ModelFamily::llama && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
+  const bool derived_head = m.hidden % m.heads == 0 && int64_t(m.head_size()) * m.heads == m.hidden;
+  if (m.family == ModelFamily::llama && derived_head && m.head_size() % 2 != 0)
     problem(
         "model.heads",
-        fmt::format("RoPE needs an even head size, found hidden {} / heads {} = {}", m.hidden, m.heads, m.head_dim()),
+        fmt::format("RoPE needs an even head size, found hidden {} / heads {} = {}", m.hidden, m.heads, m.head_size()),
         "choose heads so that hidden / heads is even");
+  else if (m.family == ModelFamily::llama && m.head_dim > 0 && m.head_dim % 2 != 0)
+    problem("model.head_dim", fmt::format("RoPE needs an even head size, found head_dim {}", m.head_dim),
+            "choose an even model.head_dim");
+  // The llama family's variants: GPT-2 has biases everywhere, learned positions and no windows.
+  if (m.family == ModelFamily::gpt2) {
+    const char* hint = "this key describes a llama-family model (Qwen, Mistral, Llama 3): remove it, or use family: llama";
+    if (m.head_dim > 0 && int64_t(m.head_dim) * m.heads != m.hidden)
+      problem("model.head_dim",
+              fmt::format("family gpt2 has head size hidden / heads, found head_dim {} with hidden {} and heads {}",
+                          m.head_dim, m.hidden, m.heads),
+              hint);
+    if (m.qkv_bias) problem("model.qkv_bias", "family gpt2 always has its q, k and v biases", hint);
+    if (m.qk_norm) problem("model.qk_norm", "family gpt2 has no per-head q/k norm", hint);
+    if (m.sliding_window > 0) problem("model.sliding_window", "family gpt2 attends to every earlier position", hint);
+    if (m.rope_scaling.type != RopeScalingType::none)
+      problem("model.rope_scaling.type", "family gpt2 has learned positions, not RoPE", hint);
+  }
+  if (m.rope_scaling.type == RopeScalingType::llama3 &&
+      !(m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor))
+    problem("model.rope_scaling.high_freq_factor",
+            fmt::format("llama3 scaling needs high_freq_factor > low_freq_factor, found {} and {}",
+                        m.rope_scaling.high_freq_factor, m.rope_scaling.low_freq_factor),
+            "Llama 3.1 uses low_freq_factor 1 and high_freq_factor 4");
   if (m.seq_len > m.max_positions)
     problem("model.seq_len", fmt::format("seq_len {} exceeds max_positions {}", m.seq_len, m.max_positions),
             "raise model.max_positions or lower model.seq_len");
@@ -301,6 +326,12 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.pp_schedule: zero_bubble with train.activation_checkpointing: {} (the split "
                                "backward keeps every activation)",
                                to_string(r.train.activation_checkpointing))});
+  // Ring and all-to-all attention run the full causal mask.
+  if (p.cp > 1 && r.model.sliding_window > 0)
+    out.push_back({NotYet::cp_sliding_window,
+                   fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
+                               "mask; use cp: 1 with a window)",
+                               p.cp, r.model.sliding_window)});
   // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
   if (p.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
     out.push_back({NotYet::bf16_reduce_of_fp32,

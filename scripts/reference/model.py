@@ -1,4 +1,5 @@
-"""An independent PyTorch implementation of llmtrain's two model families (GPT-2 and LLaMA), used as
+"""An independent PyTorch implementation of llmtrain's two model families (GPT-2 and LLaMA, with the
+LLaMA variants: q/k/v biases, q/k norms, an explicit head size, a sliding window, RoPE scaling), used as
 the reference by the parity tests (parity.py) and the CPU benchmark (scripts/bench/torch_step.py).
 
 Written from the published architectures and Hugging Face's conventions, not from llmtrain's C++:
@@ -27,16 +28,39 @@ def attention(q, k, v, mask):
     return torch.softmax(att, dim=-1) @ v
 
 
-def causal_mask(t, device=None):
-    return torch.triu(torch.ones(t, t, dtype=torch.bool, device=device), diagonal=1)
+def causal_mask(t, device=None, window=0):
+    """True where query i must not see key j: j > i, or (a sliding window) j <= i - window."""
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=device), diagonal=1)
+    if window:
+        mask |= torch.tril(torch.ones(t, t, dtype=torch.bool, device=device), diagonal=-window)
+    return mask
 
 
 def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope_cos_sin(t, head_dim, theta, dtype):
+def rope_inv_freq(head_dim, theta, scaling=None):
+    """theta^(-2i/D), scaled as Hugging Face's `linear` and `llama3` rope types do."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    kind = (scaling or {}).get("type", "none")
+    if kind == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif kind == "llama3":
+        factor, low, high, orig = (scaling[k] for k in ("factor", "low_freq_factor", "high_freq_factor",
+                                                        "original_max_positions"))
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (orig / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = torch.where(wavelen > orig / low, inv_freq / factor,
+                               torch.where(wavelen < orig / high, inv_freq, mid))
+    elif kind != "none":
+        raise ValueError(f"rope scaling {kind}")
+    return inv_freq
+
+
+def rope_cos_sin(t, head_dim, theta, dtype, scaling=None):
+    inv_freq = rope_inv_freq(head_dim, theta, scaling)
     freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -71,16 +95,22 @@ def gpt2_logits(p, tokens, cfg):
 def llama_logits(p, tokens, cfg):
     b, t = tokens.shape
     d, h, kv, layers = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["layers"]
-    hd, eps = d // h, cfg["norm_eps"]
-    mask = causal_mask(t, tokens.device)
+    # The variants (Qwen2's q/k/v biases, Qwen3's q/k norms and head size, Mistral's window,
+    # Llama 3.1's RoPE scaling) are optional config entries.
+    hd, eps = cfg.get("head_dim") or d // h, cfg["norm_eps"]
+    mask = causal_mask(t, tokens.device, cfg.get("sliding_window", 0))
     x = p["model.embed_tokens.weight"][tokens]
-    cos, sin = (z.to(x.device) for z in rope_cos_sin(t, hd, cfg["rope_theta"], x.dtype))
+    cos, sin = (z.to(x.device) for z in rope_cos_sin(t, hd, cfg["rope_theta"], x.dtype, cfg.get("rope_scaling")))
     for i in range(layers):
         w = lambda s: p[f"model.layers.{i}.{s}"]  # noqa: E731
+        b_ = lambda s: p.get(f"model.layers.{i}.{s}")  # noqa: E731
         y = rms_norm(x, w("input_layernorm.weight"), eps)
-        q = F.linear(y, w("self_attn.q_proj.weight")).view(b, t, h, hd).transpose(1, 2)
-        k = F.linear(y, w("self_attn.k_proj.weight")).view(b, t, kv, hd).transpose(1, 2)
-        v = F.linear(y, w("self_attn.v_proj.weight")).view(b, t, kv, hd).transpose(1, 2)
+        q = F.linear(y, w("self_attn.q_proj.weight"), b_("self_attn.q_proj.bias")).view(b, t, h, hd).transpose(1, 2)
+        k = F.linear(y, w("self_attn.k_proj.weight"), b_("self_attn.k_proj.bias")).view(b, t, kv, hd).transpose(1, 2)
+        v = F.linear(y, w("self_attn.v_proj.weight"), b_("self_attn.v_proj.bias")).view(b, t, kv, hd).transpose(1, 2)
+        if cfg.get("qk_norm"):
+            q = rms_norm(q, w("self_attn.q_norm.weight"), eps)
+            k = rms_norm(k, w("self_attn.k_norm.weight"), eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         y = attention(q, k, v, mask).transpose(1, 2).reshape(b, t, h * hd)

@@ -121,6 +121,14 @@ const Case kCases[] = {
      "grad_reduce_dtype", "use grad_reduce_dtype: fp32", "device: cpu", "  device: cpu\n  precision: fp16"},
     // Schema: unknown keys, with suggestions.
     {"typo_key", "layers: 4", "  layres: 4", "model.layres", "layres", "did you mean model.layers"},
+    {"gpt2_qk_norm", "seq_len: 64", "  seq_len: 64\n  qk_norm: true", "model.qk_norm", "qk_norm: true",
+     "use family: llama"},
+    {"llama_odd_head_dim", "family: gpt2", "  family: llama", "model.head_dim", "head_dim: 7",
+     "choose an even model.head_dim", "seq_len: 64", "  seq_len: 64\n  head_dim: 7"},
+    {"llama3_bands", "family: gpt2", "  family: llama", "model.rope_scaling.high_freq_factor", "rope_scaling:",
+     "Llama 3.1 uses", "seq_len: 64", "  seq_len: 64\n  rope_scaling: {type: llama3, factor: 8, high_freq_factor: 0.5}"},
+    {"rope_scaling_type", "seq_len: 64", "  seq_len: 64\n  rope_scaling: {type: yarn}", "model.rope_scaling.type",
+     "yarn", "llama3"},
     {"typo_section", "", "optimiser:\n  lr: 0.1", "optimiser", "optimiser", "did you mean optimizer"},
     {"key_in_wrong_section", "micro_batch: 2", "  micro_batch: 2\n  warmup: 10", "train.warmup", "warmup",
      "did you mean optimizer.warmup"},
@@ -337,6 +345,17 @@ TEST(UnsupportedFeatures, CudaTrainsUnderEveryLayout) {
   }
   r.launch.procs_per_node = 8, r.parallel.dp = 2, r.parallel.tp = 2, r.parallel.pp = 2, r.parallel.zero = 3;
   EXPECT_TRUE(describe(unsupported_features(r)).empty());
+}
+
+// A sliding window with context parallelism is refused by name (ring and Ulysses run the full mask).
+TEST(UnsupportedFeatures, SlidingWindowWithContextParallelism) {
+  Recipe r;
+  r.model.sliding_window = 16;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
+  r.parallel.cp = 2;
+  const std::vector<std::string> refused = describe(unsupported_features(r));
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].find("model.sliding_window 16"), std::string::npos) << refused[0];
 }
 
 // Context parallelism trains on the CPU with the ring and with Ulysses; the device path is refused.

@@ -156,10 +156,10 @@ printf '\x0a\x05<unk>' >sp-model-only/tokenizer.model
 run_cmd import-sentencepiece-model "$LLMTRAIN" import sp-model-only --out ck-sp-model-only
 expect_status 2; expect_out "SentencePiece .model files are not read, and there is no tokenizer.json beside it"
 cp -r rand-llama bad-llama
-sed -i 's/"rope_scaling": null/"rope_scaling": {"type": "linear", "factor": 2.0}/; s/"attention_bias": false/"attention_bias": true/' \
+sed -i 's/"rope_scaling": null/"rope_scaling": {"type": "dynamic", "factor": 2.0}/; s/"attention_bias": false/"attention_bias": true/' \
   bad-llama/config.json
 run_cmd import-refuses-fields "$LLMTRAIN" import bad-llama --out ck-bad
-expect_status 2; expect_out "rope_scaling: found"; expect_out "attention_bias: found true"
+expect_status 2; expect_out 'rope_scaling.rope_type: found "dynamic"'; expect_out "attention_bias: found true"
 [[ ! -e ck-bad ]] && pass "a refused import writes nothing" || fail "ck-bad was written"
 run_cmd import-recipe-mismatch "$LLMTRAIN" import rand-gpt2 --out ck-x --recipe gpt2.yaml
 expect_status 2; expect_out "model.vocab: the recipe says 257"

@@ -78,6 +78,87 @@ json token_id(int32_t id) { return id >= 0 ? json(id) : json(nullptr); }
 
 }  // namespace
 
+namespace {
+
+// rope_scaling as transformers 4.x writes it (5.x reads it too): null, linear as 4.40 knows it, or
+// Llama 3.1's llama3.
+json hf_rope_scaling(const RopeScalingConfig& r) {
+  switch (r.type) {
+    case RopeScalingType::linear:
+      return json{{"type", "linear"}, {"factor", r.factor}};
+    case RopeScalingType::llama3:
+      return json{{"rope_type", "llama3"},
+                  {"factor", r.factor},
+                  {"low_freq_factor", r.low_freq_factor},
+                  {"high_freq_factor", r.high_freq_factor},
+                  {"original_max_position_embeddings", r.original_max_positions}};
+    case RopeScalingType::none:
+      break;
+  }
+  return nullptr;
+}
+
+// The llama family's variants as the transformers class that has exactly them: q/k norms are
+// Qwen3, q/k/v biases Qwen2, a sliding window Mistral, none of them Llama.
+json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype, int32_t bos, int32_t eos) {
+  const bool own_head_dim = m.head_dim > 0 && m.head_dim * m.heads != m.hidden;
+  auto refuse = [&](const std::string& what, const std::string& why) {
+    throw Error(fmt::format("not supported yet: exporting a llama-family model with {}: {}", what, why),
+                "transformers' Llama, Qwen2, Qwen3 and Mistral classes each hold one set of these options "
+                "(docs/hf.md lists them)");
+  };
+  std::string arch = "LlamaForCausalLM", type = "llama";
+  if (m.qk_norm) {
+    arch = "Qwen3ForCausalLM", type = "qwen3";
+    if (m.qkv_bias) refuse("qk_norm and qkv_bias", "Qwen3's attention_bias also puts a bias on o_proj");
+    if (m.sliding_window > 0) refuse("qk_norm and sliding_window", "Qwen3 windows only some layers");
+  } else if (m.qkv_bias) {
+    arch = "Qwen2ForCausalLM", type = "qwen2";
+    if (m.sliding_window > 0) refuse("qkv_bias and sliding_window", "Qwen2 windows only some layers");
+    if (own_head_dim) refuse(fmt::format("head_dim {}", m.head_dim), "Qwen2's head size is hidden / heads");
+  } else if (m.sliding_window > 0) {
+    arch = "MistralForCausalLM", type = "mistral";
+  }
+  json c = {{"architectures", {arch}},
+            {"model_type", type},
+            {"vocab_size", m.vocab},
+            {"hidden_size", m.hidden},
+            {"intermediate_size", m.ffn_hidden},
+            {"num_hidden_layers", m.layers},
+            {"num_attention_heads", m.heads},
+            {"num_key_value_heads", m.kv_heads},
+            {"hidden_act", "silu"},
+            {"max_position_embeddings", m.max_positions},
+            {"initializer_range", m.init_std},
+            {"rms_norm_eps", m.norm_eps},
+            {"rope_theta", m.rope_theta},
+            {"rope_scaling", hf_rope_scaling(m.rope_scaling)},
+            {"attention_dropout", 0.0},
+            {"tie_word_embeddings", m.tie_embeddings},
+            {"use_cache", true},
+            {"bos_token_id", token_id(bos)},
+            {"eos_token_id", token_id(eos)},
+            {"torch_dtype", torch_dtype}};
+  if (type == "llama") {
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+    c["pretraining_tp"] = 1;
+  }
+  if (type == "qwen3") c["attention_bias"] = false;
+  if (type == "qwen2" || type == "qwen3") {
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+    c["max_window_layers"] = m.layers;
+  }
+  if (type == "mistral") c["sliding_window"] = m.sliding_window;
+  // transformers 4.40's Llama has no head_dim (it is hidden / heads): written where it differs or
+  // where the class always had it.
+  if (own_head_dim || type == "qwen3" || type == "mistral") c["head_dim"] = m.head_size();
+  return c;
+}
+
+}  // namespace
+
 json hf_model_config(const ModelConfig& m, const std::string& torch_dtype, int32_t bos, int32_t eos) {
   if (m.family == ModelFamily::gpt2) {
     if (m.kv_heads != m.heads)
@@ -109,29 +190,7 @@ json hf_model_config(const ModelConfig& m, const std::string& torch_dtype, int32
                 {"eos_token_id", token_id(eos)},
                 {"torch_dtype", torch_dtype}};
   }
-  return json{{"architectures", {"LlamaForCausalLM"}},
-              {"model_type", "llama"},
-              {"vocab_size", m.vocab},
-              {"hidden_size", m.hidden},
-              {"intermediate_size", m.ffn_hidden},
-              {"num_hidden_layers", m.layers},
-              {"num_attention_heads", m.heads},
-              {"num_key_value_heads", m.kv_heads},
-              {"hidden_act", "silu"},
-              {"max_position_embeddings", m.max_positions},
-              {"initializer_range", m.init_std},
-              {"rms_norm_eps", m.norm_eps},
-              {"rope_theta", m.rope_theta},
-              {"rope_scaling", nullptr},
-              {"attention_bias", false},
-              {"attention_dropout", 0.0},
-              {"mlp_bias", false},
-              {"pretraining_tp", 1},
-              {"tie_word_embeddings", m.tie_embeddings},
-              {"use_cache", true},
-              {"bos_token_id", token_id(bos)},
-              {"eos_token_id", token_id(eos)},
-              {"torch_dtype", torch_dtype}};
+  return hf_llama_family_config(m, torch_dtype, bos, eos);
 }
 
 json hf_generation_config(int32_t bos, int32_t eos) {
@@ -144,7 +203,7 @@ namespace {
 
 // PretrainedConfig's own fields (and bookkeeping keys) that do not change the forward pass.
 const std::set<std::string> kHarmless = {
-    "architectures", "model_type", "torch_dtype", "transformers_version", "_name_or_path", "_commit_hash",
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path", "_commit_hash",
     "_attn_implementation", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
     "decoder_start_token_id", "task_specific_params", "id2label", "label2id", "num_labels", "problem_type",
     "finetuning_task", "tokenizer_class", "prefix", "return_dict", "output_hidden_states", "output_attentions",
@@ -199,6 +258,18 @@ class ConfigReader {
     }
     return it->get<bool>();
   }
+  void use(const std::string& key) { used_.insert(key); }
+  // The JSON object at `key` (nullptr when absent or null; a problem when it is something else).
+  const json* object(const std::string& key) {
+    used_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return nullptr;
+    if (!it->is_object()) {
+      problem(key, it->dump().substr(0, 80), "an object or null");
+      return nullptr;
+    }
+    return &*it;
+  }
   // The field must be absent, null or `want` (a value we implement).
   void only(const std::string& key, const json& want, const std::string& supported) {
     used_.insert(key);
@@ -221,7 +292,8 @@ class ConfigReader {
     }
     if (problems_.empty()) return;
     throw Error(fmt::format("{}: not supported yet by llmtrain import:\n  {}", origin_, fmt::join(problems_, "\n  ")),
-                "llmtrain implements transformers' GPT2LMHeadModel and LlamaForCausalLM without these options "
+                "llmtrain implements transformers' GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
+                "Qwen3ForCausalLM and MistralForCausalLM without these options "
                 "(docs/hf.md lists what is accepted)");
   }
 
@@ -233,6 +305,102 @@ class ConfigReader {
 };
 
 constexpr int64_t kMaxDim = int64_t(1) << 20, kMaxVocab = int64_t(1) << 24, kMaxPositions = int64_t(1) << 22;
+
+// RoPE's parameters: rope_theta and rope_scaling as transformers 4.x writes them, or 5.x's
+// rope_parameters (theta inside). Types other than default, linear and llama3 are refused by name.
+void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
+  const json* params = r.object("rope_parameters");
+  const json* scaling = r.object("rope_scaling");
+  std::string where = "rope_scaling";
+  if (params) {
+    where = "rope_parameters";
+    if (scaling) r.problem("rope_scaling", scaling->dump().substr(0, 80), "one of rope_scaling and rope_parameters");
+    scaling = params;
+    r.only("rope_theta", nullptr, "rope_theta inside rope_parameters (transformers 5) or beside rope_scaling (4.x)");
+  } else {
+    m.rope_theta = r.number("rope_theta", 10000.0, 1.0, 1e12);
+  }
+  if (!scaling) return;
+  RopeScalingConfig& s = m.rope_scaling;
+  std::string kind = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = scaling->find(key);
+    if (it != scaling->end() && it->is_string()) kind = it->get<std::string>();
+  }
+  if (kind == "linear")
+    s.type = RopeScalingType::linear;
+  else if (kind == "llama3")
+    s.type = RopeScalingType::llama3;
+  else if (kind != "default")
+    r.problem(where + ".rope_type", json(kind).dump().substr(0, 80),
+              "\"default\", \"linear\" or \"llama3\" (not dynamic, yarn, longrope or others)");
+  for (const auto& [key, value] : scaling->items()) {
+    const std::string name = where + "." + key;
+    auto number = [&](double lo, double hi) {
+      if (value.is_number() && value.get<double>() >= lo && value.get<double>() <= hi) return value.get<double>();
+      r.problem(name, value.dump().substr(0, 80), fmt::format("a number in [{}, {}]", lo, hi));
+      return 1.0;
+    };
+    const bool llama3 = s.type == RopeScalingType::llama3;
+    if (key == "rope_type" || key == "type") {
+      if (!value.is_string()) r.problem(name, value.dump().substr(0, 80), "a string");
+    } else if (key == "rope_theta" && params) {
+      m.rope_theta = number(1.0, 1e12);
+    } else if (key == "factor" && s.type != RopeScalingType::none) {
+      s.factor = number(1.0, 1e6);
+    } else if (key == "low_freq_factor" && llama3) {
+      s.low_freq_factor = number(1e-6, 1e6);
+    } else if (key == "high_freq_factor" && llama3) {
+      s.high_freq_factor = number(1e-6, 1e6);
+    } else if (key == "original_max_position_embeddings" && llama3) {
+      s.original_max_positions = int(number(1.0, double(kMaxPositions)));
+    } else {
+      r.problem(name, value.dump().substr(0, 80), fmt::format("no such field for rope type {}", kind));
+    }
+  }
+  if (s.type == RopeScalingType::llama3 && !(s.high_freq_factor > s.low_freq_factor))
+    r.problem(where + ".high_freq_factor", json(s.high_freq_factor).dump(),
+              fmt::format("a value above low_freq_factor {}", s.low_freq_factor));
+}
+
+// LlamaForCausalLM and the classes that are Llama with one more option each: Qwen2 (q/k/v biases),
+// Qwen3 (per-head q/k norms, its own head size), Mistral (a sliding window).
+void read_llama_family(ConfigReader& r, const json& j, const std::string& type, ModelConfig& m) {
+  m.family = ModelFamily::llama;
+  m.hidden = r.integer("hidden_size", 4096, true, 1, kMaxDim);
+  m.layers = r.integer("num_hidden_layers", 32, true, 1, 4096);
+  m.heads = r.integer("num_attention_heads", 32, true, 1, kMaxDim);
+  m.kv_heads = r.integer("num_key_value_heads", m.heads, false, 1, kMaxDim);
+  m.ffn_hidden = r.integer("intermediate_size", 11008, true, 1, kMaxDim * 8);
+  m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
+  m.max_positions = r.integer("max_position_embeddings", 2048, false, 1, kMaxPositions);
+  m.norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0);
+  m.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  read_rope(r, j, m);
+  r.only("hidden_act", "silu", "\"silu\" (SwiGLU)");
+  if (type == "llama" || type == "qwen3")
+    r.only("attention_bias", false, "false (a bias on q, k, v and o_proj; Qwen2 is the class with q/k/v biases)");
+  if (type == "llama") r.only("mlp_bias", false, "false (no biases on the MLP)");
+  m.qkv_bias = type == "qwen2";
+  m.qk_norm = type == "qwen3";
+  const int64_t head_dim = r.integer("head_dim", 0, false, 2, kMaxDim);
+  if (head_dim > 0 && !(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
+  if (type == "mistral") m.sliding_window = r.integer("sliding_window", 0, false, 1, kMaxPositions);
+  if (type == "qwen2" || type == "qwen3") {
+    // Qwen windows the layers from max_window_layers on when use_sliding_window is set.
+    r.only("use_sliding_window", false, "false (every layer attends to all earlier positions)");
+    r.integer("sliding_window", 0, false, 1, kMaxPositions);
+    r.integer("max_window_layers", 0, false, 0, 1 << 20);
+  }
+  // transformers 5 lists each layer's attention: all of one kind, the window's or the full one.
+  if (const auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    r.use("layer_types");
+    const char* want = m.sliding_window > 0 ? "sliding_attention" : "full_attention";
+    const bool ok = it->is_array() && it->size() == size_t(m.layers) &&
+                    std::all_of(it->begin(), it->end(), [&](const json& t) { return t == want; });
+    if (!ok) r.problem("layer_types", it->dump().substr(0, 80), fmt::format("\"{}\" for every layer", want));
+  }
+}
 
 }  // namespace
 
@@ -262,26 +430,12 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
     r.only("scale_attn_weights", true, "true (scores scaled by 1/sqrt(head dim))");
     r.only("scale_attn_by_inverse_layer_idx", false, "false");
     r.only("add_cross_attention", false, "false (a decoder-only model)");
-  } else if (type == "llama") {
-    m.family = ModelFamily::llama;
-    m.hidden = r.integer("hidden_size", 4096, true, 1, kMaxDim);
-    m.layers = r.integer("num_hidden_layers", 32, true, 1, 4096);
-    m.heads = r.integer("num_attention_heads", 32, true, 1, kMaxDim);
-    m.kv_heads = r.integer("num_key_value_heads", m.heads, false, 1, kMaxDim);
-    m.ffn_hidden = r.integer("intermediate_size", 11008, true, 1, kMaxDim * 8);
-    m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
-    m.max_positions = r.integer("max_position_embeddings", 2048, false, 1, kMaxPositions);
-    m.norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0);
-    m.rope_theta = r.number("rope_theta", 10000.0, 1.0, 1e12);
-    m.tie_embeddings = r.boolean("tie_word_embeddings", false);
-    r.only("hidden_act", "silu", "\"silu\" (SwiGLU)");
-    r.only("rope_scaling", nullptr, "null (plain RoPE; no linear, dynamic, yarn or llama3 scaling)");
-    r.only("attention_bias", false, "false (no biases on q, k, v, o)");
-    r.only("mlp_bias", false, "false (no biases on the MLP)");
-    if (j.contains("head_dim") && m.heads > 0)
-      r.only("head_dim", m.hidden / m.heads, fmt::format("hidden_size / num_attention_heads = {}", m.hidden / m.heads));
+  } else if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral") {
+    read_llama_family(r, j, type, m);
   } else {
-    throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\" and \"llama\"", origin,
+    throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\", \"llama\", \"qwen2\", \"qwen3\" and "
+                            "\"mistral\"",
+                            origin,
                             j.contains("model_type") ? j["model_type"].dump() : "missing"),
                 "not supported yet: other architectures");
   }
@@ -289,7 +443,7 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
   r.only("pruned_heads", json::object(), "{}");
   r.only("is_encoder_decoder", false, "false");
   r.only("quantization_config", nullptr, "none (an unquantized model)");
-  if (m.heads > 0 && m.hidden % m.heads != 0)
+  if (m.heads > 0 && m.head_dim == 0 && m.hidden % m.heads != 0)
     r.problem("num_attention_heads", std::to_string(m.heads), fmt::format("a divisor of the hidden size {}", m.hidden));
   if (m.kv_heads > 0 && m.heads % m.kv_heads != 0)
     r.problem("num_key_value_heads", std::to_string(m.kv_heads),

@@ -1,5 +1,7 @@
-// The Hugging Face bridge: our model and tokenizer in the form transformers loads (GPT2LMHeadModel,
-// LlamaForCausalLM, PreTrainedTokenizerFast), and back. docs/hf.md is the user's guide; this is the
+// The Hugging Face bridge: our model and tokenizer in the form transformers loads (GPT2LMHeadModel;
+// LlamaForCausalLM and the llama family's variants Qwen2ForCausalLM (q/k/v biases),
+// Qwen3ForCausalLM (q/k norms, own head size) and MistralForCausalLM (sliding window);
+// PreTrainedTokenizerFast), and back. docs/hf.md is the user's guide; this is the
 // one place that knows transformers' config fields and tensor layouts (names come from
 // model_spec.cpp, which already spells them as Hugging Face does).
 //
@@ -11,8 +13,11 @@
 //  - Vocabulary: our embedding and head have padded_vocab() rows; Hugging Face's have
 //    config.vocab_size = model.vocab. Export drops the padding rows, import fills them with zeros
 //    (ids past model.vocab never occur, so they are never read or trained).
+//  - Config fields are read as transformers 4.x and 5.x write them (rope_theta + rope_scaling or
+//    rope_parameters; torch_dtype or dtype); export writes 4.x's spellings, which 5.x reads too.
 //  - Import refuses every config field that changes the architecture or the numerics in a way we
-//    do not implement (rope_scaling, attention/MLP biases on LLaMA, another activation, ...), naming
+//    do not implement (RoPE types other than linear and llama3, o_proj or MLP biases, another
+//    activation, Qwen's per-layer windows, ...), naming
 //    the field. Fields known not to matter to the forward pass are accepted; an unknown field is
 //    refused (it might matter). Dropout probabilities are accepted with a warning: llmtrain trains
 //    without dropout.
@@ -45,8 +50,9 @@ std::vector<float> to_hf_layout(const HfTensorLayout& layout, const ParamSpec& p
 // transformers' (layout.shape) -> ours (param.shape); padding rows are set to zero.
 void from_hf_layout(const HfTensorLayout& layout, const ParamSpec& param, const float* hf, float* ours);
 
-// config.json for `model` (GPT2Config or LlamaConfig fields); `torch_dtype` "float32", "bfloat16" or
-// "float16"; bos/eos -1 = none.
+// config.json for `model` (GPT2Config, or the config of the llama-family class that has exactly its
+// options; a combination none has is refused); `torch_dtype` "float32", "bfloat16" or "float16";
+// bos/eos -1 = none.
 nlohmann::json hf_model_config(const ModelConfig& model, const std::string& torch_dtype, int32_t bos, int32_t eos);
 nlohmann::json hf_generation_config(int32_t bos, int32_t eos);
 

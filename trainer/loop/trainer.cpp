@@ -60,7 +60,7 @@ kernels::CpuPeak peak_flops(const Recipe& r, int threads, int device) {
   const ModelConfig& mc = r.model;
   const int64_t rows = int64_t(r.train.micro_batch) * mc.seq_len, d = mc.hidden, f = mc.ffn_hidden, tp = r.parallel.tp;
   kernels::CpuPeak peak =
-      kernels::cpu_peak(threads, {{rows, (mc.heads + 2 * mc.kv_heads) * int64_t(mc.head_dim()) / tp, d},
+      kernels::cpu_peak(threads, {{rows, (mc.heads + 2 * mc.kv_heads) * int64_t(mc.head_size()) / tp, d},
                                   {rows, f / tp, d},
                                   {rows, d, f / tp},
                                   {rows, mc.padded_vocab() / tp, d}});

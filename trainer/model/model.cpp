@@ -98,11 +98,25 @@ void bind_group_to_storage(std::vector<ModelParam>& params, ParamPlace place, in
     }
 }
 
+// The recipe's RoPE scaling as the rope_table op takes it.
+kernels::RopeScaling rope_scaling(const RopeScalingConfig& c) {
+  using T = kernels::RopeScaling::Type;
+  const T type = c.type == RopeScalingType::linear   ? T::linear
+                 : c.type == RopeScalingType::llama3 ? T::llama3
+                                                     : T::none;
+  return {.type = type,
+          .factor = c.factor,
+          .low_freq_factor = c.low_freq_factor,
+          .high_freq_factor = c.high_freq_factor,
+          .original_max_positions = double(c.original_max_positions)};
+}
+
 }  // namespace
 
 ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   LT_CHECK(m.layers > 0 && m.hidden > 0 && m.heads > 0 && m.kv_heads > 0 && m.ffn_hidden > 0 && m.vocab > 0 &&
-               m.max_positions > 0 && m.seq_len > 0 && m.hidden % m.heads == 0 && m.heads % m.kv_heads == 0,
+               m.max_positions > 0 && m.seq_len > 0 && (m.head_dim > 0 || m.hidden % m.heads == 0) &&
+               m.heads % m.kv_heads == 0 && m.sliding_window >= 0,
            "model config not resolved or inconsistent");
   LT_CHECK(tp_size >= 1, "tp size {}", tp_size);
   // Dropout is not built; a recipe asking for it is refused before any model exists
@@ -112,9 +126,12 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   if (!llama && m.kv_heads != m.heads)
     throw Error(
         fmt::format("model.kv_heads {} != heads {}: grouped-query attention needs family llama", m.kv_heads, m.heads));
-  if (llama && m.head_dim() % 2 != 0)
-    throw Error(fmt::format("head dimension {} (hidden {} / heads {}) is odd: RoPE needs an even one", m.head_dim(),
-                            m.hidden, m.heads));
+  if (llama && m.head_size() % 2 != 0)
+    throw Error(fmt::format("head dimension {} is odd: RoPE needs an even one", m.head_size()));
+  // The variants of the llama family (recipe_check refuses them for gpt2 with the key named).
+  LT_CHECK(llama || (int64_t(m.head_size()) * m.heads == m.hidden && !m.qkv_bias && !m.qk_norm && m.sliding_window == 0 &&
+                     m.rope_scaling.type == RopeScalingType::none),
+           "a gpt2 model with llama-family options");
   check_divides(tp_size, m.heads, "model.heads");  // recipe keys, not parameter names
   if (m.kv_heads % tp_size != 0 && tp_size % m.kv_heads != 0)
     throw Error(fmt::format("parallel.tp {} and model.kv_heads {}: neither divides the other", tp_size, m.kv_heads),
@@ -148,6 +165,7 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     throw Error(fmt::format("sequence length {} exceeds model.max_positions {}",
                             int64_t(o.seq_len) * o.context_parallel, m.max_positions),
                 "raise model.max_positions or lower model.seq_len");
+  LT_CHECK(o.context_parallel == 1 || m.sliding_window == 0, "context parallelism with a sliding window");
   LT_CHECK(o.context_parallel >= 1 && (o.context_parallel == 1 || (o.seq_len % 2 == 0 && o.kv_cache_tokens == 0)),
            "context parallelism {} with {} local rows, KV cache {}", o.context_parallel, o.seq_len, o.kv_cache_tokens);
   if (o.kv_cache_tokens > 0) {
@@ -194,7 +212,8 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
     ModelParam p;
     p.spec = spec;
     p.shape = spec.shape;
-    const bool kv = spec.role == ParamRole::k_weight || spec.role == ParamRole::v_weight;
+    const bool kv = spec.role == ParamRole::k_weight || spec.role == ParamRole::v_weight ||
+                    spec.role == ParamRole::k_bias || spec.role == ParamRole::v_bias;
     if (kv && tp > config.kv_heads) {
       // Replicated key/value heads: rank r holds head r / (tp / kv_heads), as its query heads read.
       const int replicas = tp / config.kv_heads;
@@ -271,19 +290,20 @@ void Model::bind_views() {
 
 void Model::bind_block(int i, bool grad) {
   const int64_t d = config_.hidden;
-  // Adjacent parameters seen as one matrix of their stacked rows (LLaMA's q/k/v and gate/up).
-  // Only addresses are compared here; no parameter memory is read.
-  auto stacked = [&](std::initializer_list<const ModelParam*> parts) {
+  // Adjacent parameters seen as one matrix of their stacked rows of `cols` (LLaMA's q/k/v and
+  // gate/up; the q/k/v biases as rows of 1). Only addresses are compared here; no parameter memory
+  // is read.
+  auto stacked = [&](std::initializer_list<const ModelParam*> parts, int64_t cols) {
     int64_t rows = 0;
     const char* next = nullptr;
     for (const ModelParam* p : parts) {
       const Tensor t = grad ? p->grad : p->value;
       LT_CHECK(!next || t.data == next, "{} is not adjacent to the parameter before it", p->spec.name);
       next = static_cast<const char*>(t.data) + t.bytes();
-      rows += t.numel() / d;
+      rows += t.numel() / cols;
     }
     const Tensor first = grad ? (*parts.begin())->grad : (*parts.begin())->value;
-    return Tensor(first.data, first.dtype, {rows, d}, first.device);
+    return Tensor(first.data, first.dtype, {rows, cols}, first.device);
   };
   const int layer = options_.stage.layer(i);
   auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
@@ -300,8 +320,16 @@ void Model::bind_block(int i, bool grad) {
   w.ln2_w = v(R::mlp_norm_weight);
   w.out_w = mat(R::mlp_out_weight);
   if (llama_) {
-    w.qkv_w = stacked({&p(R::q_weight), &p(R::k_weight), &p(R::v_weight)});
-    w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)});
+    w.qkv_w = stacked({&p(R::q_weight), &p(R::k_weight), &p(R::v_weight)}, d);
+    w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)}, d);
+    if (config_.qkv_bias) {
+      const Tensor b = stacked({&p(R::q_bias), &p(R::k_bias), &p(R::v_bias)}, 1);
+      w.qkv_b = b.view({b.numel()});
+    }
+    if (config_.qk_norm) {
+      w.qn_w = v(R::q_norm_weight);
+      w.kn_w = v(R::k_norm_weight);
+    }
   } else {
     w.ln1_b = v(R::attn_norm_bias);
     w.qkv_w = mat(R::qkv_weight);
@@ -381,6 +409,10 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     }
     if (parts & kProducts) {
       l.qkv = a.take({n, qkv});
+      if (z.qk_norm) {
+        l.qk_in = a.take({n, qkv});
+        l.qk_rstd = a.take_f32({n * (z.heads + z.kv_heads)});
+      }
       l.att = a.take({n, q});
       l.lse = a.take_f32({b * z.heads * z.seq});
       l.mid = a.take({nl, d});
@@ -433,7 +465,9 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   work.dact = a.take({n, z.ffn});
   if (z.llama) work.rope = a.take_f32({config.max_positions, 2, z.head_dim / 2});
   if (z.tp > 1 && head) work.ce_scratch = a.take_f32({3 * n});
-  if (z.kv_replicas > 1 && layers > 0) work.kv_grad_saved = a.take({2 * z.head_dim * d});
+  if (z.kv_replicas > 1 && layers > 0)
+    work.kv_grad_saved = a.take({config.qkv_bias ? 2 * (2 * z.head_dim * d + 2 * z.head_dim) : 2 * z.head_dim * d});
+  if (z.qk_norm && z.tp > 1 && layers > 0) work.qk_grad_saved = a.take({2 * 2 * z.head_dim});
   if (z.sp) {
     work.sp_full = a.take({n, d});
     work.sp_rows = a.take({nl, d});
@@ -470,7 +504,7 @@ void Model::build_activations() {
   Arena real(act_buf_.data(), options_.dtype, options_.device);
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
-  if (llama_) kernels::rope_table(work_->rope, config_.rope_theta);
+  if (llama_) kernels::rope_table(work_->rope, config_.rope_theta, rope_scaling(config_.rope_scaling));
 }
 
 ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank) {

@@ -402,6 +402,11 @@ class Model {
   void positions_forward(kernels::Tensor x, int64_t position);
   void positions_backward(kernels::Tensor dx);
   void rope_apply(kernels::Tensor qkv4, int64_t position, bool backward);
+  // qk_norm: the per-head RMSNorm of the q and k heads of qkv4 (kept input: a.qk_in), and its
+  // backward in place on dqkv4 (the norm weights' gradients reduced over tp).
+  void qk_norm_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor qkv4);
+  void qk_norm_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor dqkv4);
+  std::vector<kernels::Tensor> replicated_kv_grads(const BlockWeights& g) const;
   void require_whole_model(const char* what) const;
   void require_tp1(const char* what) const;
   // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a

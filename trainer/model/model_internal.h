@@ -23,6 +23,7 @@ struct Model::Dims {
   // when kv_heads divides tp (each rank holds the one head its query heads read; replicated).
   int64_t kv_replicas = 1;
   bool sp = false;  // sequence parallelism: residual stream and norms on 1/tp of the token rows
+  bool qk_norm = false;  // per-head RMSNorm of q and k (Qwen3)
 
   Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)
       : llama(m.family == ModelFamily::llama),
@@ -30,11 +31,12 @@ struct Model::Dims {
         seq(o.seq_len),
         heads(m.heads / tp_size),
         kv_heads(m.kv_heads % tp_size == 0 ? m.kv_heads / tp_size : 1),
-        head_dim(m.head_dim()),
+        head_dim(m.head_size()),
         ffn(m.ffn_hidden / tp_size),
         vocab_local(m.padded_vocab() / tp_size),
         kv_replicas(m.kv_heads % tp_size == 0 ? 1 : tp_size / m.kv_heads),
-        sp(o.sequence_parallel && tp_size > 1) {}
+        sp(o.sequence_parallel && tp_size > 1),
+        qk_norm(m.qk_norm) {}
 };
 
 // Carves tensors out of one buffer, each 64-byte aligned: activations in the storage dtype
@@ -66,9 +68,10 @@ class Model::Arena {
 //   gpt2:  ln1_w ln1_b qkv_w [3·d/tp, d] qkv_b  o_w [d, d/tp] o_b  ln2_w ln2_b
 //          fc_w [f/tp, d] fc_b  out_w [d, f/tp] out_b
 //   llama: ln1_w  qkv_w [(H + 2·KV)/tp·hd, d] (q_proj, k_proj, v_proj adjacent in the flat buffer)
+//          [qkv_b [(H + 2·KV)/tp·hd] (qkv_bias)]  [qn_w kn_w [hd] (qk_norm)]
 //          o_w  ln2_w  fc_w [2·f/tp, d] (gate_proj, up_proj adjacent)  out_w (down_proj)
 struct Model::BlockWeights {
-  Tensor ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
+  Tensor ln1_w, ln1_b, qkv_w, qkv_b, qn_w, kn_w, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
 };
 
 // Views of the embedding's and the head's parameters (or their gradients), those this stage
@@ -84,6 +87,7 @@ struct Model::EndWeights {
 struct Model::LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // norm output and statistics (mean: LayerNorm only)
   Tensor qkv;                      // [N, (H + 2·KV)/tp · hd], after RoPE for LLaMA
+  Tensor qk_in, qk_rstd;           // qk_norm: qkv before the q/k norms; their rstd [N·H/tp], then [N·KV/tp]
   Tensor att, lse;                 // attention output [N, H/tp · hd], log-sum-exp [B, H/tp, T]
                                    // (cp > 1: [B, 2, H/tp, T/2], ring attention's blocks)
   Tensor mid;                      // residual stream after attention [N, d]
@@ -130,7 +134,9 @@ struct Model::Work {
   Tensor dres, dln, dqkv, datt, dfc, dact;
   Tensor rope;           // [max_positions, 2, hd/2] (llama)
   Tensor ce_scratch;     // [3·N] row maxima and the [Σ exp, target logit] sums (tp > 1)
-  Tensor kv_grad_saved;  // [2·hd·d] the replicated k/v heads' gradient so far (kv_replicas > 1)
+  Tensor kv_grad_saved;  // [2·hd·d] the replicated k/v heads' gradient so far (kv_replicas > 1; with
+                         // qkv_bias [2·(2·hd·d + 2·hd)], weights and biases packed)
+  Tensor qk_grad_saved;  // [2·2·hd] the q/k norm weights' gradients so far and their pack (qk_norm, tp > 1)
   // Sequence parallelism: sp_full [N, d] holds a row-parallel linear's partial output before its
   // reduce-scatter (forward) and the all-gathered residual gradient (backward); sp_rows [N/tp, d]
   // a norm's output before its all-gather (forward) and the reduce-scattered input gradient

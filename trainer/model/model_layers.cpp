@@ -45,7 +45,37 @@ Tensor rows(const Tensor& t, int64_t n) {
 }
 Tensor first(const Tensor& t, int64_t n) { return t.flat(0, n); }
 
+// Self-attention over a packed qkv: causal, within `window` keys when it is > 0.
+k::AttentionSpec packed_spec(int64_t heads, int64_t kv_heads, int64_t window) {
+  k::AttentionSpec s = k::AttentionSpec::packed(heads, kv_heads);
+  s.window = window;
+  return s;
+}
+
 }  // namespace
+
+void Model::qk_norm_forward(const BlockWeights& w, LayerActs& a, Tensor qkv4) {
+  const int64_t n = qkv4.shape[0] * qkv4.shape[1];
+  const Tensor in = first(a.qk_in, qkv4.numel()).view(qkv4.shape);
+  const float eps = float(config_.norm_eps);
+  k::copy(in, qkv4);
+  k::head_rmsnorm_forward(qkv4, first(a.qk_rstd, n * heads_), in, w.qn_w, 0, heads_, eps);
+  k::head_rmsnorm_forward(qkv4, a.qk_rstd.flat(n * heads_, n * kv_heads_), in, w.kn_w, heads_, kv_heads_, eps);
+}
+
+// Each tp rank normalises its own heads with the shared weights: their gradients are partial sums,
+// reduced over tp (with replicated key/value heads each rank's dk is its query heads' part, and the
+// sum over the replicas is the whole).
+void Model::qk_norm_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, Tensor dqkv4) {
+  const int64_t n = dqkv4.shape[0] * dqkv4.shape[1];
+  const Tensor in = first(a.qk_in, dqkv4.numel()).view(dqkv4.shape);
+  const std::array<Tensor, 2> grads = {g.qn_w, g.kn_w};
+  if (tp_.size() > 1) tpx::replicated_grads_begin(tp_, grads, work_->qk_grad_saved);
+  k::head_rmsnorm_backward(dqkv4, g.qn_w, dqkv4, in, w.qn_w, first(a.qk_rstd, n * heads_), 0, heads_);
+  k::head_rmsnorm_backward(dqkv4, g.kn_w, dqkv4, in, w.kn_w, a.qk_rstd.flat(n * heads_, n * kv_heads_), heads_,
+                           kv_heads_);
+  if (tp_.size() > 1) tpx::replicated_grads_end(tp_, grads, work_->qk_grad_saved);
+}
 
 void Model::embed_forward(Slot& s, int64_t position) {
   const int64_t n = int64_t(s.batch) * s.seq, d = config_.hidden;
@@ -211,6 +241,7 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   // Attention sub-block: mid = x + proj(attention(norm(x))).
   norm_into_tp_region(ln1, x, w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd);
   k::linear_forward(qkv, ln1, w.qkv_w, w.qkv_b);
+  if (config_.qk_norm) qk_norm_forward(w, a, qkv4);
   if (llama_) rope_apply(qkv4, position, false);
   if (cache) {
     // The cache holds micro_batch sequences; this call uses the first b of them.
@@ -219,13 +250,18 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     const Tensor kc = cache->k.flat(0, b * rows_per_seq).view(shape),
                  vc = cache->v.flat(0, b * rows_per_seq).view(shape);
     k::kv_cache_write(kc, vc, qkv4, heads_, kv_heads_, position);
-    k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position);
+    k::attention_forward(att, lse, qkv4, kc, vc,
+                         {.heads = heads_,
+                          .kv_heads = kv_heads_,
+                          .q_begin = position,
+                          .kv_begin = 0,
+                          .window = config_.sliding_window});
   } else if (cp_ && options_.cp_comm == CpComm::all_to_all) {
     parallel::ulysses_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else if (cp_) {
     parallel::ring_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else {
-    k::attention_forward(att, lse, qkv4, heads_, kv_heads_);
+    k::attention_forward(att, lse, qkv4, qkv4, qkv4, packed_spec(heads_, kv_heads_, config_.sliding_window));
   }
   row_parallel_out(mid, att, w.o_w);
   k::residual_forward(mid, x, mid, w.o_b);
@@ -300,18 +336,17 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   else if (cp_)
     parallel::ring_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring);
   else
-    k::attention_backward(dqkv4, datt.view({b, t, heads_, hd}), qkv4, att.view({b, t, heads_, hd}), lse, heads_,
-                          kv_heads_);
+    k::attention_backward(dqkv4, dqkv4, dqkv4, datt.view({b, t, heads_, hd}), qkv4, qkv4, qkv4,
+                          att.view({b, t, heads_, hd}), lse, packed_spec(heads_, kv_heads_, config_.sliding_window));
   if (llama_) rope_apply(dqkv4, 0, true);
-  // Replicated key/value heads: each rank's gradient of them is its query heads' part only.
-  const Tensor kv_grad =
-      kv_group_ ? g.qkv_w.flat(heads_ * hd * config_.hidden, 2 * kv_heads_ * hd * config_.hidden) : Tensor{};
+  if (config_.qk_norm) qk_norm_backward(w, g, a, dqkv4);
   if (keep) {
     k::linear_backward_input(dln, dqkv, w.qkv_w);
   } else {
-    if (kv_group_) tpx::replicated_grads_begin(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
+    const std::vector<Tensor> kv_grads = replicated_kv_grads(g);
+    if (kv_group_) tpx::replicated_grads_begin(*kv_group_, kv_grads, wk.kv_grad_saved);
     k::linear_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w);
-    if (kv_group_) tpx::replicated_grads_end(*kv_group_, std::span(&kv_grad, 1), wk.kv_grad_saved);
+    if (kv_group_) tpx::replicated_grads_end(*kv_group_, kv_grads, wk.kv_grad_saved);
   }
   norm_into_tp_region_backward(dres, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, dres);
   if (sp_) sp_grads(layer, false);
@@ -320,17 +355,26 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
 // The weight half of a split block backward: the four linears' weight (and bias) gradients from
 // the output gradients the input half kept and the block's kept activations, in the order the
 // whole backward accumulates them.
+// Replicated key/value heads: each rank's gradient of them is its query heads' part only. The
+// k and v rows of the packed projection's weight gradient (and of its bias's, with qkv_bias).
+std::vector<Tensor> Model::replicated_kv_grads(const BlockWeights& g) const {
+  if (!kv_group_) return {};
+  const int64_t hd = head_dim_, d = config_.hidden;
+  std::vector<Tensor> out = {g.qkv_w.flat(heads_ * hd * d, 2 * kv_heads_ * hd * d)};
+  if (g.qkv_b.defined()) out.push_back(g.qkv_b.flat(heads_ * hd, 2 * kv_heads_ * hd));
+  return out;
+}
+
 void Model::block_backward_weight(int layer, const LayerActs& a, const LayerGrads& kept, int b, int t) {
   const BlockWeights &w = weights_[size_t(layer)], &g = weight_grads_[size_t(layer)];
-  const int64_t n = int64_t(b) * t, hd = head_dim_;
+  const int64_t n = int64_t(b) * t;
   k::linear_backward(Tensor{}, g.out_w, Tensor{}, rows(kept.d_out, n), rows(a.act, n), w.out_w);
   k::linear_backward(Tensor{}, g.fc_w, g.fc_b, rows(kept.dfc, n), rows(a.ln2, n), w.fc_w);
   k::linear_backward(Tensor{}, g.o_w, Tensor{}, rows(kept.d_mid, n), rows(a.att, n), w.o_w);
-  const Tensor kv_grad =
-      kv_group_ ? g.qkv_w.flat(heads_ * hd * config_.hidden, 2 * kv_heads_ * hd * config_.hidden) : Tensor{};
-  if (kv_group_) tpx::replicated_grads_begin(*kv_group_, std::span(&kv_grad, 1), work_->kv_grad_saved);
+  const std::vector<Tensor> kv_grads = replicated_kv_grads(g);
+  if (kv_group_) tpx::replicated_grads_begin(*kv_group_, kv_grads, work_->kv_grad_saved);
   k::linear_backward(Tensor{}, g.qkv_w, g.qkv_b, rows(kept.dqkv, n), rows(a.ln1, n), w.qkv_w);
-  if (kv_group_) tpx::replicated_grads_end(*kv_group_, std::span(&kv_grad, 1), work_->kv_grad_saved);
+  if (kv_group_) tpx::replicated_grads_end(*kv_group_, kv_grads, work_->kv_grad_saved);
 }
 
 void Model::head_forward(Slot& s) {

@@ -49,7 +49,7 @@ void gpt2_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
 
 void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
   const int64_t d = m.hidden, f = m.ffn_hidden, v = m.padded_vocab();
-  const int64_t hd = m.head_dim(), q = int64_t(m.heads) * hd, kv = int64_t(m.kv_heads) * hd;
+  const int64_t hd = m.head_size(), q = int64_t(m.heads) * hd, kv = int64_t(m.kv_heads) * hd;
   add(out, ParamRole::token_embedding, "model.embed_tokens.weight", {v, d}, 0, true, ParamInit::normal,
       ParamPlace::embedding);
   for (int i = 0; i < m.layers; ++i) {
@@ -62,6 +62,19 @@ void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
         i);
     add(out, ParamRole::v_weight, p("self_attn.v_proj.weight"), {kv, d}, 0, true, ParamInit::normal, ParamPlace::block,
         i);
+    // After the three matrices, so that q, k and v stay adjacent (one packed projection), and the
+    // biases too.
+    if (m.qkv_bias) {
+      add(out, ParamRole::q_bias, p("self_attn.q_proj.bias"), {q}, 0, false, ParamInit::zeros, ParamPlace::block, i);
+      add(out, ParamRole::k_bias, p("self_attn.k_proj.bias"), {kv}, 0, false, ParamInit::zeros, ParamPlace::block, i);
+      add(out, ParamRole::v_bias, p("self_attn.v_proj.bias"), {kv}, 0, false, ParamInit::zeros, ParamPlace::block, i);
+    }
+    if (m.qk_norm) {
+      add(out, ParamRole::q_norm_weight, p("self_attn.q_norm.weight"), {hd}, -1, false, ParamInit::ones,
+          ParamPlace::block, i);
+      add(out, ParamRole::k_norm_weight, p("self_attn.k_norm.weight"), {hd}, -1, false, ParamInit::ones,
+          ParamPlace::block, i);
+    }
     add(out, ParamRole::attn_out_weight, p("self_attn.o_proj.weight"), {d, q}, 1, true, ParamInit::normal_residual,
         ParamPlace::block, i);
     add(out, ParamRole::mlp_norm_weight, p("post_attention_layernorm.weight"), {d}, -1, false, ParamInit::ones,
@@ -106,8 +119,10 @@ int64_t count_matmul_parameters(const ModelConfig& model) {
 }
 
 double training_flops_per_token(const ModelConfig& model) {
+  // Attention's score and value products: 2 · T · (heads · head size) per token and layer each
+  // way, forward and backward (a sliding window is not discounted).
   return 6.0 * double(count_matmul_parameters(model)) +
-         12.0 * double(model.layers) * double(model.hidden) * double(model.seq_len);
+         12.0 * double(model.layers) * double(model.heads) * double(model.head_size()) * double(model.seq_len);
 }
 
 }  // namespace llmtrain::trainer

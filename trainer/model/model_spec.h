@@ -45,6 +45,11 @@ enum class ParamRole {
   q_weight,            // self_attn.q_proj (LLaMA)
   k_weight,            // self_attn.k_proj (LLaMA)
   v_weight,            // self_attn.v_proj (LLaMA)
+  q_bias,              // self_attn.q_proj.bias (LLaMA with qkv_bias: Qwen2)
+  k_bias,              // self_attn.k_proj.bias
+  v_bias,              // self_attn.v_proj.bias
+  q_norm_weight,       // self_attn.q_norm (LLaMA with qk_norm: Qwen3): [head_dim]
+  k_norm_weight,       // self_attn.k_norm: [head_dim]
   attn_out_weight,     // attn.c_proj / self_attn.o_proj
   attn_out_bias,       // attn.c_proj (GPT-2)
   mlp_norm_weight,     // ln_2 / post_attention_layernorm

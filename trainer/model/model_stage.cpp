@@ -238,6 +238,8 @@ void Model::stage_backward_weight(int slot, int chunk) {
 Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
   LayerActs a = work_->recompute;  // the element-wise results, shared by every layer and slot
   a.qkv = kept.qkv;
+  a.qk_in = kept.qk_in;
+  a.qk_rstd = kept.qk_rstd;
   a.att = kept.att;
   a.lse = kept.lse;
   a.mid = kept.mid;

@@ -114,12 +114,12 @@ std::string refusal(const json& j) {
 TEST(HfBridge, RefusesWhatItDoesNotImplementNamingEachField) {
   json llama = hf_model_config(small(ModelFamily::llama), "float32", -1, -1);
   json j = llama;
-  j["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}};
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
   j["mlp_bias"] = true;
   j["hidden_act"] = "gelu";
   j["sliding_window"] = 4096;
   const std::string msg = refusal(j);
-  EXPECT_NE(msg.find("rope_scaling: found"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rope_scaling.rope_type: found \"yarn\""), std::string::npos) << msg;
   EXPECT_NE(msg.find("mlp_bias: found true"), std::string::npos) << msg;
   EXPECT_NE(msg.find("hidden_act: found \"gelu\""), std::string::npos) << msg;
   EXPECT_NE(msg.find("sliding_window: found 4096, llmtrain supports no such field"), std::string::npos) << msg;
@@ -135,6 +135,73 @@ TEST(HfBridge, RefusesWhatItDoesNotImplementNamingEachField) {
   EXPECT_NE(refusal(j).find("model_type is \"mistral\""), std::string::npos);
 }
 
+// The llama family's variants written as the transformers class that has them, and read back.
+TEST(HfBridge, VariantsTravelAsTheirTransformersClass) {
+  struct Case {
+    const char* arch;
+    void (*set)(ModelConfig&);
+  };
+  const Case cases[] = {
+      {"LlamaForCausalLM",
+       [](ModelConfig& m) {
+         m.rope_scaling = {RopeScalingType::llama3, 8.0, 1.0, 4.0, 8192};
+         m.head_dim = 6;  // not hidden / heads = 4
+       }},
+      {"LlamaForCausalLM", [](ModelConfig& m) { m.rope_scaling = {RopeScalingType::linear, 2.0, 1.0, 4.0, 8192}; }},
+      {"Qwen2ForCausalLM", [](ModelConfig& m) { m.qkv_bias = true; }},
+      {"Qwen3ForCausalLM",
+       [](ModelConfig& m) {
+         m.qk_norm = true;
+         m.head_dim = 8;
+       }},
+      {"MistralForCausalLM", [](ModelConfig& m) { m.sliding_window = 5; }},
+  };
+  for (const Case& c : cases) {
+    ModelConfig m = small(ModelFamily::llama);
+    c.set(m);
+    const json j = hf_model_config(m, "float32", -1, -1);
+    EXPECT_EQ(j["architectures"][0], c.arch);
+    const ModelConfig back = hf_read_model_config(j, "config.json").model;
+    EXPECT_EQ(back.head_size(), m.head_size()) << c.arch;
+    EXPECT_EQ(back.qkv_bias, m.qkv_bias) << c.arch;
+    EXPECT_EQ(back.qk_norm, m.qk_norm) << c.arch;
+    EXPECT_EQ(back.sliding_window, m.sliding_window) << c.arch;
+    EXPECT_EQ(back.rope_scaling.type, m.rope_scaling.type) << c.arch;
+    EXPECT_EQ(back.rope_scaling.factor, m.rope_scaling.factor) << c.arch;
+    EXPECT_EQ(back.rope_scaling.original_max_positions, m.rope_scaling.original_max_positions) << c.arch;
+  }
+  ModelConfig both = small(ModelFamily::llama);
+  both.qk_norm = both.qkv_bias = true;
+  EXPECT_THROW(hf_model_config(both, "float32", -1, -1), Error);  // Qwen3's attention_bias biases o_proj too
+}
+
+// transformers 5 writes RoPE as rope_parameters (theta inside) and the dtype as `dtype`.
+TEST(HfBridge, ReadsTransformers5Spellings) {
+  const json j = json::parse(R"({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "dtype": "bfloat16",
+    "hidden_size": 8, "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 300, "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-06, "attention_bias": false, "use_sliding_window": false, "sliding_window": null,
+    "max_window_layers": 28, "layer_types": ["full_attention", "full_attention"], "tie_word_embeddings": false,
+    "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})");
+  const ModelConfig m = hf_read_model_config(j, "config.json").model;
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_EQ(m.rope_scaling.type, RopeScalingType::llama3);
+  EXPECT_EQ(m.rope_scaling.factor, 32.0);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_EQ(m.head_size(), 8);
+  json windowed = j;
+  windowed["use_sliding_window"] = true;
+  windowed["layer_types"] = {"full_attention", "sliding_attention"};
+  windowed["rope_parameters"]["mrope_section"] = {1, 2};
+  windowed["rope_theta"] = 10000.0;
+  const std::string msg = refusal(windowed);
+  EXPECT_NE(msg.find("use_sliding_window: found true"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("layer_types: found"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rope_parameters.mrope_section: found"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rope_theta: found 10000.0"), std::string::npos) << msg;
+}
+
 TEST(HfBridge, HostileValuesAreErrorsNotCrashes) {
   json llama = hf_model_config(small(ModelFamily::llama), "float32", -1, -1);
   for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{{"hidden_size", -8},
@@ -145,7 +212,10 @@ TEST(HfBridge, HostileValuesAreErrorsNotCrashes) {
                                                                             {"num_attention_heads", 3},
                                                                             {"num_key_value_heads", 0},
                                                                             {"rms_norm_eps", "tiny"},
-                                                                            {"tie_word_embeddings", 1}}) {
+                                                                            {"tie_word_embeddings", 1},
+                                                                            {"rope_scaling", "llama3"},
+                                                                            {"rope_scaling", json{{"factor", -1}}},
+                                                                            {"head_dim", 1e9}}) {
     json j = llama;
     j[key] = value;
     EXPECT_NE(refusal(j).find(key), std::string::npos) << key << " = " << value.dump();

@@ -67,6 +67,16 @@ int main(int argc, char** argv) try {
   m.norm_eps = std::stod(get("norm-eps", "1e-5"));
   m.init_std = std::stod(get("init-std", "0.02"));
   m.tie_embeddings = get("tie", "1") == "1";
+  m.head_dim = std::stoi(get("head-dim", "0"));
+  m.qkv_bias = get("qkv-bias", "0") == "1";
+  m.qk_norm = get("qk-norm", "0") == "1";
+  m.sliding_window = std::stoi(get("window", "0"));
+  const std::string rope_scaling = get("rope-scaling", "none");
+  m.rope_scaling.type = rope_scaling == "linear"   ? RopeScalingType::linear
+                        : rope_scaling == "llama3" ? RopeScalingType::llama3
+                                                   : RopeScalingType::none;
+  m.rope_scaling.factor = std::stod(get("rope-factor", "1"));
+  m.rope_scaling.original_max_positions = std::stoi(get("rope-original", "8192"));
   const int batch = std::stoi(get("batch", "2")), steps = std::stoi(get("steps", "20"));
   const int accum = std::stoi(get("accum", "1"));
   const double ignore = std::stod(get("ignore", "0"));
@@ -101,6 +111,16 @@ int main(int argc, char** argv) try {
                         {"rope_theta", m.rope_theta},
                         {"norm_eps", m.norm_eps},
                         {"tie_embeddings", m.tie_embeddings},
+                        {"head_dim", m.head_size()},
+                        {"qkv_bias", m.qkv_bias},
+                        {"qk_norm", m.qk_norm},
+                        {"sliding_window", m.sliding_window},
+                        {"rope_scaling",
+                         {{"type", rope_scaling},
+                          {"factor", m.rope_scaling.factor},
+                          {"low_freq_factor", m.rope_scaling.low_freq_factor},
+                          {"high_freq_factor", m.rope_scaling.high_freq_factor},
+                          {"original_max_positions", m.rope_scaling.original_max_positions}}},
                         {"batch", batch},
                         {"steps", steps},
                         {"accum", accum},

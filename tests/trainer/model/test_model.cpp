@@ -476,7 +476,7 @@ TEST_P(ModelTest, MemoryPlanEqualsWhatTheModelAllocates) {
     EXPECT_GT(plan.activations_work, 0);
     // The cache: K and V of every layer, [micro_batch, tokens, kv_heads/tp, head dim] fp32.
     EXPECT_EQ(plan.kv_cache, int64_t(m.layers) * 2 * c.options.micro_batch * c.options.kv_cache_tokens *
-                                 (m.kv_heads / c.tp_size) * m.head_dim() * 4);
+                                 (m.kv_heads / c.tp_size) * m.head_size() * 4);
   }
   // What the slots keep scales with the slots; the work buffers are shared.
   const ModelConfig m = small(GetParam(), false);

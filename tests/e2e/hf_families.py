@@ -1,0 +1,127 @@
+"""The llama family's variants against transformers 5 (scripts/setup.sh's .venv-hf5, PyTorch 2).
+
+  hf_families.py create ROOT
+      saves a model with random weights for each family to ROOT/rand-FAMILY, as transformers 5
+      writes it (rope_parameters, dtype): llama (plain), llama31 (rope_type llama3 with every
+      frequency band in use), qwen2 (q/k/v biases), qwen3 (q/k norms, head_dim 32 != hidden / heads),
+      mistral (head_dim 32, sliding window 8, shorter than the prompt). Norm weights and biases are
+      moved away from their 1/0 initialization, so a dropped or misplaced one shows in the logits.
+  hf_families.py check ROOT FAMILY...
+      for each FAMILY, transformers 5's AutoModelForCausalLM on ROOT/DIR gives the logits in
+      ROOT/FAMILY.logits.safetensors (relative Frobenius error <= 1e-5, fp32) and its greedy
+      generation gives the ids in ROOT/FAMILY.ids, for DIR = rand-FAMILY (what llmtrain imported)
+      and re-FAMILY (what llmtrain exported from it); then every tensor of re-FAMILY is rand-FAMILY's,
+      byte for byte. A FAMILY with only ROOT/re-FAMILY (a fine-tuned export) is checked there alone.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral")
+WINDOW = 8
+
+
+def config(family):
+    common = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)
+    if family == "llama":
+        return transformers.LlamaConfig(**common)
+    if family == "llama31":
+        # Head dim 16, theta 10000: wavelengths 6.3 (kept: < 32 / 4), 19.9 (smoothed) and >= 62.8
+        # (scaled: > 32 / 1).
+        return transformers.LlamaConfig(**common, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32})
+    if family == "qwen2":
+        return transformers.Qwen2Config(**common)
+    if family == "qwen3":
+        return transformers.Qwen3Config(**common, head_dim=32)
+    if family == "mistral":
+        return transformers.MistralConfig(**common, head_dim=32, sliding_window=WINDOW)
+    sys.exit(f"unknown family {family}")
+
+
+def cmd_create(root):
+    for i, family in enumerate(FAMILIES):
+        torch.manual_seed(i)
+        model = transformers.AutoModelForCausalLM.from_config(config(family))
+        with torch.no_grad():
+            for _, p in model.named_parameters():
+                if p.dim() == 1:
+                    p.add_(0.1 * torch.randn_like(p))
+        model.save_pretrained(os.path.join(root, "rand-" + family))
+    print(f"saved {len(FAMILIES)} random models with transformers {transformers.__version__}")
+
+
+def tensors(d):
+    from safetensors.torch import load_file as load_torch
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            for k, v in load_torch(os.path.join(d, f)).items():
+                out[k] = (str(v.dtype), tuple(v.shape), v.numpy().tobytes())
+    return out
+
+
+def check_dir(hf_dir, ours, want):
+    ids = ours["ids"].astype(np.int64)
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.tensor(ids[None, :])).logits[0].numpy()
+        model.generation_config.eos_token_id = None  # as `llmtrain generate --ignore-eod`
+        out = model.generate(torch.tensor(ids[None, :]), max_new_tokens=len(want), do_sample=False, num_beams=1,
+                             pad_token_id=0)
+    a, b = ours["logits"], logits
+    if a.shape != b.shape:
+        return [f"logits shape ours {a.shape}, transformers {b.shape}"]
+    problems = []
+    err = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    if not err <= 1e-5:
+        problems.append(f"logits differ: relative error {err:.2e} > 1e-5")
+    got = out[0, len(ids):].tolist()
+    if got != want or len(want) != 64:
+        problems.append(f"greedy tokens differ\n    ours   {want}\n    theirs {got}")
+    print(f"  {os.path.basename(hf_dir)}: {len(ids)} prompt tokens, logits relative error {err:.1e}, "
+          f"{len(want)} greedy tokens {'identical' if got == want else 'DIFFER'}")
+    return problems
+
+
+def cmd_check(root, families):
+    failed = 0
+    for family in families:
+        ours = load_file(os.path.join(root, family + ".logits.safetensors"))
+        want = [int(x) for x in open(os.path.join(root, family + ".ids")).read().split()]
+        problems = []
+        dirs = [d for d in ("rand-", "re-") if os.path.isdir(os.path.join(root, d + family))]
+        for d in dirs:
+            problems += [f"{d}{family}: {p}" for p in check_dir(os.path.join(root, d + family), ours, want)]
+        same = ""
+        if len(dirs) == 2:
+            a, b = tensors(os.path.join(root, "rand-" + family)), tensors(os.path.join(root, "re-" + family))
+            if a != b:
+                differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                problems.append(f"export of the import differs from the original in {differ}")
+            same = f"; export of the import is byte-identical ({len(a)} tensors)"
+        if problems:
+            failed += 1
+            print(f"FAIL: {family}:\n  " + "\n  ".join(problems))
+        else:
+            print(f"ok: {family}: transformers {transformers.__version__} gives our logits and 64 greedy tokens "
+                  f"({' and '.join(d + family for d in dirs)}){same}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    cmd, *rest = sys.argv[1:]
+    if cmd == "create":
+        cmd_create(*rest)
+    elif cmd == "check":
+        cmd_check(rest[0], rest[1:])
+    else:
+        sys.exit(f"unknown command {cmd}")

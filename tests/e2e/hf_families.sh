@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The llama family's variants (docs/model.md) against transformers 5 (scripts/setup.sh's .venv-hf5),
+# and under tensor and pipeline parallelism:
+#  - a plain LLaMA, Llama 3.1's llama3 RoPE scaling, Qwen2 (q/k/v biases), Qwen3 (q/k norms, its own
+#    head size) and Mistral (a sliding window shorter than the prompt), each with random weights
+#    saved by transformers 5 (rope_parameters, dtype), import with `llmtrain import` and give
+#    transformers' logits (relative error <= 1e-5, fp32) and the same 64 greedy tokens; the export
+#    of the import loads in transformers 5 with the same results and is byte-identical to the
+#    original; the exports of the classes transformers 4.40.2 knows (Llama, Qwen2, Mistral) load there
+#    with the same results;
+#  - recipes/qwen3-tiny-finetune.yaml fine-tunes the imported Qwen3 and its export loads in
+#    transformers 5 with our logits and tokens;
+#  - Qwen3- and Qwen2-shaped models train at tp 2 × pp 2 (Qwen3's with sequence parallelism) to the
+#    one-rank losses and parameters (relative 1e-5), and a windowed model at tp 2 × dp 2 with ZeRO 1
+#    and selective recomputation;
+#  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows) is refused by name.
+source "$(dirname "$0")/lib.sh"
+source "$SRC/tests/parallel/mpi_env.sh"
+use_python
+HF5=$SRC/.venv-hf5/bin/python
+HF4=$SRC/.venv-hf/bin/python
+if ! "$HF5" -c "import transformers; assert transformers.__version__.startswith('5.')" 2>/dev/null; then
+  echo "FAIL: $HF5 with transformers 5 is missing: run scripts/setup.sh"
+  exit 1
+fi
+export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+families="llama llama31 qwen2 qwen3 mistral"
+
+run_cmd create "$HF5" "$SRC/tests/e2e/hf_families.py" create .
+expect_status 0
+
+# The byte tokenizer's files, as export writes them: the plain LLaMA imported with a recipe that
+# names it, then exported; the other models get a copy (their 300 ids hold its 257).
+cat >llama.yaml <<'YAML'
+name: llama
+model: {family: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn_hidden: 176, vocab: 300, seq_len: 64,
+        max_positions: 128, norm_eps: 1.0e-5, rope_theta: 10000}
+data: {tokenizer: byte, train: data/train}
+train: {steps: 1, micro_batch: 1}
+YAML
+for f in $families; do
+  if [[ $f == llama ]]; then
+    run_cmd import-$f "$LLMTRAIN" import rand-$f --out ck-$f --recipe llama.yaml
+  else
+    cp re-llama/tokenizer.json re-llama/tokenizer_config.json rand-$f/
+    run_cmd import-$f "$LLMTRAIN" import rand-$f --out ck-$f
+  fi
+  expect_status 0
+  run_cmd export-$f "$LLMTRAIN" export ck-$f --hf re-$f
+  expect_status 0
+  "$LLMTRAIN" generate ck-$f --prompt "Q: What is the meaning of life?" --temperature 0 --max-tokens 64 --ignore-eod \
+    --ids --logits-out $f.logits.safetensors >$f.ids 2>/dev/null || fail "generate from the imported $f"
+done
+# From a Hugging Face directory to a fine-tuned export (recipes/qwen3-tiny-finetune.yaml, docs/hf.md).
+prep_fortunes
+run_cmd finetune-import "$LLMTRAIN" import rand-qwen3 --out runs/qwen3-tiny-import \
+  --recipe "$SRC/recipes/qwen3-tiny-finetune.yaml"
+expect_status 0
+run_cmd finetune "$LLMTRAIN" run "$SRC/recipes/qwen3-tiny-finetune.yaml" --set train.steps=4 --set checkpoint.every=4 \
+  --set data.train=data/train --set data.valid=data/valid --set eval.every=0
+expect_status 0
+run_cmd export-tuned "$LLMTRAIN" export runs/qwen3-tiny-finetune --hf re-tuned
+expect_status 0
+"$LLMTRAIN" generate runs/qwen3-tiny-finetune --prompt "Q: What is the meaning of life?" --temperature 0 \
+  --max-tokens 64 --ignore-eod --ids --logits-out tuned.logits.safetensors >tuned.ids 2>/dev/null ||
+  fail "generate from the fine-tuned run"
+
+grep -q '"rope_type": "llama3"' re-llama31/config.json && grep -q '"architectures": \[\s*"Qwen3ForCausalLM"' \
+  <(tr -d '\n' <re-qwen3/config.json) && pass "exports name llama3 scaling and Qwen3ForCausalLM" ||
+  fail "export configs: $(cat re-llama31/config.json re-qwen3/config.json)"
+run_cmd transformers5 "$HF5" "$SRC/tests/e2e/hf_families.py" check . $families tuned
+expect_status 0
+echo "$out" | grep -E '^(ok|FAIL|  )'
+
+# transformers 4.40.2 knows Llama (without llama3 scaling), Qwen2 and Mistral.
+for f in llama qwen2 mistral; do
+  run_cmd transformers4-$f "$HF4" "$SRC/tests/e2e/hf_check.py" logits re-$f $f.logits.safetensors $f.ids
+  expect_status 0
+done
+
+# Refusals, each naming the field.
+cp -r rand-llama31 dynamic && sed -i 's/"rope_type": "llama3"/"rope_type": "dynamic"/' dynamic/config.json
+run_cmd refuse-dynamic "$LLMTRAIN" import dynamic --out ck-dynamic
+expect_status 2; expect_out 'rope_parameters.rope_type: found "dynamic"'
+cp -r rand-qwen2 qwenwin && sed -i 's/"use_sliding_window": false/"use_sliding_window": true/' qwenwin/config.json
+run_cmd refuse-qwen-window "$LLMTRAIN" import qwenwin --out ck-qwenwin
+expect_status 2; expect_out "use_sliding_window: found true"
+cp -r rand-qwen3 obias && sed -i 's/"attention_bias": false/"attention_bias": true/' obias/config.json
+run_cmd refuse-o-bias "$LLMTRAIN" import obias --out ck-obias
+expect_status 2; expect_out "attention_bias: found true"
+
+# Training: the variants under tp × pp (and dp with ZeRO) give the one-rank run.
+cat >r.yaml <<'YAML'
+name: fam
+model: {family: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn_hidden: 128, seq_len: 32}
+data: {tokenizer: byte, train: data/train}
+train: {steps: 6, micro_batch: 2, global_batch: 8, seed: 5, threads: 1}
+optimizer: {lr: 3.0e-3, warmup: 2}
+checkpoint: {every: 6}
+log: {every: 1}
+YAML
+# name, model keys, layout keys, ranks
+while read -r name model layout np; do
+  one=() sets=()
+  for kv in ${model//,/ }; do one+=(--set "$kv"); done
+  for kv in ${layout//,/ }; do sets+=(--set "$kv"); done
+  run_cmd $name-1 mpi_run 120 1 "$LLMTRAIN" run r.yaml --set log.dir=$name-1 "${one[@]}"
+  expect_status 0
+  run_cmd $name mpi_run 180 $np "$LLMTRAIN" run r.yaml --set log.dir=$name "${one[@]}" "${sets[@]}"
+  expect_status 0
+  out=$($PY "$SRC/tests/e2e/compare_runs.py" $name $name-1 2>&1) && pass "$name matches one rank: $out" ||
+    fail "$name differs from one rank: $out"
+done <<'RUNS'
+qwen3-tp2-pp2-sp model.qk_norm=true,model.head_dim=32 parallel.tp=2,parallel.pp=2,parallel.sequence_parallel=true 4
+qwen2-tp2-pp2 model.qkv_bias=true parallel.tp=2,parallel.pp=2 4
+window-tp2-dp2-zero1 model.sliding_window=8,model.head_dim=32 parallel.tp=2,parallel.zero=1,train.activation_checkpointing=selective 4
+RUNS
+finish
