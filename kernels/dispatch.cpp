@@ -10,6 +10,7 @@
 // operands it writes are rounded back once (nearest even). All-fp32 calls skip it entirely, so
 // fp32 is bitwise as before. The CUDA kernels read and write 16-bit storage themselves.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -51,6 +52,19 @@ bool rope_layout_ok(const Tensor& x, const Tensor& table, int64_t rotary_heads, 
   LT_CHECK(rotary_heads >= 0 && rotary_heads <= x.shape[2], "rope: {} rotary heads of {}", rotary_heads, x.shape[2]);
   LT_CHECK(pos_begin >= 0 && pos_begin + x.shape[1] <= table.shape[0], "rope: positions [{}, {}) beyond the table's {}",
            pos_begin, pos_begin + x.shape[1], table.shape[0]);
+  return true;
+}
+
+// The rotary frequencies' scaling (ops.h's RopeScaling) names a finite stretch.
+bool rope_scaling_ok(double theta, const RopeScaling& s) {
+  LT_CHECK(std::isfinite(theta) && theta > 0, "rope_table: theta {} (expected > 0)", theta);
+  LT_CHECK(std::isfinite(s.factor) && s.factor > 0, "rope_table: scaling factor {} (expected > 0)", s.factor);
+  if (s.type == RopeScaling::Type::llama3)
+    LT_CHECK(std::isfinite(s.high_freq_factor) && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                 std::isfinite(s.original_max_positions) && s.original_max_positions > 0,
+             "rope_table: llama3 scaling with low_freq_factor {}, high_freq_factor {}, original_max_positions {} "
+             "(expected high_freq_factor > low_freq_factor > 0 and original_max_positions > 0)",
+             s.low_freq_factor, s.high_freq_factor, s.original_max_positions);
   return true;
 }
 

@@ -470,7 +470,7 @@ void Model::build_activations() {
   Arena real(act_buf_.data(), options_.dtype, options_.device);
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
-  if (llama_) kernels::rope_table(work_->rope, config_.rope_theta);
+  if (llama_) kernels::rope_table(work_->rope, config_.rope_theta, kernels::RopeScaling{});
 }
 
 ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank) {
