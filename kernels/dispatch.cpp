@@ -45,6 +45,17 @@ int64_t numel(const Tensor& t) { return t.numel(); }
 // Columns (the last dimension) and rows of a tensor viewed as [rows, last dim].
 int64_t cols(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
 int64_t rows(const Tensor& t) { return t.numel() / (cols(t) ? cols(t) : 1); }
+// The dimension before the last: the heads W of a [..., W, D] tensor.
+int64_t heads_of(const Tensor& t) { return t.shape.rank() < 2 ? 1 : t.shape[t.shape.rank() - 2]; }
+
+// in [..., W, D] with heads [first_head, first_head + count) inside W.
+bool head_range_ok(const Tensor& in, int64_t first_head, int64_t count) {
+  LT_CHECK(in.shape.rank() >= 3, "head_rmsnorm: in {} (expected [..., W, D], rank >= 3)", in.shape.str());
+  LT_CHECK(first_head >= 0 && count >= 1 && first_head + count <= heads_of(in),
+           "head_rmsnorm: heads [{}, {}) (first_head {}, count {}) outside the {} heads of in {}", first_head,
+           first_head + count, first_head, count, heads_of(in), in.shape.str());
+  return true;
+}
 
 bool rope_layout_ok(const Tensor& x, const Tensor& table, int64_t rotary_heads, int64_t pos_begin) {
   LT_CHECK(x.shape.rank() == 4 && table.shape.rank() == 3 && table.shape[1] == 2 && x.shape[3] == 2 * table.shape[2],
