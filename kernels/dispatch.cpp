@@ -10,6 +10,7 @@
 // operands it writes are rounded back once (nearest even). All-fp32 calls skip it entirely, so
 // fp32 is bitwise as before. The CUDA kernels read and write 16-bit storage themselves.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -44,6 +45,17 @@ int64_t numel(const Tensor& t) { return t.numel(); }
 // Columns (the last dimension) and rows of a tensor viewed as [rows, last dim].
 int64_t cols(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1]; }
 int64_t rows(const Tensor& t) { return t.numel() / (cols(t) ? cols(t) : 1); }
+// The dimension before the last: the heads W of a [..., W, D] tensor.
+int64_t heads_of(const Tensor& t) { return t.shape.rank() < 2 ? 1 : t.shape[t.shape.rank() - 2]; }
+
+// in [..., W, D] with heads [first_head, first_head + count) inside W.
+bool head_range_ok(const Tensor& in, int64_t first_head, int64_t count) {
+  LT_CHECK(in.shape.rank() >= 3, "head_rmsnorm: in {} (expected [..., W, D], rank >= 3)", in.shape.str());
+  LT_CHECK(first_head >= 0 && count >= 1 && first_head + count <= heads_of(in),
+           "head_rmsnorm: heads [{}, {}) (first_head {}, count {}) outside the {} heads of in {}", first_head,
+           first_head + count, first_head, count, heads_of(in), in.shape.str());
+  return true;
+}
 
 bool rope_layout_ok(const Tensor& x, const Tensor& table, int64_t rotary_heads, int64_t pos_begin) {
   LT_CHECK(x.shape.rank() == 4 && table.shape.rank() == 3 && table.shape[1] == 2 && x.shape[3] == 2 * table.shape[2],
@@ -51,6 +63,19 @@ bool rope_layout_ok(const Tensor& x, const Tensor& table, int64_t rotary_heads, 
   LT_CHECK(rotary_heads >= 0 && rotary_heads <= x.shape[2], "rope: {} rotary heads of {}", rotary_heads, x.shape[2]);
   LT_CHECK(pos_begin >= 0 && pos_begin + x.shape[1] <= table.shape[0], "rope: positions [{}, {}) beyond the table's {}",
            pos_begin, pos_begin + x.shape[1], table.shape[0]);
+  return true;
+}
+
+// The rotary frequencies' scaling (ops.h's RopeScaling) names a finite stretch.
+bool rope_scaling_ok(double theta, const RopeScaling& s) {
+  LT_CHECK(std::isfinite(theta) && theta > 0, "rope_table: theta {} (expected > 0)", theta);
+  LT_CHECK(std::isfinite(s.factor) && s.factor > 0, "rope_table: scaling factor {} (expected > 0)", s.factor);
+  if (s.type == RopeScaling::Type::llama3)
+    LT_CHECK(std::isfinite(s.high_freq_factor) && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                 std::isfinite(s.original_max_positions) && s.original_max_positions > 0,
+             "rope_table: llama3 scaling with low_freq_factor {}, high_freq_factor {}, original_max_positions {} "
+             "(expected high_freq_factor > low_freq_factor > 0 and original_max_positions > 0)",
+             s.low_freq_factor, s.high_freq_factor, s.original_max_positions);
   return true;
 }
 

@@ -44,6 +44,25 @@ struct AdamWStep {
   float grad_scale = 1;    // multiplies the gradient first (clipping factor, 1/loss-scale)
 };
 
+// How rope_table stretches the rotary frequencies for contexts beyond the pretrained one, as
+// Hugging Face transformers computes inv_freq (its rope_scaling's rope_type): with
+// inv_freq_i = θ^(-2i/D) and wavelen_i = 2π / inv_freq_i,
+//   none:   inv_freq_i as it is;
+//   linear: inv_freq_i / factor;
+//   llama3: (Llama 3.1+) wavelengths longer than original_max_positions / low_freq_factor take
+//           inv_freq_i / factor, those shorter than original_max_positions / high_freq_factor keep
+//           inv_freq_i, and between the two, with smooth = (original_max_positions / wavelen_i −
+//           low_freq_factor) / (high_freq_factor − low_freq_factor), they take
+//           (1 − smooth) · inv_freq_i / factor + smooth · inv_freq_i.
+struct RopeScaling {
+  enum class Type { none, linear, llama3 };
+  Type type = Type::none;
+  double factor = 1.0;                   // linear and llama3
+  double low_freq_factor = 1.0;          // llama3
+  double high_freq_factor = 4.0;         // llama3
+  double original_max_positions = 8192;  // llama3: original_max_position_embeddings
+};
+
 // What attention_forward / attention_backward compute: the heads, where they sit in q, k and v,
 // where the two blocks sit in the sequence, and which keys each query sees.
 //   visible(query at position p, key at position s) = (!causal || s <= p) && (window == 0 || s > p − window)

@@ -1,22 +1,48 @@
 // Rotary position embedding in Hugging Face's rotate-half convention: for i < D/2 the pair
 // (x[i], x[i + D/2]) is rotated by the angle p·θ^(-2i/D):
 //   y[i] = x[i]·cos - x[i+D/2]·sin,   y[i+D/2] = x[i+D/2]·cos + x[i]·sin.
-// Backward applies the transposed (inverse) rotation to the gradient. Both work in place.
+// Backward applies the transposed (inverse) rotation to the gradient. Both work in place. The
+// table's frequencies may be stretched for long contexts (RopeScaling: linear, llama3).
 #include <cmath>
+#include <numbers>
 
 #include "kernels/cpu/cpu_ops.h"
 
 namespace llmtrain::kernels::cpu {
 
-void rope_table(Tensor table, double theta) {
+namespace {
+// The frequency of pair i of a head of d values, stretched as ops.h's RopeScaling says.
+double inv_freq(int64_t i, int64_t d, double theta, const RopeScaling& s) {
+  const double f = std::pow(theta, -double(2 * i) / double(d));
+  switch (s.type) {
+    case RopeScaling::Type::none:
+      return f;
+    case RopeScaling::Type::linear:
+      return f / s.factor;
+    case RopeScaling::Type::llama3: {
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen > s.original_max_positions / s.low_freq_factor) return f / s.factor;
+      if (wavelen < s.original_max_positions / s.high_freq_factor) return f;
+      const double smooth =
+          (s.original_max_positions / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      return (1 - smooth) * f / s.factor + smooth * f;
+    }
+  }
+  return f;
+}
+}  // namespace
+
+void rope_table(Tensor table, double theta, RopeScaling scaling) {
   const int64_t p = table.shape[0], half = table.shape[2], d = 2 * half;
   float* t = table.ptr<float>();
-  for (int64_t pos = 0; pos < p; ++pos)
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = double(pos) * std::pow(theta, -double(2 * i) / double(d));
+  for (int64_t i = 0; i < half; ++i) {
+    const double f = inv_freq(i, d, theta, scaling);
+    for (int64_t pos = 0; pos < p; ++pos) {
+      const double angle = double(pos) * f;
       t[pos * d + i] = float(std::cos(angle));
       t[pos * d + half + i] = float(std::sin(angle));
     }
+  }
 }
 
 namespace {

@@ -1,9 +1,16 @@
-// Rotary embeddings (kernels/cpu/rope.cpp): the table against double trigonometry, and the
+// Rotary embeddings (kernels/cpu/rope.cpp): the table against double trigonometry (with the
+// linear and Llama 3.1 frequency scalings, as Hugging Face transformers computes them), and the
 // rotation of the q and k heads of a packed row (v untouched) through the op harness.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "kernels/backend_info.h"
+#include "kernels/buffer.h"
 #include "kernels/ops.h"
 #include "op_harness.h"
 
@@ -21,7 +28,7 @@ TEST(Rope, RotatesQueryAndKeyHeadsInHuggingFaceConvention) {
               .args = {{"x", {b, t, heads, d}, Role::input},
                        {"table", {p, 2, d / 2}, Role::constant},
                        {"y", {b, t, heads, d}, Role::output}}};
-    oc.setup = [=](OpRun& r) { rope_table(r.t("table"), theta); };
+    oc.setup = [=](OpRun& r) { rope_table(r.t("table"), theta, RopeScaling{}); };
     oc.forward = [=](OpRun& r) {
       r.f["y"] = r.f["x"];
       rope_forward(r.t("y"), r.t("table"), rot, begin);
@@ -51,6 +58,82 @@ TEST(Rope, RotatesQueryAndKeyHeadsInHuggingFaceConvention) {
     oc.fp32_args = {"table"};
     run_case(oc, 800 + trial);
   }
+}
+
+namespace {
+
+// Hugging Face's inv_freq (transformers' ROPE_INIT_FUNCTIONS), written as it writes it: the
+// default frequencies, then for llama3 the low-frequency ones divided by the factor and the
+// medium ones blended between the two. `branches` counts which case each frequency took
+// (0 high, 1 medium, 2 low) so that a test can check it met all three.
+std::vector<double> hf_inv_freq(int64_t d, double theta, const RopeScaling& s, int* branches = nullptr) {
+  std::vector<double> inv(size_t(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) inv[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(d));
+  if (s.type == RopeScaling::Type::linear)
+    for (double& f : inv) f /= s.factor;
+  if (s.type != RopeScaling::Type::llama3) return inv;
+  const double low_freq_wavelen = s.original_max_positions / s.low_freq_factor;
+  const double high_freq_wavelen = s.original_max_positions / s.high_freq_factor;
+  for (double& f : inv) {
+    const double wavelen = 2 * std::numbers::pi / f;
+    const double llama = wavelen > low_freq_wavelen ? f / s.factor : f;
+    const double smooth =
+        (s.original_max_positions / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+    const double smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+    const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    if (branches) ++branches[wavelen < high_freq_wavelen ? 0 : medium ? 1 : 2];
+    f = medium ? smoothed : llama;
+  }
+  return inv;
+}
+
+}  // namespace
+
+// Every entry of the table against the reference, each to its own size: the sines of the lowest
+// frequencies are tiny, and a norm over the table would not see them scaled wrongly.
+TEST(Rope, TableScalesFrequenciesAsHuggingFace) {
+  const RopeScaling llama3{.type = RopeScaling::Type::llama3,
+                           .factor = 8,
+                           .low_freq_factor = 1,
+                           .high_freq_factor = 4,
+                           .original_max_positions = 8192};
+  const std::pair<std::string, RopeScaling> scalings[] = {
+      {"none", RopeScaling{}},
+      {"linear", RopeScaling{.type = RopeScaling::Type::linear, .factor = 4}},
+      {"llama3", llama3}};
+  std::vector<Device> devices = {Device::cpu};
+  const CudaInfo cuda = cuda_info();
+  if (cuda.built && !cuda.devices.empty()) devices.push_back(Device::cuda);
+  for (const int64_t d : {64, 128})
+    for (const auto& [what, scaling] : scalings) {
+      int branches[3] = {0, 0, 0};
+      const double theta = 500000;
+      const std::vector<double> inv = hf_inv_freq(d, theta, scaling, branches);
+      if (scaling.type == RopeScaling::Type::llama3) {
+        for (int b : branches) EXPECT_GT(b, 0) << "d " << d << ": a llama3 branch not exercised";
+      }
+      const int64_t p = 300, half = d / 2;
+      for (const Device device : devices) {
+        SCOPED_TRACE(what + " d " + std::to_string(d) + " on " + to_string(device));
+        Buffer table(DType::fp32, {p, 2, half}, device);
+        rope_table(table.tensor(), theta, scaling);
+        std::vector<float> got(size_t(p * d));
+        copy(Tensor(got.data(), DType::fp32, {p, 2, half}), table.tensor());
+        int bad = 0;
+        for (int64_t pos = 0; pos < p; ++pos)
+          for (int64_t i = 0; i < half; ++i) {
+            const double angle = double(pos) * inv[size_t(i)];
+            for (const auto& [at, want] :
+                 {std::pair{pos * d + i, std::cos(angle)}, {pos * d + half + i, std::sin(angle)}}) {
+              if (std::abs(double(got[size_t(at)]) - want) <= 1e-6 * std::abs(want) + 1e-9) continue;
+              if (++bad <= 5)
+                ADD_FAILURE() << "position " << pos << " pair " << i << (at < pos * d + half ? " cos " : " sin ")
+                              << got[size_t(at)] << ", expected " << want;
+            }
+          }
+        EXPECT_EQ(bad, 0) << "entries off the reference";
+      }
+    }
 }
 
 }  // namespace llmtrain::kernels::test
