@@ -145,7 +145,8 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
     cmp("rope_theta", want.rope_theta, have.rope_theta);
     cmp("rope_scaling.type", std::string(to_string(want.rope_scaling.type)),
         std::string(to_string(have.rope_scaling.type)));
-    if (have.rope_scaling.type != RopeScalingType::none) cmp("rope_scaling.factor", want.rope_scaling.factor, have.rope_scaling.factor);
+    if (have.rope_scaling.type != RopeScalingType::none)
+      cmp("rope_scaling.factor", want.rope_scaling.factor, have.rope_scaling.factor);
     if (have.rope_scaling.type == RopeScalingType::llama3) {
       cmp("rope_scaling.low_freq_factor", want.rope_scaling.low_freq_factor, have.rope_scaling.low_freq_factor);
       cmp("rope_scaling.high_freq_factor", want.rope_scaling.high_freq_factor, have.rope_scaling.high_freq_factor);

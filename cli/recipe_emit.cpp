@@ -37,11 +37,13 @@ std::string variant_keys(const ModelConfig& m) {
   if (m.qk_norm) out += ", qk_norm: true";
   if (m.sliding_window > 0) out += fmt::format(", sliding_window: {}", m.sliding_window);
   const RopeScalingConfig& r = m.rope_scaling;
-  if (r.type == RopeScalingType::linear) out += fmt::format(",\n        rope_scaling: {{type: linear, factor: {}}}", r.factor);
+  if (r.type == RopeScalingType::linear)
+    out += fmt::format(",\n        rope_scaling: {{type: linear, factor: {}}}", r.factor);
   if (r.type == RopeScalingType::llama3)
-    out += fmt::format(",\n        rope_scaling: {{type: llama3, factor: {}, low_freq_factor: {}, high_freq_factor: {}, "
-                       "original_max_positions: {}}}",
-                       r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
+    out += fmt::format(
+        ",\n        rope_scaling: {{type: llama3, factor: {}, low_freq_factor: {}, high_freq_factor: {}, "
+        "original_max_positions: {}}}",
+        r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
   return out;
 }
 

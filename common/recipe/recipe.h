@@ -32,9 +32,9 @@ enum class RopeScalingType { none, linear, llama3 };
 
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::none;
-  double factor = 1.0;              // linear and llama3: the context extension factor
-  double low_freq_factor = 1.0;     // llama3
-  double high_freq_factor = 4.0;    // llama3
+  double factor = 1.0;                // linear and llama3: the context extension factor
+  double low_freq_factor = 1.0;       // llama3
+  double high_freq_factor = 4.0;      // llama3
   int original_max_positions = 8192;  // llama3: original_max_position_embeddings
 };
 

@@ -148,7 +148,8 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             "choose an even model.head_dim");
   // The llama family's variants: GPT-2 has biases everywhere, learned positions and no windows.
   if (m.family == ModelFamily::gpt2) {
-    const char* hint = "this key describes a llama-family model (Qwen, Mistral, Llama 3): remove it, or use family: llama";
+    const char* hint =
+        "this key describes a llama-family model (Qwen, Mistral, Llama 3): remove it, or use family: llama";
     if (m.head_dim > 0 && int64_t(m.head_dim) * m.heads != m.hidden)
       problem("model.head_dim",
               fmt::format("family gpt2 has head size hidden / heads, found head_dim {} with hidden {} and heads {}",

@@ -4,7 +4,7 @@
       saves a model with random weights for each family to ROOT/rand-FAMILY, as transformers 5
       writes it (rope_parameters, dtype): llama (plain), llama31 (rope_type llama3 with every
       frequency band in use), qwen2 (q/k/v biases), qwen3 (q/k norms, head_dim 32 != hidden / heads),
-      mistral (head_dim 32, sliding window 8, shorter than the prompt). Norm weights and biases are
+      mistral (sliding window 8, shorter than the prompt). Norm weights and biases are
       moved away from their 1/0 initialization, so a dropped or misplaced one shows in the logits.
   hf_families.py check ROOT FAMILY...
       for each FAMILY, transformers 5's AutoModelForCausalLM on ROOT/DIR gives the logits in
@@ -21,6 +21,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
+transformers.utils.logging.disable_progress_bar()
 FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral")
 WINDOW = 8
 
@@ -42,7 +43,7 @@ def config(family):
     if family == "qwen3":
         return transformers.Qwen3Config(**common, head_dim=32)
     if family == "mistral":
-        return transformers.MistralConfig(**common, head_dim=32, sliding_window=WINDOW)
+        return transformers.MistralConfig(**common, sliding_window=WINDOW)  # 4.40.2 knows it too
     sys.exit(f"unknown family {family}")
 
 

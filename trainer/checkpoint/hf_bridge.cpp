@@ -435,8 +435,7 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
   } else {
     throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\", \"llama\", \"qwen2\", \"qwen3\" and "
                             "\"mistral\"",
-                            origin,
-                            j.contains("model_type") ? j["model_type"].dump() : "missing"),
+                            origin, j.contains("model_type") ? j["model_type"].dump() : "missing"),
                 "not supported yet: other architectures");
   }
   m.init_std = r.number("initializer_range", 0.02, 0.0, 10.0);

@@ -129,8 +129,8 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   if (llama && m.head_size() % 2 != 0)
     throw Error(fmt::format("head dimension {} is odd: RoPE needs an even one", m.head_size()));
   // The variants of the llama family (recipe_check refuses them for gpt2 with the key named).
-  LT_CHECK(llama || (int64_t(m.head_size()) * m.heads == m.hidden && !m.qkv_bias && !m.qk_norm && m.sliding_window == 0 &&
-                     m.rope_scaling.type == RopeScalingType::none),
+  LT_CHECK(llama || (int64_t(m.head_size()) * m.heads == m.hidden && !m.qkv_bias && !m.qk_norm &&
+                     m.sliding_window == 0 && m.rope_scaling.type == RopeScalingType::none),
            "a gpt2 model with llama-family options");
   check_divides(tp_size, m.heads, "model.heads");  // recipe keys, not parameter names
   if (m.kv_heads % tp_size != 0 && tp_size % m.kv_heads != 0)

@@ -22,7 +22,7 @@ struct Model::Dims {
   // tp ranks holding each key/value head: 1 when tp divides kv_heads (they are split), tp / kv_heads
   // when kv_heads divides tp (each rank holds the one head its query heads read; replicated).
   int64_t kv_replicas = 1;
-  bool sp = false;  // sequence parallelism: residual stream and norms on 1/tp of the token rows
+  bool sp = false;       // sequence parallelism: residual stream and norms on 1/tp of the token rows
   bool qk_norm = false;  // per-head RMSNorm of q and k (Qwen3)
 
   Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)

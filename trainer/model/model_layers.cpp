@@ -250,12 +250,9 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     const Tensor kc = cache->k.flat(0, b * rows_per_seq).view(shape),
                  vc = cache->v.flat(0, b * rows_per_seq).view(shape);
     k::kv_cache_write(kc, vc, qkv4, heads_, kv_heads_, position);
-    k::attention_forward(att, lse, qkv4, kc, vc,
-                         {.heads = heads_,
-                          .kv_heads = kv_heads_,
-                          .q_begin = position,
-                          .kv_begin = 0,
-                          .window = config_.sliding_window});
+    k::attention_forward(
+        att, lse, qkv4, kc, vc,
+        {.heads = heads_, .kv_heads = kv_heads_, .q_begin = position, .kv_begin = 0, .window = config_.sliding_window});
   } else if (cp_ && options_.cp_comm == CpComm::all_to_all) {
     parallel::ulysses_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else if (cp_) {

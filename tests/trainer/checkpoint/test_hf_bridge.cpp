@@ -147,7 +147,10 @@ TEST(HfBridge, VariantsTravelAsTheirTransformersClass) {
          m.rope_scaling = {RopeScalingType::llama3, 8.0, 1.0, 4.0, 8192};
          m.head_dim = 6;  // not hidden / heads = 4
        }},
-      {"LlamaForCausalLM", [](ModelConfig& m) { m.rope_scaling = {RopeScalingType::linear, 2.0, 1.0, 4.0, 8192}; }},
+      {"LlamaForCausalLM",
+       [](ModelConfig& m) {
+         m.rope_scaling = {RopeScalingType::linear, 2.0, 1.0, 4.0, 8192};
+       }},
       {"Qwen2ForCausalLM", [](ModelConfig& m) { m.qkv_bias = true; }},
       {"Qwen3ForCausalLM",
        [](ModelConfig& m) {
