@@ -11,6 +11,8 @@
 #  4. a device per rank: the one-rank run's header names its device; 2 ranks through mpirun on
 #     LLMTRAIN_SIM_DEVICES=2 take cuda:0 and cuda:1; on one device they are refused before they
 #     start, naming both counts, unless launch.share_devices; a malformed count is an error.
+#  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, llama3
+#     RoPE) on cuda take the CPU's 2 fp32 steps.
 # Multi-rank training on cuda: tests/e2e/cuda_layouts_sim.sh.
 source "$(dirname "$0")/lib.sh"
 use_python
@@ -72,4 +74,16 @@ expect_out "[rank 1] rank device: local rank 1 of 2: 2 local ranks > 1 visible d
 run_cmd "a malformed LLMTRAIN_SIM_DEVICES" env LLMTRAIN_SIM_DEVICES=two "$LLMTRAIN" env
 expect_status 0
 expect_out 'devices:   none (LLMTRAIN_SIM_DEVICES="two": expected a whole number of simulated devices from 1 to 64)'
+# 5. The llama family's variants on cuda (head_rmsnorm, the scaled RoPE table, biases on the packed
+#    projection, the windowed attention kernels): 2 fp32 steps take the CPU's.
+variants=(--set model.qkv_bias=true --set model.qk_norm=true --set model.head_dim=48 --set model.sliding_window=16
+  --set model.rope_scaling.type=llama3 --set model.rope_scaling.factor=8
+  --set model.rope_scaling.original_max_positions=32 --set train.steps=2 --set checkpoint.resume=none
+  --set checkpoint.every=2)
+for d in cpu cuda; do
+  run_cmd "variants on $d" train variants-$d --set train.device=$d "${variants[@]}"
+  expect_status 0
+done
+compare "qkv_bias, qk_norm, head_dim, sliding_window and llama3 RoPE: cuda takes the cpu's 2 steps" \
+  variants-cuda variants-cpu --last 2 --tol 1e-5
 finish

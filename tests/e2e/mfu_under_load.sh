@@ -32,9 +32,9 @@ mkdir -p data/fortunes
   exit 1
 }
 
-# tiny.yaml as the demo runs it (both cores, one rank), shortened to 12 steps, every step logged.
+# tiny.yaml as the demo runs it (both cores, one rank), shortened to 6 steps, every step logged.
 # (Two OpenMP threads beside busy loops can take seconds a step: the bound is generous.)
-STEPS=12
+STEPS=6
 run_tiny() {
   timeout --foreground -k 10 240 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set log.dir="$1" --set train.steps=$STEPS \
     --set optimizer.warmup=2 --set log.every=1 --set eval.every=0 --set eval.batches=1 --set checkpoint.every=0 "${@:2}"
