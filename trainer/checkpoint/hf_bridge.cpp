@@ -334,7 +334,10 @@ void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
   else if (kind != "default")
     r.problem(where + ".rope_type", json(kind).dump().substr(0, 80),
               "\"default\", \"linear\" or \"llama3\" (not dynamic, yarn, longrope or others)");
-  for (const auto& [key, value] : scaling->items()) {
+  // (No structured bindings: clang before 16 cannot capture them in the lambda below.)
+  for (auto it = scaling->begin(); it != scaling->end(); ++it) {
+    const std::string& key = it.key();
+    const json& value = it.value();
     const std::string name = where + "." + key;
     auto number = [&](double lo, double hi) {
       if (value.is_number() && value.get<double>() >= lo && value.get<double>() <= hi) return value.get<double>();
