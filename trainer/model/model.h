@@ -31,6 +31,7 @@
 //    head code as training, with a KV cache in place of attention over the whole sequence.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -406,7 +407,7 @@ class Model {
   // backward in place on dqkv4 (the norm weights' gradients reduced over tp).
   void qk_norm_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor qkv4);
   void qk_norm_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor dqkv4);
-  std::vector<kernels::Tensor> replicated_kv_grads(const BlockWeights& g) const;
+  size_t replicated_kv_grads(const BlockWeights& g, std::array<kernels::Tensor, 2>& out) const;
   void require_whole_model(const char* what) const;
   void require_tp1(const char* what) const;
   // Sequence parallelism: the replicated parameters' gradients (norms, row-parallel biases) of a

@@ -340,7 +340,8 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   if (keep) {
     k::linear_backward_input(dln, dqkv, w.qkv_w);
   } else {
-    const std::vector<Tensor> kv_grads = replicated_kv_grads(g);
+    std::array<Tensor, 2> kv;
+    const std::span<const Tensor> kv_grads(kv.data(), replicated_kv_grads(g, kv));
     if (kv_group_) tpx::replicated_grads_begin(*kv_group_, kv_grads, wk.kv_grad_saved);
     k::linear_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w);
     if (kv_group_) tpx::replicated_grads_end(*kv_group_, kv_grads, wk.kv_grad_saved);
@@ -349,26 +350,29 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   if (sp_) sp_grads(layer, false);
 }
 
+// Replicated key/value heads: each rank's gradient of them is its query heads' part only. The
+// k and v rows of the packed projection's weight gradient (and of its bias's, with qkv_bias), in
+// `out`; returns how many (none without replicated heads).
+size_t Model::replicated_kv_grads(const BlockWeights& g, std::array<Tensor, 2>& out) const {
+  if (!kv_group_) return 0;
+  const int64_t hd = head_dim_, d = config_.hidden;
+  out[0] = g.qkv_w.flat(heads_ * hd * d, 2 * kv_heads_ * hd * d);
+  if (!g.qkv_b.defined()) return 1;
+  out[1] = g.qkv_b.flat(heads_ * hd, 2 * kv_heads_ * hd);
+  return 2;
+}
+
 // The weight half of a split block backward: the four linears' weight (and bias) gradients from
 // the output gradients the input half kept and the block's kept activations, in the order the
 // whole backward accumulates them.
-// Replicated key/value heads: each rank's gradient of them is its query heads' part only. The
-// k and v rows of the packed projection's weight gradient (and of its bias's, with qkv_bias).
-std::vector<Tensor> Model::replicated_kv_grads(const BlockWeights& g) const {
-  if (!kv_group_) return {};
-  const int64_t hd = head_dim_, d = config_.hidden;
-  std::vector<Tensor> out = {g.qkv_w.flat(heads_ * hd * d, 2 * kv_heads_ * hd * d)};
-  if (g.qkv_b.defined()) out.push_back(g.qkv_b.flat(heads_ * hd, 2 * kv_heads_ * hd));
-  return out;
-}
-
 void Model::block_backward_weight(int layer, const LayerActs& a, const LayerGrads& kept, int b, int t) {
   const BlockWeights &w = weights_[size_t(layer)], &g = weight_grads_[size_t(layer)];
   const int64_t n = int64_t(b) * t;
   k::linear_backward(Tensor{}, g.out_w, Tensor{}, rows(kept.d_out, n), rows(a.act, n), w.out_w);
   k::linear_backward(Tensor{}, g.fc_w, g.fc_b, rows(kept.dfc, n), rows(a.ln2, n), w.fc_w);
   k::linear_backward(Tensor{}, g.o_w, Tensor{}, rows(kept.d_mid, n), rows(a.att, n), w.o_w);
-  const std::vector<Tensor> kv_grads = replicated_kv_grads(g);
+  std::array<Tensor, 2> kv;
+  const std::span<const Tensor> kv_grads(kv.data(), replicated_kv_grads(g, kv));
   if (kv_group_) tpx::replicated_grads_begin(*kv_group_, kv_grads, work_->kv_grad_saved);
   k::linear_backward(Tensor{}, g.qkv_w, g.qkv_b, rows(kept.dqkv, n), rows(a.ln1, n), w.qkv_w);
   if (kv_group_) tpx::replicated_grads_end(*kv_group_, kv_grads, work_->kv_grad_saved);
