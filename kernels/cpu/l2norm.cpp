@@ -1,4 +1,5 @@
-// The pieces of gradient clipping: Σ x² (in double, for the global norm) and in-place scaling.
+// The pieces of gradient clipping: Σ x² (in double, written as fp32, for the global norm) and
+// in-place scaling.
 //
 // Rule a reader could get wrong: the sum is bitwise reproducible for a given thread count (fixed
 // chunks, partials added in chunk order), so every rank of a data-parallel group that holds the
@@ -10,7 +11,7 @@
 
 namespace llmtrain::kernels::cpu {
 
-double sum_squares(Tensor x) {
+void sum_squares(Tensor out, Tensor x) {
   const int64_t n = x.numel();
   const float* p = x.ptr<float>();
   constexpr int64_t kChunk = 1 << 14;
@@ -28,7 +29,7 @@ double sum_squares(Tensor x) {
   }
   double total = 0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];
-  return total;
+  out.ptr<float>()[0] = float(total);
 }
 
 void scale(Tensor x, float s) {

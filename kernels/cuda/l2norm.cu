@@ -1,6 +1,9 @@
 // Σ x² and x *= s on the device (kernels/cpu/l2norm.cpp is the reference): the sum in chunks of
 // 2^14 elements, each summed in fp32 by one block, the chunks added in double in order by one
-// thread, so the result does not depend on the launch and is within fp32 rounding of the CPU's.
+// thread (which writes the fp32 result on the device), so the result does not depend on the launch
+// and is within fp32 rounding of the CPU's.
+#include <algorithm>
+
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
@@ -21,10 +24,10 @@ __global__ void chunk_squares_kernel(double* __restrict__ partial, const T* __re
   if (threadIdx.x == 0) partial[blockIdx.x] = double(s);
 }
 
-__global__ void sum_partials_kernel(double* __restrict__ total, const double* __restrict__ partial, int64_t chunks) {
+__global__ void sum_partials_kernel(float* __restrict__ out, const double* __restrict__ partial, int64_t chunks) {
   double s = 0.0;
   for (int64_t c = 0; c < chunks; ++c) s += partial[c];
-  *total = s;
+  *out = float(s);
 }
 
 template <class T>
@@ -35,11 +38,11 @@ __global__ void scale_kernel(T* x, int64_t n, float s) {
 
 }  // namespace
 
-double sum_squares(Tensor x) {
+void sum_squares(Tensor out, Tensor x) {
   const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
-  // The total and the chunk partials in device scratch.
-  double* total = static_cast<double*>(device_scratch(1, size_t(1 + chunks) * sizeof(double)));
-  double* partial = total + 1;
+  // The chunk partials in device scratch (stream-ordered: the next call's chunks overwrite them
+  // only after this call's sum has read them).
+  double* partial = static_cast<double*>(device_scratch(1, size_t(std::max<int64_t>(chunks, 1)) * sizeof(double)));
   if (chunks > 0) {
     with_storage(x, [&](auto tag) {
       using T = decltype(tag);
@@ -47,11 +50,8 @@ double sum_squares(Tensor x) {
     });
     LT_CUDA_LAUNCHED("chunk_squares_kernel");
   }
-  LT_LAUNCH(1, 1, 0, compute_stream(), sum_partials_kernel)(total, partial, chunks);
+  LT_LAUNCH(1, 1, 0, compute_stream(), sum_partials_kernel)(out.ptr<float>(), partial, chunks);
   LT_CUDA_LAUNCHED("sum_partials_kernel");
-  double result = 0;  // pageable: the copy returns once the compute stream has written it
-  LT_CUDA(cudaMemcpyAsync(&result, total, sizeof(result), cudaMemcpyDeviceToHost, compute_stream()));
-  return result;
 }
 
 void scale(Tensor x, float s) {

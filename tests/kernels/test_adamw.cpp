@@ -44,6 +44,13 @@ TEST(AdamW, StepsMatchDoubleReference) {
   EXPECT_LE(rel_error(std::vector<double>(v.begin(), v.end()), rv), 1e-6);
 }
 
+// Σ x² of a host tensor, through the op's fp32 output.
+double host_sum_squares(Tensor x) {
+  float out = 0;
+  sum_squares(host_tensor(&out, {1}), x);
+  return out;
+}
+
 TEST(AdamW, SumSquaresAndScale) {
   std::mt19937_64 rng(1202);
   std::normal_distribution<float> normal;
@@ -52,9 +59,9 @@ TEST(AdamW, SumSquaresAndScale) {
     for (auto& e : x) e = normal(rng);
     double ref = 0;
     for (float e : x) ref += double(e) * double(e);
-    EXPECT_NEAR(sum_squares(host_tensor(x.data(), {n})), ref, 1e-6 * ref) << n;
+    EXPECT_NEAR(host_sum_squares(host_tensor(x.data(), {n})), ref, 1e-6 * ref) << n;
     // Reproducible: the same data gives the same bits.
-    EXPECT_EQ(sum_squares(host_tensor(x.data(), {n})), sum_squares(host_tensor(x.data(), {n})));
+    EXPECT_EQ(host_sum_squares(host_tensor(x.data(), {n})), host_sum_squares(host_tensor(x.data(), {n})));
     std::vector<float> y = x;
     scale(host_tensor(y.data(), {n}), 0.25f);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], x[i] * 0.25f);
@@ -106,7 +113,12 @@ TEST(AdamW, OnTheCudaDeviceMatchesTheCpu) {
     // Σ x² of the last parameters, and x *= s, in this storage dtype.
     Buffer dx = on_device(p, gdt), hx(gdt, {n});
     copy(hx.tensor(), dx.tensor());
-    const double want = sum_squares(hx.tensor()), got = sum_squares(dx.tensor());
+    // The device's sum stays on the device until it is copied back.
+    Buffer dsum(DType::fp32, {1}, dx.tensor().device);
+    sum_squares(dsum.tensor(), dx.tensor());
+    float got = 0;
+    copy(host_tensor(&got, {1}), dsum.tensor());
+    const double want = host_sum_squares(hx.tensor());
     EXPECT_NEAR(got, want, 1e-5 * want);  // the CPU sums a chunk in sequence, the device as a tree
     scale(dx.tensor(), 0.25f);
     scale(hx.tensor(), 0.25f);

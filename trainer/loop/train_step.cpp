@@ -209,8 +209,12 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
                                        sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device());
-  losses_ = kernels::Buffer(DType::fp32, {micro_batches_}, model.device());
-  losses_host_.assign(size_t(micro_batches_), 0.0f);
+  // The gradient norm's parts: only where this rank's elements count (each element once per model
+  // replica: where data-parallel ranks hold shards, only the first copy of each shard counts).
+  const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
+  norm_pieces_ = counts ? grad_norm_pieces(model.parameters(), comms.tp->rank(), sync_->owned()) : 0;
+  scalars_ = kernels::Buffer(DType::fp32, {micro_batches_ + norm_pieces_}, model.device());
+  scalars_host_.assign(size_t(micro_batches_ + norm_pieces_), 0.0f);
   // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.
   const int pp = comms.pp->size(), stage = comms.pp->rank();
   if (pp > 1 && model.config().tie_embeddings && (stage == 0 || stage == pp - 1)) {
@@ -222,7 +226,8 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
                                     model.device(), kernels::MemoryKind::communication);
   }
-  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_, losses_.tensor(),
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_,
+                                        scalars_.tensor().flat(0, micro_batches_),
                                         tied_peer_ >= 0);
   if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
@@ -255,12 +260,16 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   phase_end(StepPhase::grad_sync);
   if (inject_overflow_ && inject_overflow_(step)) kernels::scale(sync_->owned_grads().flat(0, 1), INFINITY);
 
-  // The loss: each micro-batch's mean, copied off the device once, averaged over micro-batches (in
-  // double) and data-parallel ranks.
-  kernels::copy(kernels::host_tensor(losses_host_.data(), {micro_batches_}), losses_.tensor());
-  double sum = 0;
-  for (float l : losses_host_) sum += l;
-  out.loss = float(sum / micro_batches_);
+  // Σg² of what this rank owns, in parts on the device (trainer/optim/optimizer.h), then the step's
+  // one read of the device: the micro-batch losses and those parts together.
+  const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
+  if (norm_pieces_ > 0)
+    grad_sum_squares_into(scalars_.tensor().flat(micro_batches_, norm_pieces_), model_.parameters(),
+                          comms_.tp->rank(), sync_->owned(), compact);
+  kernels::copy(kernels::host_tensor(scalars_host_.data(), {micro_batches_ + norm_pieces_}), scalars_.tensor());
+  // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.
+  const std::span<const float> host(scalars_host_);
+  out.loss = float(sum_pieces(host.first(size_t(micro_batches_))) / micro_batches_);
   phase_end(StepPhase::optimizer);
   // Only the last pipeline stage computes the loss.
   if (comms_.pp->size() > 1)
@@ -269,13 +278,9 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   comms_.control.replicas().all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
   phase_end(StepPhase::grad_sync);
 
-  // Σg² of what this rank owns, over every group that splits parameters (each element counted once
-  // per model replica: where data-parallel ranks hold shards, only the first copy of each shard
-  // counts); fp32 is enough for a norm that only scales the update.
-  const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
-  const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
-  float sq = counts ? float(grad_sum_squares(model_.parameters(), comms_.tp->rank(), sync_->owned(), compact)) : 0.0f;
-  phase_end(StepPhase::optimizer);
+  // Σg² over every group that splits parameters; fp32 is enough for a norm that only scales the
+  // update.
+  float sq = float(sum_pieces(host.subspan(size_t(micro_batches_))));
   parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
   phase_end(StepPhase::grad_sync);

@@ -139,8 +139,12 @@ class TrainStep {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
-  kernels::Buffer losses_;          // [micro_batches] the micro-batch losses, on the model's device
-  std::vector<float> losses_host_;  // their copy on the host, once per step
+  // The step's scalars on the model's device: the micro-batch losses [micro_batches], then the
+  // gradient norm's parts [norm_pieces_] (trainer/optim/optimizer.h); read by the host in one copy
+  // a step, into scalars_host_.
+  kernels::Buffer scalars_;
+  std::vector<float> scalars_host_;
+  int64_t norm_pieces_ = 0;
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
   std::unique_ptr<LossScaler> scaler_;
   std::function<bool(int64_t)> inject_overflow_;

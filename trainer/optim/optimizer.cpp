@@ -115,9 +115,13 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
   }
 }
 
-double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
-                        const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads) {
-  double sum = 0;
+namespace {
+
+// Calls fn(piece, gradient elements) for each counted (parameter, owned range) overlap, in order.
+template <typename Fn>
+void for_each_norm_piece(const std::vector<ModelParam>& params, int tp_rank,
+                         const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads, Fn&& fn) {
+  int64_t piece = 0;
   for (const ModelParam& p : params) {
     if (p.tied_copy) continue;
     if (p.tp_replica || (p.spec.tp_split_dim < 0 && tp_rank != 0)) continue;
@@ -125,12 +129,50 @@ double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
     for (const parallel::FlatRange& own : owned) {
       const int64_t b = std::max(p.offset, own.begin), e = std::min(p.offset + p.numel(), own.end);
       if (b < e)
-        sum += kernels::sum_squares(compact_grads.defined() ? compact_grads.flat(base + (b - own.begin), e - b)
-                                                            : p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+        fn(piece++, compact_grads.defined() ? compact_grads.flat(base + (b - own.begin), e - b)
+                                            : p.grad.view({p.numel()}).flat(b - p.offset, e - b));
       base += own.numel();
     }
   }
+}
+
+}  // namespace
+
+int64_t grad_norm_pieces(const std::vector<ModelParam>& params, int tp_rank,
+                         const std::vector<parallel::FlatRange>& owned) {
+  int64_t n = 0;
+  for (const ModelParam& p : params) {
+    if (p.tied_copy || p.tp_replica || (p.spec.tp_split_dim < 0 && tp_rank != 0)) continue;
+    for (const parallel::FlatRange& own : owned)
+      if (std::max(p.offset, own.begin) < std::min(p.offset + p.numel(), own.end)) ++n;
+  }
+  return n;
+}
+
+void grad_sum_squares_into(kernels::Tensor parts, const std::vector<ModelParam>& params, int tp_rank,
+                           const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads) {
+  LT_CHECK(parts.numel() >= grad_norm_pieces(params, tp_rank, owned), "{} norm parts for {} pieces", parts.numel(),
+           grad_norm_pieces(params, tp_rank, owned));
+  for_each_norm_piece(params, tp_rank, owned, compact_grads,
+                      [&](int64_t i, kernels::Tensor g) { kernels::sum_squares(parts.flat(i, 1), g); });
+}
+
+double sum_pieces(std::span<const float> parts) {
+  double sum = 0;
+  for (float x : parts) sum += x;
   return sum;
+}
+
+double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
+                        const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads) {
+  const int64_t n = grad_norm_pieces(params, tp_rank, owned);
+  if (n == 0) return 0;
+  const kernels::Device device = compact_grads.defined() ? compact_grads.device : params.front().grad.device;
+  kernels::Buffer parts(kernels::DType::fp32, {n}, device);
+  grad_sum_squares_into(parts.tensor(), params, tp_rank, owned, compact_grads);
+  std::vector<float> host(static_cast<size_t>(n));
+  kernels::copy(kernels::host_tensor(host.data(), {n}), parts.tensor());
+  return sum_pieces(host);
 }
 
 float clip_factor(double norm, double max_norm) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/recipe/recipe.h"
@@ -86,6 +87,17 @@ class AdamW {
 // over every group that splits parameters (parallel/grad_sync.h), then takes the square root.
 // `compact_grads`, when defined, holds the owned ranges' gradients packed (ZeRO 2:
 // GradSync::owned_grads()) and is read in place of the parameters' gradient views.
+//
+// The sum comes in pieces, one per counted parameter and owned range: grad_norm_pieces says how
+// many, grad_sum_squares_into writes each piece's Σ g² (fp32) into parts[0, pieces) on the
+// gradients' device without waiting for it, so that a training step reads them with its losses in
+// one copy; the host adds them in double, in order. grad_sum_squares does all three (one read).
+int64_t grad_norm_pieces(const std::vector<ModelParam>& params, int tp_rank,
+                         const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}});
+void grad_sum_squares_into(kernels::Tensor parts, const std::vector<ModelParam>& params, int tp_rank,
+                           const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}},
+                           kernels::Tensor compact_grads = {});
+double sum_pieces(std::span<const float> parts);
 double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
                         const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}},
                         kernels::Tensor compact_grads = {});
