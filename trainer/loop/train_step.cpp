@@ -227,8 +227,7 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
                                     model.device(), kernels::MemoryKind::communication);
   }
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_,
-                                        scalars_.tensor().flat(0, micro_batches_),
-                                        tied_peer_ >= 0);
+                                        scalars_.tensor().flat(0, micro_batches_), tied_peer_ >= 0);
   if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
 }
@@ -264,8 +263,8 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   // one read of the device: the micro-batch losses and those parts together.
   const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
   if (norm_pieces_ > 0)
-    grad_sum_squares_into(scalars_.tensor().flat(micro_batches_, norm_pieces_), model_.parameters(),
-                          comms_.tp->rank(), sync_->owned(), compact);
+    grad_sum_squares_into(scalars_.tensor().flat(micro_batches_, norm_pieces_), model_.parameters(), comms_.tp->rank(),
+                          sync_->owned(), compact);
   kernels::copy(kernels::host_tensor(scalars_host_.data(), {micro_batches_ + norm_pieces_}), scalars_.tensor());
   // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.
   const std::span<const float> host(scalars_host_);
