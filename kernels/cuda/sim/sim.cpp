@@ -334,6 +334,7 @@ void launch(const LaunchConfig& c, std::function<void()> thread_body) {
     set_last_error(cudaErrorInvalidValue);
     return;
   }
+  count_launch();
   enqueue(c.stream, [c, body = std::move(thread_body)] { run_grid(c, body); });
 }
 

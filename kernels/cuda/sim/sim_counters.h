@@ -1,4 +1,5 @@
-// What the simulated device counts for tests: the calls that make the host wait for the device.
+// What the simulated device counts for tests: the calls that make the host wait for the device, and
+// the kernel launches.
 // A GPU overlaps its work with the host's only while the host does not wait, so a test can hold a
 // training step to the waits it needs (tests/trainer/loop/test_step_sync_sim.cpp).
 #pragma once
@@ -14,5 +15,8 @@ struct HostWaits {
 
 // Since the process started, over every thread.
 HostWaits host_waits();
+// Kernel launches accepted (a bad configuration is not counted), since the process started, over
+// every thread: what a step costs the host in launch overhead on a real GPU.
+int64_t kernel_launches();
 
 }  // namespace llmtrain::cuda_sim

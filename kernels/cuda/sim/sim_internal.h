@@ -20,9 +20,11 @@ void set_last_error(cudaError_t e);
 // Sets the error cudaGetLastError returns next and returns it: a failed call's `return fail(e)`.
 cudaError_t fail(cudaError_t e);
 
-// What tests count (kernels/cuda/sim/sim_counters.h): a host wait for the device, a copy to the host.
+// What tests count (kernels/cuda/sim/sim_counters.h): a host wait for the device, a copy to the host,
+// a kernel launch.
 void count_synchronization();
 void count_read();
+void count_launch();
 
 // Queues `work` on `stream`, to run when the host next needs that stream's work, interleaved with
 // other streams as CUDA allows (kernels/cuda/sim/sim_streams.cpp); on the legacy default stream

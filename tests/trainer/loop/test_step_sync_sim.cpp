@@ -10,6 +10,12 @@
 namespace llmtrain::trainer {
 namespace {
 
+// What a warm fp32 step of the fixture's LLaMA (4 micro-batches) launches, per transformer block and
+// besides: forward and backward per micro-batch, and per parameter the norm's part (2) and AdamW (1),
+// 27 of a block's 130. A change that adds or removes launches updates these with its reason
+// (docs/cuda.md, "Launches and host waits").
+constexpr int64_t kLaunchesPerBlock = 130, kLaunchesOutsideBlocks = 54;
+
 TEST_F(TrainStepTest, AStepWithoutItsObserverWaitsOnlyForItsScalars) {
   recipe_.train.device = DeviceKind::cuda;
   Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
@@ -29,6 +35,32 @@ TEST_F(TrainStepTest, AStepWithoutItsObserverWaitsOnlyForItsScalars) {
   EXPECT_GT(timed.times.optimizer, 0);
   EXPECT_EQ(timer.op_times().size(), timer.compute_ops());
   EXPECT_EQ(timer.schedule_times().size(), 1u);
+}
+
+// Kernel launches of a warm step (the host's launch overhead on a GPU), deterministic on the
+// simulator: the same every step, and a fixed count per transformer block.
+TEST_F(TrainStepTest, LaunchesPerStepAreFixedPerBlock) {
+  recipe_.train.device = DeviceKind::cuda;
+  auto launches = [&](int layers) {
+    recipe_.model.layers = layers;
+    Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+    one.step->run(0, 0);
+    std::vector<int64_t> per_step;
+    for (int s = 1; s <= 2; ++s) {
+      const int64_t before = cuda_sim::kernel_launches();
+      one.step->run(s, s * recipe_.train.global_batch);
+      per_step.push_back(cuda_sim::kernel_launches() - before);
+    }
+    EXPECT_EQ(per_step[0], per_step[1]) << layers << " layers: launches differ between warm steps";
+    return per_step[0];
+  };
+  const int64_t two = launches(2), four = launches(4);
+  const int64_t per_block = (four - two) / 2, rest = two - 2 * per_block;
+  std::printf("kernel launches per step: %lld = %lld + %lld per block (4 micro-batches of 2 × 12 tokens)\n",
+              (long long)two, (long long)rest, (long long)per_block);
+  EXPECT_EQ(four - two, 2 * per_block);
+  EXPECT_EQ(per_block, kLaunchesPerBlock);
+  EXPECT_EQ(rest, kLaunchesOutsideBlocks);
 }
 
 }  // namespace
