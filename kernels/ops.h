@@ -76,9 +76,15 @@ struct AttentionSpec {
   bool causal = true;
   int64_t window = 0;  // 0: no sliding window
 
-  // Self-attention over one packed [B, T, heads + 2·kv_heads, D] tensor (q, then k, then v heads).
-  static AttentionSpec packed(int64_t heads, int64_t kv_heads) {
-    return {.heads = heads, .kv_heads = kv_heads, .q_head = 0, .k_head = heads, .v_head = heads + kv_heads};
+  // Self-attention over one packed [B, T, heads + 2·kv_heads, D] tensor (q, then k, then v heads),
+  // within `window` keys when > 0.
+  static AttentionSpec packed(int64_t heads, int64_t kv_heads, int64_t window = 0) {
+    return {.heads = heads,
+            .kv_heads = kv_heads,
+            .q_head = 0,
+            .k_head = heads,
+            .v_head = heads + kv_heads,
+            .window = window};
   }
 };
 
@@ -111,11 +117,11 @@ inline void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
 }
 // Decoding: causal attention of qkv's q heads (query i at position + i) over cache rows
 // [0, position + T), which kv_cache_write must already have filled; the same result
-// attention_forward gives those rows over the whole sequence.
+// attention_forward gives those rows over the whole sequence (within `window` keys when > 0).
 inline void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
-                                     int64_t kv_heads, int64_t position) {
+                                     int64_t kv_heads, int64_t position, int64_t window = 0) {
   attention_forward(out, lse, qkv, k_cache, v_cache,
-                    {.heads = heads, .kv_heads = kv_heads, .q_begin = position, .kv_begin = 0});
+                    {.heads = heads, .kv_heads = kv_heads, .q_begin = position, .kv_begin = 0, .window = window});
 }
 
 }  // namespace llmtrain::kernels

@@ -45,13 +45,6 @@ Tensor rows(const Tensor& t, int64_t n) {
 }
 Tensor first(const Tensor& t, int64_t n) { return t.flat(0, n); }
 
-// Self-attention over a packed qkv: causal, within `window` keys when it is > 0.
-k::AttentionSpec packed_spec(int64_t heads, int64_t kv_heads, int64_t window) {
-  k::AttentionSpec s = k::AttentionSpec::packed(heads, kv_heads);
-  s.window = window;
-  return s;
-}
-
 }  // namespace
 
 void Model::qk_norm_forward(const BlockWeights& w, LayerActs& a, Tensor qkv4) {
@@ -250,15 +243,14 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     const Tensor kc = cache->k.flat(0, b * rows_per_seq).view(shape),
                  vc = cache->v.flat(0, b * rows_per_seq).view(shape);
     k::kv_cache_write(kc, vc, qkv4, heads_, kv_heads_, position);
-    k::attention_forward(
-        att, lse, qkv4, kc, vc,
-        {.heads = heads_, .kv_heads = kv_heads_, .q_begin = position, .kv_begin = 0, .window = config_.sliding_window});
+    k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position, config_.sliding_window);
   } else if (cp_ && options_.cp_comm == CpComm::all_to_all) {
     parallel::ulysses_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else if (cp_) {
     parallel::ring_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else {
-    k::attention_forward(att, lse, qkv4, qkv4, qkv4, packed_spec(heads_, kv_heads_, config_.sliding_window));
+    k::attention_forward(att, lse, qkv4, qkv4, qkv4,
+                         k::AttentionSpec::packed(heads_, kv_heads_, config_.sliding_window));
   }
   row_parallel_out(mid, att, w.o_w);
   k::residual_forward(mid, x, mid, w.o_b);
@@ -334,7 +326,8 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
     parallel::ring_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring);
   else
     k::attention_backward(dqkv4, dqkv4, dqkv4, datt.view({b, t, heads_, hd}), qkv4, qkv4, qkv4,
-                          att.view({b, t, heads_, hd}), lse, packed_spec(heads_, kv_heads_, config_.sliding_window));
+                          att.view({b, t, heads_, hd}), lse,
+                          k::AttentionSpec::packed(heads_, kv_heads_, config_.sliding_window));
   if (llama_) rope_apply(dqkv4, 0, true);
   if (config_.qk_norm) qk_norm_backward(w, g, a, dqkv4);
   if (keep) {
