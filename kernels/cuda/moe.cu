@@ -1,0 +1,520 @@
+// Mixture of experts on the device (kernels/cpu/moe.cpp is the reference; kernels/op_table.def has
+// the contracts). Simple kernels, correct and deterministic first:
+//  - router: a block per token row; warp w sums the logits of experts w, w + warps, ... by
+//    shuffles, then thread 0 takes the softmax and the top-k serially (E is small);
+//  - router backward: a thread per row writes dlogits [N, E] into device scratch, then two products;
+//  - plan: one block; each thread counts a contiguous chunk of assignments per expert, a thread
+//    per expert scans the chunks' counts, thread 0 the offsets, and each thread places its chunk;
+//  - stats: one block, a thread per expert summing in double in row order;
+//  - gather, combine: elementwise (a warp per assignment for combine's dweight dot products);
+//  - grouped product: our tiled GEMM (64×64 tiles of C, 16×16 threads, K through shared memory 16
+//    at a time, fp32 accumulation in K order) where each block finds its expert in the offsets.
+//
+// The rule a reader could get wrong: the offsets live on the device and the host never reads them
+// (no copy, no synchronisation). A grouped launch therefore covers every split of the rows that
+// the offsets could make: ceil(rows / 64) + E + 2 row tiles (each expert adds at most one partial
+// tile; the rows before offsets[0] and from offsets[E] on are two more groups, written 0), and a
+// block whose tile falls past the last one returns.
+#include "kernels/cuda/storage.cuh"
+
+namespace llmtrain::kernels::cuda {
+namespace {
+
+constexpr int kTile = 64, kTileK = 16, kSide = 16, kPer = kTile / kSide;
+
+// How a product's blocks find their work: one product, each expert's rows of A and C (with
+// B = that expert's slice), or each expert's rows as the depth (C = that expert's slice).
+enum class Grouping : int { none, rows, depth };
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;  // C [m, n]; k the depth (none, rows); m the rows of all groups (rows)
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  bool trans_a = false, trans_b = false, accumulate = false;
+  Grouping grouping = Grouping::none;
+  const int32_t* offsets = nullptr;  // [groups + 1], on the device
+  int64_t groups = 0;
+  int64_t b_stride = 0, c_stride = 0;  // elements between experts' slices of B (rows), of C (depth)
+};
+
+__device__ void check_offsets(const int32_t* off, int64_t groups, int64_t rows) {
+  LT_DEVICE_CHECK(off[0] >= 0, "expert offsets[0] = %d is negative", off[0]);
+  for (int64_t e = 0; e < groups; ++e)
+    LT_DEVICE_CHECK(off[e] <= off[e + 1] && off[e + 1] <= rows,
+                    "expert offsets[%lld] = %d after offsets[%lld] = %d: offsets must not decrease and stay within "
+                    "the %lld rows",
+                    (long long)(e + 1), off[e + 1], (long long)e, off[e], (long long)rows);
+}
+
+// C = (accumulate ? C : 0) + op(A)·op(B), fp32 arithmetic, one rounding per stored element.
+// blockIdx.x: the row tile (over all groups for Grouping::rows), blockIdx.y: the column tile,
+// blockIdx.z: the expert (Grouping::depth).
+template <class TC, class TA, class TB>
+__global__ void grouped_gemm_kernel(TC* c, const TA* __restrict__ a, const TB* __restrict__ b, GemmShape g) {
+  __shared__ float as[kTileK][kTile + 1];  // as[k][m]
+  __shared__ float bs[kTileK][kTile + 1];  // bs[k][n]
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * kSide + tx;
+  const int64_t n0 = int64_t(blockIdx.y) * kTile;
+  int64_t m0 = int64_t(blockIdx.x) * kTile, m_end = g.m, k_begin = 0, k_end = g.k;
+  bool zero = false;
+  if (g.grouping == Grouping::rows) {
+    const int32_t* off = g.offsets;
+    check_offsets(off, g.groups, g.m);
+    // Tiles in order: the rows before offsets[0], each expert's, the rows from offsets[E] on.
+    int64_t t = blockIdx.x, found = -2;
+    for (int64_t e = -1; e <= g.groups && found == -2; ++e) {
+      const int64_t lo = e < 0 ? 0 : off[e], hi = e < 0 ? off[0] : (e == g.groups ? g.m : off[e + 1]);
+      const int64_t tiles = (hi - lo + kTile - 1) / kTile;
+      if (t < tiles) {
+        found = e;
+        m0 = lo + t * kTile;
+        m_end = hi;
+      } else {
+        t -= tiles;
+      }
+    }
+    if (found == -2) return;  // past the last tile: the whole block leaves together
+    zero = found < 0 || found == g.groups;
+    if (!zero) b += found * g.b_stride;
+  } else if (g.grouping == Grouping::depth) {
+    const int32_t* off = g.offsets;
+    check_offsets(off, g.groups, g.k);
+    k_begin = off[blockIdx.z];
+    k_end = off[blockIdx.z + 1];
+    c += int64_t(blockIdx.z) * g.c_stride;
+  }
+  float acc[kPer][kPer];
+  for (int i = 0; i < kPer; ++i)
+    for (int j = 0; j < kPer; ++j) acc[i][j] = 0.0f;
+  for (int64_t k0 = k_begin; !zero && k0 < k_end; k0 += kTileK) {
+    for (int e = tid; e < kTileK * kTile; e += kSide * kSide) {
+      // Each operand loads along its contiguous dimension.
+      const int ka = g.trans_a ? e / kTile : e % kTileK, ma = g.trans_a ? e % kTile : e / kTileK;
+      const int64_t m = m0 + ma, k = k0 + ka;
+      as[ka][ma] = m < m_end && k < k_end ? load(a, g.trans_a ? k * g.lda + m : m * g.lda + k) : 0.0f;
+      const int kb = g.trans_b ? e % kTileK : e / kTile, nb = g.trans_b ? e / kTileK : e % kTile;
+      const int64_t n = n0 + nb, kk = k0 + kb;
+      bs[kb][nb] = n < g.n && kk < k_end ? load(b, g.trans_b ? n * g.ldb + kk : kk * g.ldb + n) : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float av[kPer], bv[kPer];
+      for (int i = 0; i < kPer; ++i) av[i] = as[kk][ty + kSide * i];
+      for (int j = 0; j < kPer; ++j) bv[j] = bs[kk][tx + kSide * j];
+      for (int i = 0; i < kPer; ++i)
+        for (int j = 0; j < kPer; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  const int64_t m_stop = m0 + kTile < m_end ? m0 + kTile : m_end;
+  for (int i = 0; i < kPer; ++i) {
+    const int64_t m = m0 + ty + kSide * i;
+    if (m >= m_stop) continue;
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t n = n0 + tx + kSide * j;
+      if (n >= g.n) continue;
+      float v = acc[i][j];
+      if (g.accumulate) v += load(c, m * g.ldc + n);
+      store(c, m * g.ldc + n, v);
+    }
+  }
+}
+
+template <class TC, class TA, class TB>
+void grouped_gemm(TC* c, const TA* a, const TB* b, const GemmShape& g) {
+  if (g.m == 0 || g.n == 0 || (g.grouping == Grouping::depth && g.groups == 0)) return;
+  int64_t row_tiles = (g.m + kTile - 1) / kTile;
+  if (g.grouping == Grouping::rows) row_tiles += g.groups + 2;
+  const dim3 grid(unsigned(row_tiles), unsigned((g.n + kTile - 1) / kTile),
+                  unsigned(g.grouping == Grouping::depth ? g.groups : 1));
+  LT_LAUNCH(grid, dim3(kSide, kSide), 0, compute_stream(), grouped_gemm_kernel<TC, TA, TB>)(c, a, b, g);
+  LT_CUDA_LAUNCHED("grouped_gemm_kernel");
+}
+
+// ---- router ------------------------------------------------------------------------------------
+
+constexpr int kRouterThreads = 128;
+
+template <class T>
+__global__ void router_forward_kernel(float* __restrict__ probs, float* __restrict__ lse, int32_t* __restrict__ expert,
+                                      float* __restrict__ weight, const T* __restrict__ in,
+                                      const T* __restrict__ router, int64_t e_count, int64_t c, int64_t k,
+                                      bool renormalize) {
+  LT_DYNAMIC_SHARED(float, logits);
+  const int64_t row = blockIdx.x;
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), warps = int(blockDim.x / 32);
+  const T* x = in + row * c;
+  for (int64_t e = warp; e < e_count; e += warps) {
+    float s = 0.0f;
+    for (int64_t j = lane; j < c; j += 32) s += load(x, j) * load(router, e * c + j);
+    s = warp_sum(s);
+    if (lane == 0) logits[e] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float mx = -INFINITY;
+  for (int64_t e = 0; e < e_count; ++e) mx = fmaxf(mx, logits[e]);
+  float sum = 0.0f;
+  for (int64_t e = 0; e < e_count; ++e) sum += expf(logits[e] - mx);
+  const float l = mx + logf(sum);
+  float* p = probs + row * e_count;
+  for (int64_t e = 0; e < e_count; ++e) p[e] = logits[e] = expf(logits[e] - l);
+  lse[row] = l;
+  // Top-k: the largest below the previous pick in (prob descending, expert ascending) order.
+  int64_t prev = -1;
+  float picked = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < e_count; ++e) {
+      const float pe = logits[e];
+      const bool below = prev < 0 || pe < logits[prev] || (pe == logits[prev] && e > prev);
+      if (below && (best < 0 || pe > logits[best])) best = e;
+    }
+    if (best < 0) best = j;  // NaN probs: nothing compares
+    expert[row * k + j] = int32_t(best);
+    weight[row * k + j] = logits[best];
+    picked += logits[best];
+    prev = best;
+  }
+  if (renormalize)
+    for (int64_t j = 0; j < k; ++j) weight[row * k + j] /= picked;
+}
+
+// dlogit [N, E] of each row (kernels/cpu/moe.cpp's formulas, in the same order).
+__global__ void router_dlogit_kernel(float* __restrict__ dlogit, const float* __restrict__ dweight,
+                                     const float* __restrict__ probs, const float* __restrict__ lse,
+                                     const int32_t* __restrict__ expert, const float* __restrict__ stats, int64_t n,
+                                     int64_t e_count, int64_t k, bool renormalize, float aux_scale, float z_scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float* p = probs + i * e_count;
+    const int32_t* ex = expert + i * k;
+    const float* dw = dweight + i * k;
+    float* d = dlogit + i * e_count;
+    for (int64_t e = 0; e < e_count; ++e) d[e] = aux_scale * stats[e];
+    if (renormalize) {
+      float sum = 0.0f, dot = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
+      for (int64_t j = 0; j < k; ++j) dot += dw[j] * (p[ex[j]] / sum);
+      for (int64_t j = 0; j < k; ++j) d[ex[j]] += (dw[j] - dot) / sum;
+    } else {
+      for (int64_t j = 0; j < k; ++j) d[ex[j]] += dw[j];
+    }
+    float pd = 0.0f;
+    for (int64_t e = 0; e < e_count; ++e) pd += p[e] * d[e];
+    const float z = z_scale * lse[i];
+    for (int64_t e = 0; e < e_count; ++e) d[e] = p[e] * (d[e] - pd) + z * p[e];
+  }
+}
+
+// ---- plan and stats ----------------------------------------------------------------------------
+
+constexpr int kPlanThreads = 256;
+
+// counts [kPlanThreads, E] int32 scratch: thread t's chunk's count of each expert, then the rank
+// its chunk starts at within that expert.
+__global__ void route_plan_kernel(int32_t* __restrict__ order, int32_t* __restrict__ pos, int32_t* offsets,
+                                  const int32_t* __restrict__ expert, int32_t* counts, int64_t m, int64_t e_count,
+                                  int64_t capacity) {
+  const int64_t t = threadIdx.x, nt = blockDim.x, chunk = (m + nt - 1) / nt;
+  const int64_t a0 = t * chunk < m ? t * chunk : m, a1 = a0 + chunk < m ? a0 + chunk : m;
+  int32_t* mine = counts + t * e_count;
+  for (int64_t e = 0; e < e_count; ++e) mine[e] = 0;
+  for (int64_t a = a0; a < a1; ++a) {
+    const int32_t e = expert[a];
+    LT_DEVICE_CHECK(e >= 0 && e < e_count, "expert id %d at position %lld is outside the experts [0, %lld)", e,
+                    (long long)a, (long long)e_count);
+    ++mine[e];
+  }
+  __syncthreads();
+  for (int64_t e = t; e < e_count; e += nt) {
+    int32_t run = 0;
+    for (int64_t q = 0; q < nt; ++q) {
+      const int32_t cnt = counts[q * e_count + e];
+      counts[q * e_count + e] = run;
+      run += cnt;
+    }
+    offsets[e + 1] = capacity > 0 && run > capacity ? int32_t(capacity) : run;  // kept, for now
+  }
+  __syncthreads();
+  if (t == 0) {
+    offsets[0] = 0;
+    for (int64_t e = 0; e < e_count; ++e) offsets[e + 1] += offsets[e];
+  }
+  __syncthreads();
+  for (int64_t a = a0; a < a1; ++a) {
+    const int32_t e = expert[a], rank = mine[e]++;
+    if (rank < offsets[e + 1] - offsets[e]) {
+      order[offsets[e] + rank] = int32_t(a);
+      pos[a] = offsets[e] + rank;
+    } else {
+      pos[a] = -1;
+    }
+  }
+  for (int64_t q = offsets[e_count] + t; q < m; q += nt) order[q] = -1;
+}
+
+__global__ void route_stats_kernel(float* __restrict__ stats, const float* __restrict__ probs,
+                                   const float* __restrict__ lse, const int32_t* __restrict__ expert,
+                                   const int32_t* __restrict__ offsets, int64_t n, int64_t e_count, int64_t m) {
+  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) {
+    int64_t cnt = 0;
+    for (int64_t a = 0; a < m; ++a) {
+      LT_DEVICE_CHECK(expert[a] >= 0 && expert[a] < e_count,
+                      "expert id %d at position %lld is outside the experts [0, %lld)", expert[a], (long long)a,
+                      (long long)e_count);
+      cnt += expert[a] == e;
+    }
+    stats[e] = float(cnt);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(probs[i * e_count + e]);
+    stats[e_count + e] = float(s);
+  }
+  if (threadIdx.x == 0) {
+    double z = 0;
+    for (int64_t i = 0; i < n; ++i) z += double(lse[i]) * double(lse[i]);
+    stats[2 * e_count] = float(z);
+    stats[2 * e_count + 1] = float(m - offsets[e_count]);
+  }
+}
+
+// ---- gather and combine ------------------------------------------------------------------------
+
+template <class T>
+__global__ void gather_forward_kernel(T* __restrict__ out, const T* __restrict__ in, const int32_t* __restrict__ order,
+                                      int64_t m, int64_t c, int64_t k, int64_t assignments) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m * c; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = i / c;
+    const int32_t a = order[q];
+    LT_DEVICE_CHECK(a >= -1 && a < assignments, "moe order %d at row %lld is outside [-1, %lld)", a, (long long)q,
+                    (long long)assignments);
+    store(out, i, a >= 0 ? load(in, a / k * c + i % c) : 0.0f);
+  }
+}
+
+template <class T>
+__global__ void gather_backward_kernel(T* __restrict__ din, const T* __restrict__ dout, const int32_t* __restrict__ pos,
+                                       int64_t n, int64_t c, int64_t k, int64_t m) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * c; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / c, col = i % c;
+    float s = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t q = pos[row * k + j];
+      LT_DEVICE_CHECK(q >= -1 && q < m, "moe pos %d at position %lld is outside [-1, %lld)", q,
+                      (long long)(row * k + j), (long long)m);
+      if (q >= 0) s += load(dout, q * c + col);
+    }
+    store(din, i, s);
+  }
+}
+
+template <class T>
+__global__ void combine_forward_kernel(T* __restrict__ out, const T* __restrict__ y, const float* __restrict__ weight,
+                                       const int32_t* __restrict__ pos, int64_t n, int64_t c, int64_t k, int64_t m) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * c; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / c, col = i % c;
+    float s = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t q = pos[row * k + j];
+      LT_DEVICE_CHECK(q >= -1 && q < m, "moe pos %d at position %lld is outside [-1, %lld)", q,
+                      (long long)(row * k + j), (long long)m);
+      if (q >= 0) s += weight[row * k + j] * load(y, q * c + col);
+    }
+    store(out, i, s);
+  }
+}
+
+template <class T>
+__global__ void zero_kernel(T* __restrict__ x, int64_t count) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    store(x, i, 0.0f);
+}
+
+// A warp per assignment a: dy's row pos[a] and dweight[a] (lanes stride over the channels, the dot
+// product summed by shuffles).
+template <class T>
+__global__ void combine_backward_kernel(T* __restrict__ dy, float* __restrict__ dweight, const T* __restrict__ dout,
+                                        const T* __restrict__ y, const float* __restrict__ weight,
+                                        const int32_t* __restrict__ pos, int64_t assignments, int64_t c, int64_t k,
+                                        int64_t m) {
+  const int64_t a = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (a >= assignments) return;  // whole warps leave together
+  const int32_t q = pos[a];
+  LT_DEVICE_CHECK(q >= -1 && q < m, "moe pos %d at position %lld is outside [-1, %lld)", q, (long long)a, (long long)m);
+  const T* d = dout + a / k * c;
+  float s = 0.0f;
+  if (q >= 0) {
+    const float w = weight[a];
+    for (int64_t j = lane; j < c; j += 32) {
+      const float dj = load(d, j);
+      store(dy, q * c + j, w * dj);
+      s += dj * load(y, q * c + j);
+    }
+  }
+  s = warp_sum(s);
+  if (lane == 0) dweight[a] = q >= 0 ? s : 0.0f;
+}
+
+}  // namespace
+
+void moe_router_forward(Tensor probs, Tensor lse, Tensor expert, Tensor weight, Tensor in, Tensor router, int64_t k,
+                        bool renormalize) {
+  const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
+  if (n == 0) return;
+  with_storage(in, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(unsigned(n), kRouterThreads, size_t(e_count) * sizeof(float), compute_stream(), router_forward_kernel<T>)
+    (probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), weight.ptr<float>(), data<const T>(in),
+     data<const T>(router), e_count, c, k, renormalize);
+  });
+  LT_CUDA_LAUNCHED("router_forward_kernel");
+}
+
+void moe_router_backward(Tensor din, Tensor drouter, Tensor dweight, Tensor probs, Tensor lse, Tensor expert,
+                         Tensor stats, Tensor in, Tensor router, int64_t k, bool renormalize, float aux_coef,
+                         float z_coef, float loss_scale) {
+  const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
+  if (n == 0) return;
+  // As kernels/cpu/moe.cpp computes them.
+  const float aux_scale = loss_scale * aux_coef * float(e_count) / (float(n) * float(n * k));
+  const float z_scale = loss_scale * z_coef * 2.0f / float(n);
+  float* dlogit = static_cast<float*>(device_scratch(0, size_t(n * e_count) * sizeof(float)));
+  LT_LAUNCH(blocks_for(n, 128), 128, 0, compute_stream(), router_dlogit_kernel)
+  (dlogit, dweight.ptr<float>(), probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), stats.ptr<float>(), n,
+   e_count, k, renormalize, aux_scale, z_scale);
+  LT_CUDA_LAUNCHED("router_dlogit_kernel");
+  with_storage(in, [&](auto tag) {
+    using T = decltype(tag);
+    // din [n, c] += dlogit [n, E] · router [E, c]
+    grouped_gemm(data<T>(din), static_cast<const float*>(dlogit), data<const T>(router),
+                 GemmShape{.m = n, .n = c, .k = e_count, .lda = e_count, .ldb = c, .ldc = c, .accumulate = true});
+    // drouter [E, c] += dlogitᵀ [E, n] · in [n, c]
+    grouped_gemm(
+        data<T>(drouter), static_cast<const float*>(dlogit), data<const T>(in),
+        GemmShape{
+            .m = e_count, .n = c, .k = n, .lda = e_count, .ldb = c, .ldc = c, .trans_a = true, .accumulate = true});
+  });
+}
+
+void moe_route_plan(Tensor order, Tensor pos, Tensor offsets, Tensor expert, int64_t experts, int64_t capacity) {
+  const int64_t m = expert.numel();
+  int32_t* counts = static_cast<int32_t*>(device_scratch(0, size_t(kPlanThreads * experts) * sizeof(int32_t)));
+  LT_LAUNCH(1, kPlanThreads, 0, compute_stream(), route_plan_kernel)
+  (order.ptr<int32_t>(), pos.ptr<int32_t>(), offsets.ptr<int32_t>(), expert.ptr<int32_t>(), counts, m, experts,
+   capacity);
+  LT_CUDA_LAUNCHED("route_plan_kernel");
+}
+
+void moe_route_stats(Tensor stats, Tensor probs, Tensor lse, Tensor expert, Tensor offsets) {
+  const int64_t e_count = probs.shape[1], n = probs.shape[0];
+  LT_LAUNCH(1, kPlanThreads, 0, compute_stream(), route_stats_kernel)
+  (stats.ptr<float>(), probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), offsets.ptr<int32_t>(), n, e_count,
+   expert.numel());
+  LT_CUDA_LAUNCHED("route_stats_kernel");
+}
+
+void moe_gather_forward(Tensor out, Tensor in, Tensor order, int64_t k) {
+  const int64_t c = in.shape[in.shape.rank() - 1], n = c ? in.numel() / c : 0, m = order.numel();
+  if (m * c == 0) return;
+  with_storage(out, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(m * c, 256), 256, 0, compute_stream(), gather_forward_kernel<T>)
+    (data<T>(out), data<const T>(in), order.ptr<int32_t>(), m, c, k, n * k);
+  });
+  LT_CUDA_LAUNCHED("gather_forward_kernel");
+}
+
+void moe_gather_backward(Tensor din, Tensor dout, Tensor pos) {
+  const int64_t c = din.shape[din.shape.rank() - 1], n = din.numel() / c, k = pos.numel() / n, m = dout.numel() / c;
+  with_storage(din, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n * c, 256), 256, 0, compute_stream(), gather_backward_kernel<T>)
+    (data<T>(din), data<const T>(dout), pos.ptr<int32_t>(), n, c, k, m);
+  });
+  LT_CUDA_LAUNCHED("gather_backward_kernel");
+}
+
+void moe_combine_forward(Tensor out, Tensor y, Tensor weight, Tensor pos) {
+  const int64_t c = out.shape[out.shape.rank() - 1], n = out.numel() / c, k = weight.numel() / n, m = y.numel() / c;
+  with_storage(out, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n * c, 256), 256, 0, compute_stream(), combine_forward_kernel<T>)
+    (data<T>(out), data<const T>(y), weight.ptr<float>(), pos.ptr<int32_t>(), n, c, k, m);
+  });
+  LT_CUDA_LAUNCHED("combine_forward_kernel");
+}
+
+void moe_combine_backward(Tensor dy, Tensor dweight, Tensor dout, Tensor y, Tensor weight, Tensor pos) {
+  const int64_t c = dout.shape[dout.shape.rank() - 1], n = dout.numel() / c, k = weight.numel() / n, m = y.numel() / c,
+                assignments = weight.numel();
+  with_storage(dy, [&](auto tag) {
+    using T = decltype(tag);
+    if (m * c > 0) {
+      LT_LAUNCH(blocks_for(m * c, 256), 256, 0, compute_stream(), zero_kernel<T>)(data<T>(dy), m * c);
+      LT_CUDA_LAUNCHED("zero_kernel (moe_combine_backward)");
+    }
+    if (assignments > 0) {
+      LT_LAUNCH(blocks_of(assignments, 4), 128, 0, compute_stream(), combine_backward_kernel<T>)
+      (data<T>(dy), dweight.ptr<float>(), data<const T>(dout), data<const T>(y), weight.ptr<float>(),
+       pos.ptr<int32_t>(), assignments, c, k, m);
+      LT_CUDA_LAUNCHED("combine_backward_kernel");
+    }
+  });
+}
+
+void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor offsets) {
+  const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
+                rows = o ? out.numel() / o : (i_dim ? in.numel() / i_dim : 0);
+  with_storage(out, [&](auto tag) {
+    using T = decltype(tag);
+    // out rows of expert e [r, o] = in [r, i] · weight[e] [o, i]ᵀ
+    grouped_gemm(data<T>(out), data<const T>(in), data<const T>(weight),
+                 GemmShape{.m = rows,
+                           .n = o,
+                           .k = i_dim,
+                           .lda = i_dim,
+                           .ldb = i_dim,
+                           .ldc = o,
+                           .trans_b = true,
+                           .grouping = Grouping::rows,
+                           .offsets = offsets.ptr<int32_t>(),
+                           .groups = groups,
+                           .b_stride = o * i_dim});
+  });
+}
+
+void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor offsets) {
+  const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
+                rows = o ? dout.numel() / o : (i_dim ? in.numel() / i_dim : 0);
+  with_storage(dweight, [&](auto tag) {
+    using T = decltype(tag);
+    // din rows of expert e [r, i] = dout [r, o] · weight[e] [o, i]
+    if (din.defined())
+      grouped_gemm(data<T>(din), data<const T>(dout), data<const T>(weight),
+                   GemmShape{.m = rows,
+                             .n = i_dim,
+                             .k = o,
+                             .lda = o,
+                             .ldb = i_dim,
+                             .ldc = i_dim,
+                             .grouping = Grouping::rows,
+                             .offsets = offsets.ptr<int32_t>(),
+                             .groups = groups,
+                             .b_stride = o * i_dim});
+    // dweight[e] [o, i] += (its rows of dout)ᵀ [o, r] · its rows of in [r, i]
+    grouped_gemm(data<T>(dweight), data<const T>(dout), data<const T>(in),
+                 GemmShape{.m = o,
+                           .n = i_dim,
+                           .k = rows,
+                           .lda = o,
+                           .ldb = i_dim,
+                           .ldc = i_dim,
+                           .trans_a = true,
+                           .accumulate = true,
+                           .grouping = Grouping::depth,
+                           .offsets = offsets.ptr<int32_t>(),
+                           .groups = groups,
+                           .c_stride = o * i_dim});
+  });
+}
+
+}  // namespace llmtrain::kernels::cuda
