@@ -191,6 +191,16 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
               to_string(m.family), m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab, m.padded_vocab(),
               m.seq_len);
   std::printf("parameters: %s (%lld)\n", format_count(double(params)).c_str(), static_cast<long long>(params));
+  if (m.moe.enabled()) {
+    const int64_t active = trainer::count_active_parameters(m);
+    int moe_layers = 0;
+    for (int i = 0; i < m.layers; ++i) moe_layers += m.moe.layer(i) ? 1 : 0;
+    std::printf(
+        "moe: %d of %d layers, %d experts (ffn %d), top %d%s; active parameters per token %s (%lld)\n", moe_layers,
+        m.layers, m.moe.experts, m.moe.ffn_hidden, m.moe.top_k,
+        m.moe.capacity_factor > 0 ? fmt::format(", capacity factor {}", m.moe.capacity_factor).c_str() : ", dropless",
+        format_count(double(active)).c_str(), static_cast<long long>(active));
+  }
   double flops = trainer::training_flops_per_token(m);
   std::printf("training FLOPs per token: %s (6N + 12·L·d·T, N = %s matmul parameters)\n", format_count(flops).c_str(),
               format_count(double(trainer::count_matmul_parameters(m))).c_str());
@@ -225,8 +235,12 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
          {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
       Recipe other = r;
       other.train.activation_checkpointing = mode;
-      const int64_t bytes = trainer::memory_plan(other, layout_of(other), {0, 0, 0}).activations;
-      modes += fmt::format("{}{} {}{}", modes.empty() ? "" : ", ", to_string(mode), format_bytes(double(bytes)),
+      // A mode this build cannot run with the rest of the recipe (MoE blocks recompute nothing yet).
+      const std::string bytes =
+          unsupported_features(other).size() > unsupported_features(r).size()
+              ? std::string("not supported yet")
+              : format_bytes(double(trainer::memory_plan(other, layout_of(other), {0, 0, 0}).activations));
+      modes += fmt::format("{}{} {}{}", modes.empty() ? "" : ", ", to_string(mode), bytes,
                            mode == r.train.activation_checkpointing ? " (this recipe)" : "");
     }
     std::printf("activations per rank%s by train.activation_checkpointing: %s\n", layout.pp > 1 ? " (stage 0)" : "",

@@ -38,6 +38,24 @@ struct RopeScalingConfig {
   int original_max_positions = 8192;  // llama3: original_max_position_embeddings
 };
 
+// Mixture of experts (docs/model.md "Mixture of experts"): MoE blocks replace the MLP of every
+// `every`-th layer after the first `first_dense` dense ones. Off while experts is 0.
+struct MoeConfig {
+  int experts = 0;             // 0 = dense model
+  int top_k = 2;               // experts each token goes to
+  int ffn_hidden = 0;          // 0 = auto: model.ffn_hidden (each expert's SwiGLU width)
+  int every = 1;               // a MoE block every n-th layer (counted from first_dense)
+  int first_dense = 0;         // layers before the first MoE block
+  bool renormalize = true;     // the top-k weights renormalised to sum to 1 (Mixtral)
+  double aux_loss = 0.01;      // load-balancing loss coefficient (Megatron-Core's normalisation)
+  double z_loss = 0.001;       // router z-loss coefficient
+  double capacity_factor = 0;  // 0 = dropless; else each expert keeps at most ⌈factor · N · top_k / experts⌉ rows
+
+  bool enabled() const { return experts > 0; }
+  // Whether global layer `layer` is a MoE block.
+  bool layer(int layer) const { return enabled() && layer >= first_dense && (layer - first_dense) % every == 0; }
+};
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::gpt2;
   int layers = 0;
@@ -60,6 +78,7 @@ struct ModelConfig {
   double init_std = 0.02;
   double dropout = 0.0;
   bool tie_embeddings = true;  // default per family: true for gpt2, false for llama
+  MoeConfig moe;
 
   int head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
   int padded_vocab() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
@@ -124,6 +143,9 @@ struct ParallelConfig {
   // 2·cp − 1 − i); cp_comm says how attention crosses them.
   int cp = 1;
   CpComm cp_comm = CpComm::ring;
+  // Expert parallelism (model.moe): the experts split over ep consecutive ranks of the dp × cp
+  // domain. Only 1 runs today; more is refused as not supported yet.
+  int ep = 1;
   int zero = 0;
   int zero_group =
       0;  // 0 = auto: the whole dp group at zero ≥ 1, 1 at zero 0 (ZeRO shards within groups of this many dp ranks)

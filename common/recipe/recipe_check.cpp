@@ -62,6 +62,7 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
   if (m.ffn_hidden == 0) m.ffn_hidden = m.family == ModelFamily::gpt2 ? 4 * m.hidden : llama_default_ffn(m.hidden);
   if (m.max_positions == 0) m.max_positions = m.seq_len;
   if (m.head_dim == 0 && m.heads > 0 && m.hidden % m.heads == 0) m.head_dim = m.hidden / m.heads;
+  if (m.moe.ffn_hidden == 0) m.moe.ffn_hidden = m.ffn_hidden;
 
   if (r.data.tokenizer != "byte") r.data.tokenizer = absolute_path(r.data.tokenizer, cwd);
   for (auto& src : r.data.train) src.path = absolute_path(src.path, cwd);
@@ -167,6 +168,32 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             fmt::format("llama3 scaling needs high_freq_factor > low_freq_factor, found {} and {}",
                         m.rope_scaling.high_freq_factor, m.rope_scaling.low_freq_factor),
             "Llama 3.1 uses low_freq_factor 1 and high_freq_factor 4");
+  // Mixture of experts.
+  if (m.moe.enabled()) {
+    if (m.family == ModelFamily::gpt2)
+      problem("model.moe.experts",
+              fmt::format("family gpt2 with {} experts: MoE blocks are built for the llama family", m.moe.experts),
+              "use family: llama (Mixtral's architecture: SwiGLU experts), or remove model.moe");
+    if (m.moe.top_k > m.moe.experts)
+      problem("model.moe.top_k", fmt::format("top_k {} exceeds experts {}", m.moe.top_k, m.moe.experts),
+              "each token picks top_k different experts: choose top_k ≤ experts (Mixtral: 2 of 8)");
+    if (m.moe.first_dense >= m.layers)
+      problem("model.moe.first_dense",
+              fmt::format("first_dense {} leaves no MoE block in a model of {} layers", m.moe.first_dense, m.layers),
+              "choose first_dense < model.layers, or remove model.moe for a dense model");
+  }
+  if (p.ep > 1) {
+    if (!m.moe.enabled())
+      problem("parallel.ep", fmt::format("ep {} without experts (model.moe.experts is 0)", p.ep),
+              "expert parallelism splits a MoE model's experts: set model.moe.experts, or ep: 1");
+    else if (m.moe.experts % p.ep != 0)
+      problem("parallel.ep", fmt::format("model.moe.experts {} is not divisible by ep {}", m.moe.experts, p.ep),
+              "each expert-parallel rank holds experts / ep experts: choose ep dividing experts");
+    if (p.dp > 0 && (int64_t(p.dp) * p.cp) % p.ep != 0)
+      problem("parallel.ep",
+              fmt::format("ep {} does not divide dp {} × cp {} = {}", p.ep, p.dp, p.cp, int64_t(p.dp) * p.cp),
+              "expert-parallel groups are carved from the dp × cp ranks: choose ep dividing dp × cp");
+  }
   if (m.seq_len > m.max_positions)
     problem("model.seq_len", fmt::format("seq_len {} exceeds max_positions {}", m.seq_len, m.max_positions),
             "raise model.max_positions or lower model.seq_len");
@@ -333,6 +360,23 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
+  // Mixture of experts: built so far for one tensor-parallel rank, without context or expert
+  // parallelism, with every activation kept, on the CPU.
+  const MoeConfig& moe = r.model.moe;
+  if (moe.enabled()) {
+    if (p.ep > 1) out.push_back({NotYet::moe_layout, fmt::format("parallel.ep {} (expert parallelism)", p.ep)});
+    if (p.tp > 1) out.push_back({NotYet::moe_layout, fmt::format("model.moe with parallel.tp {}", p.tp)});
+    if (p.cp > 1) out.push_back({NotYet::moe_layout, fmt::format("model.moe with parallel.cp {}", p.cp)});
+    if (r.train.activation_checkpointing != ActivationCheckpointing::none)
+      out.push_back({NotYet::moe_layout, fmt::format("model.moe with train.activation_checkpointing: {}",
+                                                     to_string(r.train.activation_checkpointing))});
+    if (p.pp > 1 && p.pp_schedule == PipelineSchedule::zero_bubble)
+      out.push_back({NotYet::moe_layout, "model.moe with parallel.pp_schedule: zero_bubble"});
+    if (r.train.device == DeviceKind::cuda)
+      out.push_back({NotYet::moe_layout,
+                     "model.moe with train.device: cuda (the MoE ops run on the device; the "
+                     "model's MoE blocks are verified on the CPU only so far)"});
+  }
   // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
   if (p.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)
     out.push_back({NotYet::bf16_reduce_of_fp32,

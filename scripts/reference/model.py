@@ -1,5 +1,6 @@
 """An independent PyTorch implementation of llmtrain's two model families (GPT-2 and LLaMA, with the
-LLaMA variants: q/k/v biases, q/k norms, an explicit head size, a sliding window, RoPE scaling), used as
+LLaMA variants: q/k/v biases, q/k norms, an explicit head size, a sliding window, RoPE scaling, and
+mixture-of-experts blocks in Mixtral's form), used as
 the reference by the parity tests (parity.py) and the CPU benchmark (scripts/bench/torch_step.py).
 
 Written from the published architectures and Hugging Face's conventions, not from llmtrain's C++:
@@ -92,7 +93,47 @@ def gpt2_logits(p, tokens, cfg):
     return F.linear(x, head)
 
 
+def moe_layer(cfg, i):
+    moe = cfg.get("moe")
+    return bool(moe) and i >= moe["first_dense"] and (i - moe["first_dense"]) % moe["every"] == 0
+
+
+def moe_mlp(x, w, moe):
+    """A Mixtral-style sparse MoE block on x [N, d] (w: the layer's parameters by suffix). Returns the
+    weighted expert outputs and the block's auxiliary loss: Megatron-Core's load balancing
+    aux · E · Σ_e f_e P_e (f_e: the share of the N·K picks that chose e, before any capacity drop; P_e:
+    the mean router probability of e) plus the z-loss z · mean(logsumexp(logits)²). With a capacity
+    factor each expert keeps its first ⌈factor · N·K / E⌉ picks in (token, pick) order."""
+    n, e_count, k = x.shape[0], moe["experts"], moe["top_k"]
+    logits = F.linear(x, w("block_sparse_moe.gate.weight"))
+    probs = torch.softmax(logits, dim=-1)
+    top_p, top_e = torch.topk(probs, k, dim=-1)
+    if moe["renormalize"]:
+        top_p = top_p / top_p.sum(dim=-1, keepdim=True)
+    capacity = math.ceil(moe["capacity_factor"] * n * k / e_count) if moe["capacity_factor"] > 0 else n * k
+    out = torch.zeros_like(x)
+    counts = []
+    for e in range(e_count):
+        rows, picks = (top_e == e).nonzero(as_tuple=True)  # row-major: (token, pick) order
+        counts.append(len(rows))
+        rows, picks = rows[:capacity], picks[:capacity]
+        xe = x[rows]
+        h = F.silu(F.linear(xe, w(f"block_sparse_moe.experts.{e}.w1.weight"))) * \
+            F.linear(xe, w(f"block_sparse_moe.experts.{e}.w3.weight"))
+        ye = F.linear(h, w(f"block_sparse_moe.experts.{e}.w2.weight"))
+        out = out.index_add(0, rows, ye * top_p[rows, picks].unsqueeze(-1))
+    f = torch.tensor(counts, dtype=x.dtype) / (n * k)
+    aux = moe["aux_loss"] * e_count * (f * probs.mean(dim=0)).sum()
+    z = moe["z_loss"] * torch.logsumexp(logits, dim=-1).pow(2).mean()
+    return out, aux + z
+
+
 def llama_logits(p, tokens, cfg):
+    return llama_forward(p, tokens, cfg)[0]
+
+
+def llama_forward(p, tokens, cfg):
+    """(logits, the MoE blocks' auxiliary losses summed; 0 for a dense model)."""
     b, t = tokens.shape
     d, h, kv, layers = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["layers"]
     # The variants (Qwen2's q/k/v biases, Qwen3's q/k norms and head size, Mistral's window,
@@ -100,6 +141,7 @@ def llama_logits(p, tokens, cfg):
     hd, eps = cfg.get("head_dim") or d // h, cfg["norm_eps"]
     mask = causal_mask(t, tokens.device, cfg.get("sliding_window", 0))
     x = p["model.embed_tokens.weight"][tokens]
+    aux = torch.zeros((), dtype=x.dtype)
     cos, sin = (z.to(x.device) for z in rope_cos_sin(t, hd, cfg["rope_theta"], x.dtype, cfg.get("rope_scaling")))
     for i in range(layers):
         w = lambda s: p[f"model.layers.{i}.{s}"]  # noqa: E731
@@ -116,11 +158,16 @@ def llama_logits(p, tokens, cfg):
         y = attention(q, k, v, mask).transpose(1, 2).reshape(b, t, h * hd)
         x = x + F.linear(y, w("self_attn.o_proj.weight"))
         y = rms_norm(x, w("post_attention_layernorm.weight"), eps)
+        if moe_layer(cfg, i):
+            y, layer_aux = moe_mlp(y.reshape(b * t, d), w, cfg["moe"])
+            x = x + y.view(b, t, d)
+            aux = aux + layer_aux
+            continue
         y = F.silu(F.linear(y, w("mlp.gate_proj.weight"))) * F.linear(y, w("mlp.up_proj.weight"))
         x = x + F.linear(y, w("mlp.down_proj.weight"))
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg["tie_embeddings"] else p["lm_head.weight"]
-    return F.linear(x, head)
+    return F.linear(x, head), aux
 
 
 def logits(p, tokens, cfg):
@@ -132,6 +179,16 @@ def loss(p, tokens, targets, cfg):
     """Mean cross-entropy over the real vocabulary (padding columns excluded), ignoring -100."""
     z = logits(p, tokens, cfg)[..., : cfg["vocab"]]
     return F.cross_entropy(z.reshape(-1, cfg["vocab"]), targets.reshape(-1).long(), ignore_index=IGNORE_INDEX)
+
+
+def objective(p, tokens, targets, cfg):
+    """What training minimises: the loss plus the MoE blocks' auxiliary losses (none for a dense model)."""
+    if cfg["family"] != "llama" or not cfg.get("moe"):
+        return loss(p, tokens, targets, cfg)
+    z, aux = llama_forward(p, tokens, cfg)
+    z = z[..., : cfg["vocab"]]
+    ce = F.cross_entropy(z.reshape(-1, cfg["vocab"]), targets.reshape(-1).long(), ignore_index=IGNORE_INDEX)
+    return ce + aux
 
 
 def takes_weight_decay(name, tensor):

@@ -51,7 +51,7 @@ def main(d):
         z = ref.logits(p, tokens, cfg)
     lines.append(check("probe logits", rel(ours["probe.logits"], z), TOL["logits"]))
     loss = ref.loss(p, tokens, targets, cfg)
-    loss.backward()
+    ref.objective(p, tokens, targets, cfg).backward()  # the loss plus MoE auxiliary losses, if any
     lines.append(check(f"probe loss ({loss.item():.6f})", abs(ours["probe.loss"].double().item() - loss.item()) / abs(loss.item()),
                        TOL["loss"]))
     worst = max(((rel(ours[f"grad.{n}"], t.grad), n) for n, t in p.items()))
@@ -71,9 +71,8 @@ def main(d):
         total = 0.0
         for a in range(cfg["accum"]):
             tk, tg = batches[f"step{s}.{a}.tokens"].long(), batches[f"step{s}.{a}.targets"]
-            l = ref.loss(p, tk, tg, cfg) / cfg["accum"]
-            l.backward()
-            total += l.item()
+            (ref.objective(p, tk, tg, cfg) / cfg["accum"]).backward()
+            total += ref.loss(p, tk, tg, cfg).item() / cfg["accum"]
         torch.nn.utils.clip_grad_norm_(params, cfg["clip"])
         for g in opt.param_groups:
             g["lr"] = ref.lr_at(cfg, s)
@@ -98,6 +97,10 @@ def main(d):
         drift = max(float((ours[f"final.{n}"][1] - weights[n][1]).abs().max()) for n in kbias)
         bound = sum(ref.lr_at(cfg, s) for s in range(cfg["steps"]))
         lines.append(check(f"key bias drift (zero true gradient) / Σ lr", drift / bound, 1.0))
+    moe = cfg.get("moe")
+    if moe:
+        print(f"moe: {moe['experts']} experts, top {moe['top_k']}, ffn {moe['ffn_hidden']}, capacity factor "
+              f"{moe['capacity_factor']}, aux {moe['aux_loss']}, z {moe['z_loss']}")
     print(f"parity {cfg['family']} layers={cfg['layers']} hidden={cfg['hidden']} heads={cfg['heads']}/{cfg['kv_heads']} "
           f"seq={cfg['seq_len']} vocab={cfg['vocab']}/{cfg['padded_vocab']} tied={cfg['tie_embeddings']}")
     print("\n".join("  " + l for l in lines))

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "cli/recipe_load.h"
@@ -130,6 +131,15 @@ const Case kCases[] = {
      "  seq_len: 64\n  rope_scaling: {type: llama3, factor: 8, high_freq_factor: 0.5}"},
     {"rope_scaling_type", "seq_len: 64", "  seq_len: 64\n  rope_scaling: {type: yarn}", "model.rope_scaling.type",
      "yarn", "llama3"},
+    // Mixture of experts.
+    {"gpt2_moe", "seq_len: 64", "  seq_len: 64\n  moe: {experts: 4}", "model.moe.experts", "moe:", "use family: llama"},
+    {"moe_top_k", "family: gpt2", "  family: llama", "model.moe.top_k", "moe:", "choose top_k ≤ experts", "seq_len: 64",
+     "  seq_len: 64\n  moe: {experts: 2, top_k: 3}"},
+    {"moe_first_dense", "family: gpt2", "  family: llama", "model.moe.first_dense",
+     "moe:", "choose first_dense < model.layers", "seq_len: 64", "  seq_len: 64\n  moe: {experts: 4, first_dense: 4}"},
+    {"ep_without_experts", "tp: 1", "  tp: 1\n  ep: 2", "parallel.ep", "ep: 2", "set model.moe.experts"},
+    {"ep_not_dividing_experts", "family: gpt2", "  family: llama\n  moe: {experts: 3}", "parallel.ep", "ep: 2",
+     "choose ep dividing experts", "tp: 1", "  tp: 1\n  ep: 2\n  dp: 2"},
     {"typo_section", "", "optimiser:\n  lr: 0.1", "optimiser", "optimiser", "did you mean optimizer"},
     {"key_in_wrong_section", "micro_batch: 2", "  micro_batch: 2\n  warmup: 10", "train.warmup", "warmup",
      "did you mean optimizer.warmup"},
@@ -357,6 +367,36 @@ TEST(UnsupportedFeatures, SlidingWindowWithContextParallelism) {
   const std::vector<std::string> refused = describe(unsupported_features(r));
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_NE(refused[0].find("model.sliding_window 16"), std::string::npos) << refused[0];
+}
+
+// MoE blocks train at one tp rank without cp or ep, every activation kept, on the CPU, under dp, pp
+// (not zero bubble) and ZeRO; each other layout is refused by name.
+TEST(UnsupportedFeatures, MixtureOfExpertsLayouts) {
+  Recipe r;
+  r.model.family = ModelFamily::llama;
+  r.model.moe.experts = 4;
+  r.parallel.dp = 2, r.parallel.pp = 2, r.parallel.zero = 1;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
+  const std::vector<std::pair<std::function<void(Recipe&)>, std::string>> refused = {
+      {[](Recipe& x) { x.parallel.ep = 2; }, "parallel.ep 2"},
+      {[](Recipe& x) { x.parallel.tp = 2; }, "model.moe with parallel.tp 2"},
+      {[](Recipe& x) { x.parallel.cp = 2; }, "model.moe with parallel.cp 2"},
+      {[](Recipe& x) { x.train.activation_checkpointing = ActivationCheckpointing::selective; },
+       "train.activation_checkpointing: selective"},
+      {[](Recipe& x) { x.parallel.pp_schedule = PipelineSchedule::zero_bubble; }, "pp_schedule: zero_bubble"},
+      {[](Recipe& x) { x.train.device = DeviceKind::cuda; }, "train.device: cuda"},
+  };
+  for (const auto& [change, phrase] : refused) {
+    Recipe changed = r;
+    change(changed);
+    const std::vector<std::string> text = describe(unsupported_features(changed));
+    ASSERT_EQ(text.size(), 1u) << phrase;
+    EXPECT_NE(text[0].find(phrase), std::string::npos) << text[0];
+  }
+  // A dense model's ep is checked by recipe_check (it needs experts), not refused here.
+  r.model.moe.experts = 0;
+  r.parallel.tp = 2, r.parallel.cp = 2;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
 }
 
 // Context parallelism trains on the CPU with the ring and with Ulysses; the device path is refused.

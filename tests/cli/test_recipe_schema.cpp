@@ -83,10 +83,13 @@ TEST(RecipeSchema, EachEntryIsComplete) {
     SCOPED_TRACE(k.key);
     EXPECT_FALSE(k.type.empty() || k.fallback.empty() || k.doc.empty());
     EXPECT_EQ(k.doc.find('\n'), std::string::npos) << "one line of documentation";
-    if (!k.section) EXPECT_TRUE(k.parse && k.emit);
+    if (!k.section) {
+      EXPECT_TRUE(k.parse && k.emit);
+    }
     const std::string parent = cli::parent_key(k.key);
-    if (!parent.empty())  // a section comes before its keys
+    if (!parent.empty()) {  // a section comes before its keys
       EXPECT_NE(std::find(seen.begin(), seen.end(), parent), seen.end());
+    }
     EXPECT_EQ(std::find(seen.begin(), seen.end(), k.key), seen.end()) << "declared twice";
     seen.push_back(k.key);
   }
@@ -127,9 +130,12 @@ TEST(RecipeSchema, EveryKeyValidatePrintsIsDocumentedAndResolved) {
   for (const auto& [key, value] : printed) {
     SCOPED_TRACE(key);
     const bool top_section = key.find('.') == std::string::npos && value.empty();
-    if (!top_section) EXPECT_TRUE(rows.count(key)) << "validate prints `" << key << "`, docs/recipe.md lacks it";
-    if (takes_auto.count(key) && !host_auto.count(key))
+    if (!top_section) {
+      EXPECT_TRUE(rows.count(key)) << "validate prints `" << key << "`, docs/recipe.md lacks it";
+    }
+    if (takes_auto.count(key) && !host_auto.count(key)) {
       EXPECT_NE(value, "auto") << "resolution left `" << key << "` auto";
+    }
   }
   // zero_group's auto: the dp group at zero ≥ 1, a group of one at zero 0.
   EXPECT_EQ(loaded.recipe.parallel.dp, 2);

@@ -107,6 +107,9 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
                 "transformers' Llama, Qwen2, Qwen3 and Mistral classes each hold one set of these options "
                 "(docs/hf.md lists them)");
   };
+  if (m.moe.enabled())
+    throw Error("not supported yet: exporting a mixture-of-experts model (model.moe) to Hugging Face",
+                "Mixtral's export is still to come; llmtrain's own checkpoints hold the experts by global index");
   std::string arch = "LlamaForCausalLM", type = "llama";
   if (m.qk_norm) {
     arch = "Qwen3ForCausalLM", type = "qwen3";

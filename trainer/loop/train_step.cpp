@@ -86,13 +86,19 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // gradient is final only after TrainStep sums the copies, after the schedule, so backward does not
   // mark it (GradSync::finish marks it).
   // `pipe`: the links between stages, whose transfers advance between layers (with more than one stage).
+  // `moe_stats`: where each micro-batch's MoE routing statistics go, [micro-batch][block of
+  // `moe_layers`] of `moe_width` floats each.
   ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::PipeLinks& pipe,
-             int micro_batches, Tensor losses, bool tied)
+             int micro_batches, Tensor losses, bool tied, Tensor moe_stats, std::vector<int> moe_layers,
+             int64_t moe_width)
       : model_(model),
         batches_(batches),
         micro_batches_(micro_batches),
         loss_scale_(1.0f / float(micro_batches)),
-        losses_(losses) {
+        losses_(losses),
+        moe_stats_(moe_stats),
+        moe_layers_(std::move(moe_layers)),
+        moe_width_(moe_width) {
     const StageLayout st = model.options().stage;
     model_.set_grad_ready_hook([this, st, &sync, tied](ParamPlace place, int layer) {
       if (tied && place == ParamPlace::embedding) return;
@@ -147,6 +153,12 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     model_.stage_forward(slot(micro_batch), mb, input, chunk);
     parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
     if (head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
+    for (const Model::MoeRouteStats& r : model_.moe_route_stats(slot(micro_batch), chunk)) {
+      const auto at = std::find(moe_layers_.begin(), moe_layers_.end(), r.layer);
+      LT_CHECK(at != moe_layers_.end(), "MoE layer {} not in the stage's list", r.layer);
+      const int64_t block = int64_t(micro_batch) * int64_t(moe_layers_.size()) + (at - moe_layers_.begin());
+      kernels::copy(moe_stats_.flat(block * moe_width_, moe_width_), r.stats);
+    }
     if (observer_) observer_->op_end(StepPhase::forward);
   }
   void backward(int micro_batch, int chunk, Tensor grad_output) override {
@@ -179,6 +191,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   int micro_batches_;
   float loss_scale_;  // each micro-batch's loss counts 1 / micro-batches of the step's
   Tensor losses_;
+  Tensor moe_stats_;
+  std::vector<int> moe_layers_;
+  int64_t moe_width_ = 0;
   int64_t consumed_ = 0;
   StepObserver* observer_ = nullptr;
   bool last_backward_ = false;
@@ -213,8 +228,16 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   // replica: where data-parallel ranks hold shards, only the first copy of each shard counts).
   const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
   norm_pieces_ = counts ? grad_norm_pieces(model.parameters(), comms.tp->rank(), sync_->owned()) : 0;
-  scalars_ = kernels::Buffer(DType::fp32, {micro_batches_ + norm_pieces_}, model.device());
-  scalars_host_.assign(size_t(micro_batches_ + norm_pieces_), 0.0f);
+  // MoE blocks: each micro-batch's routing statistics of this stage's blocks, after the norm parts.
+  const ModelConfig& mc = model.config();
+  const StageLayout& st = model.options().stage;
+  for (int l = 0; l < st.blocks(); ++l)
+    if (mc.moe.layer(st.layer(l))) moe_layers_.push_back(st.layer(l));
+  for (int l = 0; l < mc.layers; ++l) moe_total_ += mc.moe.layer(l) ? 1 : 0;
+  moe_width_ = 2 * int64_t(mc.moe.experts) + 2;
+  const int64_t moe_floats = int64_t(micro_batches_) * int64_t(moe_layers_.size()) * moe_width_;
+  scalars_ = kernels::Buffer(DType::fp32, {micro_batches_ + norm_pieces_ + moe_floats}, model.device());
+  scalars_host_.assign(size_t(micro_batches_ + norm_pieces_ + moe_floats), 0.0f);
   // Tied word embedding over pp > 1: the first stage's embedding and the last stage's copy.
   const int pp = comms.pp->size(), stage = comms.pp->rank();
   if (pp > 1 && model.config().tie_embeddings && (stage == 0 || stage == pp - 1)) {
@@ -226,13 +249,61 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
                                     model.device(), kernels::MemoryKind::communication);
   }
-  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_,
-                                        scalars_.tensor().flat(0, micro_batches_), tied_peer_ >= 0);
+  stage_ = std::make_unique<ModelStage>(
+      model, batches, *sync_, comms.pipe, micro_batches_, scalars_.tensor().flat(0, micro_batches_), tied_peer_ >= 0,
+      scalars_.tensor().flat(micro_batches_ + norm_pieces_, moe_floats), moe_layers_, moe_width_);
   if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
 }
 
 TrainStep::~TrainStep() = default;
+
+std::vector<MoeLayerStats> TrainStep::moe_stats(std::span<const float> host) {
+  if (moe_total_ == 0) return {};
+  const ModelConfig& mc = model_.config();
+  const MoeConfig& moe = mc.moe;
+  const int64_t e = moe.experts, width = e + 3;  // per block: picks per expert, dropped, aux, z
+  const double rows = double(recipe_.train.micro_batch) * double(layout_.local_seq(mc.seq_len));
+  const double picks = rows * double(moe.top_k);
+  std::vector<int> ordinal(size_t(mc.layers), -1), layer_of;
+  for (int l = 0; l < mc.layers; ++l)
+    if (moe.layer(l)) {
+      ordinal[size_t(l)] = int(layer_of.size());
+      layer_of.push_back(l);
+    }
+  // This stage's blocks at their places in the model's, then summed over the stages (each block is
+  // on one) and the data-parallel ranks.
+  std::vector<float> all(size_t(int64_t(moe_total_) * width), 0.0f);
+  for (size_t i = 0; i < moe_layers_.size(); ++i) {
+    float* out = all.data() + int64_t(ordinal[size_t(moe_layers_[i])]) * width;
+    for (int mb = 0; mb < micro_batches_; ++mb) {
+      const float* s = host.data() + (int64_t(mb) * int64_t(moe_layers_.size()) + int64_t(i)) * moe_width_;
+      double balance = 0;  // Σ_e f_e · P_e (op_table.def, moe_router_backward)
+      for (int64_t x = 0; x < e; ++x) {
+        out[x] += s[x];
+        balance += double(s[x]) / picks * (double(s[e + x]) / rows);
+      }
+      out[e] += s[2 * e + 1];
+      out[e + 1] += float(moe.aux_loss * double(e) * balance / micro_batches_);
+      out[e + 2] += float(moe.z_loss * double(s[2 * e]) / rows / micro_batches_);
+    }
+  }
+  const Tensor t = kernels::host_tensor(all.data(), {int64_t(all.size())});
+  if (comms_.pp->size() > 1) comms_.control.pp->all_reduce(t, ReduceOp::sum);
+  comms_.control.replicas().all_reduce(t, ReduceOp::sum);
+  std::vector<MoeLayerStats> stats(static_cast<size_t>(moe_total_));
+  const double replicas = double(layout_.replicas());
+  for (int b = 0; b < moe_total_; ++b) {
+    const float* v = all.data() + int64_t(b) * width;
+    MoeLayerStats& l = stats[size_t(b)];
+    l.layer = layer_of[size_t(b)];
+    l.tokens.assign(v, v + e);
+    l.dropped = v[e];
+    l.aux_loss = v[e + 1] / replicas;
+    l.z_loss = v[e + 2] / replicas;
+  }
+  return stats;
+}
 
 StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
   if (observer_) observer_->step_begin();
@@ -265,7 +336,7 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   if (norm_pieces_ > 0)
     grad_sum_squares_into(scalars_.tensor().flat(micro_batches_, norm_pieces_), model_.parameters(), comms_.tp->rank(),
                           sync_->owned(), compact);
-  kernels::copy(kernels::host_tensor(scalars_host_.data(), {micro_batches_ + norm_pieces_}), scalars_.tensor());
+  kernels::copy(kernels::host_tensor(scalars_host_.data(), {int64_t(scalars_host_.size())}), scalars_.tensor());
   // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.
   const std::span<const float> host(scalars_host_);
   out.loss = float(sum_pieces(host.first(size_t(micro_batches_))) / micro_batches_);
@@ -277,9 +348,12 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   comms_.control.replicas().all_reduce(kernels::host_tensor(&out.loss, {1}), ReduceOp::avg);
   phase_end(StepPhase::grad_sync);
 
+  out.moe = moe_stats(host.subspan(size_t(micro_batches_ + norm_pieces_)));
+  phase_end(StepPhase::grad_sync);
+
   // Σg² over every group that splits parameters; fp32 is enough for a norm that only scales the
   // update.
-  float sq = float(sum_pieces(host.subspan(size_t(micro_batches_))));
+  float sq = float(sum_pieces(host.subspan(size_t(micro_batches_), size_t(norm_pieces_))));
   parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
   phase_end(StepPhase::grad_sync);

@@ -58,10 +58,11 @@ struct StepOutcome {
   float loss = 0;        // mean over the step's micro-batches and data-parallel ranks
   double grad_norm = 0;  // global, before clipping
   double lr = 0;
-  bool skipped = false;       // non-finite or a loss-scale overflow: no update
-  int64_t skipped_total = 0;  // steps skipped so far in the run, this one included
-  bool overflow = false;      // fp16: the scaled gradients overflowed on some rank (skipped)
-  double loss_scale = 0;      // fp16: the scale this step's backward used (0 without loss scaling)
+  bool skipped = false;            // non-finite or a loss-scale overflow: no update
+  int64_t skipped_total = 0;       // steps skipped so far in the run, this one included
+  bool overflow = false;           // fp16: the scaled gradients overflowed on some rank (skipped)
+  double loss_scale = 0;           // fp16: the scale this step's backward used (0 without loss scaling)
+  std::vector<MoeLayerStats> moe;  // every MoE block's routing, on every rank (empty for a dense model)
   PhaseTimes times;
 };
 
@@ -135,6 +136,11 @@ class TrainStep {
   Model& model_;
   parallel::MeshComms& comms_;
   int micro_batches_ = 0;
+  // MoE blocks: this stage's (global layers, in the model's local order) and the model's MoE layer
+  // count; each micro-batch's routing statistics land in scalars_ after the losses and norm parts.
+  std::vector<int> moe_layers_;
+  int moe_total_ = 0;
+  int64_t moe_width_ = 0;  // floats per block and micro-batch: 2 · experts + 2
   std::unique_ptr<parallel::GradSync> sync_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<ModelStage> stage_;
@@ -155,6 +161,9 @@ class TrainStep {
   kernels::Buffer tied_scratch_;
 
   StepOutcome take_step(int64_t step, int64_t consumed_samples);  // the sequence run() observes
+  // The step's MoE statistics from the scalars read (host), summed over the pipeline stages and
+  // averaged (auxiliary losses) or summed (picks) over the data-parallel ranks.
+  std::vector<MoeLayerStats> moe_stats(std::span<const float> host);
   void phase_end(StepPhase phase) {
     if (observer_) observer_->phase_end(phase);
   }

@@ -138,6 +138,18 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
                 "key/value heads are split over tp when tp divides kv_heads, replicated when kv_heads divides tp");
   check_divides(tp_size, m.ffn_hidden, "model.ffn_hidden");
   check_divides(tp_size, m.padded_vocab(), "the padded vocabulary");
+  if (m.moe.enabled()) {
+    // recipe_check and unsupported_features refuse these, naming the keys, before a model exists.
+    LT_CHECK(llama && m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts && m.moe.ffn_hidden > 0 && m.moe.every >= 1 &&
+                 m.moe.first_dense >= 0 && m.moe.capacity_factor >= 0,
+             "model.moe not resolved or inconsistent");
+    if (tp_size > 1 || o.context_parallel > 1 || o.checkpointing != ActivationCheckpointing::none || o.split_backward)
+      throw Error(fmt::format("not supported yet: MoE blocks with tp {}, cp {}, activation checkpointing {}{}", tp_size,
+                              o.context_parallel, to_string(o.checkpointing),
+                              o.split_backward ? " or a split backward (zero bubble)" : ""),
+                  "MoE models train with tp 1, cp 1, every activation kept, and the gpipe / 1f1b / interleaved "
+                  "pipeline schedules");
+  }
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
   LT_CHECK(o.stage.chunks == 1 || (o.stage.chunks > 1 && o.stage.chunk_blocks() >= 1), "{} chunks of {} blocks",
@@ -293,7 +305,7 @@ void Model::bind_block(int i, bool grad) {
   // Adjacent parameters seen as one matrix of their stacked rows of `cols` (LLaMA's q/k/v and
   // gate/up; the q/k/v biases as rows of 1). Only addresses are compared here; no parameter memory
   // is read.
-  auto stacked = [&](std::initializer_list<const ModelParam*> parts, int64_t cols) {
+  auto stacked = [&](const std::vector<const ModelParam*>& parts, int64_t cols) {
     int64_t rows = 0;
     const char* next = nullptr;
     for (const ModelParam* p : parts) {
@@ -306,6 +318,17 @@ void Model::bind_block(int i, bool grad) {
     return Tensor(first.data, first.dtype, {rows, cols}, first.device);
   };
   const int layer = options_.stage.layer(i);
+  // A MoE block's expert matrices of the given roles, in flat-buffer order, as one [experts, rows, cols].
+  auto experts = [&](std::initializer_list<ParamRole> roles, int64_t cols) {
+    std::vector<const ModelParam*> parts;
+    for (const ModelParam& q : params_)
+      if (q.spec.place == ParamPlace::block && q.spec.layer == layer &&
+          std::find(roles.begin(), roles.end(), q.spec.role) != roles.end())
+        parts.push_back(&q);
+    const Tensor t = stacked(parts, cols);
+    const int64_t e = config_.moe.experts;
+    return t.view({e, t.shape[0] / e, cols});
+  };
   auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
   BlockWeights& w = grad ? weight_grads_[size_t(i)] : weights_[size_t(i)];
   auto v = [&](ParamRole role) { return grad ? p(role).grad : p(role).value; };
@@ -318,10 +341,16 @@ void Model::bind_block(int i, bool grad) {
   w.ln1_w = v(R::attn_norm_weight);
   w.o_w = mat(R::attn_out_weight);
   w.ln2_w = v(R::mlp_norm_weight);
-  w.out_w = mat(R::mlp_out_weight);
+  if (moe_block(i)) {
+    w.router = v(R::moe_router_weight);
+    w.experts_in = experts({R::moe_gate_weight, R::moe_up_weight}, d);
+    w.experts_out = experts({R::moe_down_weight}, config_.moe.ffn_hidden / tp_.size());
+  } else {
+    w.out_w = mat(R::mlp_out_weight);
+  }
   if (llama_) {
     w.qkv_w = stacked({&p(R::q_weight), &p(R::k_weight), &p(R::v_weight)}, d);
-    w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)}, d);
+    if (!moe_block(i)) w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)}, d);
     if (config_.qkv_bias) {
       const Tensor b = stacked({&p(R::q_bias), &p(R::k_bias), &p(R::v_bias)}, 1);
       w.qkv_b = b.view({b.numel()});
@@ -400,7 +429,8 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   // activation). Selective recomputation keeps the first per slot and recomputes the second
   // into one shared set.
   enum Parts { kProducts = 1, kElementwise = 2, kAll = 3 };
-  auto layer_acts = [&](int parts) {
+  const int64_t m = n * z.top_k;  // a MoE block's assignment rows
+  auto layer_acts = [&](int parts, bool moe) {
     LayerActs l;
     if (parts & kElementwise) {
       l.ln1 = a.take({n, d});
@@ -422,10 +452,30 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
       if (!z.llama) l.ln2_mean = a.take_f32({nl});
       l.ln2_rstd = a.take_f32({nl});
     }
+    if (moe) {  // every activation kept (resolve refuses recomputation with MoE blocks)
+      l.probs = a.take_f32({n, z.experts});
+      l.router_lse = a.take_f32({n});
+      l.route_expert = a.take_int({m});
+      l.route_weight = a.take_f32({m});
+      l.route_order = a.take_int({m});
+      l.route_pos = a.take_int({m});
+      l.route_offsets = a.take_int({z.experts + 1});
+      l.route_stats = a.take_f32({2 * z.experts + 2});
+      l.moe_in = a.take({m, d});
+      l.moe_fc = a.take({m, 2 * z.moe_ffn});
+      l.moe_act = a.take({m, z.moe_ffn});
+      l.moe_out = a.take({m, d});
+      return l;
+    }
     if (parts & kProducts) l.fc = a.take({n, fc});
     if (parts & kElementwise) l.act = a.take({n, z.ffn});
     return l;
   };
+  // Whether local block l of chunk c is a MoE block, and whether any of the stage's is.
+  auto moe_at = [&](int c, int l) { return config.moe.layer(options.stage.layer(c * layers + l)); };
+  bool any_moe = false;
+  for (int c = 0; c < chunks; ++c)
+    for (int l = 0; l < layers; ++l) any_moe = any_moe || moe_at(c, l);
   ModelMemory mem;
   slots.assign(size_t(options.activation_slots) * size_t(chunks), {});
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -435,7 +485,8 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     s.targets = a.take_int({n});
     for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({nl, d}));
     if (!full_ckpt)
-      for (int l = 0; l < layers; ++l) s.layers.push_back(layer_acts(selective ? kProducts : kAll));
+      for (int l = 0; l < layers; ++l)
+        s.layers.push_back(layer_acts(selective ? kProducts : kAll, moe_at(int(i) / options.activation_slots, l)));
     if (options.split_backward)
       for (int l = 0; l < layers; ++l)
         // d(out) and d(mid) as the row-parallel linears' backward reads them: all n rows (sequence
@@ -455,14 +506,20 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   }
   mem.activations_kept = a.bytes();
   work = Work{};
-  if (full_ckpt && layers > 0) work.recompute = layer_acts(kAll);
-  if (selective && layers > 0) work.recompute = layer_acts(kElementwise);
+  if (full_ckpt && layers > 0) work.recompute = layer_acts(kAll, false);
+  if (selective && layers > 0) work.recompute = layer_acts(kElementwise, false);
   work.dres = a.take({nl, d});
   work.dln = a.take({n, d});
   work.dqkv = a.take({n, qkv});
   work.datt = a.take({n, q});
   work.dfc = a.take({n, fc});
   work.dact = a.take({n, z.ffn});
+  if (any_moe) {
+    work.moe_dd = a.take({m, d});
+    work.moe_dfc = a.take({m, 2 * z.moe_ffn});
+    work.moe_dact = a.take({m, z.moe_ffn});
+    work.moe_dweight = a.take_f32({m});
+  }
   if (z.llama) work.rope = a.take_f32({config.max_positions, 2, z.head_dim / 2});
   if (z.tp > 1 && head) work.ce_scratch = a.take_f32({3 * n});
   if (z.kv_replicas > 1 && layers > 0)

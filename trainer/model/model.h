@@ -280,7 +280,16 @@ class Model {
   void stage_forward(int slot, const MicroBatch& mb, kernels::Tensor input, int chunk = 0);
   // [1] fp32 on the model's device: the mean loss over counted targets of the slot's last forward
   // (last stage, with targets; 0 without targets). The caller copies it where it needs it.
-  kernels::Tensor loss(int slot) const;                         // of the last chunk
+  kernels::Tensor loss(int slot) const;  // of the last chunk
+  // The routing statistics of the MoE blocks of `chunk` after the slot's last forward, in local block
+  // order: each block's global layer, its fp32 [2·experts + 2] moe_route_stats tensor (on the
+  // model's device: the caller copies it where it needs it) and the token rows it routed.
+  struct MoeRouteStats {
+    int layer = 0;
+    kernels::Tensor stats;
+    int64_t rows = 0;
+  };
+  std::vector<MoeRouteStats> moe_route_stats(int slot, int chunk = 0) const;
   kernels::Tensor stage_output(int slot, int chunk = 0) const;  // [B, T, hidden] (or SP rows), for the next stage
   // `grad_output` (as stage_output) comes from the next stage (absent on the last, which starts
   // from its loss · loss_scale).
@@ -405,6 +414,12 @@ class Model {
   void rope_apply(kernels::Tensor qkv4, int64_t position, bool backward);
   // qk_norm: the per-head RMSNorm of the q and k heads of qkv4 (kept input: a.qk_in), and its
   // backward in place on dqkv4 (the norm weights' gradients reduced over tp).
+  // A MoE block's MLP (model_layers.cpp): out = the experts' weighted outputs for the normed rows
+  // ln2; its backward leaves d(ln2) in dln.
+  void moe_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor ln2, kernels::Tensor out);
+  void moe_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor ln2,
+                    kernels::Tensor dout, kernels::Tensor dln);
+  bool moe_block(int local_layer) const { return config_.moe.layer(options_.stage.layer(local_layer)); }
   void qk_norm_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor qkv4);
   void qk_norm_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor dqkv4);
   size_t replicated_kv_grads(const BlockWeights& g, std::array<kernels::Tensor, 2>& out) const;
@@ -425,7 +440,8 @@ class Model {
   parallel::Comm* cp_ = nullptr;              // the context-parallel group (null at cp 1)
   std::unique_ptr<parallel::Comm> kv_group_;  // the tp ranks holding this rank's key/value head (replicated)
   bool llama_ = false;
-  bool sp_ = false;  // options.sequence_parallel with tp > 1
+  bool sp_ = false;       // options.sequence_parallel with tp > 1
+  float loss_scale_ = 1;  // the backward in progress's (the MoE auxiliary losses' gradients take it)
   int64_t seq_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_local_ = 0, vocab_begin_ = 0;
 
   std::vector<ModelParam> params_;

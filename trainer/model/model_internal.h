@@ -24,6 +24,8 @@ struct Model::Dims {
   int64_t kv_replicas = 1;
   bool sp = false;       // sequence parallelism: residual stream and norms on 1/tp of the token rows
   bool qk_norm = false;  // per-head RMSNorm of q and k (Qwen3)
+  // MoE blocks (model.moe): experts, picks per token, each expert's SwiGLU width on this rank.
+  int64_t experts = 0, top_k = 0, moe_ffn = 0;
 
   Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)
       : llama(m.family == ModelFamily::llama),
@@ -36,7 +38,10 @@ struct Model::Dims {
         vocab_local(m.padded_vocab() / tp_size),
         kv_replicas(m.kv_heads % tp_size == 0 ? 1 : tp_size / m.kv_heads),
         sp(o.sequence_parallel && tp_size > 1),
-        qk_norm(m.qk_norm) {}
+        qk_norm(m.qk_norm),
+        experts(m.moe.experts),
+        top_k(m.moe.enabled() ? m.moe.top_k : 0),
+        moe_ffn(m.moe.ffn_hidden / tp_size) {}
 };
 
 // Carves tensors out of one buffer, each 64-byte aligned: activations in the storage dtype
@@ -70,8 +75,11 @@ class Model::Arena {
 //   llama: ln1_w  qkv_w [(H + 2·KV)/tp·hd, d] (q_proj, k_proj, v_proj adjacent in the flat buffer)
 //          [qkv_b [(H + 2·KV)/tp·hd] (qkv_bias)]  [qn_w kn_w [hd] (qk_norm)]
 //          o_w  ln2_w  fc_w [2·f/tp, d] (gate_proj, up_proj adjacent)  out_w (down_proj)
+//   a MoE block (llama) has, in place of fc_w and out_w: router [E, d], experts_in [E, 2·f, d] (each
+//          expert's w1 and w3 adjacent), experts_out [E, d, f] (the w2s); f = model.moe.ffn_hidden
 struct Model::BlockWeights {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, qn_w, kn_w, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
+  Tensor router, experts_in, experts_out;
 };
 
 // Views of the embedding's and the head's parameters (or their gradients), those this stage
@@ -94,6 +102,13 @@ struct Model::LayerActs {
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fc;   // [N, f/tp] pre-GELU (gpt2) or [N, 2·f/tp] gate|up (llama)
   Tensor act;  // [N, f/tp] GELU or SwiGLU output
+  // A MoE block's, in place of fc and act (M = N·top_k assignment rows, in expert order after the
+  // permutation; the rows past the kept ones are zero):
+  Tensor probs, router_lse;                 // fp32 router softmax [N, E] and log-sum-exp [N]
+  Tensor route_expert, route_weight;        // [M] int32 picks, fp32 weights (token n's j-th at n·top_k + j)
+  Tensor route_order, route_pos;            // [M] int32: the permutation and its inverse (-1: dropped)
+  Tensor route_offsets, route_stats;        // [E + 1] int32 each expert's first row; fp32 [2E + 2] (moe_route_stats)
+  Tensor moe_in, moe_fc, moe_act, moe_out;  // [M, d] gathered input, [M, 2f] gate|up, [M, f] SwiGLU, [M, d]
 };
 
 // A split backward (options.split_backward): what the input-gradient half keeps of one block for
@@ -132,6 +147,8 @@ struct Model::Cache {
 struct Model::Work {
   LayerActs recompute;
   Tensor dres, dln, dqkv, datt, dfc, dact;
+  // A MoE block's: [M, d], [M, 2f], [M, f], fp32 [M] (the router weights').
+  Tensor moe_dd, moe_dfc, moe_dact, moe_dweight;
   Tensor rope;           // [max_positions, 2, hd/2] (llama)
   Tensor ce_scratch;     // [3·N] row maxima and the [Σ exp, target logit] sums (tp > 1)
   Tensor kv_grad_saved;  // [2·hd·d] the replicated k/v heads' gradient so far (kv_replicas > 1; with

@@ -25,8 +25,11 @@
 //    with a KV cache (generation) the block writes its keys and values to the cache and attends
 //    over it instead of over its own rows. Training passes position 0 and no cache, and runs
 //    exactly the ops it always did.
+#include <algorithm>
 #include <array>
+#include <cmath>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/model/model_internal.h"
@@ -40,6 +43,7 @@ namespace {
 
 // The first n rows of a [rows, cols] buffer.
 Tensor rows(const Tensor& t, int64_t n) {
+  if (!t.defined()) return Tensor{};  // a buffer this block does not have (a MoE block's dense MLP)
   const int64_t cols = t.shape[t.shape.rank() - 1];
   return t.flat(0, n * cols).view({n, cols});
 }
@@ -255,8 +259,15 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   row_parallel_out(mid, att, w.o_w);
   k::residual_forward(mid, x, mid, w.o_b);
 
-  // MLP sub-block: out = mid + down(activation(up(norm(mid)))).
+  // MLP sub-block: out = mid + down(activation(up(norm(mid)))); a MoE block's experts in its place.
   norm_into_tp_region(ln2, mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd);
+  if (moe_block(layer)) {
+    LT_CHECK(!recompute, "recomputation of a MoE block");  // resolve refuses it
+    const Tensor out = rows(x_out, nl);
+    moe_forward(w, a, ln2, out);
+    k::residual_forward(out, mid, out, Tensor{});
+    return;
+  }
   k::linear_forward(fc, ln2, w.fc_w, w.fc_b);
   if (llama_)
     k::swiglu_forward(act, fc);
@@ -305,15 +316,21 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   if (sp_) sp_grads(layer, true);
 
   // MLP sub-block; dres holds d(out).
-  row_parallel_out_backward(dact, g.out_w, g.out_b, dres, dfull, act, w.out_w, keep ? rows(keep->d_out, n) : Tensor{});
-  if (llama_)
-    k::swiglu_backward(dfc, dact, fc);
-  else
-    k::gelu_backward(dfc, dact, fc);
-  if (keep)
-    k::linear_backward_input(dln, dfc, w.fc_w);
-  else
-    k::linear_backward(dln, g.fc_w, g.fc_b, dfc, ln2, w.fc_w);
+  if (moe_block(layer)) {
+    LT_CHECK(!keep, "a split backward of a MoE block");  // resolve refuses it
+    moe_backward(w, g, a, ln2, dres, dln);
+  } else {
+    row_parallel_out_backward(dact, g.out_w, g.out_b, dres, dfull, act, w.out_w,
+                              keep ? rows(keep->d_out, n) : Tensor{});
+    if (llama_)
+      k::swiglu_backward(dfc, dact, fc);
+    else
+      k::gelu_backward(dfc, dact, fc);
+    if (keep)
+      k::linear_backward_input(dln, dfc, w.fc_w);
+    else
+      k::linear_backward(dln, g.fc_w, g.fc_b, dfc, ln2, w.fc_w);
+  }
   norm_into_tp_region_backward(dres, g.ln2_w, g.ln2_b, dln, mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, dres);
 
   // Attention sub-block; dres holds d(mid).
@@ -369,6 +386,53 @@ void Model::block_backward_weight(int layer, const LayerActs& a, const LayerGrad
   if (kv_group_) tpx::replicated_grads_begin(*kv_group_, kv_grads, work_->kv_grad_saved);
   k::linear_backward(Tensor{}, g.qkv_w, g.qkv_b, rows(kept.dqkv, n), rows(a.ln1, n), w.qkv_w);
   if (kv_group_) tpx::replicated_grads_end(*kv_group_, kv_grads, work_->kv_grad_saved);
+}
+
+// A MoE block's MLP on the n normed rows ln2 (model.moe; docs/model.md "Mixture of experts"): the
+// router (fp32) picks top_k experts per row, the plan sorts the picks by expert (stable: token order
+// within an expert; over capacity, the later picks drop), the gathered rows go through each expert's
+// SwiGLU as two grouped products, and the outputs come back weighted by the router. The
+// load-balancing and z losses are not computed here: their gradients join in moe_backward and their
+// values are read from the statistics (route_stats).
+void Model::moe_forward(const BlockWeights& w, LayerActs& a, Tensor ln2, Tensor out) {
+  const MoeConfig& moe = config_.moe;
+  const int64_t n = ln2.shape[0], m = n * moe.top_k;
+  // Capacity per expert (Megatron-Core's): ⌈factor · n · top_k / experts⌉; 0 = dropless.
+  const int64_t capacity =
+      moe.capacity_factor > 0
+          ? std::max<int64_t>(1, int64_t(std::ceil(moe.capacity_factor * double(m) / double(moe.experts))))
+          : 0;
+  const Tensor probs = rows(a.probs, n), lse = first(a.router_lse, n), expert = first(a.route_expert, m);
+  const Tensor weight = first(a.route_weight, m), order = first(a.route_order, m), pos = first(a.route_pos, m);
+  k::moe_router_forward(probs, lse, expert, weight, ln2, w.router, moe.top_k, moe.renormalize);
+  k::moe_route_plan(order, pos, a.route_offsets, expert, moe.experts, capacity);
+  k::moe_route_stats(a.route_stats, probs, lse, expert, a.route_offsets);
+  const Tensor in = rows(a.moe_in, m), fc = rows(a.moe_fc, m), act = rows(a.moe_act, m), y = rows(a.moe_out, m);
+  k::moe_gather_forward(in, ln2, order, moe.top_k);
+  k::grouped_linear_forward(fc, in, w.experts_in, a.route_offsets);
+  k::swiglu_forward(act, fc);
+  k::grouped_linear_forward(y, act, w.experts_out, a.route_offsets);
+  k::moe_combine_forward(out, y, weight, pos);
+}
+
+// Its backward from dout = d(out): the experts' and the router's weight gradients, and d(ln2) in dln
+// (the experts' share, then the router's added). The router's gradient carries the auxiliary
+// losses' too, scaled like the main loss (loss_scale_).
+void Model::moe_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, Tensor ln2, Tensor dout,
+                         Tensor dln) {
+  const MoeConfig& moe = config_.moe;
+  const int64_t n = ln2.shape[0], m = n * moe.top_k;
+  Work& wk = *work_;
+  const Tensor pos = first(a.route_pos, m), dweight = first(wk.moe_dweight, m);
+  const Tensor dd = rows(wk.moe_dd, m), dfc = rows(wk.moe_dfc, m), dact = rows(wk.moe_dact, m);
+  k::moe_combine_backward(dd, dweight, dout, rows(a.moe_out, m), first(a.route_weight, m), pos);
+  k::grouped_linear_backward(dact, g.experts_out, dd, rows(a.moe_act, m), w.experts_out, a.route_offsets);
+  k::swiglu_backward(dfc, dact, rows(a.moe_fc, m));
+  k::grouped_linear_backward(dd, g.experts_in, dfc, rows(a.moe_in, m), w.experts_in, a.route_offsets);
+  k::moe_gather_backward(dln, dd, pos);
+  k::moe_router_backward(dln, g.router, dweight, rows(a.probs, n), first(a.router_lse, n), first(a.route_expert, m),
+                         a.route_stats, ln2, w.router, moe.top_k, moe.renormalize, float(moe.aux_loss),
+                         float(moe.z_loss), loss_scale_);
 }
 
 void Model::head_forward(Slot& s) {

@@ -13,8 +13,26 @@ int64_t ParamSpec::numel() const {
 namespace {
 
 void add(std::vector<ParamSpec>& out, ParamRole role, std::string name, std::vector<int64_t> shape, int split,
-         bool decay, ParamInit init, ParamPlace place, int layer = -1) {
-  out.push_back({std::move(name), std::move(shape), split, decay, init, place, layer, role});
+         bool decay, ParamInit init, ParamPlace place, int layer = -1, int expert = -1) {
+  out.push_back({std::move(name), std::move(shape), split, decay, init, place, layer, role, expert});
+}
+
+// Layer i's MoE block (Mixtral's names; the order model_spec.h gives). The experts' matrices split
+// over tp like the dense MLP's.
+void moe_specs(const ModelConfig& m, int i, std::vector<ParamSpec>& out) {
+  const int64_t d = m.hidden, f = m.moe.ffn_hidden;
+  auto p = [&](const std::string& s) { return fmt::format("model.layers.{}.block_sparse_moe.{}", i, s); };
+  add(out, ParamRole::moe_router_weight, p("gate.weight"), {m.moe.experts, d}, -1, true, ParamInit::normal,
+      ParamPlace::block, i);
+  for (int e = 0; e < m.moe.experts; ++e) {
+    add(out, ParamRole::moe_gate_weight, p(fmt::format("experts.{}.w1.weight", e)), {f, d}, 0, true, ParamInit::normal,
+        ParamPlace::block, i, e);
+    add(out, ParamRole::moe_up_weight, p(fmt::format("experts.{}.w3.weight", e)), {f, d}, 0, true, ParamInit::normal,
+        ParamPlace::block, i, e);
+  }
+  for (int e = 0; e < m.moe.experts; ++e)
+    add(out, ParamRole::moe_down_weight, p(fmt::format("experts.{}.w2.weight", e)), {d, f}, 1, true,
+        ParamInit::normal_residual, ParamPlace::block, i, e);
 }
 
 void gpt2_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
@@ -79,6 +97,10 @@ void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
         ParamPlace::block, i);
     add(out, ParamRole::mlp_norm_weight, p("post_attention_layernorm.weight"), {d}, -1, false, ParamInit::ones,
         ParamPlace::block, i);
+    if (m.moe.layer(i)) {
+      moe_specs(m, i, out);
+      continue;
+    }
     add(out, ParamRole::mlp_gate_weight, p("mlp.gate_proj.weight"), {f, d}, 0, true, ParamInit::normal,
         ParamPlace::block, i);
     add(out, ParamRole::mlp_up_weight, p("mlp.up_proj.weight"), {f, d}, 0, true, ParamInit::normal, ParamPlace::block,
@@ -108,6 +130,23 @@ int64_t count_parameters(const ModelConfig& model) {
   return n;
 }
 
+namespace {
+
+// The experts a token does not visit: (experts − top_k) of every MoE block's.
+int64_t inactive_expert_parameters(const ModelConfig& model) {
+  if (!model.moe.enabled()) return 0;
+  int64_t n = 0;
+  for (const auto& p : model_param_specs(model))
+    if (p.expert >= 0) n += p.numel();
+  return n / model.moe.experts * (model.moe.experts - model.moe.top_k);
+}
+
+}  // namespace
+
+int64_t count_active_parameters(const ModelConfig& model) {
+  return count_parameters(model) - inactive_expert_parameters(model);
+}
+
 int64_t count_matmul_parameters(const ModelConfig& model) {
   int64_t n = 0;
   for (const auto& p : model_param_specs(model)) {
@@ -115,7 +154,7 @@ int64_t count_matmul_parameters(const ModelConfig& model) {
         p.role == ParamRole::position_embedding || (p.role == ParamRole::token_embedding && !model.tie_embeddings);
     if (!lookup_only) n += p.numel();
   }
-  return n;
+  return n - inactive_expert_parameters(model);
 }
 
 double training_flops_per_token(const ModelConfig& model) {

@@ -63,6 +63,15 @@ enum class ParamRole {
   final_norm_weight,   // transformer.ln_f / model.norm
   final_norm_bias,     // transformer.ln_f (GPT-2)
   output_weight,       // the LM head's matrix (untied only; tied models use the token embedding)
+  // A MoE block (model.moe) in place of the MLP, Mixtral's names: block_sparse_moe.gate is the router
+  // [experts, d]; expert e's w1 (gate), w3 (up) [moe ffn, d] and w2 (down) [d, moe ffn]. The flat
+  // buffer holds the router, then every expert's w1 and w3 (adjacent per expert), then every w2, so
+  // the experts' gate|up weights form one [experts, 2·ffn, d] tensor and the down weights one
+  // [experts, d, ffn] (the grouped expert product's operands).
+  moe_router_weight,
+  moe_gate_weight,
+  moe_up_weight,
+  moe_down_weight,
 };
 
 struct ParamSpec {
@@ -74,6 +83,7 @@ struct ParamSpec {
   ParamPlace place = ParamPlace::block;
   int layer = -1;  // block index for ParamPlace::block
   ParamRole role = ParamRole::token_embedding;
+  int expert = -1;  // the expert's global index (moe_gate/up/down_weight), else -1
 
   int64_t numel() const;
 };
@@ -81,11 +91,14 @@ struct ParamSpec {
 std::vector<ParamSpec> model_param_specs(const ModelConfig& model);
 
 int64_t count_parameters(const ModelConfig& model);
+// The parameters one token's forward pass uses: all of them for a dense model; with MoE blocks only
+// top_k of each block's experts (the router counts).
+int64_t count_active_parameters(const ModelConfig& model);
 // Parameters that take part in matrix multiplies: everything except the input embedding
 // lookups (token embedding when untied, position embedding). The "N" of 6N.
 int64_t count_matmul_parameters(const ModelConfig& model);
 // Training FLOPs per token: 6·N + 12·L·d·T (forward + backward, attention included;
-// docs/metrics.md explains the formula).
+// docs/metrics.md explains the formula), N counting only the active experts of MoE blocks.
 double training_flops_per_token(const ModelConfig& model);
 
 }  // namespace llmtrain::trainer

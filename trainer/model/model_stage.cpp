@@ -118,6 +118,16 @@ Tensor Model::loss(int slot) const {
   return slot_at(slot, options_.stage.chunks - 1).loss;
 }
 
+std::vector<Model::MoeRouteStats> Model::moe_route_stats(int slot, int chunk) const {
+  const Slot& s = slot_at(slot, chunk);
+  const int layers = options_.stage.chunk_blocks(), first = chunk * layers;
+  std::vector<MoeRouteStats> out;
+  for (int l = 0; l < layers; ++l)
+    if (moe_block(first + l))
+      out.push_back({options_.stage.layer(first + l), s.layers[size_t(l)].route_stats, int64_t(s.batch) * s.seq});
+  return out;
+}
+
 Tensor Model::stage_output(int slot, int chunk) const {
   const Slot& s = slot_at(slot, chunk);
   const int64_t n = int64_t(s.batch) * s.seq;
@@ -127,6 +137,7 @@ Tensor Model::stage_output(int slot, int chunk) const {
 
 void Model::stage_backward(int slot, Tensor grad_output, float loss_scale, int chunk) {
   Slot& s = slot_at(slot, chunk);
+  loss_scale_ = loss_scale;
   const StageLayout& st = options_.stage;
   const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
   Work& w = *work_;
@@ -198,6 +209,7 @@ void Model::keep_input_grad(const Slot& s) {
 void Model::stage_backward_input(int slot, Tensor grad_output, float loss_scale, int chunk) {
   LT_CHECK(options_.split_backward, "stage_backward_input on a model built without split_backward");
   Slot& s = slot_at(slot, chunk);
+  loss_scale_ = loss_scale;
   const StageLayout& st = options_.stage;
   const bool embedding = st.has_embedding && chunk == 0, head = st.has_head && chunk == st.chunks - 1;
   if (head) {

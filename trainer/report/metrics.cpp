@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -79,7 +80,43 @@ void MetricsLog::write(const StepMetrics& m) {
   j["t_checkpoint_ms"] = 1e3 * t.checkpoint;
   if (m.slowest_vs_median > 0) j["slowest_vs_median"] = m.slowest_vs_median;
   if (!m.stragglers.empty()) j["stragglers"] = m.stragglers;
+  // MoE blocks: flat fields per block (moe_l<layer>_<what>, so `llmtrain plot --metric` draws any of
+  // them) and the sums over blocks.
+  if (!m.moe.empty()) {
+    double aux = 0, z = 0, dropped = 0;
+    for (const MoeLayerStats& l : m.moe) {
+      const std::string p = fmt::format("moe_l{}_", l.layer);
+      j[p + "tokens_min"] = l.tokens_min();
+      j[p + "tokens_max"] = l.tokens_max();
+      j[p + "tokens_cv"] = number(l.tokens_cv());
+      j[p + "dropped"] = l.dropped;
+      j[p + "aux_loss"] = number(l.aux_loss);
+      j[p + "z_loss"] = number(l.z_loss);
+      aux += l.aux_loss, z += l.z_loss, dropped += l.dropped;
+    }
+    j["moe_aux_loss"] = number(aux);
+    j["moe_z_loss"] = number(z);
+    j["moe_dropped"] = dropped;
+  }
   append(j);
+}
+
+double MoeLayerStats::tokens_min() const {
+  return tokens.empty() ? 0 : *std::min_element(tokens.begin(), tokens.end());
+}
+
+double MoeLayerStats::tokens_max() const {
+  return tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+}
+
+double MoeLayerStats::tokens_cv() const {
+  if (tokens.empty()) return 0;
+  double sum = 0, sq = 0;
+  for (double t : tokens) sum += t;
+  const double mean = sum / double(tokens.size());
+  if (!(mean > 0)) return 0;
+  for (double t : tokens) sq += (t - mean) * (t - mean);
+  return std::sqrt(sq / double(tokens.size())) / mean;
 }
 
 void MetricsLog::write(const EvalMetrics& m) {

@@ -26,6 +26,22 @@ struct PhaseTimes {
   PhaseTimes& operator+=(const PhaseTimes& o);
 };
 
+// One MoE block's routing over a step (docs/metrics.md, "Mixture of experts"): the top-k picks each
+// expert received (summed over the step's micro-batches and the data-parallel ranks, before any
+// capacity drop), the picks dropped over capacity, and the auxiliary losses (each the mean over
+// micro-batches and data-parallel ranks of the per-micro-batch value, without its coefficient's
+// scaling undone: what joined the objective).
+struct MoeLayerStats {
+  int layer = 0;
+  std::vector<double> tokens;  // per expert
+  double dropped = 0;
+  double aux_loss = 0, z_loss = 0;
+
+  double tokens_min() const;
+  double tokens_max() const;
+  double tokens_cv() const;  // coefficient of variation: standard deviation / mean (0: balanced)
+};
+
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps completed, 1-based
   int64_t steps_total = 0;
@@ -38,12 +54,13 @@ struct StepMetrics {
   double eta_s = 0;
   int64_t tokens = 0;  // tokens consumed since step 0
   int64_t skipped_steps = 0;
-  double loss_scale = 0;         // fp16: the loss scale of the step (0 without loss scaling: not written)
-  double comm_exposed = -1;      // data parallelism: share of step time waiting for gradient all-reduces
-                                 // that backward did not hide (-1 without data parallelism)
-  PhaseTimes per_step;           // seconds per step in each phase, over the steps since the last record
-  std::vector<int> stragglers;   // world ranks whose compute time exceeded log.straggler_factor × median
-  double slowest_vs_median = 0;  // the slowest rank's compute time over the median (several ranks)
+  double loss_scale = 0;           // fp16: the loss scale of the step (0 without loss scaling: not written)
+  double comm_exposed = -1;        // data parallelism: share of step time waiting for gradient all-reduces
+                                   // that backward did not hide (-1 without data parallelism)
+  PhaseTimes per_step;             // seconds per step in each phase, over the steps since the last record
+  std::vector<int> stragglers;     // world ranks whose compute time exceeded log.straggler_factor × median
+  double slowest_vs_median = 0;    // the slowest rank's compute time over the median (several ranks)
+  std::vector<MoeLayerStats> moe;  // the logged step's, per MoE block (empty for a dense model)
 };
 
 struct EvalMetrics {

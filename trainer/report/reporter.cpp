@@ -70,6 +70,7 @@ void Reporter::step_done(int64_t step, const StepOutcome& outcome, const paralle
       sm.loss = loss_count_ ? loss_sum_ / double(loss_count_) : double(outcome.loss);
       sm.lr = outcome.lr;
       sm.grad_norm = outcome.grad_norm;
+      sm.moe = outcome.moe;
       sm.tokens_per_s = double(interval_steps_ * tokens_per_step_) / interval;
       sm.mfu = flops_per_token_ * sm.tokens_per_s / peak_flops_;
       sm.elapsed_s = t - start_s_;

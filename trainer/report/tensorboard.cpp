@@ -198,6 +198,15 @@ void tensorboard_write_step(TensorBoardWriter& tb, const StepMetrics& m, const M
   scalar("time/grad_sync_ms", 1e3 * p.grad_sync);
   scalar("time/optimizer_ms", 1e3 * p.optimizer);
   scalar("time/checkpoint_ms", 1e3 * p.checkpoint);
+  for (const MoeLayerStats& l : m.moe) {
+    const std::string tag = fmt::format("moe/layer_{}/", l.layer);
+    scalar(tag + "tokens_min", l.tokens_min());
+    scalar(tag + "tokens_max", l.tokens_max());
+    scalar(tag + "tokens_cv", l.tokens_cv());
+    scalar(tag + "dropped", l.dropped);
+    scalar(tag + "aux_loss", l.aux_loss);
+    scalar(tag + "z_loss", l.z_loss);
+  }
   tb.flush();
 }
 

@@ -79,6 +79,66 @@ TEST_F(TrainStepTest, ZeroBubbleStagesTakeTheStepsOfOneRank) {
                           Layout{2, 2, 1, PipelineSchedule::zero_bubble, {}}});
 }
 
+// MoE blocks (a dense first layer, then 4 experts, top 2) at pp 2 with 1F1B, interleaved pp 2 × 2
+// chunks, and pp 2 × dp 2 with ZeRO 1 take the steps of one rank; every rank reports every block's
+// routing, the same numbers as one rank.
+TEST_F(TrainStepTest, MoeStagesTakeTheStepsOfOneRank) {
+  recipe_.model.layers = 4;
+  recipe_.model.moe = {.experts = 4, .top_k = 2, .ffn_hidden = 32, .first_dense = 1, .aux_loss = 0.1, .z_loss = 0.01};
+  check_pipeline_layouts({Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}},
+                          Layout{2, 1, 0, PipelineSchedule::interleaved, {}, 2},
+                          Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}});
+}
+
+// A step's MoE routing: each block's picks add up to the step's tokens × top_k, the auxiliary losses
+// are in their ranges, nothing drops without a capacity; a capacity drops, and dp 2 reports the same
+// as one rank. The memory plan is what a MoE
+// rank allocates.
+TEST_F(TrainStepTest, MoeRoutingIsInTheStepOutcome) {
+  recipe_.model.layers = 3;
+  recipe_.model.moe = {.experts = 4, .top_k = 2, .ffn_hidden = 32, .every = 2, .aux_loss = 0.1, .z_loss = 0.01};
+  recipe_.parallel.dp = 1;
+  const MemoryAccount plan = memory_plan(recipe_, test_layout(recipe_), {0, 0, 0});
+  Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+  const StepOutcome o = one.step->run(0, 0);
+  const MemoryAccount got = memory_measured(kernels::Device::cpu, false);
+  EXPECT_EQ(got.activations, plan.activations);
+  EXPECT_EQ(got.parameters, plan.parameters);
+  ASSERT_EQ(o.moe.size(), 2u);  // layers 0 and 2
+  EXPECT_EQ(o.moe[0].layer, 0);
+  EXPECT_EQ(o.moe[1].layer, 2);
+  const double picks = double(recipe_.train.global_batch) * recipe_.model.seq_len * 2;
+  for (const MoeLayerStats& l : o.moe) {
+    ASSERT_EQ(l.tokens.size(), 4u);
+    EXPECT_EQ(l.tokens[0] + l.tokens[1] + l.tokens[2] + l.tokens[3], picks);
+    EXPECT_EQ(l.dropped, 0);
+    // aux = coef · E · Σ f·P with f and P on the simplex: in (0, coef · E].
+    EXPECT_GT(l.aux_loss, 0);
+    EXPECT_LE(l.aux_loss, 0.1 * 4);
+    EXPECT_GT(l.z_loss, 0);
+  }
+  recipe_.model.moe.capacity_factor = 0.5;
+  Rank capped(recipe_, prefix_, parallel::make_local_comm(), 1);
+  const StepOutcome c = capped.step->run(0, 0);
+  for (const MoeLayerStats& l : c.moe) EXPECT_GT(l.dropped, 0) << "layer " << l.layer;
+  Recipe r2 = recipe_;
+  r2.parallel.dp = 2;
+  std::vector<StepOutcome> got2(2);
+  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+    Rank me(r2, prefix_, world.split(0, world.rank(), "world"), 2);
+    got2[size_t(world.rank())] = me.step->run(0, 0);
+  });
+  for (const StepOutcome& g : got2) {
+    ASSERT_EQ(g.moe.size(), c.moe.size());
+    for (size_t i = 0; i < c.moe.size(); ++i) {
+      EXPECT_EQ(g.moe[i].tokens, c.moe[i].tokens);
+      EXPECT_EQ(g.moe[i].dropped, c.moe[i].dropped);
+      EXPECT_NEAR(g.moe[i].aux_loss, c.moe[i].aux_loss, 1e-6 * c.moe[i].aux_loss);
+      EXPECT_NEAR(g.moe[i].z_loss, c.moe[i].z_loss, 1e-6 * c.moe[i].z_loss);
+    }
+  }
+}
+
 void TrainStepTest::check_pipeline_layouts(const std::vector<Layout>& layouts) {
   recipe_.parallel.dp = 1;
   Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);

@@ -77,6 +77,15 @@ int main(int argc, char** argv) try {
                                                    : RopeScalingType::none;
   m.rope_scaling.factor = std::stod(get("rope-factor", "1"));
   m.rope_scaling.original_max_positions = std::stoi(get("rope-original", "8192"));
+  m.moe.experts = std::stoi(get("moe-experts", "0"));
+  m.moe.top_k = std::stoi(get("moe-top-k", "2"));
+  m.moe.ffn_hidden = std::stoi(get("moe-ffn", std::to_string(m.ffn_hidden).c_str()));
+  m.moe.every = std::stoi(get("moe-every", "1"));
+  m.moe.first_dense = std::stoi(get("moe-first-dense", "0"));
+  m.moe.renormalize = get("moe-renormalize", "1") == "1";
+  m.moe.aux_loss = std::stod(get("moe-aux", "0.01"));
+  m.moe.z_loss = std::stod(get("moe-z", "0.001"));
+  m.moe.capacity_factor = std::stod(get("moe-capacity", "0"));
   const int batch = std::stoi(get("batch", "2")), steps = std::stoi(get("steps", "20"));
   const int accum = std::stoi(get("accum", "1"));
   const double ignore = std::stod(get("ignore", "0"));
@@ -121,6 +130,16 @@ int main(int argc, char** argv) try {
                           {"low_freq_factor", m.rope_scaling.low_freq_factor},
                           {"high_freq_factor", m.rope_scaling.high_freq_factor},
                           {"original_max_positions", m.rope_scaling.original_max_positions}}},
+                        {"moe", m.moe.enabled() ? nlohmann::json{{"experts", m.moe.experts},
+                                                                 {"top_k", m.moe.top_k},
+                                                                 {"ffn_hidden", m.moe.ffn_hidden},
+                                                                 {"every", m.moe.every},
+                                                                 {"first_dense", m.moe.first_dense},
+                                                                 {"renormalize", m.moe.renormalize},
+                                                                 {"aux_loss", m.moe.aux_loss},
+                                                                 {"z_loss", m.moe.z_loss},
+                                                                 {"capacity_factor", m.moe.capacity_factor}}
+                                                : nlohmann::json(nullptr)},
                         {"batch", batch},
                         {"steps", steps},
                         {"accum", accum},

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Mixture of experts under real `mpirun`: a llama model with MoE blocks (a dense first layer, then 4
+# experts, top 2, dropless) trains to the one-rank run's losses and parameters at dp 2 (ZeRO 0, 1
+# and 3) and pp 2; with a capacity factor that drops picks, dp 2 drops the same ones (the same
+# losses); a checkpoint written at dp 2 with ZeRO 1 resumes at one rank on the same trajectory;
+# --dry-run reports the active parameters; layouts not built yet are refused by name.
+source "$(dirname "$0")/lib.sh"
+source "$SRC/tests/parallel/mpi_env.sh"
+use_python
+prep_fortunes
+
+cat >r.yaml <<'YAML'
+name: moe
+model:
+  family: llama
+  layers: 4
+  hidden: 64
+  heads: 4
+  kv_heads: 2
+  seq_len: 32
+  moe: {experts: 4, top_k: 2, ffn_hidden: 64, first_dense: 1, aux_loss: 0.05, z_loss: 0.005}
+data: {tokenizer: byte, train: data/train, valid: data/valid}
+train: {steps: 10, micro_batch: 2, global_batch: 8, seed: 7, threads: 1, grad_clip: 1.0}
+optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 3}
+checkpoint: {every: 5, keep: 5}
+eval: {every: 5, batches: 1}
+log: {every: 1}
+YAML
+
+# compare A B [FIRST]: losses and validation losses per step within 1e-5 (relative) from step FIRST,
+# and the final parameters (assembled from the checkpoints' slices) within ||a-b||/||b|| <= 1e-5.
+compare() {
+  $PY "$SRC/tests/e2e/compare_runs.py" "$1" "$2" --first "${3:-1}" --last 10 --val
+}
+
+run_cmd dry-run "$LLMTRAIN" run r.yaml --dry-run
+expect_status 0
+expect_out "moe: 3 of 4 layers, 4 experts (ffn 64), top 2, dropless; active parameters per token"
+
+run_cmd one mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=one
+expect_status 0
+for cfg in "dp2 2 --set parallel.zero=0" "z1-dp2 2 --set parallel.zero=1" \
+  "z3-dp2 2 --set parallel.zero=3 --set parallel.bucket_mb=0.05" "pp2 2 --set parallel.pp=2"; do
+  set -- $cfg
+  name=$1 n=$2
+  shift 2
+  run_cmd $name mpi_run 180 $n "$LLMTRAIN" run r.yaml --set log.dir=$name "$@"
+  expect_status 0
+  out=$(compare $name one 2>&1) && pass "$name matches one rank: $out" || fail "$name differs from one rank: $out"
+done
+
+# A capacity of ⌈1.0 · 64 tokens · 2 / 4⌉ = 32 picks per expert and micro-batch drops the picks an
+# expert gets beyond it: each micro-batch drops the same picks at dp 2 as at one rank.
+for n in 1 2; do
+  run_cmd cap$n mpi_run 180 $n "$LLMTRAIN" run r.yaml --set log.dir=cap$n --set model.moe.capacity_factor=1.0
+  expect_status 0
+done
+out=$(compare cap2 cap1 2>&1) && pass "capacity factor: dp 2 matches one rank: $out" || fail "capacity: $out"
+# The routing metrics: the same per step at dp 2 as at one rank (picks and drops exactly, the
+# auxiliary losses to rounding); picks per expert add up to tokens × top_k; drops only with a capacity.
+out=$($PY - one dp2 cap1 cap2 <<'PY' 2>&1
+import json, sys
+def records(run):
+    return {r["step"]: r for r in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in r}
+one, dp2, cap1, cap2 = (records(r) for r in sys.argv[1:])
+layers = (1, 2, 3)
+for s, r in one.items():
+    for l in layers:
+        p = f"moe_l{l}_"
+        assert r[p + "tokens_min"] <= 8 * 32 * 2 / 4 <= r[p + "tokens_max"], (s, l, r)
+        assert r[p + "dropped"] == 0, (s, l)
+        assert r[p + "aux_loss"] > 0 and r[p + "z_loss"] > 0, (s, l)
+        for k in ("tokens_min", "tokens_max", "dropped"):
+            assert dp2[s][p + k] == r[p + k], (s, l, k, dp2[s][p + k], r[p + k])
+        for k in ("aux_loss", "z_loss", "tokens_cv"):
+            assert abs(dp2[s][p + k] - r[p + k]) <= 1e-5 * abs(r[p + k]), (s, l, k)
+    assert "moe_l0_tokens_min" not in r  # layer 0 is dense
+dropped = sum(r["moe_dropped"] for r in cap1.values())
+assert dropped > 0, "a capacity factor of 1.0 dropped nothing"
+assert all(cap2[s]["moe_dropped"] == r["moe_dropped"] for s, r in cap1.items()), "dp 2 dropped other picks"
+print(f"{len(one)} steps; layer 1 picks per expert {one[10]['moe_l1_tokens_min']:.0f}..{one[10]['moe_l1_tokens_max']:.0f} "
+      f"at step 10; {dropped:.0f} picks dropped over 10 steps at capacity 1.0, the same at dp 2")
+PY
+) && pass "MoE metrics: $out" || fail "MoE metrics: $out"
+out=$(compare cap1 one 2>&1) && fail "capacity factor 1.0 changed nothing: $out" ||
+  pass "capacity factor 1.0 drops picks (the run differs from the dropless one)"
+
+# A checkpoint written at dp 2 with ZeRO 1 resumes at one rank and continues its trajectory.
+mkdir -p resume1/ckpt
+cp -r z1-dp2/ckpt/step_00000005 resume1/ckpt/
+echo step_00000005 >resume1/ckpt/latest
+cp z1-dp2/metrics.jsonl resume1/
+run_cmd resume1 mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=resume1
+expect_status 0
+expect_out "at step 5"
+out=$(compare resume1 z1-dp2 6 2>&1) && pass "dp 2 checkpoint resumed at one rank: $out" ||
+  fail "dp 2 checkpoint resumed at one rank diverges: $out"
+
+# Layouts not built yet are refused before any rank starts, by name.
+for refused in "parallel.tp=2|model.moe with parallel.tp 2" "parallel.ep=2|parallel.ep 2 (expert parallelism)" \
+  "train.activation_checkpointing=full|model.moe with train.activation_checkpointing: full"; do
+  set="${refused%%|*}" says="${refused#*|}"
+  run_cmd "refuse-${set%%=*}" "$LLMTRAIN" run r.yaml --nproc 2 --set "$set" --set log.dir=refused
+  [[ $status != 0 ]] && pass "refused: exit $status" || fail "$set was not refused"
+  [[ ! -e refused/metrics.jsonl ]] && pass "no rank trained" || fail "$set: a rank trained"
+  expect_out "not supported yet: $says"
+done
+finish
