@@ -361,7 +361,7 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
   // Mixture of experts: built so far for one tensor-parallel rank, without context or expert
-  // parallelism, with every activation kept, on the CPU.
+  // parallelism, with every activation kept.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {
     if (p.ep > 1) out.push_back({NotYet::moe_layout, fmt::format("parallel.ep {} (expert parallelism)", p.ep)});
@@ -372,10 +372,6 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                                                      to_string(r.train.activation_checkpointing))});
     if (p.pp > 1 && p.pp_schedule == PipelineSchedule::zero_bubble)
       out.push_back({NotYet::moe_layout, "model.moe with parallel.pp_schedule: zero_bubble"});
-    if (r.train.device == DeviceKind::cuda)
-      out.push_back({NotYet::moe_layout,
-                     "model.moe with train.device: cuda (the MoE ops run on the device; the "
-                     "model's MoE blocks are verified on the CPU only so far)"});
   }
   // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
   if (p.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)

@@ -12,7 +12,8 @@
 #     LLMTRAIN_SIM_DEVICES=2 take cuda:0 and cuda:1; on one device they are refused before they
 #     start, naming both counts, unless launch.share_devices; a malformed count is an error.
 #  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, llama3
-#     RoPE) on cuda take the CPU's 2 fp32 steps.
+#     RoPE) on cuda take the CPU's 2 fp32 steps;
+#  6. MoE blocks on cuda take the CPU's 2 fp32 steps.
 # Multi-rank training on cuda: tests/e2e/cuda_layouts_sim.sh.
 source "$(dirname "$0")/lib.sh"
 use_python
@@ -86,4 +87,14 @@ for d in cpu cuda; do
 done
 compare "qkv_bias, qk_norm, head_dim, sliding_window and llama3 RoPE: cuda takes the cpu's 2 steps" \
   variants-cuda variants-cpu --last 2 --tol 1e-5
+# 6. MoE blocks on cuda (the router, plan, stats, gather, grouped products and combine kernels, the
+#    routing statistics in the step's one read): 2 fp32 steps take the CPU's (the kernels' capacity
+#    drops are checked in the op harness on the simulated device).
+moe=(--set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_hidden=128 --set model.moe.first_dense=1
+  --set train.steps=2 --set checkpoint.resume=none --set checkpoint.every=2)
+for d in cpu cuda; do
+  run_cmd "moe on $d" train moe-$d --set train.device=$d "${moe[@]}"
+  expect_status 0
+done
+compare "MoE blocks: cuda takes the cpu's 2 steps" moe-cuda moe-cpu --last 2 --tol 1e-5
 finish

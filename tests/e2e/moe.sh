@@ -2,8 +2,9 @@
 # Mixture of experts under real `mpirun`: a llama model with MoE blocks (a dense first layer, then 4
 # experts, top 2, dropless) trains to the one-rank run's losses and parameters at dp 2 (ZeRO 0, 1
 # and 3) and pp 2; with a capacity factor that drops picks, dp 2 drops the same ones (the same
-# losses); a checkpoint written at dp 2 with ZeRO 1 resumes at one rank on the same trajectory;
-# --dry-run reports the active parameters; layouts not built yet are refused by name.
+# losses and routing metrics, which `llmtrain plot` draws); a checkpoint written at dp 2 with ZeRO 1
+# resumes at one rank on the same trajectory; --dry-run reports the active parameters; layouts not
+# built yet are refused by name.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 use_python
@@ -84,6 +85,11 @@ PY
 ) && pass "MoE metrics: $out" || fail "MoE metrics: $out"
 out=$(compare cap1 one 2>&1) && fail "capacity factor 1.0 changed nothing: $out" ||
   pass "capacity factor 1.0 drops picks (the run differs from the dropless one)"
+
+# `llmtrain plot` draws the routing fields like any other.
+run_cmd plot "$LLMTRAIN" plot one cap1 --metric moe_l1_tokens_cv,moe_l2_dropped,moe_aux_loss -o moe.svg
+expect_status 0
+[[ -s moe.svg ]] && pass "moe.svg drawn" || fail "no moe.svg"
 
 # A checkpoint written at dp 2 with ZeRO 1 resumes at one rank and continues its trajectory.
 mkdir -p resume1/ckpt
