@@ -215,6 +215,9 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     if (m.ffn_hidden % p.tp != 0)
       problem("parallel.tp", fmt::format("model.ffn_hidden {} is not divisible by tp {}", m.ffn_hidden, p.tp),
               "choose tp dividing ffn_hidden, or change ffn_hidden");
+    if (m.moe.enabled() && m.moe.ffn_hidden % p.tp != 0)
+      problem("parallel.tp", fmt::format("model.moe.ffn_hidden {} is not divisible by tp {}", m.moe.ffn_hidden, p.tp),
+              "each expert's width is split over tp like the dense MLP's: choose tp dividing model.moe.ffn_hidden");
     if (m.padded_vocab() % p.tp != 0)
       problem("parallel.tp",
               fmt::format("padded vocabulary {} (vocab {} rounded up to vocab_pad {}) is not divisible by tp {}",
@@ -360,12 +363,11 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
-  // Mixture of experts: built so far for one tensor-parallel rank, without context or expert
-  // parallelism, with every activation kept.
+  // Mixture of experts: built so far without context or expert parallelism, with every activation
+  // kept.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {
     if (p.ep > 1) out.push_back({NotYet::moe_layout, fmt::format("parallel.ep {} (expert parallelism)", p.ep)});
-    if (p.tp > 1) out.push_back({NotYet::moe_layout, fmt::format("model.moe with parallel.tp {}", p.tp)});
     if (p.cp > 1) out.push_back({NotYet::moe_layout, fmt::format("model.moe with parallel.cp {}", p.cp)});
     if (r.train.activation_checkpointing != ActivationCheckpointing::none)
       out.push_back({NotYet::moe_layout, fmt::format("model.moe with train.activation_checkpointing: {}",

@@ -369,8 +369,8 @@ TEST(UnsupportedFeatures, SlidingWindowWithContextParallelism) {
   EXPECT_NE(refused[0].find("model.sliding_window 16"), std::string::npos) << refused[0];
 }
 
-// MoE blocks train at one tp rank without cp or ep, every activation kept, under dp, pp (not zero
-// bubble) and ZeRO, on either device; each other layout is refused by name.
+// MoE blocks train without cp or ep, every activation kept, under tp (with sequence parallelism), dp,
+// pp (not zero bubble) and ZeRO, on either device; each other layout is refused by name.
 TEST(UnsupportedFeatures, MixtureOfExpertsLayouts) {
   Recipe r;
   r.model.family = ModelFamily::llama;
@@ -378,11 +378,12 @@ TEST(UnsupportedFeatures, MixtureOfExpertsLayouts) {
   r.parallel.dp = 2, r.parallel.pp = 2, r.parallel.zero = 1;
   EXPECT_TRUE(describe(unsupported_features(r)).empty());
   r.train.device = DeviceKind::cuda;
+  r.parallel.tp = 2, r.parallel.sequence_parallel = true;
   EXPECT_TRUE(describe(unsupported_features(r)).empty());
   r.train.device = DeviceKind::cpu;
+  r.parallel.tp = 1, r.parallel.sequence_parallel = false;
   const std::vector<std::pair<std::function<void(Recipe&)>, std::string>> refused = {
       {[](Recipe& x) { x.parallel.ep = 2; }, "parallel.ep 2"},
-      {[](Recipe& x) { x.parallel.tp = 2; }, "model.moe with parallel.tp 2"},
       {[](Recipe& x) { x.parallel.cp = 2; }, "model.moe with parallel.cp 2"},
       {[](Recipe& x) { x.train.activation_checkpointing = ActivationCheckpointing::selective; },
        "train.activation_checkpointing: selective"},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mixture of experts under real `mpirun`: a llama model with MoE blocks (a dense first layer, then 4
 # experts, top 2, dropless) trains to the one-rank run's losses and parameters at dp 2 (ZeRO 0, 1
-# and 3) and pp 2; with a capacity factor that drops picks, dp 2 drops the same ones (the same
+# and 3), pp 2 and tp 2 with sequence parallelism; with a capacity factor that drops picks, dp 2 drops the same ones (the same
 # losses and routing metrics, which `llmtrain plot` draws); a checkpoint written at dp 2 with ZeRO 1
 # resumes at one rank on the same trajectory; --dry-run reports the active parameters; layouts not
 # built yet are refused by name.
@@ -41,7 +41,8 @@ expect_out "moe: 3 of 4 layers, 4 experts (ffn 64), top 2, dropless; active para
 run_cmd one mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=one
 expect_status 0
 for cfg in "dp2 2 --set parallel.zero=0" "z1-dp2 2 --set parallel.zero=1" \
-  "z3-dp2 2 --set parallel.zero=3 --set parallel.bucket_mb=0.05" "pp2 2 --set parallel.pp=2"; do
+  "z3-dp2 2 --set parallel.zero=3 --set parallel.bucket_mb=0.05" "pp2 2 --set parallel.pp=2" \
+  "tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true"; do
   set -- $cfg
   name=$1 n=$2
   shift 2
@@ -103,7 +104,7 @@ out=$(compare resume1 z1-dp2 6 2>&1) && pass "dp 2 checkpoint resumed at one ran
   fail "dp 2 checkpoint resumed at one rank diverges: $out"
 
 # Layouts not built yet are refused before any rank starts, by name.
-for refused in "parallel.tp=2|model.moe with parallel.tp 2" "parallel.ep=2|parallel.ep 2 (expert parallelism)" \
+for refused in "parallel.cp=2|model.moe with parallel.cp 2" "parallel.ep=2|parallel.ep 2 (expert parallelism)" \
   "train.activation_checkpointing=full|model.moe with train.activation_checkpointing: full"; do
   set="${refused%%|*}" says="${refused#*|}"
   run_cmd "refuse-${set%%=*}" "$LLMTRAIN" run r.yaml --nproc 2 --set "$set" --set log.dir=refused

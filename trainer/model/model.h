@@ -404,6 +404,10 @@ class Model {
   void norm_into_tp_region_backward(kernels::Tensor dx, kernels::Tensor dw, kernels::Tensor db, kernels::Tensor din,
                                     kernels::Tensor x, kernels::Tensor w, kernels::Tensor mean, kernels::Tensor rstd,
                                     kernels::Tensor dx_add);
+  // out = the sum over tp of the partial results `produce(partial)` writes for all n rows; with
+  // sequence parallelism partial is work.sp_full and out this rank's rows of the sum.
+  template <class Produce>
+  void reduce_over_tp(kernels::Tensor out, int64_t n, Produce&& produce);
   void row_parallel_out(kernels::Tensor out, kernels::Tensor in, kernels::Tensor w);
   void row_parallel_out_backward(kernels::Tensor din, kernels::Tensor dw, kernels::Tensor db, kernels::Tensor dout,
                                  kernels::Tensor dfull, kernels::Tensor in, kernels::Tensor w, kernels::Tensor kept);

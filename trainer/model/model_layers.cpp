@@ -51,6 +51,18 @@ Tensor first(const Tensor& t, int64_t n) { return t.flat(0, n); }
 
 }  // namespace
 
+template <class Produce>
+void Model::reduce_over_tp(Tensor out, int64_t n, Produce&& produce) {
+  if (sp_) {
+    const Tensor partial = rows(work_->sp_full, n);  // the partial sums, reduce-scattered
+    produce(partial);
+    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, partial, out);
+  } else {
+    produce(out);
+    tpx::reduce_from_tp_region_forward(tp_, out);
+  }
+}
+
 void Model::qk_norm_forward(const BlockWeights& w, LayerActs& a, Tensor qkv4) {
   const int64_t n = qkv4.shape[0] * qkv4.shape[1];
   const Tensor in = first(a.qk_in, qkv4.numel()).view(qkv4.shape);
@@ -197,14 +209,7 @@ void Model::norm_into_tp_region_backward(Tensor dx, Tensor dw, Tensor db, Tensor
 }
 
 void Model::row_parallel_out(Tensor out, Tensor in, Tensor w) {
-  if (sp_) {
-    const Tensor partial = rows(work_->sp_full, in.shape[0]);  // the partial sums, reduce-scattered
-    k::linear_forward(partial, in, w, Tensor{});
-    tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, partial, out);
-  } else {
-    k::linear_forward(out, in, w, Tensor{});
-    tpx::reduce_from_tp_region_forward(tp_, out);
-  }
+  reduce_over_tp(out, in.shape[0], [&](Tensor partial) { k::linear_forward(partial, in, w, Tensor{}); });
 }
 
 // dout: d(out) (this rank's stream rows); dfull: where the crossing's backward leaves the gradient
@@ -263,8 +268,10 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   norm_into_tp_region(ln2, mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd);
   if (moe_block(layer)) {
     LT_CHECK(!recompute, "recomputation of a MoE block");  // resolve refuses it
+    // With tp > 1 each rank's experts hold a slice of every expert's width: the combined outputs are
+    // partial sums, reduced over tp like a row-parallel linear's.
     const Tensor out = rows(x_out, nl);
-    moe_forward(w, a, ln2, out);
+    reduce_over_tp(out, n, [&](Tensor partial) { moe_forward(w, a, ln2, partial); });
     k::residual_forward(out, mid, out, Tensor{});
     return;
   }
@@ -318,7 +325,11 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   // MLP sub-block; dres holds d(out).
   if (moe_block(layer)) {
     LT_CHECK(!keep, "a split backward of a MoE block");  // resolve refuses it
-    moe_backward(w, g, a, ln2, dres, dln);
+    if (sp_)                                             // the stream's gradient of all n rows
+      tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
+    else
+      tpx::reduce_from_tp_region_backward(tp_, dres);
+    moe_backward(w, g, a, ln2, dfull, dln);
   } else {
     row_parallel_out_backward(dact, g.out_w, g.out_b, dres, dfull, act, w.out_w,
                               keep ? rows(keep->d_out, n) : Tensor{});
@@ -426,13 +437,19 @@ void Model::moe_backward(const BlockWeights& w, const BlockWeights& g, const Lay
   const Tensor pos = first(a.route_pos, m), dweight = first(wk.moe_dweight, m);
   const Tensor dd = rows(wk.moe_dd, m), dfc = rows(wk.moe_dfc, m), dact = rows(wk.moe_dact, m);
   k::moe_combine_backward(dd, dweight, dout, rows(a.moe_out, m), first(a.route_weight, m), pos);
+  // tp > 1: each rank's expert outputs are partial sums over its slice of the experts' width, so are
+  // the weights' gradients; summed, they are the same on every rank, and so is the router's gradient.
+  tpx::reduce_from_tp_region_forward(tp_, dweight);
   k::grouped_linear_backward(dact, g.experts_out, dd, rows(a.moe_act, m), w.experts_out, a.route_offsets);
   k::swiglu_backward(dfc, dact, rows(a.moe_fc, m));
   k::grouped_linear_backward(dd, g.experts_in, dfc, rows(a.moe_in, m), w.experts_in, a.route_offsets);
   k::moe_gather_backward(dln, dd, pos);
-  k::moe_router_backward(dln, g.router, dweight, rows(a.probs, n), first(a.router_lse, n), first(a.route_expert, m),
-                         a.route_stats, ln2, w.router, moe.top_k, moe.renormalize, float(moe.aux_loss),
-                         float(moe.z_loss), loss_scale_);
+  // d(ln2) is a partial sum over tp (the norm's backward reduces it): the router's share, the same on
+  // every rank, joins it on tp rank 0 only; the others send theirs to scratch.
+  const Tensor router_din = tp_.rank() == 0 ? dln : rows(wk.moe_dd, n);
+  k::moe_router_backward(router_din, g.router, dweight, rows(a.probs, n), first(a.router_lse, n),
+                         first(a.route_expert, m), a.route_stats, ln2, w.router, moe.top_k, moe.renormalize,
+                         float(moe.aux_loss), float(moe.z_loss), loss_scale_);
 }
 
 void Model::head_forward(Slot& s) {

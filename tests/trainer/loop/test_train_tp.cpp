@@ -302,6 +302,23 @@ TEST_F(TensorParallelTrain, SequenceParallelTakesTheStepsOfOneRank) {
   expect_same(run({4, 1, 0, true}, 0, 20), want, "llama kv_heads 2 tp 4 sp, selective recompute");
 }
 
+// MoE blocks (a dense first layer, then 4 experts of width 64, top 2): each expert's width split over
+// tp like the dense MLP's, the combined outputs reduced over tp (reduce-scattered with sequence
+// parallelism), the router replicated with identical gradients on every rank; tp 2 and 4, tp 2 with
+// sequence parallelism, tp 2 × dp 2 with ZeRO 1, and a capacity that drops picks at tp 2 × dp 2.
+TEST_F(TensorParallelTrain, MoeTakesTheStepsOfOneRank) {
+  recipe_.model.moe = {.experts = 4, .top_k = 2, .ffn_hidden = 64, .first_dense = 1, .aux_loss = 0.1, .z_loss = 0.01};
+  const Run want = run({1, 1, 0}, 0, 20);
+  EXPECT_LT(want.losses.back(), want.losses.front());
+  expect_same(run({2, 1, 0}, 0, 20), want, "moe tp 2");
+  expect_same(run({4, 1, 0}, 0, 20), want, "moe tp 4");
+  expect_same(run({2, 1, 0, true}, 0, 20), want, "moe tp 2 sp");
+  expect_same(run({2, 2, 1, true}, 0, 20), want, "moe tp 2 x dp 2 sp, zero 1");
+  recipe_.model.moe.capacity_factor = 0.75;
+  const Run capped = run({1, 1, 0}, 0, 20);
+  expect_same(run({2, 2, 0}, 0, 20), capped, "moe with capacity 0.75 tp 2 x dp 2");
+}
+
 TEST_F(TensorParallelTrain, Gpt2TakesTheStepsOfOneRank) {
   use(ModelFamily::gpt2, 4);
   const Run want = run({1, 1, 0}, 0, 20);
