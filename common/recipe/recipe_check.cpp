@@ -363,12 +363,15 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
-  // Mixture of experts: built so far without context or expert parallelism, with every activation
-  // kept.
+  // Mixture of experts: built so far without expert parallelism, with every activation kept, and
+  // dropless with context parallelism.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {
     if (p.ep > 1) out.push_back({NotYet::moe_layout, fmt::format("parallel.ep {} (expert parallelism)", p.ep)});
-    if (p.cp > 1) out.push_back({NotYet::moe_layout, fmt::format("model.moe with parallel.cp {}", p.cp)});
+    // Each cp rank would fill an expert's capacity from its own rows: not the drops of cp 1.
+    if (p.cp > 1 && moe.capacity_factor > 0)
+      out.push_back({NotYet::moe_layout,
+                     fmt::format("model.moe.capacity_factor {} with parallel.cp {}", moe.capacity_factor, p.cp)});
     if (r.train.activation_checkpointing != ActivationCheckpointing::none)
       out.push_back({NotYet::moe_layout, fmt::format("model.moe with train.activation_checkpointing: {}",
                                                      to_string(r.train.activation_checkpointing))});

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mixture of experts under real `mpirun`: a llama model with MoE blocks (a dense first layer, then 4
 # experts, top 2, dropless) trains to the one-rank run's losses and parameters at dp 2 (ZeRO 0, 1
-# and 3), pp 2 and tp 2 with sequence parallelism; with a capacity factor that drops picks, dp 2 drops the same ones (the same
+# and 3), pp 2, tp 2 with sequence parallelism and cp 2 (ring and Ulysses: the load-balancing loss of
+# the whole sequences, as at one rank); with a capacity factor that drops picks, dp 2 drops the same ones (the same
 # losses and routing metrics, which `llmtrain plot` draws); a checkpoint written at dp 2 with ZeRO 1
 # resumes at one rank on the same trajectory; --dry-run reports the active parameters; layouts not
 # built yet are refused by name.
@@ -42,7 +43,8 @@ run_cmd one mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=one
 expect_status 0
 for cfg in "dp2 2 --set parallel.zero=0" "z1-dp2 2 --set parallel.zero=1" \
   "z3-dp2 2 --set parallel.zero=3 --set parallel.bucket_mb=0.05" "pp2 2 --set parallel.pp=2" \
-  "tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true"; do
+  "tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true" "cp2 2 --set parallel.cp=2" \
+  "cp2-ulysses 2 --set parallel.cp=2 --set parallel.cp_comm=all_to_all"; do
   set -- $cfg
   name=$1 n=$2
   shift 2
@@ -58,13 +60,13 @@ for n in 1 2; do
   expect_status 0
 done
 out=$(compare cap2 cap1 2>&1) && pass "capacity factor: dp 2 matches one rank: $out" || fail "capacity: $out"
-# The routing metrics: the same per step at dp 2 as at one rank (picks and drops exactly, the
+# The routing metrics: the same per step at dp 2 and cp 2 as at one rank (picks and drops exactly, the
 # auxiliary losses to rounding); picks per expert add up to tokens × top_k; drops only with a capacity.
-out=$($PY - one dp2 cap1 cap2 <<'PY' 2>&1
+out=$($PY - one dp2 cap1 cap2 cp2 <<'PY' 2>&1
 import json, sys
 def records(run):
     return {r["step"]: r for r in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in r}
-one, dp2, cap1, cap2 = (records(r) for r in sys.argv[1:])
+one, dp2, cap1, cap2, cp2 = (records(r) for r in sys.argv[1:])
 layers = (1, 2, 3)
 for s, r in one.items():
     for l in layers:
@@ -72,10 +74,11 @@ for s, r in one.items():
         assert r[p + "tokens_min"] <= 8 * 32 * 2 / 4 <= r[p + "tokens_max"], (s, l, r)
         assert r[p + "dropped"] == 0, (s, l)
         assert r[p + "aux_loss"] > 0 and r[p + "z_loss"] > 0, (s, l)
-        for k in ("tokens_min", "tokens_max", "dropped"):
-            assert dp2[s][p + k] == r[p + k], (s, l, k, dp2[s][p + k], r[p + k])
-        for k in ("aux_loss", "z_loss", "tokens_cv"):
-            assert abs(dp2[s][p + k] - r[p + k]) <= 1e-5 * abs(r[p + k]), (s, l, k)
+        for other in (dp2, cp2):
+            for k in ("tokens_min", "tokens_max", "dropped"):
+                assert other[s][p + k] == r[p + k], (s, l, k, other[s][p + k], r[p + k])
+            for k in ("aux_loss", "z_loss", "tokens_cv"):
+                assert abs(other[s][p + k] - r[p + k]) <= 1e-5 * abs(r[p + k]), (s, l, k)
     assert "moe_l0_tokens_min" not in r  # layer 0 is dense
 dropped = sum(r["moe_dropped"] for r in cap1.values())
 assert dropped > 0, "a capacity factor of 1.0 dropped nothing"
@@ -104,7 +107,7 @@ out=$(compare resume1 z1-dp2 6 2>&1) && pass "dp 2 checkpoint resumed at one ran
   fail "dp 2 checkpoint resumed at one rank diverges: $out"
 
 # Layouts not built yet are refused before any rank starts, by name.
-for refused in "parallel.cp=2|model.moe with parallel.cp 2" "parallel.ep=2|parallel.ep 2 (expert parallelism)" \
+for refused in "parallel.ep=2|parallel.ep 2 (expert parallelism)" \
   "train.activation_checkpointing=full|model.moe with train.activation_checkpointing: full"; do
   set="${refused%%|*}" says="${refused#*|}"
   run_cmd "refuse-${set%%=*}" "$LLMTRAIN" run r.yaml --nproc 2 --set "$set" --set log.dir=refused

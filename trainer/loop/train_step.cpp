@@ -263,7 +263,9 @@ std::vector<MoeLayerStats> TrainStep::moe_stats(std::span<const float> host) {
   const ModelConfig& mc = model_.config();
   const MoeConfig& moe = mc.moe;
   const int64_t e = moe.experts, width = e + 3;  // per block: picks per expert, dropped, aux, z
-  const double rows = double(recipe_.train.micro_batch) * double(layout_.local_seq(mc.seq_len));
+  // A micro-batch's rows: with cp > 1 each rank's statistics are the whole sequence's (summed over
+  // the cp group in the model), reported once per cp group below.
+  const double rows = double(recipe_.train.micro_batch) * double(mc.seq_len);
   const double picks = rows * double(moe.top_k);
   std::vector<int> ordinal(size_t(mc.layers), -1), layer_of;
   for (int l = 0; l < mc.layers; ++l)
@@ -292,13 +294,13 @@ std::vector<MoeLayerStats> TrainStep::moe_stats(std::span<const float> host) {
   if (comms_.pp->size() > 1) comms_.control.pp->all_reduce(t, ReduceOp::sum);
   comms_.control.replicas().all_reduce(t, ReduceOp::sum);
   std::vector<MoeLayerStats> stats(static_cast<size_t>(moe_total_));
-  const double replicas = double(layout_.replicas());
+  const double replicas = double(layout_.replicas()), cp = double(layout_.cp);
   for (int b = 0; b < moe_total_; ++b) {
     const float* v = all.data() + int64_t(b) * width;
     MoeLayerStats& l = stats[size_t(b)];
     l.layer = layer_of[size_t(b)];
-    l.tokens.assign(v, v + e);
-    l.dropped = v[e];
+    for (int64_t x = 0; x < e; ++x) l.tokens.push_back(double(v[x]) / cp);
+    l.dropped = v[e] / cp;
     l.aux_loss = v[e + 1] / replicas;
     l.z_loss = v[e + 2] / replicas;
   }

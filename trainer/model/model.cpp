@@ -143,12 +143,13 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     LT_CHECK(llama && m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts && m.moe.ffn_hidden > 0 && m.moe.every >= 1 &&
                  m.moe.first_dense >= 0 && m.moe.capacity_factor >= 0,
              "model.moe not resolved or inconsistent");
-    if (o.context_parallel > 1 || o.checkpointing != ActivationCheckpointing::none || o.split_backward)
-      throw Error(
-          fmt::format("not supported yet: MoE blocks with cp {}, activation checkpointing {}{}", o.context_parallel,
-                      to_string(o.checkpointing), o.split_backward ? " or a split backward (zero bubble)" : ""),
-          "MoE models train with cp 1, every activation kept, and the gpipe / 1f1b / interleaved "
-          "pipeline schedules");
+    const bool cp_capacity = o.context_parallel > 1 && m.moe.capacity_factor > 0;
+    if (cp_capacity || o.checkpointing != ActivationCheckpointing::none || o.split_backward)
+      throw Error(fmt::format("not supported yet: MoE blocks with activation checkpointing {}{}{}",
+                              to_string(o.checkpointing), o.split_backward ? ", a split backward (zero bubble)" : "",
+                              cp_capacity ? ", a capacity factor with cp > 1" : ""),
+                  "MoE models train with every activation kept, the gpipe / 1f1b / interleaved pipeline schedules, "
+                  "and dropless routing with cp > 1");
     check_divides(tp_size, m.moe.ffn_hidden, "model.moe.ffn_hidden");
   }
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);

@@ -418,6 +418,9 @@ void Model::moe_forward(const BlockWeights& w, LayerActs& a, Tensor ln2, Tensor 
   k::moe_router_forward(probs, lse, expert, weight, ln2, w.router, moe.top_k, moe.renormalize);
   k::moe_route_plan(order, pos, a.route_offsets, expert, moe.experts, capacity);
   k::moe_route_stats(a.route_stats, probs, lse, expert, a.route_offsets);
+  // Context parallelism: the load-balancing loss is of the whole sequence's routing, as at cp 1 (each
+  // rank's picks and probabilities summed over the cp group; moe_backward scales for the shares).
+  if (cp_) cp_->all_reduce(a.route_stats, parallel::ReduceOp::sum);
   const Tensor in = rows(a.moe_in, m), fc = rows(a.moe_fc, m), act = rows(a.moe_act, m), y = rows(a.moe_out, m);
   k::moe_gather_forward(in, ln2, order, moe.top_k);
   k::grouped_linear_forward(fc, in, w.experts_in, a.route_offsets);
@@ -447,9 +450,13 @@ void Model::moe_backward(const BlockWeights& w, const BlockWeights& g, const Lay
   // d(ln2) is a partial sum over tp (the norm's backward reduces it): the router's share, the same on
   // every rank, joins it on tp rank 0 only; the others send theirs to scratch.
   const Tensor router_din = tp_.rank() == 0 ? dln : rows(wk.moe_dd, n);
+  // With cp > 1 the statistics cover cp × n rows (moe_forward summed them over the cp group) and the
+  // gradient sync averages over cp: the load-balancing term's coefficient over cp keeps each rank's
+  // share of the whole sequence's gradient (the z-loss is per row: nothing to scale).
+  const float aux = float(moe.aux_loss) / float(cp_ ? cp_->size() : 1);
   k::moe_router_backward(router_din, g.router, dweight, rows(a.probs, n), first(a.router_lse, n),
-                         first(a.route_expert, m), a.route_stats, ln2, w.router, moe.top_k, moe.renormalize,
-                         float(moe.aux_loss), float(moe.z_loss), loss_scale_);
+                         first(a.route_expert, m), a.route_stats, ln2, w.router, moe.top_k, moe.renormalize, aux,
+                         float(moe.z_loss), loss_scale_);
 }
 
 void Model::head_forward(Slot& s) {
