@@ -363,7 +363,7 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
-  // Mixture of experts: built so far without expert parallelism, with every activation kept, and
+  // Mixture of experts: built so far without expert parallelism or the zero-bubble schedule, and
   // dropless with context parallelism.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {
@@ -372,9 +372,6 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
     if (p.cp > 1 && moe.capacity_factor > 0)
       out.push_back({NotYet::moe_layout,
                      fmt::format("model.moe.capacity_factor {} with parallel.cp {}", moe.capacity_factor, p.cp)});
-    if (r.train.activation_checkpointing != ActivationCheckpointing::none)
-      out.push_back({NotYet::moe_layout, fmt::format("model.moe with train.activation_checkpointing: {}",
-                                                     to_string(r.train.activation_checkpointing))});
     if (p.pp > 1 && p.pp_schedule == PipelineSchedule::zero_bubble)
       out.push_back({NotYet::moe_layout, "model.moe with parallel.pp_schedule: zero_bubble"});
   }

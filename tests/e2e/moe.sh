@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mixture of experts under real `mpirun`: a llama model with MoE blocks (a dense first layer, then 4
 # experts, top 2, dropless) trains to the one-rank run's losses and parameters at dp 2 (ZeRO 0, 1
-# and 3), pp 2, tp 2 with sequence parallelism and cp 2 (ring and Ulysses: the load-balancing loss of
-# the whole sequences, as at one rank); with a capacity factor that drops picks, dp 2 drops the same ones (the same
+# and 3), pp 2, tp 2 with sequence parallelism, cp 2 (ring and Ulysses: the load-balancing loss of
+# the whole sequences, as at one rank), and with selective and full recomputation; with a capacity factor that drops picks, dp 2 drops the same ones (the same
 # losses and routing metrics, which `llmtrain plot` draws); a checkpoint written at dp 2 with ZeRO 1
 # resumes at one rank on the same trajectory; --dry-run reports the active parameters; layouts not
 # built yet are refused by name.
@@ -44,7 +44,9 @@ expect_status 0
 for cfg in "dp2 2 --set parallel.zero=0" "z1-dp2 2 --set parallel.zero=1" \
   "z3-dp2 2 --set parallel.zero=3 --set parallel.bucket_mb=0.05" "pp2 2 --set parallel.pp=2" \
   "tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true" "cp2 2 --set parallel.cp=2" \
-  "cp2-ulysses 2 --set parallel.cp=2 --set parallel.cp_comm=all_to_all"; do
+  "cp2-ulysses 2 --set parallel.cp=2 --set parallel.cp_comm=all_to_all" \
+  "z1-dp2-selective 2 --set parallel.zero=1 --set train.activation_checkpointing=selective" \
+  "pp2-full 2 --set parallel.pp=2 --set train.activation_checkpointing=full"; do
   set -- $cfg
   name=$1 n=$2
   shift 2
@@ -107,12 +109,14 @@ out=$(compare resume1 z1-dp2 6 2>&1) && pass "dp 2 checkpoint resumed at one ran
   fail "dp 2 checkpoint resumed at one rank diverges: $out"
 
 # Layouts not built yet are refused before any rank starts, by name.
-for refused in "parallel.ep=2|parallel.ep 2 (expert parallelism)" \
-  "train.activation_checkpointing=full|model.moe with train.activation_checkpointing: full"; do
-  set="${refused%%|*}" says="${refused#*|}"
-  run_cmd "refuse-${set%%=*}" "$LLMTRAIN" run r.yaml --nproc 2 --set "$set" --set log.dir=refused
-  [[ $status != 0 ]] && pass "refused: exit $status" || fail "$set was not refused"
-  [[ ! -e refused/metrics.jsonl ]] && pass "no rank trained" || fail "$set: a rank trained"
+for refused in "parallel.ep=2 parallel.dp=2|parallel.ep 2 (expert parallelism)" \
+  "parallel.pp=2 parallel.pp_schedule=zero_bubble|model.moe with parallel.pp_schedule: zero_bubble" \
+  "parallel.cp=2 model.moe.capacity_factor=1|model.moe.capacity_factor 1 with parallel.cp 2"; do
+  sets=() says="${refused#*|}"
+  for kv in ${refused%%|*}; do sets+=(--set "$kv"); done
+  run_cmd "refuse-${refused%%|*}" "$LLMTRAIN" run r.yaml --nproc 2 "${sets[@]}" --set log.dir=refused
+  [[ $status != 0 ]] && pass "refused: exit $status" || fail "${refused%%|*} was not refused"
+  [[ ! -e refused/metrics.jsonl ]] && pass "no rank trained" || fail "${refused%%|*}: a rank trained"
   expect_out "not supported yet: $says"
 done
 finish

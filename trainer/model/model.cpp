@@ -143,13 +143,10 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     LT_CHECK(llama && m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts && m.moe.ffn_hidden > 0 && m.moe.every >= 1 &&
                  m.moe.first_dense >= 0 && m.moe.capacity_factor >= 0,
              "model.moe not resolved or inconsistent");
-    const bool cp_capacity = o.context_parallel > 1 && m.moe.capacity_factor > 0;
-    if (cp_capacity || o.checkpointing != ActivationCheckpointing::none || o.split_backward)
-      throw Error(fmt::format("not supported yet: MoE blocks with activation checkpointing {}{}{}",
-                              to_string(o.checkpointing), o.split_backward ? ", a split backward (zero bubble)" : "",
-                              cp_capacity ? ", a capacity factor with cp > 1" : ""),
-                  "MoE models train with every activation kept, the gpipe / 1f1b / interleaved pipeline schedules, "
-                  "and dropless routing with cp > 1");
+    if (o.context_parallel > 1 && m.moe.capacity_factor > 0)
+      throw Error("not supported yet: MoE blocks with a capacity factor and cp > 1",
+                  "with context parallelism MoE blocks route dropless (model.moe.capacity_factor: 0)");
+    LT_CHECK(!o.split_backward, "a split backward (zero bubble) of MoE blocks");  // refused by the recipe check
     check_divides(tp_size, m.moe.ffn_hidden, "model.moe.ffn_hidden");
   }
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
@@ -432,7 +429,10 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   // into one shared set.
   enum Parts { kProducts = 1, kElementwise = 2, kAll = 3 };
   const int64_t m = n * z.top_k;  // a MoE block's assignment rows
-  auto layer_acts = [&](int parts, bool moe) {
+  // `dense` / `moe`: the MLP activations of a dense block, of a MoE block, or (a recomputation set
+  // shared by both kinds) of both. A MoE block's are all kept as products: selective recomputation
+  // redoes only its norms.
+  auto layer_acts = [&](int parts, bool dense, bool moe) {
     LayerActs l;
     if (parts & kElementwise) {
       l.ln1 = a.take({n, d});
@@ -454,7 +454,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
       if (!z.llama) l.ln2_mean = a.take_f32({nl});
       l.ln2_rstd = a.take_f32({nl});
     }
-    if (moe) {  // every activation kept (resolve refuses recomputation with MoE blocks)
+    if (moe && (parts & kProducts)) {
       l.probs = a.take_f32({n, z.experts});
       l.router_lse = a.take_f32({n});
       l.route_expert = a.take_int({m});
@@ -462,22 +462,20 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
       l.route_order = a.take_int({m});
       l.route_pos = a.take_int({m});
       l.route_offsets = a.take_int({z.experts + 1});
-      l.route_stats = a.take_f32({2 * z.experts + 2});
       l.moe_in = a.take({m, d});
       l.moe_fc = a.take({m, 2 * z.moe_ffn});
       l.moe_act = a.take({m, z.moe_ffn});
       l.moe_out = a.take({m, d});
-      return l;
     }
-    if (parts & kProducts) l.fc = a.take({n, fc});
-    if (parts & kElementwise) l.act = a.take({n, z.ffn});
+    if (dense && (parts & kProducts)) l.fc = a.take({n, fc});
+    if (dense && (parts & kElementwise)) l.act = a.take({n, z.ffn});
     return l;
   };
-  // Whether local block l of chunk c is a MoE block, and whether any of the stage's is.
+  // Whether local block l of chunk c is a MoE block, and whether any of the stage's is (or is not).
   auto moe_at = [&](int c, int l) { return config.moe.layer(options.stage.layer(c * layers + l)); };
-  bool any_moe = false;
+  bool any_moe = false, any_dense = false;
   for (int c = 0; c < chunks; ++c)
-    for (int l = 0; l < layers; ++l) any_moe = any_moe || moe_at(c, l);
+    for (int l = 0; l < layers; ++l) (moe_at(c, l) ? any_moe : any_dense) = true;
   ModelMemory mem;
   slots.assign(size_t(options.activation_slots) * size_t(chunks), {});
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -486,9 +484,16 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     s.tokens = a.take_int({n});
     s.targets = a.take_int({n});
     for (int l = 0; l <= layers; ++l) s.residual.push_back(a.take({nl, d}));
+    const int chunk = int(i) / options.activation_slots;
+    // A MoE block's routing statistics, kept with the slot whatever is recomputed (the step reads them).
+    for (int l = 0; l < layers; ++l)
+      s.moe_stats.push_back(moe_at(chunk, l) ? a.take_f32({2 * z.experts + 2}) : Tensor{});
     if (!full_ckpt)
-      for (int l = 0; l < layers; ++l)
-        s.layers.push_back(layer_acts(selective ? kProducts : kAll, moe_at(int(i) / options.activation_slots, l)));
+      for (int l = 0; l < layers; ++l) {
+        const bool moe = moe_at(chunk, l);
+        s.layers.push_back(layer_acts(selective ? kProducts : kAll, !moe, moe));
+        s.layers.back().route_stats = s.moe_stats[size_t(l)];
+      }
     if (options.split_backward)
       for (int l = 0; l < layers; ++l)
         // d(out) and d(mid) as the row-parallel linears' backward reads them: all n rows (sequence
@@ -508,8 +513,11 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   }
   mem.activations_kept = a.bytes();
   work = Work{};
-  if (full_ckpt && layers > 0) work.recompute = layer_acts(kAll, false);
-  if (selective && layers > 0) work.recompute = layer_acts(kElementwise, false);
+  if (full_ckpt && layers > 0) {
+    work.recompute = layer_acts(kAll, any_dense, any_moe);
+    if (any_moe) work.recompute.route_stats = a.take_f32({2 * z.experts + 2});
+  }
+  if (selective && layers > 0) work.recompute = layer_acts(kElementwise, any_dense, false);
   work.dres = a.take({nl, d});
   work.dln = a.take({n, d});
   work.dqkv = a.take({n, qkv});

@@ -127,7 +127,8 @@ struct Model::Slot {
   Tensor tokens, targets;          // [N] int32 copies
   std::vector<Tensor> residual;    // layers + 1 tensors [N, d] ([N/tp, d] with sequence parallelism):
                                    // block inputs, then the stage output
-  std::vector<LayerActs> layers;   // per layer; empty with activation checkpointing
+  std::vector<LayerActs> layers;   // per layer; empty with full activation checkpointing
+  std::vector<Tensor> moe_stats;   // per layer: a MoE block's routing statistics [2E + 2] (else undefined)
   std::vector<LayerGrads> grads;   // per layer with options.split_backward, else empty
   Tensor lnf, lnf_mean, lnf_rstd;  // final norm (last stage)
   Tensor logits;                   // [N, V/tp]: this rank's vocabulary columns, never gathered

@@ -267,7 +267,10 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   // MLP sub-block: out = mid + down(activation(up(norm(mid)))); a MoE block's experts in its place.
   norm_into_tp_region(ln2, mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd);
   if (moe_block(layer)) {
-    LT_CHECK(!recompute, "recomputation of a MoE block");  // resolve refuses it
+    if (recompute) {  // backward needs the experts' activations, not their combined output
+      moe_forward(w, a, ln2, Tensor{});
+      return;
+    }
     // With tp > 1 each rank's experts hold a slice of every expert's width: the combined outputs are
     // partial sums, reduced over tp like a row-parallel linear's.
     const Tensor out = rows(x_out, nl);
@@ -298,6 +301,7 @@ void Model::block_recompute_elementwise(int layer, LayerActs& a, Tensor x_in, in
   // every tp rank); without it the copy into the tensor-parallel region is the identity.
   norm_into_tp_region(rows(a.ln1, n), x, w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd);
   norm_into_tp_region(rows(a.ln2, n), mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd);
+  if (moe_block(layer)) return;  // a MoE block keeps its experts' activations
   if (llama_)
     k::swiglu_forward(act, fc);
   else
@@ -426,7 +430,7 @@ void Model::moe_forward(const BlockWeights& w, LayerActs& a, Tensor ln2, Tensor 
   k::grouped_linear_forward(fc, in, w.experts_in, a.route_offsets);
   k::swiglu_forward(act, fc);
   k::grouped_linear_forward(y, act, w.experts_out, a.route_offsets);
-  k::moe_combine_forward(out, y, weight, pos);
+  if (out.defined()) k::moe_combine_forward(out, y, weight, pos);  // undefined: a recomputation
 }
 
 // Its backward from dout = d(out): the experts' and the router's weight gradients, and d(ln2) in dln

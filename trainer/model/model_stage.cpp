@@ -108,6 +108,8 @@ void Model::forward_blocks(Slot& s, int64_t position, bool cached, int chunk) {
     hold_params(ParamPlace::block, layer, false);
     block_forward(first + l, acts, s.residual[size_t(l)], s.residual[size_t(l) + 1], s.batch, s.seq, false, position,
                   cached ? &work_->cache[size_t(first + l)] : nullptr);
+    // Full recomputation computes into the shared set: the slot keeps the routing statistics.
+    if (ckpt && moe_block(first + l)) kernels::copy(s.moe_stats[size_t(l)], acts.route_stats);
     release_params(ParamPlace::block, layer);
     if (layer_done_) layer_done_();
   }
@@ -124,7 +126,7 @@ std::vector<Model::MoeRouteStats> Model::moe_route_stats(int slot, int chunk) co
   std::vector<MoeRouteStats> out;
   for (int l = 0; l < layers; ++l)
     if (moe_block(first + l))
-      out.push_back({options_.stage.layer(first + l), s.layers[size_t(l)].route_stats, int64_t(s.batch) * s.seq});
+      out.push_back({options_.stage.layer(first + l), s.moe_stats[size_t(l)], int64_t(s.batch) * s.seq});
   return out;
 }
 
@@ -256,6 +258,19 @@ Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
   a.lse = kept.lse;
   a.mid = kept.mid;
   a.fc = kept.fc;
+  // A MoE block keeps everything of its experts (only its norms are recomputed).
+  a.probs = kept.probs;
+  a.router_lse = kept.router_lse;
+  a.route_expert = kept.route_expert;
+  a.route_weight = kept.route_weight;
+  a.route_order = kept.route_order;
+  a.route_pos = kept.route_pos;
+  a.route_offsets = kept.route_offsets;
+  a.route_stats = kept.route_stats;
+  a.moe_in = kept.moe_in;
+  a.moe_fc = kept.moe_fc;
+  a.moe_act = kept.moe_act;
+  a.moe_out = kept.moe_out;
   return a;
 }
 

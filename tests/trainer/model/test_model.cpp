@@ -609,13 +609,41 @@ TEST(ModelMoe, PipelineStagesComposeToTheWholeModel) {
     }
 }
 
-// Refused by the model too (the recipe refuses them first, by key): recomputation, a split backward,
-// a tp that does not divide the experts' width.
+// Selective and full recomputation give bitwise the gradients of keeping everything (a MoE block
+// keeps its experts' activations under selective, recomputes them under full), and their memory
+// plans are what the models allocate.
+TEST(ModelMoe, ActivationCheckpointingGivesIdenticalGradients) {
+  const ModelConfig m = small_moe();
+  auto tp = parallel::make_local_comm("tp");
+  Model a(m, ModelOptions{.micro_batch = 3}, *tp);
+  a.init_parameters(7);
+  Batch x(m, 3, 11, 1), y(m, 2, 9, 2);
+  std::vector<float> want;
+  for (Batch* batch : {&x, &y}) want.push_back(a.forward_backward(batch->mb(), 0.5f));
+  for (ActivationCheckpointing mode : {ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
+    SCOPED_TRACE(to_string(mode));
+    const ModelOptions o{.micro_batch = 3, .checkpointing = mode};
+    Model b(m, o, *tp);
+    b.init_parameters(7);
+    EXPECT_LT(b.activation_bytes(), a.activation_bytes());
+    const ModelMemory plan = model_memory_plan(m, o, 1, 0);
+    EXPECT_EQ(int64_t(b.activation_bytes()), plan.activations());
+    EXPECT_EQ(want[0], b.forward_backward(x.mb(), 0.5f));
+    EXPECT_EQ(want[1], b.forward_backward(y.mb(), 0.5f));
+    EXPECT_EQ(0, std::memcmp(a.grads().data, b.grads().data, a.grads().bytes())) << "gradients differ";
+  }
+}
+
+// Refused by the model too (the recipe refuses them first, by key): a split backward, a capacity
+// factor with cp > 1, a tp that does not divide the experts' width.
 TEST(ModelMoe, LayoutsNotBuiltYetAreRefused) {
   const ModelConfig m = small_moe();
   auto tp = parallel::make_local_comm("tp");
-  EXPECT_THROW({ Model x(m, ModelOptions{.checkpointing = ActivationCheckpointing::selective}, *tp); }, Error);
-  EXPECT_THROW({ Model x(m, ModelOptions{.split_backward = true}, *tp); }, Error);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH({ Model x(m, ModelOptions{.split_backward = true}, *tp); }, "split backward");
+  ModelConfig capped = m;
+  capped.moe.capacity_factor = 1;
+  EXPECT_THROW(model_memory_plan(capped, ModelOptions{.seq_len = 6, .context_parallel = 2}, 1, 0), Error);
   EXPECT_THROW(model_memory_plan(m, ModelOptions{}, 32, 0), Error);  // 48 % 32
   EXPECT_NO_THROW(model_memory_plan(m, ModelOptions{}, 2, 0));
 }
