@@ -363,8 +363,8 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
-  // Mixture of experts: built so far without expert parallelism or the zero-bubble schedule, and
-  // dropless with context parallelism.
+  // Mixture of experts: built so far without expert parallelism, and dropless with context
+  // parallelism.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {
     if (p.ep > 1) out.push_back({NotYet::moe_layout, fmt::format("parallel.ep {} (expert parallelism)", p.ep)});
@@ -372,8 +372,6 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
     if (p.cp > 1 && moe.capacity_factor > 0)
       out.push_back({NotYet::moe_layout,
                      fmt::format("model.moe.capacity_factor {} with parallel.cp {}", moe.capacity_factor, p.cp)});
-    if (p.pp > 1 && p.pp_schedule == PipelineSchedule::zero_bubble)
-      out.push_back({NotYet::moe_layout, "model.moe with parallel.pp_schedule: zero_bubble"});
   }
   // bf16 on the wire is the bf16 gradient buffer itself; fp32 gradients would need a rounded copy.
   if (p.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp32)

@@ -369,8 +369,8 @@ TEST(UnsupportedFeatures, SlidingWindowWithContextParallelism) {
   EXPECT_NE(refused[0].find("model.sliding_window 16"), std::string::npos) << refused[0];
 }
 
-// MoE blocks train without ep under tp (with sequence parallelism), cp (dropless), dp, pp (not zero
-// bubble), ZeRO and activation checkpointing, on either device; each other layout is refused by name.
+// MoE blocks train without ep under tp (with sequence parallelism), cp (dropless), dp, pp (every
+// schedule), ZeRO and activation checkpointing, on either device; each other layout is refused by name.
 TEST(UnsupportedFeatures, MixtureOfExpertsLayouts) {
   Recipe r;
   r.model.family = ModelFamily::llama;
@@ -382,13 +382,15 @@ TEST(UnsupportedFeatures, MixtureOfExpertsLayouts) {
   r.train.activation_checkpointing = ActivationCheckpointing::selective;
   EXPECT_TRUE(describe(unsupported_features(r)).empty());
   r.train.activation_checkpointing = ActivationCheckpointing::none;
+  r.parallel.pp_schedule = PipelineSchedule::zero_bubble;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
+  r.parallel.pp_schedule = PipelineSchedule::one_f_one_b;
   r.train.device = DeviceKind::cpu;
   r.parallel.tp = 1, r.parallel.sequence_parallel = false, r.parallel.cp = 1;
   const std::vector<std::pair<std::function<void(Recipe&)>, std::string>> refused = {
       {[](Recipe& x) { x.parallel.ep = 2; }, "parallel.ep 2"},
       {[](Recipe& x) { x.parallel.cp = 2, x.model.moe.capacity_factor = 1; },
        "model.moe.capacity_factor 1 with parallel.cp 2"},
-      {[](Recipe& x) { x.parallel.pp_schedule = PipelineSchedule::zero_bubble; }, "pp_schedule: zero_bubble"},
   };
   for (const auto& [change, phrase] : refused) {
     Recipe changed = r;

@@ -146,7 +146,6 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     if (o.context_parallel > 1 && m.moe.capacity_factor > 0)
       throw Error("not supported yet: MoE blocks with a capacity factor and cp > 1",
                   "with context parallelism MoE blocks route dropless (model.moe.capacity_factor: 0)");
-    LT_CHECK(!o.split_backward, "a split backward (zero bubble) of MoE blocks");  // refused by the recipe check
     check_divides(tp_size, m.moe.ffn_hidden, "model.moe.ffn_hidden");
   }
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);

@@ -328,7 +328,8 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
 
   // MLP sub-block; dres holds d(out).
   if (moe_block(layer)) {
-    LT_CHECK(!keep, "a split backward of a MoE block");  // resolve refuses it
+    // A split backward (zero bubble) runs a MoE block's whole backward in the input half: its
+    // weight gradients come with the input gradient from the same grouped products.
     if (sp_)                                             // the stream's gradient of all n rows
       tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
     else
@@ -393,8 +394,10 @@ size_t Model::replicated_kv_grads(const BlockWeights& g, std::array<Tensor, 2>& 
 void Model::block_backward_weight(int layer, const LayerActs& a, const LayerGrads& kept, int b, int t) {
   const BlockWeights &w = weights_[size_t(layer)], &g = weight_grads_[size_t(layer)];
   const int64_t n = int64_t(b) * t;
-  k::linear_backward(Tensor{}, g.out_w, Tensor{}, rows(kept.d_out, n), rows(a.act, n), w.out_w);
-  k::linear_backward(Tensor{}, g.fc_w, g.fc_b, rows(kept.dfc, n), rows(a.ln2, n), w.fc_w);
+  if (!moe_block(layer)) {  // a MoE block's were computed by the input half
+    k::linear_backward(Tensor{}, g.out_w, Tensor{}, rows(kept.d_out, n), rows(a.act, n), w.out_w);
+    k::linear_backward(Tensor{}, g.fc_w, g.fc_b, rows(kept.dfc, n), rows(a.ln2, n), w.fc_w);
+  }
   k::linear_backward(Tensor{}, g.o_w, Tensor{}, rows(kept.d_mid, n), rows(a.att, n), w.o_w);
   std::array<Tensor, 2> kv;
   const std::span<const Tensor> kv_grads(kv.data(), replicated_kv_grads(g, kv));

@@ -80,13 +80,15 @@ TEST_F(TrainStepTest, ZeroBubbleStagesTakeTheStepsOfOneRank) {
 }
 
 // MoE blocks (a dense first layer, then 4 experts, top 2) at pp 2 with 1F1B, interleaved pp 2 × 2
-// chunks, and pp 2 × dp 2 with ZeRO 1 take the steps of one rank; every rank reports every block's
+// chunks, zero bubble (a MoE block's whole backward in the input half), and pp 2 × dp 2 with ZeRO 1
+// take the steps of one rank; every rank reports every block's
 // routing, the same numbers as one rank.
 TEST_F(TrainStepTest, MoeStagesTakeTheStepsOfOneRank) {
   recipe_.model.layers = 4;
   recipe_.model.moe = {.experts = 4, .top_k = 2, .ffn_hidden = 32, .first_dense = 1, .aux_loss = 0.1, .z_loss = 0.01};
   check_pipeline_layouts({Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}},
                           Layout{2, 1, 0, PipelineSchedule::interleaved, {}, 2},
+                          Layout{2, 1, 0, PipelineSchedule::zero_bubble, {}},
                           Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}});
 }
 
