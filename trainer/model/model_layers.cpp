@@ -330,7 +330,7 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   if (moe_block(layer)) {
     // A split backward (zero bubble) runs a MoE block's whole backward in the input half: its
     // weight gradients come with the input gradient from the same grouped products.
-    if (sp_)                                             // the stream's gradient of all n rows
+    if (sp_)  // the stream's gradient of all n rows
       tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dres, dfull);
     else
       tpx::reduce_from_tp_region_backward(tp_, dres);
