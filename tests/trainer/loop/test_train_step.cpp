@@ -86,10 +86,9 @@ TEST_F(TrainStepTest, ZeroBubbleStagesTakeTheStepsOfOneRank) {
 TEST_F(TrainStepTest, MoeStagesTakeTheStepsOfOneRank) {
   recipe_.model.layers = 4;
   recipe_.model.moe = {.experts = 4, .top_k = 2, .ffn_hidden = 32, .first_dense = 1, .aux_loss = 0.1, .z_loss = 0.01};
-  check_pipeline_layouts({Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}},
-                          Layout{2, 1, 0, PipelineSchedule::interleaved, {}, 2},
-                          Layout{2, 1, 0, PipelineSchedule::zero_bubble, {}},
-                          Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}});
+  check_pipeline_layouts(
+      {Layout{2, 1, 0, PipelineSchedule::one_f_one_b, {}}, Layout{2, 1, 0, PipelineSchedule::interleaved, {}, 2},
+       Layout{2, 1, 0, PipelineSchedule::zero_bubble, {}}, Layout{2, 2, 1, PipelineSchedule::one_f_one_b, {}}});
 }
 
 // A step's MoE routing: each block's picks add up to the step's tokens × top_k, the auxiliary losses
