@@ -137,7 +137,9 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
   cmp("hidden", want.hidden, have.hidden);
   cmp("heads", want.heads, have.heads);
   cmp("kv_heads", want.kv_heads, have.kv_heads);
-  cmp("ffn_hidden", want.ffn_hidden, have.ffn_hidden);
+  // A model with a MoE block on every layer (Mixtral) has no MLP: its width is the experts'.
+  const bool all_moe = have.moe.enabled() && have.moe.first_dense == 0 && have.moe.every == 1;
+  if (!all_moe) cmp("ffn_hidden", want.ffn_hidden, have.ffn_hidden);
   cmp("vocab", want.vocab, have.vocab);
   cmp("max_positions", want.max_positions, have.max_positions);
   cmp("norm_eps", want.norm_eps, have.norm_eps);
@@ -157,6 +159,16 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
     cmp("qkv_bias", want.qkv_bias, have.qkv_bias);
     cmp("qk_norm", want.qk_norm, have.qk_norm);
     cmp("sliding_window", want.sliding_window, have.sliding_window);
+    cmp("moe.experts", want.moe.experts, have.moe.experts);
+    if (have.moe.enabled()) {
+      // The router and experts' shapes and the forward pass; aux_loss and z_loss are the recipe's own
+      // (training-only terms).
+      cmp("moe.top_k", want.moe.top_k, have.moe.top_k);
+      cmp("moe.ffn_hidden", want.moe.ffn_hidden, have.moe.ffn_hidden);
+      cmp("moe.every", want.moe.every, have.moe.every);
+      cmp("moe.first_dense", want.moe.first_dense, have.moe.first_dense);
+      cmp("moe.renormalize", want.moe.renormalize, have.moe.renormalize);
+    }
   }
   cmp("tie_embeddings", want.tie_embeddings, have.tie_embeddings);
   if (!bad.empty())
