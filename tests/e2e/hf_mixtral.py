@@ -1,11 +1,12 @@
 """Mixtral (MixtralForCausalLM) against transformers 5 (.venv-hf5) and 4.40.2 (.venv-hf).
 Commands separated by `--` run in one process; the exit status is 1 when any failed.
 
-  hf_mixtral.py create DIR WINDOW
+  hf_mixtral.py create DIR WINDOW [FUSED_DIR]
       saves a MixtralForCausalLM with random weights to DIR with the running transformers: hidden
       64, 2 layers, 4 experts, top 2, vocab 300, router_aux_loss_coef 0.02, sliding_window WINDOW
       (0: none). Norm weights move away from their 1 initialization, and the router's weights are
-      scaled up so the top-2 picks differ from token to token.
+      scaled up so the top-2 picks differ from token to token. With FUSED_DIR (transformers 5), the
+      same model saved there with save_original_format=False (the experts fused, as in memory).
   hf_mixtral.py check OURS TOKENS DIR...
       for each DIR, transformers' AutoModelForCausalLM gives the logits in OURS.safetensors
       (relative Frobenius error <= 1e-5, fp32) and its greedy generation gives the ids in the file
@@ -30,7 +31,7 @@ transformers.utils.logging.disable_progress_bar()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "reference"))
 
 
-def cmd_create(out, window):
+def cmd_create(out, window, fused_out=None):
     window = int(window)
     cfg = transformers.MixtralConfig(
         vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -47,6 +48,9 @@ def cmd_create(out, window):
                 p.mul_(20.0)
     model.save_pretrained(out)
     print(f"saved a random MixtralForCausalLM with transformers {transformers.__version__} to {out}")
+    if fused_out:  # transformers 5's in-memory layout: mlp.gate, experts.gate_up_proj and down_proj
+        model.save_pretrained(fused_out, save_original_format=False)
+        print(f"saved it with save_original_format=False to {fused_out}")
 
 
 def cmd_check(ours_path, tokens_path, dirs):

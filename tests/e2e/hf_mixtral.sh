@@ -6,7 +6,9 @@
 #    (no window) imported without one (the derived recipe holds model.moe): each gives transformers'
 #    logits (relative error <= 1e-5, fp32) and the same 24 greedy tokens; its export is
 #    byte-identical to the original and loads in transformers 5 and 4.40.2 with the same results
-#    (4.40.2's window counts one key more: the windowed export there with sliding_window 7);
+#    (4.40.2's window counts one key more: the windowed export there with sliding_window 7); the
+#    transformers 5 model saved with its experts fused (save_original_format=False) imports to the
+#    same weights;
 #  - the load-balancing loss of one layer: llmtrain's (scripts/reference/model.py's moe_mlp) over its
 #    coefficient is transformers' load_balancing_loss_func over top_k (relative 1e-6);
 #  - a MoE model trained a few steps (with a z-loss, which Mixtral lacks) exports, and transformers 5
@@ -28,7 +30,7 @@ export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=fals
 T="$SRC/tests/e2e/hf_mixtral.py"
 prompt="Q: What is the meaning of life? A: experts"
 
-run_cmd create5 "$HF5" "$T" create rand5 8
+run_cmd create5 "$HF5" "$T" create rand5 8 fused5
 expect_status 0
 run_cmd create4 "$HF4" "$T" create rand4 0
 expect_status 0
@@ -54,8 +56,15 @@ expect_status 0
 run_cmd export5 "$LLMTRAIN" export ck5 --hf re5
 expect_status 0
 generate m5 ck5
+# The same model as transformers 5 holds it in memory (save_original_format=False: mlp.gate,
+# experts.gate_up_proj and down_proj): imported, it exports as the per-expert original.
+cp re5/tokenizer.json re5/tokenizer_config.json fused5/
+run_cmd import-fused "$LLMTRAIN" import fused5 --out ck-fused
+expect_status 0
+run_cmd export-fused "$LLMTRAIN" export ck-fused --hf re-fused
+expect_status 0
 run_cmd transformers5-rand5 "$HF5" "$T" check m5.logits.safetensors m5.ids rand5 re5 -- same-tensors rand5 re5 \
-  -- aux rand5 m5.logits.safetensors
+  -- same-tensors rand5 re-fused -- aux rand5 m5.logits.safetensors
 expect_status 0
 echo "$out" | grep -E '^(ok|FAIL|  )'
 

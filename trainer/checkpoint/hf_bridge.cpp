@@ -39,6 +39,29 @@ HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
     case ParamRole::mlp_out_weight:
       if (m.family == ModelFamily::gpt2) transposed(p.shape[0], p.shape[1]);
       break;
+    case ParamRole::moe_router_weight:
+    case ParamRole::moe_gate_weight:
+    case ParamRole::moe_up_weight:
+    case ParamRole::moe_down_weight: {
+      // transformers 5's names: the layer's prefix with block_sparse_moe -> mlp, the experts fused.
+      const size_t at = p.name.find("block_sparse_moe.");
+      LT_CHECK(at != std::string::npos, "MoE parameter {} is not under block_sparse_moe", p.name);
+      const std::string mlp = p.name.substr(0, at) + "mlp.";
+      const int64_t experts = m.moe.experts, e = p.expert;
+      if (p.role == ParamRole::moe_router_weight) {
+        l.fused_name = mlp + "gate.weight";
+        l.fused_shape = p.shape;
+      } else if (p.role == ParamRole::moe_down_weight) {  // [d, f] each
+        l.fused_name = mlp + "experts.down_proj";
+        l.fused_shape = {experts, p.shape[0], p.shape[1]};
+        l.fused_offset = e * p.numel();
+      } else {  // [f, d] each: w1 rows, then w3 rows
+        l.fused_name = mlp + "experts.gate_up_proj";
+        l.fused_shape = {experts, 2 * p.shape[0], p.shape[1]};
+        l.fused_offset = (2 * e + (p.role == ParamRole::moe_up_weight ? 1 : 0)) * p.numel();
+      }
+      break;
+    }
     default:
       break;
   }

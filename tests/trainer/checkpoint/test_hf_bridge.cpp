@@ -1,5 +1,6 @@
 // The Hugging Face bridge's layouts and config reading (tests/e2e/hf.sh checks the files against
 // transformers itself; these pin the conventions and the refusals, quickly).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -267,6 +268,44 @@ TEST(HfBridge, MixtralIsTheLlamaFamilyWithMoeOnEveryLayer) {
   json no_experts = v4;
   no_experts.erase("num_local_experts");
   EXPECT_NE(refusal(no_experts).find("num_local_experts: found missing"), std::string::npos);
+}
+
+// transformers 5's in-memory MoE layout (save_pretrained(save_original_format=False)): mlp.gate,
+// experts.gate_up_proj [E, 2f, d] holding expert e's w1 then w3, experts.down_proj [E, d, f].
+TEST(HfBridge, MixtralFusedExpertsAreFoundByOffset) {
+  ModelConfig m = small(ModelFamily::llama);
+  m.layers = 2;
+  m.moe.experts = 3;
+  m.moe.ffn_hidden = 12;
+  const int64_t d = m.hidden, f = 12;
+  int seen = 0;
+  for (const ParamSpec& p : model_param_specs(m)) {
+    const HfTensorLayout l = hf_tensor_layout(m, p);
+    EXPECT_EQ(l.name, p.name);  // the per-expert names are the files' (4.40.2 and 5.x's default)
+    const std::string layer = fmt::format("model.layers.{}.mlp.", p.layer);
+    switch (p.role) {
+      case ParamRole::moe_router_weight:
+        EXPECT_EQ(l.fused_name, layer + "gate.weight");
+        EXPECT_EQ(l.fused_offset, 0);
+        break;
+      case ParamRole::moe_gate_weight:
+      case ParamRole::moe_up_weight:
+        EXPECT_EQ(l.fused_name, layer + "experts.gate_up_proj");
+        EXPECT_EQ(l.fused_shape, (std::vector<int64_t>{3, 2 * f, d}));
+        EXPECT_EQ(l.fused_offset, (2 * p.expert + (p.role == ParamRole::moe_up_weight)) * f * d);
+        break;
+      case ParamRole::moe_down_weight:
+        EXPECT_EQ(l.fused_name, layer + "experts.down_proj");
+        EXPECT_EQ(l.fused_shape, (std::vector<int64_t>{3, d, f}));
+        EXPECT_EQ(l.fused_offset, p.expert * d * f);
+        break;
+      default:
+        EXPECT_TRUE(l.fused_name.empty()) << p.name;
+        continue;
+    }
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2 * (1 + 3 * 3));
 }
 
 // What Mixtral cannot hold is refused by its recipe key; the training-only terms are not.
