@@ -39,8 +39,8 @@ std::string variant_keys(const ModelConfig& m) {
   if (m.sliding_window > 0) out += fmt::format(", sliding_window: {}", m.sliding_window);
   if (m.moe.enabled())
     out += fmt::format(
-        ",\n        moe: {{experts: {}, top_k: {}, ffn_hidden: {}, every: {}, first_dense: {}, renormalize: {}, "
-        "aux_loss: {}, z_loss: {}, capacity_factor: {}}}",
+        ",\n        moe: {{experts: {}, top_k: {}, ffn_hidden: {}, every: {}, first_dense: {}, renormalize: {},\n"
+        "              aux_loss: {}, z_loss: {}, capacity_factor: {}}}",
         m.moe.experts, m.moe.top_k, m.moe.ffn_hidden, m.moe.every, m.moe.first_dense,
         m.moe.renormalize ? "true" : "false", m.moe.aux_loss, m.moe.z_loss, m.moe.capacity_factor);
   const RopeScalingConfig& r = m.rope_scaling;
