@@ -70,6 +70,11 @@ int cmd_export(const ExportArgs& args) {
   auto tok = manifest_tokenizer(manifest, step);
   const int32_t eod = tok->eod_id();
   const json config = trainer::hf_model_config(cfg, torch_dtype, eod, eod);  // refuses what transformers cannot hold
+  if (cfg.moe.enabled() && cfg.moe.capacity_factor > 0)
+    log_warn(
+        "model.moe.capacity_factor {} is not exported: transformers' Mixtral is dropless, so where a forward of "
+        "ours drops picks over an expert's capacity its outputs differ (docs/hf.md)",
+        cfg.moe.capacity_factor);
 
   // The output: created fresh, never through or over what is there. Everything is written into a
   // new scratch directory beside it (a name no one can predict or have made) that takes the

@@ -137,7 +137,9 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
   cmp("hidden", want.hidden, have.hidden);
   cmp("heads", want.heads, have.heads);
   cmp("kv_heads", want.kv_heads, have.kv_heads);
-  cmp("ffn_hidden", want.ffn_hidden, have.ffn_hidden);
+  // A model with a MoE block on every layer (Mixtral) has no MLP: its width is the experts'.
+  const bool all_moe = have.moe.enabled() && have.moe.first_dense == 0 && have.moe.every == 1;
+  if (!all_moe) cmp("ffn_hidden", want.ffn_hidden, have.ffn_hidden);
   cmp("vocab", want.vocab, have.vocab);
   cmp("max_positions", want.max_positions, have.max_positions);
   cmp("norm_eps", want.norm_eps, have.norm_eps);
@@ -157,6 +159,16 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
     cmp("qkv_bias", want.qkv_bias, have.qkv_bias);
     cmp("qk_norm", want.qk_norm, have.qk_norm);
     cmp("sliding_window", want.sliding_window, have.sliding_window);
+    cmp("moe.experts", want.moe.experts, have.moe.experts);
+    if (have.moe.enabled()) {
+      // The router and experts' shapes and the forward pass; aux_loss and z_loss are the recipe's own
+      // (training-only terms).
+      cmp("moe.top_k", want.moe.top_k, have.moe.top_k);
+      cmp("moe.ffn_hidden", want.moe.ffn_hidden, have.moe.ffn_hidden);
+      cmp("moe.every", want.moe.every, have.moe.every);
+      cmp("moe.first_dense", want.moe.first_dense, have.moe.first_dense);
+      cmp("moe.renormalize", want.moe.renormalize, have.moe.renormalize);
+    }
   }
   cmp("tie_embeddings", want.tie_embeddings, have.tie_embeddings);
   if (!bad.empty())
@@ -280,17 +292,41 @@ int cmd_import(const ImportArgs& args) {
   // against the file) before it is read; the model's size against this host before any is.
   const auto specs = trainer::model_param_specs(cfg);
   int64_t model_bytes = 0, largest = 0;
-  for (const trainer::ParamSpec& p : specs) model_bytes += p.numel() * 4, largest = std::max(largest, p.numel() * 4);
+  for (const trainer::ParamSpec& p : specs) {
+    model_bytes += p.numel() * 4;
+    // A fused expert tensor (transformers 5's gate_up_proj) is read whole: 2 · experts of these.
+    largest = std::max(largest, p.numel() * 4 * (p.expert >= 0 ? 2 * cfg.moe.experts : 1));
+  }
   require_host_memory(model_bytes + 2 * largest, fmt::format("importing the {}-parameter model of {}",
                                                              format_count(double(model_bytes / 4)), dir.string()));
   HfWeights weights(dir);
   std::vector<std::vector<float>> values;
   std::vector<trainer::CheckpointSlice> slices;
   values.reserve(specs.size());
+  std::string fused_name;  // the fused expert tensor read last (its experts are consecutive parameters)
+  std::vector<float> fused;
   for (const trainer::ParamSpec& p : specs) {
     const trainer::HfTensorLayout layout = trainer::hf_tensor_layout(cfg, p);
     std::string name = layout.name;
     if (!weights.find(name) && starts_with(name, "transformer.")) name = name.substr(12);  // GPT-2's original files
+    if (!weights.find(name) && !layout.fused_name.empty() && weights.find(layout.fused_name)) {
+      // transformers 5's in-memory MoE layout: this parameter is a contiguous part of a fused tensor.
+      const trainer::SafetensorsTensor* t = weights.find(layout.fused_name);
+      if (t->shape != layout.fused_shape)
+        throw Error(fmt::format("{}: tensor {} has shape [{}], config.json implies [{}]", dir.string(),
+                                layout.fused_name, fmt::join(t->shape, ", "), fmt::join(layout.fused_shape, ", ")),
+                    "the weights do not belong to this config.json");
+      if (fused_name != layout.fused_name) {
+        fused.clear();
+        fused.shrink_to_fit();
+        fused = weights.read(layout.fused_name);
+        fused_name = layout.fused_name;
+      }
+      values.emplace_back(fused.begin() + layout.fused_offset, fused.begin() + layout.fused_offset + p.numel());
+      slices.push_back({p.name, trainer::TensorRole::param, p.shape, trainer::SliceSpec::whole(p.shape),
+                        kernels::Tensor(values.back().data(), DType::fp32, {p.numel()}), true});
+      continue;
+    }
     const trainer::SafetensorsTensor* t = weights.find(name);
     if (!t)
       throw Error(fmt::format("{} has no tensor {}", dir.string(), layout.name),

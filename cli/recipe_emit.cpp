@@ -29,13 +29,20 @@ std::string recipe_to_yaml(const Recipe& r) {
 
 namespace {
 
-// The llama family's variant keys a derived recipe needs (none for a plain model).
+// The llama family's variant keys a derived recipe needs (none for a plain model), model.moe's
+// included.
 std::string variant_keys(const ModelConfig& m) {
   std::string out;
   if (m.head_dim > 0) out += fmt::format(", head_dim: {}", m.head_dim);
   if (m.qkv_bias) out += ", qkv_bias: true";
   if (m.qk_norm) out += ", qk_norm: true";
   if (m.sliding_window > 0) out += fmt::format(", sliding_window: {}", m.sliding_window);
+  if (m.moe.enabled())
+    out += fmt::format(
+        ",\n        moe: {{experts: {}, top_k: {}, ffn_hidden: {}, every: {}, first_dense: {}, renormalize: {},\n"
+        "              aux_loss: {}, z_loss: {}, capacity_factor: {}}}",
+        m.moe.experts, m.moe.top_k, m.moe.ffn_hidden, m.moe.every, m.moe.first_dense,
+        m.moe.renormalize ? "true" : "false", m.moe.aux_loss, m.moe.z_loss, m.moe.capacity_factor);
   const RopeScalingConfig& r = m.rope_scaling;
   if (r.type == RopeScalingType::linear)
     out += fmt::format(",\n        rope_scaling: {{type: linear, factor: {}}}", r.factor);

@@ -63,7 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!model_refused &&
       (p.recipe.model.layers != m.layers || p.recipe.model.hidden != m.hidden || p.recipe.model.vocab != m.vocab ||
        p.recipe.model.norm_eps != m.norm_eps || p.recipe.model.rope_theta != m.rope_theta ||
-       p.recipe.model.tie_embeddings != m.tie_embeddings))
+       p.recipe.model.tie_embeddings != m.tie_embeddings || p.recipe.model.moe.experts != m.moe.experts ||
+       (m.moe.enabled() &&
+        (p.recipe.model.moe.top_k != m.moe.top_k || p.recipe.model.moe.ffn_hidden != m.moe.ffn_hidden ||
+         p.recipe.model.moe.aux_loss != m.moe.aux_loss || p.recipe.model.moe.z_loss != m.moe.z_loss ||
+         p.recipe.model.moe.renormalize != m.moe.renormalize))))
     std::abort();
   return 0;
 }

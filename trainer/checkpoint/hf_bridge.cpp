@@ -39,6 +39,29 @@ HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
     case ParamRole::mlp_out_weight:
       if (m.family == ModelFamily::gpt2) transposed(p.shape[0], p.shape[1]);
       break;
+    case ParamRole::moe_router_weight:
+    case ParamRole::moe_gate_weight:
+    case ParamRole::moe_up_weight:
+    case ParamRole::moe_down_weight: {
+      // transformers 5's names: the layer's prefix with block_sparse_moe -> mlp, the experts fused.
+      const size_t at = p.name.find("block_sparse_moe.");
+      LT_CHECK(at != std::string::npos, "MoE parameter {} is not under block_sparse_moe", p.name);
+      const std::string mlp = p.name.substr(0, at) + "mlp.";
+      const int64_t experts = m.moe.experts, e = p.expert;
+      if (p.role == ParamRole::moe_router_weight) {
+        l.fused_name = mlp + "gate.weight";
+        l.fused_shape = p.shape;
+      } else if (p.role == ParamRole::moe_down_weight) {  // [d, f] each
+        l.fused_name = mlp + "experts.down_proj";
+        l.fused_shape = {experts, p.shape[0], p.shape[1]};
+        l.fused_offset = e * p.numel();
+      } else {  // [f, d] each: w1 rows, then w3 rows
+        l.fused_name = mlp + "experts.gate_up_proj";
+        l.fused_shape = {experts, 2 * p.shape[0], p.shape[1]};
+        l.fused_offset = (2 * e + (p.role == ParamRole::moe_up_weight ? 1 : 0)) * p.numel();
+      }
+      break;
+    }
     default:
       break;
   }
@@ -107,11 +130,23 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
                 "transformers' Llama, Qwen2, Qwen3 and Mistral classes each hold one set of these options "
                 "(docs/hf.md lists them)");
   };
-  if (m.moe.enabled())
-    throw Error("not supported yet: exporting a mixture-of-experts model (model.moe) to Hugging Face",
-                "Mixtral's export is still to come; llmtrain's own checkpoints hold the experts by global index");
   std::string arch = "LlamaForCausalLM", type = "llama";
-  if (m.qk_norm) {
+  if (m.moe.enabled()) {
+    arch = "MixtralForCausalLM", type = "mixtral";
+    auto refuse_moe = [&](const std::string& key, const std::string& found, const std::string& why) {
+      throw Error(
+          fmt::format("not supported yet: exporting a mixture-of-experts model with {} {}: {}", key, found, why),
+          "transformers' MixtralForCausalLM has a MoE block with renormalised top-k weights on every layer, "
+          "and Mistral's attention (docs/hf.md)");
+    };
+    if (m.moe.first_dense > 0)
+      refuse_moe("model.moe.first_dense", std::to_string(m.moe.first_dense), "Mixtral has no dense layers");
+    if (m.moe.every > 1) refuse_moe("model.moe.every", std::to_string(m.moe.every), "Mixtral has no dense layers");
+    if (!m.moe.renormalize)
+      refuse_moe("model.moe.renormalize", "false", "Mixtral always renormalises the top-k router weights");
+    if (m.qk_norm) refuse_moe("model.qk_norm", "true", "Mixtral's attention has no q/k norms");
+    if (m.qkv_bias) refuse_moe("model.qkv_bias", "true", "Mixtral's attention has no biases");
+  } else if (m.qk_norm) {
     arch = "Qwen3ForCausalLM", type = "qwen3";
     if (m.qkv_bias) refuse("qk_norm and qkv_bias", "Qwen3's attention_bias also puts a bias on o_proj");
     if (m.sliding_window > 0) refuse("qk_norm and sliding_window", "Qwen3 windows only some layers");
@@ -126,7 +161,7 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
             {"model_type", type},
             {"vocab_size", m.vocab},
             {"hidden_size", m.hidden},
-            {"intermediate_size", m.ffn_hidden},
+            {"intermediate_size", type == "mixtral" ? m.moe.ffn_hidden : m.ffn_hidden},
             {"num_hidden_layers", m.layers},
             {"num_attention_heads", m.heads},
             {"num_key_value_heads", m.kv_heads},
@@ -154,6 +189,15 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
     c["max_window_layers"] = m.layers;
   }
   if (type == "mistral") c["sliding_window"] = m.sliding_window;
+  if (type == "mixtral") {
+    // model.moe.z_loss and capacity_factor are training-only terms; Mixtral has neither (docs/hf.md).
+    c["sliding_window"] = m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr);
+    c["num_local_experts"] = m.moe.experts;
+    c["num_experts_per_tok"] = m.moe.top_k;
+    c["router_aux_loss_coef"] = m.moe.aux_loss;
+    c["router_jitter_noise"] = 0.0;
+    c["output_router_logits"] = false;
+  }
   // transformers 4.40's Llama has no head_dim (it is hidden / heads): written where it differs or
   // where the class always had it.
   if (own_head_dim || type == "qwen3" || type == "mistral") c["head_dim"] = m.head_size();
@@ -296,7 +340,7 @@ class ConfigReader {
     if (problems_.empty()) return;
     throw Error(fmt::format("{}: not supported yet by llmtrain import:\n  {}", origin_, fmt::join(problems_, "\n  ")),
                 "llmtrain implements transformers' GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                "Qwen3ForCausalLM and MistralForCausalLM without these options "
+                "Qwen3ForCausalLM, MistralForCausalLM and MixtralForCausalLM without these options "
                 "(docs/hf.md lists what is accepted)");
   }
 
@@ -369,8 +413,29 @@ void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
               fmt::format("a value above low_freq_factor {}", s.low_freq_factor));
 }
 
+// Mixtral's sparse block on every layer: softmax router, top num_experts_per_tok renormalised (Mixtral
+// always divides the picks' weights by their sum), dropless. router_aux_loss_coef is carried over as
+// it is, though the two losses normalise differently (docs/hf.md); Mixtral has no z-loss.
+void read_mixtral_moe(ConfigReader& r, ModelConfig& m) {
+  MoeConfig& e = m.moe;
+  e.experts = r.integer("num_local_experts", 8, true, 1, 1 << 12);
+  e.top_k = r.integer("num_experts_per_tok", 2, true, 1, 1 << 12);
+  if (e.top_k > e.experts)
+    r.problem("num_experts_per_tok", std::to_string(e.top_k), fmt::format("at most num_local_experts ({})", e.experts));
+  e.ffn_hidden = m.ffn_hidden;
+  e.every = 1;
+  e.first_dense = 0;
+  e.renormalize = true;
+  e.capacity_factor = 0;
+  e.aux_loss = r.number("router_aux_loss_coef", 0.001, 0.0, 1e3);
+  e.z_loss = 0;
+  r.only("router_jitter_noise", 0.0, "0 (no multiplicative noise on the router's input)");
+  r.use("output_router_logits");  // whether forward returns the router logits (and adds the aux loss)
+}
+
 // LlamaForCausalLM and the classes that are Llama with one more option each: Qwen2 (q/k/v biases),
-// Qwen3 (per-head q/k norms, its own head size), Mistral (a sliding window).
+// Qwen3 (per-head q/k norms, its own head size), Mistral (a sliding window), Mixtral (Mistral with
+// a MoE block in place of every MLP).
 void read_llama_family(ConfigReader& r, const json& j, const std::string& type, ModelConfig& m) {
   m.family = ModelFamily::llama;
   m.hidden = r.integer("hidden_size", 4096, true, 1, kMaxDim);
@@ -391,7 +456,9 @@ void read_llama_family(ConfigReader& r, const json& j, const std::string& type, 
   m.qk_norm = type == "qwen3";
   const int64_t head_dim = r.integer("head_dim", 0, false, 2, kMaxDim);
   if (head_dim > 0 && !(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
-  if (type == "mistral") m.sliding_window = r.integer("sliding_window", 0, false, 1, kMaxPositions);
+  if (type == "mistral" || type == "mixtral")
+    m.sliding_window = r.integer("sliding_window", 0, false, 1, kMaxPositions);
+  if (type == "mixtral") read_mixtral_moe(r, m);
   if (type == "qwen2" || type == "qwen3") {
     // Qwen windows the layers from max_window_layers on when use_sliding_window is set.
     r.only("use_sliding_window", false, "false (every layer attends to all earlier positions)");
@@ -436,11 +503,11 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
     r.only("scale_attn_weights", true, "true (scores scaled by 1/sqrt(head dim))");
     r.only("scale_attn_by_inverse_layer_idx", false, "false");
     r.only("add_cross_attention", false, "false (a decoder-only model)");
-  } else if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral") {
+  } else if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral" || type == "mixtral") {
     read_llama_family(r, j, type, m);
   } else {
-    throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\", \"llama\", \"qwen2\", \"qwen3\" and "
-                            "\"mistral\"",
+    throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\", \"llama\", \"qwen2\", \"qwen3\", "
+                            "\"mistral\" and \"mixtral\"",
                             origin, j.contains("model_type") ? j["model_type"].dump() : "missing"),
                 "not supported yet: other architectures");
   }

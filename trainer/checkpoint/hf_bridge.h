@@ -1,7 +1,8 @@
 // The Hugging Face bridge: our model and tokenizer in the form transformers loads (GPT2LMHeadModel;
 // LlamaForCausalLM and the llama family's variants Qwen2ForCausalLM (q/k/v biases),
-// Qwen3ForCausalLM (q/k norms, own head size) and MistralForCausalLM (sliding window);
-// PreTrainedTokenizerFast), and back. docs/hf.md is the user's guide; this is the
+// Qwen3ForCausalLM (q/k norms, own head size), MistralForCausalLM (sliding window) and
+// MixtralForCausalLM (Mistral with model.moe's block on every layer); PreTrainedTokenizerFast), and
+// back. docs/hf.md is the user's guide; this is the
 // one place that knows transformers' config fields and tensor layouts (names come from
 // model_spec.cpp, which already spells them as Hugging Face does).
 //
@@ -13,6 +14,10 @@
 //  - Vocabulary: our embedding and head have padded_vocab() rows; Hugging Face's have
 //    config.vocab_size = model.vocab. Export drops the padding rows, import fills them with zeros
 //    (ids past model.vocab never occur, so they are never read or trained).
+//  - Mixtral's experts are per-expert tensors (experts.{e}.w1/w3/w2) on disk, as 4.40 and 5.x's
+//    save_pretrained both write them: model_spec.cpp's names. 5.x's in-memory layout (mlp.gate,
+//    mlp.experts.gate_up_proj [E, 2f, d] = each expert's w1 then w3, down_proj [E, d, f] = w2),
+//    which save_pretrained(save_original_format=False) writes, is read too (HfTensorLayout::fused_*).
 //  - Config fields are read as transformers 4.x and 5.x write them (rope_theta + rope_scaling or
 //    rope_parameters; torch_dtype or dtype); export writes 4.x's spellings, which 5.x reads too.
 //  - Import refuses every config field that changes the architecture or the numerics in a way we
@@ -42,6 +47,12 @@ struct HfTensorLayout {
   bool transpose = false;      // transformers holds the transpose of ours viewed as [rows, cols]
   int64_t rows = 0, cols = 0;  // ours as a matrix (transpose only)
   int64_t keep_rows = -1;      // vocabulary: transformers has the first keep_rows rows (-1: all)
+  // Import only: where transformers 5's in-memory MoE layout holds the tensor when a file has that
+  // instead of `name` (save_pretrained(save_original_format=False) writes it): elements
+  // [fused_offset, fused_offset + numel) of the tensor `fused_name` of shape `fused_shape` ("": none).
+  std::string fused_name;
+  std::vector<int64_t> fused_shape;
+  int64_t fused_offset = 0;
 };
 
 HfTensorLayout hf_tensor_layout(const ModelConfig& model, const ParamSpec& param);

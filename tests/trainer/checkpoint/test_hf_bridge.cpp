@@ -1,5 +1,6 @@
 // The Hugging Face bridge's layouts and config reading (tests/e2e/hf.sh checks the files against
 // transformers itself; these pin the conventions and the refusals, quickly).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -203,6 +204,150 @@ TEST(HfBridge, ReadsTransformers5Spellings) {
   EXPECT_NE(msg.find("layer_types: found"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rope_parameters.mrope_section: found"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rope_theta: found 10000.0"), std::string::npos) << msg;
+}
+
+// Mixtral: model.moe's block on every layer. The configs are as transformers 4.40.2 and 5.24 save a
+// MixtralForCausalLM (MixtralConfig's fields, 4.x's rope_theta and torch_dtype, 5.x's
+// rope_parameters, dtype and head_dim null).
+TEST(HfBridge, MixtralIsTheLlamaFamilyWithMoeOnEveryLayer) {
+  const json v4 = json::parse(R"({"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+    "intermediate_size": 96, "max_position_embeddings": 128, "model_type": "mixtral", "num_attention_heads": 4,
+    "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_key_value_heads": 2, "num_local_experts": 4,
+    "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+    "router_jitter_noise": 0.0, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "float32",
+    "transformers_version": "4.40.2", "use_cache": true, "vocab_size": 300})");
+  json v5 = v4;
+  v5.erase("rope_theta");
+  v5.erase("torch_dtype");
+  v5["rope_parameters"] = {{"rope_theta", 1000000.0}, {"rope_type", "default"}};
+  v5["dtype"] = "float32";
+  v5["head_dim"] = nullptr;
+  v5["pad_token_id"] = nullptr;
+  v5["sliding_window"] = 16;
+  for (const json& j : {v4, v5}) {
+    const ModelConfig m = hf_read_model_config(j, "config.json").model;
+    EXPECT_EQ(m.family, ModelFamily::llama);
+    EXPECT_EQ(m.rope_theta, 1000000.0);
+    EXPECT_EQ(m.head_size(), 16);
+    EXPECT_EQ(m.moe.experts, 4);
+    EXPECT_EQ(m.moe.top_k, 2);
+    EXPECT_EQ(m.moe.ffn_hidden, 96);
+    EXPECT_EQ(m.moe.every, 1);
+    EXPECT_EQ(m.moe.first_dense, 0);
+    EXPECT_TRUE(m.moe.renormalize);
+    EXPECT_EQ(m.moe.capacity_factor, 0.0);
+    EXPECT_EQ(m.moe.aux_loss, 0.001);  // carried over as it is
+    EXPECT_EQ(m.moe.z_loss, 0.0);      // Mixtral has none
+    EXPECT_EQ(m.sliding_window, j["sliding_window"].is_null() ? 0 : 16);
+    for (int i = 0; i < m.layers; ++i) EXPECT_TRUE(m.moe.layer(i));
+    // Export writes it back as Mixtral, in 4.x's spelling, and reads as the same model.
+    const json out = hf_model_config(m, "float32", -1, -1);
+    EXPECT_EQ(out["architectures"][0], "MixtralForCausalLM");
+    EXPECT_EQ(out["model_type"], "mixtral");
+    EXPECT_EQ(out["num_local_experts"], 4);
+    EXPECT_EQ(out["num_experts_per_tok"], 2);
+    EXPECT_EQ(out["intermediate_size"], 96);
+    EXPECT_EQ(out["rope_theta"], 1000000.0);
+    EXPECT_FALSE(out.contains("head_dim"));
+    const ModelConfig back = hf_read_model_config(out, "config.json").model;
+    EXPECT_EQ(back.moe.experts, 4);
+    EXPECT_EQ(back.moe.top_k, 2);
+    EXPECT_EQ(back.moe.ffn_hidden, 96);
+    EXPECT_EQ(back.moe.aux_loss, 0.001);
+    EXPECT_EQ(back.sliding_window, m.sliding_window);
+  }
+  json bad = v4;
+  bad["router_jitter_noise"] = 0.1;
+  bad["num_experts_per_tok"] = 5;
+  bad["moe_layer_freq"] = 2;  // an option Mixtral does not have: unknown, so refused
+  const std::string msg = refusal(bad);
+  EXPECT_NE(msg.find("router_jitter_noise: found 0.1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("num_experts_per_tok: found 5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("moe_layer_freq: found 2"), std::string::npos) << msg;
+  json no_experts = v4;
+  no_experts.erase("num_local_experts");
+  EXPECT_NE(refusal(no_experts).find("num_local_experts: found missing"), std::string::npos);
+}
+
+// transformers 5's in-memory MoE layout (save_pretrained(save_original_format=False)): mlp.gate,
+// experts.gate_up_proj [E, 2f, d] holding expert e's w1 then w3, experts.down_proj [E, d, f].
+TEST(HfBridge, MixtralFusedExpertsAreFoundByOffset) {
+  ModelConfig m = small(ModelFamily::llama);
+  m.layers = 2;
+  m.moe.experts = 3;
+  m.moe.ffn_hidden = 12;
+  const int64_t d = m.hidden, f = 12;
+  int seen = 0;
+  for (const ParamSpec& p : model_param_specs(m)) {
+    const HfTensorLayout l = hf_tensor_layout(m, p);
+    EXPECT_EQ(l.name, p.name);  // the per-expert names are the files' (4.40.2 and 5.x's default)
+    const std::string layer = fmt::format("model.layers.{}.mlp.", p.layer);
+    switch (p.role) {
+      case ParamRole::moe_router_weight:
+        EXPECT_EQ(l.fused_name, layer + "gate.weight");
+        EXPECT_EQ(l.fused_offset, 0);
+        break;
+      case ParamRole::moe_gate_weight:
+      case ParamRole::moe_up_weight:
+        EXPECT_EQ(l.fused_name, layer + "experts.gate_up_proj");
+        EXPECT_EQ(l.fused_shape, (std::vector<int64_t>{3, 2 * f, d}));
+        EXPECT_EQ(l.fused_offset, (2 * p.expert + (p.role == ParamRole::moe_up_weight)) * f * d);
+        break;
+      case ParamRole::moe_down_weight:
+        EXPECT_EQ(l.fused_name, layer + "experts.down_proj");
+        EXPECT_EQ(l.fused_shape, (std::vector<int64_t>{3, d, f}));
+        EXPECT_EQ(l.fused_offset, p.expert * d * f);
+        break;
+      default:
+        EXPECT_TRUE(l.fused_name.empty()) << p.name;
+        continue;
+    }
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2 * (1 + 3 * 3));
+}
+
+// What Mixtral cannot hold is refused by its recipe key; the training-only terms are not.
+TEST(HfBridge, MixtralExportRefusesByKey) {
+  auto moe = [] {
+    ModelConfig m = small(ModelFamily::llama);
+    m.layers = 2;
+    m.moe.experts = 4;
+    m.moe.top_k = 2;
+    m.moe.ffn_hidden = 12;
+    return m;
+  };
+  auto refused = [](const ModelConfig& m) {
+    try {
+      hf_model_config(m, "float32", -1, -1);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ModelConfig m = moe();
+  m.moe.first_dense = 1;
+  EXPECT_NE(refused(m).find("model.moe.first_dense 1"), std::string::npos) << refused(m);
+  m = moe();
+  m.moe.every = 2;
+  EXPECT_NE(refused(m).find("model.moe.every 2"), std::string::npos) << refused(m);
+  m = moe();
+  m.moe.renormalize = false;
+  EXPECT_NE(refused(m).find("model.moe.renormalize false"), std::string::npos) << refused(m);
+  m = moe();
+  m.qk_norm = true;
+  EXPECT_NE(refused(m).find("model.qk_norm true"), std::string::npos) << refused(m);
+  m = moe();
+  m.qkv_bias = true;
+  EXPECT_NE(refused(m).find("model.qkv_bias true"), std::string::npos) << refused(m);
+  m = moe();
+  m.moe.z_loss = 0.01;
+  m.moe.capacity_factor = 1.25;
+  m.sliding_window = 5;
+  const json j = hf_model_config(m, "float32", -1, -1);
+  EXPECT_EQ(j["intermediate_size"], 12);  // the experts' width (a Mixtral has no MLP of model.ffn_hidden)
+  EXPECT_EQ(j["sliding_window"], 5);
 }
 
 TEST(HfBridge, HostileValuesAreErrorsNotCrashes) {
