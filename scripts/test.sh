@@ -8,10 +8,11 @@
 #   scripts/test.sh -R <regex>      only the ctest entries matching <regex> (ctest's own flags pass through)
 #                                   and no sanitizer build
 #
-# After ctest it lists the skipped tests with their reasons (scripts/skipped_tests.sh), then runs
-# the CUDA backend's tests on the SIMT simulator (build-sim/, cmake -DLLMTRAIN_CUDA=SIM) and the
-# sanitizer build (scripts/sanitize.sh: ASan + UBSan unit tests and the fuzz targets, in build-asan/);
-# those two builds run in the background from the start, at the lowest CPU priority.
+# After ctest it lists the skipped tests with their reasons (scripts/skipped_tests.sh) and shows the
+# CUDA backend's tests on the SIMT simulator (build-sim/, cmake -DLLMTRAIN_CUDA=SIM) and the
+# sanitizer build's (scripts/sanitize.sh: ASan + UBSan unit tests and the fuzz targets, in
+# build-asan/): those two builds run in the background from the start, at the lowest CPU priority,
+# and their tests beside ctest, at nice 10.
 #
 # The CUDA parts are compiled for sm_90 only here, to keep the build short; GPU tests report
 # "skipped: no GPU" on machines without one.
@@ -51,14 +52,15 @@ setsid nice -n 10 scripts/setup_hf5.sh >"$build/hf5-setup.log" 2>&1 &
 hf5_setup=$!
 background+=("$hf5_setup")
 sim_targets=(test_cuda_sim test_step_sync_sim test_comm_staged_sim test_kernels test_device_select llmtrain)
+# Each build writes its exit status to <log>.rc when it ends (the tests that need it wait for that).
 if (($# == 0)); then
+  rm -f "$build/sim-build.log.rc" "$build/asan-build.log.rc"
   cmake -S . -B "$sim" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_CUDA=SIM -DLLMTRAIN_TESTS=ON >/dev/null
-  setsid nice -n 19 cmake --build "$sim" -j "$jobs" --target "${sim_targets[@]}" >"$build/sim-build.log" 2>&1 &
-  sim_build=$!
-  background+=("$sim_build")
-  setsid nice -n 19 scripts/sanitize.sh --build-all >"$build/asan-build.log" 2>&1 &
-  asan_build=$!
-  background+=("$asan_build")
+  setsid nice -n 19 bash -c 'cmake --build "$1" -j "$2" --target "${@:4}" >"$3" 2>&1; echo $? >"$3.rc"' _ \
+    "$sim" "$jobs" "$build/sim-build.log" "${sim_targets[@]}" &
+  background+=("$!")
+  setsid nice -n 19 bash -c 'scripts/sanitize.sh --build-all >"$1" 2>&1; echo $? >"$1.rc"' _ "$build/asan-build.log" &
+  background+=("$!")
 fi
 
 echo "test: building in $build with $jobs jobs"
@@ -78,36 +80,60 @@ finished() {  # PID NAME LOG
   fi
 }
 finished "$hf5_setup" "the transformers 5 venv (scripts/setup_hf5.sh)" "$build/hf5-setup.log" || status=1
+
+# The simulator's tests and the sanitizer's (only for the whole suite) run beside ctest, in the
+# background at nice 10: ctest's serial tests (one test at a time, many of them a single process,
+# with mpirun's start-up and waits) leave a core idle for much of its time, and these fill it.
+#  - the CUDA backend on the SIMT simulator (docs/cuda.md): build-sim/ (LLMTRAIN_CUDA=SIM: the .cu
+#    files compiled as C++), the tests labelled cuda_sim (the simulator's own, every op case on the
+#    simulated device, and training on it against the CPU: tests/e2e/cuda_sim.sh);
+#  - the sanitizer build: parser and reader unit tests under ASan + UBSan, each fuzz target over its
+#    seeds and regression inputs plus 10 s of new ones (60 with --full).
+# Their output goes to $build/late-tests.log, shown when ctest is done.
+late_tests() {  # BUILD SIM JOBS FUZZ_SECONDS LABEL_FILTER...
+  local build=$1 sim=$2 jobs=$3 fuzz=$4 status=0 t0=$SECONDS
+  shift 4
+  built() {  # LOG NAME: waits for the build's status; on failure shows the end of its log
+    while [[ ! -s $1.rc ]]; do sleep 2; done
+    [[ $(cat "$1.rc") == 0 ]] && return 0
+    echo "test: $2 FAILED (log: $1):"
+    tail -30 "$1" | sed 's/^/  /'
+    return 1
+  }
+  if built "$build/sim-build.log" "the simulator build"; then
+    (cd "$sim" && ctest --output-on-failure -j "$jobs" -L cuda_sim "$@") || status=1
+  else
+    status=1
+  fi
+  echo "test: the simulator's tests (and the rest of its build) took $((SECONDS - t0)) s"
+  t0=$SECONDS
+  if built "$build/asan-build.log" "the sanitizer build"; then
+    scripts/sanitize.sh "$fuzz" || status=1
+  else
+    status=1
+  fi
+  echo "test: the sanitizer's tests and the fuzz targets (and the rest of its build) took $((SECONDS - t0)) s"
+  return $status
+}
+if (($# == 0)); then
+  fuzz_seconds=10
+  ((full)) && fuzz_seconds=60
+  setsid nice -n 10 bash -c "$(declare -f late_tests); late_tests \"\$@\"" _ "$build" "$sim" "$jobs" \
+    "${LLMTRAIN_FUZZ_SECONDS:-$fuzz_seconds}" "${label_filter[@]}" >"$build/late-tests.log" 2>&1 &
+  late=$!
+  background+=("$late")
+fi
+
 t0=$SECONDS
 (cd "$build" && ctest --output-on-failure -j "$jobs" "${label_filter[@]}" "$@") || status=$?
 echo "test: ctest took $((SECONDS - t0)) s"
 # ctest says only "***Skipped"; the reasons are in its log.
 scripts/skipped_tests.sh "$build"
 
-# The CUDA backend on the SIMT simulator (docs/cuda.md; only for the whole suite): its own build in
-# build-sim/ (LLMTRAIN_CUDA=SIM: the .cu files compiled as C++), only the targets its tests need, and
-# the tests labelled cuda_sim (the simulator's own, every op case on the simulated device, and
-# training tiny on it against the CPU: tests/e2e/cuda_sim.sh).
 if (($# == 0)); then
   t0=$SECONDS
-  if finished "$sim_build" "the simulator build" "$build/sim-build.log"; then
-    (cd "$sim" && ctest --output-on-failure -j "$jobs" -L cuda_sim "${label_filter[@]}") || status=1
-  else
-    status=1
-  fi
-  echo "test: the simulator's tests (and the rest of its build) took $((SECONDS - t0)) s"
-fi
-# The sanitizer build: parser and reader unit tests under ASan + UBSan, each fuzz target over its
-# seeds and regression inputs plus 10 s of new ones (only for the whole suite, not for -R runs).
-if (($# == 0)); then
-  t0=$SECONDS
-  fuzz_seconds=10
-  ((full)) && fuzz_seconds=60
-  if finished "$asan_build" "the sanitizer build" "$build/asan-build.log"; then
-    scripts/sanitize.sh "${LLMTRAIN_FUZZ_SECONDS:-$fuzz_seconds}" || status=1
-  else
-    status=1
-  fi
-  echo "test: the sanitizer's tests and the fuzz targets (and the rest of its build) took $((SECONDS - t0)) s"
+  wait "$late" || status=1
+  echo "test: waited $((SECONDS - t0)) s for the simulator's and the sanitizer's tests; their output:"
+  cat "$build/late-tests.log"
 fi
 exit $status
