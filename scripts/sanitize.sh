@@ -2,7 +2,7 @@
 # The sanitizer build: the unit tests of everything that reads files or input from users, under
 # AddressSanitizer + UndefinedBehaviorSanitizer (any report fails the test), then every libFuzzer
 # target over its seeds and regression inputs plus a few seconds of new inputs. scripts/test.sh runs
-# it after the main tests; it builds with clang in its own directory (build-asan/).
+# it beside the main tests; it builds with clang in its own directory (build-asan/).
 #
 #   scripts/sanitize.sh [FUZZ_SECONDS]        unit tests, then scripts/fuzz.sh FUZZ_SECONDS (default 10)
 #   scripts/sanitize.sh --build-only TARGET.. only configure and build those targets (scripts/fuzz.sh)
