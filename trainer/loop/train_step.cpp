@@ -99,6 +99,12 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
         moe_stats_(moe_stats),
         moe_layers_(std::move(moe_layers)),
         moe_width_(moe_width) {
+    // The place of each local block (chunk-major) among the stage's MoE blocks, -1 for a dense one.
+    const StageLayout& layout = model.options().stage;
+    for (int l = 0; l < layout.blocks(); ++l) {
+      const auto at = std::find(moe_layers_.begin(), moe_layers_.end(), layout.layer(l));
+      moe_index_.push_back(at == moe_layers_.end() ? -1 : int(at - moe_layers_.begin()));
+    }
     const StageLayout st = model.options().stage;
     model_.set_grad_ready_hook([this, st, &sync, tied](ParamPlace place, int layer) {
       if (tied && place == ParamPlace::embedding) return;
@@ -153,11 +159,13 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     model_.stage_forward(slot(micro_batch), mb, input, chunk);
     parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
     if (head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
-    for (const Model::MoeRouteStats& r : model_.moe_route_stats(slot(micro_batch), chunk)) {
-      const auto at = std::find(moe_layers_.begin(), moe_layers_.end(), r.layer);
-      LT_CHECK(at != moe_layers_.end(), "MoE layer {} not in the stage's list", r.layer);
-      const int64_t block = int64_t(micro_batch) * int64_t(moe_layers_.size()) + (at - moe_layers_.begin());
-      kernels::copy(moe_stats_.flat(block * moe_width_, moe_width_), r.stats);
+    // Each MoE block's routing statistics, at [micro-batch][its place in the stage's MoE blocks].
+    const int blocks = model_.options().stage.chunk_blocks();
+    for (int b = 0; b < blocks; ++b) {
+      const int at = moe_index_[size_t(chunk * blocks + b)];
+      if (at < 0) continue;
+      const int64_t where = (int64_t(micro_batch) * int64_t(moe_layers_.size()) + at) * moe_width_;
+      kernels::copy(moe_stats_.flat(where, moe_width_), model_.moe_route_stats(slot(micro_batch), chunk, b));
     }
     if (observer_) observer_->op_end(StepPhase::forward);
   }
@@ -193,6 +201,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   Tensor losses_;
   Tensor moe_stats_;
   std::vector<int> moe_layers_;
+  std::vector<int> moe_index_;  // per local block: its index in moe_layers_, or -1
   int64_t moe_width_ = 0;
   int64_t consumed_ = 0;
   StepObserver* observer_ = nullptr;

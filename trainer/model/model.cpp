@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "common/error.h"
 #include "kernels/ops.h"
@@ -143,13 +144,19 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     LT_CHECK(llama && m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts && m.moe.ffn_hidden > 0 && m.moe.every >= 1 &&
                  m.moe.first_dense >= 0 && m.moe.capacity_factor >= 0,
              "model.moe not resolved or inconsistent");
-    if (o.context_parallel > 1 && m.moe.capacity_factor > 0)
-      throw Error("not supported yet: MoE blocks with a capacity factor and cp > 1",
-                  "with context parallelism MoE blocks route dropless (model.moe.capacity_factor: 0)");
+    // (A capacity factor with cp > 1 is refused by the recipe check, unsupported_features: each cp
+    // rank would fill an expert's capacity from its own rows. The model computes that, and the
+    // memory it needs is the same.)
     check_divides(tp_size, m.moe.ffn_hidden, "model.moe.ffn_hidden");
   }
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
+  // A MoE block's picks are indexed by int32 (the plan's order and pos, the experts' offsets).
+  if (m.moe.enabled() && int64_t(o.micro_batch) * o.seq_len * m.moe.top_k > std::numeric_limits<int32_t>::max())
+    throw Error(fmt::format("train.micro_batch {} × seq_len {} × model.moe.top_k {} = {} expert picks per micro-batch "
+                            "exceed 2^31 - 1",
+                            o.micro_batch, o.seq_len, m.moe.top_k, int64_t(o.micro_batch) * o.seq_len * m.moe.top_k),
+                "MoE blocks index a micro-batch's picks in 32 bits: lower train.micro_batch (or use more cp ranks)");
   LT_CHECK(o.stage.chunks == 1 || (o.stage.chunks > 1 && o.stage.chunk_blocks() >= 1), "{} chunks of {} blocks",
            o.stage.chunks, o.stage.chunk_blocks());
   LT_CHECK(!o.split_backward || (o.checkpointing == ActivationCheckpointing::none && !o.external_grads &&

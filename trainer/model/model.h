@@ -281,15 +281,10 @@ class Model {
   // [1] fp32 on the model's device: the mean loss over counted targets of the slot's last forward
   // (last stage, with targets; 0 without targets). The caller copies it where it needs it.
   kernels::Tensor loss(int slot) const;  // of the last chunk
-  // The routing statistics of the MoE blocks of `chunk` after the slot's last forward, in local block
-  // order: each block's global layer, its fp32 [2·experts + 2] moe_route_stats tensor (on the
-  // model's device: the caller copies it where it needs it) and the token rows it routed.
-  struct MoeRouteStats {
-    int layer = 0;
-    kernels::Tensor stats;
-    int64_t rows = 0;
-  };
-  std::vector<MoeRouteStats> moe_route_stats(int slot, int chunk = 0) const;
+  // The routing statistics of local block `block` of `chunk` (0 ≤ block < chunk_blocks) after the
+  // slot's last forward: fp32 [2·experts + 2] (moe_route_stats) on the model's device, which the
+  // caller copies where it needs it; undefined for a dense block.
+  kernels::Tensor moe_route_stats(int slot, int chunk, int block) const;
   kernels::Tensor stage_output(int slot, int chunk = 0) const;  // [B, T, hidden] (or SP rows), for the next stage
   // `grad_output` (as stage_output) comes from the next stage (absent on the last, which starts
   // from its loss · loss_scale).

@@ -120,14 +120,10 @@ Tensor Model::loss(int slot) const {
   return slot_at(slot, options_.stage.chunks - 1).loss;
 }
 
-std::vector<Model::MoeRouteStats> Model::moe_route_stats(int slot, int chunk) const {
+Tensor Model::moe_route_stats(int slot, int chunk, int block) const {
   const Slot& s = slot_at(slot, chunk);
-  const int layers = options_.stage.chunk_blocks(), first = chunk * layers;
-  std::vector<MoeRouteStats> out;
-  for (int l = 0; l < layers; ++l)
-    if (moe_block(first + l))
-      out.push_back({options_.stage.layer(first + l), s.moe_stats[size_t(l)], int64_t(s.batch) * s.seq});
-  return out;
+  LT_CHECK(block >= 0 && block < int(s.moe_stats.size()), "block {} of a chunk of {}", block, s.moe_stats.size());
+  return s.moe_stats[size_t(block)];
 }
 
 Tensor Model::stage_output(int slot, int chunk) const {

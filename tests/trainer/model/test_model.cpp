@@ -634,14 +634,15 @@ TEST(ModelMoe, ActivationCheckpointingGivesIdenticalGradients) {
   }
 }
 
-// Refused by the model too (the recipe refuses them first, by key): a capacity factor with cp > 1, a
-// tp that does not divide the experts' width.
+// Refused by the model: a tp that does not divide the experts' width (the recipe check refuses it
+// first, by key), and more picks per micro-batch than int32 indexes.
 TEST(ModelMoe, LayoutsNotBuiltYetAreRefused) {
   const ModelConfig m = small_moe();
   auto tp = parallel::make_local_comm("tp");
-  ModelConfig capped = m;
-  capped.moe.capacity_factor = 1;
-  EXPECT_THROW(model_memory_plan(capped, ModelOptions{.seq_len = 6, .context_parallel = 2}, 1, 0), Error);
+  // micro_batch × seq_len × top_k picks beyond int32's range.
+  ModelConfig long_seq = m;
+  long_seq.seq_len = long_seq.max_positions = 1 << 20;
+  EXPECT_THROW(model_memory_plan(long_seq, ModelOptions{.micro_batch = 1 << 10}, 1, 0), Error);
   EXPECT_THROW(model_memory_plan(m, ModelOptions{}, 32, 0), Error);  // 48 % 32
   EXPECT_NO_THROW(model_memory_plan(m, ModelOptions{}, 2, 0));
 }
