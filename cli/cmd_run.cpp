@@ -162,7 +162,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
   const Recipe& r = loaded.recipe;
   const auto& m = r.model;
   const Layout layout = layout_of(r);
-  parallel::MeshShape shape{layout.tp, layout.pp, layout.dp, layout.cp};
+  parallel::MeshShape shape{layout.tp, layout.pp, layout.dp, layout.cp, layout.ep};
 
   std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
   std::printf("# plan\n");
@@ -175,6 +175,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
   std::vector<parallel::GroupKind> kinds{parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp,
                                          parallel::GroupKind::model_parallel};
   if (layout.cp > 1) kinds.insert(kinds.end(), {parallel::GroupKind::cp, parallel::GroupKind::dp_cp});
+  if (layout.ep > 1) kinds.push_back(parallel::GroupKind::ep);
   for (auto kind : kinds)
     std::printf("  %-15s %s\n", (std::string(parallel::group_kind_name(kind)) + " groups:").c_str(),
                 groups_text(shape, kind).c_str());
@@ -299,7 +300,7 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
       device = kernels::device_select(rt.info().local_rank, rt.info().local_size, r.launch.share_devices,
                                       loaded.env.gpus_per_task);
     const Layout layout = layout_of(r);
-    parallel::Mesh mesh({layout.tp, layout.pp, layout.dp, layout.cp}, rt.info().rank);
+    parallel::Mesh mesh({layout.tp, layout.pp, layout.dp, layout.cp, layout.ep}, rt.info().rank);
     parallel::MeshComms comms = parallel::make_mesh_comms(
         mesh, rt.take_world(), layout.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu);
     trainer::TrainContext ctx;

@@ -12,7 +12,8 @@ namespace llmtrain::parallel {
 namespace {
 constexpr EnumName<GroupKind> kGroupKinds[] = {{"tp", GroupKind::tp}, {"pp", GroupKind::pp},
                                                {"dp", GroupKind::dp}, {"model-parallel", GroupKind::model_parallel},
-                                               {"cp", GroupKind::cp}, {"dp-cp", GroupKind::dp_cp}};
+                                               {"cp", GroupKind::cp}, {"dp-cp", GroupKind::dp_cp},
+                                               {"ep", GroupKind::ep}};
 }  // namespace
 
 const char* group_kind_name(GroupKind kind) { return enum_name(kGroupKinds, kind); }
@@ -20,7 +21,8 @@ const char* group_kind_name(GroupKind kind) { return enum_name(kGroupKinds, kind
 Mesh::Mesh(MeshShape shape, int rank) : shape_(shape), rank_(rank), coord_(coord_of(shape, rank)) {}
 
 MeshCoord Mesh::coord_of(const MeshShape& s, int rank) {
-  LT_CHECK(s.tp > 0 && s.pp > 0 && s.dp > 0 && s.cp > 0, "mesh {}", describe(s));
+  LT_CHECK(s.tp > 0 && s.pp > 0 && s.dp > 0 && s.cp > 0 && s.ep > 0 && (s.dp * s.cp) % s.ep == 0, "mesh {}",
+           describe(s));
   LT_CHECK(rank >= 0 && rank < s.world(), "rank {} outside mesh {}", rank, describe(s));
   MeshCoord c;
   c.tp = rank % s.tp;
@@ -60,6 +62,12 @@ std::vector<int> Mesh::group_of(const MeshShape& s, int rank, GroupKind kind) {
       for (int d = 0; d < s.dp; ++d)
         for (int i = 0; i < s.cp; ++i) out.push_back(rank_of(s, {c.pp, d, c.tp, i}));
       break;
+    case GroupKind::ep: {
+      // This rank's position in its dp × cp group, rounded down to a multiple of ep: the first member.
+      const int first = (c.dp * s.cp + c.cp) / s.ep * s.ep;
+      for (int i = first; i < first + s.ep; ++i) out.push_back(rank_of(s, {c.pp, i / s.cp, c.tp, i % s.cp}));
+      break;
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -85,6 +93,11 @@ std::vector<std::vector<int>> Mesh::all_groups(const MeshShape& s, GroupKind kin
 }
 
 std::string Mesh::describe(const MeshShape& s) {
+  if (s.ep > 1) {
+    MeshShape dense = s;
+    dense.ep = 1;
+    return fmt::format("{} (ep {})", describe(dense), s.ep);
+  }
   if (s.cp > 1) return fmt::format("tp {} × cp {} × pp {} × dp {} = {}", s.tp, s.cp, s.pp, s.dp, s.world());
   return fmt::format("tp {} × pp {} × dp {} = {}", s.tp, s.pp, s.dp, s.world());
 }

@@ -8,7 +8,9 @@
 //
 // Rule a reader could get wrong: parameters are replicated over cp as over dp, so gradients are
 // reduced (and ZeRO shards) over the dp × cp group (GroupKind::dp_cp), while the data sampler
-// splits batches over dp only: the cp ranks of one dp index read the same samples.
+// splits batches over dp only: the cp ranks of one dp index read the same samples. An
+// expert-parallel group (GroupKind::ep) is ep consecutive members of a dp × cp group (cp varies
+// fastest there): ep does not multiply the world.
 #pragma once
 
 #include <string>
@@ -21,6 +23,7 @@ struct MeshShape {
   int pp = 1;
   int dp = 1;
   int cp = 1;  // context parallelism: each sequence split over cp ranks
+  int ep = 1;  // expert parallelism: carved from dp × cp (divides it), not a factor of the world
   int world() const { return tp * cp * pp * dp; }
 };
 
@@ -39,6 +42,7 @@ enum class GroupKind {
   model_parallel,  // same (dp, cp): every rank holding a distinct part of the model (global norms)
   cp,              // same (pp, dp, tp): the ranks that split one sequence (ring attention)
   dp_cp,           // same (pp, tp): the replicas of a parameter shard (gradient reduction, ZeRO)
+  ep,              // ep consecutive members of a dp_cp group: the ranks splitting a MoE block's experts
 };
 
 const char* group_kind_name(GroupKind kind);

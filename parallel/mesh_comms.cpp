@@ -20,7 +20,8 @@ Comm& ControlComms::group(GroupKind kind) const {
     case GroupKind::dp_cp:
       return replicas();
     case GroupKind::cp:
-      break;  // no scalar crosses the cp group alone
+    case GroupKind::ep:
+      break;  // no scalar crosses the cp or ep group alone
   }
   LT_CHECK(false, "no control group of kind {}", group_kind_name(kind));
   return *world;
@@ -38,13 +39,15 @@ Comm& MeshComms::group(GroupKind kind) const {
       return *cp;
     case GroupKind::dp_cp:
       return replicas();
+    case GroupKind::ep:
+      return *ep;
     default:
       return *dp;
   }
 }
 
 void MeshComms::set_timeout(double seconds) {
-  for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), cp.get(), dp_cp.get(), control.world.get(),
+  for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), cp.get(), dp_cp.get(), ep.get(), control.world.get(),
                   control.tp.get(), control.pp.get(), control.dp.get(), control.mp.get(), control.dp_cp.get()})
     if (c) c->set_timeout(seconds);
   pipe.set_timeout(seconds);
@@ -95,6 +98,7 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels
   out.dp = tensor(GroupKind::dp);
   out.cp = tensor(GroupKind::cp);
   if (shape.cp > 1) out.dp_cp = tensor(GroupKind::dp_cp);
+  out.ep = tensor(GroupKind::ep);
   out.control.world = make(everyone, mesh.rank(), "world control");
   out.control.tp = control(GroupKind::tp);
   out.control.pp = control(GroupKind::pp);

@@ -16,6 +16,7 @@ Layout layout_of(const Recipe& r) {
   l.dp = p.dp;
   l.cp = p.cp;
   l.cp_comm = p.cp_comm;
+  l.ep = p.ep;
   l.zero = p.zero;
   l.shard_group = p.zero >= 1 ? p.zero_group * p.cp : 1;
   l.schedule = p.pp_schedule;

@@ -4,9 +4,9 @@
 // gradient sync, the memory account, the planner and the checkpointer read this value and derive
 // none of it again (docs/architecture.md §3 "One layout value").
 //
-// Rules a reader could get wrong: the mesh has room for the dimensions still to come (ep, expert
-// parallelism, is 1 until it is built; world() already counts it). Parameters are replicated over
-// cp as over dp: the gradient sync and ZeRO span dp × cp ranks (replicas()), and a ZeRO shard group
+// Rules a reader could get wrong: ep (expert parallelism) is carved from the dp × cp ranks, so it
+// is not a factor of world(). Parameters are replicated over cp as over dp (expert weights too:
+// every rank holds all experts, computing only its ep rank's): the gradient sync and ZeRO span dp × cp ranks (replicas()), and a ZeRO shard group
 // is zero_group dp ranks × cp (shard_group counts ranks of the dp × cp group).
 #pragma once
 
@@ -24,7 +24,7 @@ struct Layout {
   int dp = 1;
   int cp = 1;  // context parallelism: each sequence split over cp ranks
   CpComm cp_comm = CpComm::ring;
-  int ep = 1;  // expert parallelism: not built yet
+  int ep = 1;  // expert parallelism: ep consecutive ranks of dp × cp split the experts (not a factor of world())
 
   // ZeRO: the stage, and how many consecutive ranks of the dp × cp group one shard group spans
   // (zero_group · cp; 1 = nothing is sharded; below dp × cp = hybrid sharding, each shard
@@ -45,7 +45,7 @@ struct Layout {
   ActivationCheckpointing recompute = ActivationCheckpointing::none;
   double bucket_mb = 25.0;
 
-  int world() const { return tp * cp * ep * dp * pp; }
+  int world() const { return tp * cp * dp * pp; }
   // What each ZeRO stage moves out of every rank's full copy: optimizer state (1), gradients (2),
   // parameters (3). From stage 2 the gradient sync holds the gradients, from 3 the parameters too:
   // the model is built without those buffers and asks the sync for them.

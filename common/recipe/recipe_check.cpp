@@ -188,7 +188,7 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
               "expert parallelism splits a MoE model's experts: set model.moe.experts, or ep: 1");
     else if (m.moe.experts % p.ep != 0)
       problem("parallel.ep", fmt::format("model.moe.experts {} is not divisible by ep {}", m.moe.experts, p.ep),
-              "each expert-parallel rank holds experts / ep experts: choose ep dividing experts");
+              "each expert-parallel rank computes experts / ep of them: choose ep dividing experts");
     if (p.dp > 0 && (int64_t(p.dp) * p.cp) % p.ep != 0)
       problem("parallel.ep",
               fmt::format("ep {} does not divide dp {} × cp {} = {}", p.ep, p.dp, p.cp, int64_t(p.dp) * p.cp),
@@ -363,11 +363,9 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
-  // Mixture of experts: built so far without expert parallelism, and dropless with context
-  // parallelism.
+  // Mixture of experts: dropless with context parallelism.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {
-    if (p.ep > 1) out.push_back({NotYet::moe_layout, fmt::format("parallel.ep {} (expert parallelism)", p.ep)});
     // Each cp rank would fill an expert's capacity from its own rows: not the drops of cp 1.
     if (p.cp > 1 && moe.capacity_factor > 0)
       out.push_back({NotYet::moe_layout,

@@ -49,6 +49,7 @@ ModelOptions step_model_options(const Recipe& r, const Layout& l, int stage,
   mo.seq_len = int(l.local_seq(r.model.seq_len));  // context parallelism: this rank's two chunks
   mo.context_parallel = l.cp;
   mo.cp_comm = l.cp_comm;
+  mo.expert_parallel = l.ep;
   mo.checkpointing = l.recompute;
   mo.dtype = precision_dtype(l.precision);
   mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);

@@ -137,7 +137,7 @@ int train(const TrainContext& ctx) {
   const Layout layout = layout_of(r);  // read by the model's options, the step (its gradient sync) and memory_plan
   std::vector<parallel::PipeOp> schedule = step_schedule(layout, ctx.mesh->coord().pp, accum);
   Model model(mc, step_model_options(r, layout, ctx.mesh->coord().pp, schedule), *comms.tp,
-              layout.cp > 1 ? comms.cp.get() : nullptr);
+              layout.cp > 1 ? comms.cp.get() : nullptr, layout.ep > 1 ? comms.ep.get() : nullptr);
   TrainStep step(r, layout, model, comms, train_batches, std::move(schedule));
   StepTimer timer(model.device(), step.schedule());
   step.set_observer(&timer);

@@ -149,13 +149,18 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     // memory it needs is the same.)
     check_divides(tp_size, m.moe.ffn_hidden, "model.moe.ffn_hidden");
   }
+  LT_CHECK(o.expert_parallel >= 1 && (o.expert_parallel == 1 || (m.moe.enabled() && m.moe.experts % o.expert_parallel == 0)),
+           "expert parallelism {} for {} experts", o.expert_parallel, m.moe.experts);
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
   // A MoE block's picks are indexed by int32 (the plan's order and pos, the experts' offsets).
-  if (m.moe.enabled() && int64_t(o.micro_batch) * o.seq_len * m.moe.top_k > std::numeric_limits<int32_t>::max())
-    throw Error(fmt::format("train.micro_batch {} × seq_len {} × model.moe.top_k {} = {} expert picks per micro-batch "
+  // With ep > 1 a rank's experts may receive every ep rank's picks.
+  const int64_t picks = int64_t(o.micro_batch) * o.seq_len * m.moe.top_k * o.expert_parallel;
+  if (m.moe.enabled() && picks > std::numeric_limits<int32_t>::max())
+    throw Error(fmt::format("train.micro_batch {} × seq_len {} × model.moe.top_k {}{} = {} expert picks per micro-batch "
                             "exceed 2^31 - 1",
-                            o.micro_batch, o.seq_len, m.moe.top_k, int64_t(o.micro_batch) * o.seq_len * m.moe.top_k),
+                            o.micro_batch, o.seq_len, m.moe.top_k,
+                            o.expert_parallel > 1 ? fmt::format(" × parallel.ep {}", o.expert_parallel) : "", picks),
                 "MoE blocks index a micro-batch's picks in 32 bits: lower train.micro_batch (or use more cp ranks)");
   LT_CHECK(o.stage.chunks == 1 || (o.stage.chunks > 1 && o.stage.chunk_blocks() >= 1), "{} chunks of {} blocks",
            o.stage.chunks, o.stage.chunk_blocks());
@@ -195,11 +200,15 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   return o;
 }
 
-Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp, parallel::Comm* cp)
+Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp, parallel::Comm* cp,
+             parallel::Comm* ep)
     : config_(config), options_(resolve(config, options, tp.size())), tp_(tp) {
   LT_CHECK((cp ? cp->size() : 1) == options_.context_parallel, "a cp group of {} ranks for context_parallel {}",
            cp ? cp->size() : 1, options_.context_parallel);
   if (options_.context_parallel > 1) cp_ = cp;
+  LT_CHECK((ep ? ep->size() : 1) == options_.expert_parallel, "an ep group of {} ranks for expert_parallel {}",
+           ep ? ep->size() : 1, options_.expert_parallel);
+  if (options_.expert_parallel > 1) ep_ = ep;
   // Generation (the KV cache) runs in fp32, from a checkpoint's fp32 weights.
   LT_CHECK(options_.dtype == DType::fp32 || options_.kv_cache_tokens == 0, "16-bit storage with a KV cache");
   const Dims z(config_, options_, tp_.size());
@@ -435,6 +444,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   // into one shared set.
   enum Parts { kProducts = 1, kElementwise = 2, kAll = 3 };
   const int64_t m = n * z.top_k;  // a MoE block's assignment rows
+  const int64_t mx = m * z.ep;    // the rows its experts compute on this rank (at most)
   // `dense` / `moe`: the MLP activations of a dense block, of a MoE block, or (a recomputation set
   // shared by both kinds) of both. A MoE block's are all kept as products: selective recomputation
   // redoes only its norms.
@@ -469,9 +479,16 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
       l.route_pos = a.take_int({m});
       l.route_offsets = a.take_int({z.experts + 1});
       l.moe_in = a.take({m, d});
-      l.moe_fc = a.take({m, 2 * z.moe_ffn});
-      l.moe_act = a.take({m, z.moe_ffn});
+      l.moe_fc = a.take({mx, 2 * z.moe_ffn});
+      l.moe_act = a.take({mx, z.moe_ffn});
       l.moe_out = a.take({m, d});
+      if (z.ep > 1) {
+        l.ep_in = a.take({mx, d});
+        l.ep_perm = a.take_int({mx});
+        l.ep_inv = a.take_int({mx});
+        l.ep_offsets = a.take_int({z.experts / z.ep + 1});
+        l.ep_plan = std::make_shared<std::vector<int32_t>>(size_t(z.ep * (z.experts + 1)), 0);
+      }
     }
     if (dense && (parts & kProducts)) l.fc = a.take({n, fc});
     if (dense && (parts & kElementwise)) l.act = a.take({n, z.ffn});
@@ -532,9 +549,14 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   work.dact = a.take({n, z.ffn});
   if (any_moe) {
     work.moe_dd = a.take({m, d});
-    work.moe_dfc = a.take({m, 2 * z.moe_ffn});
-    work.moe_dact = a.take({m, z.moe_ffn});
+    work.moe_dfc = a.take({mx, 2 * z.moe_ffn});
+    work.moe_dact = a.take({mx, z.moe_ffn});
     work.moe_dweight = a.take_f32({m});
+    if (z.ep > 1) {
+      work.ep_recv = a.take({mx, d});
+      work.ep_rows = a.take({mx, d});
+      work.ep_plan = a.take_int({z.ep * (z.experts + 1)});
+    }
   }
   if (z.llama) work.rope = a.take_f32({config.max_positions, 2, z.head_dim / 2});
   if (z.tp > 1 && head) work.ce_scratch = a.take_f32({3 * n});

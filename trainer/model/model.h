@@ -132,7 +132,13 @@ struct ModelOptions {
   // group the constructor is given; the ring's buffers are activations work memory. Training only
   // (no KV cache).
   int context_parallel = 1;
-  CpComm cp_comm = CpComm::ring;  // ring attention, or Ulysses' all-to-all (heads and kv_heads / tp divisible by cp)
+  CpComm cp_comm = CpComm::ring;
+  // Expert parallelism (MoE models): the experts split over this many ranks (the ep group the
+  // constructor is given). Each rank computes experts [ep rank · E/ep, (ep rank + 1) · E/ep) for the
+  // tokens of every rank of its group, which reach it and return by all-to-all; every rank still
+  // holds all experts' weights (their gradients on the others are 0, and the dp × cp reduction sums
+  // them). The experts' activations are sized for the worst case, ep × a rank's own picks.
+  int expert_parallel = 1;  // ring attention, or Ulysses' all-to-all (heads and kv_heads / tp divisible by cp)
   // Zero-bubble pipeline schedules: backward runs as stage_backward_input then
   // stage_backward_weight, and each slot keeps the linears' output gradients in between. Needs
   // every activation kept (no checkpointing), gradients and parameters of its own, no sequence
@@ -210,7 +216,8 @@ class Model {
   // heads replicated over tp / kv_heads ranks; the constructor is then collective over `tp`).
   // `cp` is this rank's context-parallel group, of options.context_parallel ranks (null when that
   // is 1); it must outlive the model.
-  Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp, parallel::Comm* cp = nullptr);
+  Model(const ModelConfig& config, const ModelOptions& options, parallel::Comm& tp, parallel::Comm* cp = nullptr,
+        parallel::Comm* ep = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -416,6 +423,10 @@ class Model {
   // A MoE block's MLP (model_layers.cpp): out = the experts' weighted outputs for the normed rows
   // ln2; its backward leaves d(ln2) in dln.
   void moe_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor ln2, kernels::Tensor out);
+  void moe_experts_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor in, kernels::Tensor y);
+  kernels::Tensor local_experts(const kernels::Tensor& all) const;
+  void moe_experts_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor dy,
+                            kernels::Tensor din);
   void moe_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor ln2,
                     kernels::Tensor dout, kernels::Tensor dln);
   bool moe_block(int local_layer) const { return config_.moe.layer(options_.stage.layer(local_layer)); }
@@ -437,6 +448,7 @@ class Model {
   ModelOptions options_;
   parallel::Comm& tp_;
   parallel::Comm* cp_ = nullptr;              // the context-parallel group (null at cp 1)
+  parallel::Comm* ep_ = nullptr;              // the expert-parallel group (null at ep 1)
   std::unique_ptr<parallel::Comm> kv_group_;  // the tp ranks holding this rank's key/value head (replicated)
   bool llama_ = false;
   bool sp_ = false;       // options.sequence_parallel with tp > 1

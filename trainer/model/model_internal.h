@@ -26,6 +26,7 @@ struct Model::Dims {
   bool qk_norm = false;  // per-head RMSNorm of q and k (Qwen3)
   // MoE blocks (model.moe): experts, picks per token, each expert's SwiGLU width on this rank.
   int64_t experts = 0, top_k = 0, moe_ffn = 0;
+  int64_t ep = 1;  // expert parallelism: ranks splitting the experts (ModelOptions::expert_parallel)
 
   Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)
       : llama(m.family == ModelFamily::llama),
@@ -41,7 +42,8 @@ struct Model::Dims {
         qk_norm(m.qk_norm),
         experts(m.moe.experts),
         top_k(m.moe.enabled() ? m.moe.top_k : 0),
-        moe_ffn(m.moe.ffn_hidden / tp_size) {}
+        moe_ffn(m.moe.ffn_hidden / tp_size),
+        ep(o.expert_parallel) {}
 };
 
 // Carves tensors out of one buffer, each 64-byte aligned: activations in the storage dtype
@@ -109,6 +111,15 @@ struct Model::LayerActs {
   Tensor route_order, route_pos;            // [M] int32: the permutation and its inverse (-1: dropped)
   Tensor route_offsets, route_stats;        // [E + 1] int32 each expert's first row; fp32 [2E + 2] (moe_route_stats)
   Tensor moe_in, moe_fc, moe_act, moe_out;  // [M, d] gathered input, [M, 2f] gate|up, [M, f] SwiGLU, [M, d]
+  // Expert parallelism (ep > 1): moe_in is what this rank sends, moe_out what comes back (both in
+  // its plan's order); its experts compute R ≤ ep·M rows from every ep rank, in expert-major order
+  // (moe_fc and moe_act hold ep·M rows).
+  Tensor ep_in;                  // [ep·M, d] the received rows, expert-major
+  Tensor ep_perm, ep_inv;        // [ep·M] int32: expert-major row ← received row, received row ← expert-major
+  Tensor ep_offsets;             // [E/ep + 1] int32: each of this rank's experts' first row of ep_in
+  // host [ep, E + 1]: every ep rank's route_offsets (the exchange's counts), shared by the copies
+  // selective recomputation makes of these activations
+  std::shared_ptr<std::vector<int32_t>> ep_plan;
 };
 
 // A split backward (options.split_backward): what the input-gradient half keeps of one block for
@@ -150,6 +161,9 @@ struct Model::Work {
   Tensor dres, dln, dqkv, datt, dfc, dact;
   // A MoE block's: [M, d], [M, 2f], [M, f], fp32 [M] (the router weights').
   Tensor moe_dd, moe_dfc, moe_dact, moe_dweight;
+  // Expert parallelism: [ep·M, d] twice (the exchanged rows; the experts' rows) and int32 [ep, E + 1]
+  // (the gathered offsets); moe_dfc and moe_dact then hold ep·M rows.
+  Tensor ep_recv, ep_rows, ep_plan;
   Tensor rope;           // [max_positions, 2, hd/2] (llama)
   Tensor ce_scratch;     // [3·N] row maxima and the [Σ exp, target logit] sums (tp > 1)
   Tensor kv_grad_saved;  // [2·hd·d] the replicated k/v heads' gradient so far (kv_replicas > 1; with

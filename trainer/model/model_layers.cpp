@@ -428,11 +428,9 @@ void Model::moe_forward(const BlockWeights& w, LayerActs& a, Tensor ln2, Tensor 
   // Context parallelism: the load-balancing loss is of the whole sequence's routing, as at cp 1 (each
   // rank's picks and probabilities summed over the cp group; moe_backward scales for the shares).
   if (cp_) cp_->all_reduce(a.route_stats, parallel::ReduceOp::sum);
-  const Tensor in = rows(a.moe_in, m), fc = rows(a.moe_fc, m), act = rows(a.moe_act, m), y = rows(a.moe_out, m);
+  const Tensor in = rows(a.moe_in, m), y = rows(a.moe_out, m);
   k::moe_gather_forward(in, ln2, order, moe.top_k);
-  k::grouped_linear_forward(fc, in, w.experts_in, a.route_offsets);
-  k::swiglu_forward(act, fc);
-  k::grouped_linear_forward(y, act, w.experts_out, a.route_offsets);
+  moe_experts_forward(w, a, in, y);
   if (out.defined()) k::moe_combine_forward(out, y, weight, pos);  // undefined: a recomputation
 }
 
@@ -445,14 +443,12 @@ void Model::moe_backward(const BlockWeights& w, const BlockWeights& g, const Lay
   const int64_t n = ln2.shape[0], m = n * moe.top_k;
   Work& wk = *work_;
   const Tensor pos = first(a.route_pos, m), dweight = first(wk.moe_dweight, m);
-  const Tensor dd = rows(wk.moe_dd, m), dfc = rows(wk.moe_dfc, m), dact = rows(wk.moe_dact, m);
+  const Tensor dd = rows(wk.moe_dd, m);
   k::moe_combine_backward(dd, dweight, dout, rows(a.moe_out, m), first(a.route_weight, m), pos);
   // tp > 1: each rank's expert outputs are partial sums over its slice of the experts' width, so are
   // the weights' gradients; summed, they are the same on every rank, and so is the router's gradient.
   tpx::reduce_from_tp_region_forward(tp_, dweight);
-  k::grouped_linear_backward(dact, g.experts_out, dd, rows(a.moe_act, m), w.experts_out, a.route_offsets);
-  k::swiglu_backward(dfc, dact, rows(a.moe_fc, m));
-  k::grouped_linear_backward(dd, g.experts_in, dfc, rows(a.moe_in, m), w.experts_in, a.route_offsets);
+  moe_experts_backward(w, g, a, dd, dd);
   k::moe_gather_backward(dln, dd, pos);
   // d(ln2) is a partial sum over tp (the norm's backward reduces it): the router's share, the same on
   // every rank, joins it on tp rank 0 only; the others send theirs to scratch.
@@ -464,6 +460,132 @@ void Model::moe_backward(const BlockWeights& w, const BlockWeights& g, const Lay
   k::moe_router_backward(router_din, g.router, dweight, rows(a.probs, n), first(a.router_lse, n),
                          first(a.route_expert, m), a.route_stats, ln2, w.router, moe.top_k, moe.renormalize, aux,
                          float(moe.z_loss), loss_scale_);
+}
+
+namespace {
+
+// Expert parallelism's exchange, from every ep rank's expert offsets `plan` [ep, E + 1] (each rank's
+// picks in expert order): the rows this rank sends each ep rank (its picks of that rank's experts)
+// and receives from each (that rank's picks of this rank's experts).
+struct EpCounts {
+  std::vector<int64_t> send, recv;
+  int64_t received = 0;
+};
+
+EpCounts ep_counts(const std::vector<int32_t>& plan, int ep, int me, int64_t experts) {
+  const int64_t local = experts / ep;
+  auto offset = [&](int rank, int64_t e) { return int64_t(plan[size_t(rank * (experts + 1) + e)]); };
+  EpCounts c;
+  for (int q = 0; q < ep; ++q) {
+    c.send.push_back(offset(me, (q + 1) * local) - offset(me, q * local));
+    c.recv.push_back(offset(q, (me + 1) * local) - offset(q, me * local));
+    c.received += c.recv.back();
+  }
+  return c;
+}
+
+std::vector<int64_t> times(std::vector<int64_t> counts, int64_t cols) {
+  for (int64_t& c : counts) c *= cols;
+  return counts;
+}
+
+}  // namespace
+
+// The experts' SwiGLU on the M gathered rows `in` (the plan's order), outputs in y. With ep > 1
+// (docs/model.md "Expert parallelism") the rows go to the ranks of their experts and back: every
+// ep rank's offsets are all-gathered and read on the host (the exchange's counts, kept for the
+// backward), the rows exchanged by all-to-all, reordered expert-major (expert, then sending rank,
+// then that rank's order: a fixed order whatever the layout), run through this rank's E/ep experts,
+// restored to the received order and sent back.
+void Model::moe_experts_forward(const BlockWeights& w, LayerActs& a, Tensor in, Tensor y) {
+  const int64_t m = in.shape[0];
+  if (!ep_) {
+    const Tensor fc = rows(a.moe_fc, m), act = rows(a.moe_act, m);
+    k::grouped_linear_forward(fc, in, w.experts_in, a.route_offsets);
+    k::swiglu_forward(act, fc);
+    k::grouped_linear_forward(y, act, w.experts_out, a.route_offsets);
+    return;
+  }
+  Work& wk = *work_;
+  const int ep = ep_->size(), me = ep_->rank();
+  const int64_t experts = config_.moe.experts, local = experts / ep, d = in.shape[1];
+  const Tensor gathered = first(wk.ep_plan, ep * (experts + 1));
+  ep_->all_gather(a.route_offsets, gathered);
+  std::vector<int32_t>& plan = *a.ep_plan;  // [ep · (E + 1)] (build_activations)
+  k::copy(k::host_tensor(plan.data(), {ep * (experts + 1)}), gathered);
+  const EpCounts c = ep_counts(plan, ep, me, experts);
+  const int64_t r = c.received;
+  LT_CHECK(r <= a.ep_in.shape[0], "expert parallelism: {} rows received for {}", r, a.ep_in.shape[0]);
+  ep_->all_to_all_v_async(in, times(c.send, d), wk.ep_recv, times(c.recv, d))->wait();
+
+  // Expert-major order: perm[j] = the received row of expert-major row j; inv its inverse.
+  std::vector<int32_t> perm(static_cast<size_t>(r)), inv(static_cast<size_t>(r)), offsets(static_cast<size_t>(local + 1), 0);
+  std::vector<int64_t> start(size_t(ep), 0);  // each sender's first received row
+  for (int q = 1; q < ep; ++q) start[size_t(q)] = start[size_t(q - 1)] + c.recv[size_t(q - 1)];
+  int64_t j = 0;
+  for (int64_t e = 0; e < local; ++e) {
+    for (int q = 0; q < ep; ++q) {
+      const size_t row = size_t(q * (experts + 1) + me * local);
+      const int64_t begin = plan[row + size_t(e)] - plan[row], count = plan[row + size_t(e) + 1] - plan[row + size_t(e)];
+      for (int64_t i = 0; i < count; ++i, ++j) {
+        perm[size_t(j)] = int32_t(start[size_t(q)] + begin + i);
+        inv[size_t(perm[size_t(j)])] = int32_t(j);
+      }
+    }
+    offsets[size_t(e + 1)] = int32_t(j);
+  }
+  k::copy(first(a.ep_offsets, local + 1), k::host_tensor(offsets.data(), {local + 1}));
+  const Tensor sent_back = rows(wk.ep_recv, r);
+  if (r > 0) {
+    k::copy(first(a.ep_perm, r), k::host_tensor(perm.data(), {r}));
+    k::copy(first(a.ep_inv, r), k::host_tensor(inv.data(), {r}));
+    const Tensor xin = rows(a.ep_in, r), fc = rows(a.moe_fc, r), act = rows(a.moe_act, r), out = rows(wk.ep_rows, r);
+    k::moe_gather_forward(xin, rows(wk.ep_recv, r), first(a.ep_perm, r), 1);
+    k::grouped_linear_forward(fc, xin, local_experts(w.experts_in), a.ep_offsets);
+    k::swiglu_forward(act, fc);
+    k::grouped_linear_forward(out, act, local_experts(w.experts_out), a.ep_offsets);
+    k::moe_gather_forward(sent_back, out, first(a.ep_inv, r), 1);
+  }
+  ep_->all_to_all_v_async(sent_back, times(c.recv, d), y, times(c.send, d))->wait();
+}
+
+// Its backward from dy (the plan's order): the experts' weight gradients, and d(in) in din (may be
+// dy itself). With ep > 1, the gradients travel as the rows did, with the forward's counts.
+void Model::moe_experts_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, Tensor dy,
+                                 Tensor din) {
+  Work& wk = *work_;
+  if (!ep_) {
+    const int64_t m = dy.shape[0];
+    const Tensor dfc = rows(wk.moe_dfc, m), dact = rows(wk.moe_dact, m);
+    k::grouped_linear_backward(dact, g.experts_out, dy, rows(a.moe_act, m), w.experts_out, a.route_offsets);
+    k::swiglu_backward(dfc, dact, rows(a.moe_fc, m));
+    k::grouped_linear_backward(din, g.experts_in, dfc, rows(a.moe_in, m), w.experts_in, a.route_offsets);
+    return;
+  }
+  const int ep = ep_->size(), me = ep_->rank();
+  const int64_t experts = config_.moe.experts, d = dy.shape[1];
+  const EpCounts c = ep_counts(*a.ep_plan, ep, me, experts);
+  const int64_t r = c.received;
+  ep_->all_to_all_v_async(dy, times(c.send, d), wk.ep_recv, times(c.recv, d))->wait();
+  const Tensor received = rows(wk.ep_recv, r);
+  if (r > 0) {
+    const Tensor drows = rows(wk.ep_rows, r), dfc = rows(wk.moe_dfc, r), dact = rows(wk.moe_dact, r);
+    k::moe_gather_forward(drows, received, first(a.ep_perm, r), 1);
+    k::grouped_linear_backward(dact, local_experts(g.experts_out), drows, rows(a.moe_act, r),
+                               local_experts(w.experts_out), a.ep_offsets);
+    k::swiglu_backward(dfc, dact, rows(a.moe_fc, r));
+    k::grouped_linear_backward(drows, local_experts(g.experts_in), dfc, rows(a.ep_in, r), local_experts(w.experts_in),
+                               a.ep_offsets);
+    k::moe_gather_forward(received, drows, first(a.ep_inv, r), 1);
+  }
+  ep_->all_to_all_v_async(received, times(c.recv, d), din, times(c.send, d))->wait();
+}
+
+// This ep rank's experts of an [E, rows, cols] expert operand (all of it at ep 1).
+Tensor Model::local_experts(const Tensor& all) const {
+  if (!ep_) return all;
+  const int64_t local = all.shape[0] / ep_->size(), each = all.shape[1] * all.shape[2];
+  return all.flat(ep_->rank() * local * each, local * each).view({local, all.shape[1], all.shape[2]});
 }
 
 void Model::head_forward(Slot& s) {

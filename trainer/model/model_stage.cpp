@@ -267,6 +267,11 @@ Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
   a.moe_fc = kept.moe_fc;
   a.moe_act = kept.moe_act;
   a.moe_out = kept.moe_out;
+  a.ep_in = kept.ep_in;
+  a.ep_perm = kept.ep_perm;
+  a.ep_inv = kept.ep_inv;
+  a.ep_offsets = kept.ep_offsets;
+  a.ep_plan = kept.ep_plan;
   return a;
 }
 
