@@ -185,6 +185,11 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
         "(rank i of a cp group holds chunks i and %d − i)\n",
         layout.cp, to_string(layout.cp_comm), m.seq_len, 2 * layout.cp, m.seq_len / (2 * layout.cp),
         static_cast<long long>(layout.local_seq(m.seq_len)), 2 * layout.cp - 1);
+  if (layout.ep > 1)
+    std::printf(
+        "expert parallel: ep %d, experts %d per rank (each rank of an ep group computes its experts for the "
+        "group's tokens, exchanged by all-to-all; every rank holds all %d experts' weights)\n",
+        layout.ep, m.moe.experts / layout.ep, m.moe.experts);
   if (layout.optimizer_sharded()) std::printf("zero: %s\n", layout.describe_zero().c_str());
 
   int64_t params = trainer::count_parameters(m);
