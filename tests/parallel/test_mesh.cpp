@@ -113,3 +113,33 @@ TEST(Mesh, CpSitsBetweenTpAndDp) {
       }
   EXPECT_EQ(Mesh::describe(s), "tp 2 × cp 2 × pp 2 × dp 2 = 16");
 }
+
+// Expert parallelism: an ep group is ep consecutive members of a dp × cp group (cp fastest), inside
+// one pipeline stage and tp rank; ep does not multiply the world.
+TEST(Mesh, EpGroupsAreConsecutiveRunsOfDpCp) {
+  MeshShape s{2, 2, 2, 2, 2};  // tp 2, pp 2, dp 2, cp 2, ep 2: 16 ranks
+  EXPECT_EQ(s.world(), 16);
+  // Rank 0's dp × cp group is {0, 2, 4, 6} (cp index, then dp): its ep group the first two.
+  EXPECT_EQ(Mesh::group_of(s, 0, GroupKind::ep), (std::vector<int>{0, 2}));
+  EXPECT_EQ(Mesh::group_of(s, 4, GroupKind::ep), (std::vector<int>{4, 6}));
+  EXPECT_EQ(Mesh::group_of(s, 13, GroupKind::ep), (std::vector<int>{13, 15}));
+  EXPECT_EQ(Mesh::describe(s), "tp 2 × cp 2 × pp 2 × dp 2 = 16 (ep 2)");
+  for (int cp : {1, 2})
+    for (int dp : {1, 2, 4})
+      for (int ep : {1, 2, 4}) {
+        if ((dp * cp) % ep != 0) continue;
+        MeshShape m{2, 2, dp, cp, ep};
+        std::set<int> seen;
+        for (const auto& g : Mesh::all_groups(m, GroupKind::ep)) {
+          ASSERT_EQ(int(g.size()), ep);
+          for (int x : g) EXPECT_TRUE(seen.insert(x).second);
+          // Inside one dp × cp group, at consecutive positions of it, starting at a multiple of ep.
+          Mesh first(m, g[0]);
+          const auto dp_cp = first.group(GroupKind::dp_cp);
+          const int at = first.index_in(GroupKind::dp_cp);
+          EXPECT_EQ(at % ep, 0);
+          for (int i = 0; i < ep; ++i) EXPECT_EQ(g[size_t(i)], dp_cp[size_t(at + i)]);
+        }
+        EXPECT_EQ(int(seen.size()), m.world());
+      }
+}
