@@ -37,6 +37,7 @@ nlohmann::json candidate_json(const Candidate& c, int gpus) {
           {"dp", p.dp},
           {"cp", p.cp},
           {"cp_comm", to_string(p.cp_comm)},
+          {"ep", p.ep},
           {"zero", p.zero},
           {"micro_batch", c.recipe.train.micro_batch},
           {"activation_checkpointing", to_string(c.recipe.train.activation_checkpointing)},

@@ -61,19 +61,29 @@ std::string Candidate::layout() const {
                    to_string(recipe.train.activation_checkpointing));
   if (p.sequence_parallel) s += " · sp";
   if (p.cp > 1) s += fmt::format(" · cp {} ({})", p.cp, to_string(p.cp_comm));
+  if (p.ep > 1) s += fmt::format(" · ep {}", p.ep);
   return s;
 }
 
 Recipe with_layout(const Recipe& recipe, const LayoutChoice& l) {
   Recipe r = recipe;
   ParallelConfig& p = r.parallel;
-  p.tp = l.tp, p.pp = l.pp, p.dp = l.dp, p.zero = l.zero, p.zero_group = 0, p.cp = l.cp;
+  p.tp = l.tp, p.pp = l.pp, p.dp = l.dp, p.zero = l.zero, p.zero_group = 0, p.cp = l.cp, p.ep = l.ep;
   fill_zero_group(p);
   p.virtual_stages = l.virtual_stages, p.pp_schedule = l.schedule, p.pp_layers.clear();
   p.sequence_parallel = l.sequence_parallel;
   r.train.micro_batch = l.micro_batch;
   r.train.activation_checkpointing = l.recompute;
   return r;
+}
+
+// Expert parallelism (a MoE model): every ep dividing both the experts and the dp × cp ranks; 1 for
+// a dense model.
+std::vector<int> expert_parallel_sizes(const ModelConfig& m, int dp_cp) {
+  std::vector<int> out;
+  for (int ep : divisors(dp_cp))
+    if (ep == 1 || (m.moe.enabled() && m.moe.experts % ep == 0)) out.push_back(ep);
+  return out;
 }
 
 SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
@@ -103,16 +113,17 @@ SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
               for (int mb : micro_batches)
                 for (ActivationCheckpointing rc :
                      {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full})
-                  for (bool sp : {false, true}) {
-                    if (sp && tp == 1) continue;
-                    const Recipe r = with_layout(recipe, {tp, pp, dp, zero, v, mb, schedule, rc, sp, cp});
-                    if (!accepted(r, n)) {
-                      ++out.rejected;
-                      continue;
+                  for (bool sp : {false, true})
+                    for (int ep : expert_parallel_sizes(recipe.model, dp * cp)) {
+                      if (sp && tp == 1) continue;
+                      const Recipe r = with_layout(recipe, {tp, pp, dp, zero, v, mb, schedule, rc, sp, cp, ep});
+                      if (!accepted(r, n)) {
+                        ++out.rejected;
+                        continue;
+                      }
+                      Candidate cand{r, predict_memory(r, c), predict_step(r, c)};
+                      (cand.memory.fits() ? out.fitting : out.too_big).push_back(std::move(cand));
                     }
-                    Candidate cand{r, predict_memory(r, c), predict_step(r, c)};
-                    (cand.memory.fits() ? out.fitting : out.too_big).push_back(std::move(cand));
-                  }
         }
       }
   }
@@ -136,7 +147,8 @@ std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
                          p.pp_schedule,
                          r.train.activation_checkpointing,
                          p.sequence_parallel,
-                         p.cp};
+                         p.cp,
+                         p.ep};
   std::vector<std::pair<std::string, LayoutChoice>> tries;
   for (int zero = p.zero + 1; zero <= 3 && p.dp > 1; ++zero) {
     LayoutChoice l = now;

@@ -57,6 +57,7 @@ struct LayoutChoice {
   ActivationCheckpointing recompute = ActivationCheckpointing::none;
   bool sequence_parallel = false;
   int cp = 1;  // context parallelism (cp_comm stays the recipe's)
+  int ep = 1;  // expert parallelism (MoE models: searched over the divisors of dp × cp and the experts)
 };
 // Sequences at least this long make the search try context parallelism (cp 2, 4, 8 where 2·cp
 // divides seq_len); shorter ones keep the recipe's cp.

@@ -164,6 +164,17 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
       cp_backward_block = 2 * all_to_all(out_bytes) + all_to_all(qkv_bytes);
     }
   }
+  // Expert parallelism, per MoE block: the offsets' all-gather and two all-to-alls of the block's
+  // picks (tokens · top_k rows; a rank keeps 1/ep of them) forward, two backward and two more in a
+  // full recomputation, not overlapped. An ep group spans tp · ep consecutive ranks.
+  double ep_forward_block = 0, ep_backward_block = 0;
+  if (p.ep > 1) {
+    const auto [ep_bw, ep_lat] = link(int64_t(tp) * p.ep > c.gpus_per_node);
+    const double picks = tokens * m.moe.top_k * m.hidden * element;
+    const double a2a = double(p.ep - 1) / p.ep * picks / ep_bw + (p.ep - 1) * ep_lat;
+    ep_forward_block = 2 * a2a + (p.ep - 1) * ep_lat;
+    ep_backward_block = (full_recompute ? 4 : 2) * a2a + (full_recompute ? (p.ep - 1) * ep_lat : 0);
+  }
   const bool sp = p.sequence_parallel && tp > 1;
   const double sp_grads_block = sp ? ring_all_reduce_time(block_replicated, tp, tp_bw, tp_lat) : 0;
   const double sp_grads_head = sp ? ring_all_reduce_time(head_replicated, tp, tp_bw, tp_lat) : 0;
@@ -188,6 +199,8 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   for (int s = 0; s < pp; ++s) {
     const trainer::StageLayout layout = stage_layout(s);
     const double blocks = layout.blocks();
+    int moe_blocks = 0;
+    for (int l = 0; l < layout.blocks(); ++l) moe_blocks += m.moe.layer(layout.layer(l)) ? 1 : 0;
     const double fwd_flops = tokens * (blocks * block_forward + (layout.has_head ? head_forward : 0));
     const double recompute_flops = tokens * blocks * block_recompute;
     StageCost& sc = stages[size_t(s)];
@@ -195,10 +208,11 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     const double bwd_traffic = tokens * blocks * (traffic_backward + traffic_recompute);
     sc.forward = (fwd_flops / rate + fwd_traffic / bandwidth) / v;  // per chunk: each op is one chunk's work
     sc.backward = ((2 * fwd_flops + recompute_flops) / rate + bwd_traffic / bandwidth) / v;
-    sc.tp_forward = (blocks * (tp_forward_block + cp_forward_block) + (layout.has_embedding ? tp_collective : 0) +
+    sc.tp_forward = (blocks * (tp_forward_block + cp_forward_block) + moe_blocks * ep_forward_block +
+                     (layout.has_embedding ? tp_collective : 0) +
                      (layout.has_head ? loss_time : 0)) /
                     v;
-    sc.tp_backward = (blocks * (tp_backward_block + sp_grads_block + cp_backward_block) +
+    sc.tp_backward = (blocks * (tp_backward_block + sp_grads_block + cp_backward_block) + moe_blocks * ep_backward_block +
                       (layout.has_head ? tp_collective + sp_grads_head : 0)) /
                      v;
   }

@@ -46,8 +46,9 @@ struct StepPrediction {
   // optimizer, where compute, tp_comm and pp_comm are the busiest stage's.
   double compute = 0;
   double bubble = 0;   // the pipeline's idle time on the busiest stage
-  double tp_comm = 0;  // tensor-parallel collectives (not overlapped), and context parallelism's
-                       // ring transfers not hidden behind attention or its all-to-alls
+  double tp_comm = 0;  // tensor-parallel collectives (not overlapped), context parallelism's ring
+                       // transfers not hidden behind attention or its all-to-alls, and expert
+                       // parallelism's all-to-alls
   double pp_comm = 0;  // activation and gradient transfers between stages
   double dp_comm = 0;  // the data-parallel / ZeRO collectives the backward does not hide
   double optimizer = 0;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "common/error.h"
 #include "common/recipe/recipe_check.h"
@@ -163,6 +164,41 @@ TEST(LayoutSearch, ContextParallelismForLongSequences) {
   EXPECT_GT(with_cp, 0);
   r = gpt(8, 2048, 16, 2048, 1, 1, 8, 1, 8);  // a short sequence: cp stays the recipe's
   for (const Candidate& cand : search_layouts(r, c).fitting) EXPECT_EQ(cand.recipe.parallel.cp, 1);
+}
+
+// Expert parallelism: searched for a MoE model (every ep dividing dp × cp and the experts), never
+// for a dense one; its all-to-alls add to the communication part, and (every rank holding all
+// experts) its memory is at least ep 1's.
+TEST(LayoutSearch, ExpertParallelismForMoeModels) {
+  Recipe r = gpt(4, 1024, 16, 1024, 1, 1, 8, 1, 8);
+  r.model.family = ModelFamily::llama, r.model.ffn_hidden = 2048;
+  r.model.moe.experts = 8, r.model.moe.top_k = 2, r.model.moe.ffn_hidden = 1024;
+  ASSERT_TRUE(recipe_check(r, {8, "test", false}).empty());
+  const Cluster c{device_lookup("h100"), 8, 8, 50e9};
+  const StepPrediction one = predict_step(r, c);
+  const trainer::MemoryAccount one_memory = trainer::memory_plan(r, layout_of(r), {0, 0, 0});
+  r.parallel.ep = 4;
+  ASSERT_TRUE(recipe_check(r, {8, "test", false}).empty());
+  const StepPrediction four = predict_step(r, c);
+  EXPECT_GT(four.tp_comm, one.tp_comm);
+  EXPECT_DOUBLE_EQ(four.compute, one.compute);
+  EXPECT_DOUBLE_EQ(four.dp_comm, one.dp_comm);
+  EXPECT_GE(trainer::memory_plan(r, layout_of(r), {0, 0, 0}).total(), one_memory.total());
+
+  r.parallel.ep = 1;
+  std::set<int> eps;
+  for (const Candidate& cand : search_layouts(r, c).fitting) {
+    EXPECT_TRUE(recipe_check(cand.recipe, {8, "test", false}).empty()) << cand.layout();
+    const ParallelConfig& p = cand.recipe.parallel;
+    eps.insert(p.ep);
+    EXPECT_EQ(p.dp * p.cp % p.ep, 0) << cand.layout();
+    if (p.ep > 1) {
+      EXPECT_NE(cand.layout().find(" · ep "), std::string::npos) << cand.layout();
+    }
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));
+  for (const Candidate& cand : search_layouts(gpt(4, 1024, 16, 1024, 1, 1, 8, 1, 8), c).fitting)
+    EXPECT_EQ(cand.recipe.parallel.ep, 1) << cand.layout();
 }
 
 // Megatron-LM (Narayanan et al. 2021) Table 1: GPT models of 1.7B to 1T parameters on A100-80GB
