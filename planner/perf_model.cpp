@@ -209,11 +209,10 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     sc.forward = (fwd_flops / rate + fwd_traffic / bandwidth) / v;  // per chunk: each op is one chunk's work
     sc.backward = ((2 * fwd_flops + recompute_flops) / rate + bwd_traffic / bandwidth) / v;
     sc.tp_forward = (blocks * (tp_forward_block + cp_forward_block) + moe_blocks * ep_forward_block +
-                     (layout.has_embedding ? tp_collective : 0) +
-                     (layout.has_head ? loss_time : 0)) /
+                     (layout.has_embedding ? tp_collective : 0) + (layout.has_head ? loss_time : 0)) /
                     v;
-    sc.tp_backward = (blocks * (tp_backward_block + sp_grads_block + cp_backward_block) + moe_blocks * ep_backward_block +
-                      (layout.has_head ? tp_collective + sp_grads_head : 0)) /
+    sc.tp_backward = (blocks * (tp_backward_block + sp_grads_block + cp_backward_block) +
+                      moe_blocks * ep_backward_block + (layout.has_head ? tp_collective + sp_grads_head : 0)) /
                      v;
   }
   enum Part { compute, tensor, pipe };

@@ -6,8 +6,8 @@
 //
 // Rules a reader could get wrong: ep (expert parallelism) is carved from the dp × cp ranks, so it
 // is not a factor of world(). Parameters are replicated over cp as over dp (expert weights too:
-// every rank holds all experts, computing only its ep rank's): the gradient sync and ZeRO span dp × cp ranks (replicas()), and a ZeRO shard group
-// is zero_group dp ranks × cp (shard_group counts ranks of the dp × cp group).
+// every rank holds all experts, computing only its ep rank's): the gradient sync and ZeRO span dp × cp ranks
+// (replicas()), and a ZeRO shard group is zero_group dp ranks × cp (shard_group counts ranks of the dp × cp group).
 #pragma once
 
 #include <string>

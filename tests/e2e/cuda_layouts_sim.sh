@@ -5,9 +5,9 @@
 # (assembled from the checkpoints' slices) within 1e-5.
 #
 #   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), tp 2 with sequence parallelism, pp 2 (1F1B),
-#                              tp 2 × pp 2, cp 2 (ring); a 2-rank cuda checkpoint resumed on one CPU rank
+#                              tp 2 × pp 2, cp 2 (ring), MoE at ep 2; a 2-rank cuda checkpoint resumed on one CPU rank
 #   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, hybrid sharding, bf16,
-#                              recomputation, evaluation through the pipeline, MoE at ep 2, SIGTERM on the device
+#                              recomputation, evaluation through the pipeline, SIGTERM on the device
 #
 # tiny at seq 64, micro-batch 1, global batch 2, 3 steps, checkpoints at steps 2 and 3: a simulated
 # step costs seconds.
@@ -53,6 +53,14 @@ if [[ $mode == ci ]]; then
   layout pp2-1f1b 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
   layout tp2-pp2 4 --set parallel.tp=2 --set parallel.pp=2
   layout cp2-ring 2 --set parallel.cp=2  # context parallelism: K/V blocks around the ring
+  # Expert parallelism on cuda: MoE blocks (4 experts, top 2) at ep 2, the tokens' rows exchanged by
+  # the staged communicator's all-to-all, against the same MoE model on one CPU rank.
+  moe=(--set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_hidden=128 --set model.moe.first_dense=1)
+  run moe-cpu 1 --set train.device=cpu "${moe[@]}"
+  expect_status 0
+  run moe-ep2 2 --set train.device=cuda --set parallel.ep=2 "${moe[@]}"
+  expect_status 0
+  compare "MoE at ep 2 on cuda takes the one-rank cpu run's steps" moe-ep2 moe-cpu --last 3 --tol 1e-5
   # A 2-rank cuda checkpoint (dp 2, step 2) resumes on one CPU rank, on the CPU run's step 3.
   run_cmd "dp2's cuda checkpoint on one cpu rank" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
     --set log.dir=dp2-on-cpu --set train.device=cpu --set checkpoint.resume=dp2/ckpt/step_00000002
@@ -75,14 +83,6 @@ else
   compare "zero3-hybrid on cuda takes the one-rank cpu run's steps" zero3-hybrid cpu-gb4 --last 3 --tol 1e-5
   layout recompute-tp2 2 --set parallel.tp=2 --set train.activation_checkpointing=full
   layout eval-pp2 2 --set parallel.pp=2 --set eval.every=3
-  # Expert parallelism on cuda: MoE blocks (4 experts, top 2) at ep 2, the tokens' rows exchanged by
-  # the staged communicator's all-to-all, against the same MoE model on one CPU rank.
-  moe=(--set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_hidden=128 --set model.moe.first_dense=1)
-  run moe-cpu 1 --set train.device=cpu "${moe[@]}"
-  expect_status 0
-  run moe-ep2 2 --set train.device=cuda --set parallel.ep=2 "${moe[@]}"
-  expect_status 0
-  compare "MoE at ep 2 on cuda takes the one-rank cpu run's steps" moe-ep2 moe-cpu --last 3 --tol 1e-5
   # bf16: cuda at dp 2 against bf16 on one CPU rank, within 16-bit rounding.
   run bf16-cpu 1 --set train.device=cpu --set train.precision=bf16
   expect_status 0

@@ -149,19 +149,21 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     // memory it needs is the same.)
     check_divides(tp_size, m.moe.ffn_hidden, "model.moe.ffn_hidden");
   }
-  LT_CHECK(o.expert_parallel >= 1 && (o.expert_parallel == 1 || (m.moe.enabled() && m.moe.experts % o.expert_parallel == 0)),
-           "expert parallelism {} for {} experts", o.expert_parallel, m.moe.experts);
+  LT_CHECK(
+      o.expert_parallel >= 1 && (o.expert_parallel == 1 || (m.moe.enabled() && m.moe.experts % o.expert_parallel == 0)),
+      "expert parallelism {} for {} experts", o.expert_parallel, m.moe.experts);
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
   // A MoE block's picks are indexed by int32 (the plan's order and pos, the experts' offsets).
   // With ep > 1 a rank's experts may receive every ep rank's picks.
   const int64_t picks = int64_t(o.micro_batch) * o.seq_len * m.moe.top_k * o.expert_parallel;
   if (m.moe.enabled() && picks > std::numeric_limits<int32_t>::max())
-    throw Error(fmt::format("train.micro_batch {} × seq_len {} × model.moe.top_k {}{} = {} expert picks per micro-batch "
-                            "exceed 2^31 - 1",
-                            o.micro_batch, o.seq_len, m.moe.top_k,
-                            o.expert_parallel > 1 ? fmt::format(" × parallel.ep {}", o.expert_parallel) : "", picks),
-                "MoE blocks index a micro-batch's picks in 32 bits: lower train.micro_batch (or use more cp ranks)");
+    throw Error(
+        fmt::format("train.micro_batch {} × seq_len {} × model.moe.top_k {}{} = {} expert picks per micro-batch "
+                    "exceed 2^31 - 1",
+                    o.micro_batch, o.seq_len, m.moe.top_k,
+                    o.expert_parallel > 1 ? fmt::format(" × parallel.ep {}", o.expert_parallel) : "", picks),
+        "MoE blocks index a micro-batch's picks in 32 bits: lower train.micro_batch (or use more cp ranks)");
   LT_CHECK(o.stage.chunks == 1 || (o.stage.chunks > 1 && o.stage.chunk_blocks() >= 1), "{} chunks of {} blocks",
            o.stage.chunks, o.stage.chunk_blocks());
   LT_CHECK(!o.split_backward || (o.checkpointing == ActivationCheckpointing::none && !o.external_grads &&

@@ -114,9 +114,9 @@ struct Model::LayerActs {
   // Expert parallelism (ep > 1): moe_in is what this rank sends, moe_out what comes back (both in
   // its plan's order); its experts compute R ≤ ep·M rows from every ep rank, in expert-major order
   // (moe_fc and moe_act hold ep·M rows).
-  Tensor ep_in;                  // [ep·M, d] the received rows, expert-major
-  Tensor ep_perm, ep_inv;        // [ep·M] int32: expert-major row ← received row, received row ← expert-major
-  Tensor ep_offsets;             // [E/ep + 1] int32: each of this rank's experts' first row of ep_in
+  Tensor ep_in;            // [ep·M, d] the received rows, expert-major
+  Tensor ep_perm, ep_inv;  // [ep·M] int32: expert-major row ← received row, received row ← expert-major
+  Tensor ep_offsets;       // [E/ep + 1] int32: each of this rank's experts' first row of ep_in
   // host [ep, E + 1]: every ep rank's route_offsets (the exchange's counts), shared by the copies
   // selective recomputation makes of these activations
   std::shared_ptr<std::vector<int32_t>> ep_plan;

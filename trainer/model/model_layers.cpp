@@ -519,14 +519,16 @@ void Model::moe_experts_forward(const BlockWeights& w, LayerActs& a, Tensor in, 
   ep_->all_to_all_v_async(in, times(c.send, d), wk.ep_recv, times(c.recv, d))->wait();
 
   // Expert-major order: perm[j] = the received row of expert-major row j; inv its inverse.
-  std::vector<int32_t> perm(static_cast<size_t>(r)), inv(static_cast<size_t>(r)), offsets(static_cast<size_t>(local + 1), 0);
+  std::vector<int32_t> perm(static_cast<size_t>(r)), inv(static_cast<size_t>(r)),
+      offsets(static_cast<size_t>(local + 1), 0);
   std::vector<int64_t> start(size_t(ep), 0);  // each sender's first received row
   for (int q = 1; q < ep; ++q) start[size_t(q)] = start[size_t(q - 1)] + c.recv[size_t(q - 1)];
   int64_t j = 0;
   for (int64_t e = 0; e < local; ++e) {
     for (int q = 0; q < ep; ++q) {
       const size_t row = size_t(q * (experts + 1) + me * local);
-      const int64_t begin = plan[row + size_t(e)] - plan[row], count = plan[row + size_t(e) + 1] - plan[row + size_t(e)];
+      const int64_t begin = plan[row + size_t(e)] - plan[row],
+                    count = plan[row + size_t(e) + 1] - plan[row + size_t(e)];
       for (int64_t i = 0; i < count; ++i, ++j) {
         perm[size_t(j)] = int32_t(start[size_t(q)] + begin + i);
         inv[size_t(perm[size_t(j)])] = int32_t(j);
