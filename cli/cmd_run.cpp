@@ -175,7 +175,7 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
   std::vector<parallel::GroupKind> kinds{parallel::GroupKind::tp, parallel::GroupKind::pp, parallel::GroupKind::dp,
                                          parallel::GroupKind::model_parallel};
   if (layout.cp > 1) kinds.insert(kinds.end(), {parallel::GroupKind::cp, parallel::GroupKind::dp_cp});
-  if (layout.ep > 1) kinds.push_back(parallel::GroupKind::ep);
+  if (layout.ep > 1) kinds.insert(kinds.end(), {parallel::GroupKind::ep, parallel::GroupKind::edp});
   for (auto kind : kinds)
     std::printf("  %-15s %s\n", (std::string(parallel::group_kind_name(kind)) + " groups:").c_str(),
                 groups_text(shape, kind).c_str());
@@ -187,9 +187,11 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
         static_cast<long long>(layout.local_seq(m.seq_len)), 2 * layout.cp - 1);
   if (layout.ep > 1)
     std::printf(
-        "expert parallel: ep %d, experts %d per rank (each rank of an ep group computes its experts for the "
-        "group's tokens, exchanged by all-to-all; every rank holds all %d experts' weights)\n",
-        layout.ep, m.moe.experts / layout.ep, m.moe.experts);
+        "expert parallel: ep %d, experts %d per rank (each rank of an ep group computes its experts for the group's "
+        "tokens, exchanged by all-to-all; %s)\n",
+        layout.ep, m.moe.experts / layout.ep,
+        layout.experts_sharded() ? "it holds only those, their gradients reduced over the edp group"
+                                 : "ZeRO's shards over dp × cp hold every expert");
   if (layout.optimizer_sharded()) std::printf("zero: %s\n", layout.describe_zero().c_str());
 
   int64_t params = trainer::count_parameters(m);

@@ -584,6 +584,113 @@ int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int sha
   return owned;
 }
 
+namespace {
+
+// [a ∩ b] of two ascending lists of disjoint ranges.
+std::vector<FlatRange> intersect(const std::vector<FlatRange>& a, const std::vector<FlatRange>& b) {
+  std::vector<FlatRange> out;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].begin, b[j].begin), hi = std::min(a[i].end, b[j].end);
+    if (lo < hi) out.push_back({lo, hi});
+    (a[i].end < b[j].end ? i : j) += 1;
+  }
+  return out;
+}
+
+// make_expert_grad_sync's: two syncs, each over its own parameters of the same flat buffers.
+class ExpertGradSync final : public GradSync {
+ public:
+  ExpertGradSync(std::unique_ptr<GradSync> dense, std::unique_ptr<GradSync> experts,
+                 std::vector<FlatRange> expert_ranges, Tensor grads, int ep)
+      : dense_(std::move(dense)),
+        experts_(std::move(experts)),
+        expert_ranges_(std::move(expert_ranges)),
+        grads_(grads),
+        ep_(ep) {
+    const int64_t numel = grads.numel();
+    LT_CHECK(ep >= 1, "ep {}", ep);
+    LT_CHECK(!dense_->grads_compact() && !experts_->grads_compact() && !dense_->params_compact() &&
+                 !experts_->params_compact(),
+             "the expert-parallel sync at a ZeRO stage that holds compact shards");
+    std::vector<FlatRange> rest;  // [0, numel) outside the experts' ranges
+    int64_t at = 0;
+    for (const FlatRange& r : expert_ranges_) {
+      LT_CHECK(r.begin >= at && r.end >= r.begin && r.end <= numel, "expert range [{}, {}) after {} of {}", r.begin,
+               r.end, at, numel);
+      if (r.begin > at) rest.push_back({at, r.begin});
+      at = r.end;
+    }
+    if (at < numel) rest.push_back({at, numel});
+    owned_ = intersect(dense_->owned(), rest);
+    const std::vector<FlatRange> mine = intersect(experts_->owned(), expert_ranges_);
+    owned_.insert(owned_.end(), mine.begin(), mine.end());
+    std::sort(owned_.begin(), owned_.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+    expert_owned_ = mine;
+  }
+
+  void group_ready(int group, bool last_micro_batch) override {
+    dense_->group_ready(group, last_micro_batch);
+    experts_->group_ready(group, last_micro_batch);
+  }
+  void progress() override {
+    dense_->progress();
+    experts_->progress();
+  }
+  void finish() override {
+    dense_->finish();
+    experts_->finish();
+    // Each rank's expert gradient is its ep group's sum (every token of the group that chose the
+    // expert); the edp average of those is ep times the dp × cp average a dense gradient gets.
+    if (ep_ > 1)
+      for (const FlatRange& r : expert_owned_) kernels::scale(grads_.flat(r.begin, r.numel()), 1.0f / float(ep_));
+  }
+  const std::vector<FlatRange>& owned() const override { return owned_; }
+  bool shards_over_dp() const override { return true; }
+  bool first_copy() const override { return dense_->first_copy(); }
+  bool first_copy_at(int64_t offset) const override {
+    const auto at = std::upper_bound(expert_ranges_.begin(), expert_ranges_.end(), offset,
+                                     [](int64_t x, const FlatRange& r) { return x < r.end; });
+    const bool expert = at != expert_ranges_.end() && at->begin <= offset;
+    return expert ? experts_->first_copy() : dense_->first_copy();
+  }
+  void gather_params() override {
+    dense_->gather_params();
+    experts_->gather_params();
+  }
+  Tensor group_grads(int) override { return {}; }
+  Tensor owned_grads() const override { return dense_->owned_grads(); }  // the flat gradient buffer
+  bool grads_compact() const override { return false; }
+  Tensor group_params(int, bool) override { return {}; }
+  void group_params_done(int) override {}
+  Tensor owned_params() const override { return {}; }
+  bool params_compact() const override { return false; }
+  const GradBucketStats& stats() const override {
+    const GradBucketStats &a = dense_->stats(), &b = experts_->stats();
+    stats_ = a;  // steps and spans: the dense sync's; launches, bytes and exposed time: both
+    stats_.buckets += b.buckets;
+    stats_.bytes += b.bytes;
+    stats_.exposed_s += b.exposed_s;
+    stats_.last_exposed_s += b.last_exposed_s;
+    return stats_;
+  }
+
+ private:
+  std::unique_ptr<GradSync> dense_, experts_;
+  std::vector<FlatRange> expert_ranges_;
+  Tensor grads_;
+  int ep_;
+  std::vector<FlatRange> owned_, expert_owned_;
+  mutable GradBucketStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradSync> make_expert_grad_sync(std::unique_ptr<GradSync> dense, std::unique_ptr<GradSync> experts,
+                                                std::vector<FlatRange> expert_ranges, Tensor grads, int ep) {
+  return std::make_unique<ExpertGradSync>(std::move(dense), std::move(experts), std::move(expert_ranges), grads, ep);
+}
+
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group) {
   LT_CHECK(zero_stage >= 2 || layout.params.numel() == layout.grads.numel(), "parameters {} and gradients {}",

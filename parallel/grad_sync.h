@@ -63,6 +63,12 @@ class GradSync {
   virtual const std::vector<FlatRange>& owned() const = 0;
   virtual bool shards_over_dp() const = 0;
   virtual bool first_copy() const = 0;
+  // Whether this rank is the first copy of the owned element at flat `offset` (first_copy(), except
+  // in the expert-parallel sync, whose experts' first copies are those of their own replicas).
+  virtual bool first_copy_at(int64_t offset) const {
+    (void)offset;
+    return first_copy();
+  }
   virtual void gather_params() = 0;
 
   // Stage 2: a zeroed view of pooled scratch, in the parameter buffer's dtype (fp32, or 16-bit:
@@ -142,6 +148,20 @@ struct GradSyncLayout {
 // stage 0.
 std::unique_ptr<GradSync> make_grad_sync(int zero_stage, Comm& dp, GradSyncLayout layout, double bucket_mb,
                                          int zero_group);
+
+// Expert parallelism with sharded experts (Layout::experts_sharded): the one sync of two over the
+// same flat buffers — `dense` over dp × cp (every parameter but the experts') and `experts` over the
+// expert-data-parallel group (this rank's experts, which its dp × cp peers of other ep indices do
+// not hold). Stages 0 and 1 only (the model keeps both flat buffers). Each group is passed to both
+// (a group's parameters are in one of the two, each knowing its own); owned() is dense's owned
+// elements outside `expert_ranges` and experts' inside them, ascending; shards_over_dp() is true
+// (ranks of one dp × cp group hold different experts) and first_copy_at() answers with the owning
+// sync's first_copy(); first_copy() is dense's. `expert_ranges`: the experts' flat ranges,
+// ascending and disjoint, inside the flat gradient buffer `grads`. finish() divides the owned
+// expert gradients by `ep`: each rank's is the sum over its ep group's tokens, so their edp average
+// is ep times the dp × cp average of a dense gradient.
+std::unique_ptr<GradSync> make_expert_grad_sync(std::unique_ptr<GradSync> dense, std::unique_ptr<GradSync> experts,
+                                                std::vector<FlatRange> expert_ranges, Tensor grads, int ep);
 
 // Stage 1's sharding units: groups [first_group, end_group) (consecutive in group order) and the
 // flat range they cover. A group's range runs from its first to its last element; a group joins

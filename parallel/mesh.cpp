@@ -13,7 +13,7 @@ namespace {
 constexpr EnumName<GroupKind> kGroupKinds[] = {{"tp", GroupKind::tp}, {"pp", GroupKind::pp},
                                                {"dp", GroupKind::dp}, {"model-parallel", GroupKind::model_parallel},
                                                {"cp", GroupKind::cp}, {"dp-cp", GroupKind::dp_cp},
-                                               {"ep", GroupKind::ep}};
+                                               {"ep", GroupKind::ep}, {"edp", GroupKind::edp}};
 }  // namespace
 
 const char* group_kind_name(GroupKind kind) { return enum_name(kGroupKinds, kind); }
@@ -68,6 +68,10 @@ std::vector<int> Mesh::group_of(const MeshShape& s, int rank, GroupKind kind) {
       for (int i = first; i < first + s.ep; ++i) out.push_back(rank_of(s, {c.pp, i / s.cp, c.tp, i % s.cp}));
       break;
     }
+    case GroupKind::edp:
+      for (int i = (c.dp * s.cp + c.cp) % s.ep; i < s.dp * s.cp; i += s.ep)
+        out.push_back(rank_of(s, {c.pp, i / s.cp, c.tp, i % s.cp}));
+      break;
   }
   std::sort(out.begin(), out.end());
   return out;

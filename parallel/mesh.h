@@ -43,6 +43,7 @@ enum class GroupKind {
   cp,              // same (pp, dp, tp): the ranks that split one sequence (ring attention)
   dp_cp,           // same (pp, tp): the replicas of a parameter shard (gradient reduction, ZeRO)
   ep,              // ep consecutive members of a dp_cp group: the ranks splitting a MoE block's experts
+  edp,             // the members of a dp_cp group at the same index of their ep groups: an expert's replicas
 };
 
 const char* group_kind_name(GroupKind kind);

@@ -21,7 +21,8 @@ Comm& ControlComms::group(GroupKind kind) const {
       return replicas();
     case GroupKind::cp:
     case GroupKind::ep:
-      break;  // no scalar crosses the cp or ep group alone
+    case GroupKind::edp:
+      break;  // no scalar crosses the cp, ep or edp group alone
   }
   LT_CHECK(false, "no control group of kind {}", group_kind_name(kind));
   return *world;
@@ -41,14 +42,18 @@ Comm& MeshComms::group(GroupKind kind) const {
       return replicas();
     case GroupKind::ep:
       return *ep;
+    case GroupKind::edp:
+      LT_CHECK(edp != nullptr, "no edp group at ep 1");
+      return *edp;
     default:
       return *dp;
   }
 }
 
 void MeshComms::set_timeout(double seconds) {
-  for (auto* c : {world.get(), tp.get(), pp.get(), dp.get(), cp.get(), dp_cp.get(), ep.get(), control.world.get(),
-                  control.tp.get(), control.pp.get(), control.dp.get(), control.mp.get(), control.dp_cp.get()})
+  for (auto* c :
+       {world.get(), tp.get(), pp.get(), dp.get(), cp.get(), dp_cp.get(), ep.get(), edp.get(), control.world.get(),
+        control.tp.get(), control.pp.get(), control.dp.get(), control.mp.get(), control.dp_cp.get()})
     if (c) c->set_timeout(seconds);
   pipe.set_timeout(seconds);
 }
@@ -99,6 +104,7 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels
   out.cp = tensor(GroupKind::cp);
   if (shape.cp > 1) out.dp_cp = tensor(GroupKind::dp_cp);
   out.ep = tensor(GroupKind::ep);
+  if (shape.ep > 1) out.edp = tensor(GroupKind::edp);
   out.control.world = make(everyone, mesh.rank(), "world control");
   out.control.tp = control(GroupKind::tp);
   out.control.pp = control(GroupKind::pp);

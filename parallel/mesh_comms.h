@@ -48,6 +48,7 @@ struct MeshComms {
   std::unique_ptr<Comm> dp;     // "dp": the data-parallel replicas (the sampler's split)
   std::unique_ptr<Comm> cp;     // "cp": the ranks splitting one sequence (ring attention's K/V blocks)
   std::unique_ptr<Comm> ep;     // "ep": the ranks splitting a MoE block's experts (token all-to-all)
+  std::unique_ptr<Comm> edp;    // "edp" (ep > 1 only): an expert's replicas, dp × cp / ep ranks
   // "dp-cp" (cp > 1 only; null at cp 1, where it is the dp group): every rank holding the same
   // parameters — gradient reduction, ZeRO shards and parameter gathers span it.
   std::unique_ptr<Comm> dp_cp;

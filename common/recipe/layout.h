@@ -5,8 +5,8 @@
 // none of it again (docs/architecture.md §3 "One layout value").
 //
 // Rules a reader could get wrong: ep (expert parallelism) is carved from the dp × cp ranks, so it
-// is not a factor of world(). Parameters are replicated over cp as over dp (expert weights too:
-// every rank holds all experts, computing only its ep rank's): the gradient sync and ZeRO span dp × cp ranks
+// is not a factor of world(). Parameters are replicated over cp as over dp (the experts' over the
+// expert-data-parallel ranks, experts_sharded()): the gradient sync and ZeRO span dp × cp ranks
 // (replicas()), and a ZeRO shard group is zero_group dp ranks × cp (shard_group counts ranks of the dp × cp group).
 #pragma once
 
@@ -60,6 +60,12 @@ struct Layout {
   // 16-bit parameters keep an fp32 master copy in the optimizer, except at ZeRO 3, where the owned
   // shard is fp32 and is the master.
   bool fp32_master() const { return precision != Precision::fp32 && !parameters_sharded(); }
+  // Expert parallelism at ZeRO 0 and 1: each rank holds only its ep rank's E/ep experts of every MoE
+  // block (weights, gradients, optimizer state), their gradients reduced (and at ZeRO 1 their
+  // optimizer state sharded) over the expert-data-parallel group, the replicas() / ep ranks of the
+  // same ep index. At ZeRO 2 and 3 ZeRO's shards over dp × cp hold every expert instead.
+  bool experts_sharded() const { return ep > 1 && !gradients_sharded(); }
+  int expert_replicas() const { return replicas() / ep; }
 
   // "stage 1, optimizer state sharded over 4 dp ranks (zero_group 2: 2 shard groups ...)"; "" at 0.
   std::string describe_zero() const;

@@ -366,6 +366,13 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
   // Mixture of experts: dropless with context parallelism.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {
+    // Sharded experts (ep > 1 at ZeRO 0/1) shard their optimizer state over the whole
+    // expert-data-parallel group; hybrid sharding's shard groups of fewer dp ranks are not built for them.
+    if (p.ep > 1 && p.zero == 1 && p.zero_group < p.dp)
+      out.push_back({NotYet::moe_layout,
+                     fmt::format("parallel.ep {} with parallel.zero_group {} < dp {} (hybrid sharding of the experts' "
+                                 "optimizer state)",
+                                 p.ep, p.zero_group, p.dp)});
     // Each cp rank would fill an expert's capacity from its own rows: not the drops of cp 1.
     if (p.cp > 1 && moe.capacity_factor > 0)
       out.push_back({NotYet::moe_layout,

@@ -4,10 +4,11 @@
 # (ZeRO 0, 1 and 3), pp 2, tp 2 with sequence parallelism, cp 2 (ring and Ulysses: the
 # load-balancing loss of the whole sequences, as at one rank), with selective and full
 # recomputation, and with expert parallelism: ep 2 and 4, ep 2 × tp 2, ep 2 × pp 2, ep 2 with ZeRO
-# 1, ep 2 × cp 2; with a capacity factor that drops picks, dp 2 and ep 2 drop the same ones (the
-# same losses and routing metrics, which `llmtrain plot` draws); checkpoints written at dp 2 with
-# ZeRO 1 and at ep 4 resume at one rank on the same trajectory; --dry-run reports the active
-# parameters and the expert-parallel groups; a layout not built yet is refused by name.
+# 1 and 3, ep 2 × cp 2 (at ZeRO 0/1 each rank holds only its experts); with a capacity factor that
+# drops picks, dp 2 and ep 2 drop the same ones (the same losses and routing metrics, which
+# `llmtrain plot` draws); checkpoints written at dp 2 with ZeRO 1 and at ep 4 resume at one rank,
+# and the dp 2 one at ep 2, on the same trajectory; --dry-run reports the active parameters and the
+# expert-parallel groups; layouts not built yet are refused by name.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 use_python
@@ -56,12 +57,18 @@ for cfg in "dp2 2 --set parallel.zero=0" "z1-dp2 2 --set parallel.zero=1" \
   "pp2-full 2 --set parallel.pp=2 --set train.activation_checkpointing=full" \
   "ep2 2 --set parallel.ep=2" "ep4 4 --set parallel.ep=4" "ep2-tp2 4 --set parallel.ep=2 --set parallel.tp=2" \
   "ep2-pp2 4 --set parallel.ep=2 --set parallel.pp=2" "ep2-z1 2 --set parallel.ep=2 --set parallel.zero=1" \
-  "ep2-cp2 2 --set parallel.ep=2 --set parallel.cp=2"; do
+  "ep2-cp2 2 --set parallel.ep=2 --set parallel.cp=2" "ep2-z3 2 --set parallel.ep=2 --set parallel.zero=3"; do
   set -- $cfg
   name=$1 n=$2
   shift 2
   run_cmd $name mpi_run 180 $n "$LLMTRAIN" run r.yaml --set log.dir=$name "$@"
   expect_status 0
+  # Sharded experts (ep 2 at ZeRO 0/1): each rank holds 2 of the 4 experts of each of the 3 MoE
+  # blocks, 296,256 − 3 · 2 · 3 · 64 · 64 = 222,528 parameters; at ZeRO 3 the layout holds all.
+  case $name in
+    ep2 | ep2-z1) expect_out "model: 222.53K parameters on this rank" ;;
+    ep2-z3) expect_out "model: 296.26K parameters on this rank" ;;
+  esac
   out=$(compare $name one 2>&1) && pass "$name matches one rank: $out" || fail "$name differs from one rank: $out"
 done
 
@@ -134,9 +141,21 @@ expect_status 0
 expect_out "at step 5"
 out=$(compare resume-ep ep4 6 2>&1) && pass "ep 4 checkpoint resumed at one rank: $out" ||
   fail "ep 4 checkpoint resumed at one rank diverges: $out"
+# And the dp 2 ZeRO 1 one (every expert on every rank) at ep 2 with ZeRO 1 (each rank its 2 experts'
+# weights and moments, sharded over its edp group).
+mkdir -p resume-ep2/ckpt
+cp -r z1-dp2/ckpt/step_00000005 resume-ep2/ckpt/
+echo step_00000005 >resume-ep2/ckpt/latest
+cp z1-dp2/metrics.jsonl resume-ep2/
+run_cmd resume-ep2 mpi_run 180 2 "$LLMTRAIN" run r.yaml --set log.dir=resume-ep2 --set parallel.ep=2 --set parallel.zero=1
+expect_status 0
+expect_out "at step 5"
+out=$(compare resume-ep2 z1-dp2 6 2>&1) && pass "dp 2 checkpoint resumed at ep 2: $out" ||
+  fail "dp 2 checkpoint resumed at ep 2 diverges: $out"
 
 # A layout not built yet is refused before any rank starts, by name.
-for refused in "parallel.cp=2 model.moe.capacity_factor=1|model.moe.capacity_factor 1 with parallel.cp 2"; do
+for refused in "parallel.cp=2 model.moe.capacity_factor=1|model.moe.capacity_factor 1 with parallel.cp 2" \
+  "parallel.ep=2 parallel.zero=1 parallel.zero_group=1|parallel.ep 2 with parallel.zero_group 1 < dp 2"; do
   sets=() says="${refused#*|}"
   for kv in ${refused%%|*}; do sets+=(--set "$kv"); done
   run_cmd "refuse-${refused%%|*}" "$LLMTRAIN" run r.yaml --nproc 2 "${sets[@]}" --set log.dir=refused

@@ -301,3 +301,60 @@ TEST(GradSync, StageThreeGathersEveryGroupsValuesFromTheShards) {
 
 }  // namespace
 }  // namespace llmtrain::parallel
+
+namespace llmtrain::parallel {
+namespace {
+
+// Expert parallelism with sharded experts (make_expert_grad_sync): 4 ranks of dp × cp, ep 2, so
+// the expert-data-parallel groups are {0, 2} and {1, 3}. Parameter 2 of kRanges is an expert's: its
+// gradient is averaged over the rank's edp group and divided by ep, the others' over all 4; owned()
+// splits at the experts' range, whose first copies are the edp group's.
+TEST(GradSync, ExpertSyncReducesTheExpertsOverTheirReplicas) {
+  for (int stage : {0, 1}) {
+    SCOPED_TRACE(stage);
+    std::vector<std::vector<float>> results(4);
+    std::vector<std::vector<FlatRange>> owned(4);
+    run_ranks_in_threads(4, [&](Comm& dp) {
+      std::unique_ptr<Comm> edp = dp.split(dp.rank() % 2, dp.rank(), "edp");
+      std::vector<float> params(kNumel, 1.0f), grads(kNumel);
+      for (int64_t i = 0; i < kNumel; ++i) grads[size_t(i)] = grad_value(dp.rank(), i);
+      const Tensor p = host_tensor(params.data(), {kNumel}), g = host_tensor(grads.data(), {kNumel});
+      // kGroups {3}, {2, 1}, {0} with parameter 2 taken out (dense), or alone (experts).
+      auto dense = make_grad_sync(stage, dp, {p, g, {{0, 5}, {5, 7}, {15, 11}}, {{2}, {1}, {0}}}, 1e-5, stage ? 4 : 1);
+      auto experts = make_grad_sync(stage, *edp, {p, g, {{12, 3}}, {{}, {0}, {}}}, 1e-5, stage ? 2 : 1);
+      auto sync = make_expert_grad_sync(std::move(dense), std::move(experts), {{12, 15}}, g, 2);
+      EXPECT_TRUE(sync->shards_over_dp());
+      EXPECT_EQ(sync->first_copy_at(13), stage == 1 || edp->rank() == 0);
+      EXPECT_EQ(sync->first_copy_at(20), stage == 1 || dp.rank() == 0);
+      for (int g2 : {0, 1, 2}) sync->group_ready(g2, true);
+      sync->finish();
+      sync->gather_params();
+      results[size_t(dp.rank())] = grads;
+      owned[size_t(dp.rank())] = sync->owned();
+    });
+    for (int r = 0; r < 4; ++r) {
+      if (stage == 0) {
+        EXPECT_EQ(owned[size_t(r)], (std::vector<FlatRange>{{0, 12}, {12, 15}, {15, kNumel}}));
+      }
+      for (const FlatRange& o : owned[size_t(r)])
+        for (int64_t i = o.begin; i < o.end; ++i) {
+          const bool expert = i >= 12 && i < 15;
+          float want = 0;
+          for (int q = 0; q < 4; ++q)
+            if (!expert || q % 2 == r % 2) want += grad_value(q, i);
+          want = expert ? want / 2 / 2 : want / 4;
+          EXPECT_FLOAT_EQ(results[size_t(r)][size_t(i)], want) << "rank " << r << " element " << i;
+        }
+    }
+    if (stage == 1) {  // every element owned once by the dense sync's 4 ranks, or by each edp group's 2
+      std::vector<int> count(kNumel, 0);
+      for (const auto& o : owned)
+        for (const FlatRange& x : o)
+          for (int64_t i = x.begin; i < x.end; ++i) ++count[size_t(i)];
+      for (int64_t i = 0; i < kNumel; ++i) EXPECT_EQ(count[size_t(i)], i >= 12 && i < 15 ? 2 : 1) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmtrain::parallel

@@ -143,3 +143,25 @@ TEST(Mesh, EpGroupsAreConsecutiveRunsOfDpCp) {
         EXPECT_EQ(int(seen.size()), m.world());
       }
 }
+
+// The expert-data-parallel group: the members of a dp × cp group at the same index of their ep
+// groups; with the ep groups it tiles the dp × cp group.
+TEST(Mesh, EdpGroupsCrossTheEpGroups) {
+  MeshShape s{1, 1, 4, 2, 2};  // dp 4, cp 2, ep 2: dp × cp = 8 ranks, ep groups [0 1] [2 3] ...
+  EXPECT_EQ(Mesh::group_of(s, 0, GroupKind::ep), (std::vector<int>{0, 1}));
+  EXPECT_EQ(Mesh::group_of(s, 0, GroupKind::edp), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(Mesh::group_of(s, 5, GroupKind::edp), (std::vector<int>{1, 3, 5, 7}));
+  for (int ep : {1, 2, 4, 8}) {
+    MeshShape m{2, 2, 4, 2, ep};
+    for (int r = 0; r < m.world(); ++r) {
+      Mesh mesh(m, r);
+      const auto ep_group = mesh.group(GroupKind::ep), edp = mesh.group(GroupKind::edp);
+      ASSERT_EQ(int(edp.size()), 8 / ep);
+      // Exactly one rank in common (this one), and together they span dp × cp.
+      std::set<int> both(ep_group.begin(), ep_group.end());
+      for (int x : edp) both.insert(x);
+      EXPECT_EQ(int(both.size()), ep + 8 / ep - 1);
+      for (int x : edp) EXPECT_EQ(Mesh(m, x).index_in(GroupKind::ep), mesh.index_in(GroupKind::ep));
+    }
+  }
+}

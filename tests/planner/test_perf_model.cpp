@@ -167,8 +167,9 @@ TEST(LayoutSearch, ContextParallelismForLongSequences) {
 }
 
 // Expert parallelism: searched for a MoE model (every ep dividing dp × cp and the experts), never
-// for a dense one; its all-to-alls add to the communication part, and (every rank holding all
-// experts) its memory is at least ep 1's.
+// for a dense one; its all-to-alls add to the communication part; at ZeRO 0 and 1 a rank holds only
+// its experts (parameters, gradients and optimizer state shrink), at ZeRO 2 and 3 ZeRO's shards hold
+// them all, as at ep 1.
 TEST(LayoutSearch, ExpertParallelismForMoeModels) {
   Recipe r = gpt(4, 1024, 16, 1024, 1, 1, 8, 1, 8);
   r.model.family = ModelFamily::llama, r.model.ffn_hidden = 2048;
@@ -183,7 +184,17 @@ TEST(LayoutSearch, ExpertParallelismForMoeModels) {
   EXPECT_GT(four.tp_comm, one.tp_comm);
   EXPECT_DOUBLE_EQ(four.compute, one.compute);
   EXPECT_DOUBLE_EQ(four.dp_comm, one.dp_comm);
-  EXPECT_GE(trainer::memory_plan(r, layout_of(r), {0, 0, 0}).total(), one_memory.total());
+  const trainer::MemoryAccount four_memory = trainer::memory_plan(r, layout_of(r), {0, 0, 0});
+  // 4 layers of 8 experts of 2 · 2048 · 1024 + 1024 · 1024 weights: each rank holds 2 of every 8.
+  const int64_t experts = 4 * 8 * 3 * 1024 * 1024 * 2;  // bytes at 16 bits
+  EXPECT_EQ(one_memory.parameters - four_memory.parameters, experts * 3 / 4);
+  EXPECT_EQ(one_memory.gradients - four_memory.gradients, experts * 3 / 4);
+  EXPECT_GT(four_memory.activations, one_memory.activations);  // the experts' rows: ep × a rank's picks
+  r.parallel.zero = 3;
+  const int64_t zero3_ep4 = trainer::memory_plan(r, layout_of(r), {0, 0, 0}).parameters;
+  r.parallel.ep = 1;
+  EXPECT_EQ(zero3_ep4, trainer::memory_plan(r, layout_of(r), {0, 0, 0}).parameters);
+  r.parallel.zero = 0;
 
   r.parallel.ep = 1;
   std::set<int> eps;

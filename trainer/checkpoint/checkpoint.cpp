@@ -346,11 +346,13 @@ std::string checkpoint_tokenizer_file(const std::string& kind) {
   return "";
 }
 
-std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* opt, bool write_params,
-                                               bool write_moments, bool moments) {
+std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* opt, bool dense_params,
+                                               bool dense_moments, bool moments, const ExpertWriters* experts) {
   std::vector<CheckpointSlice> out;
   const bool master = opt && opt->has_master();
   for (const ModelParam& p : model.parameters()) {
+    const bool write_params = experts && p.expert_shard ? experts->params : dense_params;
+    const bool write_moments = experts && p.expert_shard ? experts->moments : dense_moments;
     const int dim = p.spec.tp_split_dim;
     SliceSpec block = dim >= 0 && p.shape[dim] != p.spec.shape[dim]
                           ? SliceSpec::block(p.spec.shape, dim, p.shard_begin, p.shape[dim])

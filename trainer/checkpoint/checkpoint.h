@@ -47,9 +47,15 @@ struct CheckpointSlice {
 // 16-bit parameters (an optimizer with an fp32 master): the parameters are the master's owned
 // ranges, written as the moments are, so a checkpoint is fp32 whatever the precision; after loading,
 // TrainStep::params_from_master rounds them into the model. `moments` = false leaves the moments
-// out (loading weights only).
+// out (loading weights only). Sharded experts (ModelParam::expert_shard) are written where
+// `experts` says: their parameters by the first rank of their expert-data-parallel group, their
+// moments by the expert sync's first copies (without it, as every other parameter).
+struct ExpertWriters {
+  bool params = false, moments = false;
+};
 std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* optimizer, bool write_params,
-                                               bool write_moments, bool moments = true);
+                                               bool write_moments, bool moments = true,
+                                               const ExpertWriters* experts = nullptr);
 
 // Everything besides tensors that a checkpoint records.
 struct CheckpointMeta {

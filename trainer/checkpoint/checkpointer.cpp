@@ -53,10 +53,23 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
   if (recipe_.checkpoint.async) {
     async_ = std::make_unique<AsyncCheckpointWriter>(fs_, recipe_.checkpoint.dir, recipe_.checkpoint.keep, world_,
                                                      recipe_.checkpoint.timeout_s);
-    async_->reserve(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
+    async_->reserve(slices());
     log_progress("checkpoint.async: {} of host memory for the snapshot of this rank's slices",
                  format_bytes(double(async_->snapshot_bytes())));
   }
+}
+
+std::vector<CheckpointSlice> Checkpointer::slices(bool moments) const {
+  // Sharded experts: the first rank of each expert-data-parallel group (dp × cp position < ep)
+  // writes its experts, and the expert sync's first copies their moments.
+  ExpertWriters experts;
+  const parallel::GradSync& sync = step_.grad_sync();
+  for (const ModelParam& p : model_.parameters())
+    if (p.expert_shard) {
+      experts = {dp_rank_ < step_.layout().ep, sync.first_copy_at(p.offset)};
+      break;
+    }
+  return checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, sync.first_copy(), moments, &experts);
 }
 
 void Checkpointer::keep_lock() {
@@ -142,8 +155,7 @@ RunPosition Checkpointer::resume() {
         cc.dir, cc.resume_path, weights_only ? " with load_weights_only" : "");
     explicit_path = weights_only = false;
   }
-  const HostStaged staged(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy(),
-                                            /*moments=*/!weights_only));
+  const HostStaged staged(slices(/*moments=*/!weights_only));
   std::optional<LoadedCheckpoint> loaded;
   {
     CheckpointPhase phase(world_, cc.timeout_s, 0, parallel::Phase::load);
@@ -199,8 +211,7 @@ double Checkpointer::save(const RunPosition& at) {
       seconds += report(*async_->finish());
     }
     CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
-    const AsyncSaveResult started = async_->start(
-        meta, checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
+    const AsyncSaveResult started = async_->start(meta, slices());
     if (!async_->in_flight()) return seconds + report(started);
     log_progress(
         "checkpoint step {}: snapshot of {} in host memory taken in {} (the step was held that long); "
@@ -210,7 +221,7 @@ double Checkpointer::save(const RunPosition& at) {
   }
   const double t0 = now_s();
   CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
-  const HostStaged staged(checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, step_.grad_sync().first_copy()));
+  const HostStaged staged(slices());
   staged.to_host();
   const std::string path =
       checkpoint_save(fs_, recipe_.checkpoint.dir, meta, staged.slices(), world_, recipe_.checkpoint.keep);

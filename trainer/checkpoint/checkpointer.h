@@ -78,6 +78,9 @@ class Checkpointer {
   void keep_lock();
 
  private:
+  // This rank's slices of the model and optimizer (checkpoint_slices), with who writes each.
+  std::vector<CheckpointSlice> slices(bool moments = true) const;
+
   const Recipe& recipe_;
   const std::string& recipe_yaml_;
   const Tokenizer& tokenizer_;

@@ -55,15 +55,36 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
   int64_t owned_numel = numel;
   if (layout.optimizer_sharded()) {
     const int shard = layout.shard_group;
-    std::vector<parallel::ParamRange> ranges;
-    for (const ModelParam& p : params) ranges.push_back({p.offset, p.numel()});
-    const std::vector<parallel::ShardUnit> units =
-        parallel::shard_units(ranges, grad_ready_groups(mo.stage, params), layout.bucket_mb, size_t(element));
+    // The units of the parameters that are (or are not) sharded experts: those ZeRO shards over the
+    // expert-data-parallel group (make_step_grad_sync), the rest over dp × cp.
+    const std::vector<std::vector<int>> groups = grad_ready_groups(mo.stage, params);
+    auto units_of = [&](bool experts) {
+      std::vector<parallel::ParamRange> ranges;
+      std::vector<int> index(params.size(), -1);
+      for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].expert_shard == experts) {
+          index[i] = int(ranges.size());
+          ranges.push_back({params[i].offset, params[i].numel()});
+        }
+      std::vector<std::vector<int>> mine(groups.size());
+      for (size_t g = 0; g < groups.size(); ++g)
+        for (int i : groups[g])
+          if (index[size_t(i)] >= 0) mine[g].push_back(index[size_t(i)]);
+      return parallel::shard_units(ranges, mine, layout.bucket_mb, size_t(element));
+    };
+    const std::vector<parallel::ShardUnit> units = units_of(false);
     // The rank's index in the dp × cp group (cp fastest), whose consecutive runs the shards span.
-    const int64_t owned = parallel::owned_numel(units, shard, (coord.dp * layout.cp + coord.cp) % shard);
+    const int replica = coord.dp * layout.cp + coord.cp;
+    int64_t owned = parallel::owned_numel(units, shard, replica % shard);
+    zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
+    const bool experts = std::any_of(params.begin(), params.end(), [](const ModelParam& p) { return p.expert_shard; });
+    if (experts) {  // sharded experts at ZeRO 1: every edp rank owns a chunk of each expert unit
+      const std::vector<parallel::ShardUnit> expert_units = units_of(true);
+      owned += parallel::owned_numel(expert_units, layout.expert_replicas(), replica / layout.ep);
+      zero_pools += std::max<int64_t>(parallel::grad_pool_numel(expert_units, layout.expert_replicas()), 1) * element;
+    }
     owned_numel = owned;
     out.optimizer = fp32_states * owned * 4;
-    zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
     if (layout.gradients_sharded()) {
       // The model holds no gradient buffer (mo.external_grads); the sync keeps the owned shard.
       out.gradients = std::max<int64_t>(owned, 1) * 4;

@@ -50,6 +50,7 @@ ModelOptions step_model_options(const Recipe& r, const Layout& l, int stage,
   mo.context_parallel = l.cp;
   mo.cp_comm = l.cp_comm;
   mo.expert_parallel = l.ep;
+  mo.experts_sharded = l.experts_sharded();
   mo.checkpointing = l.recompute;
   mo.dtype = precision_dtype(l.precision);
   mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);
@@ -209,6 +210,46 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   bool last_backward_ = false;
 };
 
+std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Layout& layout, const Model& model,
+                                                        parallel::MeshComms& comms) {
+  const std::vector<std::vector<int>> groups = grad_ready_groups(model);
+  const std::vector<ModelParam>& params = model.parameters();
+  // A sync over the parameters `take` accepts: their ranges, and each group's of them.
+  auto over = [&](parallel::Comm& comm, int shard_group, bool experts) {
+    parallel::GradSyncLayout l{model.params(), model.grads(), {}, {}, model.device(), model.options().dtype};
+    if (layout.grad_reduce == GradReduceDtype::bf16) l.accumulate = parallel::Accumulate::in_dtype;
+    std::vector<int> index(params.size(), -1);
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].expert_shard == experts) {
+        index[i] = int(l.param_ranges.size());
+        l.param_ranges.push_back({params[i].offset, params[i].numel()});
+      }
+    for (const std::vector<int>& g : groups) {
+      l.groups.emplace_back();
+      for (int i : g)
+        if (index[size_t(i)] >= 0) l.groups.back().push_back(index[size_t(i)]);
+    }
+    return parallel::make_grad_sync(layout.zero, comm, std::move(l), layout.bucket_mb, shard_group);
+  };
+  std::vector<parallel::FlatRange> expert_ranges;
+  for (const ModelParam& p : params)
+    if (p.expert_shard) {
+      if (!expert_ranges.empty() && expert_ranges.back().end == p.offset)
+        expert_ranges.back().end += p.numel();
+      else
+        expert_ranges.push_back({p.offset, p.offset + p.numel()});
+    }
+  if (expert_ranges.empty()) return over(comms.replicas(), layout.shard_group, false);
+  // Sharded experts: their gradients averaged (and at ZeRO 1 their optimizer state sharded) over the
+  // expert-data-parallel group, every rank of which holds the same experts.
+  std::sort(expert_ranges.begin(), expert_ranges.end(),
+            [](const parallel::FlatRange& a, const parallel::FlatRange& b) { return a.begin < b.begin; });
+  LT_CHECK(comms.edp != nullptr, "sharded experts without an edp group");
+  return parallel::make_expert_grad_sync(over(comms.replicas(), layout.shard_group, false),
+                                         over(*comms.edp, layout.zero >= 1 ? layout.expert_replicas() : 1, true),
+                                         std::move(expert_ranges), model.grads(), layout.ep);
+}
+
 std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int micro_batches) {
   return parallel::make_schedule(layout.schedule, {layout.pp, stage, micro_batches, layout.virtual_stages});
 }
@@ -222,12 +263,7 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   LT_CHECK(parallel::max_in_flight_per_chunk(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight per chunk; the model has {} activation slots",
            parallel::max_in_flight_per_chunk(schedule), model.options().activation_slots);
-  parallel::GradSyncLayout sync_layout{model.params(),           model.grads(),  {},
-                                       grad_ready_groups(model), model.device(), model.options().dtype};
-  for (const ModelParam& p : model.parameters()) sync_layout.param_ranges.push_back({p.offset, p.numel()});
-  if (layout_.grad_reduce == GradReduceDtype::bf16) sync_layout.accumulate = parallel::Accumulate::in_dtype;
-  sync_ = parallel::make_grad_sync(layout_.zero, comms.replicas(), std::move(sync_layout), layout_.bucket_mb,
-                                   layout_.shard_group);
+  sync_ = make_step_grad_sync(layout_, model, comms);
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
   // through the model.
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
@@ -235,9 +271,14 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
                                        sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device());
   // The gradient norm's parts: only where this rank's elements count (each element once per model
-  // replica: where data-parallel ranks hold shards, only the first copy of each shard counts).
-  const bool counts = !sync_->shards_over_dp() || sync_->first_copy();
-  norm_pieces_ = counts ? grad_norm_pieces(model.parameters(), comms.tp->rank(), sync_->owned()) : 0;
+  // replica: where data-parallel ranks hold shards, or with sharded experts other experts, only the
+  // first copy of each owned range counts, and the squares are summed over the world).
+  norm_over_world_ = sync_->shards_over_dp() || layout_.experts_sharded();
+  for (const parallel::FlatRange& r : sync_->owned())
+    if (!norm_over_world_ || sync_->first_copy_at(r.begin)) norm_ranges_.push_back(r);
+  LT_CHECK(!sync_->grads_compact() || norm_ranges_.empty() || norm_ranges_ == sync_->owned(),
+           "a compact gradient shard counted in part");
+  norm_pieces_ = norm_ranges_.empty() ? 0 : grad_norm_pieces(model.parameters(), comms.tp->rank(), norm_ranges_);
   // MoE blocks: each micro-batch's routing statistics of this stage's blocks, after the norm parts.
   const ModelConfig& mc = model.config();
   const StageLayout& st = model.options().stage;
@@ -347,7 +388,7 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
   if (norm_pieces_ > 0)
     grad_sum_squares_into(scalars_.tensor().flat(micro_batches_, norm_pieces_), model_.parameters(), comms_.tp->rank(),
-                          sync_->owned(), compact);
+                          norm_ranges_, compact);
   kernels::copy(kernels::host_tensor(scalars_host_.data(), {int64_t(scalars_host_.size())}), scalars_.tensor());
   // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.
   const std::span<const float> host(scalars_host_);
@@ -366,7 +407,7 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   // Σg² over every group that splits parameters; fp32 is enough for a norm that only scales the
   // update.
   float sq = float(sum_pieces(host.subspan(size_t(micro_batches_), size_t(norm_pieces_))));
-  parallel::Comm& norm_group = sync_->shards_over_dp() ? *comms_.control.world : *comms_.control.mp;
+  parallel::Comm& norm_group = norm_over_world_ ? *comms_.control.world : *comms_.control.mp;
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
   phase_end(StepPhase::grad_sync);
   out.grad_norm = std::sqrt(double(sq));

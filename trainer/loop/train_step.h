@@ -151,6 +151,8 @@ class TrainStep {
   kernels::Buffer scalars_;
   std::vector<float> scalars_host_;
   int64_t norm_pieces_ = 0;
+  std::vector<parallel::FlatRange> norm_ranges_;  // the owned ranges whose squares this rank counts
+  bool norm_over_world_ = false;                  // summed over the world (else the model-parallel group)
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
   std::unique_ptr<LossScaler> scaler_;
   std::function<bool(int64_t)> inject_overflow_;
@@ -169,6 +171,12 @@ class TrainStep {
   }
   void sum_tied_grads();
 };
+
+// The step's gradient sync of `model` (its parameter groups, grad_ready_groups): make_grad_sync over
+// dp × cp at the layout's ZeRO stage, or with sharded experts (Layout::experts_sharded) the
+// expert-parallel sync (parallel::make_expert_grad_sync: their gradients over the edp group).
+std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Layout& layout, const Model& model,
+                                                        parallel::MeshComms& comms);
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
 // layout's pipeline and schedule say (with one stage: F0 B0 F1 B1 ...).

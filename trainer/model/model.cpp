@@ -152,6 +152,8 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   LT_CHECK(
       o.expert_parallel >= 1 && (o.expert_parallel == 1 || (m.moe.enabled() && m.moe.experts % o.expert_parallel == 0)),
       "expert parallelism {} for {} experts", o.expert_parallel, m.moe.experts);
+  LT_CHECK(!o.experts_sharded || (o.expert_parallel > 1 && !o.external_grads),
+           "sharded experts at expert parallelism {} with external gradients {}", o.expert_parallel, o.external_grads);
   if (o.stage.layer_end == 0 && o.stage.layer_begin == 0) o.stage = pipeline_stage_layout(m, 0, 1);
   if (o.seq_len == 0) o.seq_len = m.seq_len;
   // A MoE block's picks are indexed by int32 (the plan's order and pos, the experts' offsets).
@@ -233,7 +235,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
 Model::~Model() = default;
 
 std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const StageLayout& st, int tp, int rank,
-                                            int64_t* numel) {
+                                            int ep_shards, int ep_rank, int64_t* numel) {
+  const int64_t held = config.moe.experts / std::max(ep_shards, 1);  // experts per ep rank when sharded
   std::vector<ModelParam> params;
   int64_t offset = 0;
   auto add = [&](const ParamSpec& spec, bool tied_copy) {
@@ -255,13 +258,15 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
     if (spec.tp_split_dim < 0 && rank > 0) p.tp_replica = true;
     p.offset = offset;
     p.tied_copy = tied_copy;
+    p.expert_shard = ep_shards > 1 && spec.expert >= 0;
     offset += p.numel();
     params.push_back(std::move(p));
   };
   const std::vector<ParamSpec> specs = model_param_specs(config);
   for (const ParamSpec& spec : specs) {
     const bool mine = (spec.place == ParamPlace::embedding && st.has_embedding) ||
-                      (spec.place == ParamPlace::block && st.local(spec.layer) >= 0) ||
+                      (spec.place == ParamPlace::block && st.local(spec.layer) >= 0 &&
+                       (ep_shards <= 1 || spec.expert < 0 || spec.expert / held == ep_rank)) ||
                       (spec.place == ParamPlace::head && st.has_head);
     if (mine) add(spec, false);
   }
@@ -275,7 +280,8 @@ std::vector<ModelParam> Model::param_layout(const ModelConfig& config, const Sta
 
 void Model::build_params() {
   int64_t numel = 0;
-  params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), &numel);
+  params_ = param_layout(config_, options_.stage, tp_.size(), tp_.rank(), options_.experts_sharded ? ep_->size() : 1,
+                         options_.experts_sharded ? ep_->rank() : 0, &numel);
   numel_ = numel;
   if (!options_.external_params)
     param_buf_ = kernels::Buffer(options_.dtype, {numel}, options_.device, kernels::MemoryKind::parameters);
@@ -342,7 +348,7 @@ void Model::bind_block(int i, bool grad) {
           std::find(roles.begin(), roles.end(), q.spec.role) != roles.end())
         parts.push_back(&q);
     const Tensor t = stacked(parts, cols);
-    const int64_t e = config_.moe.experts;
+    const int64_t e = config_.moe.experts / (options_.experts_sharded ? ep_->size() : 1);  // the experts held here
     return t.view({e, t.shape[0] / e, cols});
   };
   auto p = [&](ParamRole role) -> const ModelParam& { return parameter(role, layer); };
@@ -608,7 +614,7 @@ ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& opti
   LT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank {} of {}", tp_rank, tp_size);
   const ModelOptions o = Model::resolve(model, options, tp_size);
   int64_t numel = 0;
-  Model::param_layout(model, o.stage, tp_size, tp_rank, &numel);
+  Model::param_layout(model, o.stage, tp_size, tp_rank, o.experts_sharded ? o.expert_parallel : 1, 0, &numel);
   Model::Arena measure(nullptr, o.dtype);
   std::vector<Model::Slot> slots;
   Model::Work work;
@@ -624,7 +630,7 @@ std::vector<ModelParam> model_param_layout(const ModelConfig& model, const Model
   LT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank {} of {}", tp_rank, tp_size);
   const ModelOptions o = Model::resolve(model, options, tp_size);
   int64_t numel = 0;
-  return Model::param_layout(model, o.stage, tp_size, tp_rank, &numel);
+  return Model::param_layout(model, o.stage, tp_size, tp_rank, o.experts_sharded ? o.expert_parallel : 1, 0, &numel);
 }
 
 // Initialization draws every value on the host: straight into a CPU parameter buffer, or into a

@@ -135,10 +135,15 @@ struct ModelOptions {
   CpComm cp_comm = CpComm::ring;
   // Expert parallelism (MoE models): the experts split over this many ranks (the ep group the
   // constructor is given). Each rank computes experts [ep rank · E/ep, (ep rank + 1) · E/ep) for the
-  // tokens of every rank of its group, which reach it and return by all-to-all; every rank still
-  // holds all experts' weights (their gradients on the others are 0, and the dp × cp reduction sums
-  // them). The experts' activations are sized for the worst case, ep × a rank's own picks.
-  int expert_parallel = 1;  // ring attention, or Ulysses' all-to-all (heads and kv_heads / tp divisible by cp)
+  // tokens of every rank of its group, which reach it and return by all-to-all. The experts'
+  // activations are sized for the worst case, ep × a rank's own picks. Without experts_sharded
+  // (ZeRO 2 and 3) every rank holds all experts (the others' gradients are 0 here, and the dp × cp
+  // reduction sums each from the ranks that computed it).
+  int expert_parallel = 1;
+  // With expert_parallel > 1 (Layout::experts_sharded: ZeRO 0 and 1): this rank holds only its E/ep
+  // experts of each MoE block (ModelParam::expert_shard); their gradients are the sum over its ep
+  // group's tokens, which the expert-data-parallel reduction completes.
+  bool experts_sharded = false;  // ring attention, or Ulysses' all-to-all (heads and kv_heads / tp divisible by cp)
   // Zero-bubble pipeline schedules: backward runs as stage_backward_input then
   // stage_backward_weight, and each slot keeps the linears' output gradients in between. Needs
   // every activation kept (no checkpointing), gradients and parameters of its own, no sequence
@@ -199,6 +204,10 @@ struct ModelParam {
   // or a key/value head replicated over tp / kv_heads ranks. Counted once in the grad norm and
   // written once in checkpoints (by the lowest rank holding it).
   bool tp_replica = false;
+  // An expert's weight held only by the ranks of its ep index (ModelOptions::experts_sharded): its
+  // gradient is reduced over the expert-data-parallel group, and the first rank of that group
+  // writes it.
+  bool expert_shard = false;
 
   int64_t numel() const;
 };
@@ -361,8 +370,9 @@ class Model {
   // Construction, shared with model_memory_plan: checks and defaults, the parameter layout, and
   // the activation arena's layout (the one function that decides every activation buffer).
   static ModelOptions resolve(const ModelConfig& config, ModelOptions options, int tp_size);
+  // ep_shards > 1 (sharded experts): only expert ep_rank · E/ep_shards ... of each MoE block.
   static std::vector<ModelParam> param_layout(const ModelConfig& config, const StageLayout& stage, int tp_size,
-                                              int tp_rank, int64_t* numel);
+                                              int tp_rank, int ep_shards, int ep_rank, int64_t* numel);
   static ModelMemory lay_out(const ModelConfig& config, const ModelOptions& options, const Dims& dims, Arena& arena,
                              std::vector<Slot>& slots, Work& work);
 

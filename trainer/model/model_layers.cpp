@@ -583,9 +583,10 @@ void Model::moe_experts_backward(const BlockWeights& w, const BlockWeights& g, c
   ep_->all_to_all_v_async(received, times(c.recv, d), din, times(c.send, d))->wait();
 }
 
-// This ep rank's experts of an [E, rows, cols] expert operand (all of it at ep 1).
+// This ep rank's experts of an [E, rows, cols] expert operand (all of it at ep 1, and what the
+// model holds when the experts are sharded).
 Tensor Model::local_experts(const Tensor& all) const {
-  if (!ep_) return all;
+  if (!ep_ || options_.experts_sharded) return all;
   const int64_t local = all.shape[0] / ep_->size(), each = all.shape[1] * all.shape[2];
   return all.flat(ep_->rank() * local * each, local * each).view({local, all.shape[1], all.shape[2]});
 }
