@@ -3,7 +3,7 @@
 # experts, top 2, dropless) trains to the one-rank run's losses and parameters over 15 steps at dp 2
 # (ZeRO 0, 1 and 3), pp 2, tp 2 with sequence parallelism, cp 2 (ring and Ulysses: the
 # load-balancing loss of the whole sequences, as at one rank), with selective and full
-# recomputation, and with expert parallelism: ep 2 and 4, ep 2 × tp 2, ep 2 × pp 2, ep 2 with ZeRO
+# recomputation, and with expert parallelism: ep 2 and 4, ep 2 × tp 2 (sequence parallel), ep 2 × pp 2, ep 2 with ZeRO
 # 1 and 3, ep 2 × cp 2 (at ZeRO 0/1 each rank holds only its experts); with a capacity factor that
 # drops picks, dp 2 and ep 2 drop the same ones (the same losses and routing metrics, which
 # `llmtrain plot` draws); checkpoints written at dp 2 with ZeRO 1 and at ep 4 resume at one rank,
@@ -55,7 +55,7 @@ for cfg in "dp2 2 --set parallel.zero=0" "z1-dp2 2 --set parallel.zero=1" \
   "cp2-ulysses 2 --set parallel.cp=2 --set parallel.cp_comm=all_to_all" \
   "z1-dp2-selective 2 --set parallel.zero=1 --set train.activation_checkpointing=selective" \
   "pp2-full 2 --set parallel.pp=2 --set train.activation_checkpointing=full" \
-  "ep2 2 --set parallel.ep=2" "ep4 4 --set parallel.ep=4" "ep2-tp2 4 --set parallel.ep=2 --set parallel.tp=2" \
+  "ep2 2 --set parallel.ep=2" "ep4 4 --set parallel.ep=4" "ep2-tp2-sp 4 --set parallel.ep=2 --set parallel.tp=2 --set parallel.sequence_parallel=true" \
   "ep2-pp2 4 --set parallel.ep=2 --set parallel.pp=2" "ep2-z1 2 --set parallel.ep=2 --set parallel.zero=1" \
   "ep2-cp2 2 --set parallel.ep=2 --set parallel.cp=2" "ep2-z3 2 --set parallel.ep=2 --set parallel.zero=3"; do
   set -- $cfg
@@ -87,11 +87,15 @@ out=$(compare cap-ep2 cap1 2>&1) && pass "capacity factor: ep 2 matches one rank
 # The routing metrics: the same per step at dp 2, cp 2 and ep 2 as at one rank (picks and drops
 # exactly, the auxiliary losses to rounding); picks per expert add up to tokens × top_k; drops only
 # with a capacity.
-out=$($PY - one dp2 cap1 cap2 cp2 ep2 cap-ep2 <<'PY' 2>&1
+out=$($PY - one dp2 cap1 cap2 cp2 ep2 cap-ep2 ep4 ep2-z1 <<'PY' 2>&1
 import json, sys
 def records(run):
     return {r["step"]: r for r in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in r}
-one, dp2, cap1, cap2, cp2, ep2, cap_ep2 = (records(r) for r in sys.argv[1:])
+one, dp2, cap1, cap2, cp2, ep2, cap_ep2, ep4, ep2_z1 = (records(r) for r in sys.argv[1:])
+# The global gradient norm counts every expert once whether ranks hold all experts or their own.
+for run in (ep2, ep4, ep2_z1):
+    for s, r in one.items():
+        assert abs(run[s]["grad_norm"] - r["grad_norm"]) <= 1e-4 * r["grad_norm"], (s, run[s]["grad_norm"], r["grad_norm"])
 layers = (1, 2, 3)
 for s, r in one.items():
     for l in layers:
