@@ -77,6 +77,40 @@ TEST_F(PlanMemory, PredictedPeakPerRankIsWithinTenPercentOfTheMeasured) {
   }
 }
 
+// Expert parallelism: a MoE model at dp 2 and ep 2, where at ZeRO 0 and 1 each rank holds 2 of the
+// 4 experts (and the experts' activations are sized for ep × its picks), against dp 2 at ep 1.
+TEST_F(PlanMemory, PredictedPeakWithExpertParallelismIsWithinTenPercentOfTheMeasured) {
+  recipe_.model.moe.experts = 4, recipe_.model.moe.top_k = 2, recipe_.model.moe.ffn_hidden = 64;
+  const planner::DeviceSpec cpu = planner::device_memory("cpu");
+  for (int ep : {1, 2})
+    for (int zero : {0, 1, 3}) {
+      Recipe r = recipe_;
+      r.parallel.dp = 2, r.parallel.ep = ep, r.parallel.zero = zero;
+      fill_zero_group(r.parallel);
+      r.parallel.bucket_mb = 0.01;
+      ASSERT_TRUE(recipe_check(r, {2, "test", false}).empty());
+      int64_t predicted = 0;
+      for (int rank = 0; rank < 2; ++rank)
+        predicted += planner::predict_rank_memory(r, parallel::Mesh({1, 1, 2, 1, ep}, rank).coord(), {cpu, 2, 2}).bytes;
+      kernels::memory_reset_peaks();
+      int64_t measured = 0;
+      parallel::run_ranks_in_threads(2, [&](parallel::Comm& comm) {
+        Rank me(r, prefix_, comm.split(0, comm.rank(), "world"), 2);
+        me.step->run(0, 0);
+        comm.barrier();
+        if (comm.rank() == 0) measured = kernels::memory_use(kernels::Device::cpu).peak;
+        comm.barrier();
+      });
+      const double ratio = double(predicted) / double(measured);
+      SCOPED_TRACE(fmt::format("MoE ep {} zero {}: predicted {} B, measured {} B, ratio {:.4f}", ep, zero, predicted,
+                               measured, ratio));
+      std::printf("MoE dp 2 ep %d zero %d: predicted %lld B, measured peak %lld B, ratio %.4f\n", ep, zero,
+                  static_cast<long long>(predicted), static_cast<long long>(measured), ratio);
+      EXPECT_GT(ratio, 0.9);
+      EXPECT_LT(ratio, 1.1);
+    }
+}
+
 // checkpoint.async's host snapshot: for layouts of every kind (dp, ZeRO 1-3 with shard groups,
 // tp, pp, 16-bit with an fp32 master), the plan's checkpoint_snapshot on each rank is the size of
 // the slices that rank writes (checkpoint_slices, as the Checkpointer takes them), which is what
