@@ -151,7 +151,7 @@ bool kv_cache_layout_ok(const Tensor& k_cache, const Tensor& v_cache, const Tens
 // ---- an op's operands, as its table entry describes them ---------------------------------------
 
 enum class Use : uint8_t { read = 1, write = 2, read_write = 3 };
-enum class Class : uint8_t { storage, f32, i32, any };
+enum class Class : uint8_t { storage, f32, i32, i64, any };
 enum class Need : uint8_t { required, optional };
 struct Operand {
   const char* name;
@@ -176,6 +176,9 @@ void check_operand(const char* op, const Operand& o) {
       break;
     case Class::f32:
       LT_CHECK(t.dtype == DType::fp32, "{}: {} is {}, expected fp32", op, o.name, to_string(t.dtype));
+      break;
+    case Class::i64:
+      LT_CHECK(t.dtype == DType::int64, "{}: {} is {}, expected int64", op, o.name, to_string(t.dtype));
       break;
     case Class::i32:
       LT_CHECK(t.dtype == DType::int32, "{}: {} is {}, expected int32", op, o.name, to_string(t.dtype));

@@ -35,6 +35,10 @@
 
 namespace llmtrain::kernels {
 
+// sum_squares' chunk (elements summed in fp32 before the chunks are added in double), which the
+// multi-tensor forms' tables cut their ranges at (sum_squares_chunks, adamw_rows).
+inline constexpr int64_t kSquaresChunk = int64_t(1) << 14;
+
 // One AdamW step's constants (adamw_update).
 struct AdamWStep {
   float lr = 0;

@@ -3,27 +3,73 @@
 // element, all threads.
 #include <cmath>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/stored.h"
 
 namespace llmtrain::kernels::cpu {
+namespace {
+
+// The step's constants, computed once (kernels/cuda/adamw.cu computes them the same way).
+struct Constants {
+  float step_size, inv_sqrt_bc2, b1, b2, eps, gs;
+  explicit Constants(const AdamWStep& s) : b1(s.beta1), b2(s.beta2), eps(s.eps), gs(s.grad_scale) {
+    const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
+    const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
+    step_size = float(double(s.lr) / bc1);
+    inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  }
+  // One element: g the gradient as stored, read as fp32.
+  void update(float& p, float g, float& m, float& v, float decay) const {
+    const float gi = g * gs;
+    const float mi = b1 * m + (1.0f - b1) * gi;
+    const float vi = b2 * v + (1.0f - b2) * gi * gi;
+    m = mi;
+    v = vi;
+    p = p * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+};
+
+}  // namespace
 
 void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
   const int64_t n = params.numel();
   float *p = params.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
   const float* g = grads.ptr<float>();
-  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
-  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
-  const float step_size = float(double(s.lr) / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  const float decay = 1.0f - s.lr * s.weight_decay, b1 = s.beta1, b2 = s.beta2, eps = s.eps, gs = s.grad_scale;
+  const Constants c(s);
+  const float decay = 1.0f - s.lr * s.weight_decay;
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gs;
-    const float mi = b1 * pm[i] + (1.0f - b1) * gi;
-    const float vi = b2 * pv[i] + (1.0f - b2) * gi * gi;
-    pm[i] = mi;
-    pv[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  for (int64_t i = 0; i < n; ++i) c.update(p[i], g[i], pm[i], pv[i], decay);
+}
+
+void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded, Tensor rows, const AdamWStep& s) {
+  const int64_t r = rows.shape[0];
+  const int64_t* t = rows.ptr<int64_t>();
+  int64_t total = 0;
+  for (int64_t i = 0; i < r; ++i) {
+    const int64_t* row = t + 6 * i;
+    const int64_t count = row[4];
+    LT_CHECK(count >= 0 && row[0] >= 0 && row[0] + count <= params.numel() && row[1] >= 0 &&
+                 row[1] + count <= grads.numel() && row[2] >= 0 && row[2] + count <= m.numel() &&
+                 row[2] + count <= v.numel() && (row[5] == 0 || row[5] == 1) &&
+                 (!rounded.defined() || (row[3] >= 0 && row[3] + count <= rounded.numel())),
+             "adamw_rows: row {} = ({}, {}, {}, {}, {}, {}) outside its tensors", i, row[0], row[1], row[2], row[3],
+             count, row[5]);
+    total += count;
   }
+  const Constants c(s);
+  const float decays[2] = {1.0f, 1.0f - s.lr * s.weight_decay};
+  float *p = params.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
+  with_stored(grads, [&](auto g) {
+#pragma omp parallel for schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < r; ++i) {
+      const int64_t* row = t + 6 * i;
+      const int64_t po = row[0], go = row[1], so = row[2], n = row[4];
+      const float decay = decays[row[5]];
+      for (int64_t j = 0; j < n; ++j) c.update(p[po + j], g(go + j), pm[so + j], pv[so + j], decay);
+      if (rounded.defined()) cpu::convert(rounded.flat(row[3], n), host_tensor(p + po, {n}));
+    }
+  });
 }
 
 }  // namespace llmtrain::kernels::cpu

@@ -9,7 +9,7 @@
 namespace llmtrain::kernels::cuda {
 namespace {
 
-constexpr int64_t kChunk = int64_t(1) << 14;
+constexpr int64_t kChunk = kSquaresChunk;
 constexpr int kThreads = 256;
 
 template <class T>
@@ -28,6 +28,31 @@ __global__ void sum_partials_kernel(float* __restrict__ out, const double* __res
   double s = 0.0;
   for (int64_t c = 0; c < chunks; ++c) s += partial[c];
   *out = float(s);
+}
+
+// sum_squares_chunks: block b sums chunk b (its offset and count from the table) as
+// chunk_squares_kernel sums one of sum_squares' chunks.
+template <class T>
+__global__ void table_squares_kernel(double* __restrict__ partial, const T* __restrict__ x,
+                                     const int64_t* __restrict__ chunks) {
+  const int64_t i0 = chunks[2 * blockIdx.x], i1 = i0 + chunks[2 * blockIdx.x + 1];
+  float s = 0.0f;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    const float e = load(x, i);
+    s += e * e;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = double(s);
+}
+
+// Thread j adds segment j's chunk sums in order (in double) and writes the fp32 total.
+__global__ void segment_sums_kernel(float* __restrict__ out, const double* __restrict__ partial,
+                                    const int64_t* __restrict__ first, int64_t segments) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= segments) return;
+  double s = 0.0;
+  for (int64_t c = first[j]; c < first[j + 1]; ++c) s += partial[c];
+  out[j] = float(s);
 }
 
 template <class T>
@@ -52,6 +77,23 @@ void sum_squares(Tensor out, Tensor x) {
   }
   LT_LAUNCH(1, 1, 0, compute_stream(), sum_partials_kernel)(out.ptr<float>(), partial, chunks);
   LT_CUDA_LAUNCHED("sum_partials_kernel");
+}
+
+void sum_squares_chunks(Tensor out, Tensor x, Tensor chunks, Tensor first) {
+  const int64_t c = chunks.shape[0], segments = out.numel();
+  if (segments == 0) return;
+  double* partial = static_cast<double*>(device_scratch(1, size_t(std::max<int64_t>(c, 1)) * sizeof(double)));
+  if (c > 0) {
+    with_storage(x, [&](auto tag) {
+      using T = decltype(tag);
+      LT_LAUNCH(unsigned(c), kThreads, 0, compute_stream(), table_squares_kernel<T>)
+      (partial, data<const T>(x), chunks.ptr<int64_t>());
+    });
+    LT_CUDA_LAUNCHED("table_squares_kernel");
+  }
+  LT_LAUNCH(blocks_for(segments, kThreads), kThreads, 0, compute_stream(), segment_sums_kernel)
+  (out.ptr<float>(), partial, first.ptr<int64_t>(), segments);
+  LT_CUDA_LAUNCHED("segment_sums_kernel");
 }
 
 void scale(Tensor x, float s) {

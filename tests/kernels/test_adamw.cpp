@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <tuple>
 
 #include "kernels/backend_info.h"
 #include "kernels/buffer.h"
@@ -129,6 +131,139 @@ TEST(AdamW, OnTheCudaDeviceMatchesTheCpu) {
     convert(host_tensor(b.data(), {n}), hx.tensor());
     EXPECT_EQ(a, b);
   }
+}
+
+// The multi-tensor forms against the per-range ops, on the CPU bitwise: adamw_rows over rows cut
+// from two ranges (one with weight decay, one without; the 16-bit case rounding the master into
+// parameters as convert does) is adamw_update on each range; sum_squares_chunks over segments cut
+// at sum_squares' chunks is sum_squares of each segment. Then the same calls on the simulated device
+// against the CPU's (their launch counts: tests/trainer/loop/test_step_sync_sim.cpp).
+struct MultiCase {
+  int64_t n = 70001;      // elements of the flat buffers
+  int64_t split = 30011;  // [0, split) decays, [split, n) does not
+  // Rows of at most kSquaresChunk over [0, split) and [split, n), state at the same offsets.
+  std::vector<int64_t> rows() const {
+    std::vector<int64_t> out;
+    for (auto [b, e, decay] : {std::tuple{int64_t(0), split, 1}, std::tuple{split, n, 0}})
+      for (int64_t at = b; at < e; at += kSquaresChunk) {
+        const int64_t count = std::min(kSquaresChunk, e - at);
+        out.insert(out.end(), {at, at, at, at, count, int64_t(decay)});
+      }
+    return out;
+  }
+};
+
+TEST(AdamW, RowsAreTheUpdateOfEachRange) {
+  const MultiCase c;
+  std::mt19937_64 rng(1204);
+  std::normal_distribution<float> normal;
+  for (const DType gdt : {DType::fp32, DType::bf16, DType::fp16}) {
+    SCOPED_TRACE(to_string(gdt));
+    std::vector<float> p(c.n), m(c.n, 0.0f), v(c.n, 0.0f), g(c.n);
+    for (auto& x : p) x = normal(rng);
+    std::vector<float> p2 = p, m2 = m, v2 = v;
+    std::vector<int64_t> rows = c.rows();
+    const Tensor table(rows.data(), DType::int64, {int64_t(rows.size()) / 6, 6});
+    Buffer rounded(gdt == DType::fp32 ? DType::bf16 : gdt, {c.n}), want_rounded(rounded.dtype(), {c.n});
+    for (int64_t step = 1; step <= 3; ++step) {
+      for (auto& x : g) x = normal(rng);
+      Buffer gs(gdt, {c.n});
+      convert(gs.tensor(), host_tensor(g.data(), {c.n}));
+      const AdamWStep s{.lr = 3e-3f, .weight_decay = 0.1f, .step = step, .grad_scale = 0.37f};
+      adamw_rows(host_tensor(p.data(), {c.n}), gs.tensor(), host_tensor(m.data(), {c.n}), host_tensor(v.data(), {c.n}),
+                 rounded.tensor(), table, s);
+      for (auto [b, e, decay] : {std::tuple{int64_t(0), c.split, true}, std::tuple{c.split, c.n, false}}) {
+        AdamWStep r = s;
+        r.weight_decay = decay ? s.weight_decay : 0.0f;
+        adamw_update(host_tensor(p2.data() + b, {e - b}), gs.tensor().flat(b, e - b),
+                     host_tensor(m2.data() + b, {e - b}), host_tensor(v2.data() + b, {e - b}), r);
+      }
+      convert(want_rounded.tensor(), host_tensor(p2.data(), {c.n}));
+      ASSERT_EQ(p, p2);
+      ASSERT_EQ(m, m2);
+      ASSERT_EQ(v, v2);
+      ASSERT_EQ(std::memcmp(rounded.data(), want_rounded.data(), size_t(c.n) * 2), 0);
+    }
+  }
+}
+
+// Segments [0, 5), [5, 40000), [40000, 40000) (empty), [40007, n) of n random values, cut at
+// sum_squares' chunks, and their sums by sum_squares_chunks on the CPU.
+struct Segments {
+  int64_t n = 100003;
+  std::vector<float> x;
+  std::vector<std::pair<int64_t, int64_t>> bounds{{0, 5}, {5, 40000}, {40000, 40000}, {40007, 100003}};
+  std::vector<int64_t> chunks, first{0};
+  std::vector<float> out;
+  Segments() {
+    std::mt19937_64 rng(1205);
+    std::normal_distribution<float> normal;
+    x.resize(size_t(n));
+    for (auto& e : x) e = normal(rng);
+    for (auto [b, e] : bounds) {
+      for (int64_t at = b; at < e; at += kSquaresChunk)
+        chunks.insert(chunks.end(), {at, std::min(kSquaresChunk, e - at)});
+      first.push_back(int64_t(chunks.size()) / 2);
+    }
+    out.resize(bounds.size());
+    sum_squares_chunks(host_tensor(out.data(), {int64_t(out.size())}), host_tensor(x.data(), {n}), table(), starts());
+  }
+  Tensor table() { return Tensor(chunks.data(), DType::int64, {int64_t(chunks.size()) / 2, 2}); }
+  Tensor starts() { return Tensor(first.data(), DType::int64, {int64_t(first.size())}); }
+};
+
+TEST(AdamW, SumSquaresChunksAreEachSegmentsSum) {
+  Segments g;
+  for (size_t j = 0; j < g.bounds.size(); ++j) {
+    const auto [b, e] = g.bounds[j];
+    EXPECT_EQ(g.out[j], host_sum_squares(host_tensor(g.x.data() + b, {e - b}))) << j;
+  }
+}
+
+TEST(AdamW, MultiTensorOpsOnTheCudaDeviceMatchTheCpu) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  auto to_device = [](const void* h, DType dtype, Shape shape) {
+    Buffer d(dtype, shape, Device::cuda);
+    copy(d.tensor(), Tensor(const_cast<void*>(h), dtype, shape));
+    return d;
+  };
+  Segments sg;
+  Buffer dx = to_device(sg.x.data(), DType::fp32, {sg.n});
+  Buffer dtable = to_device(sg.chunks.data(), DType::int64, sg.table().shape);
+  Buffer dfirst = to_device(sg.first.data(), DType::int64, sg.starts().shape);
+  Buffer dout(DType::fp32, {int64_t(sg.out.size())}, Device::cuda);
+  sum_squares_chunks(dout.tensor(), dx.tensor(), dtable.tensor(), dfirst.tensor());
+  std::vector<float> got(sg.out.size());
+  copy(host_tensor(got.data(), {int64_t(got.size())}), dout.tensor());
+  for (size_t j = 0; j < sg.out.size(); ++j) EXPECT_NEAR(got[j], sg.out[j], 1e-5 * sg.out[j]) << j;
+  std::mt19937_64 rng(1206);
+  std::normal_distribution<float> normal;
+
+  // adamw_rows on the device, fp32 gradients and bf16 rounded parameters, against the CPU.
+  const MultiCase c;
+  std::vector<float> p(c.n), m(c.n, 0.0f), v(c.n, 0.0f), g(c.n);
+  for (auto& e : p) e = normal(rng);
+  for (auto& e : g) e = normal(rng);
+  std::vector<int64_t> rows = c.rows();
+  const Shape rows_shape{int64_t(rows.size()) / 6, 6};
+  Buffer dp = to_device(p.data(), DType::fp32, {c.n}), dg = to_device(g.data(), DType::fp32, {c.n});
+  Buffer dm = to_device(m.data(), DType::fp32, {c.n}), dv = to_device(v.data(), DType::fp32, {c.n});
+  Buffer drows = to_device(rows.data(), DType::int64, rows_shape), dr(DType::bf16, {c.n}, Device::cuda);
+  Buffer hr(DType::bf16, {c.n});
+  const AdamWStep s{.lr = 3e-3f, .weight_decay = 0.1f, .step = 1, .grad_scale = 0.37f};
+  adamw_rows(dp.tensor(), dg.tensor(), dm.tensor(), dv.tensor(), dr.tensor(), drows.tensor(), s);
+  adamw_rows(host_tensor(p.data(), {c.n}), host_tensor(g.data(), {c.n}), host_tensor(m.data(), {c.n}),
+             host_tensor(v.data(), {c.n}), hr.tensor(), Tensor(rows.data(), DType::int64, rows_shape), s);
+  std::vector<float> back(c.n);
+  copy(host_tensor(back.data(), {c.n}), dp.tensor());
+  EXPECT_LE(rel_error(std::vector<double>(back.begin(), back.end()), std::vector<double>(p.begin(), p.end())), 1e-6);
+  Buffer rback(DType::bf16, {c.n});
+  copy(rback.tensor(), dr.tensor());
+  std::vector<float> a(c.n), b(c.n);
+  convert(host_tensor(a.data(), {c.n}), rback.tensor());
+  convert(host_tensor(b.data(), {c.n}), hr.tensor());
+  EXPECT_LE(rel_error(std::vector<double>(a.begin(), a.end()), std::vector<double>(b.begin(), b.end())), 1e-2);
 }
 
 }  // namespace llmtrain::kernels::test

@@ -278,7 +278,8 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     if (!norm_over_world_ || sync_->first_copy_at(r.begin)) norm_ranges_.push_back(r);
   LT_CHECK(!sync_->grads_compact() || norm_ranges_.empty() || norm_ranges_ == sync_->owned(),
            "a compact gradient shard counted in part");
-  norm_pieces_ = norm_ranges_.empty() ? 0 : grad_norm_pieces(model.parameters(), comms.tp->rank(), norm_ranges_);
+  norm_plan_.emplace(model.parameters(), comms.tp->rank(), norm_ranges_, sync_->grads_compact(), model.device());
+  norm_pieces_ = norm_plan_->pieces();
   // MoE blocks: each micro-batch's routing statistics of this stage's blocks, after the norm parts.
   const ModelConfig& mc = model.config();
   const StageLayout& st = model.options().stage;
@@ -385,10 +386,8 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
 
   // Σg² of what this rank owns, in parts on the device (trainer/optim/optimizer.h), then the step's
   // one read of the device: the micro-batch losses and those parts together.
-  const Tensor compact = sync_->grads_compact() ? sync_->owned_grads() : Tensor{};
-  if (norm_pieces_ > 0)
-    grad_sum_squares_into(scalars_.tensor().flat(micro_batches_, norm_pieces_), model_.parameters(), comms_.tp->rank(),
-                          norm_ranges_, compact);
+  norm_plan_->sum_squares_into(scalars_.tensor().flat(micro_batches_, norm_pieces_),
+                               sync_->grads_compact() ? sync_->owned_grads() : model_.grads());
   kernels::copy(kernels::host_tensor(scalars_host_.data(), {int64_t(scalars_host_.size())}), scalars_.tensor());
   // The loss: each micro-batch's mean, averaged over micro-batches (in double) and data-parallel ranks.
   const std::span<const float> host(scalars_host_);

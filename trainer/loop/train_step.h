@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/recipe/layout.h"
 #include "common/recipe/recipe.h"
@@ -152,6 +153,7 @@ class TrainStep {
   std::vector<float> scalars_host_;
   int64_t norm_pieces_ = 0;
   std::vector<parallel::FlatRange> norm_ranges_;  // the owned ranges whose squares this rank counts
+  std::optional<GradNormPlan> norm_plan_;         // their pieces' Σ g² in one op
   bool norm_over_world_ = false;                  // summed over the world (else the model-parallel group)
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
   std::unique_ptr<LossScaler> scaler_;

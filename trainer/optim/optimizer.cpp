@@ -77,6 +77,39 @@ int64_t AdamW::state_offset(int64_t at) const {
   return -1;
 }
 
+const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int64_t params_numel, int64_t grads_numel) {
+  const int key = int(compact_grads) + 2 * int(compact_params);
+  if (rows_for_ == key) return rows_;
+  std::vector<int64_t> table;
+  int64_t base = 0;  // the owned range's first element in the moments
+  for (const parallel::FlatRange& own : owned_) {
+    for (const DecayRange& r : ranges_) {
+      const int64_t b = std::max(r.begin, own.begin), e = std::min(r.end, own.end);
+      for (int64_t at = b; at < e; at += kernels::kSquaresChunk) {
+        const int64_t count = std::min(kernels::kSquaresChunk, e - at), state = base + (at - own.begin);
+        // With a master the update goes to it (at the moments' offset) and, rounded, to the 16-bit
+        // parameters at their flat offset.
+        const int64_t param = has_master() ? state : compact_params ? state : at;
+        const int64_t grad = compact_grads ? state : at;
+        LT_CHECK(
+            grad + count <= grads_numel && (has_master() ? at + count <= params_numel : param + count <= params_numel),
+            "AdamW range [{}, +{}) beyond {} gradients / {} parameters", at, count, grads_numel, params_numel);
+        table.insert(table.end(), {param, grad, state, at, count, r.decay ? 1 : 0});
+      }
+    }
+    base += own.numel();
+  }
+  const int64_t n = int64_t(table.size()) / 6;
+  // Bookkeeping, not optimizer state: 48 bytes per 2^14 elements (MemoryKind::other, which the
+  // memory account leaves out).
+  rows_ = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(n, 1), 6}, m_.tensor().device,
+                          kernels::MemoryKind::other);
+  if (n > 0)
+    kernels::copy(rows_.tensor().flat(0, 6 * n), kernels::Tensor(table.data(), kernels::DType::int64, {6 * n}));
+  rows_for_ = key;
+  return rows_;
+}
+
 void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads,
                  bool compact_params) {
   const int64_t end = owned_.empty() ? 0 : owned_.back().end;
@@ -84,53 +117,41 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
                grads.numel() >= (compact_grads ? owned_numel() : end),
            "AdamW step on {} / {} elements, owning up to {}", params.numel(), grads.numel(), end);
   LT_CHECK(!has_master() || master_set_, "AdamW step before its fp32 master was set (master_from_params)");
+  LT_CHECK(!has_master() || !compact_params, "AdamW master weights with compact parameters");
   ++steps_;
-  kernels::AdamWStep s{.lr = float(lr),
-                       .beta1 = float(config_.beta1),
-                       .beta2 = float(config_.beta2),
-                       .eps = float(config_.eps),
-                       .weight_decay = 0.0f,
-                       .step = steps_,
-                       .grad_scale = grad_scale};
-  int64_t base = 0;  // the owned range's first element in the moments
-  for (const parallel::FlatRange& own : owned_) {
-    for (const DecayRange& r : ranges_) {
-      const int64_t b = std::max(r.begin, own.begin), e = std::min(r.end, own.end);
-      if (b >= e) continue;
-      s.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
-      const int64_t count = e - b, at = base + (b - own.begin);
-      const kernels::Tensor g = grads.flat(compact_grads ? at : b, count);
-      if (has_master()) {
-        // The fp32 master takes the update; the 16-bit parameters get it rounded once.
-        LT_CHECK(!compact_params, "AdamW master weights with compact parameters");
-        kernels::adamw_update(master_.tensor().flat(at, count), g, m_.tensor().flat(at, count),
-                              v_.tensor().flat(at, count), s);
-        kernels::convert(params.flat(b, count), master_.tensor().flat(at, count));
-        continue;
-      }
-      kernels::adamw_update(params.flat(compact_params ? at : b, count), g, m_.tensor().flat(at, count),
-                            v_.tensor().flat(at, count), s);
-    }
-    base += own.numel();
-  }
+  const kernels::AdamWStep s{.lr = float(lr),
+                             .beta1 = float(config_.beta1),
+                             .beta2 = float(config_.beta2),
+                             .eps = float(config_.eps),
+                             .weight_decay = float(config_.weight_decay),
+                             .step = steps_,
+                             .grad_scale = grad_scale};
+  const kernels::Buffer& table = rows(compact_grads, compact_params, params.numel(), grads.numel());
+  if (owned_numel() == 0) return;
+  const int64_t n = table.tensor().shape[0];
+  const kernels::Tensor t = table.tensor().flat(0, 6 * n).view({n, 6});
+  // The fp32 master takes the update and the 16-bit parameters get it rounded once; without one
+  // the parameters are updated in place.
+  if (has_master())
+    kernels::adamw_rows(master_.tensor(), grads, m_.tensor(), v_.tensor(), params, t, s);
+  else
+    kernels::adamw_rows(params, grads, m_.tensor(), v_.tensor(), kernels::Tensor{}, t, s);
 }
 
 namespace {
 
-// Calls fn(piece, gradient elements) for each counted (parameter, owned range) overlap, in order.
+// Calls fn(p, b, e, at) for each counted (parameter, owned range) overlap [b, e) of p's flat range,
+// in order; `at` is where b's gradient sits when the owned ranges' gradients are packed.
 template <typename Fn>
 void for_each_norm_piece(const std::vector<ModelParam>& params, int tp_rank,
-                         const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads, Fn&& fn) {
-  int64_t piece = 0;
+                         const std::vector<parallel::FlatRange>& owned, Fn&& fn) {
   for (const ModelParam& p : params) {
     if (p.tied_copy) continue;
     if (p.tp_replica || (p.spec.tp_split_dim < 0 && tp_rank != 0)) continue;
-    int64_t base = 0;  // the owned range's first element in compact_grads
+    int64_t base = 0;  // the owned range's first element among the packed gradients
     for (const parallel::FlatRange& own : owned) {
       const int64_t b = std::max(p.offset, own.begin), e = std::min(p.offset + p.numel(), own.end);
-      if (b < e)
-        fn(piece++, compact_grads.defined() ? compact_grads.flat(base + (b - own.begin), e - b)
-                                            : p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+      if (b < e) fn(p, b, e, base + (b - own.begin));
       base += own.numel();
     }
   }
@@ -141,11 +162,7 @@ void for_each_norm_piece(const std::vector<ModelParam>& params, int tp_rank,
 int64_t grad_norm_pieces(const std::vector<ModelParam>& params, int tp_rank,
                          const std::vector<parallel::FlatRange>& owned) {
   int64_t n = 0;
-  for (const ModelParam& p : params) {
-    if (p.tied_copy || p.tp_replica || (p.spec.tp_split_dim < 0 && tp_rank != 0)) continue;
-    for (const parallel::FlatRange& own : owned)
-      if (std::max(p.offset, own.begin) < std::min(p.offset + p.numel(), own.end)) ++n;
-  }
+  for_each_norm_piece(params, tp_rank, owned, [&](const ModelParam&, int64_t, int64_t, int64_t) { ++n; });
   return n;
 }
 
@@ -153,8 +170,38 @@ void grad_sum_squares_into(kernels::Tensor parts, const std::vector<ModelParam>&
                            const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads) {
   LT_CHECK(parts.numel() >= grad_norm_pieces(params, tp_rank, owned), "{} norm parts for {} pieces", parts.numel(),
            grad_norm_pieces(params, tp_rank, owned));
-  for_each_norm_piece(params, tp_rank, owned, compact_grads,
-                      [&](int64_t i, kernels::Tensor g) { kernels::sum_squares(parts.flat(i, 1), g); });
+  int64_t i = 0;
+  for_each_norm_piece(params, tp_rank, owned, [&](const ModelParam& p, int64_t b, int64_t e, int64_t at) {
+    kernels::sum_squares(parts.flat(i++, 1), compact_grads.defined()
+                                                 ? compact_grads.flat(at, e - b)
+                                                 : p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+  });
+}
+
+GradNormPlan::GradNormPlan(const std::vector<ModelParam>& params, int tp_rank,
+                           const std::vector<parallel::FlatRange>& owned, bool compact, kernels::Device device) {
+  std::vector<int64_t> chunks, first{0};
+  for_each_norm_piece(params, tp_rank, owned, [&](const ModelParam&, int64_t b, int64_t e, int64_t at) {
+    const int64_t start = compact ? at : b;  // the piece in the gradients sum_squares_into reads
+    for (int64_t x = 0; x < e - b; x += kernels::kSquaresChunk)
+      chunks.insert(chunks.end(), {start + x, std::min(kernels::kSquaresChunk, e - b - x)});
+    first.push_back(int64_t(chunks.size()) / 2);
+    end_ = std::max(end_, start + (e - b));
+  });
+  pieces_ = int64_t(first.size()) - 1;
+  const int64_t c = int64_t(chunks.size()) / 2;
+  chunks_ = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(c, 1), 2}, device, kernels::MemoryKind::other);
+  first_ = kernels::Buffer(kernels::DType::int64, {pieces_ + 1}, device, kernels::MemoryKind::other);
+  if (c > 0)
+    kernels::copy(chunks_.tensor().flat(0, 2 * c), kernels::Tensor(chunks.data(), kernels::DType::int64, {2 * c}));
+  kernels::copy(first_.tensor(), kernels::Tensor(first.data(), kernels::DType::int64, {pieces_ + 1}));
+}
+
+void GradNormPlan::sum_squares_into(kernels::Tensor parts, kernels::Tensor grads) const {
+  if (pieces_ == 0) return;
+  LT_CHECK(parts.numel() >= pieces_ && grads.numel() >= end_, "{} norm parts for {} pieces, {} gradients for {}",
+           parts.numel(), pieces_, grads.numel(), end_);
+  kernels::sum_squares_chunks(parts.flat(0, pieces_), grads.view({grads.numel()}), chunks_.tensor(), first_.tensor());
 }
 
 double sum_pieces(std::span<const float> parts) {

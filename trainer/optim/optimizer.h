@@ -49,7 +49,9 @@ class AdamW {
   // One update of the owned ranges: params and grads are the WHOLE flat buffers (only the owned
   // ranges are read or written), or with compact_grads (ZeRO 2) grads holds only the owned ranges,
   // packed as the moments are, and with compact_params (ZeRO 3) params too. grad_scale multiplies
-  // the gradients first (clip factor, or 1).
+  // the gradients first (clip factor, or 1). One kernels::adamw_rows call: every (owned range,
+  // decay range) overlap, cut at kernels::kSquaresChunk, as a table built at the first step (and
+  // again only if the compact flags change).
   void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads = false,
             bool compact_params = false);
 
@@ -76,6 +78,10 @@ class AdamW {
   int64_t steps_ = 0;
   kernels::Buffer m_, v_, master_;
   bool master_set_ = false;  // by master_from_params or params_from_master, before the first step
+  kernels::Buffer rows_;     // adamw_rows' table, int64 [rows, 6] on the moments' device
+  int rows_for_ = -1;        // the compact flags it was built for (compact_grads + 2 · compact_params)
+
+  const kernels::Buffer& rows(bool compact_grads, bool compact_params, int64_t params_numel, int64_t grads_numel);
 };
 
 // Σ g² over this rank's gradients, counting each global parameter element once per model
@@ -98,6 +104,23 @@ void grad_sum_squares_into(kernels::Tensor parts, const std::vector<ModelParam>&
                            const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}},
                            kernels::Tensor compact_grads = {});
 double sum_pieces(std::span<const float> parts);
+
+// The same pieces as one kernels::sum_squares_chunks call, for a training step: their table (each
+// piece cut at kernels::kSquaresChunk, int64 on `device`) built once. sum_squares_into writes
+// parts[0, pieces()) from `grads`, the flat gradient buffer, or with `compact` the owned ranges'
+// gradients packed (GradSync::owned_grads at ZeRO 2 and 3) — grad_sum_squares_into's values, bitwise
+// on the CPU.
+class GradNormPlan {
+ public:
+  GradNormPlan(const std::vector<ModelParam>& params, int tp_rank, const std::vector<parallel::FlatRange>& owned,
+               bool compact, kernels::Device device);
+  int64_t pieces() const { return pieces_; }
+  void sum_squares_into(kernels::Tensor parts, kernels::Tensor grads) const;
+
+ private:
+  int64_t pieces_ = 0, end_ = 0;  // the pieces, and the end of the last in the gradients read
+  kernels::Buffer chunks_, first_;
+};
 double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
                         const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}},
                         kernels::Tensor compact_grads = {});
