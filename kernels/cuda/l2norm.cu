@@ -12,9 +12,10 @@ namespace {
 constexpr int64_t kChunk = kSquaresChunk;
 constexpr int kThreads = 256;
 
+// The block's Σ x² over [i0, i1) in fp32 into partial[blockIdx.x], as a double (every thread calls it).
 template <class T>
-__global__ void chunk_squares_kernel(double* __restrict__ partial, const T* __restrict__ x, int64_t n) {
-  const int64_t i0 = int64_t(blockIdx.x) * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
+__device__ __forceinline__ void block_squares(double* __restrict__ partial, const T* __restrict__ x, int64_t i0,
+                                              int64_t i1) {
   float s = 0.0f;
   for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
     const float e = load(x, i);
@@ -22,6 +23,12 @@ __global__ void chunk_squares_kernel(double* __restrict__ partial, const T* __re
   }
   s = block_sum(s);
   if (threadIdx.x == 0) partial[blockIdx.x] = double(s);
+}
+
+template <class T>
+__global__ void chunk_squares_kernel(double* __restrict__ partial, const T* __restrict__ x, int64_t n) {
+  const int64_t i0 = int64_t(blockIdx.x) * kChunk;
+  block_squares(partial, x, i0, i0 + kChunk < n ? i0 + kChunk : n);
 }
 
 __global__ void sum_partials_kernel(float* __restrict__ out, const double* __restrict__ partial, int64_t chunks) {
@@ -35,14 +42,8 @@ __global__ void sum_partials_kernel(float* __restrict__ out, const double* __res
 template <class T>
 __global__ void table_squares_kernel(double* __restrict__ partial, const T* __restrict__ x,
                                      const int64_t* __restrict__ chunks) {
-  const int64_t i0 = chunks[2 * blockIdx.x], i1 = i0 + chunks[2 * blockIdx.x + 1];
-  float s = 0.0f;
-  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
-    const float e = load(x, i);
-    s += e * e;
-  }
-  s = block_sum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = double(s);
+  const int64_t i0 = chunks[2 * blockIdx.x];
+  block_squares(partial, x, i0, i0 + chunks[2 * blockIdx.x + 1]);
 }
 
 // Thread j adds segment j's chunk sums in order (in double) and writes the fp32 total.
