@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 struct Layout {
   int tp = 1, dp = 1, zero = 0;
   bool sp = false;
+  int ep = 1;
 };
 
 class TensorParallelTrain : public ::testing::Test {
@@ -66,14 +67,15 @@ class TensorParallelTrain : public ::testing::Test {
 
   struct Rank {
     Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world)
-        : mesh({r.parallel.tp, 1, r.parallel.dp}, world->rank()),
+        : mesh({r.parallel.tp, 1, r.parallel.dp, 1, r.parallel.ep}, world->rank()),
           comms(parallel::make_mesh_comms(mesh, std::move(world))),
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), r.parallel.dp),
           batches(data, sampler, r.model.seq_len),
           layout(test_layout(r)),
           schedule(step_schedule(layout, 0, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, layout, 0, schedule), *comms.tp) {
+          model(r.model, step_model_options(r, layout, 0, schedule), *comms.tp, nullptr,
+                r.parallel.ep > 1 ? comms.ep.get() : nullptr) {
       step.emplace(r, layout, model, comms, batches, schedule);
       model.init_parameters(11);   // after the step: at ZeRO 3 the values live in its shard
       step->master_from_params();  // 16-bit: the optimizer's fp32 master (a no-op at fp32)
@@ -127,6 +129,7 @@ class TensorParallelTrain : public ::testing::Test {
     Recipe r = recipe_;
     r.parallel.tp = layout.tp, r.parallel.dp = layout.dp, r.parallel.zero = layout.zero;
     r.parallel.sequence_parallel = layout.sp;
+    r.parallel.ep = layout.ep;
     const int world_size = layout.tp * layout.dp;
     std::vector<std::vector<float>> losses(static_cast<size_t>(world_size));
     std::vector<double> norms;
@@ -305,7 +308,10 @@ TEST_F(TensorParallelTrain, SequenceParallelTakesTheStepsOfOneRank) {
 // MoE blocks (a dense first layer, then 4 experts of width 64, top 2): each expert's width split over
 // tp like the dense MLP's, the combined outputs reduced over tp (reduce-scattered with sequence
 // parallelism), the router replicated with identical gradients on every rank; tp 2 and 4, tp 2 with
-// sequence parallelism, tp 2 × dp 2 with ZeRO 1, and a capacity that drops picks at tp 2 × dp 2.
+// sequence parallelism, tp 2 × dp 2 with ZeRO 1, and a capacity that drops picks at tp 2 × dp 2. And
+// expert parallelism on the in-process communicator (which checks that every rank of a group starts
+// the same operations in the same order): ep 2 at dp 2 (ZeRO 0 and 1: sharded experts; ZeRO 2: every
+// expert in ZeRO's shards), ep 4 and ep 2 × tp 2 with sequence parallelism.
 TEST_F(TensorParallelTrain, MoeTakesTheStepsOfOneRank) {
   recipe_.model.moe = {.experts = 4, .top_k = 2, .ffn_hidden = 64, .first_dense = 1, .aux_loss = 0.1, .z_loss = 0.01};
   const Run want = run({1, 1, 0}, 0, 20);
@@ -314,6 +320,11 @@ TEST_F(TensorParallelTrain, MoeTakesTheStepsOfOneRank) {
   expect_same(run({4, 1, 0}, 0, 20), want, "moe tp 4");
   expect_same(run({2, 1, 0, true}, 0, 20), want, "moe tp 2 sp");
   expect_same(run({2, 2, 1, true}, 0, 20), want, "moe tp 2 x dp 2 sp, zero 1");
+  expect_same(run({1, 2, 0, false, 2}, 0, 20), want, "moe ep 2 (dp 2)");
+  expect_same(run({1, 2, 1, false, 2}, 0, 20), want, "moe ep 2, zero 1");
+  expect_same(run({1, 2, 2, false, 2}, 0, 20), want, "moe ep 2, zero 2");
+  expect_same(run({1, 4, 0, false, 4}, 0, 20), want, "moe ep 4 (dp 4)");
+  expect_same(run({2, 2, 1, true, 2}, 0, 20), want, "moe ep 2 x tp 2 sp, zero 1");
   recipe_.model.moe.capacity_factor = 0.75;
   const Run capped = run({1, 1, 0}, 0, 20);
   expect_same(run({2, 2, 0}, 0, 20), capped, "moe with capacity 0.75 tp 2 x dp 2");
