@@ -39,7 +39,7 @@ namespace llmtrain::kernels {
 // multi-tensor forms' tables cut their ranges at (sum_squares_chunks, adamw_rows).
 inline constexpr int64_t kSquaresChunk = int64_t(1) << 14;
 
-// One AdamW step's constants (adamw_update).
+// One AdamW step's constants (adamw_rows).
 struct AdamWStep {
   float lr = 0;
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;

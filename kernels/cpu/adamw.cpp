@@ -1,5 +1,5 @@
-// AdamW in one pass over a range of the flat buffers (PyTorch's torch.optim.AdamW arithmetic,
-// formula in kernels/ops.h). Memory-bound: one read of p, g, m, v and one write of p, m, v per
+// AdamW in one pass over the rows of a table of ranges of the flat buffers (PyTorch's torch.optim.AdamW arithmetic,
+// formula in kernels/op_table.def). Memory-bound: one read of p, g, m, v and one write of p, m, v per
 // element, all threads.
 #include <cmath>
 
@@ -31,16 +31,6 @@ struct Constants {
 };
 
 }  // namespace
-
-void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
-  const int64_t n = params.numel();
-  float *p = params.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
-  const float* g = grads.ptr<float>();
-  const Constants c(s);
-  const float decay = 1.0f - s.lr * s.weight_decay;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) c.update(p[i], g[i], pm[i], pv[i], decay);
-}
 
 void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded, Tensor rows, const AdamWStep& s) {
   const int64_t r = rows.shape[0];

@@ -8,20 +8,6 @@
 namespace llmtrain::kernels::cuda {
 namespace {
 
-template <class G>
-__global__ void adamw_kernel(float* __restrict__ p, const G* __restrict__ g, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, float b1, float b2, float eps, float grad_scale,
-                             float decay, float step_size, float inv_sqrt_bc2) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = load(g, i) * grad_scale;
-    const float mi = b1 * m[i] + (1.0f - b1) * gi;
-    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-  }
-}
-
 // adamw_rows: block b updates row b (offsets, count and decay from the table); with R the rounded
 // parameters' storage type, each updated value is also rounded into them.
 template <class G, class R>
@@ -66,23 +52,6 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
     });
   });
   LT_CUDA_LAUNCHED("adamw_rows_kernel");
-}
-
-void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamWStep& s) {
-  const int64_t n = params.numel();
-  if (n == 0) return;
-  // The constants exactly as kernels/cpu/adamw.cpp computes them.
-  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
-  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
-  const float step_size = float(double(s.lr) / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  const float decay = 1.0f - s.lr * s.weight_decay;
-  with_storage(grads, [&](auto tag) {
-    using G = decltype(tag);
-    LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), adamw_kernel<G>)
-    (params.ptr<float>(), data<const G>(grads), m.ptr<float>(), v.ptr<float>(), n, s.beta1, s.beta2, s.eps,
-     s.grad_scale, decay, step_size, inv_sqrt_bc2);
-  });
-  LT_CUDA_LAUNCHED("adamw_kernel");
 }
 
 }  // namespace llmtrain::kernels::cuda

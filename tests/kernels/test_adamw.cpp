@@ -1,5 +1,6 @@
-// AdamW and the clipping pieces (kernels/cpu/adamw.cpp, kernels/cpu/l2norm.cpp) against a double
-// implementation of torch.optim.AdamW's update, over several steps.
+// AdamW and the clipping pieces (kernels/cpu/adamw.cpp, kernels/cpu/l2norm.cpp): adamw_rows against
+// a double implementation of torch.optim.AdamW's update over several steps, the sums of squares
+// against double sums, and the CUDA kernels against the CPU's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,37 +14,65 @@
 
 namespace llmtrain::kernels::test {
 
+// A table for adamw_rows over [0, n): rows of at most kSquaresChunk, state and rounded parameters at
+// the parameters' offsets; [0, split) takes weight decay, [split, n) none.
+std::vector<int64_t> adamw_table(int64_t n, int64_t split) {
+  std::vector<int64_t> out;
+  for (auto [b, e, decay] : {std::tuple{int64_t(0), split, 1}, std::tuple{split, n, 0}})
+    for (int64_t at = b; at < e; at += kSquaresChunk)
+      out.insert(out.end(), {at, at, at, at, std::min(kSquaresChunk, e - at), int64_t(decay)});
+  return out;
+}
+Tensor table_tensor(std::vector<int64_t>& rows) {
+  return Tensor(rows.data(), DType::int64, {int64_t(rows.size()) / 6, 6});
+}
+
+// Five steps of adamw_rows against a double implementation of torch.optim.AdamW's update, with
+// weight decay on [0, split) only; with 16-bit gradients (read as stored) the reference takes the
+// same rounded gradients, and the rounded parameters are the fp32 result rounded once.
 TEST(AdamW, StepsMatchDoubleReference) {
   std::mt19937_64 rng(1201);
   std::normal_distribution<float> normal;
-  const int64_t n = 100003;  // odd, above the parallel threshold
-  std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n);
-  for (auto& x : p) x = normal(rng);
-  std::vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
-  const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.37;
-  for (int64_t step = 1; step <= 5; ++step) {
-    for (auto& x : g) x = normal(rng);
-    AdamWStep s{.lr = float(lr),
-                .beta1 = float(b1),
-                .beta2 = float(b2),
-                .eps = float(eps),
-                .weight_decay = float(wd),
-                .step = step,
-                .grad_scale = float(gs)};
-    adamw_update(host_tensor(p.data(), {n}), host_tensor(g.data(), {n}), host_tensor(m.data(), {n}),
-                 host_tensor(v.data(), {n}), s);
-    for (int64_t i = 0; i < n; ++i) {
-      const double gi = double(g[i]) * gs;
-      rp[i] *= 1 - lr * wd;
-      rm[i] = b1 * rm[i] + (1 - b1) * gi;
-      rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
-      const double bc1 = 1 - std::pow(b1, double(step)), bc2 = 1 - std::pow(b2, double(step));
-      rp[i] -= lr / bc1 * rm[i] / (std::sqrt(rv[i]) / std::sqrt(bc2) + eps);
+  const int64_t n = 100003, split = 30011;  // odd, above the parallel threshold
+  std::vector<int64_t> rows = adamw_table(n, split);
+  for (const DType gdt : {DType::fp32, DType::bf16, DType::fp16}) {
+    SCOPED_TRACE(to_string(gdt));
+    std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n);
+    for (auto& x : p) x = normal(rng);
+    std::vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
+    const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.37;
+    const DType rounded_dtype = gdt == DType::fp32 ? DType::bf16 : gdt;
+    Buffer rounded(rounded_dtype, {n});
+    for (int64_t step = 1; step <= 5; ++step) {
+      for (auto& x : g) x = normal(rng);
+      Buffer gs_stored(gdt, {n});
+      convert(gs_stored.tensor(), host_tensor(g.data(), {n}));
+      convert(host_tensor(g.data(), {n}), gs_stored.tensor());  // the reference reads what is stored
+      const AdamWStep s{.lr = float(lr),
+                        .beta1 = float(b1),
+                        .beta2 = float(b2),
+                        .eps = float(eps),
+                        .weight_decay = float(wd),
+                        .step = step,
+                        .grad_scale = float(gs)};
+      adamw_rows(host_tensor(p.data(), {n}), gs_stored.tensor(), host_tensor(m.data(), {n}), host_tensor(v.data(), {n}),
+                 rounded.tensor(), table_tensor(rows), s);
+      for (int64_t i = 0; i < n; ++i) {
+        const double gi = double(g[i]) * gs;
+        if (i < split) rp[i] *= 1 - lr * wd;
+        rm[i] = b1 * rm[i] + (1 - b1) * gi;
+        rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+        const double bc1 = 1 - std::pow(b1, double(step)), bc2 = 1 - std::pow(b2, double(step));
+        rp[i] -= lr / bc1 * rm[i] / (std::sqrt(rv[i]) / std::sqrt(bc2) + eps);
+      }
     }
+    EXPECT_LE(rel_error(std::vector<double>(p.begin(), p.end()), rp), 1e-6);
+    EXPECT_LE(rel_error(std::vector<double>(m.begin(), m.end()), rm), 1e-6);
+    EXPECT_LE(rel_error(std::vector<double>(v.begin(), v.end()), rv), 1e-6);
+    Buffer want(rounded_dtype, {n});
+    convert(want.tensor(), host_tensor(p.data(), {n}));
+    EXPECT_EQ(std::memcmp(rounded.data(), want.data(), size_t(n) * 2), 0) << "the result rounded once";
   }
-  EXPECT_LE(rel_error(std::vector<double>(p.begin(), p.end()), rp), 1e-6);
-  EXPECT_LE(rel_error(std::vector<double>(m.begin(), m.end()), rm), 1e-6);
-  EXPECT_LE(rel_error(std::vector<double>(v.begin(), v.end()), rv), 1e-6);
 }
 
 // Σ x² of a host tensor, through the op's fp32 output.
@@ -94,6 +123,9 @@ TEST(AdamW, OnTheCudaDeviceMatchesTheCpu) {
     convert(host_tensor(h.data(), {int64_t(h.size())}), narrow.tensor());
     return std::vector<double>(h.begin(), h.end());
   };
+  std::vector<int64_t> rows = adamw_table(n, n / 2);
+  Buffer drows(DType::int64, table_tensor(rows).shape, Device::cuda);
+  copy(drows.tensor(), table_tensor(rows));
   for (const DType gdt : {DType::fp32, DType::bf16, DType::fp16}) {
     SCOPED_TRACE(to_string(gdt));
     std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f);
@@ -106,8 +138,9 @@ TEST(AdamW, OnTheCudaDeviceMatchesTheCpu) {
       Buffer dg = on_device(g, gdt);
       Buffer hg(gdt, {n});
       copy(hg.tensor(), dg.tensor());
-      adamw_update(host_tensor(p.data(), {n}), hg.tensor(), host_tensor(m.data(), {n}), host_tensor(v.data(), {n}), s);
-      adamw_update(dp.tensor(), dg.tensor(), dm.tensor(), dv.tensor(), s);
+      adamw_rows(host_tensor(p.data(), {n}), hg.tensor(), host_tensor(m.data(), {n}), host_tensor(v.data(), {n}),
+                 Tensor{}, table_tensor(rows), s);
+      adamw_rows(dp.tensor(), dg.tensor(), dm.tensor(), dv.tensor(), Tensor{}, drows.tensor(), s);
     }
     EXPECT_LE(rel_error(to_host(dp), std::vector<double>(p.begin(), p.end())), 1e-5);
     EXPECT_LE(rel_error(to_host(dm), std::vector<double>(m.begin(), m.end())), 1e-5);
@@ -133,60 +166,9 @@ TEST(AdamW, OnTheCudaDeviceMatchesTheCpu) {
   }
 }
 
-// The multi-tensor forms against the per-range ops, on the CPU bitwise: adamw_rows over rows cut
-// from two ranges (one with weight decay, one without; the 16-bit case rounding the master into
-// parameters as convert does) is adamw_update on each range; sum_squares_chunks over segments cut
-// at sum_squares' chunks is sum_squares of each segment. Then the same calls on the simulated device
-// against the CPU's (their launch counts: tests/trainer/loop/test_step_sync_sim.cpp).
-struct MultiCase {
-  int64_t n = 70001;      // elements of the flat buffers
-  int64_t split = 30011;  // [0, split) decays, [split, n) does not
-  // Rows of at most kSquaresChunk over [0, split) and [split, n), state at the same offsets.
-  std::vector<int64_t> rows() const {
-    std::vector<int64_t> out;
-    for (auto [b, e, decay] : {std::tuple{int64_t(0), split, 1}, std::tuple{split, n, 0}})
-      for (int64_t at = b; at < e; at += kSquaresChunk) {
-        const int64_t count = std::min(kSquaresChunk, e - at);
-        out.insert(out.end(), {at, at, at, at, count, int64_t(decay)});
-      }
-    return out;
-  }
-};
-
-TEST(AdamW, RowsAreTheUpdateOfEachRange) {
-  const MultiCase c;
-  std::mt19937_64 rng(1204);
-  std::normal_distribution<float> normal;
-  for (const DType gdt : {DType::fp32, DType::bf16, DType::fp16}) {
-    SCOPED_TRACE(to_string(gdt));
-    std::vector<float> p(c.n), m(c.n, 0.0f), v(c.n, 0.0f), g(c.n);
-    for (auto& x : p) x = normal(rng);
-    std::vector<float> p2 = p, m2 = m, v2 = v;
-    std::vector<int64_t> rows = c.rows();
-    const Tensor table(rows.data(), DType::int64, {int64_t(rows.size()) / 6, 6});
-    Buffer rounded(gdt == DType::fp32 ? DType::bf16 : gdt, {c.n}), want_rounded(rounded.dtype(), {c.n});
-    for (int64_t step = 1; step <= 3; ++step) {
-      for (auto& x : g) x = normal(rng);
-      Buffer gs(gdt, {c.n});
-      convert(gs.tensor(), host_tensor(g.data(), {c.n}));
-      const AdamWStep s{.lr = 3e-3f, .weight_decay = 0.1f, .step = step, .grad_scale = 0.37f};
-      adamw_rows(host_tensor(p.data(), {c.n}), gs.tensor(), host_tensor(m.data(), {c.n}), host_tensor(v.data(), {c.n}),
-                 rounded.tensor(), table, s);
-      for (auto [b, e, decay] : {std::tuple{int64_t(0), c.split, true}, std::tuple{c.split, c.n, false}}) {
-        AdamWStep r = s;
-        r.weight_decay = decay ? s.weight_decay : 0.0f;
-        adamw_update(host_tensor(p2.data() + b, {e - b}), gs.tensor().flat(b, e - b),
-                     host_tensor(m2.data() + b, {e - b}), host_tensor(v2.data() + b, {e - b}), r);
-      }
-      convert(want_rounded.tensor(), host_tensor(p2.data(), {c.n}));
-      ASSERT_EQ(p, p2);
-      ASSERT_EQ(m, m2);
-      ASSERT_EQ(v, v2);
-      ASSERT_EQ(std::memcmp(rounded.data(), want_rounded.data(), size_t(c.n) * 2), 0);
-    }
-  }
-}
-
+// sum_squares_chunks over segments cut at sum_squares' chunks is sum_squares of each segment,
+// bitwise on the CPU; then both table ops on the simulated device against the CPU's (their launch
+// counts: tests/trainer/loop/test_step_sync_sim.cpp).
 // Segments [0, 5), [5, 40000), [40000, 40000) (empty), [40007, n) of n random values, cut at
 // sum_squares' chunks, and their sums by sum_squares_chunks on the CPU.
 struct Segments {
@@ -241,11 +223,13 @@ TEST(AdamW, MultiTensorOpsOnTheCudaDeviceMatchTheCpu) {
   std::normal_distribution<float> normal;
 
   // adamw_rows on the device, fp32 gradients and bf16 rounded parameters, against the CPU.
-  const MultiCase c;
+  struct {
+    int64_t n = 70001;
+  } c;
   std::vector<float> p(c.n), m(c.n, 0.0f), v(c.n, 0.0f), g(c.n);
   for (auto& e : p) e = normal(rng);
   for (auto& e : g) e = normal(rng);
-  std::vector<int64_t> rows = c.rows();
+  std::vector<int64_t> rows = adamw_table(c.n, 30011);
   const Shape rows_shape{int64_t(rows.size()) / 6, 6};
   Buffer dp = to_device(p.data(), DType::fp32, {c.n}), dg = to_device(g.data(), DType::fp32, {c.n});
   Buffer dm = to_device(m.data(), DType::fp32, {c.n}), dv = to_device(v.data(), DType::fp32, {c.n});

@@ -132,7 +132,7 @@ struct ModelOptions {
   // group the constructor is given; the ring's buffers are activations work memory. Training only
   // (no KV cache).
   int context_parallel = 1;
-  CpComm cp_comm = CpComm::ring;
+  CpComm cp_comm = CpComm::ring;  // ring attention, or Ulysses' all-to-all (heads and kv_heads / tp divisible by cp)
   // Expert parallelism (MoE models): the experts split over this many ranks (the ep group the
   // constructor is given). Each rank computes experts [ep rank · E/ep, (ep rank + 1) · E/ep) for the
   // tokens of every rank of its group, which reach it and return by all-to-all. The experts'
@@ -143,7 +143,7 @@ struct ModelOptions {
   // With expert_parallel > 1 (Layout::experts_sharded: ZeRO 0 and 1): this rank holds only its E/ep
   // experts of each MoE block (ModelParam::expert_shard); their gradients are the sum over its ep
   // group's tokens, which the expert-data-parallel reduction completes.
-  bool experts_sharded = false;  // ring attention, or Ulysses' all-to-all (heads and kv_heads / tp divisible by cp)
+  bool experts_sharded = false;
   // Zero-bubble pipeline schedules: backward runs as stage_backward_input then
   // stage_backward_weight, and each slot keeps the linears' output gradients in between. Needs
   // every activation kept (no checkpointing), gradients and parameters of its own, no sequence

@@ -159,25 +159,6 @@ void for_each_norm_piece(const std::vector<ModelParam>& params, int tp_rank,
 
 }  // namespace
 
-int64_t grad_norm_pieces(const std::vector<ModelParam>& params, int tp_rank,
-                         const std::vector<parallel::FlatRange>& owned) {
-  int64_t n = 0;
-  for_each_norm_piece(params, tp_rank, owned, [&](const ModelParam&, int64_t, int64_t, int64_t) { ++n; });
-  return n;
-}
-
-void grad_sum_squares_into(kernels::Tensor parts, const std::vector<ModelParam>& params, int tp_rank,
-                           const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads) {
-  LT_CHECK(parts.numel() >= grad_norm_pieces(params, tp_rank, owned), "{} norm parts for {} pieces", parts.numel(),
-           grad_norm_pieces(params, tp_rank, owned));
-  int64_t i = 0;
-  for_each_norm_piece(params, tp_rank, owned, [&](const ModelParam& p, int64_t b, int64_t e, int64_t at) {
-    kernels::sum_squares(parts.flat(i++, 1), compact_grads.defined()
-                                                 ? compact_grads.flat(at, e - b)
-                                                 : p.grad.view({p.numel()}).flat(b - p.offset, e - b));
-  });
-}
-
 GradNormPlan::GradNormPlan(const std::vector<ModelParam>& params, int tp_rank,
                            const std::vector<parallel::FlatRange>& owned, bool compact, kernels::Device device) {
   std::vector<int64_t> chunks, first{0};
@@ -212,14 +193,17 @@ double sum_pieces(std::span<const float> parts) {
 
 double grad_sum_squares(const std::vector<ModelParam>& params, int tp_rank,
                         const std::vector<parallel::FlatRange>& owned, kernels::Tensor compact_grads) {
-  const int64_t n = grad_norm_pieces(params, tp_rank, owned);
-  if (n == 0) return 0;
-  const kernels::Device device = compact_grads.defined() ? compact_grads.device : params.front().grad.device;
-  kernels::Buffer parts(kernels::DType::fp32, {n}, device);
-  grad_sum_squares_into(parts.tensor(), params, tp_rank, owned, compact_grads);
-  std::vector<float> host(static_cast<size_t>(n));
-  kernels::copy(kernels::host_tensor(host.data(), {n}), parts.tensor());
-  return sum_pieces(host);
+  // Piece by piece (one read each): the step's GradNormPlan sums the same pieces in one op.
+  double sum = 0;
+  for_each_norm_piece(params, tp_rank, owned, [&](const ModelParam& p, int64_t b, int64_t e, int64_t at) {
+    float part = 0;
+    kernels::Buffer out(kernels::DType::fp32, {1}, p.grad.device);
+    kernels::sum_squares(out.tensor(), compact_grads.defined() ? compact_grads.flat(at, e - b)
+                                                               : p.grad.view({p.numel()}).flat(b - p.offset, e - b));
+    kernels::copy(kernels::host_tensor(&part, {1}), out.tensor());
+    sum += part;
+  });
+  return sum;
 }
 
 float clip_factor(double norm, double max_norm) {

@@ -94,22 +94,15 @@ class AdamW {
 // `compact_grads`, when defined, holds the owned ranges' gradients packed (ZeRO 2:
 // GradSync::owned_grads()) and is read in place of the parameters' gradient views.
 //
-// The sum comes in pieces, one per counted parameter and owned range: grad_norm_pieces says how
-// many, grad_sum_squares_into writes each piece's Σ g² (fp32) into parts[0, pieces) on the
-// gradients' device without waiting for it, so that a training step reads them with its losses in
-// one copy; the host adds them in double, in order. grad_sum_squares does all three (one read).
-int64_t grad_norm_pieces(const std::vector<ModelParam>& params, int tp_rank,
-                         const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}});
-void grad_sum_squares_into(kernels::Tensor parts, const std::vector<ModelParam>& params, int tp_rank,
-                           const std::vector<parallel::FlatRange>& owned = {{0, INT64_MAX}},
-                           kernels::Tensor compact_grads = {});
+// The sum comes in pieces, one per counted parameter and owned range, each Σ g² in fp32; the host
+// adds them in double, in order (sum_pieces). A training step's GradNormPlan writes every piece
+// into parts[0, pieces()) on the gradients' device in one kernels::sum_squares_chunks call (each
+// piece cut at kernels::kSquaresChunk; the table, int64 on `device`, built once) without waiting,
+// so that the step reads them with its losses in one copy: `grads` is the flat gradient buffer, or
+// with `compact` the owned ranges' gradients packed (GradSync::owned_grads at ZeRO 2 and 3).
+// grad_sum_squares sums the same pieces one kernels::sum_squares and one read each (the parity
+// tools'; bitwise the plan's on the CPU).
 double sum_pieces(std::span<const float> parts);
-
-// The same pieces as one kernels::sum_squares_chunks call, for a training step: their table (each
-// piece cut at kernels::kSquaresChunk, int64 on `device`) built once. sum_squares_into writes
-// parts[0, pieces()) from `grads`, the flat gradient buffer, or with `compact` the owned ranges'
-// gradients packed (GradSync::owned_grads at ZeRO 2 and 3) — grad_sum_squares_into's values, bitwise
-// on the CPU.
 class GradNormPlan {
  public:
   GradNormPlan(const std::vector<ModelParam>& params, int tp_rank, const std::vector<parallel::FlatRange>& owned,
