@@ -14,6 +14,7 @@
 #include "tests/trainer/loop/train_step_fixture.h"
 #include "trainer/checkpoint/async_checkpoint.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpointer.h"
 #include "trainer/loop/memory.h"
 
 namespace llmtrain::trainer {
@@ -160,6 +161,34 @@ TEST_F(PlanMemory, AsyncCheckpointSnapshotIsWhatEachRankWrites) {
                   static_cast<long long>(written[rank]));
     }
     EXPECT_GT(total, 0);
+  }
+  // Expert parallelism (a MoE model at dp 2, ep 2): with sharded experts (ZeRO 0 and 1, also with a
+  // bf16 master) rank 1 writes its experts too; at ZeRO 3 ZeRO's shards hold them. What the
+  // Checkpointer writes (rank_checkpoint_slices).
+  recipe_.model.moe.experts = 4, recipe_.model.moe.top_k = 2, recipe_.model.moe.ffn_hidden = 64;
+  for (const Case& c : {Case{1, 1, 2, 0}, Case{1, 1, 2, 1}, Case{1, 1, 2, 0, Precision::bf16}, Case{1, 1, 2, 3}}) {
+    Recipe r = recipe_;
+    r.parallel.dp = 2, r.parallel.ep = 2, r.parallel.zero = c.zero;
+    fill_zero_group(r.parallel);
+    r.parallel.bucket_mb = 0.01;
+    r.train.precision = c.precision;
+    r.checkpoint.async = true;
+    ASSERT_TRUE(recipe_check(r, {2, "test", false}).empty());
+    std::vector<int64_t> planned(2), written(2);
+    parallel::run_ranks_in_threads(2, [&](parallel::Comm& comm) {
+      Rank me(r, prefix_, comm.split(0, comm.rank(), "world"), 2);
+      planned[comm.rank()] = memory_plan(r, test_layout(r), me.mesh.coord()).checkpoint_snapshot;
+      written[comm.rank()] = AsyncCheckpointWriter::snapshot_bytes_of(
+          rank_checkpoint_slices(me.model, *me.step, me.comms.replicas().rank()));
+    });
+    for (int rank = 0; rank < 2; ++rank) {
+      SCOPED_TRACE(fmt::format("MoE dp 2 ep 2 zero {} {}: rank {}", c.zero, to_string(c.precision), rank));
+      EXPECT_GT(written[rank], 0);
+      if (c.zero == 0)
+        EXPECT_EQ(planned[rank], written[rank]);
+      else
+        EXPECT_GE(planned[rank], written[rank]);
+    }
   }
 }
 

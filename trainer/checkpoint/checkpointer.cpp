@@ -59,17 +59,21 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
   }
 }
 
-std::vector<CheckpointSlice> Checkpointer::slices(bool moments) const {
+std::vector<CheckpointSlice> rank_checkpoint_slices(const Model& model, TrainStep& step, int replica, bool moments) {
   // Sharded experts: the first rank of each expert-data-parallel group (dp × cp position < ep)
   // writes its experts, and the expert sync's first copies their moments.
   ExpertWriters experts;
-  const parallel::GradSync& sync = step_.grad_sync();
-  for (const ModelParam& p : model_.parameters())
+  const parallel::GradSync& sync = step.grad_sync();
+  for (const ModelParam& p : model.parameters())
     if (p.expert_shard) {
-      experts = {dp_rank_ < step_.layout().ep, sync.first_copy_at(p.offset)};
+      experts = {replica < step.layout().ep, sync.first_copy_at(p.offset)};
       break;
     }
-  return checkpoint_slices(model_, &step_.optimizer(), dp_rank_ == 0, sync.first_copy(), moments, &experts);
+  return checkpoint_slices(model, &step.optimizer(), replica == 0, sync.first_copy(), moments, &experts);
+}
+
+std::vector<CheckpointSlice> Checkpointer::slices(bool moments) const {
+  return rank_checkpoint_slices(model_, step_, dp_rank_, moments);
 }
 
 void Checkpointer::keep_lock() {

@@ -44,6 +44,14 @@ struct RunPosition {
   int64_t consumed_samples = 0;
 };
 
+// This rank's slices of `model` and its step's optimizer (checkpoint_slices) with who writes each:
+// parameters the first rank of the dp × cp group (`replica`: this rank's index in it), moments the
+// gradient sync's first copies; sharded experts the first rank of their expert-data-parallel group
+// (replica < ep) and the expert sync's first copies. What the Checkpointer saves and the memory
+// plan's checkpoint_snapshot counts.
+std::vector<CheckpointSlice> rank_checkpoint_slices(const Model& model, TrainStep& step, int replica,
+                                                    bool moments = true);
+
 class Checkpointer {
  public:
   // Everything given must outlive the checkpointer. `world` is the world control group.

@@ -110,14 +110,17 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     // moments (GradSync::first_copy(): dp rank 0, or with ZeRO the first shard group), which
     // write both moments of their owned ranges. At ZeRO ≥ 1 an owned chunk may cover a tied copy
     // or a replica, which is counted though not written: the plan is then an upper bound.
-    int64_t written = 0;
+    // Sharded experts (rank_checkpoint_slices): the first rank of each edp group (replica < ep)
+    // writes its experts, and at ZeRO 0 their moments (at ZeRO 1 every edp rank its owned chunk).
+    int64_t dense = 0, experts = 0;
     for (const ModelParam& p : params)
-      if (!p.tied_copy && !p.tp_replica) written += p.numel();
+      if (!p.tied_copy && !p.tp_replica) (p.expert_shard ? experts : dense) += p.numel();
     const int replica = coord.dp * layout.cp + coord.cp;  // index in the dp × cp group
-    const bool first_copy = layout.optimizer_sharded() ? replica < layout.shard_group : replica == 0;
+    const int64_t written = (replica == 0 ? dense : 0) + (replica < layout.ep ? experts : 0);
+    const bool first_copy = layout.optimizer_sharded() ? replica < layout.shard_group : written > 0;
     const int64_t owned_written = layout.optimizer_sharded() ? owned_numel : written;
     const bool params_owned = layout.fp32_master() || layout.parameters_sharded();
-    const int64_t params_written = params_owned ? (first_copy ? owned_written : 0) : (replica == 0 ? written : 0);
+    const int64_t params_written = params_owned ? (first_copy ? owned_written : 0) : written;
     out.checkpoint_snapshot = (params_written + (first_copy ? 2 * owned_written : 0)) * 4;
     out.snapshot_on_host = r.train.device != DeviceKind::cpu;
   }
