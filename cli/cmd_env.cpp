@@ -13,6 +13,8 @@
 #include "kernels/device_select.h"
 #include "llmtrain_version.h"
 #include "parallel/comm_libraries.h"
+#include "parallel/comm_nccl.h"
+#include "parallel/device_comm.h"
 #include "parallel/launch_env.h"
 
 namespace llmtrain::cli {
@@ -100,6 +102,14 @@ int cmd_env() {
     print_rank_device(le, c);
   }
   std::printf("nccl:      %s\n", parallel::nccl_version().c_str());
+  if (parallel::nccl_built()) {
+    const bool multi = parallel::nccl_version_code() >= parallel::kNcclMultiRankGpuVersion;
+    std::printf("           several ranks on one GPU: %s\n",
+                multi ? "with NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental)" : "no (NCCL 2.30 or later accepts them)");
+  }
+  const std::string settings = parallel::nccl_settings();
+  std::printf("NCCL_*:    %s\n",
+              settings.empty() ? "none set (the ranks get this environment's NCCL_* settings)" : settings.c_str());
   return 0;
 }
 

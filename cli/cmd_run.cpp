@@ -31,6 +31,7 @@
 #include "launcher/stop_relay.h"
 #include "launcher/supervisor.h"
 #include "parallel/bootstrap.h"
+#include "parallel/device_comm.h"
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
@@ -295,6 +296,31 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
   for (const NotSupported& f : unsupported_features(r)) std::printf("not supported yet: %s\n", f.text.c_str());
 }
 
+// parallel.device_comm as the parallel layer takes it: nullopt for auto.
+std::optional<parallel::DeviceComm> requested_device_comm(const Recipe& r) {
+  switch (r.parallel.device_comm) {
+    case DeviceCommKind::nccl:
+      return parallel::DeviceComm::nccl;
+    case DeviceCommKind::staged:
+      return parallel::DeviceComm::staged;
+    case DeviceCommKind::automatic:
+      break;
+  }
+  return std::nullopt;
+}
+
+// The device communicator every rank uses: this rank's choice, agreed over the world (a rank that
+// must stage, its GPU shared with an NCCL that refuses that, makes every rank stage).
+parallel::DeviceCommChoice agree_device_comm(const Recipe& r, const kernels::HeldDevice& device,
+                                             parallel::Comm& world) {
+  parallel::DeviceCommChoice choice = parallel::choose_device_comm(requested_device_comm(r), device.shared);
+  int32_t staged = choice.comm == parallel::DeviceComm::staged ? 1 : 0;
+  world.all_reduce(kernels::Tensor(&staged, kernels::DType::int32, {1}), parallel::ReduceOp::max);
+  if (staged == 1 && choice.comm == parallel::DeviceComm::nccl)
+    choice = {parallel::DeviceComm::staged, "auto: another rank cannot use NCCL (its log says why)"};
+  return choice;
+}
+
 // This process is the whole job (one rank) or one rank of it: bootstrap, build the mesh's groups
 // and train.
 int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
@@ -308,8 +334,12 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
                                       loaded.env.gpus_per_task);
     const Layout layout = layout_of(r);
     parallel::Mesh mesh({layout.tp, layout.pp, layout.dp, layout.cp, layout.ep}, rt.info().rank);
+    std::unique_ptr<parallel::Comm> world = rt.take_world();
+    parallel::DeviceCommChoice device_comm;
+    if (device) device_comm = agree_device_comm(r, *device, *world);
     parallel::MeshComms comms = parallel::make_mesh_comms(
-        mesh, rt.take_world(), layout.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu);
+        mesh, std::move(world), layout.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu,
+        device_comm.comm);
     trainer::TrainContext ctx;
     ctx.recipe = &r;
     // The run's recipe.yaml: resolved, with the threads this host's launch gave each rank.
@@ -322,6 +352,7 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
     if (device) {
       ctx.device = device->ordinal;
       ctx.device_text = device->describe();
+      ctx.device_comm_text = fmt::format("{} ({})", parallel::to_string(device_comm.comm), device_comm.why);
     }
     return trainer::train(ctx);
   });
@@ -379,6 +410,10 @@ int cmd_run(const RunArgs& args) {
       // Ranks that run a program of their own train nothing; everything else needs what is built.
       const std::vector<NotSupported> missing = unsupported_features(loaded.recipe);
       if (!missing.empty() && !(plan.spawns() && rank_program)) throw unsupported_error(missing, "");
+      // device_comm: nccl in a build without NCCL, before any rank starts (a shared GPU's NCCL
+      // version is each rank's to check, on its node).
+      if (loaded.recipe.train.device == DeviceKind::cuda && !rank_program)
+        parallel::choose_device_comm(requested_device_comm(loaded.recipe), false);
     }
   } catch (const RecipeError& e) {
     if (!e.io() && leaves_report_to_rank0(env)) return exit_after_rank0(kExitUserError);

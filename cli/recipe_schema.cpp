@@ -454,7 +454,7 @@ std::vector<RecipeKey> make_schema() {
     choice("parallel.cp_comm", [](auto& r) -> auto& { return r.parallel.cp_comm; },
            {"`ring` \\| `all_to_all`", "`ring`", "context parallelism's attention: K/V ring or Ulysses all-to-all"}),
     integer("parallel.ep", [](auto& r) -> auto& { return r.parallel.ep; }, kRankCount,
-            {"int ≥ 1", "1", "expert-parallel size (model.moe; > 1 not supported yet)"}),
+            {"int ≥ 1", "1", "expert-parallel size (model.moe): the experts split over ep ranks of dp × cp"}),
     integer("parallel.zero", [](auto& r) -> auto& { return r.parallel.zero; }, IntRule{0, 3},
             {"int 0..3", "0", "ZeRO stage"}),
     integer("parallel.zero_group", [](auto& r) -> auto& { return r.parallel.zero_group; }, kRankCountOrAuto,
@@ -471,6 +471,9 @@ std::vector<RecipeKey> make_schema() {
            {"number > 0", "25", "gradient bucket size in MiB"}),
     choice("parallel.grad_reduce_dtype", [](auto& r) -> auto& { return r.parallel.grad_reduce_dtype; },
            {"`fp32` \\| `bf16`", "`fp32`", "what the data-parallel gradient reduction sums in"}),
+    choice("parallel.device_comm", [](auto& r) -> auto& { return r.parallel.device_comm; },
+           {"`auto` \\| `nccl` \\| `staged`", "`auto`",
+            "what moves device memory between cuda ranks: NCCL, or staged through host memory and MPI"}),
     duration("parallel.timeout", [](auto& r) -> auto& { return r.parallel.timeout_s; }, false,
              {"duration", "300s", "bound on every wait for another rank"}),
 

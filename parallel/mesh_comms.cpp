@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "parallel/comm_nccl.h"
 #include "parallel/comm_staged.h"
+#include "parallel/flight_recorder.h"
 
 namespace llmtrain::parallel {
 
@@ -58,7 +60,8 @@ void MeshComms::set_timeout(double seconds) {
   pipe.set_timeout(seconds);
 }
 
-MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels::Device device) {
+MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels::Device device,
+                          DeviceComm device_comm) {
   LT_CHECK(world != nullptr);
   const MeshShape& shape = mesh.shape();
   if (world->size() != shape.world())
@@ -83,11 +86,13 @@ MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels
              members.size(), index);
     return c;
   };
-  // Device tensors move through the staged communicator (device -> pinned host -> MPI -> device); a
-  // one-rank group's copies are the device's own.
+  // Device tensors move through NCCL or the staged communicator (device -> pinned host -> MPI ->
+  // device); a one-rank group's copies are the device's own.
   auto tensor = [&](GroupKind kind) {
     std::unique_ptr<Comm> c = make(mesh.group(kind), mesh.index_in(kind), group_kind_name(kind));
-    if (device == kernels::Device::cuda && c->size() > 1) c = make_staged_comm(std::move(c));
+    if (device == kernels::Device::cuda && c->size() > 1)
+      c = device_comm == DeviceComm::nccl ? with_flight_recorder(make_nccl_comm(std::move(c)))
+                                          : make_staged_comm(std::move(c));
     return c;
   };
   auto control = [&](GroupKind kind) {

@@ -1,8 +1,17 @@
-// Built only when the CUDA backend is off.
+// Built only when this binary has no NCCL (a CPU-only build, or the simulator's).
+#include "common/error.h"
 #include "parallel/comm_libraries.h"
+#include "parallel/comm_nccl.h"
 
 namespace llmtrain::parallel {
 
-std::string nccl_version() { return "not built (CPU-only build)"; }
+bool nccl_built() { return false; }
+int nccl_version_code() { return 0; }
+std::string nccl_version() { return "not built (no CUDA backend on a GPU in this build)"; }
+
+std::unique_ptr<Comm> make_nccl_comm(std::unique_ptr<Comm> host) {
+  throw Error(fmt::format("group '{}': this build has no NCCL", host->name()),
+              "use parallel.device_comm: staged, or a build with the CUDA backend (docs/cuda.md)");
+}
 
 }  // namespace llmtrain::parallel

@@ -22,6 +22,8 @@ constexpr EnumName<PipelineSchedule> kPipelineSchedule[] = {{"gpipe", PipelineSc
                                                             {"interleaved", PipelineSchedule::interleaved},
                                                             {"zero_bubble", PipelineSchedule::zero_bubble}};
 constexpr EnumName<CpComm> kCpComm[] = {{"ring", CpComm::ring}, {"all_to_all", CpComm::all_to_all}};
+constexpr EnumName<DeviceCommKind> kDeviceCommKind[] = {
+    {"auto", DeviceCommKind::automatic}, {"nccl", DeviceCommKind::nccl}, {"staged", DeviceCommKind::staged}};
 constexpr EnumName<RopeScalingType> kRopeScalingType[] = {
     {"none", RopeScalingType::none}, {"linear", RopeScalingType::linear}, {"llama3", RopeScalingType::llama3}};
 
@@ -39,5 +41,6 @@ std::span<const EnumName<LrSchedule>> enum_names(LrSchedule) { return kLrSchedul
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { return kPipelineSchedule; }
 std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType) { return kRopeScalingType; }
+std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind) { return kDeviceCommKind; }
 
 }  // namespace llmtrain

@@ -25,6 +25,9 @@ enum class LrSchedule { cosine, linear, constant };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's attention: K/V blocks around a ring, or Ulysses' heads ↔ sequence all-to-all.
 enum class CpComm { ring, all_to_all };
+// What moves a cuda rank's device memory between ranks: NCCL when the build and layout allow
+// (automatic), NCCL, or the staged path through pinned host memory and MPI (parallel/device_comm.h).
+enum class DeviceCommKind { automatic, nccl, staged };
 enum class ResumeMode { automatic, none, path };
 // RoPE's frequency scaling for longer contexts (transformers' rope_type): Llama 3.1+'s `llama3`, or
 // `linear` position interpolation.
@@ -144,7 +147,7 @@ struct ParallelConfig {
   int cp = 1;
   CpComm cp_comm = CpComm::ring;
   // Expert parallelism (model.moe): the experts split over ep consecutive ranks of the dp × cp
-  // domain. Only 1 runs today; more is refused as not supported yet.
+  // domain.
   int ep = 1;
   int zero = 0;
   int zero_group =
@@ -161,6 +164,7 @@ struct ParallelConfig {
   // summed in fp32, the result rounded once) or bf16 (train.precision bf16 only: the bf16 gradient
   // words on the wire, half the bytes, every addition rounded to bf16 as NCCL does).
   GradReduceDtype grad_reduce_dtype = GradReduceDtype::fp32;
+  DeviceCommKind device_comm = DeviceCommKind::automatic;  // train.device cuda only
 };
 
 struct CheckpointConfig {
@@ -249,6 +253,7 @@ std::span<const EnumName<LrSchedule>> enum_names(LrSchedule);
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType);
 std::span<const EnumName<CpComm>> enum_names(CpComm);
+std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind);
 
 // The name of a recipe enum's value, as recipes write it ("1f1b").
 template <typename E>

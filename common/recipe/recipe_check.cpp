@@ -336,6 +336,10 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     problem("parallel.grad_reduce_dtype", "bf16 with train.precision fp16",
             "fp16 gradients (loss-scaled) would lose 3 mantissa bits as bf16: use grad_reduce_dtype: fp32, or "
             "train.precision: bf16");
+  if (r.parallel.device_comm == DeviceCommKind::nccl && r.train.device != DeviceKind::cuda)
+    problem("parallel.device_comm", fmt::format("nccl with train.device {}", to_string(r.train.device)),
+            "NCCL moves device memory: it needs train.device: cuda (cpu ranks communicate through MPI); remove "
+            "device_comm or set it to auto");
 
   // Launch.
   if (!r.launch.hostfile.empty() && r.launch.nodes > 1)

@@ -77,6 +77,7 @@ void log_devices(const TrainContext& ctx, parallel::Comm& world) {
                    kernels::Tensor(all.data(), kernels::DType::int32, {int64_t(all.size())}));
   log_progress("device: rank 0 holds {}", ctx.device_text);
   if (world.size() == 1) return;
+  if (!ctx.device_comm_text.empty()) log_progress("device communication: {}", ctx.device_comm_text);
   std::vector<std::string> ranks;
   for (size_t i = 0; i < all.size() && i < 64; ++i) ranks.push_back(fmt::format("{}:cuda:{}", i, all[i]));
   if (all.size() > 64) ranks.push_back(fmt::format("... ({} ranks)", all.size()));

@@ -30,6 +30,8 @@ struct TrainContext {
   // train() runs) and its description for the run's header; -1 when the caller selected none.
   int device = -1;
   std::string device_text;
+  // What moves device memory between ranks and why ("nccl (NCCL 2.28.9)"); "" on cpu ranks.
+  std::string device_comm_text;
   FileSystem* fs = nullptr;  // checkpoint writes (tests inject faults); null = the real one
 };
 
