@@ -130,7 +130,12 @@ class Watchdog {
           cudaSetDevice(s->device);  // event queries from this thread, on the rank's device
           device_set = true;
         }
-        std::string failure = check(*s);
+        std::string failure;
+        try {
+          failure = check(*s);
+        } catch (const std::exception& e) {  // a CUDA error querying an event: the device failed
+          failure = fmt::format("the NCCL watchdog could not query {}'s operations: {}", s->describe(), e.what());
+        }
         if (!failure.empty()) {
           lock.unlock();
           abort_job(failure, kExitFailure);
@@ -235,7 +240,7 @@ class NcclComm final : public Comm {
 
   WorkHandle all_reduce_async(Tensor buf, Reduction op) override {
     if (buf.device == Device::cpu) return host_->all_reduce_async(buf, op);
-    LT_CHECK(reduce_supported(buf.dtype, op.op), "all_reduce {} of {}", to_string(op.op),
+    LT_CHECK(reduce_supported(buf.dtype, op.op) && buf.dtype != DType::uint16, "all_reduce {} of {}", to_string(op.op),
              kernels::to_string(buf.dtype));
     const std::string what = fmt::format("all_reduce of {} {}", buf.numel(), kernels::to_string(buf.dtype));
     if (widens(buf.dtype, op)) {
@@ -256,8 +261,10 @@ class NcclComm final : public Comm {
 
   WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) override {
     if (in.device == Device::cpu) return host_->reduce_scatter_async(in, out, op);
-    LT_CHECK(in.numel() == out.numel() * size() && in.dtype == out.dtype, "reduce_scatter of {} into {} over {} ranks",
-             in.numel(), out.numel(), size());
+    LT_CHECK(in.numel() == out.numel() * size() && in.dtype == out.dtype && in.dtype != DType::uint16 &&
+                 reduce_supported(in.dtype, op.op),
+             "reduce_scatter {} of {} {} into {} over {} ranks", to_string(op.op), in.numel(),
+             kernels::to_string(in.dtype), out.numel(), size());
     const std::string what = fmt::format("reduce_scatter of {} {}", in.numel(), kernels::to_string(in.dtype));
     if (widens(in.dtype, op)) {
       // The fp32 copy of `in`, reduced in place: this rank's block of it is the result.

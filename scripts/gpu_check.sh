@@ -11,15 +11,24 @@
 #      cpu: the worst relative loss difference per step, and the final parameters' ||a-b||/||b||;
 #   3. step time: the GPT-2 "tiny" benchmark shape (4 layers, hidden 128, seq 256, batch 8) and GPT-2
 #      124M (seq 1024, batch 8, fp32 and bf16) on cuda, llmtrain's tokens/s against PyTorch's
-#      (scripts/bench/torch_step.py --device cuda) when a python3 with CUDA-enabled torch is there.
+#      (scripts/bench/torch_step.py --device cuda) when a python3 with CUDA-enabled torch is there;
+#   4. several ranks (scripts/gpu_check_ranks.sh): dp 2, ZeRO 3 at dp 2, tp 2, pp 2 and tp 2 × pp 2
+#      against the one-rank run (fp32, losses and final parameters within 1e-5), through NCCL where
+#      it can serve them (one GPU: NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1; else the staged
+#      path, said so); compute-sanitizer on a 2-rank run; with several GPUs, dp scaling of GPT-2 124M
+#      in bf16 (tokens/s at dp N over N × dp 1).
 #
-# Environment: STEPS (default 50); BUILD=DIR uses an existing CUDA or simulator build instead of
-# building (BUILD=build-sim STEPS=3 runs parts 1-2 on the simulator, to check this script without a
-# GPU; part 3 runs only on a real device). The report also goes to DIR/gpu_check/report.md. Exit
-# status 1 when a check fails.
+# Environment: STEPS (default 50); PARTS (default "1 2 3 4": the parts to run); BUILD=DIR uses an
+# existing CUDA or simulator build instead of building (BUILD=build-sim STEPS=3 runs parts 1, 2 and
+# 4 on the simulator, to check this script without a GPU; part 3 runs only on a real device);
+# NCCL_LIB_DIR: a folder with a newer libnccl.so.2 for part 4 (otherwise the script looks for the
+# one of python3's nvidia-nccl package and takes it when it is 2.30 or later). The report also goes
+# to DIR/gpu_check/report.md. Exit status 1 when a check fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-50}
+parts=" ${PARTS:-1 2 3 4} "
+part() { [[ $parts == *" $1 "* ]]; }
 if [[ -n ${BUILD:-} ]]; then
   build=$BUILD
 else
@@ -48,6 +57,7 @@ report "device: $("$L" env 2>&1 | grep -E '^(cuda|devices):' | tr -s ' ' | paste
 
 # 1. The op harness on the device (the linear layer through cuBLASLt on a GPU), then on a GPU the
 #    linear cases again through llmtrain's own tiled GEMM (LLMTRAIN_CUDA_GEMM=tiled).
+if part 1; then
 LLMTRAIN_OP_VERBOSE=1 "$build/tests/test_kernels" --gtest_brief=1 >"$work/ops.log" 2>&1
 ops=$?
 cuda_cases=$(grep -c 'cuda vs cpu' "$work/ops.log" || true)
@@ -63,6 +73,7 @@ if ((simulator == 0)); then
   report "ops, linear through the tiled GEMM: exit $tiled; $(grep -c 'cuda vs cpu' "$work/ops-tiled.log" || true) cases (log: $work/ops-tiled.log)"
   ((tiled == 0)) || status=1
 fi
+fi
 
 # 2. tiny on cuda against cpu: the first 10 steps must match (losses and step-10 parameters within
 #    1e-5, docs/cuda.md); over all STEPS, the worst loss difference is reported against a control,
@@ -71,6 +82,7 @@ fi
 #    control shows how far a change of summation order alone moves it.
 "$L" prep --input README.md docs/*.md --tokenizer byte --output "$work/data/" --valid-fraction 0.2 >/dev/null 2>&1 ||
   { report "prep failed"; exit 1; }
+if part 2; then
 for dev in cpu cuda cpu-haswell; do
   blas=()
   [[ $dev == cpu-haswell ]] && blas=(env OPENBLAS_CORETYPE=Haswell)
@@ -99,6 +111,7 @@ PY
 }
 report "tiny, $steps steps, cuda against cpu: $(worst "$work/tiny-cuda" "$work/tiny-cpu" 2>&1)"
 report "  control, cpu with OpenBLAS's Haswell kernels against cpu: $(worst "$work/tiny-cpu-haswell" "$work/tiny-cpu" 2>&1)"
+fi
 
 # 3. Step time against PyTorch: median tokens/s over steps 6-30 of `llmtrain run` (a repeated
 #    batch: the byte-level data; the vocabulary set to the shape's), against the reference model in
@@ -120,7 +133,9 @@ speed() {  # NAME TORCH_ARGS -- LLMTRAIN_SETS...
   report "step time, $name on cuda: llmtrain ${ours:-?} tokens/s, PyTorch ${theirs:-?} tokens/s" \
     "(ratio $("$py" -c "print(f'{float(\"$ours\")/float(\"$theirs\"):.2f}')" 2>/dev/null || echo '?'))"
 }
-if ((simulator == 0)) && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if ! part 3; then
+  :
+elif ((simulator == 0)) && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   tiny=(--set model.layers=4 --set model.hidden=128 --set model.heads=4 --set model.kv_heads=4 --set model.seq_len=256
     --set train.micro_batch=8 --set train.global_batch=8)
   gpt2=(--set model.layers=12 --set model.hidden=768 --set model.heads=12 --set model.kv_heads=12 --set model.vocab=50257
@@ -131,6 +146,10 @@ if ((simulator == 0)) && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.i
     --set train.precision=bf16
 else
   report "step time: skipped (no python3 with CUDA-enabled torch, or the simulator)"
+fi
+if part 4; then
+  # shellcheck source=scripts/gpu_check_ranks.sh
+  source scripts/gpu_check_ranks.sh
 fi
 report "result: $([[ $status == 0 ]] && echo passed || echo FAILED)"
 exit $status
