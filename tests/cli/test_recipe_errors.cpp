@@ -120,6 +120,9 @@ const Case kCases[] = {
     // fp16 gradients reduced as bf16.
     {"bf16_reduce_of_fp16", "tp: 1", "  tp: 1\n  grad_reduce_dtype: bf16", "parallel.grad_reduce_dtype",
      "grad_reduce_dtype", "use grad_reduce_dtype: fp32", "device: cpu", "  device: cpu\n  precision: fp16"},
+    // NCCL moves device memory only.
+    {"nccl_on_cpu", "tp: 1", "  tp: 1\n  device_comm: nccl", "parallel.device_comm", "device_comm: nccl",
+     "needs train.device: cuda"},
     // Schema: unknown keys, with suggestions.
     {"typo_key", "layers: 4", "  layres: 4", "model.layres", "layres", "did you mean model.layers"},
     {"gpt2_qk_norm", "seq_len: 64", "  seq_len: 64\n  qk_norm: true", "model.qk_norm", "qk_norm: true",
