@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "parallel/progress.h"
 #include "trainer/checkpoint/checkpoint_format.h"
+#include "trainer/loop/micro_batch_upload.h"
 #include "trainer/optim/lr_schedule.h"
 
 namespace llmtrain::trainer {
@@ -90,11 +91,13 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // `pipe`: the links between stages, whose transfers advance between layers (with more than one stage).
   // `moe_stats`: where each micro-batch's MoE routing statistics go, [micro-batch][block of
   // `moe_layers`] of `moe_width` floats each.
+  // `timeout_s` bounds a wait for a micro-batch's upload slot (parallel.timeout).
   ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::PipeLinks& pipe,
              int micro_batches, Tensor losses, bool tied, Tensor moe_stats, std::vector<int> moe_layers,
-             int64_t moe_width)
+             int64_t moe_width, double timeout_s)
       : model_(model),
         batches_(batches),
+        upload_(model.device(), 2 * micro_batches, timeout_s),
         micro_batches_(micro_batches),
         loss_scale_(1.0f / float(micro_batches)),
         losses_(losses),
@@ -156,9 +159,13 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     const StageLayout& st = model_.options().stage;
     const bool head = st.has_head && chunk == st.chunks - 1;
     if (observer_) observer_->op_begin();
-    const MicroBatch mb = chunk == 0 || head ? batches_.read(consumed_, micro_batch) : MicroBatch{};
+    // Read at the first chunk (tokens) and the head's (targets): at most two reads per micro-batch,
+    // each in an upload slot of its own.
+    const bool reads = chunk == 0 || head;
+    const MicroBatch mb = reads ? upload_.stage(batches_.read(consumed_, micro_batch)) : MicroBatch{};
     if (observer_) observer_->op_data_read();
     model_.stage_forward(slot(micro_batch), mb, input, chunk);
+    if (reads) upload_.used();
     parallel::beat_progress();  // a long step is not a hang (parallel/progress.h)
     if (head) kernels::copy(losses_.flat(micro_batch, 1), model_.loss(slot(micro_batch)));
     // Each MoE block's routing statistics, at [micro-batch][its place in the stage's MoE blocks].
@@ -198,6 +205,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
 
   Model& model_;
   MicroBatchReader& batches_;
+  MicroBatchUpload upload_;  // pinned slots the micro-batches reach a cuda model from
   int micro_batches_;
   float loss_scale_;  // each micro-batch's loss counts 1 / micro-batches of the step's
   Tensor losses_;
@@ -301,9 +309,10 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
                                     model.device(), kernels::MemoryKind::communication);
   }
-  stage_ = std::make_unique<ModelStage>(
-      model, batches, *sync_, comms.pipe, micro_batches_, scalars_.tensor().flat(0, micro_batches_), tied_peer_ >= 0,
-      scalars_.tensor().flat(micro_batches_ + norm_pieces_, moe_floats), moe_layers_, moe_width_);
+  stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_,
+                                        scalars_.tensor().flat(0, micro_batches_), tied_peer_ >= 0,
+                                        scalars_.tensor().flat(micro_batches_ + norm_pieces_, moe_floats), moe_layers_,
+                                        moe_width_, recipe.parallel.timeout_s);
   if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
 }

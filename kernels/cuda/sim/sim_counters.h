@@ -11,6 +11,9 @@ namespace llmtrain::cuda_sim {
 struct HostWaits {
   int64_t synchronizations = 0;  // cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize
   int64_t reads = 0;             // device-to-host copies (each waits for the work that writes its source)
+  // Host-to-device copies from pageable memory: CUDA waits for the stream's earlier work before it
+  // stages the source, so each stalls the host like a synchronization (pinned sources do not).
+  int64_t pageable_uploads = 0;
 };
 
 // Since the process started, over every thread.

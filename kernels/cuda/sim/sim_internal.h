@@ -24,6 +24,7 @@ cudaError_t fail(cudaError_t e);
 // a kernel launch.
 void count_synchronization();
 void count_read();
+void count_pageable_upload();
 void count_launch();
 
 // Queues `work` on `stream`, to run when the host next needs that stream's work, interleaved with

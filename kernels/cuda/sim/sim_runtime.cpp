@@ -52,7 +52,7 @@ void protect(const Region& r, bool accessible) {
 
 thread_local cudaError_t tl_last_error = cudaSuccess;
 
-std::atomic<int64_t> g_synchronizations{0}, g_reads{0}, g_launches{0};
+std::atomic<int64_t> g_synchronizations{0}, g_reads{0}, g_pageable_uploads{0}, g_launches{0};
 
 bool inside(const Memory& m, const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -73,6 +73,7 @@ cudaError_t fail(cudaError_t e) {
 
 void count_synchronization() { ++g_synchronizations; }
 void count_read() { ++g_reads; }
+void count_pageable_upload() { ++g_pageable_uploads; }
 void count_launch() { ++g_launches; }
 
 DeviceAccess::DeviceAccess() {
@@ -95,7 +96,7 @@ bool is_device_range(const void* p, size_t bytes) {
   return inside(m, p, bytes);
 }
 
-HostWaits host_waits() { return {g_synchronizations.load(), g_reads.load()}; }
+HostWaits host_waits() { return {g_synchronizations.load(), g_reads.load(), g_pageable_uploads.load()}; }
 int64_t kernel_launches() { return g_launches.load(); }
 
 }  // namespace llmtrain::cuda_sim

@@ -178,6 +178,7 @@ void drain_all() {
 
 }  // namespace llmtrain::cuda_sim
 
+using llmtrain::cuda_sim::count_pageable_upload;
 using llmtrain::cuda_sim::count_read;
 using llmtrain::cuda_sim::count_synchronization;
 using llmtrain::cuda_sim::fail;
@@ -230,6 +231,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if (!src_dev && !is_pinned_range(src, count)) {
     // From pageable memory CUDA first waits for the stream's earlier work, then stages the source:
     // the host may reuse it as soon as the call returns.
+    count_pageable_upload();
     run_until(s, [&] { return stream->queue.empty(); });
     DeviceAccess access;
     copy();

@@ -5,6 +5,7 @@
 // (trainer/loop/step_timer.h) its phases and ops are timed by events.
 #include "kernels/cuda/sim/sim_counters.h"
 #include "tests/trainer/loop/train_step_fixture.h"
+#include "trainer/loop/micro_batch_upload.h"
 #include "trainer/loop/step_timer.h"
 
 namespace llmtrain::trainer {
@@ -27,6 +28,8 @@ TEST_F(TrainStepTest, AStepWithoutItsObserverWaitsOnlyForItsScalars) {
   const cuda_sim::HostWaits after = cuda_sim::host_waits();
   EXPECT_EQ(after.synchronizations - before.synchronizations, 0);
   EXPECT_EQ(after.reads - before.reads, 1) << "the losses and the gradient norm's parts, in one copy";
+  EXPECT_EQ(after.pageable_uploads - before.pageable_uploads, 0)
+      << "micro-batches reach the device from pinned memory, without waiting for the device";
 
   StepTimer timer(one.model.device(), one.step->schedule());
   one.step->set_observer(&timer);
@@ -62,6 +65,30 @@ TEST_F(TrainStepTest, LaunchesPerStepAreFixedPerBlock) {
   EXPECT_EQ(four - two, 2 * per_block);
   EXPECT_EQ(per_block, kLaunchesPerBlock);
   EXPECT_EQ(rest, kLaunchesOutsideBlocks);
+}
+
+// The pinned upload slots (trainer/loop/micro_batch_upload.h) with one slot: the second micro-batch
+// refills the slot only after the device has copied the first out of it. The simulator runs stream
+// work late, when the host needs it, so a refill that did not wait would show in the first copy.
+TEST(MicroBatchUploadSim, ASlotIsRefilledOnlyAfterTheDeviceCopiedIt) {
+  MicroBatchUpload upload(kernels::Device::cuda, 1, 60.0);
+  std::vector<int32_t> a(24), b(24);
+  for (int i = 0; i < 24; ++i) a[size_t(i)] = i, b[size_t(i)] = 100 + i;
+  kernels::Buffer first(kernels::DType::int32, {24}, kernels::Device::cuda);
+  kernels::Buffer second(kernels::DType::int32, {24}, kernels::Device::cuda);
+  const cuda_sim::HostWaits before = cuda_sim::host_waits();
+  for (const auto& [host, device] : {std::pair{&a, &first}, std::pair{&b, &second}}) {
+    const MicroBatch staged = upload.stage({kernels::host_tensor(host->data(), {2, 12}), {}});
+    EXPECT_FALSE(staged.targets.defined());
+    kernels::copy(device->tensor(), staged.tokens.view({24}));
+    upload.used();
+  }
+  EXPECT_EQ(cuda_sim::host_waits().pageable_uploads - before.pageable_uploads, 0);
+  std::vector<int32_t> got(24);
+  kernels::copy(kernels::host_tensor(got.data(), {24}), first.tensor());
+  EXPECT_EQ(got, a);
+  kernels::copy(kernels::host_tensor(got.data(), {24}), second.tensor());
+  EXPECT_EQ(got, b);
 }
 
 }  // namespace
