@@ -88,7 +88,7 @@ TEST(CommStagedSim, CollectivesOnDeviceTensorsMatchTheHostCommunicator) {
 
 // Comm's in-place forms on device tensors, as ZeRO 3 runs them in a pool slot: an all-gather whose
 // input is this rank's block of the output, and a reduce-scatter onto this rank's block of its
-// input (the other blocks left as they were), each equal to the host communicator's separate form.
+// input, each equal to the host communicator's separate form.
 TEST(CommStagedSim, InPlaceGatherAndReduceScatterMatchTheSeparateForms) {
   constexpr int kRanks = 3, kN = 5;
   run_staged(kRanks, [](Comm& staged, Comm& host) {
@@ -104,9 +104,8 @@ TEST(CommStagedSim, InPlaceGatherAndReduceScatterMatchTheSeparateForms) {
     staged.reduce_scatter_async(din.tensor(), din.tensor().flat(r * kN, kN), ReduceOp::avg)->wait();
     host.reduce_scatter(kernels::host_tensor(in.data(), {kN * kRanks}), kernels::host_tensor(out.data(), {kN}),
                         ReduceOp::avg);
-    std::vector<float> want = in;
-    std::copy(out.begin(), out.end(), want.begin() + r * kN);
-    EXPECT_EQ(to_host(din), want) << "reduce_scatter in place";
+    const std::vector<float> got = to_host(din);  // the rest of the input is unspecified
+    EXPECT_EQ(std::vector<float>(got.begin() + r * kN, got.begin() + (r + 1) * kN), out) << "reduce_scatter in place";
   });
 }
 
