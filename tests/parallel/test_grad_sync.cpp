@@ -354,6 +354,9 @@ TEST(GradSync, StageThreeHoldsTheHeldGroupInItsOwnSlot) {
     for (int pass = 0; pass < 2; ++pass) {
       check(2, false);  // forward: the embedding, held until after the head
       check(1, false);
+      // Group 0's unit is already being gathered while group 1 computes, the embedding held: with
+      // the embedding in a shared slot, both would be taken and nothing prefetched.
+      EXPECT_EQ(sync->stats().buckets, 3 * pass + 3) << "the next unit prefetched";
       sync->group_params_done(1);
       check(0, false);
       sync->group_params_done(0);
