@@ -111,8 +111,14 @@ class Comm {
   // In place: every rank ends with the reduction of every rank's `buf`.
   virtual WorkHandle all_reduce_async(Tensor buf, Reduction op) = 0;
   // `in` holds size() equal chunks; rank r receives the reduction of every rank's chunk r in `out`.
+  // In place: `out` may be exactly this rank's chunk of `in` (NCCL's in-place form, recvbuff ==
+  // sendbuff + rank · recvcount; ZeRO reduces a slot onto its own chunk); the rest of `in` is then
+  // unspecified afterwards (MPI reduces in it). Other overlaps cost the host backends a copy.
   virtual WorkHandle reduce_scatter_async(Tensor in, Tensor out, Reduction op) = 0;
-  // `out` holds size() chunks of in.numel() elements; chunk r is rank r's `in`.
+  // `out` holds size() chunks of in.numel() elements; chunk r is rank r's `in`. In place: `in` may be
+  // exactly rank r's chunk of `out` on rank r (NCCL's in-place form, sendbuff == recvbuff + rank ·
+  // sendcount; ZeRO writes its owned chunk into its block of a slot and gathers the rest around
+  // it). Any other overlap of `in` and `out` is a bug (the host backends check it).
   virtual WorkHandle all_gather_async(Tensor in, Tensor out) = 0;
   // Rank `root`'s `buf` is copied into every other rank's `buf`.
   virtual WorkHandle broadcast_async(Tensor buf, int root) = 0;

@@ -442,15 +442,26 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, Reduction op) {
     widen(in.data, in.dtype, s, in.numel());
     src = s;
   }
-  // The result goes straight into `out` unless it must be narrowed or `out` is part of `in`
-  // (ZeRO reduces a bucket onto this rank's slice of it), which MPI does not allow.
+  // MPI reduces in place (MPI_IN_PLACE: the input taken from, and the result left at the start of,
+  // the receive buffer) where it may use the input as its scratch: the widened copy, or `in` itself
+  // when `out` is this rank's block of it (NCCL's in-place form; ZeRO reduces a slot onto its own
+  // chunk). That spares a scratch result, and MPI's own temporary shrinks too (Open MPI's
+  // reduce-scatter reduces to rank 0 in a temporary of the whole input unless in place). Other
+  // overlaps go through a scratch result, which MPI requires.
+  const bool own_block = out.data == at(in.data, int64_t(rank_) * n, esz) && !wide;
+  const bool in_place = n <= max_count_ && (wide || own_block);
   void* dst = out.data;
-  if (wide)
+  if (in_place)
+    dst = src;
+  else if (wide)
     dst = w->scratch<float>(n);
   else if (overlap(in, out))
     dst = w->scratch<std::byte>(static_cast<int64_t>(out.bytes()));
 
-  if (n <= max_count_) {
+  if (in_place) {
+    LT_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, src, static_cast<int>(n), type, mop, comm_,
+                                     w->add_request(n * size_ * int64_t(esz))));
+  } else if (n <= max_count_) {
     LT_MPI(MPI_Ireduce_scatter_block(src, dst, static_cast<int>(n), type, mop, comm_,
                                      w->add_request(n * size_ * int64_t(esz))));
   } else {
@@ -471,8 +482,8 @@ WorkHandle MpiComm::reduce_scatter_async(Tensor in, Tensor out, Reduction op) {
       if (op.op == ReduceOp::avg) divide(dst, wide ? DType::fp32 : out.dtype, n, size);
       if (wide)
         narrow(static_cast<const float*>(dst), out.dtype, out.data, n);
-      else if (dst != out.data)
-        std::memcpy(out.data, dst, out.bytes());
+      else if (dst != out.data)                   // in place on rank 0, `out` is where the result already is
+        std::memcpy(out.data, dst, out.bytes());  // this rank's block never overlaps block 0 (or a scratch)
     });
   }
   return launch(std::move(w));

@@ -78,6 +78,7 @@ class GradShardSync final : public GradSync {
     const int n = zero_group;
     const int shard_index = dp.rank() % n, replica = dp.rank() / n;
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
+    LT_CHECK(shard_->rank() == shard_index, "rank {} of the shard group at index {}", shard_->rank(), shard_index);
     replicas_ = dp.split(shard_index, dp.rank(), dp.name() + " replica");
     first_copy_ = replica == 0;
     // 16-bit parameters: backward writes (and the pool reduces) 16-bit gradients, and at stage 3
@@ -134,29 +135,39 @@ class GradShardSync final : public GradSync {
     } else {
       owned_grads_ = flat_grads_;
     }
+    // Stages 2 and 3 hold the held group's unit in a slot through a whole pass: it gets its own.
+    if (stage_ >= 2 && layout.held_group >= 0) {
+      held_unit_ = unit_of_group(units, layout.held_group);
+      if (held_unit_ >= 0 && state_[size_t(held_unit_)].range.numel() == 0) held_unit_ = -1;
+    }
     int slots = 0;
-    int64_t full = 0, chunk = 0;
-    for (const Unit& s : state_)
-      if (s.range.numel() > 0) {
-        ++slots;
-        full = std::max(full, s.chunk_numel * n);
-        chunk = std::max(chunk, s.chunk_numel);
+    int64_t full = 0, chunk = 0, held_full = 0;
+    for (size_t k = 0; k < state_.size(); ++k) {
+      const Unit& s = state_[k];
+      if (s.range.numel() == 0) continue;
+      chunk = std::max(chunk, s.chunk_numel);
+      if (int(k) == held_unit_) {
+        held_full = s.chunk_numel * n;
+        continue;
       }
-    pool_ = kernels::Buffer(storage_, {std::max<int64_t>(grad_pool_numel(units, n), 1)}, device,
+      ++slots;
+      full = std::max(full, s.chunk_numel * n);
+    }
+    pool_ = kernels::Buffer(storage_, {std::max<int64_t>(grad_pool_numel(units, n, held_unit_), 1)}, device,
                             kernels::MemoryKind::communication);
     // 16-bit at stages 2 and 3: a retired chunk is widened here before it is added into the fp32
     // owned shard (stage 1 copies it back into the 16-bit flat buffer as it is).
     if (storage_ != kernels::DType::fp32 && stage_ >= 2)
       wide_chunk_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device,
                                     kernels::MemoryKind::communication);
-    slots_ = pool_slots<Slot>(pool_.tensor(), std::min(slots, kGradPoolSlots), full, chunk);
+    slots_ = pool_slots<Slot>(pool_.tensor(), std::min(slots, kGradPoolSlots), full, held_full);
     if (shard_params_) {
       owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
                                           kernels::MemoryKind::parameters);
       owned_params_ = owned_params_buf_.tensor().flat(0, owned_numel);
-      param_pool_ = kernels::Buffer(storage_, {std::max<int64_t>(param_pool_numel(units, n), 1)}, device,
+      param_pool_ = kernels::Buffer(storage_, {std::max<int64_t>(param_pool_numel(units, n, held_unit_), 1)}, device,
                                     kernels::MemoryKind::communication);
-      param_slots_ = pool_slots<ParamSlot>(param_pool_.tensor(), std::min(slots, kParamPoolSlots), full, chunk);
+      param_slots_ = pool_slots<ParamSlot>(param_pool_.tensor(), std::min(slots, kParamPoolSlots), full, held_full);
       param_slot_of_.assign(state_.size(), -1);
     }
     in_flight_.reserve(slots_.size());
@@ -237,7 +248,7 @@ class GradShardSync final : public GradSync {
     const int unit = unit_of_[size_t(group)];
     int i = param_slot_of_[size_t(unit)];
     if (i < 0) {
-      i = free_param_slot();
+      i = free_param_slot(unit);
       LT_CHECK(i >= 0, "every parameter pool slot is held (unit {} requested)", unit);
       launch_gather(unit, i);
     }
@@ -249,7 +260,7 @@ class GradShardSync final : public GradSync {
     int next = unit + step;
     while (next >= 0 && next < int(state_.size()) && state_[size_t(next)].range.numel() == 0) next += step;
     if (next >= 0 && next < int(state_.size()) && param_slot_of_[size_t(next)] < 0) {
-      const int j = free_param_slot();
+      const int j = free_param_slot(next);
       if (j >= 0) launch_gather(next, j);
     }
     if (ps.gather) {
@@ -285,6 +296,7 @@ class GradShardSync final : public GradSync {
     std::vector<int>& unit_in = gathering_;  // per slot: the unit whose all-gather it holds
     std::fill(unit_in.begin(), unit_in.end(), -1);
     size_t next = 0;
+    const size_t shared = slots_.size() - (held_unit_ >= 0 ? 1 : 0);
     auto drain = [&](size_t i) {
       if (unit_in[i] < 0) return;
       const Unit& u = state_[size_t(unit_in[i])];
@@ -296,11 +308,11 @@ class GradShardSync final : public GradSync {
     for (size_t k = 0; k < state_.size(); ++k) {
       const Unit& u = state_[k];
       if (u.range.numel() == 0) continue;
-      const size_t i = next++ % slots_.size();
+      const size_t i = int(k) == held_unit_ ? shared : next++ % shared;
       drain(i);
       Slot& sl = slots_[i];
-      Tensor chunk = sl.chunk.flat(0, u.chunk_numel);
-      kernels::fill_zero(chunk);
+      Tensor chunk = own_block(sl.full, u);
+      if (u.own.numel() < u.chunk_numel) kernels::fill_zero(chunk.flat(u.own.numel(), u.chunk_numel - u.own.numel()));
       if (u.own.numel() > 0) kernels::copy(chunk.flat(0, u.own.numel()), params_.flat(u.own.begin, u.own.numel()));
       const int64_t padded = u.chunk_numel * shard_->size();
       sl.scatter = shard_->all_gather_async(chunk, sl.full.flat(0, padded));
@@ -323,34 +335,42 @@ class GradShardSync final : public GradSync {
     int slot = -1;            // the pool slot holding its gradient while backward writes it
   };
   struct Slot {
-    Tensor full, chunk;  // the largest padded unit, and one chunk of it
-    int unit = -1;       // the unit it holds (-1: free)
+    Tensor full;    // the largest padded unit (the held unit's own slot: that unit's size)
+    int unit = -1;  // the unit it holds (-1: free)
     WorkHandle scatter;
   };
   struct ParamSlot {
-    Tensor full, chunk;  // as Slot
-    int unit = -1;       // the unit whose values it holds or is gathering (-1: none)
-    int holds = 0;       // groups of that unit between group_params and group_params_done
-    uint64_t used = 0;   // when last requested or launched: the least recent free slot is reused
-    WorkHandle gather;   // in flight
+    Tensor full;        // as Slot
+    int unit = -1;      // the unit whose values it holds or is gathering (-1: none)
+    int holds = 0;      // groups of that unit between group_params and group_params_done
+    uint64_t used = 0;  // when last requested or launched: the least recent free slot is reused
+    WorkHandle gather;  // in flight
   };
-  // `count` slots carved from a pool: slot i is a full unit then one chunk, at i·(full + chunk).
+  // `count` shared slots of `full` elements carved from a pool, at i·full, then (held_full > 0) the
+  // held unit's own slot of held_full elements after them (grad_pool_numel's layout).
   template <typename S>
-  static std::vector<S> pool_slots(const Tensor& pool, int count, int64_t full, int64_t chunk) {
+  static std::vector<S> pool_slots(const Tensor& pool, int count, int64_t full, int64_t held_full) {
     std::vector<S> out(size_t(std::max(count, 0)));
-    for (size_t i = 0; i < out.size(); ++i) {
-      out[i].full = pool.flat(int64_t(i) * (full + chunk), full);
-      out[i].chunk = pool.flat(int64_t(i) * (full + chunk) + full, chunk);
-    }
+    for (size_t i = 0; i < out.size(); ++i) out[i].full = pool.flat(int64_t(i) * full, full);
+    if (held_full > 0) out.emplace_back().full = pool.flat(int64_t(count) * full, held_full);
     return out;
   }
 
+  // This rank's chunk of unit u inside a slot: its own block of the padded unit, where the
+  // collectives run in place (an all-gather's input, a reduce-scatter's output).
+  Tensor own_block(const Tensor& full, const Unit& u) const {
+    return full.flat(int64_t(shard_->rank()) * u.chunk_numel, u.chunk_numel);
+  }
+
   // A free gradient slot for unit `index` (retiring the oldest reduction while none is free),
-  // zeroed over the padded unit.
+  // zeroed over the padded unit: the held unit's own slot (the last), or a shared one.
   void take_slot(Unit& u, int index) {
+    const bool held = index == held_unit_;
+    const size_t shared = slots_.size() - (held_unit_ >= 0 ? 1 : 0);
     int free = -1;
     while (free < 0) {
-      for (size_t i = 0; i < slots_.size() && free < 0; ++i)
+      if (held && slots_.back().unit < 0) free = int(shared);
+      for (size_t i = 0; !held && i < shared && free < 0; ++i)
         if (slots_[i].unit < 0) free = int(i);
       if (free >= 0) break;
       LT_CHECK(!in_flight_.empty(), "every gradient pool slot is held by a unit backward has not completed");
@@ -387,7 +407,7 @@ class GradShardSync final : public GradSync {
   void launch_scatter(Unit& u) {
     Slot& sl = slots_[size_t(u.slot)];
     const int64_t padded = u.chunk_numel * shard_->size();
-    sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), sl.chunk.flat(0, u.chunk_numel), average_);
+    sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), own_block(sl.full, u), average_);
     count(padded, wire_element_size(average_, storage_));
     in_flight_.push_back(u.slot);
     u.slot = -1;
@@ -410,11 +430,17 @@ class GradShardSync final : public GradSync {
     }
   }
 
-  // A slot no group holds: one without a unit, else the least recently used (its gather, if a
-  // prefetch nobody asked for yet, completed first); -1 when every slot is held.
-  int free_param_slot() {
+  // A slot for `unit` that no group holds: the held unit's own (the last slot), else a shared one
+  // without a unit, else the least recently used (its gather, if a prefetch nobody asked for yet,
+  // completed first); -1 when every shared slot is held.
+  int free_param_slot(int unit) {
+    const size_t shared = param_slots_.size() - (held_unit_ >= 0 ? 1 : 0);
+    if (unit == held_unit_) {
+      LT_CHECK(param_slots_.back().holds == 0 && !param_slots_.back().gather, "the held unit {} gathered twice", unit);
+      return int(shared);
+    }
     int best = -1;
-    for (size_t i = 0; i < param_slots_.size(); ++i) {
+    for (size_t i = 0; i < shared; ++i) {
       const ParamSlot& ps = param_slots_[i];
       if (ps.holds > 0) continue;
       if (ps.unit < 0) return int(i);
@@ -432,8 +458,8 @@ class GradShardSync final : public GradSync {
     ParamSlot& ps = param_slots_[size_t(i)];
     if (ps.unit >= 0) param_slot_of_[size_t(ps.unit)] = -1;
     const Unit& u = state_[size_t(unit)];
-    Tensor chunk = ps.chunk.flat(0, u.chunk_numel);
-    kernels::fill_zero(chunk);
+    Tensor chunk = own_block(ps.full, u);  // in place: the rest of the slot is the other ranks'
+    if (u.own.numel() < u.chunk_numel) kernels::fill_zero(chunk.flat(u.own.numel(), u.chunk_numel - u.own.numel()));
     // The owned fp32 values, rounded once where the pool is 16-bit.
     if (u.own.numel() > 0) kernels::convert(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
     const int64_t padded = u.chunk_numel * shard_->size();
@@ -467,7 +493,7 @@ class GradShardSync final : public GradSync {
     const Unit& u = state_[size_t(sl.unit)];
     sl.scatter->wait();
     sl.scatter.reset();
-    Tensor chunk = sl.chunk.flat(0, u.chunk_numel);
+    Tensor chunk = own_block(sl.full, u);
     if (replicas_->size() > 1) {
       replicas_->all_reduce_async(chunk, average_)->wait();
       count(u.chunk_numel, wire_element_size(average_, storage_));
@@ -509,6 +535,7 @@ class GradShardSync final : public GradSync {
   Tensor owned_params_;
   std::vector<ParamSlot> param_slots_;
   std::vector<int> param_slot_of_;  // per unit: the param slot holding it (-1: none)
+  int held_unit_ = -1;              // the held group's unit (stages 2, 3), whose slot is the last of each pool
   uint64_t clock_ = 0;
   int next_launch_ = 0;
   bool step_started_ = false;
@@ -551,28 +578,39 @@ std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
 
 namespace {
 
-// `max_slots` (or fewer units) slots of the largest padded unit plus one chunk.
-int64_t pool_numel(const std::vector<ShardUnit>& units, int shard_size, int max_slots) {
+// `max_slots` (or fewer other units) slots of the largest padded unit other than `held_unit`,
+// and that unit's own padded size (none when it has no elements).
+int64_t pool_numel(const std::vector<ShardUnit>& units, int shard_size, int max_slots, int held_unit) {
   int slots = 0;
-  int64_t full = 0, chunk = 0;
-  for (const ShardUnit& u : units) {
+  int64_t full = 0, held = 0;
+  for (size_t k = 0; k < units.size(); ++k) {
+    const ShardUnit& u = units[k];
     if (u.range.numel() == 0) continue;
+    const int64_t padded = (u.range.numel() + shard_size - 1) / shard_size * shard_size;
+    if (int(k) == held_unit) {
+      held = padded;
+      continue;
+    }
     ++slots;
-    const int64_t c = (u.range.numel() + shard_size - 1) / shard_size;
-    full = std::max(full, c * shard_size);
-    chunk = std::max(chunk, c);
+    full = std::max(full, padded);
   }
-  return int64_t(std::min(slots, max_slots)) * (full + chunk);
+  return int64_t(std::min(slots, max_slots)) * full + held;
 }
 
 }  // namespace
 
-int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size) {
-  return pool_numel(units, shard_size, kGradPoolSlots);
+int unit_of_group(const std::vector<ShardUnit>& units, int group) {
+  for (size_t k = 0; k < units.size(); ++k)
+    if (group >= units[k].first_group && group < units[k].end_group) return int(k);
+  return -1;
 }
 
-int64_t param_pool_numel(const std::vector<ShardUnit>& units, int shard_size) {
-  return pool_numel(units, shard_size, kParamPoolSlots);
+int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size, int held_unit) {
+  return pool_numel(units, shard_size, kGradPoolSlots, held_unit);
+}
+
+int64_t param_pool_numel(const std::vector<ShardUnit>& units, int shard_size, int held_unit) {
+  return pool_numel(units, shard_size, kParamPoolSlots, held_unit);
 }
 
 int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int shard_index) {

@@ -109,6 +109,11 @@ struct GradSyncLayout {
   // How 16-bit gradients are averaged (parallel.grad_reduce_dtype): widened and summed in fp32, or
   // (Accumulate::in_dtype) as 16-bit words, each addition rounded (half the bytes).
   Accumulate accumulate = Accumulate::fp32;
+  // A group whose unit holds its pool slots through a whole forward or backward (-1: none): a tied
+  // word embedding's where this stage holds both ends (trainer::held_group). At stages 2 and 3 that
+  // unit gets a slot of its own in each pool, of its own size, so that the two shared slots still
+  // give every other unit one in use and one in flight.
+  int held_group = -1;
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,
@@ -121,22 +126,28 @@ struct GradSyncLayout {
 //    zero_group and cut in zero_group equal chunks; a rank owns chunk (its index in the shard
 //    group) of every unit. When a unit's gradient is final, it is copied into a slot of a small
 //    pool of kGradPoolSlots unit-sized slots (grad_pool_numel, communication memory) and
-//    reduce-scattered (avg) over the shard group, then (zero_group < dp: hybrid sharding) its chunk
-//    is all-reduced (avg) over the dp / zero_group ranks of the same index in the other shard
-//    groups, and copied back into the owned range of the flat gradient buffer; gather_params()
-//    all-gathers every unit's chunks over the shard group through the same slots. Units start
-//    strictly in unit order; a unit waits (never blocking backward) until a slot is free.
+//    reduce-scattered (avg) over the shard group in place (the result lands in this rank's own
+//    block of the slot), then (zero_group < dp: hybrid sharding) that chunk is all-reduced (avg)
+//    over the dp / zero_group ranks of the same index in the other shard groups, and copied back
+//    into the owned range of the flat gradient buffer; gather_params() all-gathers every unit's
+//    chunks over the shard group through the same slots, in place (this rank's chunk is written
+//    into its own block of the slot). Units start strictly in unit order; a unit waits (never
+//    blocking backward) until a slot is free.
 //  - Stage 2: stage 1's units, chunks, ownership and pool, but no flat gradient buffer: each unit's
 //    gradient for one micro-batch is written straight into a slot of the pool, reduce-
 //    scattered (then hybrid all-reduced) as soon as backward completes the unit, on every
 //    micro-batch, and its chunk added into the owned shard (owned_grads), which is all the gradient
 //    memory a rank keeps between micro-batches. A unit waits for a slot when every slot is taken
 //    (the oldest reduction is then completed first). gather_params() all-gathers through the pool.
+//    The held group's unit (GradSyncLayout::held_group: a tied embedding's, written from the head's
+//    backward until the embedding's) has a slot of its own beside the kGradPoolSlots shared ones.
 //  - Stage 3: stage 2, and the parameters sharded the same way: the sync owns the values of its
 //    owned() ranges (owned_params(), which AdamW updates in place) and no rank holds the whole
-//    buffer. group_params(g) all-gathers g's unit over the shard group into a slot of a pool of
-//    kParamPoolSlots unit-sized slots (param_pool_numel) and launches the gather of the next unit
-//    in the caller's direction into a free slot, so that it overlaps g's compute; a slot is free
+//    buffer. group_params(g) all-gathers g's unit over the shard group (in place: this rank's chunk
+//    is written into its own block of the slot) into a slot of a pool of kParamPoolSlots unit-sized
+//    slots (param_pool_numel; the held group's unit has its own slot beside them) and launches the
+//    gather of the next unit in the caller's direction into a free slot, so that it overlaps g's
+//    compute (FSDP's two: the unit in use and the one prefetched); a slot is free
 //    once every group of its unit is done, and keeps its unit's values (a later request for the
 //    same unit gathers nothing) until the slot is reused or gather_params() drops them after the
 //    optimizer's update. Under hybrid sharding the replicas update identical shards, so gathers
@@ -175,18 +186,25 @@ struct ShardUnit {
 std::vector<ShardUnit> shard_units(const std::vector<ParamRange>& param_ranges,
                                    const std::vector<std::vector<int>>& groups, double bucket_mb, size_t element_size);
 
-// In elements: the gradient pool of stages 1-3 (kGradPoolSlots, or fewer units, slots each of the
-// largest unit padded to a multiple of `shard_size` plus one chunk: communication memory), and the
-// owned shard of rank `shard_index` in its shard group (stage 2's and 3's gradient memory, and
-// stage 3's parameter memory). The memory plan counts exactly these.
-inline constexpr int kGradPoolSlots = 3;
-int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size);
+// The unit holding group `group` (-1: none, or the group is -1), e.g. GradSyncLayout::held_group's.
+int unit_of_group(const std::vector<ShardUnit>& units, int group);
+
+// In elements: the gradient pool of stages 1-3 (communication memory), and the owned shard of rank
+// `shard_index` in its shard group (stage 2's and 3's gradient memory, and stage 3's parameter
+// memory). The pool is kGradPoolSlots (or fewer units) slots each of the largest unit padded to a
+// multiple of `shard_size` (collectives run in place: a rank's chunk is its own block of the slot),
+// and, when `held_unit` >= 0 (stages 2 and 3 with a held group: unit_of_group(units,
+// held_group)), one more slot of that unit's own padded size, the largest then taken over the
+// others. The memory plan counts exactly these.
+inline constexpr int kGradPoolSlots = 2;
+int64_t grad_pool_numel(const std::vector<ShardUnit>& units, int shard_size, int held_unit);
 int64_t owned_numel(const std::vector<ShardUnit>& units, int shard_size, int shard_index);
 
 // Stage 3's gathered parameters, in elements: kParamPoolSlots (or fewer units) slots of the largest
-// padded unit plus one chunk (communication memory, like the gradient pool: the ZeRO paper's model
-// states are the owned shards). The memory plan counts exactly these.
-inline constexpr int kParamPoolSlots = 3;
-int64_t param_pool_numel(const std::vector<ShardUnit>& units, int shard_size);
+// padded unit, plus the held unit's own slot as in grad_pool_numel (communication memory, like the
+// gradient pool: the ZeRO paper's model states are the owned shards). The memory plan counts
+// exactly these.
+inline constexpr int kParamPoolSlots = 2;
+int64_t param_pool_numel(const std::vector<ShardUnit>& units, int shard_size, int held_unit);
 
 }  // namespace llmtrain::parallel

@@ -1,5 +1,5 @@
-// The one-rank communicator: collectives are the identity or a copy, async forms are done at
-// once, split gives one-rank groups that keep the timeout.
+// The one-rank communicator: collectives are the identity or a copy (nothing, in place), async
+// forms are done at once, split gives one-rank groups that keep the timeout.
 #include <gtest/gtest.h>
 
 #include "parallel/comm.h"
@@ -29,6 +29,20 @@ TEST(LocalComm, CollectivesOverOneRankAreCopies) {
   w->wait();
   c->barrier();
   c->progress();
+}
+
+// The in-place forms of Comm's contract: over one rank, this rank's block is the whole buffer.
+TEST(LocalComm, InPlaceGatherAndReduceScatterLeaveTheBlockAsItIs) {
+  auto c = make_local_comm("dp");
+  std::vector<float> a{1, 2, 3};
+  const kernels::Tensor t = host_tensor(a.data(), {3});
+  c->all_gather(t, t);  // `in` is rank 0's block of `out`
+  EXPECT_EQ(a, (std::vector<float>{1, 2, 3}));
+  c->reduce_scatter(t, t.flat(0, 3), ReduceOp::avg);  // `out` is rank 0's block of `in`
+  EXPECT_EQ(a, (std::vector<float>{1, 2, 3}));
+  c->all_gather_async(t.flat(0, 3), t)->wait();
+  c->reduce_scatter_async(t, t, ReduceOp::sum)->wait();
+  EXPECT_EQ(a, (std::vector<float>{1, 2, 3}));
 }
 
 TEST(LocalComm, SplitKeepsTheTimeout) {

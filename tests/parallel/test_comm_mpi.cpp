@@ -193,7 +193,12 @@ TEST(MpiComm, ReduceScatter) {
       if (op == ReduceOp::avg && !is_float(t)) continue;
       for (int64_t n : sizes_for(t, true)) check_reduce_scatter(world(), t, op, n, 12, false);
     }
-  for (int64_t n : {int64_t(1), kPrime}) check_reduce_scatter(world(), DType::fp32, ReduceOp::avg, n, 13, true);
+  // In place (MPI_IN_PLACE on `in` itself; bf16 widened in place in its fp32 copy).
+  for (DType t : {DType::fp32, DType::bf16, DType::int64})
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::avg}) {
+      if (op == ReduceOp::avg && !is_float(t)) continue;
+      for (int64_t n : {int64_t(1), kPrime}) check_reduce_scatter(world(), t, op, n, 13, true);
+    }
 }
 
 // Accumulate::in_dtype (parallel.grad_reduce_dtype: bf16): the 16-bit words go through the user-

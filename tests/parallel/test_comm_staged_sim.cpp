@@ -6,6 +6,7 @@
 // starts the host operations of the thread's others.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -82,6 +83,29 @@ TEST(CommStagedSim, CollectivesOnDeviceTensorsMatchTheHostCommunicator) {
     staged.all_to_all_async(da.tensor(), da_out.tensor())->wait();
     host.all_to_all(kernels::host_tensor(a.data(), {kN * kRanks}), kernels::host_tensor(a_out.data(), {kN * kRanks}));
     EXPECT_EQ(to_host(da_out), a_out) << "all_to_all";
+  });
+}
+
+// Comm's in-place forms on device tensors, as ZeRO 3 runs them in a pool slot: an all-gather whose
+// input is this rank's block of the output, and a reduce-scatter onto this rank's block of its
+// input, each equal to the host communicator's separate form.
+TEST(CommStagedSim, InPlaceGatherAndReduceScatterMatchTheSeparateForms) {
+  constexpr int kRanks = 3, kN = 5;
+  run_staged(kRanks, [](Comm& staged, Comm& host) {
+    const int r = staged.rank();
+    std::vector<float> slot(size_t(kN * kRanks), -1.0f), mine = values(r, kN, 3.0f), all(size_t(kN * kRanks));
+    std::copy(mine.begin(), mine.end(), slot.begin() + r * kN);
+    Buffer dslot = on_device(slot);
+    staged.all_gather_async(dslot.tensor().flat(r * kN, kN), dslot.tensor())->wait();
+    host.all_gather(kernels::host_tensor(mine.data(), {kN}), kernels::host_tensor(all.data(), {kN * kRanks}));
+    EXPECT_EQ(to_host(dslot), all) << "all_gather in place";
+    std::vector<float> in = values(r, kN * kRanks, 2.0f), out(kN);
+    Buffer din = on_device(in);
+    staged.reduce_scatter_async(din.tensor(), din.tensor().flat(r * kN, kN), ReduceOp::avg)->wait();
+    host.reduce_scatter(kernels::host_tensor(in.data(), {kN * kRanks}), kernels::host_tensor(out.data(), {kN}),
+                        ReduceOp::avg);
+    const std::vector<float> got = to_host(din);  // the rest of the input is unspecified
+    EXPECT_EQ(std::vector<float>(got.begin() + r * kN, got.begin() + (r + 1) * kN), out) << "reduce_scatter in place";
   });
 }
 

@@ -76,12 +76,16 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     // The rank's index in the dp × cp group (cp fastest), whose consecutive runs the shards span.
     const int replica = coord.dp * layout.cp + coord.cp;
     int64_t owned = parallel::owned_numel(units, shard, replica % shard);
-    zero_pools = std::max<int64_t>(parallel::grad_pool_numel(units, shard), 1) * element;
+    // Stages 2 and 3 give a tied embedding's unit, held through a whole pass, a slot of its own.
+    const int held = parallel::unit_of_group(units, held_group(mc, mo.stage));
+    zero_pools =
+        std::max<int64_t>(parallel::grad_pool_numel(units, shard, layout.gradients_sharded() ? held : -1), 1) * element;
     const bool experts = std::any_of(params.begin(), params.end(), [](const ModelParam& p) { return p.expert_shard; });
     if (experts) {  // sharded experts at ZeRO 1: every edp rank owns a chunk of each expert unit
       const std::vector<parallel::ShardUnit> expert_units = units_of(true);
       owned += parallel::owned_numel(expert_units, layout.expert_replicas(), replica / layout.ep);
-      zero_pools += std::max<int64_t>(parallel::grad_pool_numel(expert_units, layout.expert_replicas()), 1) * element;
+      zero_pools +=
+          std::max<int64_t>(parallel::grad_pool_numel(expert_units, layout.expert_replicas(), -1), 1) * element;
     }
     owned_numel = owned;
     out.optimizer = fp32_states * owned * 4;
@@ -99,7 +103,7 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     }
     if (layout.parameters_sharded()) {  // the model holds no parameter buffer (mo.external_params)
       out.parameters = std::max<int64_t>(owned, 1) * 4;
-      zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard), 1) * element;
+      zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard, held), 1) * element;
     }
   }
 

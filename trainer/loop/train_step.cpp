@@ -78,6 +78,10 @@ std::vector<std::vector<int>> grad_ready_groups(const StageLayout& st, const std
   return groups;
 }
 
+int held_group(const ModelConfig& model, const StageLayout& stage) {
+  return tied_in_stage(model, stage) ? group_of(stage, ParamPlace::embedding, -1) : -1;
+}
+
 // This rank's part of the model as the pipeline executor sees it: forward and backward of one
 // micro-batch and chunk at a time, each micro-batch's activations in the model's slot (micro-batch
 // mod slots) of the chunk. It reads the micro-batch's samples as its forward starts (the first
@@ -226,6 +230,7 @@ std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Layout& layout, co
   auto over = [&](parallel::Comm& comm, int shard_group, bool experts) {
     parallel::GradSyncLayout l{model.params(), model.grads(), {}, {}, model.device(), model.options().dtype};
     if (layout.grad_reduce == GradReduceDtype::bf16) l.accumulate = parallel::Accumulate::in_dtype;
+    l.held_group = held_group(model.config(), model.options().stage);
     std::vector<int> index(params.size(), -1);
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].expert_shard == experts) {

@@ -201,4 +201,9 @@ std::vector<std::vector<int>> grad_ready_groups(const Model& model);
 // The same from a stage's parameter layout (model_param_layout), for the memory plan.
 std::vector<std::vector<int>> grad_ready_groups(const StageLayout& stage, const std::vector<ModelParam>& params);
 
+// The group of grad_ready_groups whose values and gradient stay held through a whole forward or
+// backward (parallel::GradSyncLayout::held_group): the tied word embedding's where the stage holds
+// both ends (tied_in_stage), else -1. make_step_grad_sync and the memory plan both use it.
+int held_group(const ModelConfig& model, const StageLayout& stage);
+
 }  // namespace llmtrain::trainer

@@ -408,10 +408,11 @@ void Model::bind_ends(bool grad) {
   }
 }
 
-bool Model::tied_in_stage() const {
-  return options_.stage.has_head && options_.stage.has_embedding && config_.tie_embeddings &&
-         options_.stage.chunks == 1;
+bool tied_in_stage(const ModelConfig& model, const StageLayout& stage) {
+  return stage.has_head && stage.has_embedding && model.tie_embeddings && stage.chunks == 1;
 }
+
+bool Model::tied_in_stage() const { return trainer::tied_in_stage(config_, options_.stage); }
 
 void Model::hold_params(ParamPlace place, int layer, bool backward) {
   if (!options_.external_params) return;

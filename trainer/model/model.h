@@ -91,6 +91,11 @@ StageLayout pipeline_stage_layout(const ModelConfig& model, int stage, int stage
 // and the planner all place blocks with this.
 StageLayout pipeline_stage_layout(const ModelConfig& model, const Layout& layout, int stage);
 
+// Whether stage `stage` holds both ends of a tied word embedding (one chunk holds the embedding and
+// the head). Its embedding's group is then held from the embedding's forward through the head's, and
+// from the head's backward through the embedding's (the head reads and writes the same weight).
+bool tied_in_stage(const ModelConfig& model, const StageLayout& stage);
+
 // The storage dtype of train.precision: fp32, bf16 or fp16.
 kernels::DType precision_dtype(Precision precision);
 

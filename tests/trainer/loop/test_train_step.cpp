@@ -386,8 +386,9 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   EXPECT_EQ(got.activations, plan.activations);
   EXPECT_EQ(got.communication, plan.communication);
 
-  // ZeRO stage 2 at dp 2: no model gradient buffer; each rank's owned shard and pool (three
-  // slots of the largest unit: here the embedding, so the pool is not smaller than the model).
+  // ZeRO stage 2 at dp 2: no model gradient buffer; each rank's owned shard and pool (two shared
+  // slots of the largest unit, and the tied embedding's unit's own slot: here the embedding is the
+  // largest unit, so the pool is not smaller than the model).
   recipe_.parallel.zero = 2;
   recipe_.parallel.bucket_mb = 0.01;
   MemoryAccount plan2;
@@ -412,29 +413,34 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
   EXPECT_EQ(got2.communication, plan2.communication);
 
   // ZeRO stage 3 at dp 2: no model parameter buffer either; each rank's owned values and the pool
-  // units are gathered into.
+  // units are gathered into, with the tied embedding's unit in a slot of its own or (untied) not.
   recipe_.parallel.zero = 3;
-  MemoryAccount plan3;
-  for (int dp = 0; dp < 2; ++dp) {
-    const MemoryAccount p = memory_plan(recipe_, test_layout(recipe_), {0, dp, 0});
-    EXPECT_TRUE(p.notes.empty());
-    EXPECT_EQ(p.parameters, p.gradients);  // the same shard and the same pool shape
-    plan3.parameters += p.parameters, plan3.gradients += p.gradients, plan3.optimizer += p.optimizer;
-    plan3.activations += p.activations, plan3.communication += p.communication;
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    recipe_.model.tie_embeddings = tied;
+    MemoryAccount plan3;
+    for (int dp = 0; dp < 2; ++dp) {
+      const MemoryAccount p = memory_plan(recipe_, test_layout(recipe_), {0, dp, 0});
+      EXPECT_TRUE(p.notes.empty());
+      EXPECT_EQ(p.parameters, p.gradients);  // the same shard and the same pool shape
+      plan3.parameters += p.parameters, plan3.gradients += p.gradients, plan3.optimizer += p.optimizer;
+      plan3.activations += p.activations, plan3.communication += p.communication;
+    }
+    MemoryAccount got3;
+    parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
+      Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
+      me.step->run(0, 0);
+      world.barrier();
+      if (world.rank() == 0) got3 = memory_measured(kernels::Device::cpu, false);
+      world.barrier();
+    });
+    EXPECT_EQ(got3.parameters, plan3.parameters);
+    EXPECT_EQ(got3.gradients, plan3.gradients);
+    EXPECT_EQ(got3.optimizer, plan3.optimizer);
+    EXPECT_EQ(got3.activations, plan3.activations);
+    EXPECT_EQ(got3.communication, plan3.communication);
   }
-  MemoryAccount got3;
-  parallel::run_ranks_in_threads(2, [&](parallel::Comm& world) {
-    Rank me(recipe_, prefix_, world.split(0, world.rank(), "world"), 2);
-    me.step->run(0, 0);
-    world.barrier();
-    if (world.rank() == 0) got3 = memory_measured(kernels::Device::cpu, false);
-    world.barrier();
-  });
-  EXPECT_EQ(got3.parameters, plan3.parameters);
-  EXPECT_EQ(got3.gradients, plan3.gradients);
-  EXPECT_EQ(got3.optimizer, plan3.optimizer);
-  EXPECT_EQ(got3.activations, plan3.activations);
-  EXPECT_EQ(got3.communication, plan3.communication);
+  recipe_.model.tie_embeddings = true;
 
   // 16-bit storage at ZeRO 0 (dp 1), 1 and 2 (dp 2): still what the ranks allocate; parameters in
   // half the bytes, and the optimizer's fp32 master beside the moments.
