@@ -29,6 +29,17 @@ constexpr double kLinkFraction = 0.8;
 // CUDA context, cuBLAS workspaces and NCCL's buffers: device memory outside our Buffers.
 constexpr int64_t kReserved = 2 * kGiB;
 
+// llmtrain's attention kernel as measured on one H100 80GB HBM3 (2026-11-24, commit bf47a3b,
+// Nsight Compute over one fp32 step of GPT-2 124M at batch 8 × seq 1024, 12 heads of 64; the same
+// kernel computes the bf16 step, in fp32, docs/benchmarks.md): forward 1.04 ms and backward 3.5 ms
+// per layer, for 8192 · 4 · 12 · 64 · 1024 = 25.8 GFLOP forward and twice that backward as the
+// performance model counts them. The kernel runs on the CUDA cores, so other GPUs' rates are these
+// scaled by their fp32 vector peak against the H100's.
+constexpr double kH100AttentionFlops = 8192.0 * 4 * 12 * 64 * 1024;
+constexpr double kH100AttentionForward = kH100AttentionFlops / 1.04e-3;
+constexpr double kH100AttentionBackward = 2 * kH100AttentionFlops / 3.5e-3;
+constexpr double kH100Fp32 = 66.9 * kT;
+
 DeviceSpec gpu(std::string name, std::string model, double bf16, double fp32, double memory_gib, double hbm,
                double nvlink_per_direction) {
   DeviceSpec d;
@@ -45,6 +56,11 @@ DeviceSpec gpu(std::string name, std::string model, double bf16, double fp32, do
   d.intra_node_latency = 5e-6;
   d.inter_node_latency = 10e-6;
   d.rate_source = fmt::format("{:.0f}% of the rated bf16 peak", 100 * kAchievableFraction);
+  d.attention_forward_rate = kH100AttentionForward * fp32 / kH100Fp32;
+  d.attention_backward_rate = kH100AttentionBackward * fp32 / kH100Fp32;
+  d.attention_source = fp32 == kH100Fp32 ? "llmtrain's attention kernel measured on an H100 (2026-11-24, bf47a3b)"
+                                         : "llmtrain's attention kernel measured on an H100 (2026-11-24, bf47a3b), "
+                                           "scaled by the fp32 vector peak";
   return d;
 }
 

@@ -37,6 +37,12 @@ struct DeviceSpec {
   int cores = 0;
   double achievable_one_thread = 0;
   std::string rate_source;  // how achievable was found
+  // llmtrain's own attention kernel on this device (CUDA cores, fp32 arithmetic whatever the
+  // storage dtype: it does not use the tensor cores yet): the FLOPs the performance model counts for
+  // attention (4·heads·head_dim·seq per token forward, twice that backward) over the time the kernel
+  // was measured to take. 0 (cpu) = at the products' rate.
+  double attention_forward_rate = 0, attention_backward_rate = 0;
+  std::string attention_source;  // where the attention rates come from (a GPU run: date, commit, how)
 };
 
 // The catalogue's names: a100-40g, a100-80g, h100, h200, cpu.

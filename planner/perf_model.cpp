@@ -102,6 +102,11 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // QKᵀ and AV (the 12·H·hd·T of training / 3; H·hd is hidden unless model.head_dim says otherwise)
   const double attention_forward = 4.0 * m.heads * m.head_size() * double(m.seq_len) / tp;
   const double block_forward = 2 * counts.block_matmul + attention_forward;
+  // Attention's time: llmtrain's own kernel at its measured rates where the catalogue has them (a
+  // GPU, modelling llmtrain: its kernel does not use the tensor cores yet), else at the products'.
+  const bool own_attention = !c.stores_attention_scores && dev.attention_forward_rate > 0;
+  const double attention_forward_rate = own_attention ? dev.attention_forward_rate : rate;
+  const double attention_backward_rate = own_attention ? dev.attention_backward_rate : rate;
   const double head_forward = 2.0 * double(m.padded_vocab()) * m.hidden / tp;
   double block_recompute = 0;
   if (p.recompute == ActivationCheckpointing::full) block_recompute = block_forward;
@@ -150,7 +155,7 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   if (cp > 1) {
     const double qkv_bytes = tokens * double(m.heads + 2 * m.kv_heads) * m.head_size() / tp * element;
     const double out_bytes = tokens * double(m.heads) * m.head_size() / tp * element;
-    const double attention_time = tokens * attention_forward / rate;
+    const double attention_time = tokens * attention_forward / attention_forward_rate;
     if (p.cp_comm == CpComm::ring) {
       const double pass = (cp - 1) * (qkv_bytes / cp_bw + cp_lat);
       cp_forward_block = std::max(0.0, pass - attention_time);
@@ -201,13 +206,22 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     const double blocks = layout.blocks();
     int moe_blocks = 0;
     for (int l = 0; l < layout.blocks(); ++l) moe_blocks += m.moe.layer(layout.layer(l)) ? 1 : 0;
-    const double fwd_flops = tokens * (blocks * block_forward + (layout.has_head ? head_forward : 0));
-    const double recompute_flops = tokens * blocks * block_recompute;
+    // The products' FLOPs at `rate`, attention's at its own rates.
+    const double attention_flops = tokens * blocks * attention_forward;
+    const double product_flops =
+        tokens * (blocks * block_forward + (layout.has_head ? head_forward : 0)) - attention_flops;
+    const double recompute_attention =
+        p.recompute == ActivationCheckpointing::none ? 0.0 : attention_flops;  // selective and full redo it
+    const double recompute_products = tokens * blocks * block_recompute - recompute_attention;
     StageCost& sc = stages[size_t(s)];
     const double fwd_traffic = tokens * blocks * traffic_forward;
     const double bwd_traffic = tokens * blocks * (traffic_backward + traffic_recompute);
-    sc.forward = (fwd_flops / rate + fwd_traffic / bandwidth) / v;  // per chunk: each op is one chunk's work
-    sc.backward = ((2 * fwd_flops + recompute_flops) / rate + bwd_traffic / bandwidth) / v;
+    const double fwd_time = product_flops / rate + attention_flops / attention_forward_rate;
+    sc.forward = (fwd_time + fwd_traffic / bandwidth) / v;  // per chunk: each op is one chunk's work
+    sc.backward = ((2 * product_flops + recompute_products) / rate +
+                   (recompute_attention / attention_forward_rate + 2 * attention_flops / attention_backward_rate) +
+                   bwd_traffic / bandwidth) /
+                  v;
     sc.tp_forward = (blocks * (tp_forward_block + cp_forward_block) + moe_blocks * ep_forward_block +
                      (layout.has_embedding ? tp_collective : 0) + (layout.has_head ? loss_time : 0)) /
                     v;

@@ -132,7 +132,22 @@ speed() {  # NAME TORCH_ARGS -- LLMTRAIN_SETS...
     sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p')
   report "step time, $name on cuda: llmtrain ${ours:-?} tokens/s, PyTorch ${theirs:-?} tokens/s" \
     "(ratio $("$py" -c "print(f'{float(\"$ours\")/float(\"$theirs\"):.2f}')" 2>/dev/null || echo '?'))"
+  # The planner's prediction for the same recipe on this GPU's catalogue row, against the measurement.
+  local predicted tokens
+  predicted=$("$L" run recipes/tiny.yaml --set model.family=gpt2 --set train.device=cuda "$@" --dry-run --gpu "$catalog" \
+    2>/dev/null | sed -n 's/^predicted step time: \([0-9.e+-]*\) s.*/\1/p')
+  tokens=$("$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(next(x['tokens'] for x in r if 'tokens' in x))" \
+    "$work/speed-$name/metrics.jsonl" 2>/dev/null || echo "?")
+  report "  plan ($catalog): predicted ${predicted:-?} s a step, measured" \
+    "$("$py" -c "m=$tokens/$ours; print(f'{m:.4g} s (predicted / measured {$predicted/m:.2f})')" 2>/dev/null || echo '?')"
 }
+# The planner's catalogue row for this GPU (docs/plan.md §1).
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+  *H200*) catalog=h200 ;;
+  *A100*40GB*) catalog=a100-40g ;;
+  *A100*) catalog=a100-80g ;;
+  *) catalog=h100 ;;
+esac
 if ! part 3; then
   :
 elif ((simulator == 0)) && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

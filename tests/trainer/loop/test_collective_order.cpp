@@ -26,33 +26,6 @@ struct OrderLayout {
 
 class CollectiveOrder : public TrainStepTest {
  protected:
-  // A rank as train() builds it, with every dimension of the mesh.
-  struct MeshRank {
-    MeshRank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world)
-        : mesh({r.parallel.tp, r.parallel.pp, r.parallel.dp, r.parallel.cp, r.parallel.ep}, world->rank()),
-          comms(parallel::make_mesh_comms(mesh, std::move(world))),
-          data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
-          sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), r.parallel.dp),
-          batches(data, sampler, r.model.seq_len, {comms.cp->size(), comms.cp->rank()}),
-          layout(test_layout(r)),
-          schedule(step_schedule(layout, mesh.coord().pp, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, layout, mesh.coord().pp, schedule), *comms.tp,
-                layout.cp > 1 ? comms.cp.get() : nullptr, layout.ep > 1 ? comms.ep.get() : nullptr) {
-      step.emplace(r, layout, model, comms, batches, schedule);
-      model.init_parameters(11);
-      step->master_from_params();
-    }
-    parallel::Mesh mesh;
-    parallel::MeshComms comms;
-    GptDataset data;
-    Sampler sampler;
-    MicroBatchReader batches;
-    llmtrain::Layout layout;
-    std::vector<parallel::PipeOp> schedule;
-    Model model;
-    std::optional<TrainStep> step;
-  };
-
   // The layout's two steps, logged; the replay's verdict ("" when NCCL would run them).
   std::string replay(const OrderLayout& l, size_t* operations) {
     Recipe r = recipe_;
@@ -67,7 +40,7 @@ class CollectiveOrder : public TrainStepTest {
     const int world = l.tp * l.pp * l.dp * l.cp;
     parallel::OrderLog log(world);
     parallel::run_ranks_in_threads(world, [&](parallel::Comm& w) {
-      MeshRank me(r, prefix_, log.wrap(w.split(0, w.rank(), "world")));
+      Rank me(r, prefix_, log.wrap(w.split(0, w.rank(), "world")), l.dp, l.pp);
       for (int s = 0; s < 2; ++s) me.step->run(s, int64_t(s) * r.train.global_batch);
     });
     *operations = log.operations();

@@ -55,21 +55,21 @@ class TrainStepTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // A rank's whole training set-up, as train() builds it (tensor and expert parallelism: the recipe's
-  // tp and ep).
+  // A rank's whole training set-up, as train() builds it (tensor, context and expert parallelism: the
+  // recipe's tp, cp and ep).
   // `storage`: the model's dtype when it is not train.precision's (fp16 loss scaling on fp32 storage).
   struct Rank {
     Rank(const Recipe& r, const std::string& prefix, std::unique_ptr<parallel::Comm> world, int dp, int pp = 1,
          std::optional<kernels::DType> storage = std::nullopt)
-        : mesh({r.parallel.tp, pp, dp, 1, r.parallel.ep}, world->rank()),
+        : mesh({r.parallel.tp, pp, dp, r.parallel.cp, r.parallel.ep}, world->rank()),
           comms(parallel::make_mesh_comms(mesh, std::move(world))),
           data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab),
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), dp),
-          batches(data, sampler, r.model.seq_len),
+          batches(data, sampler, r.model.seq_len, {comms.cp->size(), comms.cp->rank()}),
           layout(layout_at(r, dp, pp)),
           schedule(step_schedule(layout, mesh.coord().pp, sampler.micro_batches_per_step())),
           model(r.model, with_storage(step_model_options(r, layout, mesh.coord().pp, schedule), storage), *comms.tp,
-                nullptr, r.parallel.ep > 1 ? comms.ep.get() : nullptr) {
+                r.parallel.cp > 1 ? comms.cp.get() : nullptr, r.parallel.ep > 1 ? comms.ep.get() : nullptr) {
       step.emplace(r, layout, model, comms, batches, schedule);
       model.init_parameters(11);  // after the step: at ZeRO 3 the values live in its shard
       step->master_from_params();
