@@ -159,6 +159,19 @@ std::string memory_check(const Recipe& r, int ranks_per_node, const std::string&
                          : join(fixes, " or ") + " would fit");
 }
 
+// parallel.device_comm as the parallel layer takes it: nullopt for auto.
+std::optional<parallel::DeviceComm> requested_device_comm(const Recipe& r) {
+  switch (r.parallel.device_comm) {
+    case DeviceCommKind::nccl:
+      return parallel::DeviceComm::nccl;
+    case DeviceCommKind::staged:
+      return parallel::DeviceComm::staged;
+    case DeviceCommKind::automatic:
+      break;
+  }
+  return std::nullopt;
+}
+
 void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::string& gpu) {
   const Recipe& r = loaded.recipe;
   const auto& m = r.model;
@@ -194,6 +207,18 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
         layout.experts_sharded() ? "it holds only those, their gradients reduced over the edp group"
                                  : "ZeRO's shards over dp × cp hold every expert");
   if (layout.optimizer_sharded()) std::printf("zero: %s\n", layout.describe_zero().c_str());
+  if (r.train.device == DeviceKind::cuda && shape.world() > 1) {
+    try {
+      const parallel::DeviceCommChoice c = parallel::choose_device_comm(requested_device_comm(r), false);
+      std::printf("device communication: %s (%s)%s\n", parallel::to_string(c.comm), c.why.c_str(),
+                  r.launch.share_devices && c.comm == parallel::DeviceComm::nccl
+                      ? "; ranks that share a GPU take it only with NCCL 2.30 or later and "
+                        "NCCL_MULTI_RANK_GPU_ENABLE=1 (else auto stages)"
+                      : "");
+    } catch (const Error& e) {
+      std::printf("device communication: %s\n", e.what());
+    }
+  }
 
   int64_t params = trainer::count_parameters(m);
   std::printf("model: %s, %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d (padded %d), seq_len %d\n",
@@ -294,19 +319,6 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
     std::printf("cannot run: %d input%s missing (MISSING above); `llmtrain run` would stop before starting any rank\n",
                 missing_inputs, missing_inputs == 1 ? " is" : "s are");
   for (const NotSupported& f : unsupported_features(r)) std::printf("not supported yet: %s\n", f.text.c_str());
-}
-
-// parallel.device_comm as the parallel layer takes it: nullopt for auto.
-std::optional<parallel::DeviceComm> requested_device_comm(const Recipe& r) {
-  switch (r.parallel.device_comm) {
-    case DeviceCommKind::nccl:
-      return parallel::DeviceComm::nccl;
-    case DeviceCommKind::staged:
-      return parallel::DeviceComm::staged;
-    case DeviceCommKind::automatic:
-      break;
-  }
-  return std::nullopt;
 }
 
 // The device communicator every rank uses: this rank's choice, agreed over the world (a rank that

@@ -87,6 +87,14 @@ expect_out "launch command: mpirun -np 8"
 # torchrun's spelling of --nproc.
 run_cmd dry-run-nproc-per-node "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --nproc_per_node 2
 expect_status 0; expect_out "world: 2 ranks = tp 1 × pp 1 × dp 2 = 2"; expect_out "launch command: mpirun -np 2"
+# cuda ranks: what moves their device memory (parallel.device_comm), NCCL where this build has it.
+run_cmd dry-run-device-comm "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --nproc 2 --set train.device=cuda
+expect_status 0
+if "$LLMTRAIN" env | grep -qE '^nccl: +[0-9]'; then
+  expect_out_re "^device communication: nccl \(NCCL [0-9.]+\)"
+else
+  expect_out "device communication: staged (auto: this build has no NCCL)"
+fi
 
 # A layout of more ranks than one, with no rank count given: how to start them, not the arithmetic.
 run_cmd layout-needs-ranks "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set parallel.tp=2
