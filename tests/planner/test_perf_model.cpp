@@ -101,13 +101,14 @@ TEST(PerfModel, Gpt2OnAnH100IsPredictedWithinAQuarterOfItsMeasurement) {
   r.model.vocab = 50257;
   r.model.max_positions = 1024;
   r.train.device = DeviceKind::cuda;
-  for (const auto& [precision, measured_tokens_per_s] : {std::pair{Precision::fp32, 40.2e3}, {Precision::bf16, 97.7e3}}) {
+  for (const auto& [precision, measured_tokens_per_s] :
+       {std::pair{Precision::fp32, 40.2e3}, {Precision::bf16, 97.7e3}}) {
     r.train.precision = precision;
     ASSERT_TRUE(recipe_check(r, {1, "test", false}).empty());
     const double measured = 8 * 1024 / measured_tokens_per_s;
     const StepPrediction t = predict_step(r, {device_lookup("h100"), 1, 8, 25e9});
-    EXPECT_NEAR(t.total / measured, 1.0, 0.25) << to_string(precision) << ": predicted " << t.total << " s, measured "
-                                               << measured << " s";
+    EXPECT_NEAR(t.total / measured, 1.0, 0.25)
+        << to_string(precision) << ": predicted " << t.total << " s, measured " << measured << " s";
   }
 }
 
