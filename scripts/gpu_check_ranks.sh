@@ -71,7 +71,7 @@ ranks_common=(--set model.seq_len=64 --set train.micro_batch=1 --set train.globa
 ranks_run() {  # NAME NPROC SETS...
   local name=$1 np=$2
   shift 2
-  timeout 600 "$L" run recipes/tiny.yaml --nproc "$np" "${ranks_common[@]}" --set log.dir="$work/ranks-$name" "$@" \
+  timeout 240 "$L" run recipes/tiny.yaml --nproc "$np" "${ranks_common[@]}" --set log.dir="$work/ranks-$name" "$@" \
     >"$work/ranks-$name.log" 2>&1
 }
 if ranks_run one 1; then
@@ -104,7 +104,7 @@ fi
 # compute-sanitizer on both ranks of a dp 2 run, under a plain mpirun (the ranks' own launcher).
 if ((simulator == 0)) && command -v compute-sanitizer >/dev/null && command -v mpirun >/dev/null; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-    timeout 600 mpirun -np 2 -x LD_LIBRARY_PATH -x NCCL_MULTI_RANK_GPU_ENABLE -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS \
+    timeout 300 mpirun -np 2 -x LD_LIBRARY_PATH -x NCCL_MULTI_RANK_GPU_ENABLE -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$L" run recipes/tiny.yaml "${ranks_common[@]}" \
     --set train.steps=2 --set checkpoint.every=0 --set launch.procs_per_node=2 --set log.dir="$work/ranks-sanitizer" \
     >"$work/ranks-sanitizer.log" 2>&1
@@ -116,7 +116,7 @@ fi
 # dp scaling with a GPU per rank: GPT-2 124M in bf16, tokens/s at dp N over N × dp 1.
 if ((gpus >= 2)); then
   scale_run() {  # NAME NPROC
-    timeout 600 "$L" run recipes/tiny.yaml --nproc "$2" --set model.family=gpt2 --set model.layers=12 --set model.hidden=768 \
+    timeout 300 "$L" run recipes/tiny.yaml --nproc "$2" --set model.family=gpt2 --set model.layers=12 --set model.hidden=768 \
       --set model.heads=12 --set model.kv_heads=12 --set model.vocab=50257 --set model.seq_len=1024 \
       --set model.max_positions=1024 --set train.micro_batch=8 --set train.global_batch=$((8 * $2)) --set train.steps=20 \
       --set optimizer.warmup=5 --set train.precision=bf16 --set train.device=cuda --set data.train="$work/data/train" \
