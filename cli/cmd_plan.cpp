@@ -110,8 +110,9 @@ int cmd_plan(const PlanArgs& args) {
                   "give --gpu " + join(planner::device_names(), "|") + " (docs/plan.md lists them)");
     device = "cpu";
   }
-  planner::Cluster cluster{planner::device_lookup(device, &base), args.gpus, args.gpus_per_node,
-                           args.inter_node_gbps * 1e9 / 8};
+  planner::DeviceSpec spec = planner::device_lookup(device, &base);
+  if (!args.rates.empty()) planner::apply_measured_rates(spec, args.rates);
+  planner::Cluster cluster{spec, args.gpus, args.gpus_per_node, args.inter_node_gbps * 1e9 / 8};
   const planner::SearchResult found = planner::search_layouts(base, cluster);
   const int valid = int(found.fitting.size() + found.too_big.size());
   if (valid == 0)
@@ -148,6 +149,8 @@ int cmd_plan(const PlanArgs& args) {
                         {"inter_node_gbps", args.inter_node_gbps},
                         {"device", cluster.device.name},
                         {"device_memory_bytes", cluster.device.memory},
+                        {"rate_source", cluster.device.rate_source},
+                        {"attention_source", cluster.device.attention_source},
                         {"fitting", ranked.size()},
                         {"too_big", found.too_big.size()},
                         {"refused", found.rejected},
@@ -165,6 +168,9 @@ int cmd_plan(const PlanArgs& args) {
       base.name.c_str(), format_count(double(trainer::count_parameters(m))).c_str(), base.train.global_batch, m.seq_len,
       to_string(base.train.precision), args.gpus, cluster.device.model.c_str(), std::min(args.gpus, args.gpus_per_node),
       args.inter_node_gbps);
+  std::printf(
+      "rates: products at %s%s\n", cluster.device.rate_source.c_str(),
+      cluster.device.attention_source.empty() ? "" : ("; attention at " + cluster.device.attention_source).c_str());
   std::printf("%zu layouts fit, %zu do not; %d refused by the recipe checks\n", ranked.size(), found.too_big.size(),
               found.rejected);
   std::printf("%4s  %s %11s %10s %8s  %s\n", "rank", pad("layout", 66).c_str(), "memory", "step", "TF/s", "limit");

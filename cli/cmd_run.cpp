@@ -172,7 +172,8 @@ std::optional<parallel::DeviceComm> requested_device_comm(const Recipe& r) {
   return std::nullopt;
 }
 
-void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::string& gpu) {
+void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::string& gpu,
+                const std::string& rates) {
   const Recipe& r = loaded.recipe;
   const auto& m = r.model;
   const Layout layout = layout_of(r);
@@ -290,14 +291,18 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
     if (!device.empty()) {
       // The performance model on this layout (llmtrain plan ranks the others); nodes of
       // launch.procs_per_node ranks, 400 Gb/s per rank between them.
-      const planner::Cluster cluster{planner::device_lookup(device, &r), r.world_size(),
-                                     std::max(1, plan.ranks_per_node), 50e9};
+      planner::DeviceSpec spec = planner::device_lookup(device, &r);
+      if (!rates.empty()) planner::apply_measured_rates(spec, rates);
+      const planner::Cluster cluster{spec, r.world_size(), std::max(1, plan.ranks_per_node), 50e9};
       const planner::StepPrediction t = planner::predict_step(r, cluster);
       std::printf(
           "predicted step time: %.4g s on %s = compute %.4g + pipeline bubble %.4g + tensor-parallel %.4g + pipeline "
           "transfers %.4g + data-parallel %.4g + optimizer %.4g; limit: %s (docs/plan.md)\n",
           t.total, cluster.device.model.c_str(), t.compute, t.bubble, t.tp_comm, t.pp_comm, t.dp_comm, t.optimizer,
           t.limit.c_str());
+      if (!rates.empty())
+        std::printf("rates: products at %s; attention at %s\n", spec.rate_source.c_str(),
+                    spec.attention_source.c_str());
     }
   }
   if (layout.pp > 1) print_pipeline(r, layout);
@@ -407,6 +412,9 @@ int cmd_run(const RunArgs& args) {
     throw Error(fmt::format("--gpu {} is for --dry-run", args.gpu),
                 "add --dry-run to check the predicted memory against that GPU; a run uses the device it has");
   if (!args.gpu.empty()) planner::device_memory(args.gpu);  // an unknown name fails before anything else
+  if (!args.rates.empty() && args.gpu.empty())
+    throw Error(fmt::format("--rates {} needs --gpu", printable(args.rates)),
+                "name the GPU the rates were measured on: --dry-run --gpu h100 --rates FILE");
   RecipeArgs recipe_args = args.recipe;
   if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
   const bool rank_program = !args.rank_command.empty();
@@ -435,7 +443,7 @@ int cmd_run(const RunArgs& args) {
     throw;
   }
   if (args.dry_run) {
-    print_plan(loaded, plan, args.gpu);
+    print_plan(loaded, plan, args.gpu, args.rates);
     return kExitOk;
   }
   // A CPU run whose ranks will not fit this host's memory is told so before any rank starts (once:

@@ -25,6 +25,7 @@ struct RunArgs {
   bool dry_run = false;
   int nproc = 0;                          // --nproc N: sets launch.procs_per_node
   std::string gpu;                        // --gpu NAME (--dry-run, train.device cuda): the catalogue device
+  std::string rates;                      // --rates FILE (with --gpu): that GPU's measured rates
   double stop_grace_s = 600.0;            // --stop-grace: time the ranks get to checkpoint after a stop
   std::vector<std::string> rank_command;  // after `--`: the program every rank runs instead of training
 };
@@ -45,7 +46,8 @@ int cmd_env();
 struct PlanArgs {
   RecipeArgs recipe;
   int gpus = 0;
-  std::string gpu;  // catalogue name; empty: cpu for train.device cpu
+  std::string gpu;    // catalogue name; empty: cpu for train.device cpu
+  std::string rates;  // --rates FILE: the GPU's measured rates (planner::apply_measured_rates)
   int gpus_per_node = 8;
   double inter_node_gbps = 400;  // per GPU (its NIC)
   std::string apply;             // write the best layout into this copy of the recipe

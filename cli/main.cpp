@@ -160,6 +160,10 @@ int main(int argc, char** argv) {
                   "With --dry-run and train.device cuda: the catalogue GPU to check the predicted memory per rank "
                   "against (a100-40g, a100-80g, h100, h200; docs/plan.md)")
       ->type_name("NAME");
+  run->add_option("--rates", run_args.rates,
+                  "With --dry-run and --gpu: that GPU's rates as measured on a device (the file "
+                  "scripts/gpu_check.sh writes; docs/plan.md §1) instead of the catalogue's")
+      ->type_name("FILE");
   run->add_option("--stop-grace", run_args.stop_grace_s,
                   "Seconds the ranks get to write a checkpoint and exit after SIGTERM/SIGINT before they are killed")
       ->check(CLI::Range(0.001, 604800.0))
@@ -348,6 +352,10 @@ int main(int argc, char** argv) {
                    "Device from the catalogue: a100-40g, a100-80g, h100, h200, cpu (default: cpu for train.device "
                    "cpu; required for cuda)")
       ->type_name("NAME");
+  plan->add_option("--rates", plan_args.rates,
+                   "The GPU's rates as measured on a device (the file scripts/gpu_check.sh writes; docs/plan.md "
+                   "§1) instead of the catalogue's")
+      ->type_name("FILE");
   plan->add_option("--gpus-per-node", plan_args.gpus_per_node, "GPUs per node (one NVLink domain)")
       ->capture_default_str();
   plan->add_option("--inter-node-gbps", plan_args.inter_node_gbps, "Network bandwidth per GPU between nodes, Gb/s")

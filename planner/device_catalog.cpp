@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/host.h"
+#include "common/json_depth.h"
 #include "common/strings.h"
 #include "kernels/backend_info.h"
 
@@ -139,6 +143,48 @@ DeviceSpec cpu_device(const Recipe* recipe) {
   d.rate_source = threads == 1 ? std::string("sgemm measured on 1 thread")
                                : fmt::format("sgemm measured on {} threads and on 1", threads);
   return d;
+}
+
+void apply_measured_rates(DeviceSpec& device, const std::string& path) {
+  if (device.shares_host || device.name == "cpu")
+    throw Error(fmt::format("--rates {}: the cpu row's rates are measured on this machine already", printable(path)),
+                "give --rates with a GPU (--gpu h100, ...)");
+  constexpr int64_t kMaxRatesFile = 64 * 1024;
+  const std::string text = read_file(path, kMaxRatesFile);
+  const std::string where = fmt::format("--rates {}", printable(path));
+  require_json_depth(text, where, 4);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not JSON: {}", where, e.what()),
+                "give the file tests/bench/device_rates writes (scripts/gpu_check.sh keeps it as rates.json)");
+  }
+  if (!j.is_object() || !j.contains("llmtrain_device_rates"))
+    throw Error(fmt::format("{}: not a device-rates file (no llmtrain_device_rates key)", where),
+                "give the file tests/bench/device_rates writes (scripts/gpu_check.sh keeps it as rates.json)");
+  auto rate = [&](const char* key) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number())
+      throw Error(fmt::format("{}: {} is missing or not a number", where, key), "rerun tests/bench/device_rates");
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || v <= 0 || v >= 1e18)
+      throw Error(fmt::format("{}: {} is {}, expected a rate in FLOP/s between 0 and 1e18", where, key, v),
+                  "rerun tests/bench/device_rates");
+    return v;
+  };
+  auto text_of = [&](const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? printable(it->get<std::string>().substr(0, 200)) : std::string("?");
+  };
+  device.attention_forward_rate = rate("attention_forward_rate");
+  device.attention_backward_rate = rate("attention_backward_rate");
+  device.achievable_bf16 = rate("products_bf16");
+  device.achievable_fp32 = rate("products_fp32");
+  const std::string source =
+      fmt::format("measured on {} ({}, commit {})", text_of("device"), text_of("date"), text_of("commit"));
+  device.rate_source = "the products' rate " + source;
+  device.attention_source = "llmtrain's attention kernel " + source;
 }
 
 }  // namespace llmtrain::planner

@@ -59,4 +59,13 @@ DeviceSpec cpu_device(const Recipe* recipe);
 // a memory check needs. The rates of the cpu row are 0 here; use device_lookup for predictions.
 DeviceSpec device_memory(const std::string& name);
 
+// Replaces a GPU row's rates by those measured on a device (`llmtrain plan --rates FILE`, `run
+// --dry-run --rates FILE`): the JSON object tests/bench/device_rates writes (scripts/gpu_check.sh
+// runs it), whose attention_forward_rate, attention_backward_rate, products_bf16 and products_fp32
+// (FLOP/s) become the row's attention rates and achievable rates; rate_source and attention_source
+// name the device, date and commit it records. The file may be hostile: at most 64 KiB, every rate
+// a finite number in (0, 1e18), strings printable; anything else is an llmtrain::Error naming the
+// file and the key. Refused for the cpu row, whose rates are measured on this machine anyway.
+void apply_measured_rates(DeviceSpec& device, const std::string& path);
+
 }  // namespace llmtrain::planner

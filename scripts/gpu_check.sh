@@ -40,7 +40,7 @@ else
   build=build-gpu
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${arch}-real" \
     -DLLMTRAIN_TESTS=ON >/dev/null || exit 1
-  cmake --build "$build" -j "$(nproc)" --target llmtrain test_kernels >/dev/null || exit 1
+  cmake --build "$build" -j "$(nproc)" --target llmtrain test_kernels device_rates >/dev/null || exit 1
 fi
 L=$PWD/$build/llmtrain
 work=$PWD/$build/gpu_check
@@ -136,10 +136,15 @@ speed() {  # NAME TORCH_ARGS -- LLMTRAIN_SETS...
   local predicted tokens
   predicted=$("$L" run recipes/tiny.yaml --set model.family=gpt2 --set train.device=cuda "$@" --dry-run --gpu "$catalog" \
     2>/dev/null | sed -n 's/^predicted step time: \([0-9.e+-]*\) s.*/\1/p')
+  local with_rates=""
+  [[ -n $rates ]] && with_rates=$("$L" run recipes/tiny.yaml --set model.family=gpt2 --set train.device=cuda "$@" \
+    --dry-run --gpu "$catalog" --rates "$rates" 2>/dev/null | sed -n 's/^predicted step time: \([0-9.e+-]*\) s.*/\1/p')
   tokens=$("$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(next(x['tokens'] for x in r if 'tokens' in x))" \
     "$work/speed-$name/metrics.jsonl" 2>/dev/null || echo "?")
-  report "  plan ($catalog): predicted ${predicted:-?} s a step, measured" \
-    "$("$py" -c "m=$tokens/$ours; print(f'{m:.4g} s (predicted / measured {$predicted/m:.2f})')" 2>/dev/null || echo '?')"
+  report "  plan ($catalog): predicted ${predicted:-?} s a step with the catalogue's rates, ${with_rates:-?} s with this" \
+    "run's (rates.json), measured" \
+    "$("$py" -c "m=$tokens/$ours; print(f'{m:.4g} s (predicted / measured {$predicted/m:.2f}, {${with_rates:-0}/m:.2f})')" \
+      2>/dev/null || echo '?')"
 }
 # The planner's catalogue row for this GPU (docs/plan.md §1).
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
@@ -148,6 +153,17 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   *A100*) catalog=a100-80g ;;
   *) catalog=h100 ;;
 esac
+# The planner's rates measured here (tests/bench/device_rates: the attention kernel and the products
+# at GPT-2 124M's shapes), for `plan --rates` / `run --dry-run --rates`; docs/plan.md §1 records them.
+rates=""
+if part 3 && ((simulator == 0)) && [[ -x $build/tests/device_rates ]]; then
+  if "$build/tests/device_rates" --output "$work/rates.json" >"$work/rates.log" 2>&1; then
+    rates=$work/rates.json
+    report "rates: $("$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print(', '.join(f'{k} {r[k]/1e12:.1f} TFLOP/s' for k in ('attention_forward_rate','attention_backward_rate','products_bf16','products_fp32')))" "$rates" 2>&1) ($rates)"
+  else
+    report "rates: device_rates failed ($work/rates.log)"
+  fi
+fi
 if ! part 3; then
   :
 elif ((simulator == 0)) && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

@@ -13,7 +13,8 @@
 #     start, naming both counts, unless launch.share_devices; a malformed count is an error.
 #  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, llama3
 #     RoPE) on cuda take the CPU's 2 fp32 steps;
-#  6. MoE blocks on cuda take the CPU's 2 fp32 steps.
+#  6. MoE blocks on cuda take the CPU's 2 fp32 steps;
+#  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes.
 # Multi-rank training on cuda: tests/e2e/cuda_layouts_sim.sh.
 source "$(dirname "$0")/lib.sh"
 use_python
@@ -97,4 +98,13 @@ for d in cpu cuda; do
   expect_status 0
 done
 compare "MoE blocks: cuda takes the cpu's 2 steps" moe-cuda moe-cpu --last 2 --tol 1e-5
+# 7. The planner's measured rates (tests/bench/device_rates, which scripts/gpu_check.sh runs on a GPU):
+#    on the simulated device at a tiny shape, a file `plan --rates` takes (the simulator's rates
+#    mean nothing; the file and its path through the planner are what is checked).
+run_cmd "device_rates on the simulator" "$BUILD/tests/device_rates" --batch 1 --seq 16 --heads 2 --dim 16 \
+  --hidden 32 --reps 1 --output rates.json
+expect_status 0
+run_cmd "plan with the simulator's rates" "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --set train.device=cuda --gpus 1 \
+  --gpu h100 --rates rates.json
+expect_status 0; expect_out_re "attention at llmtrain's attention kernel measured on .*simulat"
 finish

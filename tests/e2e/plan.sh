@@ -68,4 +68,42 @@ expect_status 2; expect_out_re "^warning: predicted [0-9.]+ [GT]iB per rank > [0
 
 run_cmd dry-run-tiny "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run
 expect_status 0; expect_out "predicted memory per rank: "; expect_out "this host's memory / 1 ranks on it"
+
+# --rates: a GPU's rates as measured on a device (tests/bench/device_rates writes the file,
+# scripts/gpu_check.sh runs it) in place of the catalogue's. Half the catalogue's H100 attention rates
+# and the same products: a GPT-2 124M step in bf16 takes longer by about the attention's share.
+gpt2=(--set model.family=gpt2 --set model.layers=12 --set model.hidden=768 --set model.heads=12 --set model.kv_heads=12
+  --set model.vocab=50257 --set model.seq_len=1024 --set model.max_positions=1024 --set train.micro_batch=8
+  --set train.global_batch=8 --set train.device=cuda --set train.precision=bf16)
+printf '{"llmtrain_device_rates": 1, "device": "NVIDIA H100 80GB HBM3", "date": "2026-11-28", "commit": "abc1234",
+  "attention_forward_rate": 12.39e12, "attention_backward_rate": 7.36e12, "products_bf16": 593.6e12,
+  "products_fp32": 46.83e12}\n' >rates.json
+step() { sed -n 's/^predicted step time: \([0-9.e+-]*\) s.*/\1/p' <<<"$out"; }
+run_cmd dry-run-catalogue "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${gpt2[@]}" --dry-run --gpu h100
+expect_status 0; catalogue=$(step)
+run_cmd dry-run-rates "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${gpt2[@]}" --dry-run --gpu h100 --rates rates.json
+expect_status 0; measured=$(step)
+expect_out "rates: products at the products' rate measured on NVIDIA H100 80GB HBM3 (2026-11-28, commit abc1234)"
+awk -v a="$catalogue" -v b="$measured" 'BEGIN { exit !(b > 1.7 * a && b < 1.9 * a) }' &&
+  pass "half the attention rates: $catalogue -> $measured s a step" ||
+  fail "half the attention rates: $catalogue -> $measured s a step (expected about 1.8 times)"
+run_cmd plan-rates "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" "${gpt2[@]}" --gpus 1 --gpu h100 --rates rates.json
+expect_status 0; expect_out "attention at llmtrain's attention kernel measured on NVIDIA H100 80GB HBM3"
+# Hostile or wrong files: the file and the key named, nothing predicted.
+sed 's/"products_fp32": 46.83e12/"products_fp32": -1/' rates.json >negative.json
+run_cmd rates-negative "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" "${gpt2[@]}" --gpus 1 --gpu h100 --rates negative.json
+expect_status 2; expect_out "--rates negative.json: products_fp32 is -1, expected a rate in FLOP/s"
+sed 's/"attention_backward_rate": 7.36e12, //' rates.json >missing.json
+run_cmd rates-missing "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" "${gpt2[@]}" --gpus 1 --gpu h100 --rates missing.json
+expect_status 2; expect_out "attention_backward_rate is missing or not a number"
+printf '%.0s[' {1..200} >deep.json
+run_cmd rates-deep "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" "${gpt2[@]}" --gpus 1 --gpu h100 --rates deep.json
+expect_status 2; expect_out "nested deeper than"
+echo '{"device": "x"}' >other.json
+run_cmd rates-other "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" "${gpt2[@]}" --gpus 1 --gpu h100 --rates other.json
+expect_status 2; expect_out "not a device-rates file"
+run_cmd rates-cpu "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --gpus 1 --rates rates.json
+expect_status 2; expect_out "the cpu row's rates are measured on this machine already"
+run_cmd rates-without-gpu "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --rates rates.json
+expect_status 2; expect_out "--rates rates.json needs --gpu"
 finish
