@@ -8,6 +8,9 @@
 # BLAS and MPI buffers), so its ratio is nearer 1 than the account's.
 #
 #   scripts/bench/zero3_rss.sh [STEPS]      default 2; build/llmtrain must exist (~4 minutes on 2 cores)
+#   TRANSPORT=copy scripts/bench/zero3_rss.sh
+#                                           Open MPI's shared memory without single-copy (the tests'
+#                                           setting, tests/parallel/mpi_env.sh: copy in, copy out)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -15,10 +18,11 @@ steps=${1:-2}
 llmtrain=$root/${LLMTRAIN_BUILD_DIR:-build}/llmtrain
 [[ -x $llmtrain ]] || { echo "build llmtrain first (scripts/test.sh or cmake --build build)"; exit 1; }
 source tests/parallel/mpi_env.sh
-mpi_transport_as_llmtrain_run
+[[ ${TRANSPORT:-} == copy ]] || mpi_transport_as_llmtrain_run
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD) $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD) $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)," \
+  "single-copy: ${OMPI_MCA_btl_vader_single_copy_mechanism:-default}"
 cd "$work"
 mapfile -t corpus < <(ls /usr/share/games/fortunes/* | grep -E '/[a-z-]+$' | grep -v chinese)
 "$llmtrain" prep --input "${corpus[@]}" --separator % --tokenizer byte --output data/ --valid-fraction 0.05 >/dev/null 2>&1
@@ -29,7 +33,8 @@ declare -A peak
 for z in 0 3; do
   mpi_run 1800 2 /usr/bin/time -f "rss_kb %M" "$llmtrain" run "$root/recipes/tiny.yaml" "${model[@]}" "${common[@]}" \
     --set parallel.zero=$z --set log.dir=z$z >z$z.log 2>&1 || { tail -20 z$z.log; exit 1; }
-  rss=$(grep -o 'rss_kb [0-9]*' z$z.log | awk '{print $2}' | sort -n | tail -1)
+  rss=$(grep -o 'rss_kb [0-9]*' z$z.log | awk '{print $2}' | sort -n | tail -1 || true)
+  [[ -n $rss ]] || { echo "stage $z: no peak RSS in its log (/usr/bin/time's line missing):"; tail -20 z$z.log; exit 1; }
   peak[$z]=$rss
   echo "stage $z: peak RSS per rank $(grep -o 'rss_kb [0-9]*' z$z.log | awk '{printf "%.2f GB ", $2 / 1e6}')(larger $(awk -v k="$rss" 'BEGIN {printf "%.2f", k / 1e6}') GB);" \
     "$(grep -m1 -o 'memory per rank: .*' z$z.log | sed 's/; total/, total/')"

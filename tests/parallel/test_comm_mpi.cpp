@@ -193,11 +193,12 @@ TEST(MpiComm, ReduceScatter) {
       if (op == ReduceOp::avg && !is_float(t)) continue;
       for (int64_t n : sizes_for(t, true)) check_reduce_scatter(world(), t, op, n, 12, false);
     }
-  // In place (MPI_IN_PLACE on `in` itself; bf16 widened in place in its fp32 copy).
+  // In place (MPI_IN_PLACE on `in` itself; bf16 widened in place in its fp32 copy), blocks larger
+  // than a piece (kPieceBytes) too.
   for (DType t : {DType::fp32, DType::bf16, DType::int64})
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::avg}) {
       if (op == ReduceOp::avg && !is_float(t)) continue;
-      for (int64_t n : {int64_t(1), kPrime}) check_reduce_scatter(world(), t, op, n, 13, true);
+      for (int64_t n : {int64_t(1), kPrime, kLargeEach}) check_reduce_scatter(world(), t, op, n, 13, true);
     }
 }
 
