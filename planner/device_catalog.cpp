@@ -150,8 +150,10 @@ void apply_measured_rates(DeviceSpec& device, const std::string& path) {
     throw Error(fmt::format("--rates {}: the cpu row's rates are measured on this machine already", printable(path)),
                 "give --rates with a GPU (--gpu h100, ...)");
   constexpr int64_t kMaxRatesFile = 64 * 1024;
-  const std::string text = read_file(path, kMaxRatesFile);
-  const std::string where = fmt::format("--rates {}", printable(path));
+  apply_measured_rates_text(device, read_file(path, kMaxRatesFile), fmt::format("--rates {}", printable(path)));
+}
+
+void apply_measured_rates_text(DeviceSpec& device, std::string_view text, const std::string& where) {
   require_json_depth(text, where, 4);
   nlohmann::json j;
   try {
@@ -177,10 +179,10 @@ void apply_measured_rates(DeviceSpec& device, const std::string& path) {
     const auto it = j.find(key);
     return it != j.end() && it->is_string() ? printable(it->get<std::string>().substr(0, 200)) : std::string("?");
   };
-  device.attention_forward_rate = rate("attention_forward_rate");
-  device.attention_backward_rate = rate("attention_backward_rate");
-  device.achievable_bf16 = rate("products_bf16");
-  device.achievable_fp32 = rate("products_fp32");
+  const double forward = rate("attention_forward_rate"), backward = rate("attention_backward_rate");
+  const double bf16 = rate("products_bf16"), fp32 = rate("products_fp32");
+  device.attention_forward_rate = forward, device.attention_backward_rate = backward;
+  device.achievable_bf16 = bf16, device.achievable_fp32 = fp32;
   const std::string source =
       fmt::format("measured on {} ({}, commit {})", text_of("device"), text_of("date"), text_of("commit"));
   device.rate_source = "the products' rate " + source;

@@ -67,5 +67,7 @@ DeviceSpec device_memory(const std::string& name);
 // a finite number in (0, 1e18), strings printable; anything else is an llmtrain::Error naming the
 // file and the key. Refused for the cpu row, whose rates are measured on this machine anyway.
 void apply_measured_rates(DeviceSpec& device, const std::string& path);
+// The same on the file's text; `where` names it in errors ("--rates rates.json").
+void apply_measured_rates_text(DeviceSpec& device, std::string_view text, const std::string& where);
 
 }  // namespace llmtrain::planner

@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    each target for SECONDS (default 60); targets:
 #                                            recipe safetensors manifest idx tokenizer tokenizer_text
-#                                            prep_jsonl hf_config plot_metrics hf_index derived_recipe
+#                                            prep_jsonl hf_config plot_metrics hf_index derived_recipe device_rates
 #
 # Builds the sanitizer build (build-asan/, clang; scripts/sanitize.sh's) if needed. Each target
 # starts from its seeds (tests/fuzz/corpus/<target>/) and the inputs that once broke it
@@ -19,7 +19,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(recipe safetensors manifest idx tokenizer tokenizer_text prep_jsonl hf_config plot_metrics
-  hf_index derived_recipe)
+  hf_index derived_recipe device_rates)
 build=${LLMTRAIN_ASAN_BUILD_DIR:-build-asan}
 
 scripts/sanitize.sh --build-only "${targets[@]/#/fuzz_}"

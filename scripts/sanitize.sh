@@ -23,7 +23,7 @@ configure() {
 }
 
 fuzz_targets=(fuzz_recipe fuzz_safetensors fuzz_manifest fuzz_idx fuzz_tokenizer fuzz_tokenizer_text fuzz_prep_jsonl
-  fuzz_hf_config fuzz_plot_metrics fuzz_hf_index fuzz_derived_recipe)
+  fuzz_hf_config fuzz_plot_metrics fuzz_hf_index fuzz_derived_recipe fuzz_device_rates)
 
 if [[ ${1:-} == --build-only ]]; then
   shift

@@ -85,6 +85,10 @@ int run(int argc, char** argv) {
     else
       throw Error(fmt::format("unknown option {}", a), "see the comment at the top of tests/bench/device_rates.cpp");
   }
+  for (const auto& [name, v] :
+       {std::pair{"--batch", batch}, std::pair{"--seq", seq}, std::pair{"--heads", heads}, std::pair{"--dim", dim},
+        std::pair{"--hidden", hidden}, std::pair{"--reps", int64_t(reps)}})
+    if (v < 1 || v > (int64_t(1) << 20)) throw Error(fmt::format("{} {}: expected 1 to 2^20", name, v));
   const kernels::CudaInfo cuda = kernels::cuda_info();
   if (cuda.devices.empty()) throw environment_error("no CUDA device: " + cuda.unavailable_reason);
 

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -43,14 +42,12 @@ class LoggingWork final : public Work {
 
 class LoggingComm final : public Comm {
  public:
-  LoggingComm(std::unique_ptr<Comm> inner, OrderLog* log, int world_rank, std::string key,
-              std::function<size_t(int, LoggedOp)> add)
+  LoggingComm(std::unique_ptr<Comm> inner, OrderLog* log, int world_rank, std::string key)
       : inner_(std::move(inner)),
         log_(log),
         world_rank_(world_rank),
         key_(std::move(key)),
-        logged_(!host_group(inner_->name())),
-        add_(std::move(add)) {}
+        logged_(!host_group(inner_->name())) {}
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -61,7 +58,7 @@ class LoggingComm final : public Comm {
 
   std::unique_ptr<Comm> split(int color, int key, std::string name) override {
     const std::string child = fmt::format("{}/{}#{}", key_, name, color);
-    return std::make_unique<LoggingComm>(inner_->split(color, key, std::move(name)), log_, world_rank_, child, add_);
+    return std::make_unique<LoggingComm>(inner_->split(color, key, std::move(name)), log_, world_rank_, child);
   }
 
   WorkHandle all_reduce_async(Tensor buf, Reduction op) override {
@@ -107,16 +104,28 @@ class LoggingComm final : public Comm {
  private:
   WorkHandle collective(std::string what, WorkHandle inner) {
     if (!logged_) return inner;
-    LoggedOp op{.group = key_, .group_size = size(), .rank = rank(), .collective = what, .what = what};
-    return logged(std::move(op), std::move(inner));
+    return logged(LoggedOp{.group = key_,
+                           .group_size = size(),
+                           .rank = rank(),
+                           .collective = what,
+                           .transfers = {},
+                           .what = what,
+                           .observed_before = 0},
+                  std::move(inner));
   }
   WorkHandle transfers(std::string what, std::vector<LoggedTransfer> list, WorkHandle inner) {
     if (!logged_) return inner;
-    LoggedOp op{.group = key_, .group_size = size(), .rank = rank(), .transfers = std::move(list), .what = what};
-    return logged(std::move(op), std::move(inner));
+    return logged(LoggedOp{.group = key_,
+                           .group_size = size(),
+                           .rank = rank(),
+                           .collective = {},
+                           .transfers = std::move(list),
+                           .what = what,
+                           .observed_before = 0},
+                  std::move(inner));
   }
   WorkHandle logged(LoggedOp op, WorkHandle inner) {
-    const size_t index = add_(world_rank_, std::move(op));
+    const size_t index = log_->add(world_rank_, std::move(op));
     return std::make_unique<LoggingWork>(std::move(inner), log_, world_rank_, index);
   }
 
@@ -125,7 +134,6 @@ class LoggingComm final : public Comm {
   int world_rank_;
   std::string key_;
   bool logged_;
-  std::function<size_t(int, LoggedOp)> add_;
 };
 
 // One rank's operation in the replay.
@@ -142,20 +150,15 @@ OrderLog::OrderLog(int world_size)
 
 std::unique_ptr<Comm> OrderLog::wrap(std::unique_ptr<Comm> world) {
   const int r = world->rank();
-  return std::make_unique<LoggingComm>(std::move(world), this, r, "world", [this](int rank, LoggedOp op) {
-    std::lock_guard lock(mu_);
-    op.observed_before = observed_[size_t(rank)].size();
-    ops_[size_t(rank)].push_back(std::move(op));
-    observed_seen_[size_t(rank)].push_back(false);
-    return ops_[size_t(rank)].size() - 1;
-  });
+  return std::make_unique<LoggingComm>(std::move(world), this, r, "world");
 }
 
-void OrderLog::add(int world_rank, LoggedOp op) {
+size_t OrderLog::add(int world_rank, LoggedOp op) {
   std::lock_guard lock(mu_);
   op.observed_before = observed_[size_t(world_rank)].size();
   ops_[size_t(world_rank)].push_back(std::move(op));
   observed_seen_[size_t(world_rank)].push_back(false);
+  return ops_[size_t(world_rank)].size() - 1;
 }
 
 void OrderLog::observe(int world_rank, size_t index) {

@@ -67,8 +67,9 @@ class OrderLog {
 
   size_t operations() const;
 
-  // For the replay's own tests: a rank's operation, and its wait for its operation `index`.
-  void add(int world_rank, LoggedOp op);
+  // A rank's operation started (its index among the rank's), and its wait for operation `index`
+  // seen complete: what the wrapped communicators record, and what the replay's own tests feed it.
+  size_t add(int world_rank, LoggedOp op);
   void observe(int world_rank, size_t index);
 
  private:

@@ -11,15 +11,23 @@ namespace {
 using kernels::DType;
 
 LoggedOp collective(const std::string& group, int rank, const std::string& what) {
-  return {.group = group, .group_size = 2, .rank = rank, .collective = what, .what = what};
+  return {.group = group,
+          .group_size = 2,
+          .rank = rank,
+          .collective = what,
+          .transfers = {},
+          .what = what,
+          .observed_before = 0};
 }
 
 LoggedOp transfer(const std::string& group, int rank, bool send, int64_t count) {
   return {.group = group,
           .group_size = 2,
           .rank = rank,
+          .collective = {},
           .transfers = {{send, 1 - rank, count, DType::fp32}},
-          .what = send ? "send" : "recv"};
+          .what = send ? "send" : "recv",
+          .observed_before = 0};
 }
 
 TEST(NcclOrder, AcceptsCollectivesAndTransfersInOneOrder) {

@@ -8,8 +8,10 @@
 // Rules a reader could get wrong:
 //  - A slot must stay untouched until the device has copied out of it: used() records an event on
 //    the compute stream behind the model's copies, and a slot is refilled only once its event is
-//    done (a bounded wait, which with one slot per read of a step never waits: the step's scalar
-//    read at its end has made every copy of the step done before the next step reuses a slot).
+//    done (a bounded wait). With a slot per read of a step it never waits (the step's scalar read at
+//    its end has made every copy done before the next step reuses a slot); the step caps the slots
+//    at kMaxUploadSlots, beyond which a host that runs that many reads ahead of the device waits for
+//    the oldest copy, which throttles the host and never the device.
 //  - stage() and used() alternate: one staged micro-batch at a time, used() after the model queued
 //    its copies of it.
 #pragma once
@@ -21,6 +23,10 @@
 #include "trainer/model/model.h"
 
 namespace llmtrain::trainer {
+
+// The most slots a training step keeps (pinned memory is a scarce, slow-to-allocate resource; a
+// step of many micro-batches reuses them).
+inline constexpr int kMaxUploadSlots = 16;
 
 class MicroBatchUpload {
  public:

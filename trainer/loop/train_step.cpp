@@ -101,7 +101,7 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
              int64_t moe_width, double timeout_s)
       : model_(model),
         batches_(batches),
-        upload_(model.device(), 2 * micro_batches, timeout_s),
+        upload_(model.device(), std::min(2 * micro_batches, kMaxUploadSlots), timeout_s),
         micro_batches_(micro_batches),
         loss_scale_(1.0f / float(micro_batches)),
         losses_(losses),
