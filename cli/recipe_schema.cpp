@@ -474,6 +474,13 @@ std::vector<RecipeKey> make_schema() {
     choice("parallel.device_comm", [](auto& r) -> auto& { return r.parallel.device_comm; },
            {"`auto` \\| `nccl` \\| `staged`", "`auto`",
             "what moves device memory between cuda ranks: NCCL, or staged through host memory and MPI"}),
+    choice("parallel.offload", [](auto& r) -> auto& { return r.parallel.offload; },
+           {"`none` \\| `host` \\| `nvme`", "`none`",
+            "where the optimizer's state waits between updates: device memory, host memory, or files"}),
+    string("parallel.offload_path", [](auto& r) -> auto& { return r.parallel.offload_path; }, nullable,
+           {"path", "(none)", "offload nvme: the directory of this job's state files (scratch)"}),
+    boolean("parallel.offload_params", [](auto& r) -> auto& { return r.parallel.offload_params; },
+            {"bool", "false", "ZeRO 3: offload the parameter shards too (not supported yet)"}),
     duration("parallel.timeout", [](auto& r) -> auto& { return r.parallel.timeout_s; }, false,
              {"duration", "300s", "bound on every wait for another rank"}),
 

@@ -24,6 +24,8 @@ constexpr EnumName<PipelineSchedule> kPipelineSchedule[] = {{"gpipe", PipelineSc
 constexpr EnumName<CpComm> kCpComm[] = {{"ring", CpComm::ring}, {"all_to_all", CpComm::all_to_all}};
 constexpr EnumName<DeviceCommKind> kDeviceCommKind[] = {
     {"auto", DeviceCommKind::automatic}, {"nccl", DeviceCommKind::nccl}, {"staged", DeviceCommKind::staged}};
+constexpr EnumName<OffloadKind> kOffloadKind[] = {
+    {"none", OffloadKind::none}, {"host", OffloadKind::host}, {"nvme", OffloadKind::nvme}};
 constexpr EnumName<RopeScalingType> kRopeScalingType[] = {
     {"none", RopeScalingType::none}, {"linear", RopeScalingType::linear}, {"llama3", RopeScalingType::llama3}};
 
@@ -42,5 +44,6 @@ std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { retur
 std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType) { return kRopeScalingType; }
 std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind) { return kDeviceCommKind; }
+std::span<const EnumName<OffloadKind>> enum_names(OffloadKind) { return kOffloadKind; }
 
 }  // namespace llmtrain

@@ -28,6 +28,9 @@ enum class CpComm { ring, all_to_all };
 // What moves a cuda rank's device memory between ranks: NCCL when the build and layout allow
 // (automatic), NCCL, or the staged path through pinned host memory and MPI (parallel/device_comm.h).
 enum class DeviceCommKind { automatic, nccl, staged };
+// Where the optimizer's state lives between its updates (parallel.offload): in the compute device's
+// memory, in (pinned) host memory, or in files under parallel.offload_path (trainer/optim/offload.h).
+enum class OffloadKind { none, host, nvme };
 enum class ResumeMode { automatic, none, path };
 // RoPE's frequency scaling for longer contexts (transformers' rope_type): Llama 3.1+'s `llama3`, or
 // `linear` position interpolation.
@@ -165,6 +168,9 @@ struct ParallelConfig {
   // words on the wire, half the bytes, every addition rounded to bf16 as NCCL does).
   GradReduceDtype grad_reduce_dtype = GradReduceDtype::fp32;
   DeviceCommKind device_comm = DeviceCommKind::automatic;  // train.device cuda only
+  OffloadKind offload = OffloadKind::none;
+  std::string offload_path;     // offload nvme: the directory of the state files (absolute after resolution)
+  bool offload_params = false;  // ZeRO 3: the parameter shards too (not supported yet: refused)
 };
 
 struct CheckpointConfig {
@@ -254,6 +260,7 @@ std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType);
 std::span<const EnumName<CpComm>> enum_names(CpComm);
 std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind);
+std::span<const EnumName<OffloadKind>> enum_names(OffloadKind);
 
 // The name of a recipe enum's value, as recipes write it ("1f1b").
 template <typename E>

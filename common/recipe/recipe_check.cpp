@@ -112,6 +112,7 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
   if (r.checkpoint.dir.empty()) r.checkpoint.dir = (fs::path(r.log.dir) / "ckpt").string();
   r.checkpoint.dir = absolute_path(r.checkpoint.dir, cwd);
   r.checkpoint.resume_path = absolute_path(r.checkpoint.resume_path, cwd);
+  r.parallel.offload_path = absolute_path(r.parallel.offload_path, cwd);
   r.launch.hostfile = absolute_path(r.launch.hostfile, cwd);
   r.launch.ssh.identity = absolute_path(r.launch.ssh.identity, cwd);
   r.launch.ssh.config = absolute_path(r.launch.ssh.config, cwd);
@@ -340,6 +341,23 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     problem("parallel.device_comm", fmt::format("nccl with train.device {}", to_string(r.train.device)),
             "NCCL moves device memory: it needs train.device: cuda (cpu ranks communicate through MPI); remove "
             "device_comm or set it to auto");
+
+  // Offload (trainer/optim/offload.h).
+  const ParallelConfig& pc = r.parallel;
+  if (pc.offload == OffloadKind::host && r.train.device != DeviceKind::cuda)
+    problem("parallel.offload", fmt::format("host with train.device {}", to_string(r.train.device)),
+            "a cpu rank's optimizer state is in host memory already: use offload: nvme (files under "
+            "offload_path) to move it out of memory, or remove offload");
+  if (pc.offload == OffloadKind::nvme && pc.offload_path.empty())
+    problem("parallel.offload_path", "offload nvme without offload_path",
+            "set parallel.offload_path to a directory on a local disk with room for the optimizer state");
+  if (pc.offload != OffloadKind::nvme && !pc.offload_path.empty())
+    problem("parallel.offload_path", fmt::format("offload_path with offload {}", to_string(pc.offload)),
+            "offload_path is where offload: nvme keeps its files: set offload: nvme, or remove offload_path");
+  if (pc.offload_params)
+    problem("parallel.offload_params", "true: offloading ZeRO 3's parameter shards is not supported yet",
+            "remove offload_params (parallel.offload moves the optimizer state; the parameter shards stay in "
+            "memory)");
 
   // Launch.
   if (!r.launch.hostfile.empty() && r.launch.nodes > 1)

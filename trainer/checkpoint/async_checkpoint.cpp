@@ -137,9 +137,10 @@ AsyncSaveResult AsyncCheckpointWriter::start(const CheckpointMeta& meta, const s
     ++next;
     kernels::Tensor host = buffer.tensor();
     host.shape = s.data.shape;
-    kernels::copy(host, s.data);
+    slice_to_host(s, host);
     CheckpointSlice copy = s;
     copy.data = host;
+    copy.fetch = copy.store = nullptr;
     job->slices.push_back(std::move(copy));
     job->buffers.push_back(std::move(buffer));
   }

@@ -9,6 +9,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "kernels/ops.h"
 #include "common/file_io.h"
 #include "common/json_depth.h"
 #include "common/log.h"
@@ -361,7 +362,7 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
       // The fp32 master of the owned ranges (below, with the moments).
     } else if (!model.options().external_params) {
       out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value,
-                     write_params && !p.tied_copy && !p.tp_replica});
+                     write_params && !p.tied_copy && !p.tp_replica, {}, {}});
     } else {
       // ZeRO 3: the values of the owned element ranges, from the param shard, written by the ranks
       // that write the moments.
@@ -373,7 +374,7 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
         part.end = hi - p.offset;
         out.push_back({p.spec.name, TensorRole::param, p.spec.shape, part,
                        model.param_shard().flat(model.param_shard_offset(lo), hi - lo),
-                       write_moments && !p.tied_copy && !p.tp_replica});
+                       write_moments && !p.tied_copy && !p.tp_replica, {}, {}});
       }
     }
     if (!opt || (!moments && !master)) continue;
@@ -391,14 +392,59 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
       part.end = hi - p.offset;
       const bool write = write_moments && !p.tied_copy && !p.tp_replica;
       const int64_t at = opt->state_offset(lo);
-      if (master)
-        out.push_back({p.spec.name, TensorRole::param, p.spec.shape, part, opt->master().flat(at, hi - lo), write});
+      auto state = [&](TensorRole role, AdamW::State which) {
+        CheckpointSlice s{p.spec.name, role, p.spec.shape, part, {}, write, {}, {}};
+        if (opt->offload_store()) {
+          s.data = kernels::Tensor(nullptr, kernels::DType::fp32, {hi - lo});
+          s.fetch = [opt, which, at](kernels::Tensor host) { opt->read_state(which, at, host); };
+          s.store = [opt, which, at](kernels::Tensor host) { opt->write_state(which, at, host); };
+        } else {
+          s.data = which == AdamW::State::master ? opt->master().flat(at, hi - lo)
+                   : which == AdamW::State::exp_avg ? opt->exp_avg().flat(at, hi - lo)
+                                                     : opt->exp_avg_sq().flat(at, hi - lo);
+        }
+        out.push_back(std::move(s));
+      };
+      if (master) state(TensorRole::param, AdamW::State::master);
       if (!moments) continue;
-      out.push_back({p.spec.name, TensorRole::adam_m, p.spec.shape, part, opt->exp_avg().flat(at, hi - lo), write});
-      out.push_back({p.spec.name, TensorRole::adam_v, p.spec.shape, part, opt->exp_avg_sq().flat(at, hi - lo), write});
+      state(TensorRole::adam_m, AdamW::State::exp_avg);
+      state(TensorRole::adam_v, AdamW::State::exp_avg_sq);
     }
   }
   return out;
+}
+
+void slice_to_host(const CheckpointSlice& s, kernels::Tensor host) {
+  if (s.fetch)
+    s.fetch(host);
+  else
+    kernels::copy(host, s.data);
+}
+
+void slice_from_host(const CheckpointSlice& s, kernels::Tensor host) {
+  if (s.store)
+    s.store(host);
+  else
+    kernels::copy(s.data, host);
+}
+
+HostStagedSlices::HostStagedSlices(std::vector<CheckpointSlice> slices) : slices_(std::move(slices)) {
+  for (CheckpointSlice& s : slices_) {
+    if (s.data.device == kernels::Device::cpu && !s.fetch) continue;
+    kernels::Buffer host(s.data.dtype, s.data.shape, kernels::Device::cpu, kernels::MemoryKind::other);
+    staged_.push_back({s, host.tensor()});
+    s.data = host.tensor();
+    s.fetch = s.store = nullptr;
+    host_.push_back(std::move(host));
+  }
+}
+
+void HostStagedSlices::to_host() const {
+  for (const auto& [live, host] : staged_) slice_to_host(live, host);
+}
+
+void HostStagedSlices::from_host() const {
+  for (const auto& [live, host] : staged_) slice_from_host(live, host);
 }
 
 void checkpoint_collective(parallel::Comm& world, const std::function<void()>& fn) { agree(world, capture(fn)); }
@@ -466,15 +512,19 @@ std::string checkpoint_save_commit(FileSystem& fsys, const std::string& dir, con
 
 std::string checkpoint_save(FileSystem& fsys, const std::string& dir, const CheckpointMeta& meta,
                             const std::vector<CheckpointSlice>& slices, parallel::Comm& world, int keep) {
+  const HostStagedSlices staged(slices);
+  agree(world, capture([&] { staged.to_host(); }));  // an offload file's failure ends every rank's save
   const std::string partial = checkpoint_save_prepare(fsys, dir, meta.step, world);
-  ShardWrite mine = checkpoint_save_write(fsys, partial, meta, slices, world.rank());
+  ShardWrite mine = checkpoint_save_write(fsys, partial, meta, staged.slices(), world.rank());
   return checkpoint_save_commit(fsys, dir, meta, mine, world, keep);
 }
 
 LoadedCheckpoint checkpoint_load(const std::string& path, const std::vector<CheckpointSlice>& slices,
                                  parallel::Comm& world) {
+  const HostStagedSlices staged(slices);
   LoadedCheckpoint out;
-  agree(world, capture([&] { out = load_local(path, slices); }));
+  agree(world, capture([&] { out = load_local(path, staged.slices()); }));
+  agree(world, capture([&] { staged.from_host(); }));
   return out;
 }
 

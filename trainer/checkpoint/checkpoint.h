@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/file_io.h"
+#include "kernels/buffer.h"
 #include "kernels/tensor.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint/checkpoint_format.h"
@@ -35,6 +36,32 @@ struct CheckpointSlice {
   SliceSpec slice;       // which part of the global tensor `data` holds
   kernels::Tensor data;  // host fp32, slice.numel() elements
   bool write = false;    // this rank writes it (false: another rank writes the same slice)
+  // Offloaded optimizer state (trainer/optim/offload.h): `data` has the shape and no memory, and
+  // these move the slice between the store and a host fp32 tensor of that shape. The checkpoint
+  // code sees host tensors only: slice_to_host / slice_from_host stage them.
+  std::function<void(kernels::Tensor host)> fetch, store;
+};
+
+// Copies a slice's values into `host` (host fp32 of its shape): from its device, or its store.
+void slice_to_host(const CheckpointSlice& s, kernels::Tensor host);
+// And back, after a load.
+void slice_from_host(const CheckpointSlice& s, kernels::Tensor host);
+
+// The slices as the checkpoint code reads and writes them, host fp32: those on a device, and
+// offloaded optimizer state, get host buffers of their own, filled by to_host (before a save) and
+// copied back by from_host (after a load). checkpoint_save and checkpoint_load stage their slices
+// so; the asynchronous writer snapshots through slice_to_host instead.
+class HostStagedSlices {
+ public:
+  explicit HostStagedSlices(std::vector<CheckpointSlice> slices);
+  const std::vector<CheckpointSlice>& slices() const { return slices_; }
+  void to_host() const;
+  void from_host() const;
+
+ private:
+  std::vector<CheckpointSlice> slices_;
+  std::vector<kernels::Buffer> host_;
+  std::vector<std::pair<CheckpointSlice, kernels::Tensor>> staged_;  // (as the model holds it, its host copy)
 };
 
 // The slices of a model and its optimizer state held by this rank: the parameters, and the moments

@@ -164,7 +164,7 @@ std::map<std::string, std::vector<float>> checkpoint_read_params(const std::stri
     std::vector<float>& v = out[p.name];
     v.resize(static_cast<size_t>(p.numel()));
     slices.push_back({p.name, TensorRole::param, p.shape, SliceSpec::whole(p.shape),
-                      kernels::Tensor(v.data(), kernels::DType::fp32, {p.numel()}), false});
+                      kernels::Tensor(v.data(), kernels::DType::fp32, {p.numel()}), false, {}, {}});
   }
   auto world = parallel::make_local_comm();
   checkpoint_load(step_dir, slices, *world);

@@ -117,33 +117,6 @@ class CheckpointPhase {
   int64_t step_;
 };
 
-// A checkpoint reads and writes host fp32 (CheckpointSlice::data); the slices of a model on a device
-// are staged through host buffers: copied to them before a save, from them after a load.
-class HostStaged {
- public:
-  explicit HostStaged(std::vector<CheckpointSlice> slices) : slices_(std::move(slices)) {
-    for (CheckpointSlice& s : slices_) {
-      if (s.data.device == kernels::Device::cpu) continue;
-      kernels::Buffer host(s.data.dtype, s.data.shape, kernels::Device::cpu, kernels::MemoryKind::other);
-      pairs_.push_back({s.data, host.tensor()});
-      s.data = host.tensor();
-      host_.push_back(std::move(host));
-    }
-  }
-  const std::vector<CheckpointSlice>& slices() const { return slices_; }
-  void to_host() const {
-    for (const auto& [device, host] : pairs_) kernels::copy(host, device);
-  }
-  void to_device() const {
-    for (const auto& [device, host] : pairs_) kernels::copy(device, host);
-  }
-
- private:
-  std::vector<CheckpointSlice> slices_;
-  std::vector<kernels::Buffer> host_;
-  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> pairs_;  // (device, host)
-};
-
 }  // namespace
 
 RunPosition Checkpointer::resume() {
@@ -159,15 +132,13 @@ RunPosition Checkpointer::resume() {
         cc.dir, cc.resume_path, weights_only ? " with load_weights_only" : "");
     explicit_path = weights_only = false;
   }
-  const HostStaged staged(slices(/*moments=*/!weights_only));
   std::optional<LoadedCheckpoint> loaded;
   {
     CheckpointPhase phase(world_, cc.timeout_s, 0, parallel::Phase::load);
-    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, staged.slices(), world_,
-                               recipe_yaml_);
+    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices(/*moments=*/!weights_only),
+                               world_, recipe_yaml_);
   }
   if (!loaded) return {};
-  staged.to_device();
   step_.params_from_master();  // 16-bit parameters: the loaded fp32 master, rounded into the model
   if (weights_only) {
     log_progress("fine-tuning from the weights of {} (step, optimizer and data position start fresh)", loaded->path);
@@ -225,10 +196,7 @@ double Checkpointer::save(const RunPosition& at) {
   }
   const double t0 = now_s();
   CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
-  const HostStaged staged(slices());
-  staged.to_host();
-  const std::string path =
-      checkpoint_save(fs_, recipe_.checkpoint.dir, meta, staged.slices(), world_, recipe_.checkpoint.keep);
+  const std::string path = checkpoint_save(fs_, recipe_.checkpoint.dir, meta, slices(), world_, recipe_.checkpoint.keep);
   const double seconds = now_s() - t0;
   log_progress("checkpoint {} written in {}", path, format_duration(seconds));
   last_saved_ = at.step;

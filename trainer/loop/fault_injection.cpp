@@ -28,7 +28,8 @@ Fault fault_from_env() {
   const std::string_view step = at == std::string_view::npos ? "" : s.substr(at + 1, colon - at - 1);
   const std::string_view rank = colon == std::string_view::npos ? "" : s.substr(colon + 1);
   static const std::set<std::string_view> kinds = {"kill", "segv",         "exit", "throw",        "hang",
-                                                   "slow", "kill-in-save", "term", "term-in-save", "full-disk-in-save"};
+                                                   "slow", "kill-in-save", "term", "term-in-save", "full-disk-in-save",
+                                                   "offload-io-error"};
   Fault f{std::string(kind), 0, -1};
   const bool ok =
       kinds.count(kind) && is_digits(step) &&
@@ -38,8 +39,8 @@ Fault fault_from_env() {
   if (!ok)
     throw Error(
         fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
-        "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term, term-in-save (a test hook; unset it for "
-        "real runs)");
+        "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term, term-in-save, full-disk-in-save, "
+        "offload-io-error (a test hook; unset it for real runs)");
   return f;
 }
 
@@ -123,6 +124,10 @@ double fault_slow_down(const Fault& f, int64_t step, int rank, double compute_s)
   const double seconds = 2 * compute_s;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   return seconds;
+}
+
+bool fault_offload_io_error(const Fault& f, int64_t step, int rank) {
+  return f.kind == "offload-io-error" && f.step == step && (f.rank < 0 || f.rank == rank);
 }
 
 void fault_maybe_fire(const Fault& f, int64_t step, int rank) {

@@ -21,6 +21,10 @@
 //          (checkpoint.async only) SIGTERM from inside the background write of step <step>'s
 //          checkpoint, before it writes anything; the writer then holds until the training loop
 //          waits for it (fault_writer_hook), so the stop is handled while the write is in flight
+//   offload-io-error
+//          the next write to this rank's optimizer state file (parallel.offload: nvme) after step
+//          <step> fails with EIO, as from the disk: the run ends naming the file (its checkpoints
+//          intact)
 // Unset, nothing happens. docs/testing.md lists it; it is not meant for production runs.
 #pragma once
 
@@ -43,6 +47,8 @@ struct Fault {
 Fault fault_from_env();
 // Fails as `fault` says when `step` and `rank` match it (not `slow`).
 void fault_maybe_fire(const Fault& fault, int64_t step, int rank);
+// For `offload-io-error`: whether the fault applies after `step` on `rank`.
+bool fault_offload_io_error(const Fault& fault, int64_t step, int rank);
 // For `kill-in-save` and `full-disk-in-save`: `base` wrapped so that this rank dies inside the save
 // of the fault's step (or finds the disk full there),
 // when the fault applies to `rank`; else null (use `base` itself).

@@ -11,6 +11,7 @@
 #include "parallel/pipeline_executor.h"
 #include "trainer/loop/train_step.h"
 #include "trainer/model/model.h"
+#include "trainer/optim/offload.h"
 
 namespace llmtrain::trainer {
 
@@ -107,6 +108,18 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     }
   }
 
+  if (r.parallel.offload != OffloadKind::none) {
+    const kernels::Device device = r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
+    const OffloadBytes b = offload_bytes(r.parallel.offload, device, int(fp32_states), owned_numel);
+    out.offload_disk = r.parallel.offload == OffloadKind::nvme ? b.store : 0;
+    if (device == kernels::Device::cuda) {
+      out.optimizer = b.device_slots;
+      out.offload_host = b.host_slots + (r.parallel.offload == OffloadKind::host ? b.store : 0);
+    } else {
+      out.optimizer = b.host_slots;
+    }
+  }
+
   if (r.checkpoint.async) {
     // What checkpoint_slices marks as this rank's to write (trainer/checkpoint/checkpoint.h), fp32:
     // whole parameters on dp rank 0 (tied copies and tensor-parallel replicas are not written);
@@ -163,8 +176,11 @@ std::string format_memory(const MemoryAccount& m) {
   if (m.checkpoint_snapshot > 0 && !m.snapshot_on_host)
     out += fmt::format(", checkpoint snapshot {}", b(m.checkpoint_snapshot));
   out += fmt::format("; total {}", b(m.total()));
-  if (m.checkpoint_snapshot > 0 && m.snapshot_on_host)
-    out += fmt::format("; host memory: checkpoint snapshot {}", b(m.checkpoint_snapshot));
+  std::vector<std::string> host;
+  if (m.offload_host > 0) host.push_back("optimizer state " + b(m.offload_host));
+  if (m.checkpoint_snapshot > 0 && m.snapshot_on_host) host.push_back("checkpoint snapshot " + b(m.checkpoint_snapshot));
+  if (!host.empty()) out += "; host memory: " + join(host, ", ");
+  if (m.offload_disk > 0) out += fmt::format("; disk (offload_path): optimizer state {}", b(m.offload_disk));
   return out;
 }
 

@@ -42,6 +42,10 @@ struct MemoryAccount {
   // counts in total(); on a cuda rank it is host memory beside the device's (`snapshot_on_host`).
   int64_t checkpoint_snapshot = 0;
   bool snapshot_on_host = false;
+  // parallel.offload (trainer/optim/offload.h): `optimizer` is then only the staging slots in this
+  // rank's memory; the state is in host memory beside a cuda rank's device (offload_host: host
+  // offload's store, nvme's slots) or on disk under offload_path (offload_disk).
+  int64_t offload_host = 0, offload_disk = 0;
   std::vector<std::string> notes;
 
   int64_t total() const {

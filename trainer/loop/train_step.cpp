@@ -281,8 +281,14 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   // through the model.
   if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
   // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
+  const OffloadConfig offload{.kind = recipe.parallel.offload,
+                              .dir = recipe.parallel.offload_path,
+                              .rank = comms.world->rank(),
+                              .device = model.device(),
+                              .timeout_s = recipe.parallel.timeout_s};
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
-                                       sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device());
+                                       sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device(),
+                                       offload);
   // The gradient norm's parts: only where this rank's elements count (each element once per model
   // replica: where data-parallel ranks hold shards, or with sharded experts other experts, only the
   // first copy of each owned range counts, and the squares are summed over the world).

@@ -146,6 +146,11 @@ int train(const TrainContext& ctx) {
   step.master_from_params();            // 16-bit parameters: the optimizer's fp32 master
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
                format_memory(memory_plan(r, layout, ctx.mesh->coord())));
+  if (const OffloadStore* store = step.optimizer().offload_store())
+    log_progress("optimizer state offloaded (parallel.offload {}): {} in {}, moved in {} unit(s) of {} elements",
+                 to_string(r.parallel.offload),
+                 format_bytes(double(store->units() * store->unit() * store->arrays()) * sizeof(float)),
+                 store->where(), store->units(), store->unit());
   const Fault fault = fault_from_env();
   const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
   // dp × cp replicas hold the same slices: the first writes them.
@@ -193,6 +198,11 @@ int train(const TrainContext& ctx) {
     if (r.checkpoint.every > 0 && at.step % r.checkpoint.every == 0 && !last)
       report.checkpoint_done(checkpoints.save(at));
     fault_maybe_fire(fault, at.step, world.rank());  // tests of failure handling only
+    if (fault_offload_io_error(fault, at.step, world.rank())) {
+      if (!step.optimizer().offload_store())
+        throw Error("LLMTRAIN_FAULT=offload-io-error without an offload file", "set parallel.offload: nvme");
+      step.optimizer().offload_store()->inject_write_error();
+    }
     checkpoints.keep_lock();
 
     // Stop on SIGTERM/SIGINT: every rank agrees, checkpoints this step, and exits 75.

@@ -33,39 +33,95 @@ int64_t total_numel(const std::vector<parallel::FlatRange>& owned) {
 }  // namespace
 
 AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned,
-             kernels::DType param_dtype, kernels::Device device)
+             kernels::DType param_dtype, kernels::Device device, const OffloadConfig& offload)
     : config_(config),
       ranges_(std::move(ranges)),
       owned_(std::move(owned)),
-      m_(kernels::DType::fp32, {total_numel(owned_)}, device, kernels::MemoryKind::optimizer),
-      v_(kernels::DType::fp32, {total_numel(owned_)}, device, kernels::MemoryKind::optimizer) {
-  if (param_dtype != kernels::DType::fp32)
-    master_ = kernels::Buffer(kernels::DType::fp32, {total_numel(owned_)}, device, kernels::MemoryKind::optimizer);
+      numel_(total_numel(owned_)),
+      has_master_(param_dtype != kernels::DType::fp32),
+      device_(device) {
   for (size_t i = 1; i < owned_.size(); ++i)
     LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
              owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);
+  if (offload.kind != OffloadKind::none) {
+    store_ = std::make_unique<OffloadStore>(offload, has_master_ ? 3 : 2, numel_);
+    return;
+  }
+  m_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
+  v_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
+  if (has_master_) master_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
 }
 
-int64_t AdamW::owned_numel() const { return m_.tensor().numel(); }
+AdamW::~AdamW() = default;
+
+kernels::Tensor AdamW::state_tensor(State which) const {
+  LT_CHECK(!store_, "AdamW state offloaded: read it with read_state");
+  const kernels::Buffer& b = which == State::exp_avg ? m_ : which == State::exp_avg_sq ? v_ : master_;
+  LT_CHECK(which != State::master || has_master_, "AdamW master without 16-bit parameters");
+  return b.tensor();
+}
+kernels::Tensor AdamW::exp_avg() const { return state_tensor(State::exp_avg); }
+kernels::Tensor AdamW::exp_avg_sq() const { return state_tensor(State::exp_avg_sq); }
+kernels::Tensor AdamW::master() const { return state_tensor(State::master); }
+
+void AdamW::read_state(State which, int64_t at, kernels::Tensor host) const {
+  if (store_)
+    store_->read(int(which), at, host);
+  else
+    kernels::copy(host, state_tensor(which).flat(at, host.numel()));
+}
+
+void AdamW::write_state(State which, int64_t at, kernels::Tensor host) const {
+  if (store_)
+    store_->write(int(which), at, host);
+  else
+    kernels::copy(state_tensor(which).flat(at, host.numel()), host);
+}
+
+template <typename Fn>
+void AdamW::for_each_owned(int64_t begin, int64_t end, Fn&& fn) const {
+  int64_t base = 0;
+  for (const parallel::FlatRange& own : owned_) {
+    const int64_t b = std::max(base, begin), e = std::min(base + own.numel(), end);
+    if (b < e) fn(b, own.begin + (b - base), e - b);
+    base += own.numel();
+  }
+}
 
 void AdamW::master_from_params(kernels::Tensor params) {
   if (!has_master()) return;
   master_set_ = true;
-  int64_t base = 0;
-  for (const parallel::FlatRange& own : owned_) {
-    kernels::convert(master_.tensor().flat(base, own.numel()), params.flat(own.begin, own.numel()));
-    base += own.numel();
+  if (store_) {
+    store_->for_each_unit(
+        [&](int64_t, int64_t begin, int64_t count, std::span<const kernels::Tensor> st) {
+          for_each_owned(begin, begin + count, [&](int64_t state, int64_t flat, int64_t n) {
+            kernels::convert(st[int(State::master)].flat(state - begin, n), params.flat(flat, n));
+          });
+        },
+        /*write_back=*/true);
+    return;
   }
+  for_each_owned(0, numel_, [&](int64_t state, int64_t flat, int64_t n) {
+    kernels::convert(master_.tensor().flat(state, n), params.flat(flat, n));
+  });
 }
 
 void AdamW::params_from_master(kernels::Tensor params) {
   if (!has_master()) return;
   master_set_ = true;
-  int64_t base = 0;
-  for (const parallel::FlatRange& own : owned_) {
-    kernels::convert(params.flat(own.begin, own.numel()), master_.tensor().flat(base, own.numel()));
-    base += own.numel();
+  if (store_) {
+    store_->for_each_unit(
+        [&](int64_t, int64_t begin, int64_t count, std::span<const kernels::Tensor> st) {
+          for_each_owned(begin, begin + count, [&](int64_t state, int64_t flat, int64_t n) {
+            kernels::convert(params.flat(flat, n), st[int(State::master)].flat(state - begin, n));
+          });
+        },
+        /*write_back=*/false);
+    return;
   }
+  for_each_owned(0, numel_, [&](int64_t state, int64_t flat, int64_t n) {
+    kernels::convert(params.flat(flat, n), master_.tensor().flat(state, n));
+  });
 }
 
 int64_t AdamW::state_offset(int64_t at) const {
@@ -99,10 +155,28 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
     }
     base += own.numel();
   }
+  if (store_) {
+    // Cut at the store's units; state offsets (and the master's, which are the state's) from the unit's start.
+    std::vector<int64_t> cut;
+    const int64_t unit = store_->unit();
+    unit_first_.assign(size_t(store_->units()) + 1, 0);
+    for (size_t i = 0; i < table.size(); i += 6) {
+      const int64_t* row = &table[i];
+      for (int64_t x = 0; x < row[4];) {
+        const int64_t state = row[2] + x, u = state / unit, n = std::min(row[4] - x, (u + 1) * unit - state);
+        cut.insert(cut.end(), {has_master() ? state - u * unit : row[0] + x, row[1] + x, state - u * unit, row[3] + x,
+                               n, row[5]});
+        ++unit_first_[size_t(u) + 1];
+        x += n;
+      }
+    }
+    for (size_t u = 1; u < unit_first_.size(); ++u) unit_first_[u] += unit_first_[u - 1];
+    table = std::move(cut);
+  }
   const int64_t n = int64_t(table.size()) / 6;
   // Bookkeeping, not optimizer state: 48 bytes per 2^14 elements (MemoryKind::other, which the
   // memory account leaves out).
-  rows_ = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(n, 1), 6}, m_.tensor().device,
+  rows_ = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(n, 1), 6}, device_,
                           kernels::MemoryKind::other);
   if (n > 0)
     kernels::copy(rows_.tensor().flat(0, 6 * n), kernels::Tensor(table.data(), kernels::DType::int64, {6 * n}));
@@ -128,6 +202,21 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
                              .grad_scale = grad_scale};
   const kernels::Buffer& table = rows(compact_grads, compact_params, params.numel(), grads.numel());
   if (owned_numel() == 0) return;
+  if (store_) {
+    store_->for_each_unit(
+        [&](int64_t u, int64_t, int64_t, std::span<const kernels::Tensor> st) {
+          const int64_t first = unit_first_[size_t(u)], n = unit_first_[size_t(u) + 1] - first;
+          if (n == 0) return;
+          const kernels::Tensor t = table.tensor().flat(6 * first, 6 * n).view({n, 6});
+          const kernels::Tensor &m = st[int(State::exp_avg)], &v = st[int(State::exp_avg_sq)];
+          if (has_master())
+            kernels::adamw_rows(st[int(State::master)], grads, m, v, params, t, s);
+          else
+            kernels::adamw_rows(params, grads, m, v, kernels::Tensor{}, t, s);
+        },
+        /*write_back=*/true);
+    return;
+  }
   const int64_t n = table.tensor().shape[0];
   const kernels::Tensor t = table.tensor().flat(0, 6 * n).view({n, 6});
   // The fp32 master takes the update and the 16-bit parameters get it rounded once; without one

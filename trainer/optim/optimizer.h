@@ -14,9 +14,15 @@
 //    parameter buffer; the caller then gathers the parameters as for fp32. Checkpoints save the
 //    master (checkpoint_slices). With fp32 parameters there is no master: the parameters are it;
 //    nor at ZeRO 3, whose compact owned values (GradSync::owned_params) are fp32 and are the master.
+//  - Offloaded (parallel.offload, trainer/optim/offload.h) the moments and the master live in an
+//    OffloadStore, not in Buffers: step() and the master's conversions go through it a unit at a
+//    time (the same arithmetic element by element: bitwise the in-memory update), exp_avg(),
+//    exp_avg_sq() and master() do not exist, and checkpoints move the state with read_state and
+//    write_state.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -24,6 +30,7 @@
 #include "kernels/buffer.h"
 #include "parallel/grad_sync.h"
 #include "trainer/model/model.h"
+#include "trainer/optim/offload.h"
 
 namespace llmtrain::trainer {
 
@@ -43,8 +50,11 @@ class AdamW {
   // decay_ranges).
   // `param_dtype`: the parameter buffer's dtype; a 16-bit one gets an fp32 master copy.
   // `device`: where the moments and the master live (the parameters' and gradients' device).
+  // `offload`: where the moments and the master live instead (kind none: `device`).
   AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned,
-        kernels::DType param_dtype = kernels::DType::fp32, kernels::Device device = kernels::Device::cpu);
+        kernels::DType param_dtype = kernels::DType::fp32, kernels::Device device = kernels::Device::cpu,
+        const OffloadConfig& offload = {});
+  ~AdamW();
 
   // One update of the owned ranges: params and grads are the WHOLE flat buffers (only the owned
   // ranges are read or written), or with compact_grads (ZeRO 2) grads holds only the owned ranges,
@@ -57,13 +67,20 @@ class AdamW {
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }           // when restoring a checkpoint
-  kernels::Tensor exp_avg() const { return m_.tensor(); }     // first moment, [owned_numel()], compact
-  kernels::Tensor exp_avg_sq() const { return v_.tensor(); }  // second moment
+  kernels::Tensor exp_avg() const;     // first moment, [owned_numel()], compact (not offloaded)
+  kernels::Tensor exp_avg_sq() const;  // second moment
   const std::vector<parallel::FlatRange>& owned() const { return owned_; }
-  int64_t owned_numel() const;
+  int64_t owned_numel() const { return numel_; }
   // 16-bit parameters: the fp32 master of the owned ranges, [owned_numel()] packed as the moments.
-  bool has_master() const { return master_.data() != nullptr; }
-  kernels::Tensor master() const { return master_.tensor(); }
+  bool has_master() const { return has_master_; }
+  kernels::Tensor master() const;
+  // The state offloaded (parallel.offload): its store, or null.
+  OffloadStore* offload_store() const { return store_.get(); }
+  // Elements [at, at + n) of one of the state's arrays (its packed offsets, as state_offset gives) to
+  // or from a host fp32 tensor of n elements, offloaded or not (checkpoints).
+  enum class State { exp_avg = 0, exp_avg_sq = 1, master = 2 };
+  void read_state(State which, int64_t at, kernels::Tensor host) const;
+  void write_state(State which, int64_t at, kernels::Tensor host) const;  // the state, not the object: as exp_avg()
   // The master from the owned ranges of the WHOLE flat parameter buffer (after initialisation),
   // and back, rounded (after loading the master from a checkpoint). No-ops without a master.
   void master_from_params(kernels::Tensor params);
@@ -75,13 +92,23 @@ class AdamW {
   OptimizerConfig config_;
   std::vector<DecayRange> ranges_;
   std::vector<parallel::FlatRange> owned_;
-  int64_t steps_ = 0;
-  kernels::Buffer m_, v_, master_;
+  int64_t steps_ = 0, numel_ = 0;
+  bool has_master_ = false;
+  kernels::Device device_;
+  kernels::Buffer m_, v_, master_;        // in memory
+  std::unique_ptr<OffloadStore> store_;   // or offloaded: arrays State::exp_avg, exp_avg_sq (, master)
   bool master_set_ = false;  // by master_from_params or params_from_master, before the first step
   kernels::Buffer rows_;     // adamw_rows' table, int64 [rows, 6] on the moments' device
   int rows_for_ = -1;        // the compact flags it was built for (compact_grads + 2 · compact_params)
+  // Offloaded: rows_ cut at the store's units, unit u's rows from unit_first_[u] to unit_first_[u+1],
+  // their state (and master) offsets counted from the unit's first element.
+  std::vector<int64_t> unit_first_;
 
   const kernels::Buffer& rows(bool compact_grads, bool compact_params, int64_t params_numel, int64_t grads_numel);
+  kernels::Tensor state_tensor(State which) const;
+  // fn(state offset, flat offset, n) for the owned elements whose state lies in [begin, end).
+  template <typename Fn>
+  void for_each_owned(int64_t begin, int64_t end, Fn&& fn) const;
 };
 
 // Σ g² over this rank's gradients, counting each global parameter element once per model

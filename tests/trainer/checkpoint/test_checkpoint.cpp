@@ -450,7 +450,9 @@ TEST(Checkpoint, ReadsBlocksAndRangesOfAnotherLayout) {
                     shape,
                     SliceSpec::whole(shape),
                     kernels::Tensor(whole.data(), kernels::DType::fp32, {700, 600}),
-                    true};
+                    true,
+                    {},
+                    {}};
   checkpoint_save(default_file_system(), dir.string(), meta_at(1), {s}, *world, 1);
 
   auto check = [&](SliceSpec want_slice) {
