@@ -159,6 +159,31 @@ std::string memory_check(const Recipe& r, int ranks_per_node, const std::string&
                          : join(fixes, " or ") + " would fit");
 }
 
+// parallel.offload nvme: the state files of this host's ranks (the largest stage's, times the ranks
+// on a node) against the free space of offload_path's file system (its nearest existing
+// directory), before any rank starts. Each rank reserves its file's space when it starts, too: on
+// the other nodes, that is the check.
+void check_offload_space(const Recipe& r, int ranks_per_node) {
+  if (r.parallel.offload != OffloadKind::nvme) return;
+  const Layout layout = layout_of(r);
+  int64_t per_rank = 0;
+  for (int s = 0; s < layout.pp; ++s)
+    per_rank = std::max(per_rank, trainer::memory_plan(r, layout, {s, 0, 0}).offload_disk);
+  const int64_t need = per_rank * std::max(1, std::min(r.world_size(), ranks_per_node));
+  std::filesystem::path dir = r.parallel.offload_path;
+  std::error_code ec;
+  while (!std::filesystem::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+  if (ec) return;  // unknown: the ranks' reservations will tell
+  if (int64_t(space.available) < need)
+    throw Error(fmt::format("parallel.offload_path {}: the optimizer state of this host's ranks needs {} ({} per rank), "
+                            "its file system has {} free",
+                            printable(r.parallel.offload_path), format_bytes(double(need)),
+                            format_bytes(double(per_rank)), format_bytes(double(space.available))),
+                "point offload_path at a larger local disk, free space there, or shard the state over more ranks "
+                "(parallel.zero, more dp)");
+}
+
 // parallel.device_comm as the parallel layer takes it: nullopt for auto.
 std::optional<parallel::DeviceComm> requested_device_comm(const Recipe& r) {
   switch (r.parallel.device_comm) {
@@ -458,7 +483,10 @@ int cmd_run(const RunArgs& args) {
   // The data and tokenizer files, checked before anything is created: the run directory comes
   // from pre-flight (spawned ranks), from the check below (one rank in this process), or from
   // rank 0's trainer (ranks started by the user's mpirun/srun, where rank 0 checks and reports).
-  if (!rank_program && (plan.mode != launcher::LaunchMode::as_rank || env.rank == 0)) require_recipe_inputs(loaded);
+  if (!rank_program && (plan.mode != launcher::LaunchMode::as_rank || env.rank == 0)) {
+    require_recipe_inputs(loaded);
+    check_offload_space(loaded.recipe, std::max(1, plan.ranks_per_node));
+  }
   if (plan.spawns()) {
     // This process supervises; the ranks train (or run the given program).
     launcher::preflight_check(loaded.recipe, plan);

@@ -349,7 +349,7 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             "a cpu rank's optimizer state is in host memory already: use offload: nvme (files under "
             "offload_path) to move it out of memory, or remove offload");
   if (pc.offload == OffloadKind::nvme && pc.offload_path.empty())
-    problem("parallel.offload_path", "offload nvme without offload_path",
+    problem("parallel.offload", "nvme without parallel.offload_path",
             "set parallel.offload_path to a directory on a local disk with room for the optimizer state");
   if (pc.offload != OffloadKind::nvme && !pc.offload_path.empty())
     problem("parallel.offload_path", fmt::format("offload_path with offload {}", to_string(pc.offload)),
