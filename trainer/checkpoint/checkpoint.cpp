@@ -102,6 +102,21 @@ json describe_written(const std::vector<CheckpointSlice>& slices, const std::str
   for (const auto& s : slices) {
     if (!s.write) continue;
     uint64_t bytes = s.data.bytes();
+    uint32_t crc = 0;
+    std::vector<uint32_t> chunks;
+    if (s.fetch) {  // streamed, a checksum chunk at a time
+      const int64_t per_chunk = kChecksumChunkBytes / int64_t(sizeof(float));
+      std::vector<float> bounce(size_t(std::min(per_chunk, s.data.numel())));
+      for (int64_t at = 0; at < s.data.numel(); at += per_chunk) {
+        const int64_t n = std::min(per_chunk, s.data.numel() - at);
+        s.fetch(at, kernels::host_tensor(bounce.data(), {n}));
+        chunks.push_back(crc32c(bounce.data(), uint64_t(n) * sizeof(float)));
+        crc = crc32c_extend(crc, bounce.data(), uint64_t(n) * sizeof(float));
+      }
+    } else {
+      crc = crc32c(s.data.data, bytes);
+      chunks = chunk_checksums(s.data.data, bytes);
+    }
     out.push_back({{"name", s.name},
                    {"role", to_string(s.role)},
                    {"shape", s.global_shape},
@@ -111,8 +126,8 @@ json describe_written(const std::vector<CheckpointSlice>& slices, const std::str
                    {"slice_shape", s.slice.shape},
                    {"begin", s.slice.begin},
                    {"end", s.slice.end},
-                   {"crc32c", crc32c(s.data.data, bytes)},
-                   {"chunk_crc32c", chunk_checksums(s.data.data, bytes)}});
+                   {"crc32c", crc},
+                   {"chunk_crc32c", chunks}});
   }
   return out;
 }
@@ -124,7 +139,12 @@ void write_shard(FileSystem& fsys, const std::string& path, const std::vector<Ch
     LT_CHECK(s.data.dtype == DType::fp32 && s.data.device == kernels::Device::cpu, "checkpoint slice {} not host fp32",
              s.name);
     std::vector<int64_t> shape = whole_block(s.slice) ? s.slice.shape : std::vector<int64_t>{s.slice.numel()};
-    entries.push_back({entry_key(s), DType::fp32, shape, s.data.data});
+    SafetensorsEntry e{entry_key(s), DType::fp32, shape, s.data.data, {}};
+    if (s.fetch)
+      e.fill = [&s](uint64_t offset, void* out, size_t bytes) {
+        s.fetch(int64_t(offset / sizeof(float)), kernels::host_tensor(static_cast<float*>(out), {int64_t(bytes / 4)}));
+      };
+    entries.push_back(std::move(e));
   }
   if (entries.empty()) return;
   auto file = fsys.create(path);
@@ -230,7 +250,11 @@ int64_t read_overlap(const SafetensorsFile& file, const SavedSlice& have, const 
   float* dst = static_cast<float*>(want.data.data);
   int64_t copied = 0;
   for (const auto& r : runs) {
-    std::memcpy(dst + r.want_at, buf.data() + (uint64_t(r.have_at) * elem - span_begin), uint64_t(r.count) * elem);
+    char* src = buf.data() + (uint64_t(r.have_at) * elem - span_begin);
+    if (want.store)  // offloaded state: into its store
+      want.store(r.want_at, kernels::host_tensor(reinterpret_cast<float*>(src), {r.count}));
+    else
+      std::memcpy(dst + r.want_at, src, uint64_t(r.count) * elem);
     copied += r.count;
   }
   return copied;
@@ -396,8 +420,10 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
         CheckpointSlice s{p.spec.name, role, p.spec.shape, part, {}, write, {}, {}};
         if (opt->offload_store()) {
           s.data = kernels::Tensor(nullptr, kernels::DType::fp32, {hi - lo});
-          s.fetch = [opt, which, at](kernels::Tensor host) { opt->read_state(which, at, host); };
-          s.store = [opt, which, at](kernels::Tensor host) { opt->write_state(which, at, host); };
+          s.fetch = [opt, which, at](int64_t begin, kernels::Tensor host) { opt->read_state(which, at + begin, host); };
+          s.store = [opt, which, at](int64_t begin, kernels::Tensor host) {
+            opt->write_state(which, at + begin, host);
+          };
         } else {
           s.data = which == AdamW::State::master ? opt->master().flat(at, hi - lo)
                    : which == AdamW::State::exp_avg ? opt->exp_avg().flat(at, hi - lo)
@@ -416,35 +442,27 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
 
 void slice_to_host(const CheckpointSlice& s, kernels::Tensor host) {
   if (s.fetch)
-    s.fetch(host);
+    s.fetch(0, host);
   else
     kernels::copy(host, s.data);
 }
 
-void slice_from_host(const CheckpointSlice& s, kernels::Tensor host) {
-  if (s.store)
-    s.store(host);
-  else
-    kernels::copy(s.data, host);
-}
-
 HostStagedSlices::HostStagedSlices(std::vector<CheckpointSlice> slices) : slices_(std::move(slices)) {
   for (CheckpointSlice& s : slices_) {
-    if (s.data.device == kernels::Device::cpu && !s.fetch) continue;
+    if (s.data.device == kernels::Device::cpu) continue;
     kernels::Buffer host(s.data.dtype, s.data.shape, kernels::Device::cpu, kernels::MemoryKind::other);
-    staged_.push_back({s, host.tensor()});
+    staged_.push_back({s.data, host.tensor()});
     s.data = host.tensor();
-    s.fetch = s.store = nullptr;
     host_.push_back(std::move(host));
   }
 }
 
 void HostStagedSlices::to_host() const {
-  for (const auto& [live, host] : staged_) slice_to_host(live, host);
+  for (const auto& [device, host] : staged_) kernels::copy(host, device);
 }
 
 void HostStagedSlices::from_host() const {
-  for (const auto& [live, host] : staged_) slice_from_host(live, host);
+  for (const auto& [device, host] : staged_) kernels::copy(device, host);
 }
 
 void checkpoint_collective(parallel::Comm& world, const std::function<void()>& fn) { agree(world, capture(fn)); }

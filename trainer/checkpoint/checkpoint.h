@@ -37,20 +37,20 @@ struct CheckpointSlice {
   kernels::Tensor data;  // host fp32, slice.numel() elements
   bool write = false;    // this rank writes it (false: another rank writes the same slice)
   // Offloaded optimizer state (trainer/optim/offload.h): `data` has the shape and no memory, and
-  // these move the slice between the store and a host fp32 tensor of that shape. The checkpoint
-  // code sees host tensors only: slice_to_host / slice_from_host stage them.
-  std::function<void(kernels::Tensor host)> fetch, store;
+  // these move elements [begin, begin + host.numel()) of the slice between its store and a host
+  // fp32 tensor. A save streams such a slice through a bounce buffer and a load stores what it
+  // reads piece by piece: the state never needs room in memory as a whole.
+  std::function<void(int64_t begin, kernels::Tensor host)> fetch, store;
 };
 
 // Copies a slice's values into `host` (host fp32 of its shape): from its device, or its store.
 void slice_to_host(const CheckpointSlice& s, kernels::Tensor host);
-// And back, after a load.
-void slice_from_host(const CheckpointSlice& s, kernels::Tensor host);
 
-// The slices as the checkpoint code reads and writes them, host fp32: those on a device, and
-// offloaded optimizer state, get host buffers of their own, filled by to_host (before a save) and
-// copied back by from_host (after a load). checkpoint_save and checkpoint_load stage their slices
-// so; the asynchronous writer snapshots through slice_to_host instead.
+// The slices as the checkpoint code reads and writes them, host fp32: those on a device get host
+// buffers of their own, filled by to_host (before a save) and copied back by from_host (after a
+// load); offloaded ones (fetch/store) stream and are left as they are. checkpoint_save and
+// checkpoint_load stage their slices so; the asynchronous writer snapshots whole slices through
+// slice_to_host instead.
 class HostStagedSlices {
  public:
   explicit HostStagedSlices(std::vector<CheckpointSlice> slices);
@@ -61,7 +61,7 @@ class HostStagedSlices {
  private:
   std::vector<CheckpointSlice> slices_;
   std::vector<kernels::Buffer> host_;
-  std::vector<std::pair<CheckpointSlice, kernels::Tensor>> staged_;  // (as the model holds it, its host copy)
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> staged_;  // (on the device, its host copy)
 };
 
 // The slices of a model and its optimizer state held by this rank: the parameters, and the moments

@@ -85,8 +85,18 @@ void safetensors_write(const std::vector<SafetensorsEntry>& entries, const std::
   sink(header.data(), header.size());
   for (const SafetensorsEntry& e : entries) {
     const uint64_t bytes = entry_bytes(e);
-    LT_CHECK(bytes == 0 || e.data, "safetensors entry {} has no data", e.name);
-    if (bytes) sink(e.data, size_t(bytes));
+    LT_CHECK(bytes == 0 || e.data || e.fill, "safetensors entry {} has no data", e.name);
+    if (bytes == 0) continue;
+    if (e.data) {
+      sink(e.data, size_t(bytes));
+      continue;
+    }
+    std::vector<char> bounce(size_t(std::min<uint64_t>(bytes, kFillBytes)));
+    for (uint64_t at = 0; at < bytes; at += kFillBytes) {
+      const size_t n = size_t(std::min<uint64_t>(kFillBytes, bytes - at));
+      e.fill(at, bounce.data(), n);
+      sink(bounce.data(), n);
+    }
   }
 }
 

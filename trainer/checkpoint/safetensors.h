@@ -39,7 +39,11 @@ struct SafetensorsEntry {
   kernels::DType dtype = kernels::DType::fp32;
   std::vector<int64_t> shape;
   const void* data = nullptr;  // host memory, numel · dtype size bytes
+  // Or, without `data`, the bytes streamed: fill(offset, out, n) writes the entry's bytes
+  // [offset, offset + n) to `out` (safetensors_write asks for at most kFillBytes at a time).
+  std::function<void(uint64_t offset, void* out, size_t bytes)> fill;
 };
+inline constexpr size_t kFillBytes = size_t(4) << 20;
 
 using ByteSink = std::function<void(const void* data, size_t bytes)>;
 

@@ -222,6 +222,14 @@ int train(const TrainContext& ctx) {
   log_progress("done: {} steps in {}", r.train.steps, format_duration(report.elapsed_s()));
   if (comms.pp->size() > 1 && !timer.schedule_times().empty())  // every rank ran the same steps
     report_pipeline_idle(r, accum, timer, *comms.control.pp);
+  if (const OffloadStore* store = step.optimizer().offload_store(); store && r.parallel.offload == OffloadKind::nvme) {
+    const OffloadStore::Stats io = store->stats();
+    log_progress("offload file: {} read, {} written; I/O busy {}, the steps waited {} for it ({:.0f}% hidden behind "
+                 "the updates)",
+                 format_bytes(double(io.read_bytes)), format_bytes(double(io.written_bytes)),
+                 format_duration(io.io_s), format_duration(io.waited_s),
+                 io.io_s > 0 ? 100.0 * std::max(0.0, 1.0 - io.waited_s / io.io_s) : 0.0);
+  }
   log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
                format_memory(memory_measured(model.device(), true)),
                format_bytes(double(kernels::memory_use(model.device()).peak)));

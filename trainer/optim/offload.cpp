@@ -104,6 +104,7 @@ struct OffloadStore::Impl {
   std::deque<Job> queue;
   int64_t posted = 0, done = 0;
   std::string error;  // the first I/O failure
+  OffloadStore::Stats stats;  // under mu
   bool stop = false;
   std::atomic<bool> fail_next_write{false};
   std::thread io;
@@ -120,10 +121,8 @@ struct OffloadStore::Impl {
     if (fd >= 0) ::close(fd);
   }
 
-  // One unit's bytes at its place in the file, whole; "" or what failed.
-  std::string transfer(bool write, int64_t unit, void* data) {
-    const size_t bytes = size_t(slot_floats) * sizeof(float);
-    const off_t offset = off_t(unit) * off_t(bytes);
+  // `bytes` at `offset` of the file, to or from `data`; "" or what failed (`what` names the part).
+  std::string transfer_bytes(bool write, off_t offset, size_t bytes, void* data, const std::string& what) {
     size_t moved = 0;
     while (moved < bytes) {
       ssize_t n;
@@ -143,11 +142,17 @@ struct OffloadStore::Impl {
         continue;
       }
       if (n <= 0)
-        return fmt::format("{} unit {} ({} bytes at offset {}) failed: {}", write ? "writing" : "reading", unit,
-                           bytes, int64_t(offset), n == 0 ? "unexpected end of file" : std::strerror(errno));
+        return fmt::format("{} {} ({} bytes at offset {}) failed: {}", write ? "writing" : "reading", what, bytes,
+                           int64_t(offset), n == 0 ? "unexpected end of file" : std::strerror(errno));
       moved += size_t(n);
     }
     return "";
+  }
+
+  // One unit's whole state at its place in the file.
+  std::string transfer(bool write, int64_t u, void* data) {
+    const size_t bytes = size_t(slot_floats) * sizeof(float);
+    return transfer_bytes(write, off_t(u) * off_t(bytes), bytes, data, fmt::format("unit {}", u));
   }
 
   void run() {
@@ -159,9 +164,13 @@ struct OffloadStore::Impl {
       queue.pop_front();
       if (error.empty()) {
         lock.unlock();
+        const auto t0 = std::chrono::steady_clock::now();
         const std::string failed = transfer(job.write, job.unit, slots[size_t(job.slot)].tensor().data);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         lock.lock();
         if (!failed.empty() && error.empty()) error = failed;
+        stats.io_s += seconds;
+        (job.write ? stats.written_bytes : stats.read_bytes) += slot_floats * int64_t(sizeof(float));
       }
       ++done;
       finished.notify_all();
@@ -185,8 +194,9 @@ struct OffloadStore::Impl {
         "is intact: resume from it");
   }
 
-  // Elements [begin, begin + host.numel()) of array a to (store) or from the host tensor, a unit at
-  // a time: read, and with `store` changed and written back.
+  // Elements [begin, begin + host.numel()) of array a to (store) or from the host tensor. In the
+  // file, each unit's part of the array is contiguous: only that part is read (rounded out to 4 KiB
+  // for direct I/O) and, to store, written back.
   void move(bool store, int a, int64_t begin, Tensor host) {
     const int64_t n = host.numel(), units = (numel + unit - 1) / unit;
     LT_CHECK(a >= 0 && a < arrays && begin >= 0 && begin + n <= numel && host.device == Device::cpu &&
@@ -195,22 +205,26 @@ struct OffloadStore::Impl {
     std::unique_ptr<HostSlot> temp;
     for (int64_t at = begin; at < begin + n;) {
       const int64_t u = at / unit, in_unit = at - u * unit, count = std::min(unit - in_unit, begin + n - at);
-      float* stored;
-      if (kind == OffloadKind::host) {
-        stored = whole.tensor(DType::fp32, {units * slot_floats}).ptr<float>() + u * slot_floats;
-      } else {
-        // A checkpoint's transient buffer, outside the memory account's kinds.
-        if (!temp) temp = std::make_unique<HostSlot>(Device::cpu, slot_floats, kernels::MemoryKind::other);
-        check(transfer(false, u, temp->tensor().data));
-        stored = temp->tensor().ptr<float>();
-      }
+      const int64_t first = (u * arrays + a) * unit + in_unit;  // the element's place in the store
       float* mine = host.ptr<float>() + (at - begin);
-      float* theirs = stored + int64_t(a) * unit + in_unit;
-      if (store)
-        std::memcpy(theirs, mine, size_t(count) * sizeof(float));
-      else
-        std::memcpy(mine, theirs, size_t(count) * sizeof(float));
-      if (store && kind == OffloadKind::nvme) check(transfer(true, u, temp->tensor().data));
+      if (kind == OffloadKind::host) {
+        float* theirs = whole.tensor(DType::fp32, {units * slot_floats}).ptr<float>() + first;
+        std::memcpy(store ? theirs : mine, store ? mine : theirs, size_t(count) * sizeof(float));
+        at += count;
+        continue;
+      }
+      // A checkpoint's transient buffer (one unit's array and the rounding), outside the account's kinds.
+      if (!temp) temp = std::make_unique<HostSlot>(Device::cpu, unit + 2 * kAlignElems, kernels::MemoryKind::other);
+      const int64_t span_first = first / kAlignElems * kAlignElems;
+      const int64_t span_end = round_up(first + count, kAlignElems);
+      const off_t offset = off_t(span_first) * off_t(sizeof(float));
+      const size_t bytes = size_t(span_end - span_first) * sizeof(float);
+      const std::string what = fmt::format("unit {}", u);
+      float* span = temp->tensor().ptr<float>();
+      check(transfer_bytes(false, offset, bytes, span, what));
+      float* theirs = span + (first - span_first);
+      std::memcpy(store ? theirs : mine, store ? mine : theirs, size_t(count) * sizeof(float));
+      if (store) check(transfer_bytes(true, offset, bytes, span, what));
       at += count;
     }
   }
@@ -221,8 +235,10 @@ struct OffloadStore::Impl {
   // Until the job numbered `seq` (post's return) is done.
   void wait(int64_t seq, const char* what, int64_t unit) {
     std::unique_lock lock(mu);
+    const auto t0 = std::chrono::steady_clock::now();
     const bool ok = finished.wait_for(lock, std::chrono::duration<double>(timeout_s),
                                       [&] { return done >= seq || !error.empty(); });
+    stats.waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!error.empty()) fail(error);
     if (!ok) fail(fmt::format("{} unit {} has not finished after {} (parallel.timeout)", what, unit, timeout_s));
   }
@@ -290,6 +306,11 @@ OffloadStore::OffloadStore(const OffloadConfig& config, int arrays, int64_t nume
 }
 
 OffloadStore::~OffloadStore() = default;
+
+OffloadStore::Stats OffloadStore::stats() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->stats;
+}
 
 void OffloadStore::inject_write_error() { impl_->fail_next_write = true; }
 

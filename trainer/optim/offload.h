@@ -77,6 +77,14 @@ class OffloadStore {
   void read(int a, int64_t begin, kernels::Tensor host) const;
   void write(int a, int64_t begin, kernels::Tensor host);
 
+  // What the I/O has cost so far (nvme): bytes moved, the I/O thread's busy seconds, and the seconds
+  // for_each_unit's caller waited for it (the part of the I/O the overlap did not hide).
+  struct Stats {
+    int64_t read_bytes = 0, written_bytes = 0;
+    double io_s = 0, waited_s = 0;
+  };
+  Stats stats() const;
+
   // Fault injection (LLMTRAIN_FAULT=offload-io-error): the next write to the file fails with EIO,
   // as from the disk.
   void inject_write_error();
