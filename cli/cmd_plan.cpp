@@ -38,6 +38,7 @@ nlohmann::json candidate_json(const Candidate& c, int gpus) {
           {"cp", p.cp},
           {"cp_comm", to_string(p.cp_comm)},
           {"ep", p.ep},
+          {"offload", to_string(p.offload)},
           {"zero", p.zero},
           {"micro_batch", c.recipe.train.micro_batch},
           {"activation_checkpointing", to_string(c.recipe.train.activation_checkpointing)},
@@ -139,6 +140,9 @@ int cmd_plan(const PlanArgs& args) {
     write_file_atomic(default_file_system(), args.apply, recipe_to_yaml(out));
     recipe_load(args.apply, {});  // what `llmtrain validate` would say of it; throws with every problem
     applied = args.apply;
+    if (out.parallel.offload_path == planner::kOffloadPathPlaceholder)
+      applied += fmt::format(" (it offloads the optimizer state to a disk: set parallel.offload_path there, now {})",
+                             planner::kOffloadPathPlaceholder);
   }
   // --top unset: the ten best in the table, every layout that fits in the JSON.
   const size_t shown = std::min(ranked.size(), args.top > 0 ? size_t(args.top) : args.json ? ranked.size() : 10);

@@ -480,7 +480,7 @@ std::vector<RecipeKey> make_schema() {
     string("parallel.offload_path", [](auto& r) -> auto& { return r.parallel.offload_path; }, nullable,
            {"path", "(none)", "offload nvme: the directory of this job's state files (scratch)"}),
     boolean("parallel.offload_params", [](auto& r) -> auto& { return r.parallel.offload_params; },
-            {"bool", "false", "ZeRO 3: offload the parameter shards too (not supported yet)"}),
+            {"bool", "false", "ZeRO 3: the parameter shards go where the optimizer state goes"}),
     duration("parallel.timeout", [](auto& r) -> auto& { return r.parallel.timeout_s; }, false,
              {"duration", "300s", "bound on every wait for another rank"}),
 

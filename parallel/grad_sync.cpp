@@ -74,7 +74,9 @@ class GradShardSync final : public GradSync {
         flat_grads_(layout.grads),
         groups_(std::move(layout.groups)),
         stage_(stage),
-        shard_params_(stage == 3) {
+        shard_params_(stage == 3),
+        owned_values_(std::move(layout.owned_values)) {
+    LT_CHECK(!owned_values_ || shard_params_, "owned values elsewhere at ZeRO stage {}", stage);
     const int n = zero_group;
     const int shard_index = dp.rank() % n, replica = dp.rank() / n;
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
@@ -161,10 +163,19 @@ class GradShardSync final : public GradSync {
       wide_chunk_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device,
                                     kernels::MemoryKind::communication);
     slots_ = pool_slots<Slot>(pool_.tensor(), std::min(slots, kGradPoolSlots), full, held_full);
-    if (shard_params_) {
+    if (shard_params_ && owned_values_) {
+      // Offloaded: one unit's owned chunk at a time, read from the store (through host memory).
+      owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device,
+                                          kernels::MemoryKind::parameters);
+      if (device != kernels::Device::cpu)
+        owned_host_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, kernels::Device::cpu,
+                                      kernels::MemoryKind::other);
+    } else if (shard_params_) {
       owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(owned_numel, 1)}, device,
                                           kernels::MemoryKind::parameters);
       owned_params_ = owned_params_buf_.tensor().flat(0, owned_numel);
+    }
+    if (shard_params_) {
       param_pool_ = kernels::Buffer(storage_, {std::max<int64_t>(param_pool_numel(units, n, held_unit_), 1)}, device,
                                     kernels::MemoryKind::communication);
       param_slots_ = pool_slots<ParamSlot>(param_pool_.tensor(), std::min(slots, kParamPoolSlots), full, held_full);
@@ -460,8 +471,17 @@ class GradShardSync final : public GradSync {
     const Unit& u = state_[size_t(unit)];
     Tensor chunk = own_block(ps.full, u);  // in place: the rest of the slot is the other ranks'
     if (u.own.numel() < u.chunk_numel) kernels::fill_zero(chunk.flat(u.own.numel(), u.chunk_numel - u.own.numel()));
-    // The owned fp32 values, rounded once where the pool is 16-bit.
-    if (u.own.numel() > 0) kernels::convert(chunk.flat(0, u.own.numel()), owned_params_.flat(u.compact, u.own.numel()));
+    // The owned fp32 values, rounded once where the pool is 16-bit (offloaded: read from the store).
+    const int64_t n = u.own.numel();
+    if (n > 0 && owned_values_) {
+      const Tensor values = owned_params_buf_.tensor().flat(0, n);
+      const Tensor host = owned_host_.data() ? owned_host_.tensor().flat(0, n) : values;
+      owned_values_(u.compact, host);
+      if (owned_host_.data()) kernels::copy(values, host);
+      kernels::convert(chunk.flat(0, n), values);
+    } else if (n > 0) {
+      kernels::convert(chunk.flat(0, n), owned_params_.flat(u.compact, n));
+    }
     const int64_t padded = u.chunk_numel * shard_->size();
     ps.gather = shard_->all_gather_async(chunk, ps.full.flat(0, padded));
     count(padded, kernels::dtype_size(storage_));
@@ -531,8 +551,10 @@ class GradShardSync final : public GradSync {
   std::vector<int> gathering_;                     // gather_params' per-slot units
   std::vector<int> unit_of_;                       // per group
   std::vector<char> ready_;                        // stage 1: per group, final this step
-  kernels::Buffer owned_params_buf_, param_pool_;  // stage 3
+  kernels::Buffer owned_params_buf_, param_pool_;  // stage 3 (offloaded: owned_params_buf_ is one chunk)
   Tensor owned_params_;
+  std::function<void(int64_t, Tensor)> owned_values_;  // GradSyncLayout::owned_values
+  kernels::Buffer owned_host_;                         // offloaded on a device: the chunk's way there
   std::vector<ParamSlot> param_slots_;
   std::vector<int> param_slot_of_;  // per unit: the param slot holding it (-1: none)
   int held_unit_ = -1;              // the held group's unit (stages 2, 3), whose slot is the last of each pool

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -114,6 +115,11 @@ struct GradSyncLayout {
   // unit gets a slot of its own in each pool, of its own size, so that the two shared slots still
   // give every other unit one in use and one in flight.
   int held_group = -1;
+  // Stage 3 with parallel.offload_params: the owned values live elsewhere (the optimizer's offload
+  // store), not in the sync's memory: this reads elements [begin, begin + n) of the compact owned
+  // values into a host fp32 tensor of n elements. A unit's gather reads its chunk through it (and,
+  // on a device, copies it there); owned_params() is then undefined.
+  std::function<void(int64_t begin, Tensor host)> owned_values = {};
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,

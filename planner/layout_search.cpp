@@ -62,7 +62,19 @@ std::string Candidate::layout() const {
   if (p.sequence_parallel) s += " · sp";
   if (p.cp > 1) s += fmt::format(" · cp {} ({})", p.cp, to_string(p.cp_comm));
   if (p.ep > 1) s += fmt::format(" · ep {}", p.ep);
+  if (p.offload != OffloadKind::none) s += fmt::format(" · offload {}", to_string(p.offload));
   return s;
+}
+
+Recipe with_offload(const Recipe& recipe) {
+  Recipe r = recipe;
+  if (r.train.device == DeviceKind::cuda) {
+    r.parallel.offload = OffloadKind::host;
+  } else {
+    r.parallel.offload = OffloadKind::nvme;
+    if (r.parallel.offload_path.empty()) r.parallel.offload_path = kOffloadPathPlaceholder;
+  }
+  return r;
 }
 
 Recipe with_layout(const Recipe& recipe, const LayoutChoice& l) {
@@ -84,6 +96,16 @@ std::vector<int> expert_parallel_sizes(const ModelConfig& m, int dp_cp) {
   for (int ep : divisors(dp_cp))
     if (ep == 1 || (m.moe.enabled() && m.moe.experts % ep == 0)) out.push_back(ep);
   return out;
+}
+
+// A layout that does not fit, with its optimizer state offloaded (host memory for GPUs, a disk for
+// cpu ranks, whose state is in host memory already), when that fits; else nullopt.
+std::optional<Candidate> offloaded(const Recipe& r, const Cluster& c, int ranks) {
+  Recipe off = with_offload(r);
+  if (!accepted(off, ranks)) return std::nullopt;
+  Candidate cand{off, predict_memory(off, c), predict_step(off, c)};
+  if (!cand.memory.fits()) return std::nullopt;
+  return cand;
 }
 
 SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
@@ -122,6 +144,8 @@ SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
                         continue;
                       }
                       Candidate cand{r, predict_memory(r, c), predict_step(r, c)};
+                      if (!cand.memory.fits() && recipe.parallel.offload == OffloadKind::none)
+                        if (std::optional<Candidate> off = offloaded(r, c, n)) cand = std::move(*off);
                       (cand.memory.fits() ? out.fitting : out.too_big).push_back(std::move(cand));
                     }
         }
@@ -178,10 +202,18 @@ std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
     tries.push_back({fmt::format("micro_batch {}", mb), l});
     break;
   }
-  std::vector<Change> out;
+  std::vector<std::pair<std::string, Recipe>> recipes;
   for (const auto& [what, layout] : tries) {
     Recipe changed = with_layout(r, layout);
     changed.parallel.pp_layers = layout.pp == p.pp ? p.pp_layers : std::vector<int>{};
+    recipes.push_back({what, std::move(changed)});
+  }
+  if (p.offload == OffloadKind::none) {
+    Recipe off = with_offload(r);
+    recipes.push_back({fmt::format("offload {}", to_string(off.parallel.offload)), std::move(off)});
+  }
+  std::vector<Change> out;
+  for (const auto& [what, changed] : recipes) {
     if (!accepted(changed, c.gpus)) continue;
     RankMemory m = predict_memory(changed, c);
     if (m.fits()) out.push_back({what, std::move(m)});

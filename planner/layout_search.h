@@ -33,7 +33,7 @@ RankMemory predict_memory(const Recipe& recipe, const Cluster& cluster);
 RankMemory predict_rank_memory(const Recipe& recipe, const parallel::MeshCoord& coord, const Cluster& cluster);
 
 // What a layout that does not fit could change, one thing at a time on the same ranks, to fit:
-// "zero 1", "tp 2", "pp 2", "recompute full", "micro_batch 1" — each only when the changed recipe
+// "zero 1", "tp 2", "pp 2", "recompute full", "offload host", "micro_batch 1" — each only when the changed recipe
 // passes the same checks as the search's layouts.
 struct Change {
   std::string what;
@@ -63,6 +63,12 @@ struct LayoutChoice {
 // divides seq_len); shorter ones keep the recipe's cp.
 inline constexpr int kLongSequence = 16384;
 Recipe with_layout(const Recipe& recipe, const LayoutChoice& layout);
+// The recipe with its optimizer state offloaded (parallel.offload): host memory on GPUs, a disk on
+// cpu ranks (whose state is in host memory already), under kOffloadPathPlaceholder when the recipe
+// names no offload_path. The search tries it for a layout that does not fit, and fitting_changes
+// offers it.
+inline constexpr const char* kOffloadPathPlaceholder = "/OFFLOAD_PATH";
+Recipe with_offload(const Recipe& recipe);
 
 struct SearchResult {
   std::vector<Candidate> fitting;  // fastest first

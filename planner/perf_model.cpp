@@ -298,6 +298,13 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // AdamW: about 32 bytes read and written per owned element (gradient, moments, master, parameter).
   out.optimizer =
       stage_params / shard * 32 / (dev.shares_host ? dev.memory_bandwidth / per_node : dev.memory_bandwidth);
+  if (r.parallel.offload != OffloadKind::none) {
+    // The offloaded state (docs/offload.md) crosses to the update and back each step, overlapped with
+    // it: host memory over the host link, or a node's disk shared by its ranks.
+    const double state = stage_params / shard * (p.fp32_master() ? 3 : 2) * 4;
+    const double link = r.parallel.offload == OffloadKind::host ? kHostLinkBandwidth : kDiskBandwidth / per_node;
+    out.optimizer = std::max(out.optimizer, 2 * state / link);
+  }
 
   out.total = out.compute + out.bubble + out.tp_comm + out.pp_comm + out.dp_comm + out.optimizer;
   const double step_tokens = double(r.train.global_batch) * m.seq_len;

@@ -170,7 +170,7 @@ struct ParallelConfig {
   DeviceCommKind device_comm = DeviceCommKind::automatic;  // train.device cuda only
   OffloadKind offload = OffloadKind::none;
   std::string offload_path;     // offload nvme: the directory of the state files (absolute after resolution)
-  bool offload_params = false;  // ZeRO 3: the parameter shards too (not supported yet: refused)
+  bool offload_params = false;  // ZeRO 3: the owned parameter shards too, to the same place
 };
 
 struct CheckpointConfig {

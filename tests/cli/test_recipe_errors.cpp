@@ -121,15 +121,15 @@ const Case kCases[] = {
     {"bf16_reduce_of_fp16", "tp: 1", "  tp: 1\n  grad_reduce_dtype: bf16", "parallel.grad_reduce_dtype",
      "grad_reduce_dtype", "use grad_reduce_dtype: fp32", "device: cpu", "  device: cpu\n  precision: fp16"},
     // parallel.offload (issue 42): host memory is where a cpu rank's state is already; nvme needs a
-    // place; offload_path means nothing without nvme; parameter shards are not offloaded yet.
+    // place; offload_path means nothing without nvme; offload_params moves ZeRO 3's shards only.
     {"offload_host_on_cpu", "tp: 1", "  tp: 1\n  offload: host", "parallel.offload", "offload: host",
      "use offload: nvme"},
     {"offload_nvme_without_path", "tp: 1", "  tp: 1\n  offload: nvme", "parallel.offload", "offload: nvme",
      "set parallel.offload_path"},
     {"offload_path_without_nvme", "tp: 1", "  tp: 1\n  offload_path: /scratch", "parallel.offload_path",
      "offload_path", "set offload: nvme"},
-    {"offload_params", "tp: 1", "  tp: 1\n  offload_params: true", "parallel.offload_params", "offload_params",
-     "not supported yet"},
+    {"offload_params_without_zero3", "tp: 1", "  tp: 1\n  offload_params: true", "parallel.offload_params",
+     "offload_params", "set zero: 3"},
     // NCCL moves device memory only.
     {"nccl_on_cpu", "tp: 1", "  tp: 1\n  device_comm: nccl", "parallel.device_comm", "device_comm: nccl",
      "needs train.device: cuda"},

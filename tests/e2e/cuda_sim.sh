@@ -8,6 +8,7 @@
 #  3. bf16 on cuda takes bf16's CPU steps (3) within 16-bit rounding: losses and parameters within
 #     5e-3 (measured: losses 6e-6, parameters 2e-3; Adam turns rounding noise in near-zero gradients
 #     into ±lr steps). fp16 is measured in docs/cuda.md, not here: each simulated step costs seconds;
+#     with parallel.offload host and nvme, bf16 on cuda takes its own 3 steps bitwise;
 #  4. a device per rank: the one-rank run's header names its device; 2 ranks through mpirun on
 #     LLMTRAIN_SIM_DEVICES=2 take cuda:0 and cuda:1; on one device they are refused before they
 #     start, naming both counts, unless launch.share_devices; a malformed count is an error.
@@ -59,6 +60,24 @@ for d in cpu cuda; do
   expect_status 0
 done
 compare "bf16: cuda takes the cpu's steps within 16-bit rounding" bf16-cuda bf16-cpu --last 3 --tol 5e-3
+# 3b. parallel.offload on cuda (docs/offload.md): the moments and fp32 master in page-locked host
+#     memory (host) or a file (nvme), each unit copied to a device slot and updated by the device's
+#     AdamW: the bf16 run's 3 steps BITWISE (losses, and every checkpointed slice by checksum).
+for kind in host nvme; do
+  run_cmd "bf16 on cuda, offload $kind" train bf16-cuda-$kind --set train.device=cuda --set train.precision=bf16 \
+    --set train.steps=3 --set checkpoint.resume=none --set parallel.offload=$kind \
+    $([[ $kind == nvme ]] && echo --set parallel.offload_path=scratch)
+  expect_status 0
+  expect_out "optimizer state offloaded (parallel.offload $kind)"
+  compare "offload $kind on cuda takes the in-memory steps bitwise" bf16-cuda-$kind bf16-cuda --last 3 --tol 0
+  $PY - bf16-cuda-$kind/ckpt/step_00000003/manifest.json bf16-cuda/ckpt/step_00000003/manifest.json <<'PY' &&
+import json, sys
+crc = lambda d: sorted((t["name"], t["role"], s["crc32c"]) for t in json.load(open(d))["tensors"] for s in t["slices"])
+assert crc(sys.argv[1]) == crc(sys.argv[2])
+PY
+    pass "offload $kind on cuda: the checkpoint's moments and master are bitwise the in-memory run's" ||
+    fail "offload $kind on cuda: the checkpoints differ"
+done
 
 # 4. A device per rank (no training: every rank runs `llmtrain env`, which names the device it takes).
 ranks() { "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --nproc 2 --set train.device=cuda --set log.dir=ranks "$@" -- "$LLMTRAIN" env; }

@@ -104,13 +104,21 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     }
     if (layout.parameters_sharded()) {  // the model holds no parameter buffer (mo.external_params)
       out.parameters = std::max<int64_t>(owned, 1) * 4;
+      if (r.parallel.offload_params) {  // the values in the offload store: one unit's chunk at a time here
+        int64_t chunk = 0;
+        for (const parallel::ShardUnit& u : units)
+          if (u.range.numel() > 0) chunk = std::max(chunk, (u.range.numel() + shard - 1) / shard);
+        out.parameters = std::max<int64_t>(chunk, 1) * 4;
+      }
       zero_pools += std::max<int64_t>(parallel::param_pool_numel(units, shard, held), 1) * element;
     }
   }
 
   if (r.parallel.offload != OffloadKind::none) {
     const kernels::Device device = r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
-    const OffloadBytes b = offload_bytes(r.parallel.offload, device, int(fp32_states), owned_numel);
+    // offload_params: ZeRO 3's owned values are the store's third array.
+    const int arrays = int(fp32_states) + (r.parallel.offload_params && layout.parameters_sharded() ? 1 : 0);
+    const OffloadBytes b = offload_bytes(r.parallel.offload, device, arrays, owned_numel);
     out.offload_disk = r.parallel.offload == OffloadKind::nvme ? b.store : 0;
     if (device == kernels::Device::cuda) {
       out.optimizer = b.device_slots;

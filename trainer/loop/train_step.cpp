@@ -223,14 +223,17 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
 };
 
 std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Layout& layout, const Model& model,
-                                                        parallel::MeshComms& comms) {
+                                                        parallel::MeshComms& comms,
+                                                        std::function<void(int64_t, kernels::Tensor)> owned_values) {
   const std::vector<std::vector<int>> groups = grad_ready_groups(model);
   const std::vector<ModelParam>& params = model.parameters();
   // A sync over the parameters `take` accepts: their ranges, and each group's of them.
   auto over = [&](parallel::Comm& comm, int shard_group, bool experts) {
-    parallel::GradSyncLayout l{model.params(), model.grads(), {}, {}, model.device(), model.options().dtype};
+    parallel::GradSyncLayout l;
+    l.params = model.params(), l.grads = model.grads(), l.device = model.device(), l.dtype = model.options().dtype;
     if (layout.grad_reduce == GradReduceDtype::bf16) l.accumulate = parallel::Accumulate::in_dtype;
     l.held_group = held_group(model.config(), model.options().stage);
+    if (!experts) l.owned_values = owned_values;
     std::vector<int> index(params.size(), -1);
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].expert_shard == experts) {
@@ -276,16 +279,34 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   LT_CHECK(parallel::max_in_flight_per_chunk(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight per chunk; the model has {} activation slots",
            parallel::max_in_flight_per_chunk(schedule), model.options().activation_slots);
-  sync_ = make_step_grad_sync(layout_, model, comms);
+  // ZeRO 3 with parallel.offload_params: the owned values live in the optimizer's offload store,
+  // whence the sync reads each unit's chunk when it gathers it.
+  const bool params_offloaded = model.options().external_params && recipe.parallel.offload_params;
+  std::function<void(int64_t, kernels::Tensor)> owned_values;
+  if (params_offloaded)
+    owned_values = [this](int64_t begin, kernels::Tensor host) {
+      optimizer_->read_state(AdamW::State::master, begin, host);
+    };
+  sync_ = make_step_grad_sync(layout_, model, comms, std::move(owned_values));
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
-  // through the model.
-  if (model.options().external_params) model.set_param_shard(sync_->owned(), sync_->owned_params());
+  // through the model. Offloaded, initialisation writes a host shard of its own, which
+  // master_from_params moves into the store and drops.
+  if (params_offloaded) {
+    int64_t owned = 0;
+    for (const parallel::FlatRange& r : sync_->owned()) owned += r.numel();
+    initial_shard_ =
+        kernels::Buffer(DType::fp32, {std::max<int64_t>(owned, 1)}, kernels::Device::cpu, kernels::MemoryKind::other);
+    model.set_param_shard(sync_->owned(), initial_shard_.tensor().flat(0, owned));
+  } else if (model.options().external_params) {
+    model.set_param_shard(sync_->owned(), sync_->owned_params());
+  }
   // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
   const OffloadConfig offload{.kind = recipe.parallel.offload,
                               .dir = recipe.parallel.offload_path,
                               .rank = comms.world->rank(),
                               .device = model.device(),
-                              .timeout_s = recipe.parallel.timeout_s};
+                              .timeout_s = recipe.parallel.timeout_s,
+                              .params = params_offloaded};
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
                                        sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device(),
                                        offload);
@@ -504,7 +525,15 @@ double schedule_bubble(const Recipe& recipe, int micro_batches) {
       .bubble_fraction();
 }
 
-void TrainStep::master_from_params() { optimizer_->master_from_params(model_.params()); }
+void TrainStep::master_from_params() {
+  if (initial_shard_.data()) {  // offloaded ZeRO 3 values: into the store, and the host copy dropped
+    optimizer_->master_from_params(model_.param_shard());
+    model_.set_param_shard(sync_->owned(), {});
+    initial_shard_ = {};
+    return;
+  }
+  optimizer_->master_from_params(model_.params());
+}
 
 void TrainStep::params_from_master() {
   if (!optimizer_->has_master()) return;

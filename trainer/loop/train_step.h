@@ -144,6 +144,7 @@ class TrainStep {
   int64_t moe_width_ = 0;  // floats per block and micro-batch: 2 · experts + 2
   std::unique_ptr<parallel::GradSync> sync_;
   std::unique_ptr<AdamW> optimizer_;
+  kernels::Buffer initial_shard_;  // offload_params: the model's initial values, until master_from_params
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
   // The step's scalars on the model's device: the micro-batch losses [micro_batches], then the
@@ -177,8 +178,10 @@ class TrainStep {
 // The step's gradient sync of `model` (its parameter groups, grad_ready_groups): make_grad_sync over
 // dp × cp at the layout's ZeRO stage, or with sharded experts (Layout::experts_sharded) the
 // expert-parallel sync (parallel::make_expert_grad_sync: their gradients over the edp group).
-std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Layout& layout, const Model& model,
-                                                        parallel::MeshComms& comms);
+// `owned_values`: ZeRO 3's owned values outside the sync (parallel::GradSyncLayout::owned_values).
+std::unique_ptr<parallel::GradSync> make_step_grad_sync(
+    const Layout& layout, const Model& model, parallel::MeshComms& comms,
+    std::function<void(int64_t, kernels::Tensor)> owned_values = {});
 
 // This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
 // layout's pipeline and schedule say (with one stage: F0 B0 F1 B1 ...).

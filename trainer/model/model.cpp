@@ -711,8 +711,8 @@ void Model::set_param_shard(std::vector<parallel::FlatRange> owned, Tensor value
              "param shard range [{}, {}) of {}", owned[i].begin, owned[i].end, numel_);
     n += owned[i].numel();
   }
-  LT_CHECK(values.dtype == DType::fp32 && values.numel() == n, "param shard of {} elements for ranges of {}",
-           values.numel(), n);
+  LT_CHECK(!values.defined() || (values.dtype == DType::fp32 && values.numel() == n),
+           "param shard of {} elements for ranges of {}", values.numel(), n);
   shard_ranges_ = std::move(owned);
   shard_values_ = values;
 }

@@ -257,7 +257,9 @@ class Model {
   // With options.external_params: where the parameter values live between uses. `owned` are flat
   // ranges (ascending, disjoint) and `values` holds their elements packed (owned[0]'s, then
   // owned[1]'s, ...), as AdamW packs its moments; elements outside `owned` are another rank's.
-  // The storage must outlive the model's use of it.
+  // The storage must outlive the model's use of it. Undefined `values`: they live elsewhere
+  // (parallel.offload_params: the optimizer's offload store), and neither init nor checkpoints
+  // reach them through the model.
   void set_param_shard(std::vector<parallel::FlatRange> owned, kernels::Tensor values);
   const std::vector<parallel::FlatRange>& param_shard_ranges() const { return shard_ranges_; }
   kernels::Tensor param_shard() const { return shard_values_; }

@@ -35,6 +35,9 @@ struct OffloadConfig {
   int rank = 0;     // names the file
   kernels::Device device = kernels::Device::cpu;  // where the update runs
   double timeout_s = 300;                         // bound on each wait for the I/O thread
+  // ZeRO 3 with parallel.offload_params: AdamW's third array holds the owned parameter values
+  // (which are the fp32 master there) instead of the sync's memory.
+  bool params = false;
 };
 
 // The unit offload_unit chooses for `numel` elements: about an eighth of them, a multiple of 1024

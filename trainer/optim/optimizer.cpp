@@ -38,8 +38,11 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
       ranges_(std::move(ranges)),
       owned_(std::move(owned)),
       numel_(total_numel(owned_)),
-      has_master_(param_dtype != kernels::DType::fp32),
+      has_master_(param_dtype != kernels::DType::fp32 || offload.params),
+      params_offloaded_(offload.params),
       device_(device) {
+  LT_CHECK(!offload.params || (offload.kind != OffloadKind::none && param_dtype == kernels::DType::fp32),
+           "offloaded parameters without offload or with a 16-bit master");
   for (size_t i = 1; i < owned_.size(); ++i)
     LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
              owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);
@@ -91,6 +94,16 @@ void AdamW::for_each_owned(int64_t begin, int64_t end, Fn&& fn) const {
 void AdamW::master_from_params(kernels::Tensor params) {
   if (!has_master()) return;
   master_set_ = true;
+  if (params_offloaded_) {  // `params` is the compact owned values (the model's initial param shard)
+    LT_CHECK(params.numel() == numel_, "{} owned values for {} offloaded", params.numel(), numel_);
+    kernels::Buffer host;
+    if (params.device != kernels::Device::cpu) {
+      host = kernels::Buffer(kernels::DType::fp32, {numel_}, kernels::Device::cpu, kernels::MemoryKind::other);
+      kernels::copy(host.tensor(), params);
+    }
+    write_state(State::master, 0, host.data() ? host.tensor() : params);
+    return;
+  }
   if (store_) {
     store_->for_each_unit(
         [&](int64_t, int64_t begin, int64_t count, std::span<const kernels::Tensor> st) {
@@ -109,6 +122,7 @@ void AdamW::master_from_params(kernels::Tensor params) {
 void AdamW::params_from_master(kernels::Tensor params) {
   if (!has_master()) return;
   master_set_ = true;
+  if (params_offloaded_) return;  // nothing to round into: the gathers read the store
   if (store_) {
     store_->for_each_unit(
         [&](int64_t, int64_t begin, int64_t count, std::span<const kernels::Tensor> st) {
@@ -147,8 +161,8 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
         // parameters at their flat offset.
         const int64_t param = has_master() ? state : compact_params ? state : at;
         const int64_t grad = compact_grads ? state : at;
-        LT_CHECK(
-            grad + count <= grads_numel && (has_master() ? at + count <= params_numel : param + count <= params_numel),
+        LT_CHECK(grad + count <= grads_numel &&
+                     (params_offloaded_ || (has_master() ? at + count <= params_numel : param + count <= params_numel)),
             "AdamW range [{}, +{}) beyond {} gradients / {} parameters", at, count, grads_numel, params_numel);
         table.insert(table.end(), {param, grad, state, at, count, r.decay ? 1 : 0});
       }
@@ -187,11 +201,12 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
 void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads,
                  bool compact_params) {
   const int64_t end = owned_.empty() ? 0 : owned_.back().end;
-  LT_CHECK(params.numel() >= (compact_params ? owned_numel() : end) &&
+  if (params_offloaded_) params = {};  // the values are the store's; nothing to round into
+  LT_CHECK((params_offloaded_ || params.numel() >= (compact_params ? owned_numel() : end)) &&
                grads.numel() >= (compact_grads ? owned_numel() : end),
            "AdamW step on {} / {} elements, owning up to {}", params.numel(), grads.numel(), end);
   LT_CHECK(!has_master() || master_set_, "AdamW step before its fp32 master was set (master_from_params)");
-  LT_CHECK(!has_master() || !compact_params, "AdamW master weights with compact parameters");
+  LT_CHECK(!has_master() || params_offloaded_ || !compact_params, "AdamW master weights with compact parameters");
   ++steps_;
   const kernels::AdamWStep s{.lr = float(lr),
                              .beta1 = float(config_.beta1),
@@ -209,7 +224,7 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
           if (n == 0) return;
           const kernels::Tensor t = table.tensor().flat(6 * first, 6 * n).view({n, 6});
           const kernels::Tensor &m = st[int(State::exp_avg)], &v = st[int(State::exp_avg_sq)];
-          if (has_master())
+          if (has_master())  // `params` undefined when they are the master (offload_params): nothing to round
             kernels::adamw_rows(st[int(State::master)], grads, m, v, params, t, s);
           else
             kernels::adamw_rows(params, grads, m, v, kernels::Tensor{}, t, s);

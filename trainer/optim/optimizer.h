@@ -18,7 +18,10 @@
 //    OffloadStore, not in Buffers: step() and the master's conversions go through it a unit at a
 //    time (the same arithmetic element by element: bitwise the in-memory update), exp_avg(),
 //    exp_avg_sq() and master() do not exist, and checkpoints move the state with read_state and
-//    write_state.
+//    write_state. With OffloadConfig::params (ZeRO 3, parallel.offload_params) the owned parameter
+//    values themselves are the store's third array, in the master's place: has_master() is true,
+//    step() ignores `params` (the update goes to the store; there is nothing to round into), and the
+//    gradient sync reads a unit's values from the store when it gathers it.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +76,8 @@ class AdamW {
   int64_t owned_numel() const { return numel_; }
   // 16-bit parameters: the fp32 master of the owned ranges, [owned_numel()] packed as the moments.
   bool has_master() const { return has_master_; }
+  // The master's array is ZeRO 3's owned parameter values (OffloadConfig::params).
+  bool params_offloaded() const { return params_offloaded_; }
   kernels::Tensor master() const;
   // The state offloaded (parallel.offload): its store, or null.
   OffloadStore* offload_store() const { return store_.get(); }
@@ -93,7 +98,7 @@ class AdamW {
   std::vector<DecayRange> ranges_;
   std::vector<parallel::FlatRange> owned_;
   int64_t steps_ = 0, numel_ = 0;
-  bool has_master_ = false;
+  bool has_master_ = false, params_offloaded_ = false;
   kernels::Device device_;
   kernels::Buffer m_, v_, master_;        // in memory
   std::unique_ptr<OffloadStore> store_;   // or offloaded: arrays State::exp_avg, exp_avg_sq (, master)

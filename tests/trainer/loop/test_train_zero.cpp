@@ -64,9 +64,15 @@ class ZeroTest : public TrainStepTest {
         if (rank == 0) whole.assign(size_t(me.model.numel()), NAN);
         world.barrier();
         if (me.step->grad_sync().first_copy()) {
+          // The model's shard, or with offload_params the optimizer's store.
+          std::vector<float> stored(size_t(me.step->optimizer().owned_numel()));
+          if (!me.model.param_shard().defined())
+            me.step->optimizer().read_state(AdamW::State::master, 0,
+                                            kernels::host_tensor(stored.data(), {int64_t(stored.size())}));
+          const float* values = me.model.param_shard().defined() ? me.model.param_shard().ptr<float>() : stored.data();
           int64_t at = 0;
           for (const parallel::FlatRange& o : me.model.param_shard_ranges())
-            for (int64_t i = o.begin; i < o.end; ++i) whole[size_t(i)] = me.model.param_shard().ptr<float>()[at++];
+            for (int64_t i = o.begin; i < o.end; ++i) whole[size_t(i)] = values[at++];
         }
         world.barrier();
       }
@@ -256,17 +262,25 @@ TEST_F(ZeroTest, SixteenBitStorageTrainsShardedAndResumesBitwise) {
 // parallel.offload: nvme keeps the optimizer's state (moments, and the fp32 master with bf16) in a
 // file per rank, updated a unit at a time through the I/O thread: the losses and parameters are
 // BITWISE those of the same layout without offload, at dp 1 (fp32, and bf16 with its master), at
-// dp 2 with ZeRO 1 (fp32 and bf16), ZeRO 2 and ZeRO 3. The small model's state spans several units.
+// dp 2 with ZeRO 1 (fp32 and bf16), ZeRO 2 and ZeRO 3, and at ZeRO 3 with offload_params (the owned
+// values in the file too, read as each unit is gathered; fp32 and bf16, one unit per block). The
+// small model's state spans several units.
 TEST_F(ZeroTest, NvmeOffloadTakesTheSameStepsBitwise) {
   recipe_.train.steps = 8, recipe_.optimizer.decay_steps = 8;
-  for (auto [zero, dp, precision] : {std::tuple{0, 1, Precision::fp32}, std::tuple{0, 1, Precision::bf16},
-                                     std::tuple{1, 2, Precision::fp32}, std::tuple{1, 2, Precision::bf16},
-                                     std::tuple{2, 2, Precision::fp32}, std::tuple{3, 2, Precision::fp32}}) {
-    SCOPED_TRACE(::testing::Message() << "zero " << zero << " dp " << dp << " " << to_string(precision));
+  for (auto [zero, dp, precision, params] :
+       {std::tuple{0, 1, Precision::fp32, false}, std::tuple{0, 1, Precision::bf16, false},
+        std::tuple{1, 2, Precision::fp32, false}, std::tuple{1, 2, Precision::bf16, false},
+        std::tuple{2, 2, Precision::fp32, false}, std::tuple{3, 2, Precision::fp32, false},
+        std::tuple{3, 2, Precision::fp32, true}, std::tuple{3, 2, Precision::bf16, true}}) {
+    SCOPED_TRACE(::testing::Message() << "zero " << zero << " dp " << dp << " " << to_string(precision)
+                                      << (params ? " offload_params" : ""));
     recipe_.train.precision = precision;
+    recipe_.parallel.bucket_mb = params ? 0.01 : 25.0;
     recipe_.parallel.offload = OffloadKind::none, recipe_.parallel.offload_path.clear();
+    recipe_.parallel.offload_params = false;
     const Run want = run(zero, dp, 0, 0, 8);
     recipe_.parallel.offload = OffloadKind::nvme, recipe_.parallel.offload_path = (dir_ / "offload").string();
+    recipe_.parallel.offload_params = params;
     const Run got = run(zero, dp, 0, 0, 8);
     EXPECT_EQ(got.losses, want.losses);
     EXPECT_EQ(got.params, want.params);
