@@ -2,7 +2,7 @@
 # parallel.offload: nvme under real `mpirun` (issue 42's checks on CPU ranks): bf16 GPT-2 at dp 2 with
 # ZeRO 1 keeps its optimizer state (moments and fp32 master) in a file per rank and trains BITWISE
 # as without offload (losses, and every checkpointed slice, moments included, by checksum), with
-# the memory plan measured; an I/O error injected into rank 1's file ends the run naming the file,
+# the memory plan measured; so do tp 2, pp 2 and ZeRO 3 with offload_params (8 steps each); an I/O error injected into rank 1's file ends the run naming the file,
 # and the run resumes from the checkpoint before it, back on the uninterrupted trajectory; a disk
 # without room for the state is refused before any rank starts.
 source "$(dirname "$0")/lib.sh"
@@ -52,6 +52,25 @@ PY
 }
 out=$(same_slices nvme/ckpt/step_00000020/manifest.json in-memory/ckpt/step_00000020/manifest.json 2>&1) &&
   pass "checkpoints with and without offload are bitwise the same: $out" || fail "checkpoints differ: $out"
+
+# Tensor and pipeline parallelism (each rank's optimizer state is its own) and ZeRO 3 with
+# offload_params (the owned values in the file too): bitwise as the same layout in memory, 8 steps.
+for cfg in "tp2 --set parallel.tp=2 --set parallel.zero=0" "pp2 --set parallel.pp=2 --set parallel.zero=0" \
+  "z3 --set parallel.zero=3 --set parallel.bucket_mb=0.05"; do
+  set -- $cfg
+  name=$1; shift
+  extra=("$@")
+  [[ $name == z3 ]] && with=(--set parallel.offload_params=true) || with=()
+  run_cmd $name-in-memory mpi_run 180 2 "$LLMTRAIN" run r.yaml --set log.dir=$name-in-memory --set train.steps=8 \
+    --set checkpoint.every=0 "${extra[@]}"
+  expect_status 0
+  run_cmd $name-nvme mpi_run 180 2 "$LLMTRAIN" run r.yaml --set log.dir=$name-nvme --set train.steps=8 \
+    --set checkpoint.every=0 "${extra[@]}" "${nvme[@]}" "${with[@]}"
+  expect_status 0
+  out=$($PY "$SRC/tests/e2e/compare_runs.py" $name-nvme $name-in-memory --last 8 --tol 0 2>&1) &&
+    pass "$name: nvme offload${with:+ with offload_params} trains bitwise as in memory: $out" ||
+    fail "$name: nvme offload differs: $out"
+done
 
 # An I/O error on rank 1's state file in step 13's update (the fault arms after step 12): the run
 # ends naming the file; step 10's checkpoint is intact, and the run resumes from it.

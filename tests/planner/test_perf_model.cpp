@@ -163,6 +163,39 @@ TEST(LayoutSearch, ProposesOnlyLayoutsTheRecipeChecksAccept) {
   EXPECT_NE(why_best(found.fitting).find("runner-up"), std::string::npos) << why_best(found.fitting);
 }
 
+// Offload (docs/offload.md): a 5.9B-parameter model on one 80 GB H100 fits no layout with its
+// optimizer state on the device (16 bytes per parameter: 94 GB of model states),
+// but does with it in host memory: the search ranks those layouts, "· offload host", whose account
+// moves the state to host memory and whose optimizer time includes its trip over the host link (at
+// least 2 × 12 bytes per parameter / kHostLinkBandwidth); fitting_changes names the same change.
+TEST(LayoutSearch, OffloadWhenNothingElseFits) {
+  Recipe r = gpt(32, 3840, 30, 2048, 1, 1, 1, 1, 8);
+  r.train.precision = Precision::bf16;
+  const Cluster c{device_lookup("h100"), 1, 8, 50e9};
+  ASSERT_FALSE(predict_memory(r, c).fits());
+  const SearchResult found = search_layouts(r, c);
+  ASSERT_FALSE(found.fitting.empty());
+  for (const Candidate& cand : found.fitting) {
+    EXPECT_EQ(cand.recipe.parallel.offload, OffloadKind::host) << cand.layout();
+    EXPECT_NE(cand.layout().find(" · offload host"), std::string::npos) << cand.layout();
+    EXPECT_TRUE(recipe_check(cand.recipe, {1, "test", false}).empty()) << cand.layout();
+    EXPECT_GT(cand.memory.account.offload_host, 0);
+    const double params = double(trainer::count_parameters(r.model));
+    EXPECT_GE(cand.time.optimizer, 2 * 12 * params / kHostLinkBandwidth * 0.99) << cand.layout();
+  }
+  bool offered = false;
+  for (const Change& change : fitting_changes(r, c)) offered |= change.what == "offload host";
+  EXPECT_TRUE(offered);
+  // On cpu ranks the state goes to a disk; without a path the planner names a placeholder.
+  const Recipe cpu = [&] {
+    Recipe x = r;
+    x.train.device = DeviceKind::cpu;
+    return with_offload(x);
+  }();
+  EXPECT_EQ(cpu.parallel.offload, OffloadKind::nvme);
+  EXPECT_EQ(cpu.parallel.offload_path, kOffloadPathPlaceholder);
+}
+
 // Context parallelism: a rank's activations are those of seq_len / cp tokens (plus the ring's
 // buffers), and the search proposes cp for long sequences only.
 TEST(LayoutSearch, ContextParallelismForLongSequences) {

@@ -37,6 +37,25 @@ constexpr int kSlots = 3;  // the unit being updated, the one read ahead, the on
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+}  // namespace
+
+int64_t offload_unit(int64_t numel) {
+  return std::clamp(round_up(std::max<int64_t>(numel, 1) / 8 + 1, kAlignElems), kAlignElems, kMaxUnit);
+}
+
+OffloadBytes offload_bytes(OffloadKind kind, Device device, int arrays, int64_t numel) {
+  if (kind == OffloadKind::none) return {};
+  const int64_t unit = offload_unit(numel), units = (numel + unit - 1) / unit;
+  const int64_t slot = int64_t(arrays) * unit * int64_t(sizeof(float));
+  OffloadBytes b;
+  b.store = units * slot;
+  if (kind == OffloadKind::nvme) b.host_slots = kSlots * (slot + (device == Device::cpu ? 4096 : 0));
+  if (device == Device::cuda) b.device_slots = slot;
+  return b;
+}
+
+namespace offload_detail {
+
 // Host memory for a staging slot, aligned for direct I/O: page-locked on cuda ranks (copies to and
 // from the device), else a counted host Buffer with room to align its start.
 class HostSlot {
@@ -60,22 +79,9 @@ class HostSlot {
   Tensor tensor_;
 };
 
-}  // namespace
+}  // namespace offload_detail
 
-int64_t offload_unit(int64_t numel) {
-  return std::clamp(round_up(std::max<int64_t>(numel, 1) / 8 + 1, kAlignElems), kAlignElems, kMaxUnit);
-}
-
-OffloadBytes offload_bytes(OffloadKind kind, Device device, int arrays, int64_t numel) {
-  if (kind == OffloadKind::none) return {};
-  const int64_t unit = offload_unit(numel), units = (numel + unit - 1) / unit;
-  const int64_t slot = int64_t(arrays) * unit * int64_t(sizeof(float));
-  OffloadBytes b;
-  b.store = units * slot;
-  if (kind == OffloadKind::nvme) b.host_slots = kSlots * (slot + (device == Device::cpu ? 4096 : 0));
-  if (device == Device::cuda) b.device_slots = slot;
-  return b;
-}
+using offload_detail::HostSlot;
 
 struct OffloadStore::Impl {
   OffloadKind kind;
@@ -331,6 +337,9 @@ void OffloadStore::for_each_unit(const UnitFn& fn, bool write_back) {
       fn(u, begin, count, state);
       if (write_back) kernels::copy(host, m.device_slot.tensor());
     }
+    // Copies between page-locked memory and the device run behind the host: the state is the host's
+    // to read (checkpoints, the gathers of offloaded parameters) once they are done.
+    if (write_back) kernels::synchronize(m.device);
     return;
   }
   std::vector<int64_t> read_seq(size_t(units_), 0);
@@ -349,7 +358,10 @@ void OffloadStore::for_each_unit(const UnitFn& fn, bool write_back) {
     }
     fn(u, begin, count, state);
     if (write_back) {
-      if (m.device == Device::cuda) kernels::copy(host, m.device_slot.tensor());
+      if (m.device == Device::cuda) {
+        kernels::copy(host, m.device_slot.tensor());
+        kernels::synchronize(m.device);  // the copy into page-locked memory is done before the write
+      }
       last_write = m.post(true, u, slot);
     }
     // Unit u+2 goes into the slot of unit u-1, whose write (if any) was queued before it.

@@ -10,7 +10,9 @@
 //    the caller's function runs on unit u, and writes unit u back behind it, first in first out over
 //    three host slots (a slot is read into again only after its write, queued earlier, is done).
 //    It returns once every write has reached the file (not fsynced: the file is scratch; the
-//    checkpoint holds the state).
+//    checkpoint holds the state). On cuda ranks each unit goes to a device slot and back; copies
+//    to and from page-locked memory run behind the host, so for_each_unit waits for the device
+//    before a slot is written to the file (nvme) and before it returns (host).
 //  - The file is created afresh (never through an existing name or link) and unlinked as soon as it
 //    is open: it goes with the process, crash included. Its space is reserved at construction
 //    (fallocate), so a full disk shows before training, not in the middle of a step.
