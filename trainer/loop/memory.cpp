@@ -116,13 +116,18 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
 
   if (r.parallel.offload != OffloadKind::none) {
     const kernels::Device device = r.train.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
-    // offload_params: ZeRO 3's owned values are the store's third array.
-    const int arrays = int(fp32_states) + (r.parallel.offload_params && layout.parameters_sharded() ? 1 : 0);
+    // offload_params: ZeRO 3's owned values are the store's third array. The CPU update (host on
+    // cuda ranks) always keeps a master, and page-locked copies of the owned gradients and values.
+    const bool cpu_update = offload_updates_on_cpu(r, layout.parameters_sharded());
+    const int arrays = cpu_update ? 3 : int(fp32_states) + (r.parallel.offload_params && layout.parameters_sharded() ? 1 : 0);
     const OffloadBytes b = offload_bytes(r.parallel.offload, device, arrays, owned_numel);
+    if (cpu_update)
+      out.offload_host += owned_numel * ((layout.gradients_sharded() ? 4 : element) +
+                                         (r.parallel.offload_params ? 0 : element));
     out.offload_disk = r.parallel.offload == OffloadKind::nvme ? b.store : 0;
     if (device == kernels::Device::cuda) {
       out.optimizer = b.device_slots;
-      out.offload_host = b.host_slots + (r.parallel.offload == OffloadKind::host ? b.store : 0);
+      out.offload_host += b.host_slots + (r.parallel.offload == OffloadKind::host ? b.store : 0);
     } else {
       out.optimizer = b.host_slots;
     }

@@ -306,7 +306,8 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
                               .rank = comms.world->rank(),
                               .device = model.device(),
                               .timeout_s = recipe.parallel.timeout_s,
-                              .params = params_offloaded};
+                              .params = params_offloaded,
+                              .cpu_update = offload_updates_on_cpu(recipe, model.options().external_params)};
   optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
                                        sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device(),
                                        offload);

@@ -313,6 +313,21 @@ OffloadStore::OffloadStore(const OffloadConfig& config, int arrays, int64_t nume
 
 OffloadStore::~OffloadStore() = default;
 
+bool offload_updates_on_cpu(const Recipe& r, bool parameters_sharded) {
+  return r.parallel.offload == OffloadKind::host && r.train.device == DeviceKind::cuda &&
+         (!parameters_sharded || r.parallel.offload_params);
+}
+
+std::vector<Tensor> OffloadStore::host_unit(int64_t u) const {
+  const Impl& m = *impl_;
+  LT_CHECK(m.kind == OffloadKind::host && u >= 0 && u < units_, "host_unit {} of {} ({})", u, units_, where_);
+  const Tensor whole = m.whole.tensor(DType::fp32, {units_ * m.slot_floats});
+  const int64_t count = std::min(unit_, numel_ - u * unit_);
+  std::vector<Tensor> out;
+  for (int a = 0; a < arrays_; ++a) out.push_back(whole.flat(u * m.slot_floats + int64_t(a) * unit_, count));
+  return out;
+}
+
 OffloadStore::Stats OffloadStore::stats() const {
   std::lock_guard lock(impl_->mu);
   return impl_->stats;

@@ -40,7 +40,15 @@ struct OffloadConfig {
   // ZeRO 3 with parallel.offload_params: AdamW's third array holds the owned parameter values
   // (which are the fp32 master there) instead of the sync's memory.
   bool params = false;
+  // `host` on a cuda rank: AdamW runs on the CPU over the page-locked state, the gradients copied
+  // down and the updated values up (offload_updates_on_cpu).
+  bool cpu_update = false;
 };
+
+// Whether AdamW runs on the CPU for this recipe (OffloadConfig::cpu_update): `host` offload on cuda
+// ranks, except at ZeRO 3 without offload_params, whose owned values stay on the device (there the
+// unit goes to the device and the device updates it, as with nvme).
+bool offload_updates_on_cpu(const Recipe& recipe, bool parameters_sharded);
 
 // The unit offload_unit chooses for `numel` elements: about an eighth of them, a multiple of 1024
 // (4 KiB of fp32, so that units stay aligned for direct I/O), at least 1024 and at most 2^22 (16 MiB
@@ -76,6 +84,9 @@ class OffloadStore {
   // there is stored.
   using UnitFn = std::function<void(int64_t u, int64_t begin, int64_t count, std::span<const kernels::Tensor> state)>;
   void for_each_unit(const UnitFn& fn, bool write_back);
+
+  // `host`: unit u's arrays in the page-locked store, host fp32 tensors (the CPU update's operands).
+  std::vector<kernels::Tensor> host_unit(int64_t u) const;
 
   // Elements [begin, begin + n) of array `a` to or from a host fp32 tensor of n elements
   // (checkpoints): synchronous, not while for_each_unit runs.

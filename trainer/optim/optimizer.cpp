@@ -2,7 +2,11 @@
 
 #include <algorithm>
 
+#include <chrono>
+#include <thread>
+
 #include "common/error.h"
+#include "kernels/device_stream.h"
 #include "kernels/ops.h"
 
 namespace llmtrain::trainer {
@@ -38,11 +42,15 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
       ranges_(std::move(ranges)),
       owned_(std::move(owned)),
       numel_(total_numel(owned_)),
-      has_master_(param_dtype != kernels::DType::fp32 || offload.params),
+      has_master_(param_dtype != kernels::DType::fp32 || offload.params || offload.cpu_update),
       params_offloaded_(offload.params),
+      cpu_update_(offload.cpu_update),
+      timeout_s_(offload.timeout_s),
       device_(device) {
   LT_CHECK(!offload.params || (offload.kind != OffloadKind::none && param_dtype == kernels::DType::fp32),
            "offloaded parameters without offload or with a 16-bit master");
+  LT_CHECK(!offload.cpu_update || (offload.kind == OffloadKind::host && device == kernels::Device::cuda),
+           "a CPU update without host offload on a device");
   for (size_t i = 1; i < owned_.size(); ++i)
     LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
              owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);
@@ -54,6 +62,20 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
   v_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
   if (has_master_) master_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
 }
+
+// cpu_update: the owned elements' gradients and updated values in page-locked memory, in state
+// order, and for each unit its rows (every offset counted from the unit's first element: the state,
+// the master, the gradients' and the values' unit views) and the copies that bring its gradients
+// down and take its values up (runs of contiguous rows).
+struct AdamW::HostUpdate {
+  kernels::PinnedBuffer grads, values;
+  kernels::Buffer rows;  // host int64 [rows, 6]
+  struct Run {
+    int64_t device = 0, state = 0, count = 0;  // device offset, global state offset
+  };
+  std::vector<std::vector<Run>> down, up;  // per unit: gradients, updated values
+  std::vector<kernels::DeviceEvent> arrived;  // per unit: its gradients are in page-locked memory
+};
 
 AdamW::~AdamW() = default;
 
@@ -186,6 +208,35 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
     }
     for (size_t u = 1; u < unit_first_.size(); ++u) unit_first_[u] += unit_first_[u - 1];
     table = std::move(cut);
+    if (cpu_update_) {
+      // The same rows on the host, everything unit-relative; the copies coalesced where rows touch.
+      host_ = std::make_unique<HostUpdate>();
+      host_->down.resize(size_t(store_->units()));
+      host_->up.resize(size_t(store_->units()));
+      host_->arrived = std::vector<kernels::DeviceEvent>(size_t(store_->units()));
+      std::vector<int64_t> cpu;
+      auto add = [](std::vector<HostUpdate::Run>& runs, int64_t device, int64_t state, int64_t count) {
+        if (!runs.empty() && runs.back().device + runs.back().count == device &&
+            runs.back().state + runs.back().count == state)
+          runs.back().count += count;
+        else
+          runs.push_back({device, state, count});
+      };
+      for (int64_t u = 0; u < store_->units(); ++u)
+        for (int64_t i = unit_first_[size_t(u)]; i < unit_first_[size_t(u) + 1]; ++i) {
+          const int64_t* row = &table[size_t(6 * i)];
+          const int64_t rel = row[2], global = u * unit + rel, count = row[4];
+          cpu.insert(cpu.end(), {rel, rel, rel, rel, count, row[5]});
+          add(host_->down[size_t(u)], row[1], global, count);
+          // The values: into the flat parameters (at), or the compact owned values (ZeRO 3, offload_params:
+          // none, the store holds them).
+          if (!params_offloaded_) add(host_->up[size_t(u)], compact_params ? global : row[3], global, count);
+        }
+      const int64_t n = int64_t(cpu.size()) / 6;
+      host_->rows = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(n, 1), 6}, kernels::Device::cpu,
+                                    kernels::MemoryKind::other);
+      if (n > 0) std::copy(cpu.begin(), cpu.end(), host_->rows.ptr<int64_t>());
+    }
   }
   const int64_t n = int64_t(table.size()) / 6;
   // Bookkeeping, not optimizer state: 48 bytes per 2^14 elements (MemoryKind::other, which the
@@ -217,6 +268,7 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
                              .grad_scale = grad_scale};
   const kernels::Buffer& table = rows(compact_grads, compact_params, params.numel(), grads.numel());
   if (owned_numel() == 0) return;
+  if (cpu_update_) return cpu_step(params, grads, s);
   if (store_) {
     store_->for_each_unit(
         [&](int64_t u, int64_t, int64_t, std::span<const kernels::Tensor> st) {
@@ -240,6 +292,48 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
     kernels::adamw_rows(master_.tensor(), grads, m_.tensor(), v_.tensor(), params, t, s);
   else
     kernels::adamw_rows(params, grads, m_.tensor(), v_.tensor(), kernels::Tensor{}, t, s);
+}
+
+void AdamW::cpu_step(kernels::Tensor params, kernels::Tensor grads, const kernels::AdamWStep& s) {
+  HostUpdate& h = *host_;
+  const int64_t unit = store_->unit();
+  if (h.grads.bytes() == 0) {  // at the first step: the dtypes are the step's
+    h.grads = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(grads.dtype));
+    if (!params_offloaded_) h.values = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(params.dtype));
+  }
+  const kernels::Tensor g = h.grads.tensor(grads.dtype, {numel_});
+  const kernels::Tensor v = params_offloaded_ ? kernels::Tensor{} : h.values.tensor(params.dtype, {numel_});
+  // Every unit's gradients down, in order on the compute stream (behind backward and the sync),
+  // each unit's arrival marked.
+  for (int64_t u = 0; u < store_->units(); ++u) {
+    for (const HostUpdate::Run& r : h.down[size_t(u)])
+      kernels::copy(g.flat(r.state, r.count), grads.flat(r.device, r.count));
+    h.arrived[size_t(u)].record_compute();
+  }
+  // Each unit on the CPU as soon as its gradients are there (the later ones still crossing), its
+  // values up behind it.
+  for (int64_t u = 0; u < store_->units(); ++u) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!h.arrived[size_t(u)].done()) {
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_)
+        throw environment_error(fmt::format("parallel.offload host: unit {}'s gradients did not reach host memory "
+                                            "within {} s (parallel.timeout)",
+                                            u, timeout_s_),
+                                "the device stopped responding: see the rank's log and `nvidia-smi`");
+      std::this_thread::yield();
+    }
+    const int64_t first = unit_first_[size_t(u)], n = unit_first_[size_t(u) + 1] - first;
+    if (n == 0) continue;
+    const int64_t begin = u * unit, count = std::min(unit, numel_ - begin);
+    const std::vector<kernels::Tensor> st = store_->host_unit(u);
+    const kernels::Tensor t = h.rows.tensor().flat(6 * first, 6 * n).view({n, 6});
+    kernels::adamw_rows(st[int(State::master)], g.flat(begin, count), st[int(State::exp_avg)],
+                        st[int(State::exp_avg_sq)], v.defined() ? v.flat(begin, count) : kernels::Tensor{}, t, s);
+    for (const HostUpdate::Run& r : h.up[size_t(u)])
+      kernels::copy(params.flat(r.device, r.count), v.flat(r.state, r.count));
+  }
+  // The page-locked values are read by their copies until those are done.
+  kernels::synchronize(device_);
 }
 
 namespace {

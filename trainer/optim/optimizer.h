@@ -21,7 +21,12 @@
 //    write_state. With OffloadConfig::params (ZeRO 3, parallel.offload_params) the owned parameter
 //    values themselves are the store's third array, in the master's place: has_master() is true,
 //    step() ignores `params` (the update goes to the store; there is nothing to round into), and the
-//    gradient sync reads a unit's values from the store when it gathers it.
+//    gradient sync reads a unit's values from the store when it gathers it. With
+//    OffloadConfig::cpu_update (`host` on a cuda rank) the update runs on the CPU: every unit's
+//    gradients are copied into page-locked memory, AdamW (the CPU kernel, all cores) updates the
+//    page-locked state unit by unit as its gradients arrive, and each unit's updated values go back
+//    to the device behind it; such an AdamW always keeps a master (fp32 training too: the
+//    parameters' fp32 copy on the host).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +39,10 @@
 #include "parallel/grad_sync.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/offload.h"
+
+namespace llmtrain::kernels {
+struct AdamWStep;
+}
 
 namespace llmtrain::trainer {
 
@@ -78,6 +87,8 @@ class AdamW {
   bool has_master() const { return has_master_; }
   // The master's array is ZeRO 3's owned parameter values (OffloadConfig::params).
   bool params_offloaded() const { return params_offloaded_; }
+  // The update runs on the CPU over page-locked state (OffloadConfig::cpu_update).
+  bool updates_on_cpu() const { return cpu_update_; }
   kernels::Tensor master() const;
   // The state offloaded (parallel.offload): its store, or null.
   OffloadStore* offload_store() const { return store_.get(); }
@@ -98,7 +109,10 @@ class AdamW {
   std::vector<DecayRange> ranges_;
   std::vector<parallel::FlatRange> owned_;
   int64_t steps_ = 0, numel_ = 0;
-  bool has_master_ = false, params_offloaded_ = false;
+  bool has_master_ = false, params_offloaded_ = false, cpu_update_ = false;
+  double timeout_s_ = 300;
+  struct HostUpdate;
+  std::unique_ptr<HostUpdate> host_;  // cpu_update: the page-locked gradients and values, and their copies
   kernels::Device device_;
   kernels::Buffer m_, v_, master_;        // in memory
   std::unique_ptr<OffloadStore> store_;   // or offloaded: arrays State::exp_avg, exp_avg_sq (, master)
@@ -111,6 +125,7 @@ class AdamW {
 
   const kernels::Buffer& rows(bool compact_grads, bool compact_params, int64_t params_numel, int64_t grads_numel);
   kernels::Tensor state_tensor(State which) const;
+  void cpu_step(kernels::Tensor params, kernels::Tensor grads, const kernels::AdamWStep& s);
   // fn(state offset, flat offset, n) for the owned elements whose state lies in [begin, end).
   template <typename Fn>
   void for_each_owned(int64_t begin, int64_t end, Fn&& fn) const;
