@@ -60,15 +60,18 @@ for d in cpu cuda; do
   expect_status 0
 done
 compare "bf16: cuda takes the cpu's steps within 16-bit rounding" bf16-cuda bf16-cpu --last 3 --tol 5e-3
-# 3b. parallel.offload on cuda (docs/offload.md): the moments and fp32 master in page-locked host
-#     memory (host) or a file (nvme), each unit copied to a device slot and updated by the device's
-#     AdamW: the bf16 run's 3 steps BITWISE (losses, and every checkpointed slice by checksum).
+# 3b. parallel.offload on cuda (docs/offload.md), bf16: host — the moments and fp32 master in
+#     page-locked memory, AdamW on the CPU, each unit's gradients copied down during backward (all
+#     of them here: one rank, ZeRO 0), the values up behind the update; nvme — a file, each unit
+#     copied to a device slot and updated by the device's AdamW. Both take the in-memory run's 3
+#     steps BITWISE (losses, and every checkpointed slice by checksum).
 for kind in host nvme; do
   run_cmd "bf16 on cuda, offload $kind" train bf16-cuda-$kind --set train.device=cuda --set train.precision=bf16 \
     --set train.steps=3 --set checkpoint.resume=none --set parallel.offload=$kind \
     $([[ $kind == nvme ]] && echo --set parallel.offload_path=scratch)
   expect_status 0
   expect_out "optimizer state offloaded (parallel.offload $kind)"
+  [[ $kind == nvme ]] || expect_out_re "the last update found ([0-9]+) of \1 units' gradients copied down during backward"
   compare "offload $kind on cuda takes the in-memory steps bitwise" bf16-cuda-$kind bf16-cuda --last 3 --tol 0
   $PY - bf16-cuda-$kind/ckpt/step_00000003/manifest.json bf16-cuda/ckpt/step_00000003/manifest.json <<'PY' &&
 import json, sys

@@ -96,9 +96,11 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // `moe_stats`: where each micro-batch's MoE routing statistics go, [micro-batch][block of
   // `moe_layers`] of `moe_width` floats each.
   // `timeout_s` bounds a wait for a micro-batch's upload slot (parallel.timeout).
+  // `final`: called with a group once the last micro-batch's backward has marked it ready (the
+  // CPU update's early gradient copies, AdamW::gradients_final), or empty.
   ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::PipeLinks& pipe,
              int micro_batches, Tensor losses, bool tied, Tensor moe_stats, std::vector<int> moe_layers,
-             int64_t moe_width, double timeout_s)
+             int64_t moe_width, double timeout_s, std::function<void(int group)> final = {})
       : model_(model),
         batches_(batches),
         upload_(model.device(), std::min(2 * micro_batches, kMaxUploadSlots), timeout_s),
@@ -115,9 +117,11 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
       moe_index_.push_back(at == moe_layers_.end() ? -1 : int(at - moe_layers_.begin()));
     }
     const StageLayout st = model.options().stage;
-    model_.set_grad_ready_hook([this, st, &sync, tied](ParamPlace place, int layer) {
+    model_.set_grad_ready_hook([this, st, &sync, tied, final = std::move(final)](ParamPlace place, int layer) {
       if (tied && place == ParamPlace::embedding) return;
-      sync.group_ready(group_of(st, place, layer), last_backward_);
+      const int group = group_of(st, place, layer);
+      sync.group_ready(group, last_backward_);
+      if (last_backward_ && final) final(group);
     });
     if (model.options().external_grads)
       model_.set_grad_storage_hook(
@@ -342,10 +346,29 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
                                     model.device(), kernels::MemoryKind::communication);
   }
+  // The CPU update (offload host on a cuda rank) at one data-parallel rank and ZeRO 0: nothing
+  // reduces or changes a group's gradient after its last backward, so its units start down then.
+  std::function<void(int)> final;
+  if (optimizer_->updates_on_cpu() && comms.replicas().size() == 1 && layout_.zero == 0 &&
+      !layout_.experts_sharded() && tied_peer_ < 0) {
+    std::vector<parallel::FlatRange> ranges;
+    for (const std::vector<int>& group : grad_ready_groups(model)) {
+      parallel::FlatRange r{INT64_MAX, 0};
+      for (int i : group) {
+        const ModelParam& p = model.parameters()[size_t(i)];
+        r.begin = std::min(r.begin, p.offset), r.end = std::max(r.end, p.offset + p.numel());
+      }
+      ranges.push_back(r);
+    }
+    final = [this, ranges = std::move(ranges)](int group) {
+      const parallel::FlatRange& r = ranges[size_t(group)];
+      if (r.begin < r.end) optimizer_->gradients_final(r.begin, r.end, model_.grads());
+    };
+  }
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_,
                                         scalars_.tensor().flat(0, micro_batches_), tied_peer_ >= 0,
                                         scalars_.tensor().flat(micro_batches_ + norm_pieces_, moe_floats), moe_layers_,
-                                        moe_width_, recipe.parallel.timeout_s);
+                                        moe_width_, recipe.parallel.timeout_s, std::move(final));
   if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
 }
@@ -409,6 +432,7 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
 }
 
 StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
+  optimizer_->gradients_begin();  // a step skipped before its update leaves early copies behind
   StepOutcome out;
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   if (scaler_) {

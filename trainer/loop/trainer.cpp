@@ -234,6 +234,9 @@ int train(const TrainContext& ctx) {
                  format_duration(io.io_s), format_duration(io.waited_s),
                  io.io_s > 0 ? 100.0 * std::max(0.0, 1.0 - io.waited_s / io.io_s) : 0.0);
   }
+  if (const OffloadStore* store = step.optimizer().offload_store(); store && step.optimizer().updates_on_cpu())
+    log_progress("offload host: the last update found {} of {} units' gradients copied down during backward",
+                 step.optimizer().units_copied_during_backward(), store->units());
   log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
                format_memory(memory_measured(model.device(), true)),
                format_bytes(double(kernels::memory_use(model.device()).peak)));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "common/error.h"
@@ -75,6 +76,35 @@ struct AdamW::HostUpdate {
   };
   std::vector<std::vector<Run>> down, up;  // per unit: gradients, updated values
   std::vector<kernels::DeviceEvent> arrived;  // per unit: its gradients are in page-locked memory
+  // gradients_final: the flat ranges final so far this step (merged: begin -> end), the units
+  // already on their way down, and the stream they go on.
+  std::map<int64_t, int64_t> final_ranges;
+  std::vector<char> streamed;
+  int64_t streamed_last = 0;  // units streamed before the last update
+  std::unique_ptr<kernels::DeviceStream> stream;
+  kernels::DeviceEvent ready;  // the compute stream's point where the latest final gradients were made
+
+  // Whether [b, e) lies inside one merged final range.
+  bool final(int64_t b, int64_t e) const {
+    auto it = final_ranges.upper_bound(b);
+    if (it == final_ranges.begin()) return false;
+    --it;
+    return it->first <= b && it->second >= e;
+  }
+  void add_final(int64_t b, int64_t e) {
+    auto it = final_ranges.upper_bound(b);
+    if (it != final_ranges.begin() && std::prev(it)->second >= b) {
+      --it;
+      b = it->first;
+      e = std::max(e, it->second);
+      it = final_ranges.erase(it);
+    }
+    while (it != final_ranges.end() && it->first <= e) {
+      e = std::max(e, it->second);
+      it = final_ranges.erase(it);
+    }
+    final_ranges[b] = e;
+  }
 };
 
 AdamW::~AdamW() = default;
@@ -214,6 +244,7 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
       host_->down.resize(size_t(store_->units()));
       host_->up.resize(size_t(store_->units()));
       host_->arrived = std::vector<kernels::DeviceEvent>(size_t(store_->units()));
+      host_->streamed.assign(size_t(store_->units()), 0);
       std::vector<int64_t> cpu;
       auto add = [](std::vector<HostUpdate::Run>& runs, int64_t device, int64_t state, int64_t count) {
         if (!runs.empty() && runs.back().device + runs.back().count == device &&
@@ -297,15 +328,16 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
 void AdamW::cpu_step(kernels::Tensor params, kernels::Tensor grads, const kernels::AdamWStep& s) {
   HostUpdate& h = *host_;
   const int64_t unit = store_->unit();
-  if (h.grads.bytes() == 0) {  // at the first step: the dtypes are the step's
-    h.grads = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(grads.dtype));
-    if (!params_offloaded_) h.values = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(params.dtype));
-  }
+  // At the first step (or gradients_final): in the step's dtypes.
+  if (h.grads.bytes() == 0) h.grads = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(grads.dtype));
+  if (!params_offloaded_ && h.values.bytes() == 0)
+    h.values = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(params.dtype));
   const kernels::Tensor g = h.grads.tensor(grads.dtype, {numel_});
   const kernels::Tensor v = params_offloaded_ ? kernels::Tensor{} : h.values.tensor(params.dtype, {numel_});
   // Every unit's gradients down, in order on the compute stream (behind backward and the sync),
   // each unit's arrival marked.
   for (int64_t u = 0; u < store_->units(); ++u) {
+    if (h.streamed[size_t(u)]) continue;  // on its way since backward (gradients_final)
     for (const HostUpdate::Run& r : h.down[size_t(u)])
       kernels::copy(g.flat(r.state, r.count), grads.flat(r.device, r.count));
     h.arrived[size_t(u)].record_compute();
@@ -334,6 +366,44 @@ void AdamW::cpu_step(kernels::Tensor params, kernels::Tensor grads, const kernel
   }
   // The page-locked values are read by their copies until those are done.
   kernels::synchronize(device_);
+  h.final_ranges.clear();
+  h.streamed_last = std::count(h.streamed.begin(), h.streamed.end(), 1);
+  std::fill(h.streamed.begin(), h.streamed.end(), 0);
+}
+
+int64_t AdamW::units_copied_during_backward() const { return host_ ? host_->streamed_last : 0; }
+
+void AdamW::gradients_begin() {
+  if (!host_ || host_->final_ranges.empty()) return;
+  kernels::synchronize(device_);  // the copy stream's work too
+  host_->final_ranges.clear();
+  std::fill(host_->streamed.begin(), host_->streamed.end(), 0);
+}
+
+void AdamW::gradients_final(int64_t begin, int64_t end, kernels::Tensor grads) {
+  if (!cpu_update_ || owned_numel() == 0) return;
+  rows(false, false, grads.numel(), grads.numel());  // the unit tables (built at the first call)
+  HostUpdate& h = *host_;
+  if (h.grads.bytes() == 0) h.grads = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(grads.dtype));
+  if (!h.stream) h.stream = std::make_unique<kernels::DeviceStream>();
+  const kernels::Tensor g = h.grads.tensor(grads.dtype, {numel_});
+  h.add_final(begin, end);
+  bool marked = false;
+  for (int64_t u = 0; u < store_->units(); ++u) {
+    if (h.streamed[size_t(u)]) continue;
+    const std::vector<HostUpdate::Run>& runs = h.down[size_t(u)];
+    if (!std::all_of(runs.begin(), runs.end(),
+                     [&](const HostUpdate::Run& r) { return h.final(r.device, r.device + r.count); }))
+      continue;
+    if (!marked) {  // the copy stream waits for the compute stream's work so far (this backward's)
+      h.ready.record_compute();
+      h.ready.make_wait(*h.stream);
+      marked = true;
+    }
+    for (const HostUpdate::Run& r : runs) h.stream->copy_async(g.flat(r.state, r.count), grads.flat(r.device, r.count));
+    h.arrived[size_t(u)].record(*h.stream);
+    h.streamed[size_t(u)] = 1;
+  }
 }
 
 namespace {

@@ -89,6 +89,16 @@ class AdamW {
   bool params_offloaded() const { return params_offloaded_; }
   // The update runs on the CPU over page-locked state (OffloadConfig::cpu_update).
   bool updates_on_cpu() const { return cpu_update_; }
+  // cpu_update, where nothing changes the gradients after backward (one data-parallel rank, ZeRO 0):
+  // the flat gradient buffer's [begin, end) is final (the last micro-batch's backward produced it).
+  // Each unit whose gradients are then all final starts down to page-locked memory at once, on a
+  // copy stream of its own, overlapped with the rest of backward; step() only waits for those.
+  void gradients_final(int64_t begin, int64_t end, kernels::Tensor grads);
+  // Before a step's backward: nothing final yet (copies a skipped step started are waited for).
+  void gradients_begin();
+  // cpu_update: how many of the units' gradients the last update found on their way down already
+  // (started during backward by gradients_final).
+  int64_t units_copied_during_backward() const;
   kernels::Tensor master() const;
   // The state offloaded (parallel.offload): its store, or null.
   OffloadStore* offload_store() const { return store_.get(); }
