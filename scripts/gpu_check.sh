@@ -16,9 +16,14 @@
 #      against the one-rank run (fp32, losses and final parameters within 1e-5), through NCCL where
 #      it can serve them (one GPU: NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1; else the staged
 #      path, said so); compute-sanitizer on a 2-rank run; with several GPUs, dp scaling of GPT-2 124M
-#      in bf16 (tokens/s at dp N over N × dp 1).
+#      in bf16 (tokens/s at dp N over N × dp 1);
+#   5. offload (docs/offload.md): tiny in bf16 with parallel.offload host (AdamW on the CPU) and nvme
+#      against the same run in memory (10 steps: worst loss difference, final parameters); on a real
+#      GPU, a Llama model sized so that its model states do NOT fit the GPU (about 18 bytes per
+#      parameter with activations) but its page-locked state fits the host, trained 3 steps with
+#      host: its memory line and step time (skipped, said so, where the host is too small).
 #
-# Environment: STEPS (default 50); PARTS (default "1 2 3 4": the parts to run); BUILD=DIR uses an
+# Environment: STEPS (default 50); PARTS (default "1 2 3 4 5": the parts to run); BUILD=DIR uses an
 # existing CUDA or simulator build instead of building (BUILD=build-sim STEPS=3 runs parts 1, 2 and
 # 4 on the simulator, to check this script without a GPU; part 3 runs only on a real device);
 # NCCL_LIB_DIR: a folder with a newer libnccl.so.2 for part 4 (otherwise the script looks for the
@@ -27,7 +32,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-50}
-parts=" ${PARTS:-1 2 3 4} "
+parts=" ${PARTS:-1 2 3 4 5} "
 part() { [[ $parts == *" $1 "* ]]; }
 if [[ -n ${BUILD:-} ]]; then
   build=$BUILD
@@ -181,6 +186,10 @@ fi
 if part 4; then
   # shellcheck source=scripts/gpu_check_ranks.sh
   source scripts/gpu_check_ranks.sh
+fi
+if part 5; then
+  # shellcheck source=scripts/gpu_check_offload.sh
+  source scripts/gpu_check_offload.sh
 fi
 report "result: $([[ $status == 0 ]] && echo passed || echo FAILED)"
 exit $status
