@@ -172,16 +172,18 @@ void check_offload_space(const Recipe& r, int ranks_per_node) {
   const int64_t need = per_rank * std::max(1, std::min(r.world_size(), ranks_per_node));
   std::filesystem::path dir = r.parallel.offload_path;
   std::error_code ec;
-  while (!std::filesystem::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  while (!std::filesystem::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path())
+    dir = dir.parent_path();
   const std::filesystem::space_info space = std::filesystem::space(dir, ec);
   if (ec) return;  // unknown: the ranks' reservations will tell
   if (int64_t(space.available) < need)
-    throw Error(fmt::format("parallel.offload_path {}: the optimizer state of this host's ranks needs {} ({} per rank), "
-                            "its file system has {} free",
-                            printable(r.parallel.offload_path), format_bytes(double(need)),
-                            format_bytes(double(per_rank)), format_bytes(double(space.available))),
-                "point offload_path at a larger local disk, free space there, or shard the state over more ranks "
-                "(parallel.zero, more dp)");
+    throw Error(
+        fmt::format("parallel.offload_path {}: the optimizer state of this host's ranks needs {} ({} per rank), "
+                    "its file system has {} free",
+                    printable(r.parallel.offload_path), format_bytes(double(need)), format_bytes(double(per_rank)),
+                    format_bytes(double(space.available))),
+        "point offload_path at a larger local disk, free space there, or shard the state over more ranks "
+        "(parallel.zero, more dp)");
 }
 
 // parallel.device_comm as the parallel layer takes it: nullopt for auto.

@@ -165,8 +165,8 @@ class GradShardSync final : public GradSync {
     slots_ = pool_slots<Slot>(pool_.tensor(), std::min(slots, kGradPoolSlots), full, held_full);
     if (shard_params_ && owned_values_) {
       // Offloaded: one unit's owned chunk at a time, read from the store (through host memory).
-      owned_params_buf_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device,
-                                          kernels::MemoryKind::parameters);
+      owned_params_buf_ =
+          kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device, kernels::MemoryKind::parameters);
       if (device != kernels::Device::cpu)
         owned_host_ = kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, kernels::Device::cpu,
                                       kernels::MemoryKind::other);

@@ -9,6 +9,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
+#include "trainer/optim/offload.h"
 
 namespace llmtrain::planner {
 namespace {
@@ -299,11 +300,20 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   out.optimizer =
       stage_params / shard * 32 / (dev.shares_host ? dev.memory_bandwidth / per_node : dev.memory_bandwidth);
   if (r.parallel.offload != OffloadKind::none) {
-    // The offloaded state (docs/offload.md) crosses to the update and back each step, overlapped with
-    // it: host memory over the host link, or a node's disk shared by its ranks.
-    const double state = stage_params / shard * (p.fp32_master() ? 3 : 2) * 4;
-    const double link = r.parallel.offload == OffloadKind::host ? kHostLinkBandwidth : kDiskBandwidth / per_node;
-    out.optimizer = std::max(out.optimizer, 2 * state / link);
+    // docs/offload.md. host's CPU update: the owned gradients down and the values up over the host
+    // link, the update at the host's memory bandwidth, pipelined. Otherwise the state crosses to the
+    // update and back, overlapped with it: host memory over the host link, or a node's disk shared
+    // by its ranks.
+    const double owned = stage_params / shard;
+    if (trainer::offload_updates_on_cpu(r, p.parameters_sharded())) {
+      const double link = owned * ((p.gradients_sharded() ? 4 : element) + (r.parallel.offload_params ? 0 : element)) /
+                          kHostLinkBandwidth;
+      out.optimizer = std::max(link, owned * 32 / (kHostMemoryBandwidth / per_node));
+    } else {
+      const double state = owned * (p.fp32_master() ? 3 : 2) * 4;
+      const double link = r.parallel.offload == OffloadKind::host ? kHostLinkBandwidth : kDiskBandwidth / per_node;
+      out.optimizer = std::max(out.optimizer, 2 * state / link);
+    }
   }
 
   out.total = out.compute + out.bubble + out.tp_comm + out.pp_comm + out.dp_comm + out.optimizer;

@@ -11,8 +11,9 @@
 //  - data parallelism / ZeRO: ring all-reduce, reduce-scatter and all-gather over the dp group,
 //    across nodes when the group spans nodes, with what the backward hides of them;
 //  - the optimizer: a memory-bound pass over the owned state; offloaded (parallel.offload), at
-//    least the state's way to the update and back over the host link (host) or the node's disk
-//    (nvme, shared by its ranks), at the assumed rates below.
+//    least the state's way to the update and back over the host link or the node's disk (nvme,
+//    shared by its ranks), or with host's CPU update the gradients' and values' way and the
+//    update at the host's memory bandwidth, at the assumed rates below.
 //
 // Rule a reader could get wrong: the model predicts the time of one optimizer step in steady
 // state; everything outside the step (data loading, logging, checkpoints) is not in it.
@@ -26,9 +27,11 @@
 namespace llmtrain::planner {
 
 // Assumed rates for offloaded optimizer state: a PCIe 4.0 ×16 link's sustained copy rate per
-// direction, and one local NVMe drive's sequential rate.
+// direction, one local NVMe drive's sequential rate, and a GPU node's host memory bandwidth (shared
+// by its ranks' CPU updates).
 inline constexpr double kHostLinkBandwidth = 25e9;
 inline constexpr double kDiskBandwidth = 2e9;
+inline constexpr double kHostMemoryBandwidth = 200e9;
 
 struct Cluster {
   DeviceSpec device;

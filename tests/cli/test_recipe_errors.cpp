@@ -126,8 +126,8 @@ const Case kCases[] = {
      "use offload: nvme"},
     {"offload_nvme_without_path", "tp: 1", "  tp: 1\n  offload: nvme", "parallel.offload", "offload: nvme",
      "set parallel.offload_path"},
-    {"offload_path_without_nvme", "tp: 1", "  tp: 1\n  offload_path: /scratch", "parallel.offload_path",
-     "offload_path", "set offload: nvme"},
+    {"offload_path_without_nvme", "tp: 1", "  tp: 1\n  offload_path: /scratch", "parallel.offload_path", "offload_path",
+     "set offload: nvme"},
     {"offload_params_without_zero3", "tp: 1", "  tp: 1\n  offload_params: true", "parallel.offload_params",
      "offload_params", "set zero: 3"},
     // NCCL moves device memory only.

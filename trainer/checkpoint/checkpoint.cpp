@@ -9,11 +9,11 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
-#include "kernels/ops.h"
 #include "common/file_io.h"
 #include "common/json_depth.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "kernels/ops.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
 
@@ -385,8 +385,14 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
     if (master) {
       // The fp32 master of the owned ranges (below, with the moments).
     } else if (!model.options().external_params) {
-      out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value,
-                     write_params && !p.tied_copy && !p.tp_replica, {}, {}});
+      out.push_back({p.spec.name,
+                     TensorRole::param,
+                     p.spec.shape,
+                     block,
+                     p.value,
+                     write_params && !p.tied_copy && !p.tp_replica,
+                     {},
+                     {}});
     } else {
       // ZeRO 3: the values of the owned element ranges, from the param shard, written by the ranks
       // that write the moments.
@@ -396,9 +402,14 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
         SliceSpec part = block;
         part.begin = lo - p.offset;
         part.end = hi - p.offset;
-        out.push_back({p.spec.name, TensorRole::param, p.spec.shape, part,
+        out.push_back({p.spec.name,
+                       TensorRole::param,
+                       p.spec.shape,
+                       part,
                        model.param_shard().flat(model.param_shard_offset(lo), hi - lo),
-                       write_moments && !p.tied_copy && !p.tp_replica, {}, {}});
+                       write_moments && !p.tied_copy && !p.tp_replica,
+                       {},
+                       {}});
       }
     }
     if (!opt || (!moments && !master)) continue;
@@ -425,9 +436,9 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
             opt->write_state(which, at + begin, host);
           };
         } else {
-          s.data = which == AdamW::State::master ? opt->master().flat(at, hi - lo)
+          s.data = which == AdamW::State::master    ? opt->master().flat(at, hi - lo)
                    : which == AdamW::State::exp_avg ? opt->exp_avg().flat(at, hi - lo)
-                                                     : opt->exp_avg_sq().flat(at, hi - lo);
+                                                    : opt->exp_avg_sq().flat(at, hi - lo);
         }
         out.push_back(std::move(s));
       };

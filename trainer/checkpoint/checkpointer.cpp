@@ -135,8 +135,8 @@ RunPosition Checkpointer::resume() {
   std::optional<LoadedCheckpoint> loaded;
   {
     CheckpointPhase phase(world_, cc.timeout_s, 0, parallel::Phase::load);
-    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path, slices(/*moments=*/!weights_only),
-                               world_, recipe_yaml_);
+    loaded = checkpoint_resume(explicit_path ? cc.resume_path : cc.dir, explicit_path,
+                               slices(/*moments=*/!weights_only), world_, recipe_yaml_);
   }
   if (!loaded) return {};
   step_.params_from_master();  // 16-bit parameters: the loaded fp32 master, rounded into the model
@@ -196,7 +196,8 @@ double Checkpointer::save(const RunPosition& at) {
   }
   const double t0 = now_s();
   CheckpointPhase phase(world_, recipe_.checkpoint.timeout_s, at.step, parallel::Phase::save);
-  const std::string path = checkpoint_save(fs_, recipe_.checkpoint.dir, meta, slices(), world_, recipe_.checkpoint.keep);
+  const std::string path =
+      checkpoint_save(fs_, recipe_.checkpoint.dir, meta, slices(), world_, recipe_.checkpoint.keep);
   const double seconds = now_s() - t0;
   log_progress("checkpoint {} written in {}", path, format_duration(seconds));
   last_saved_ = at.step;

@@ -27,8 +27,16 @@ Fault fault_from_env() {
   const std::string_view kind = s.substr(0, at);
   const std::string_view step = at == std::string_view::npos ? "" : s.substr(at + 1, colon - at - 1);
   const std::string_view rank = colon == std::string_view::npos ? "" : s.substr(colon + 1);
-  static const std::set<std::string_view> kinds = {"kill", "segv",         "exit", "throw",        "hang",
-                                                   "slow", "kill-in-save", "term", "term-in-save", "full-disk-in-save",
+  static const std::set<std::string_view> kinds = {"kill",
+                                                   "segv",
+                                                   "exit",
+                                                   "throw",
+                                                   "hang",
+                                                   "slow",
+                                                   "kill-in-save",
+                                                   "term",
+                                                   "term-in-save",
+                                                   "full-disk-in-save",
                                                    "offload-io-error"};
   Fault f{std::string(kind), 0, -1};
   const bool ok =
@@ -37,10 +45,9 @@ Fault fault_from_env() {
       (colon == std::string_view::npos ||
        (is_digits(rank) && std::from_chars(rank.data(), rank.data() + rank.size(), f.rank).ec == std::errc()));
   if (!ok)
-    throw Error(
-        fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
-        "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term, term-in-save, full-disk-in-save, "
-        "offload-io-error (a test hook; unset it for real runs)");
+    throw Error(fmt::format("LLMTRAIN_FAULT={}: expected <kind>@<step>[:<rank>]", v),
+                "kinds: kill, segv, exit, throw, hang, slow, kill-in-save, term, term-in-save, full-disk-in-save, "
+                "offload-io-error (a test hook; unset it for real runs)");
   return f;
 }
 

@@ -119,11 +119,12 @@ MemoryAccount memory_plan(const Recipe& r, const Layout& layout, const parallel:
     // offload_params: ZeRO 3's owned values are the store's third array. The CPU update (host on
     // cuda ranks) always keeps a master, and page-locked copies of the owned gradients and values.
     const bool cpu_update = offload_updates_on_cpu(r, layout.parameters_sharded());
-    const int arrays = cpu_update ? 3 : int(fp32_states) + (r.parallel.offload_params && layout.parameters_sharded() ? 1 : 0);
+    const int arrays =
+        cpu_update ? 3 : int(fp32_states) + (r.parallel.offload_params && layout.parameters_sharded() ? 1 : 0);
     const OffloadBytes b = offload_bytes(r.parallel.offload, device, arrays, owned_numel);
     if (cpu_update)
-      out.offload_host += owned_numel * ((layout.gradients_sharded() ? 4 : element) +
-                                         (r.parallel.offload_params ? 0 : element));
+      out.offload_host +=
+          owned_numel * ((layout.gradients_sharded() ? 4 : element) + (r.parallel.offload_params ? 0 : element));
     out.offload_disk = r.parallel.offload == OffloadKind::nvme ? b.store : 0;
     if (device == kernels::Device::cuda) {
       out.optimizer = b.device_slots;
@@ -191,7 +192,8 @@ std::string format_memory(const MemoryAccount& m) {
   out += fmt::format("; total {}", b(m.total()));
   std::vector<std::string> host;
   if (m.offload_host > 0) host.push_back("optimizer state " + b(m.offload_host));
-  if (m.checkpoint_snapshot > 0 && m.snapshot_on_host) host.push_back("checkpoint snapshot " + b(m.checkpoint_snapshot));
+  if (m.checkpoint_snapshot > 0 && m.snapshot_on_host)
+    host.push_back("checkpoint snapshot " + b(m.checkpoint_snapshot));
   if (!host.empty()) out += "; host memory: " + join(host, ", ");
   if (m.offload_disk > 0) out += fmt::format("; disk (offload_path): optimizer state {}", b(m.offload_disk));
   return out;

@@ -312,9 +312,9 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
                               .timeout_s = recipe.parallel.timeout_s,
                               .params = params_offloaded,
                               .cpu_update = offload_updates_on_cpu(recipe, model.options().external_params)};
-  optimizer_ = std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
-                                       sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device(),
-                                       offload);
+  optimizer_ =
+      std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
+                              sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device(), offload);
   // The gradient norm's parts: only where this rank's elements count (each element once per model
   // replica: where data-parallel ranks hold shards, or with sharded experts other experts, only the
   // first copy of each owned range counts, and the squares are summed over the world).
@@ -349,8 +349,8 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   // The CPU update (offload host on a cuda rank) at one data-parallel rank and ZeRO 0: nothing
   // reduces or changes a group's gradient after its last backward, so its units start down then.
   std::function<void(int)> final;
-  if (optimizer_->updates_on_cpu() && comms.replicas().size() == 1 && layout_.zero == 0 &&
-      !layout_.experts_sharded() && tied_peer_ < 0) {
+  if (optimizer_->updates_on_cpu() && comms.replicas().size() == 1 && layout_.zero == 0 && !layout_.experts_sharded() &&
+      tied_peer_ < 0) {
     std::vector<parallel::FlatRange> ranges;
     for (const std::vector<int>& group : grad_ready_groups(model)) {
       parallel::FlatRange r{INT64_MAX, 0};

@@ -149,12 +149,11 @@ int train(const TrainContext& ctx) {
   if (const OffloadStore* store = step.optimizer().offload_store())
     log_progress("optimizer state offloaded (parallel.offload {}): {} in {}, moved in {} unit(s) of {} elements; {}",
                  to_string(r.parallel.offload),
-                 format_bytes(double(store->units() * store->unit() * store->arrays()) * sizeof(float)),
-                 store->where(), store->units(), store->unit(),
-                 step.optimizer().updates_on_cpu()
-                     ? "AdamW on the CPU (gradients copied down, updated values up)"
-                     : model.device() == kernels::Device::cuda ? "AdamW on the device, a unit at a time"
-                                                               : "AdamW a unit at a time");
+                 format_bytes(double(store->units() * store->unit() * store->arrays()) * sizeof(float)), store->where(),
+                 store->units(), store->unit(),
+                 step.optimizer().updates_on_cpu() ? "AdamW on the CPU (gradients copied down, updated values up)"
+                 : model.device() == kernels::Device::cuda ? "AdamW on the device, a unit at a time"
+                                                           : "AdamW a unit at a time");
   const Fault fault = fault_from_env();
   const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
   // dp × cp replicas hold the same slices: the first writes them.
@@ -228,11 +227,11 @@ int train(const TrainContext& ctx) {
     report_pipeline_idle(r, accum, timer, *comms.control.pp);
   if (const OffloadStore* store = step.optimizer().offload_store(); store && r.parallel.offload == OffloadKind::nvme) {
     const OffloadStore::Stats io = store->stats();
-    log_progress("offload file: {} read, {} written; I/O busy {}, the steps waited {} for it ({:.0f}% hidden behind "
-                 "the updates)",
-                 format_bytes(double(io.read_bytes)), format_bytes(double(io.written_bytes)),
-                 format_duration(io.io_s), format_duration(io.waited_s),
-                 io.io_s > 0 ? 100.0 * std::max(0.0, 1.0 - io.waited_s / io.io_s) : 0.0);
+    log_progress(
+        "offload file: {} read, {} written; I/O busy {}, the steps waited {} for it ({:.0f}% hidden behind "
+        "the updates)",
+        format_bytes(double(io.read_bytes)), format_bytes(double(io.written_bytes)), format_duration(io.io_s),
+        format_duration(io.waited_s), io.io_s > 0 ? 100.0 * std::max(0.0, 1.0 - io.waited_s / io.io_s) : 0.0);
   }
   if (const OffloadStore* store = step.optimizer().offload_store(); store && step.optimizer().updates_on_cpu())
     log_progress("offload host: the last update found {} of {} units' gradients copied down during backward",

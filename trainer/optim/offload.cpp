@@ -109,7 +109,7 @@ struct OffloadStore::Impl {
   std::condition_variable wake, finished;
   std::deque<Job> queue;
   int64_t posted = 0, done = 0;
-  std::string error;  // the first I/O failure
+  std::string error;          // the first I/O failure
   OffloadStore::Stats stats;  // under mu
   bool stop = false;
   std::atomic<bool> fail_next_write{false};
@@ -281,7 +281,8 @@ OffloadStore::OffloadStore(const OffloadConfig& config, int arrays, int64_t nume
   if (ec)
     throw Error(fmt::format("parallel.offload_path {}: cannot make the directory: {}", config.dir, ec.message()),
                 "set offload_path to a writable directory on a local disk");
-  m.path = (fs::path(config.dir) / fmt::format("llmtrain-offload-rank{}-pid{}.state", config.rank, ::getpid())).string();
+  m.path =
+      (fs::path(config.dir) / fmt::format("llmtrain-offload-rank{}-pid{}.state", config.rank, ::getpid())).string();
   where_ = m.path;
   const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   m.fd = ::open(m.path.c_str(), flags | O_DIRECT, 0600);
@@ -296,8 +297,7 @@ OffloadStore::OffloadStore(const OffloadConfig& config, int arrays, int64_t nume
     if (rc == EOPNOTSUPP || rc == EINVAL) rc = ::ftruncate(m.fd, off_t(store_bytes)) == 0 ? 0 : errno;
     if (rc != 0) {
       struct statvfs st {};
-      const int64_t free_bytes =
-          ::fstatvfs(m.fd, &st) == 0 ? int64_t(st.f_bavail) * int64_t(st.f_frsize) : int64_t(-1);
+      const int64_t free_bytes = ::fstatvfs(m.fd, &st) == 0 ? int64_t(st.f_bavail) * int64_t(st.f_frsize) : int64_t(-1);
       throw Error(fmt::format("parallel.offload_path {}: rank {}'s optimizer state needs {} there, {}: {}", config.dir,
                               config.rank, format_bytes(double(store_bytes)),
                               free_bytes >= 0 ? "the file system has " + format_bytes(double(free_bytes)) + " free"

@@ -33,8 +33,8 @@ namespace llmtrain::trainer {
 
 struct OffloadConfig {
   OffloadKind kind = OffloadKind::none;
-  std::string dir;  // nvme: where the file goes (created if needed)
-  int rank = 0;     // names the file
+  std::string dir;                                // nvme: where the file goes (created if needed)
+  int rank = 0;                                   // names the file
   kernels::Device device = kernels::Device::cpu;  // where the update runs
   double timeout_s = 300;                         // bound on each wait for the I/O thread
   // ZeRO 3 with parallel.offload_params: AdamW's third array holds the owned parameter values

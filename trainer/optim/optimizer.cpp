@@ -1,7 +1,6 @@
 #include "trainer/optim/optimizer.h"
 
 #include <algorithm>
-
 #include <chrono>
 #include <map>
 #include <thread>
@@ -74,7 +73,7 @@ struct AdamW::HostUpdate {
   struct Run {
     int64_t device = 0, state = 0, count = 0;  // device offset, global state offset
   };
-  std::vector<std::vector<Run>> down, up;  // per unit: gradients, updated values
+  std::vector<std::vector<Run>> down, up;     // per unit: gradients, updated values
   std::vector<kernels::DeviceEvent> arrived;  // per unit: its gradients are in page-locked memory
   // gradients_final: the flat ranges final so far this step (merged: begin -> end), the units
   // already on their way down, and the stream they go on.
@@ -215,7 +214,7 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
         const int64_t grad = compact_grads ? state : at;
         LT_CHECK(grad + count <= grads_numel &&
                      (params_offloaded_ || (has_master() ? at + count <= params_numel : param + count <= params_numel)),
-            "AdamW range [{}, +{}) beyond {} gradients / {} parameters", at, count, grads_numel, params_numel);
+                 "AdamW range [{}, +{}) beyond {} gradients / {} parameters", at, count, grads_numel, params_numel);
         table.insert(table.end(), {param, grad, state, at, count, r.decay ? 1 : 0});
       }
     }
@@ -230,8 +229,8 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
       const int64_t* row = &table[i];
       for (int64_t x = 0; x < row[4];) {
         const int64_t state = row[2] + x, u = state / unit, n = std::min(row[4] - x, (u + 1) * unit - state);
-        cut.insert(cut.end(), {has_master() ? state - u * unit : row[0] + x, row[1] + x, state - u * unit, row[3] + x,
-                               n, row[5]});
+        cut.insert(cut.end(),
+                   {has_master() ? state - u * unit : row[0] + x, row[1] + x, state - u * unit, row[3] + x, n, row[5]});
         ++unit_first_[size_t(u) + 1];
         x += n;
       }
@@ -272,8 +271,7 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
   const int64_t n = int64_t(table.size()) / 6;
   // Bookkeeping, not optimizer state: 48 bytes per 2^14 elements (MemoryKind::other, which the
   // memory account leaves out).
-  rows_ = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(n, 1), 6}, device_,
-                          kernels::MemoryKind::other);
+  rows_ = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(n, 1), 6}, device_, kernels::MemoryKind::other);
   if (n > 0)
     kernels::copy(rows_.tensor().flat(0, 6 * n), kernels::Tensor(table.data(), kernels::DType::int64, {6 * n}));
   rows_for_ = key;

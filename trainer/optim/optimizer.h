@@ -78,9 +78,9 @@ class AdamW {
             bool compact_params = false);
 
   int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }           // when restoring a checkpoint
-  kernels::Tensor exp_avg() const;     // first moment, [owned_numel()], compact (not offloaded)
-  kernels::Tensor exp_avg_sq() const;  // second moment
+  void set_steps(int64_t steps) { steps_ = steps; }  // when restoring a checkpoint
+  kernels::Tensor exp_avg() const;                   // first moment, [owned_numel()], compact (not offloaded)
+  kernels::Tensor exp_avg_sq() const;                // second moment
   const std::vector<parallel::FlatRange>& owned() const { return owned_; }
   int64_t owned_numel() const { return numel_; }
   // 16-bit parameters: the fp32 master of the owned ranges, [owned_numel()] packed as the moments.
@@ -124,11 +124,11 @@ class AdamW {
   struct HostUpdate;
   std::unique_ptr<HostUpdate> host_;  // cpu_update: the page-locked gradients and values, and their copies
   kernels::Device device_;
-  kernels::Buffer m_, v_, master_;        // in memory
-  std::unique_ptr<OffloadStore> store_;   // or offloaded: arrays State::exp_avg, exp_avg_sq (, master)
-  bool master_set_ = false;  // by master_from_params or params_from_master, before the first step
-  kernels::Buffer rows_;     // adamw_rows' table, int64 [rows, 6] on the moments' device
-  int rows_for_ = -1;        // the compact flags it was built for (compact_grads + 2 · compact_params)
+  kernels::Buffer m_, v_, master_;       // in memory
+  std::unique_ptr<OffloadStore> store_;  // or offloaded: arrays State::exp_avg, exp_avg_sq (, master)
+  bool master_set_ = false;              // by master_from_params or params_from_master, before the first step
+  kernels::Buffer rows_;                 // adamw_rows' table, int64 [rows, 6] on the moments' device
+  int rows_for_ = -1;                    // the compact flags it was built for (compact_grads + 2 · compact_params)
   // Offloaded: rows_ cut at the store's units, unit u's rows from unit_first_[u] to unit_first_[u+1],
   // their state (and master) offsets counted from the unit's first element.
   std::vector<int64_t> unit_first_;
