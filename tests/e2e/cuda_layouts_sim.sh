@@ -4,7 +4,8 @@
 # CPU run of the same recipe: losses per step within 1e-5 (relative) and the final parameters
 # (assembled from the checkpoints' slices) within 1e-5.
 #
-#   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), tp 2 with sequence parallelism, pp 2 (1F1B),
+#   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), offload host at ZeRO 1 and at
+#                              ZeRO 3 with offload_params, tp 2 with sequence parallelism, pp 2 (1F1B),
 #                              tp 2 × pp 2, cp 2 (ring), MoE at ep 2; a 2-rank cuda checkpoint resumed on one CPU rank
 #   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, hybrid sharding, bf16,
 #                              recomputation, evaluation through the pipeline, SIGTERM on the device
@@ -49,6 +50,11 @@ expect_status 0
 if [[ $mode == ci ]]; then
   layout dp2 2
   layout zero3 2 --set parallel.zero=3 --set checkpoint.async=true  # its checkpoints written in the background
+  # parallel.offload host (docs/offload.md): AdamW on the CPU over page-locked state, the gradients
+  # copied down after the reduction; at ZeRO 3 with offload_params the owned values too, each unit's
+  # chunk read from host memory when it is gathered.
+  layout zero1-offload-host 2 --set parallel.zero=1 --set parallel.offload=host
+  layout zero3-offload-params 2 --set parallel.zero=3 --set parallel.offload=host --set parallel.offload_params=true
   layout tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
   layout pp2-1f1b 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
   layout tp2-pp2 4 --set parallel.tp=2 --set parallel.pp=2

@@ -146,14 +146,19 @@ int train(const TrainContext& ctx) {
   step.master_from_params();            // 16-bit parameters: the optimizer's fp32 master
   log_progress("model: {} parameters on this rank; memory per rank: {}", format_count(double(model.numel())),
                format_memory(memory_plan(r, layout, ctx.mesh->coord())));
-  if (const OffloadStore* store = step.optimizer().offload_store())
+  if (const OffloadStore* store = step.optimizer().offload_store()) {
+    const AdamW& adamw = step.optimizer();
+    std::string update = "AdamW a unit at a time";
+    if (adamw.updates_on_cpu())
+      update = adamw.params_offloaded() ? "AdamW on the CPU (gradients copied down; the values stay there)"
+                                        : "AdamW on the CPU (gradients copied down, updated values up)";
+    else if (model.device() == kernels::Device::cuda)
+      update = "AdamW on the device, a unit at a time";
     log_progress("optimizer state offloaded (parallel.offload {}): {} in {}, moved in {} unit(s) of {} elements; {}",
                  to_string(r.parallel.offload),
                  format_bytes(double(store->units() * store->unit() * store->arrays()) * sizeof(float)), store->where(),
-                 store->units(), store->unit(),
-                 step.optimizer().updates_on_cpu() ? "AdamW on the CPU (gradients copied down, updated values up)"
-                 : model.device() == kernels::Device::cuda ? "AdamW on the device, a unit at a time"
-                                                           : "AdamW a unit at a time");
+                 store->units(), store->unit(), update);
+  }
   const Fault fault = fault_from_env();
   const std::unique_ptr<FileSystem> fault_fs = fault_file_system(fault, world.rank(), fsys);  // tests only
   // dp × cp replicas hold the same slices: the first writes them.
