@@ -54,9 +54,9 @@ void write_prompt_logits(trainer::KvCacheDecoder& decoder, const std::vector<int
   }
   decoder.reset();
   std::string bytes;
-  trainer::safetensors_write({{"logits", kernels::DType::fp32, {n, vocab}, logits.data(), {}},
-                              {"ids", kernels::DType::int32, {n}, prompt.data(), {}}},
-                             {}, [&](const void* d, size_t k) { bytes.append(static_cast<const char*>(d), k); });
+  trainer::safetensors_write(
+      {{"logits", kernels::DType::fp32, {n, vocab}, logits.data()}, {"ids", kernels::DType::int32, {n}, prompt.data()}},
+      {}, [&](const void* d, size_t k) { bytes.append(static_cast<const char*>(d), k); });
   write_file_atomic(default_file_system(), path, bytes);
 }
 

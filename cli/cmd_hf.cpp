@@ -128,7 +128,7 @@ int cmd_export(const ExportArgs& args) {
                                                 : fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, shards.size());
     std::vector<trainer::SafetensorsEntry> entries;
     for (const Item& it : shards[s]) {
-      entries.push_back({it.name, dtype, it.shape, it.bytes.data(), {}});
+      entries.push_back({it.name, dtype, it.shape, it.bytes.data()});
       weight_map[it.name] = name;
     }
     auto file = fsys.create((partial / name).string());

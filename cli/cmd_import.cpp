@@ -323,14 +323,8 @@ int cmd_import(const ImportArgs& args) {
         fused_name = layout.fused_name;
       }
       values.emplace_back(fused.begin() + layout.fused_offset, fused.begin() + layout.fused_offset + p.numel());
-      slices.push_back({p.name,
-                        trainer::TensorRole::param,
-                        p.shape,
-                        trainer::SliceSpec::whole(p.shape),
-                        kernels::Tensor(values.back().data(), DType::fp32, {p.numel()}),
-                        true,
-                        {},
-                        {}});
+      slices.push_back({p.name, trainer::TensorRole::param, p.shape, trainer::SliceSpec::whole(p.shape),
+                        kernels::Tensor(values.back().data(), DType::fp32, {p.numel()}), true});
       continue;
     }
     const trainer::SafetensorsTensor* t = weights.find(name);
@@ -344,14 +338,8 @@ int cmd_import(const ImportArgs& args) {
     std::vector<float> hf_values = weights.read(name);
     values.emplace_back(static_cast<size_t>(p.numel()));
     trainer::from_hf_layout(layout, p, hf_values.data(), values.back().data());
-    slices.push_back({p.name,
-                      trainer::TensorRole::param,
-                      p.shape,
-                      trainer::SliceSpec::whole(p.shape),
-                      kernels::Tensor(values.back().data(), DType::fp32, {p.numel()}),
-                      true,
-                      {},
-                      {}});
+    slices.push_back({p.name, trainer::TensorRole::param, p.shape, trainer::SliceSpec::whole(p.shape),
+                      kernels::Tensor(values.back().data(), DType::fp32, {p.numel()}), true});
   }
   for (const std::string& name : weights.unused()) {
     if (derived_buffer(name)) continue;

@@ -79,7 +79,7 @@ done
 run_cmd io-error env LLMTRAIN_FAULT=offload-io-error@12:1 "$LLMTRAIN" run r.yaml --nproc 2 --set log.dir=io-error \
   "${nvme[@]}"
 [[ $status != 0 ]] && pass "io-error: the run failed (exit $status)" || fail "io-error: exit 0"
-expect_out_re "optimizer state file .*/scratch/llmtrain-offload-rank1-pid[0-9]+.state: writing unit [0-9]+ .*Input/output error"
+expect_out_re "optimizer state file .*/scratch/llmtrain-offload-rank1-pid[0-9]+.state( \(unnamed, O_TMPFILE\))?: writing unit [0-9]+ .*Input/output error"
 run_cmd io-error-resumed "$LLMTRAIN" run r.yaml --nproc 2 --set log.dir=io-error "${nvme[@]}"
 expect_status 0
 expect_out "at step 10"

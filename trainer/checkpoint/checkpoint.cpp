@@ -139,7 +139,7 @@ void write_shard(FileSystem& fsys, const std::string& path, const std::vector<Ch
     LT_CHECK(s.data.dtype == DType::fp32 && s.data.device == kernels::Device::cpu, "checkpoint slice {} not host fp32",
              s.name);
     std::vector<int64_t> shape = whole_block(s.slice) ? s.slice.shape : std::vector<int64_t>{s.slice.numel()};
-    SafetensorsEntry e{entry_key(s), DType::fp32, shape, s.data.data, {}};
+    SafetensorsEntry e{entry_key(s), DType::fp32, shape, s.data.data};
     if (s.fetch)
       e.fill = [&s](uint64_t offset, void* out, size_t bytes) {
         s.fetch(int64_t(offset / sizeof(float)), kernels::host_tensor(static_cast<float*>(out), {int64_t(bytes / 4)}));
@@ -385,14 +385,8 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
     if (master) {
       // The fp32 master of the owned ranges (below, with the moments).
     } else if (!model.options().external_params) {
-      out.push_back({p.spec.name,
-                     TensorRole::param,
-                     p.spec.shape,
-                     block,
-                     p.value,
-                     write_params && !p.tied_copy && !p.tp_replica,
-                     {},
-                     {}});
+      out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value,
+                     write_params && !p.tied_copy && !p.tp_replica});
     } else {
       // ZeRO 3: the values of the owned element ranges, from the param shard, written by the ranks
       // that write the moments.
@@ -402,14 +396,9 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
         SliceSpec part = block;
         part.begin = lo - p.offset;
         part.end = hi - p.offset;
-        out.push_back({p.spec.name,
-                       TensorRole::param,
-                       p.spec.shape,
-                       part,
+        out.push_back({p.spec.name, TensorRole::param, p.spec.shape, part,
                        model.param_shard().flat(model.param_shard_offset(lo), hi - lo),
-                       write_moments && !p.tied_copy && !p.tp_replica,
-                       {},
-                       {}});
+                       write_moments && !p.tied_copy && !p.tp_replica});
       }
     }
     if (!opt || (!moments && !master)) continue;
@@ -428,7 +417,7 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
       const bool write = write_moments && !p.tied_copy && !p.tp_replica;
       const int64_t at = opt->state_offset(lo);
       auto state = [&](TensorRole role, AdamW::State which) {
-        CheckpointSlice s{p.spec.name, role, p.spec.shape, part, {}, write, {}, {}};
+        CheckpointSlice s{p.spec.name, role, p.spec.shape, part, {}, write};
         if (opt->offload_store()) {
           s.data = kernels::Tensor(nullptr, kernels::DType::fp32, {hi - lo});
           s.fetch = [opt, which, at](int64_t begin, kernels::Tensor host) { opt->read_state(which, at + begin, host); };

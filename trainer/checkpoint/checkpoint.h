@@ -40,7 +40,7 @@ struct CheckpointSlice {
   // these move elements [begin, begin + host.numel()) of the slice between its store and a host
   // fp32 tensor. A save streams such a slice through a bounce buffer and a load stores what it
   // reads piece by piece: the state never needs room in memory as a whole.
-  std::function<void(int64_t begin, kernels::Tensor host)> fetch, store;
+  std::function<void(int64_t begin, kernels::Tensor host)> fetch = {}, store = {};
 };
 
 // Copies a slice's values into `host` (host fp32 of its shape): from its device, or its store.

@@ -163,14 +163,8 @@ std::map<std::string, std::vector<float>> checkpoint_read_params(const std::stri
   for (const ParamSpec& p : model_param_specs(model)) {
     std::vector<float>& v = out[p.name];
     v.resize(static_cast<size_t>(p.numel()));
-    slices.push_back({p.name,
-                      TensorRole::param,
-                      p.shape,
-                      SliceSpec::whole(p.shape),
-                      kernels::Tensor(v.data(), kernels::DType::fp32, {p.numel()}),
-                      false,
-                      {},
-                      {}});
+    slices.push_back({p.name, TensorRole::param, p.shape, SliceSpec::whole(p.shape),
+                      kernels::Tensor(v.data(), kernels::DType::fp32, {p.numel()}), false});
   }
   auto world = parallel::make_local_comm();
   checkpoint_load(step_dir, slices, *world);

@@ -41,7 +41,7 @@ struct SafetensorsEntry {
   const void* data = nullptr;  // host memory, numel · dtype size bytes
   // Or, without `data`, the bytes streamed: fill(offset, out, n) writes the entry's bytes
   // [offset, offset + n) to `out` (safetensors_write asks for at most kFillBytes at a time).
-  std::function<void(uint64_t offset, void* out, size_t bytes)> fill;
+  std::function<void(uint64_t offset, void* out, size_t bytes)> fill = {};
 };
 inline constexpr size_t kFillBytes = size_t(4) << 20;
 

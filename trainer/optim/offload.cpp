@@ -114,6 +114,10 @@ struct OffloadStore::Impl {
   bool stop = false;
   std::atomic<bool> fail_next_write{false};
   std::thread io;
+  // nvme's random access (checkpoints): an aligned span of one array, kept between calls (a save
+  // streams a slice in many small pieces), outside the memory account's kinds.
+  std::unique_ptr<HostSlot> scratch;
+  int64_t scratch_floats = 0;
 
   ~Impl() {
     if (io.joinable()) {
@@ -184,13 +188,14 @@ struct OffloadStore::Impl {
   }
 
   int64_t post(bool write, int64_t unit, int slot) {
+    int64_t seq;
     {
       std::lock_guard lock(mu);
       queue.push_back({write, unit, slot});
-      ++posted;
+      seq = ++posted;
     }
     wake.notify_one();
-    return posted;
+    return seq;
   }
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -208,7 +213,6 @@ struct OffloadStore::Impl {
     LT_CHECK(a >= 0 && a < arrays && begin >= 0 && begin + n <= numel && host.device == Device::cpu &&
                  host.dtype == DType::fp32,
              "offload access to array {} [{}, +{}) of {}", a, begin, n, numel);
-    std::unique_ptr<HostSlot> temp;
     for (int64_t at = begin; at < begin + n;) {
       const int64_t u = at / unit, in_unit = at - u * unit, count = std::min(unit - in_unit, begin + n - at);
       const int64_t first = (u * arrays + a) * unit + in_unit;  // the element's place in the store
@@ -219,14 +223,16 @@ struct OffloadStore::Impl {
         at += count;
         continue;
       }
-      // A checkpoint's transient buffer (one unit's array and the rounding), outside the account's kinds.
-      if (!temp) temp = std::make_unique<HostSlot>(Device::cpu, unit + 2 * kAlignElems, kernels::MemoryKind::other);
       const int64_t span_first = first / kAlignElems * kAlignElems;
       const int64_t span_end = round_up(first + count, kAlignElems);
+      if (span_end - span_first > scratch_floats) {
+        scratch_floats = span_end - span_first;
+        scratch = std::make_unique<HostSlot>(Device::cpu, scratch_floats, kernels::MemoryKind::other);
+      }
       const off_t offset = off_t(span_first) * off_t(sizeof(float));
       const size_t bytes = size_t(span_end - span_first) * sizeof(float);
       const std::string what = fmt::format("unit {}", u);
-      float* span = temp->tensor().ptr<float>();
+      float* span = scratch->tensor().ptr<float>();
       check(transfer_bytes(false, offset, bytes, span, what));
       float* theirs = span + (first - span_first);
       std::memcpy(store ? theirs : mine, store ? mine : theirs, size_t(count) * sizeof(float));
@@ -281,23 +287,41 @@ OffloadStore::OffloadStore(const OffloadConfig& config, int arrays, int64_t nume
   if (ec)
     throw Error(fmt::format("parallel.offload_path {}: cannot make the directory: {}", config.dir, ec.message()),
                 "set offload_path to a writable directory on a local disk");
-  m.path =
-      (fs::path(config.dir) / fmt::format("llmtrain-offload-rank{}-pid{}.state", config.rank, ::getpid())).string();
+  const std::string name = fmt::format("llmtrain-offload-rank{}-pid{}.state", config.rank, ::getpid());
+  // Unnamed where the file system allows it (O_TMPFILE: no name to plant a link at or to delete);
+  // else created under a fresh name (never through an existing one or a link) and unlinked at once.
+  // Direct I/O where the file system takes it.
+  for (const int direct : {O_DIRECT, 0}) {
+    m.fd = ::open(config.dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC | direct, 0600);
+    m.direct = direct != 0;
+    if (m.fd >= 0) break;
+  }
+  if (m.fd >= 0) {
+    m.path = (fs::path(config.dir) / name).string() + " (unnamed, O_TMPFILE)";
+  } else {
+    m.path = (fs::path(config.dir) / name).string();
+    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    m.fd = ::open(m.path.c_str(), flags | O_DIRECT, 0600);
+    m.direct = m.fd >= 0;
+    if (m.fd < 0 && errno == EINVAL) m.fd = ::open(m.path.c_str(), flags, 0600);  // no direct I/O there
+    if (m.fd < 0)
+      throw Error(
+          fmt::format("parallel.offload_path {}: cannot create {}: {}", config.dir, m.path, std::strerror(errno)),
+          "set offload_path to a writable directory on a local disk (a file of that name must not exist)");
+    ::unlink(m.path.c_str());  // scratch: it goes with the process
+  }
   where_ = m.path;
-  const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  m.fd = ::open(m.path.c_str(), flags | O_DIRECT, 0600);
-  m.direct = m.fd >= 0;
-  if (m.fd < 0 && errno == EINVAL) m.fd = ::open(m.path.c_str(), flags, 0600);  // no direct I/O there
-  if (m.fd < 0)
-    throw Error(fmt::format("parallel.offload_path {}: cannot create {}: {}", config.dir, m.path, std::strerror(errno)),
-                "set offload_path to a writable directory on a local disk (a file of that name must not exist)");
-  ::unlink(m.path.c_str());  // scratch: it goes with the process
   if (store_bytes > 0) {
+    struct statvfs st {};
+    const int64_t free_bytes = ::fstatvfs(m.fd, &st) == 0 ? int64_t(st.f_bavail) * int64_t(st.f_frsize) : int64_t(-1);
     int rc = ::posix_fallocate(m.fd, 0, off_t(store_bytes));
-    if (rc == EOPNOTSUPP || rc == EINVAL) rc = ::ftruncate(m.fd, off_t(store_bytes)) == 0 ? 0 : errno;
+    if (rc == EOPNOTSUPP || rc == EINVAL) {
+      // No reservation on this file system: a sparse file, with the free space checked instead.
+      rc = free_bytes >= 0 && free_bytes < store_bytes  ? ENOSPC
+           : ::ftruncate(m.fd, off_t(store_bytes)) == 0 ? 0
+                                                        : errno;
+    }
     if (rc != 0) {
-      struct statvfs st {};
-      const int64_t free_bytes = ::fstatvfs(m.fd, &st) == 0 ? int64_t(st.f_bavail) * int64_t(st.f_frsize) : int64_t(-1);
       throw Error(fmt::format("parallel.offload_path {}: rank {}'s optimizer state needs {} there, {}: {}", config.dir,
                               config.rank, format_bytes(double(store_bytes)),
                               free_bytes >= 0 ? "the file system has " + format_bytes(double(free_bytes)) + " free"

@@ -13,9 +13,10 @@
 //    checkpoint holds the state). On cuda ranks each unit goes to a device slot and back; copies
 //    to and from page-locked memory run behind the host, so for_each_unit waits for the device
 //    before a slot is written to the file (nvme) and before it returns (host).
-//  - The file is created afresh (never through an existing name or link) and unlinked as soon as it
-//    is open: it goes with the process, crash included. Its space is reserved at construction
-//    (fallocate), so a full disk shows before training, not in the middle of a step.
+//  - The file has no name (O_TMPFILE) or, where the file system cannot do that, is created afresh
+//    (never through an existing name or link) and unlinked as soon as it is open: it goes with the
+//    process, crash included. Its space is reserved at construction (fallocate; else the free space
+//    is checked), so a full disk shows before training, not in the middle of a step.
 //  - An I/O failure, or a wait longer than the timeout, throws an environment Error that names the
 //    file; the state is then unusable and the run ends (its last checkpoint is untouched).
 #pragma once

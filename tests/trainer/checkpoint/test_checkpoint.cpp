@@ -450,9 +450,7 @@ TEST(Checkpoint, ReadsBlocksAndRangesOfAnotherLayout) {
                     shape,
                     SliceSpec::whole(shape),
                     kernels::Tensor(whole.data(), kernels::DType::fp32, {700, 600}),
-                    true,
-                    {},
-                    {}};
+                    true};
   checkpoint_save(default_file_system(), dir.string(), meta_at(1), {s}, *world, 1);
 
   auto check = [&](SliceSpec want_slice) {
@@ -462,9 +460,7 @@ TEST(Checkpoint, ReadsBlocksAndRangesOfAnotherLayout) {
                          shape,
                          want_slice,
                          kernels::Tensor(got.data(), kernels::DType::fp32, {want_slice.numel()}),
-                         false,
-                         {},
-                         {}};
+                         false};
     checkpoint_load((dir / "step_00000001").string(), {want}, *world);
     for (const CopyRun& r : slice_overlap(want_slice, SliceSpec::whole(shape)))
       for (int64_t k = 0; k < r.count; ++k) ASSERT_EQ(got[size_t(r.want_at + k)], whole[size_t(r.have_at + k)]);

@@ -124,7 +124,7 @@ TEST_F(Safetensors, OurFilesLoadInHuggingFacesLibrary) {
   std::vector<SafetensorsEntry> entries;
   for (size_t i = 0; i < kEntries.size(); ++i) data.push_back(expected_bytes(i, kEntries[i]));
   for (size_t i = 0; i < kEntries.size(); ++i)
-    entries.push_back({kEntries[i].name, kEntries[i].dtype, kEntries[i].shape, data[i].data(), {}});
+    entries.push_back({kEntries[i].name, kEntries[i].dtype, kEntries[i].shape, data[i].data()});
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"writer", "llmtrain"}};
   std::string bytes;
   safetensors_write(entries, meta, [&](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); });

@@ -157,7 +157,7 @@ int main(int argc, char** argv) try {
 
   std::vector<SafetensorsEntry> weights;
   for (const ModelParam& p : model.parameters())
-    weights.push_back({p.spec.name, kernels::DType::fp32, p.shape, p.value.data, {}});
+    weights.push_back({p.spec.name, kernels::DType::fp32, p.shape, p.value.data});
   write_file(out + "/weights.safetensors", weights);
 
   // Batches: uniform random tokens; targets random too, with a fraction ignored.
@@ -179,8 +179,8 @@ int main(int argc, char** argv) try {
     }
   }
   for (const std::string& name : names) {
-    batch_entries.push_back({name + ".tokens", kernels::DType::int32, {batch, m.seq_len}, tokens[name].data(), {}});
-    batch_entries.push_back({name + ".targets", kernels::DType::int32, {batch, m.seq_len}, targets[name].data(), {}});
+    batch_entries.push_back({name + ".tokens", kernels::DType::int32, {batch, m.seq_len}, tokens[name].data()});
+    batch_entries.push_back({name + ".targets", kernels::DType::int32, {batch, m.seq_len}, targets[name].data()});
   }
   write_file(out + "/batches.safetensors", batch_entries);
   auto micro = [&](const std::string& name) {
@@ -198,10 +198,10 @@ int main(int argc, char** argv) try {
   model.zero_grads();
   float probe_loss = model.forward_backward(micro("probe"), 1.0f);
   std::vector<float> grads(model.grads().ptr<float>(), model.grads().ptr<float>() + model.numel());
-  results.push_back({"probe.loss", kernels::DType::fp32, {1}, &probe_loss, {}});
-  results.push_back({"probe.logits", kernels::DType::fp32, {batch, m.seq_len, m.padded_vocab()}, logits.data(), {}});
+  results.push_back({"probe.loss", kernels::DType::fp32, {1}, &probe_loss});
+  results.push_back({"probe.logits", kernels::DType::fp32, {batch, m.seq_len, m.padded_vocab()}, logits.data()});
   for (const ModelParam& p : model.parameters())
-    results.push_back({"grad." + p.spec.name, kernels::DType::fp32, p.shape, grads.data() + p.offset, {}});
+    results.push_back({"grad." + p.spec.name, kernels::DType::fp32, p.shape, grads.data() + p.offset});
 
   // Training.
   AdamW adamw(opt, decay_ranges(model.parameters()), {{0, model.numel()}});
@@ -218,11 +218,11 @@ int main(int argc, char** argv) try {
     norms.push_back(float(norm));
     lrs.push_back(float(lr));
   }
-  results.push_back({"train.losses", kernels::DType::fp32, {steps}, losses.data(), {}});
-  results.push_back({"train.grad_norms", kernels::DType::fp32, {steps}, norms.data(), {}});
-  results.push_back({"train.lrs", kernels::DType::fp32, {steps}, lrs.data(), {}});
+  results.push_back({"train.losses", kernels::DType::fp32, {steps}, losses.data()});
+  results.push_back({"train.grad_norms", kernels::DType::fp32, {steps}, norms.data()});
+  results.push_back({"train.lrs", kernels::DType::fp32, {steps}, lrs.data()});
   for (const ModelParam& p : model.parameters())
-    results.push_back({"final." + p.spec.name, kernels::DType::fp32, p.shape, p.value.data, {}});
+    results.push_back({"final." + p.spec.name, kernels::DType::fp32, p.shape, p.value.data});
   write_file(out + "/ours.safetensors", results);
   std::printf("parity_driver: probe loss %.6f, final loss %.6f\n", probe_loss, losses.empty() ? 0.0f : losses.back());
   return 0;
