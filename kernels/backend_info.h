@@ -48,6 +48,7 @@ BlasInfo blas_info();
 // Called once per rank before training; per-thread callers (tests running ranks as threads) call it
 // on each thread.
 void set_cpu_threads(int threads);
+int cpu_threads();  // the calling thread's (set_cpu_threads, else OpenMP's default)
 CudaInfo cuda_info();
 
 // ---- the CPU's peak (kernels/cpu/cpu_peak.cpp) ------------------------------------------------

@@ -51,8 +51,12 @@ void GradBuckets::mark_ready(int param) {
   start_step_clock();
   ready_[param] = 1;
   --pending_[bucket_of_[param]];
+  // Alone, a parameter is reduced once ready: reported at once, not with its bucket.
+  if (comm_.size() == 1 && reduced_hook_ && params_[size_t(param)].numel > 0)
+    reduced_hook_(params_[size_t(param)].offset, params_[size_t(param)].numel);
   launch_ready();
   comm_.progress();
+  report_reduced(false);
 }
 
 void GradBuckets::launch_ready() {
@@ -68,7 +72,24 @@ void GradBuckets::launch_ready() {
   }
 }
 
-void GradBuckets::progress() { comm_.progress(); }
+void GradBuckets::progress() {
+  comm_.progress();
+  report_reduced(false);
+}
+
+void GradBuckets::report_reduced(bool wait) {
+  if (!reduced_hook_) return;
+  while (next_reported_ < next_launch_) {
+    WorkHandle& w = work_[size_t(next_reported_)];
+    if (w && !wait && !w->done()) return;
+    if (w) {
+      w->wait();  // done: the compute stream orders after the result, the host does not block
+      w.reset();
+    }
+    const Bucket& b = buckets_[size_t(next_reported_++)];
+    if (comm_.size() > 1 && b.numel > 0) reduced_hook_(b.offset, b.numel);
+  }
+}
 
 void GradBuckets::finish() {
   start_step_clock();
@@ -78,8 +99,11 @@ void GradBuckets::finish() {
     if (!ready_[i]) {
       ready_[i] = 1;
       --pending_[bucket_of_[i]];
+      if (comm_.size() == 1 && reduced_hook_ && params_[size_t(i)].numel > 0)
+        reduced_hook_(params_[size_t(i)].offset, params_[size_t(i)].numel);
     }
   launch_ready();
+  report_reduced(true);
   wait_all(work_);
   const double t1 = now_s();
 
@@ -88,7 +112,7 @@ void GradBuckets::finish() {
   for (auto& w : work_) w.reset();
   std::fill(ready_.begin(), ready_.end(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int>(buckets_[b].params.size());
-  next_launch_ = 0;
+  next_launch_ = next_reported_ = 0;
   step_started_ = false;
 }
 

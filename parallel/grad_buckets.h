@@ -23,9 +23,17 @@
 //  - finish() marks any parameter not marked yet (its gradient is final by then), launches what is
 //    left, waits for every bucket (each wait bounded by the group's timeout) and re-arms for the
 //    next step.
+//  - With a reduced hook (set_reduced_hook) a bucket is also reported once its average is in place:
+//    progress() and mark_ready() poll the launched buckets in bucket order, and each that is done
+//    is waited for (the compute stream then orders after its result; nothing blocks) and handed to
+//    the hook; finish() waits for and reports the rest, in order. In a one-rank group, where
+//    nothing is sent, each parameter is reported as it is marked (finish(): the unmarked ones). The hook may queue work
+//    that reads the range on another stream behind the compute stream's work so far (the CPU update's gradient copies,
+//    AdamW:: gradients_final).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -77,6 +85,8 @@ class GradBuckets {
   void progress();
   // Waits until every bucket is averaged in place; re-arms for the next step.
   void finish();
+  // hook(offset, numel): a bucket's range of the flat buffer holds this step's average.
+  void set_reduced_hook(std::function<void(int64_t offset, int64_t numel)> hook) { reduced_hook_ = std::move(hook); }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const GradBucketStats& stats() const { return stats_; }
@@ -84,6 +94,8 @@ class GradBuckets {
  private:
   void launch_ready();
   void start_step_clock();
+  // Reports launched buckets to the reduced hook in order: those done (all of them with `wait`).
+  void report_reduced(bool wait);
 
   Comm& comm_;
   Tensor grads_;
@@ -95,6 +107,8 @@ class GradBuckets {
   std::vector<char> ready_;       // per parameter, this step
   std::vector<WorkHandle> work_;  // per bucket, this step
   int next_launch_ = 0;
+  int next_reported_ = 0;  // the first bucket not yet handed to reduced_hook_
+  std::function<void(int64_t, int64_t)> reduced_hook_;
   bool step_started_ = false;
   double step_start_ = 0;
   GradBucketStats stats_;

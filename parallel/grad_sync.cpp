@@ -44,6 +44,12 @@ class AllReduceGradSync final : public GradSync {
   Tensor owned_params() const override { return {}; }
   bool params_compact() const override { return false; }
   const GradBucketStats& stats() const override { return buckets_.stats(); }
+  bool set_reduced_hook(std::function<void(FlatRange)> hook) override {
+    buckets_.set_reduced_hook([hook = std::move(hook)](int64_t offset, int64_t numel) {
+      hook({offset, offset + numel});
+    });
+    return true;
+  }
 
  private:
   int64_t numel_;
@@ -202,6 +208,7 @@ class GradShardSync final : public GradSync {
 
   void group_ready(int group, bool last_micro_batch) override {
     LT_CHECK(group >= 0 && group < static_cast<int>(groups_.size()), "parameter group {} of {}", group, groups_.size());
+    last_micro_batch_ = last_micro_batch;
     if (stage_ == 1) {
       if (!last_micro_batch) return;  // accumulation continues in the flat buffer
       LT_CHECK(!ready_[size_t(group)], "parameter group {} ready twice in one step", group);
@@ -334,6 +341,10 @@ class GradShardSync final : public GradSync {
   }
 
   const GradBucketStats& stats() const override { return stats_; }
+  bool set_reduced_hook(std::function<void(FlatRange)> hook) override {
+    reduced_hook_ = std::move(hook);
+    return true;
+  }
 
  private:
   struct Unit {
@@ -349,6 +360,7 @@ class GradShardSync final : public GradSync {
     Tensor full;    // the largest padded unit (the held unit's own slot: that unit's size)
     int unit = -1;  // the unit it holds (-1: free)
     WorkHandle scatter;
+    bool last = false;  // the scatter is of the step's last micro-batch (its chunk is final once retired)
   };
   struct ParamSlot {
     Tensor full;        // as Slot
@@ -419,6 +431,7 @@ class GradShardSync final : public GradSync {
     Slot& sl = slots_[size_t(u.slot)];
     const int64_t padded = u.chunk_numel * shard_->size();
     sl.scatter = shard_->reduce_scatter_async(sl.full.flat(0, padded), own_block(sl.full, u), average_);
+    sl.last = stage_ == 1 || last_micro_batch_;  // stage 1 reduces once, after the last micro-batch
     count(padded, wire_element_size(average_, storage_));
     in_flight_.push_back(u.slot);
     u.slot = -1;
@@ -531,6 +544,8 @@ class GradShardSync final : public GradSync {
                                 add.view({1, u.own.numel()}), Tensor{});
     }
     sl.unit = -1;
+    if (sl.last && reduced_hook_ && u.own.numel() > 0)
+      reduced_hook_(stage_ == 1 ? u.own : FlatRange{u.compact, u.compact + u.own.numel()});
   }
 
   Tensor params_, flat_grads_;  // the flat buffers (flat_grads_: stage 1 only; params_: not stage 3)
@@ -561,6 +576,8 @@ class GradShardSync final : public GradSync {
   uint64_t clock_ = 0;
   int next_launch_ = 0;
   bool step_started_ = false;
+  bool last_micro_batch_ = false;                // of the latest group_ready
+  std::function<void(FlatRange)> reduced_hook_;  // set_reduced_hook's
   double step_start_ = 0;
   GradBucketStats stats_;
 };

@@ -96,6 +96,19 @@ class GradSync {
 
   // Communication that backward did not hide (the time spent in finish()), for the metrics.
   virtual const GradBucketStats& stats() const = 0;
+
+  // hook(r): range r of owned_grads() (in its coordinates: flat at stages 0 and 1, packed at 2 and
+  // 3) holds this step's final average — a bucket's (stage 0) or a unit's chunk (stages 1-3, after
+  // the last micro-batch's reduction) — and the work that made it is queued on the compute stream
+  // before the call. Called during backward as reductions complete (progress(), group_ready()) and
+  // for the rest in finish(), in order; every owned element is reported once per step. The hook
+  // may queue reads of r on another stream that waits for the compute stream (the CPU update's
+  // gradient copies). Returns false where gradients still change in finish() after their reduction
+  // (the expert-parallel sync divides its experts'): nothing is reported.
+  virtual bool set_reduced_hook(std::function<void(FlatRange)> hook) {
+    (void)hook;
+    return false;
+  }
 };
 
 struct GradSyncLayout {

@@ -3,7 +3,8 @@
 #
 #   - tiny in bf16, OFFLOAD_STEPS (default 10; 3 on the simulator) steps in memory, with `host`
 #     (AdamW on the CPU over page-locked state, gradients copied down during backward) and with
-#     `nvme` (a file; each unit updated on the device): the worst relative loss difference and the
+#     `nvme` (a file; each unit updated on the device), and without clipping in memory and with
+#     `host` (the CPU then updates each unit beside backward, as its gradients arrive): the worst relative loss difference and the
 #     final parameters' ||a-b||/||b|| against the in-memory run. The simulator is bitwise; on a GPU
 #     the CPU's AdamW and the device's may differ in the last bit (fused multiply-adds), so the
 #     figures are reported, and a check fails above 1e-3.
@@ -17,17 +18,20 @@ offload_common=(--set train.device=cuda --set train.precision=bf16 --set model.s
   --set train.global_batch=2 --set train.steps="$offload_steps" --set optimizer.warmup=2
   --set data.train="$work/data/train" --set data.valid="$work/data/valid" --set eval.every=0 --set log.every=1
   --set checkpoint.resume=none)
-for kind in none host nvme; do
-  extra=(--set parallel.offload=$kind)
+for kind in none host nvme none-noclip host-noclip; do
+  extra=(--set parallel.offload=${kind%-noclip})
   [[ $kind == nvme ]] && extra+=(--set parallel.offload_path="$work/offload-scratch")
+  [[ $kind == *-noclip ]] && extra+=(--set train.grad_clip=0)  # host: updated beside backward
   if ! "$L" run recipes/tiny.yaml "${offload_common[@]}" "${extra[@]}" --set log.dir="$work/offload-$kind" \
     >"$work/offload-$kind.log" 2>&1; then
     report "offload $kind: the run failed ($work/offload-$kind.log)"
     status=1
   fi
 done
-for kind in host nvme; do
-  if out=$("$py" tests/e2e/compare_runs.py "$work/offload-$kind" "$work/offload-none" --last "$offload_steps" \
+for kind in host nvme host-noclip; do
+  ref=none
+  [[ $kind == *-noclip ]] && ref=none-noclip
+  if out=$("$py" tests/e2e/compare_runs.py "$work/offload-$kind" "$work/offload-$ref" --last "$offload_steps" \
     --tol 1e-3 2>&1); then
     report "offload $kind on cuda against in memory, $offload_steps bf16 steps: $out" \
       "$(grep -o 'the last update found .*' "$work/offload-$kind.log")"

@@ -16,4 +16,6 @@ void set_cpu_threads(int threads) {
   openblas_set_num_threads(threads);
 }
 
+int cpu_threads() { return omp_get_max_threads(); }
+
 }  // namespace llmtrain::kernels

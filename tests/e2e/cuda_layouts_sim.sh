@@ -7,7 +7,8 @@
 #   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), offload host at ZeRO 1 and at
 #                              ZeRO 3 with offload_params, tp 2 with sequence parallelism, pp 2 (1F1B),
 #                              tp 2 × pp 2, cp 2 (ring), MoE at ep 2; a 2-rank cuda checkpoint resumed on one CPU rank
-#   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, hybrid sharding, bf16,
+#   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, offload host at ZeRO 2
+#                              without clipping (updated beside backward), hybrid sharding, bf16,
 #                              recomputation, evaluation through the pipeline, SIGTERM on the device
 #
 # tiny at seq 64, micro-batch 1, global batch 2, 3 steps, checkpoints at steps 2 and 3: a simulated
@@ -44,17 +45,31 @@ layout() {
   compare "$name on cuda takes the one-rank cpu run's steps" "$name" cpu --last 3 --tol 1e-5
 }
 
+# early_copies NAME: the last run's offload line says every unit's gradients started down to host
+# memory before the update (during backward, or as their reductions completed in the sync's finish()).
+early_copies() {
+  local l a n b
+  l=$(grep -oE "found [0-9]+ of [0-9]+ units' gradients copied down during backward, [0-9]+ more" <<<"$out" | head -1)
+  read -r _ a _ n _ _ _ _ _ _ b _ <<<"$l"
+  [[ -n $l ]] && ((a + b == n)) && pass "$1: every unit's gradients started down before the update ($l)" ||
+    fail "$1: expected every unit's gradients started down before the update, found: '$l'"
+}
+
 run cpu 1 --set train.device=cpu
 expect_status 0
 
 if [[ $mode == ci ]]; then
   layout dp2 2
   layout zero3 2 --set parallel.zero=3 --set checkpoint.async=true  # its checkpoints written in the background
-  # parallel.offload host (docs/offload.md): AdamW on the CPU over page-locked state, the gradients
-  # copied down after the reduction; at ZeRO 3 with offload_params the owned values too, each unit's
-  # chunk read from host memory when it is gathered.
+  # parallel.offload host (docs/offload.md): AdamW on the CPU over page-locked state, each unit's
+  # gradients copied down as the sync reports its reduction complete (during backward, or in its
+  # finish() for the last ones: how many of each depends on timing, but every unit starts before the
+  # update); at ZeRO 3 with offload_params the owned values too, each unit's chunk read from host
+  # memory when it is gathered.
   layout zero1-offload-host 2 --set parallel.zero=1 --set parallel.offload=host
+  early_copies zero1-offload-host
   layout zero3-offload-params 2 --set parallel.zero=3 --set parallel.offload=host --set parallel.offload_params=true
+  early_copies zero3-offload-params
   layout tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
   layout pp2-1f1b 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
   layout tp2-pp2 4 --set parallel.tp=2 --set parallel.pp=2
@@ -80,6 +95,17 @@ else
   layout pp2-zb 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
   layout zero1 2 --set parallel.zero=1
   layout zero2 2 --set parallel.zero=2
+  # offload host without clipping: the CPU updates each unit as its gradients arrive (at ZeRO 2, after
+  # each unit's last reduce-scatter), beside backward, against the CPU run without clipping.
+  run cpu-noclip 1 --set train.device=cpu --set train.grad_clip=0
+  expect_status 0
+  run zero2-offload-host-noclip 2 --set train.device=cuda --set parallel.zero=2 --set parallel.offload=host \
+    --set train.grad_clip=0
+  expect_status 0
+  expect_out "updated on the CPU by the time the step reached its update"
+  early_copies zero2-offload-host-noclip
+  compare "zero2 offload host without clipping on cuda takes the cpu run's steps" zero2-offload-host-noclip cpu-noclip \
+    --last 3 --tol 1e-5
   # Hybrid ZeRO 3 (dp 4, shards over 2) needs 4 sequences a step: against the CPU at global batch 4.
   run cpu-gb4 1 --set train.device=cpu --set train.global_batch=4
   expect_status 0

@@ -71,7 +71,8 @@ for kind in host nvme; do
     $([[ $kind == nvme ]] && echo --set parallel.offload_path=scratch)
   expect_status 0
   expect_out "optimizer state offloaded (parallel.offload $kind)"
-  [[ $kind == nvme ]] || expect_out_re "the last update found ([0-9]+) of \1 units' gradients copied down during backward"
+  [[ $kind == nvme ]] ||
+    expect_out_re "the last update found ([0-9]+) of \1 units' gradients copied down during backward, 0 more"
   compare "offload $kind on cuda takes the in-memory steps bitwise" bf16-cuda-$kind bf16-cuda --last 3 --tol 0
   $PY - bf16-cuda-$kind/ckpt/step_00000003/manifest.json bf16-cuda/ckpt/step_00000003/manifest.json <<'PY' &&
 import json, sys
@@ -81,6 +82,18 @@ PY
     pass "offload $kind on cuda: the checkpoint's moments and master are bitwise the in-memory run's" ||
     fail "offload $kind on cuda: the checkpoints differ"
 done
+# 3c. Without clipping (train.grad_clip 0; bf16, no loss scaling) the update is known before backward
+#     ends: offload host updates each unit on the CPU as its gradients arrive, during backward, on a
+#     thread of its own — still bitwise the in-memory run.
+for kind in none host; do
+  run_cmd "bf16 on cuda without clipping, offload $kind" train bf16-noclip-$kind --set train.device=cuda \
+    --set train.precision=bf16 --set train.steps=3 --set checkpoint.resume=none --set train.grad_clip=0 \
+    --set parallel.offload=$kind
+  expect_status 0
+done
+expect_out_re "found ([0-9]+) of \1 units' gradients copied down during backward, 0 more as their reductions completed after it; [0-9]+ updated on the CPU by the time the step reached its update"
+compare "offload host updating during backward takes the in-memory steps bitwise" bf16-noclip-host bf16-noclip-none \
+  --last 3 --tol 0
 
 # 4. A device per rank (no training: every rank runs `llmtrain env`, which names the device it takes).
 ranks() { "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --nproc 2 --set train.device=cuda --set log.dir=ranks "$@" -- "$LLMTRAIN" env; }

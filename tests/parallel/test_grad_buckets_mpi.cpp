@@ -1,6 +1,7 @@
 // The data-parallel gradient reducer under mpirun: for random parameter lists, bucket sizes
 // (including buckets smaller than one parameter) and a different order of mark_ready() on every
-// rank, the gradients end as the average over ranks — checked against a naive double-precision
+// rank, the gradients end as the average over ranks (and the reduced hook reports each bucket once,
+// in order, holding its average) — checked against a naive double-precision
 // average, against Comm::all_reduce(avg) of the same ranges (bitwise), and bitwise equal on every
 // rank. Memory between parameters is never touched.
 #include <gtest/gtest.h>
@@ -51,6 +52,15 @@ void run_trial(uint64_t seed, double bucket_mb, bool gaps, bool mark_some) {
   for (const auto& p : l.params) std::fill_n(in_param.begin() + p.offset, p.numel, 1);
 
   GradBuckets gb(c, host_tensor(grads.data(), {l.total}), l.params, bucket_mb);
+  // The reduced hook: every non-empty bucket once, in bucket order, already holding its average.
+  struct Report {
+    int64_t offset, numel;
+    std::vector<float> values;
+  };
+  std::vector<Report> reports;
+  gb.set_reduced_hook([&](int64_t offset, int64_t numel) {
+    reports.push_back({offset, numel, std::vector<float>(grads.begin() + offset, grads.begin() + offset + numel)});
+  });
 
   // Buckets: contiguous, in backward order, covering every parameter once, at most one param
   // over the cap.
@@ -82,8 +92,27 @@ void run_trial(uint64_t seed, double bucket_mb, bool gaps, bool mark_some) {
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);  // backward
     if (step == 1 || c.rank() % 2 == 1) std::shuffle(order.begin(), order.end(), mine);
     if (mark_some) order.resize(order.size() / 2);  // finish() marks the rest
+    reports.clear();
     for (int p : order) gb.mark_ready(p);
     gb.finish();
+    // Every parameter element reported once (one rank: parameter by parameter; else bucket by
+    // bucket, in bucket order), holding its average when it was.
+    std::vector<int> times(size_t(l.total), 0);
+    for (const Report& r : reports) {
+      for (int64_t i = r.offset; i < r.offset + r.numel; ++i) ++times[size_t(i)];
+      EXPECT_EQ(std::memcmp(r.values.data(), grads.data() + r.offset, size_t(r.numel) * sizeof(float)), 0)
+          << "range at " << r.offset << " reported before its average was in place";
+    }
+    for (int64_t i = 0; i < l.total; ++i) EXPECT_EQ(times[size_t(i)], in_param[size_t(i)] ? 1 : 0) << "element " << i;
+    if (c.size() > 1) {
+      size_t next = 0;
+      for (const auto& b : gb.buckets())
+        if (b.numel > 0 && next < reports.size()) {
+          EXPECT_EQ(reports[next].offset, b.offset);
+          EXPECT_EQ(reports[next++].numel, b.numel);
+        }
+      EXPECT_EQ(next, reports.size());
+    }
 
     // Naive average in double.
     double num = 0, den = 0;

@@ -77,6 +77,66 @@ TEST(GradSync, ItRearmsForTheNextStep) {
   });
 }
 
+// The reduced hook (what the CPU update's early gradient copies follow): at every stage, over two
+// micro-batches, each range of owned_grads() the sync owns is reported exactly once per step, and
+// when it is reported it already holds the step's final average.
+TEST(GradSync, TheReducedHookReportsEachOwnedRangeOnceHoldingItsFinalAverage) {
+  for (int stage : {0, 1, 2, 3})
+    for (int n : {1, 2, 3})
+      for (double mb : {1e-5, 25.0}) {
+        SCOPED_TRACE(testing::Message() << "stage " << stage << " dp " << n << " bucket_mb " << mb);
+        run_ranks_in_threads(n, [&](Comm& dp) {
+          std::vector<float> params(kNumel, 1.0f), grads(kNumel, 0.0f);
+          GradSyncLayout layout{stage < 3 ? host_tensor(params.data(), {kNumel}) : Tensor{},
+                                stage < 2 ? host_tensor(grads.data(), {kNumel}) : Tensor{}, kRanges, kGroups};
+          auto sync = make_grad_sync(stage, dp, layout, mb, dp.size());
+          struct Report {
+            FlatRange range;
+            std::vector<float> values;  // owned_grads() over the range when it was reported
+          };
+          std::vector<Report> reports;
+          ASSERT_TRUE(sync->set_reduced_hook([&](FlatRange r) {
+            const auto* g = sync->owned_grads().ptr<float>();
+            reports.push_back({r, std::vector<float>(g + r.begin, g + r.end)});
+          }));
+          for (int step = 0; step < 2; ++step) {
+            reports.clear();
+            std::fill(grads.begin(), grads.end(), 0.0f);
+            for (int micro = 0; micro < 2; ++micro)
+              for (int g = 0; g < int(kGroups.size()); ++g) {
+                int64_t begin = kNumel;
+                for (int p : kGroups[size_t(g)]) begin = std::min(begin, kRanges[size_t(p)].offset);
+                const Tensor t =
+                    stage >= 2 ? sync->group_grads(g) : host_tensor(grads.data() + begin, {kNumel - begin});
+                for (int p : kGroups[size_t(g)])
+                  for (int64_t i = 0; i < kRanges[size_t(p)].numel; ++i) {
+                    const int64_t flat = kRanges[size_t(p)].offset + i;
+                    t.ptr<float>()[flat - begin] += grad_value(dp.rank(), flat) + float(step + micro);
+                  }
+                sync->group_ready(g, micro == 1);
+              }
+            sync->finish();
+            // The owned elements in owned_grads()' coordinates: flat at stages 0 and 1, packed at 2 and 3.
+            std::vector<int> times(size_t(sync->owned_grads().numel()), 0);
+            for (const Report& r : reports) {
+              ASSERT_LE(r.range.end, sync->owned_grads().numel());
+              for (int64_t i = r.range.begin; i < r.range.end; ++i) {
+                ++times[size_t(i)];
+                EXPECT_EQ(r.values[size_t(i - r.range.begin)], sync->owned_grads().ptr<float>()[i])
+                    << "element " << i << " reported before its final average";
+              }
+            }
+            int64_t at = 0;
+            for (const FlatRange& r : sync->owned())
+              for (int64_t i = r.begin; i < r.end; ++i, ++at)
+                EXPECT_EQ(times[size_t(stage >= 2 ? at : i)], 1) << "owned element " << i << " reported";
+            EXPECT_EQ(std::accumulate(times.begin(), times.end(), int64_t(0)), at) << "reports outside owned()";
+            sync->gather_params();
+          }
+        });
+      }
+}
+
 // Groups of 11, 10 and 5 elements (26 as one unit): none divides by 4, so chunks are padded.
 TEST(GradSync, StageOneOwnsChunksOfTheAverageAndGathersTheParameters) {
   struct Case {

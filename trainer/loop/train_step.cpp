@@ -96,11 +96,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   // `moe_stats`: where each micro-batch's MoE routing statistics go, [micro-batch][block of
   // `moe_layers`] of `moe_width` floats each.
   // `timeout_s` bounds a wait for a micro-batch's upload slot (parallel.timeout).
-  // `final`: called with a group once the last micro-batch's backward has marked it ready (the
-  // CPU update's early gradient copies, AdamW::gradients_final), or empty.
   ModelStage(Model& model, MicroBatchReader& batches, parallel::GradSync& sync, parallel::PipeLinks& pipe,
              int micro_batches, Tensor losses, bool tied, Tensor moe_stats, std::vector<int> moe_layers,
-             int64_t moe_width, double timeout_s, std::function<void(int group)> final = {})
+             int64_t moe_width, double timeout_s)
       : model_(model),
         batches_(batches),
         upload_(model.device(), std::min(2 * micro_batches, kMaxUploadSlots), timeout_s),
@@ -117,11 +115,9 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
       moe_index_.push_back(at == moe_layers_.end() ? -1 : int(at - moe_layers_.begin()));
     }
     const StageLayout st = model.options().stage;
-    model_.set_grad_ready_hook([this, st, &sync, tied, final = std::move(final)](ParamPlace place, int layer) {
+    model_.set_grad_ready_hook([this, st, &sync, tied](ParamPlace place, int layer) {
       if (tied && place == ParamPlace::embedding) return;
-      const int group = group_of(st, place, layer);
-      sync.group_ready(group, last_backward_);
-      if (last_backward_ && final) final(group);
+      sync.group_ready(group_of(st, place, layer), last_backward_);
     });
     if (model.options().external_grads)
       model_.set_grad_storage_hook(
@@ -346,29 +342,17 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     tied_scratch_ = kernels::Buffer(model.options().dtype, {model.parameters()[size_t(tied_param_)].numel()},
                                     model.device(), kernels::MemoryKind::communication);
   }
-  // The CPU update (offload host on a cuda rank) at one data-parallel rank and ZeRO 0: nothing
-  // reduces or changes a group's gradient after its last backward, so its units start down then.
-  std::function<void(int)> final;
-  if (optimizer_->updates_on_cpu() && comms.replicas().size() == 1 && layout_.zero == 0 && !layout_.experts_sharded() &&
-      tied_peer_ < 0) {
-    std::vector<parallel::FlatRange> ranges;
-    for (const std::vector<int>& group : grad_ready_groups(model)) {
-      parallel::FlatRange r{INT64_MAX, 0};
-      for (int i : group) {
-        const ModelParam& p = model.parameters()[size_t(i)];
-        r.begin = std::min(r.begin, p.offset), r.end = std::max(r.end, p.offset + p.numel());
-      }
-      ranges.push_back(r);
-    }
-    final = [this, ranges = std::move(ranges)](int group) {
-      const parallel::FlatRange& r = ranges[size_t(group)];
-      if (r.begin < r.end) optimizer_->gradients_final(r.begin, r.end, model_.grads());
-    };
-  }
+  // The CPU update (offload host on a cuda rank): each reduced range's units start down to host
+  // memory as the sync reports them, during backward.
+  if (optimizer_->updates_on_cpu())
+    sync_->set_reduced_hook([this](parallel::FlatRange r) {
+      optimizer_->gradients_final(r.begin, r.end, step_params(), sync_->owned_grads(), sync_->grads_compact(),
+                                  sync_->params_compact());
+    });
   stage_ = std::make_unique<ModelStage>(model, batches, *sync_, comms.pipe, micro_batches_,
                                         scalars_.tensor().flat(0, micro_batches_), tied_peer_ >= 0,
                                         scalars_.tensor().flat(micro_batches_ + norm_pieces_, moe_floats), moe_layers_,
-                                        moe_width_, recipe.parallel.timeout_s, std::move(final));
+                                        moe_width_, recipe.parallel.timeout_s);
   if (layout_.precision == Precision::fp16) scaler_ = std::make_unique<LossScaler>(recipe.train.loss_scale);
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
 }
@@ -433,6 +417,11 @@ StepOutcome TrainStep::run(int64_t step, int64_t consumed_samples) {
 
 StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   optimizer_->gradients_begin();  // a step skipped before its update leaves early copies behind
+  // The CPU update (offload host) while backward goes on, where the update is known before the
+  // norm: no clipping, no loss scaling, and a non-finite step stops the run instead of skipping.
+  if (updates_during_backward())
+    optimizer_->update_as_gradients_arrive(step_params(), sync_->owned_grads(), lr_at(recipe_.optimizer, step),
+                                           sync_->grads_compact(), sync_->params_compact());
   StepOutcome out;
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   if (scaler_) {
@@ -446,7 +435,9 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   executor_->run();  // forward, backward and data reads report themselves; pipeline waits are in none
   if (observer_) observer_->schedule_end();
   sum_tied_grads();
+  copies_now_.in_backward = optimizer_->units_streamed();
   sync_->finish();
+  copies_now_.before_update = optimizer_->units_streamed();
   phase_end(StepPhase::grad_sync);
   if (inject_overflow_ && inject_overflow_(step)) kernels::scale(sync_->owned_grads().flat(0, 1), INFINITY);
 
@@ -519,12 +510,23 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
     grad_scale = float(double(grad_scale) / scale);  // unscale with the clip
     scaler_->update(false);
   }
-  optimizer_->step(sync_->params_compact() ? sync_->owned_params() : model_.params(), sync_->owned_grads(), out.lr,
-                   grad_scale, sync_->grads_compact(), sync_->params_compact());
+  copies_now_.updated_early = optimizer_->units_updated();
+  optimizer_->step(step_params(), sync_->owned_grads(), out.lr, grad_scale, sync_->grads_compact(),
+                   sync_->params_compact());
+  early_copies_ = copies_now_;
   phase_end(StepPhase::optimizer);
   sync_->gather_params();
   phase_end(StepPhase::grad_sync);
   return out;
+}
+
+bool TrainStep::updates_during_backward() const {
+  return optimizer_->updates_on_cpu() && recipe_.train.grad_clip <= 0 && !scaler_ &&
+         recipe_.train.on_nonfinite == NonFiniteAction::stop;
+}
+
+kernels::Tensor TrainStep::step_params() const {
+  return sync_->params_compact() ? sync_->owned_params() : model_.params();
 }
 
 void TrainStep::sum_tied_grads() {

@@ -113,6 +113,19 @@ class TrainStep {
   void master_from_params();
   void params_from_master();
   const LossScaler* loss_scaler() const { return scaler_.get(); }  // precision fp16 only, else null
+  // The CPU update (offload host): how many of the store's units had their gradients start down to
+  // host memory during the last updated step's backward, and by its update (the rest of them as
+  // their reductions completed in the sync's finish()); the update copies the others itself.
+  // Updating during backward (updates_during_backward), also how many units the CPU had updated by
+  // the time the step reached its update (the rest of backward, the norm and the loss ran beside).
+  struct EarlyCopies {
+    int64_t in_backward = 0, before_update = 0, updated_early = 0;
+  };
+  const EarlyCopies& early_copies() const { return early_copies_; }
+  // The CPU update runs during backward (AdamW::update_as_gradients_arrive): offload host, and the
+  // update is known before the gradient norm — no clipping, no loss scaling, and a non-finite step
+  // stops the run rather than being skipped.
+  bool updates_during_backward() const;
   // Fault injection for tests: when `at(step)` is true, this rank's gradients hold an inf after the
   // gradient sync (on this rank only), as an fp16 overflow would leave them.
   void set_overflow_injection(std::function<bool(int64_t step)> at) { inject_overflow_ = std::move(at); }
@@ -157,6 +170,7 @@ class TrainStep {
   std::optional<GradNormPlan> norm_plan_;         // their pieces' Σ g² in one op
   bool norm_over_world_ = false;                  // summed over the world (else the model-parallel group)
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
+  EarlyCopies early_copies_, copies_now_;  // of the last update, and of the step being taken
   std::unique_ptr<LossScaler> scaler_;
   std::function<bool(int64_t)> inject_overflow_;
   // pp > 1 with tied embeddings, on the first and the last stage: the token embedding's index in
@@ -173,6 +187,7 @@ class TrainStep {
     if (observer_) observer_->phase_end(phase);
   }
   void sum_tied_grads();
+  kernels::Tensor step_params() const;  // what the optimizer updates: the flat parameters, or ZeRO 3's owned values
 };
 
 // The step's gradient sync of `model` (its parameter groups, grad_ready_groups): make_grad_sync over

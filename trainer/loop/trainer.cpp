@@ -238,9 +238,19 @@ int train(const TrainContext& ctx) {
         format_bytes(double(io.read_bytes)), format_bytes(double(io.written_bytes)), format_duration(io.io_s),
         format_duration(io.waited_s), io.io_s > 0 ? 100.0 * std::max(0.0, 1.0 - io.waited_s / io.io_s) : 0.0);
   }
-  if (const OffloadStore* store = step.optimizer().offload_store(); store && step.optimizer().updates_on_cpu())
-    log_progress("offload host: the last update found {} of {} units' gradients copied down during backward",
-                 step.optimizer().units_copied_during_backward(), store->units());
+  if (const OffloadStore* store = step.optimizer().offload_store(); store && step.optimizer().updates_on_cpu()) {
+    const TrainStep::EarlyCopies& c = step.early_copies();
+    log_progress(
+        "offload host: the last update found {} of {} units' gradients copied down during backward, {} "
+        "more as their reductions completed after it; {}",
+        c.in_backward, store->units(), c.before_update - c.in_backward,
+        step.updates_during_backward()
+            ? fmt::format("{} updated on the CPU by the time the step reached its update (each as its "
+                          "gradients arrived, beside backward)",
+                          c.updated_early)
+            : std::string("the CPU update waits for the gradient norm (clipping, loss scaling or "
+                          "train.on_nonfinite: skip)"));
+  }
   log_progress("memory per rank, peaks over the run: {}; peak of all kinds at once {}",
                format_memory(memory_measured(model.device(), true)),
                format_bytes(double(kernels::memory_use(model.device()).peak)));

@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/error.h"
+#include "kernels/backend_info.h"
+#include "kernels/device_select.h"
 #include "kernels/device_stream.h"
 #include "kernels/ops.h"
 
@@ -69,6 +74,7 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
 // down and take its values up (runs of contiguous rows).
 struct AdamW::HostUpdate {
   kernels::PinnedBuffer grads, values;
+  kernels::Tensor g, v;  // their tensors, in the step's dtypes (v undefined with offload_params)
   kernels::Buffer rows;  // host int64 [rows, 6]
   struct Run {
     int64_t device = 0, state = 0, count = 0;  // device offset, global state offset
@@ -79,9 +85,54 @@ struct AdamW::HostUpdate {
   // already on their way down, and the stream they go on.
   std::map<int64_t, int64_t> final_ranges;
   std::vector<char> streamed;
-  int64_t streamed_last = 0;  // units streamed before the last update
   std::unique_ptr<kernels::DeviceStream> stream;
   kernels::DeviceEvent ready;  // the compute stream's point where the latest final gradients were made
+
+  // update_as_gradients_arrive: a CPU thread of its own takes each unit as its gradients start down,
+  // waits for them to arrive, updates the unit and sends its values up on a stream of its own — all
+  // while the main thread goes on with backward (or waits for the device).
+  struct Worker {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<int64_t> todo;  // units to update, in order
+    int64_t done = 0;          // units updated (values on their way up) this step
+    std::exception_ptr error;
+    bool quit = false;
+    ~Worker() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        quit = true;
+      }
+      cv.notify_all();
+      if (thread.joinable()) thread.join();
+    }
+  };
+  std::unique_ptr<Worker> worker;
+  bool eager = false;  // the coming step is updated as its gradients arrive
+  kernels::AdamWStep eager_step{};
+  kernels::Tensor eager_params;  // where its values go up (undefined with offload_params)
+
+  void post(int64_t u) {
+    {
+      std::lock_guard<std::mutex> lock(worker->mu);
+      worker->todo.push_back(u);
+    }
+    worker->cv.notify_all();
+  }
+
+  // The page-locked gradients and values, in the dtypes of `grads` and `params` (at the first call).
+  void allocate(int64_t numel, kernels::Tensor params, kernels::Tensor grads) {
+    if (grads.defined() && grads_bytes() == 0) {
+      this->grads = kernels::PinnedBuffer(size_t(numel) * kernels::dtype_size(grads.dtype));
+      g = this->grads.tensor(grads.dtype, {numel});
+    }
+    if (params.defined() && values.bytes() == 0) {
+      values = kernels::PinnedBuffer(size_t(numel) * kernels::dtype_size(params.dtype));
+      v = values.tensor(params.dtype, {numel});
+    }
+  }
+  size_t grads_bytes() const { return grads.bytes(); }
 
   // Whether [b, e) lies inside one merged final range.
   bool final(int64_t b, int64_t e) const {
@@ -323,68 +374,178 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
     kernels::adamw_rows(params, grads, m_.tensor(), v_.tensor(), kernels::Tensor{}, t, s);
 }
 
-void AdamW::cpu_step(kernels::Tensor params, kernels::Tensor grads, const kernels::AdamWStep& s) {
+void AdamW::cpu_update_unit(int64_t u, const kernels::AdamWStep& s) {
   HostUpdate& h = *host_;
-  const int64_t unit = store_->unit();
-  // At the first step (or gradients_final): in the step's dtypes.
-  if (h.grads.bytes() == 0) h.grads = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(grads.dtype));
-  if (!params_offloaded_ && h.values.bytes() == 0)
-    h.values = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(params.dtype));
-  const kernels::Tensor g = h.grads.tensor(grads.dtype, {numel_});
-  const kernels::Tensor v = params_offloaded_ ? kernels::Tensor{} : h.values.tensor(params.dtype, {numel_});
-  // Every unit's gradients down, in order on the compute stream (behind backward and the sync),
-  // each unit's arrival marked.
-  for (int64_t u = 0; u < store_->units(); ++u) {
-    if (h.streamed[size_t(u)]) continue;  // on its way since backward (gradients_final)
-    for (const HostUpdate::Run& r : h.down[size_t(u)])
-      kernels::copy(g.flat(r.state, r.count), grads.flat(r.device, r.count));
-    h.arrived[size_t(u)].record_compute();
+  const int64_t first = unit_first_[size_t(u)], n = unit_first_[size_t(u) + 1] - first;
+  if (n == 0) return;
+  const int64_t unit = store_->unit(), begin = u * unit, count = std::min(unit, numel_ - begin);
+  const std::vector<kernels::Tensor> st = store_->host_unit(u);
+  const kernels::Tensor t = h.rows.tensor().flat(6 * first, 6 * n).view({n, 6});
+  kernels::adamw_rows(st[int(State::master)], h.g.flat(begin, count), st[int(State::exp_avg)],
+                      st[int(State::exp_avg_sq)], h.v.defined() ? h.v.flat(begin, count) : kernels::Tensor{}, t, s);
+}
+
+void AdamW::wait_arrived(int64_t u) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!host_->arrived[size_t(u)].done()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_)
+      throw environment_error(fmt::format("parallel.offload host: unit {}'s gradients did not reach host memory "
+                                          "within {} s (parallel.timeout)",
+                                          u, timeout_s_),
+                              "the device stopped responding: see the rank's log and `nvidia-smi`");
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  // Each unit on the CPU as soon as its gradients are there (the later ones still crossing), its
-  // values up behind it.
-  for (int64_t u = 0; u < store_->units(); ++u) {
-    const auto t0 = std::chrono::steady_clock::now();
-    while (!h.arrived[size_t(u)].done()) {
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_)
-        throw environment_error(fmt::format("parallel.offload host: unit {}'s gradients did not reach host memory "
-                                            "within {} s (parallel.timeout)",
-                                            u, timeout_s_),
-                                "the device stopped responding: see the rank's log and `nvidia-smi`");
-      std::this_thread::yield();
-    }
-    const int64_t first = unit_first_[size_t(u)], n = unit_first_[size_t(u) + 1] - first;
-    if (n == 0) continue;
-    const int64_t begin = u * unit, count = std::min(unit, numel_ - begin);
-    const std::vector<kernels::Tensor> st = store_->host_unit(u);
-    const kernels::Tensor t = h.rows.tensor().flat(6 * first, 6 * n).view({n, 6});
-    kernels::adamw_rows(st[int(State::master)], g.flat(begin, count), st[int(State::exp_avg)],
-                        st[int(State::exp_avg_sq)], v.defined() ? v.flat(begin, count) : kernels::Tensor{}, t, s);
-    for (const HostUpdate::Run& r : h.up[size_t(u)])
-      kernels::copy(params.flat(r.device, r.count), v.flat(r.state, r.count));
-  }
+}
+
+void AdamW::copy_down(int64_t u, kernels::Tensor grads) {
+  HostUpdate& h = *host_;
+  for (const HostUpdate::Run& r : h.down[size_t(u)])
+    kernels::copy(h.g.flat(r.state, r.count), grads.flat(r.device, r.count));
+  h.arrived[size_t(u)].record_compute();
+}
+
+void AdamW::end_cpu_update() {
+  HostUpdate& h = *host_;
   // The page-locked values are read by their copies until those are done.
   kernels::synchronize(device_);
   h.final_ranges.clear();
-  h.streamed_last = std::count(h.streamed.begin(), h.streamed.end(), 1);
   std::fill(h.streamed.begin(), h.streamed.end(), 0);
+  h.eager = false;
 }
 
-int64_t AdamW::units_copied_during_backward() const { return host_ ? host_->streamed_last : 0; }
+void AdamW::cpu_step(kernels::Tensor params, kernels::Tensor grads, const kernels::AdamWStep& s) {
+  HostUpdate& h = *host_;
+  h.allocate(numel_, params, grads);  // at the first step (or gradients_final): in the step's dtypes
+  if (h.eager) return eager_step_end(grads, s);
+  // Every unit's gradients down, in order on the compute stream (behind backward and the sync),
+  // each unit's arrival marked.
+  for (int64_t u = 0; u < store_->units(); ++u)
+    if (!h.streamed[size_t(u)]) copy_down(u, grads);  // else on its way since backward (gradients_final)
+  // Each unit on the CPU as soon as its gradients are there (the later ones still crossing), its
+  // values up behind it.
+  for (int64_t u = 0; u < store_->units(); ++u) {
+    wait_arrived(u);
+    cpu_update_unit(u, s);
+    for (const HostUpdate::Run& r : h.up[size_t(u)])
+      kernels::copy(params.flat(r.device, r.count), h.v.flat(r.state, r.count));
+  }
+  end_cpu_update();
+}
+
+void AdamW::update_as_gradients_arrive(kernels::Tensor params, kernels::Tensor grads, double lr, bool compact_grads,
+                                       bool compact_params) {
+  if (!cpu_update_ || owned_numel() == 0) return;
+  if (params_offloaded_) params = {};
+  rows(compact_grads, compact_params, params.numel(), grads.numel());
+  HostUpdate& h = *host_;
+  h.allocate(numel_, params, grads);
+  h.eager = true;
+  h.eager_step = kernels::AdamWStep{.lr = float(lr),
+                                    .beta1 = float(config_.beta1),
+                                    .beta2 = float(config_.beta2),
+                                    .eps = float(config_.eps),
+                                    .weight_decay = float(config_.weight_decay),
+                                    .step = steps_ + 1,
+                                    .grad_scale = 1.0f};
+  h.eager_params = params;
+  if (h.worker) return;
+  h.worker = std::make_unique<HostUpdate::Worker>();
+  HostUpdate::Worker& w = *h.worker;
+  w.thread = std::thread([this, &h, &w, threads = kernels::cpu_threads(), device = kernels::device_current()] {
+    kernels::set_cpu_threads(threads);  // a new thread starts with OpenMP's default
+    std::exception_ptr error;
+    std::unique_ptr<kernels::DeviceStream> up;
+    try {
+      kernels::device_make_current(device);  // its event queries and copies on the rank's device
+      up = std::make_unique<kernels::DeviceStream>();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lock(w.mu);
+    while (true) {
+      w.cv.wait(lock, [&] { return w.quit || !w.todo.empty(); });
+      if (w.quit) return;
+      const int64_t u = w.todo.front();
+      w.todo.pop_front();
+      lock.unlock();
+      if (!error) try {
+          wait_arrived(u);
+          cpu_update_unit(u, h.eager_step);
+          for (const HostUpdate::Run& r : h.up[size_t(u)])
+            up->copy_async(h.eager_params.flat(r.device, r.count), h.v.flat(r.state, r.count));
+        } catch (...) {
+          error = std::current_exception();
+        }
+      lock.lock();
+      if (error && !w.error) w.error = error;
+      ++w.done;
+      w.cv.notify_all();
+    }
+  });
+}
+
+void AdamW::eager_step_end(kernels::Tensor grads, const kernels::AdamWStep& s) {
+  HostUpdate& h = *host_;
+  const kernels::AdamWStep& e = h.eager_step;
+  LT_CHECK(s.lr == e.lr && s.grad_scale == 1.0f && s.step == e.step,
+           "AdamW step (lr {}, scale {}, step {}) other than the one updating as gradients arrive (lr {}, step {})",
+           s.lr, s.grad_scale, s.step, e.lr, e.step);
+  // The units whose gradients did not start down during backward: down now, to the thread.
+  for (int64_t u = 0; u < store_->units(); ++u)
+    if (!h.streamed[size_t(u)]) {
+      copy_down(u, grads);
+      h.streamed[size_t(u)] = 1;
+      h.post(u);
+    }
+  HostUpdate::Worker& w = *h.worker;
+  std::unique_lock<std::mutex> lock(w.mu);
+  int64_t seen = -1;
+  while (w.done < store_->units() && !w.error) {
+    if (w.done != seen)
+      seen = w.done;  // each unit done restarts the clock
+    else
+      throw environment_error(fmt::format("parallel.offload host: the CPU update made no progress within {} s "
+                                          "(parallel.timeout); {} of {} units done",
+                                          timeout_s_, w.done, store_->units()),
+                              "the device stopped responding: see the rank's log and `nvidia-smi`");
+    w.cv.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return w.done != seen || w.error; });
+  }
+  if (w.error) std::rethrow_exception(std::exchange(w.error, nullptr));
+  w.done = 0;
+  lock.unlock();
+  end_cpu_update();
+}
+
+int64_t AdamW::units_updated() const {
+  if (!host_ || !host_->eager || !host_->worker) return 0;
+  std::lock_guard<std::mutex> lock(host_->worker->mu);
+  return host_->worker->done;
+}
+
+int64_t AdamW::units_streamed() const {
+  return host_ ? std::count(host_->streamed.begin(), host_->streamed.end(), 1) : 0;
+}
 
 void AdamW::gradients_begin() {
-  if (!host_ || host_->final_ranges.empty()) return;
+  if (!host_) return;
+  LT_CHECK(!host_->eager || std::count(host_->streamed.begin(), host_->streamed.end(), 1) == 0,
+           "a step updating as its gradients arrived ended without its update");
+  host_->eager = false;
+  if (host_->final_ranges.empty()) return;
   kernels::synchronize(device_);  // the copy stream's work too
   host_->final_ranges.clear();
   std::fill(host_->streamed.begin(), host_->streamed.end(), 0);
 }
 
-void AdamW::gradients_final(int64_t begin, int64_t end, kernels::Tensor grads) {
+void AdamW::gradients_final(int64_t begin, int64_t end, kernels::Tensor params, kernels::Tensor grads,
+                            bool compact_grads, bool compact_params) {
   if (!cpu_update_ || owned_numel() == 0) return;
-  rows(false, false, grads.numel(), grads.numel());  // the unit tables (built at the first call)
+  if (params_offloaded_) params = {};
+  rows(compact_grads, compact_params, params.numel(), grads.numel());  // the unit tables (step()'s)
   HostUpdate& h = *host_;
-  if (h.grads.bytes() == 0) h.grads = kernels::PinnedBuffer(size_t(numel_) * kernels::dtype_size(grads.dtype));
+  h.allocate(numel_, params, grads);
   if (!h.stream) h.stream = std::make_unique<kernels::DeviceStream>();
-  const kernels::Tensor g = h.grads.tensor(grads.dtype, {numel_});
+  const kernels::Tensor g = h.g;
   h.add_final(begin, end);
   bool marked = false;
   for (int64_t u = 0; u < store_->units(); ++u) {
@@ -401,6 +562,7 @@ void AdamW::gradients_final(int64_t begin, int64_t end, kernels::Tensor grads) {
     for (const HostUpdate::Run& r : runs) h.stream->copy_async(g.flat(r.state, r.count), grads.flat(r.device, r.count));
     h.arrived[size_t(u)].record(*h.stream);
     h.streamed[size_t(u)] = 1;
+    if (h.eager) h.post(u);
   }
 }
 

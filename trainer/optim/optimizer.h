@@ -89,16 +89,29 @@ class AdamW {
   bool params_offloaded() const { return params_offloaded_; }
   // The update runs on the CPU over page-locked state (OffloadConfig::cpu_update).
   bool updates_on_cpu() const { return cpu_update_; }
-  // cpu_update, where nothing changes the gradients after backward (one data-parallel rank, ZeRO 0):
-  // the flat gradient buffer's [begin, end) is final (the last micro-batch's backward produced it).
-  // Each unit whose gradients are then all final starts down to page-locked memory at once, on a
-  // copy stream of its own, overlapped with the rest of backward; step() only waits for those.
-  void gradients_final(int64_t begin, int64_t end, kernels::Tensor grads);
+  // cpu_update: [begin, end) of `grads` holds this step's final gradients (reduced: the gradient
+  // sync's reduced hook, parallel::GradSync::set_reduced_hook), made by work queued on the compute
+  // stream so far. `params`, `grads` and the flags are what step() will get. Each unit whose
+  // gradients are then all final starts down to page-locked memory at once, on a copy stream of its
+  // own, overlapped with the rest of backward; step() only waits for those.
+  void gradients_final(int64_t begin, int64_t end, kernels::Tensor params, kernels::Tensor grads, bool compact_grads,
+                       bool compact_params);
   // Before a step's backward: nothing final yet (copies a skipped step started are waited for).
   void gradients_begin();
-  // cpu_update: how many of the units' gradients the last update found on their way down already
-  // (started during backward by gradients_final).
-  int64_t units_copied_during_backward() const;
+  // cpu_update, when the coming step() is known before backward ends — no clipping (grad_scale 1),
+  // no loss scaling, and a non-finite step stops the run (it is never skipped): `lr` and the
+  // arguments step() will get. Each unit whose gradients reach page-locked memory is updated at once
+  // by a CPU thread of the optimizer's own, overlapped with the rest of backward, and its values go
+  // up behind it; step() updates what is left and waits. Bitwise the update step() alone would make.
+  // For the coming step only (called after gradients_begin).
+  void update_as_gradients_arrive(kernels::Tensor params, kernels::Tensor grads, double lr, bool compact_grads,
+                                  bool compact_params);
+  // This step's units updated so far by update_as_gradients_arrive's thread (their values on their
+  // way up).
+  int64_t units_updated() const;
+  // cpu_update: how many units' gradients are on their way down this step (gradients_final started
+  // them; the update copies the others itself).
+  int64_t units_streamed() const;
   kernels::Tensor master() const;
   // The state offloaded (parallel.offload): its store, or null.
   OffloadStore* offload_store() const { return store_.get(); }
@@ -136,6 +149,11 @@ class AdamW {
   const kernels::Buffer& rows(bool compact_grads, bool compact_params, int64_t params_numel, int64_t grads_numel);
   kernels::Tensor state_tensor(State which) const;
   void cpu_step(kernels::Tensor params, kernels::Tensor grads, const kernels::AdamWStep& s);
+  void cpu_update_unit(int64_t u, const kernels::AdamWStep& s);  // unit u's state and values, on the CPU
+  void wait_arrived(int64_t u) const;
+  void copy_down(int64_t u, kernels::Tensor grads);  // unit u's gradients, on the compute stream
+  void end_cpu_update();
+  void eager_step_end(kernels::Tensor grads, const kernels::AdamWStep& s);
   // fn(state offset, flat offset, n) for the owned elements whose state lies in [begin, end).
   template <typename Fn>
   void for_each_owned(int64_t begin, int64_t end, Fn&& fn) const;
