@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "common/error.h"
 #include "common/file_io.h"
@@ -152,7 +154,7 @@ std::string checkpoint_job_id() {
 }
 
 std::unique_ptr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string& dir, const std::string& job,
-                                                              double lease_s) {
+                                                              double lease_s, double grace_s) {
   default_file_system().make_dirs(dir);
   const std::string path = (fs::path(dir) / kLockFile).string();
   CheckpointLockHolder me;
@@ -167,17 +169,31 @@ std::unique_ptr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string&
     const std::string& p;
     ~Remove() { ::unlink(p.c_str()); }
   } remove_tmp{tmp};
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(grace_s, 0.0));
+  bool waiting = false;
+  for (int attempt = 0; attempt < 3;) {
     if (::link(tmp.c_str(), path.c_str()) == 0)
       return std::unique_ptr<CheckpointDirLock>(new CheckpointDirLock(path, me));
     if (errno != EEXIST) throw environment_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
     const auto held = read_holder(path);
-    if (!held) continue;  // released meanwhile: try again
+    if (!held) {  // released meanwhile: try again
+      ++attempt;
+      continue;
+    }
     const std::string why = takeover_reason(*held, me, lease_s);
+    if (why == "held" && held->host == me.host && std::chrono::steady_clock::now() < give_up) {
+      if (!waiting)
+        log_info("checkpoint.dir {} is locked by pid {} on this host{}: waiting up to {} s for it to end", dir,
+                 held->pid, held->job.empty() ? "" : ", job " + held->job, grace_s);
+      waiting = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
     if (why == "held")
-      throw Error(fmt::format("checkpoint.dir {} is in use by another job: host {}, pid {}{}, lock renewed {} s ago",
+      throw Error(fmt::format("checkpoint.dir {} is in use by another job: host {}, pid {}{}, lock renewed {} s ago{}",
                               dir, held->host, held->pid, held->job.empty() ? "" : ", job " + held->job,
-                              double(now_unix()) - double(held->renewed_unix)),
+                              double(now_unix()) - double(held->renewed_unix),
+                              waiting ? fmt::format(" (waited {} s for it to end)", grace_s) : ""),
                   fmt::format("two jobs must not write one checkpoint directory: stop the other job or set another "
                               "checkpoint.dir; a lock whose holder died is taken over (at once on the same host, "
                               "after {} s elsewhere)",
@@ -190,6 +206,7 @@ std::unique_ptr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string&
       if (!why.empty()) log_warn("checkpoint.dir {}: taking over its lock ({})", dir, why);
       return std::unique_ptr<CheckpointDirLock>(new CheckpointDirLock(path, me));
     }
+    ++attempt;
   }
   throw Error(fmt::format("checkpoint.dir {}: another job took its lock at the same time", dir),
               "two jobs must not write one checkpoint directory: stop the other job or set another checkpoint.dir");

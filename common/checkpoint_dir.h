@@ -50,6 +50,9 @@ std::string checkpoint_to_resume(const std::string& dir);
 //  - the same job (a restart by the launcher, a Slurm requeue on another host): taken over;
 //  - a holder on this host whose pid is gone: taken over with a warning;
 //  - a holder not renewed for `lease_s` (a dead job on another host): taken over with a warning;
+//  - a live holder on this host is waited for, up to `grace_s` (saying so): a job whose launcher
+//    returned after one rank failed can still be ending its other ranks, which release the lock
+//    as they exit, so that an immediate rerun is not refused;
 //  - otherwise refused, naming the holder.
 // The holder renews the lock while it runs (renew(), at most every few seconds is plenty) and
 // removes it when it ends; a crash leaves it for the rules above.
@@ -64,9 +67,10 @@ struct CheckpointLockHolder {
 class CheckpointDirLock {
  public:
   static constexpr double kDefaultLease = 300;
+  static constexpr double kDefaultGrace = 10;
   // Throws llmtrain::Error (user kind) naming the holder when the directory is held.
   static std::unique_ptr<CheckpointDirLock> acquire(const std::string& dir, const std::string& job,
-                                                    double lease_s = kDefaultLease);
+                                                    double lease_s = kDefaultLease, double grace_s = kDefaultGrace);
   // The holder recorded in `dir`'s lock (host empty when the file is unreadable); nullopt when
   // there is no lock. Reads only: for a tool that must refuse a directory in use.
   static std::optional<CheckpointLockHolder> recorded(const std::string& dir);

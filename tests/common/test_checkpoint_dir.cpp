@@ -88,9 +88,9 @@ class CheckpointLock : public ::testing::Test {
     std::ofstream(dir_ / "lock") << "{\"host\":\"" << host << "\",\"pid\":" << pid << ",\"job\":\"" << job
                                  << "\",\"renewed_unix\":" << (int64_t(::time(nullptr)) - age_s) << ",\"nonce\":\"x\"}";
   }
-  std::string refusal(const std::string& job) {
+  std::string refusal(const std::string& job, double grace_s = 0) {
     try {
-      CheckpointDirLock::acquire(dir_.string(), job);
+      CheckpointDirLock::acquire(dir_.string(), job, CheckpointDirLock::kDefaultLease, grace_s);
     } catch (const Error& e) {
       return e.what();
     }
@@ -116,6 +116,35 @@ TEST_F(CheckpointLock, OneJobAtATime) {
   }
   EXPECT_FALSE(fs::exists(dir_ / "lock"));  // released by its holder
   EXPECT_NO_THROW(CheckpointDirLock::acquire(dir_.string(), ""));
+}
+
+// A live holder on this host is waited for (a rank still exiting after its launcher returned): a
+// child takes the lock, tells us, and releases it a moment later; our acquire waits and takes it.
+// One that never lets go is refused after the wait, saying so.
+TEST_F(CheckpointLock, ALiveHolderOnThisHostIsWaitedFor) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto held = CheckpointDirLock::acquire(dir_.string(), "old");
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    ::usleep(300 * 1000);
+    held.reset();  // released as the rank exits
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);  // the child holds the lock now
+  EXPECT_NO_THROW(CheckpointDirLock::acquire(dir_.string(), "new", CheckpointDirLock::kDefaultLease, 600));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  auto lock = CheckpointDirLock::acquire(dir_.string(), "held");
+  const std::string why = refusal("other", 0.3);
+  EXPECT_NE(why.find("is in use by another job"), std::string::npos) << why;
+  EXPECT_NE(why.find("waited"), std::string::npos) << why;
 }
 
 TEST_F(CheckpointLock, ADeadHoldersLockIsTakenOver) {

@@ -4,11 +4,11 @@
 # CPU run of the same recipe: losses per step within 1e-5 (relative) and the final parameters
 # (assembled from the checkpoints' slices) within 1e-5.
 #
-#   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), offload host at ZeRO 1 and at
-#                              ZeRO 3 with offload_params, tp 2 with sequence parallelism, pp 2 (1F1B),
+#   cuda_layouts_sim.sh BUILD SRC ci     dp 2, ZeRO 3 at dp 2 (asynchronous checkpoints), offload host at ZeRO 1, at
+#                              ZeRO 3 with offload_params and at pp 2, tp 2 with sequence parallelism, pp 2 (1F1B),
 #                              tp 2 × pp 2, cp 2 (ring), MoE at ep 2; a 2-rank cuda checkpoint resumed on one CPU rank
-#   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, offload host at ZeRO 2
-#                              without clipping (updated beside backward), hybrid sharding, bf16,
+#   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, offload host at tp 2
+#                              and at ZeRO 2 without clipping (updated beside backward), hybrid sharding, bf16,
 #                              recomputation, evaluation through the pipeline, SIGTERM on the device
 #
 # tiny at seq 64, micro-batch 1, global batch 2, 3 steps, checkpoints at steps 2 and 3: a simulated
@@ -70,6 +70,10 @@ if [[ $mode == ci ]]; then
   early_copies zero1-offload-host
   layout zero3-offload-params 2 --set parallel.zero=3 --set parallel.offload=host --set parallel.offload_params=true
   early_copies zero3-offload-params
+  # pp 2 splits tiny's tied embedding over the two stages: its gradient is final only after the two
+  # copies are summed, after the schedule, and goes down then.
+  layout pp2-offload-host 2 --set parallel.pp=2 --set parallel.offload=host
+  early_copies pp2-offload-host
   layout tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
   layout pp2-1f1b 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
   layout tp2-pp2 4 --set parallel.tp=2 --set parallel.pp=2
@@ -95,6 +99,8 @@ else
   layout pp2-zb 2 --set parallel.pp=2 --set parallel.pp_schedule=zero_bubble
   layout zero1 2 --set parallel.zero=1
   layout zero2 2 --set parallel.zero=2
+  layout tp2-offload-host 2 --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.offload=host
+  early_copies tp2-offload-host
   # offload host without clipping: the CPU updates each unit as its gradients arrive (at ZeRO 2, after
   # each unit's last reduce-scatter), beside backward, against the CPU run without clipping.
   run cpu-noclip 1 --set train.device=cpu --set train.grad_clip=0

@@ -190,7 +190,8 @@ expect_out "nowhere/train"
 
 # 11. One job per checkpoint directory: a second run on a directory whose holder is alive (stopped
 #     by SIGSTOP after step 2, LLMTRAIN_FAULT=hang) is refused before it touches anything, naming
-#     the holder; once the holder is gone (SIGKILL), its lock is taken over.
+#     the holder, after waiting 10 s for it to end (a holder on this host may be a rank still
+#     exiting); once the holder is gone (SIGKILL), its lock is taken over.
 env LLMTRAIN_FAULT=hang@2 "$LLMTRAIN" run r.yaml --set log.dir=L >L.out 2>&1 &
 holder=$!
 timeout 120 bash -c 'until [[ -f L/ckpt/lock ]]; do sleep 0.05; done' || fail "lock: no L/ckpt/lock within 120 s"
@@ -198,6 +199,7 @@ run_cmd lock-held run L2 --set checkpoint.dir=L/ckpt
 expect_status 2
 expect_out "is in use by another job"
 expect_out "pid $holder"
+expect_out "(waited 10 s for it to end)"
 kill -KILL $holder 2>/dev/null
 wait $holder 2>/dev/null
 run_cmd lock-taken-over run L2 --set checkpoint.dir=L/ckpt --set train.steps=2 --set optimizer.warmup=1
