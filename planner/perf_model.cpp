@@ -309,6 +309,12 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
       const double link = owned * ((p.gradients_sharded() ? 4 : element) + (r.parallel.offload_params ? 0 : element)) /
                           kHostLinkBandwidth;
       out.optimizer = std::max(link, owned * 32 / (kHostMemoryBandwidth / per_node));
+      // Beside backward (no clipping, no loss scaling): what the last micro-batch's backward does
+      // not hide, and at least the last unit's share.
+      if (trainer::offload_updates_during_backward(r, p.parameters_sharded()))
+        out.optimizer = std::max(
+            out.optimizer - backward_last,
+            out.optimizer * std::min(1.0, double(trainer::offload_unit(int64_t(owned))) / std::max(owned, 1.0)));
     } else {
       const double state = owned * (p.fp32_master() ? 3 : 2) * 4;
       const double link = r.parallel.offload == OffloadKind::host ? kHostLinkBandwidth : kDiskBandwidth / per_node;

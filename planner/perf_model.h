@@ -13,7 +13,8 @@
 //  - the optimizer: a memory-bound pass over the owned state; offloaded (parallel.offload), at
 //    least the state's way to the update and back over the host link or the node's disk (nvme,
 //    shared by its ranks), or with host's CPU update the gradients' and values' way and the
-//    update at the host's memory bandwidth, at the assumed rates below.
+//    update at the host's memory bandwidth, at the assumed rates below (without clipping, less what
+//    the last micro-batch's backward hides of it: the update then runs beside backward).
 //
 // Rule a reader could get wrong: the model predicts the time of one optimizer step in steady
 // state; everything outside the step (data loading, logging, checkpoints) is not in it.

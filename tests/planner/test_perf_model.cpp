@@ -168,7 +168,8 @@ TEST(LayoutSearch, ProposesOnlyLayoutsTheRecipeChecksAccept) {
 // but does with it in host memory: the search ranks those layouts, "· offload host", whose account
 // moves the state to host memory and whose optimizer time includes the CPU update's traffic over the
 // host link (at least 2 + 2 bytes per bf16 parameter / kHostLinkBandwidth) and the update at the
-// host's memory bandwidth; fitting_changes names the same change.
+// host's memory bandwidth, less what backward hides without clipping; fitting_changes names the
+// same change.
 TEST(LayoutSearch, OffloadWhenNothingElseFits) {
   Recipe r = gpt(32, 3840, 30, 2048, 1, 1, 1, 1, 8);
   r.train.precision = Precision::bf16;
@@ -188,6 +189,14 @@ TEST(LayoutSearch, OffloadWhenNothingElseFits) {
   bool offered = false;
   for (const Change& change : fitting_changes(r, c)) offered |= change.what == "offload host";
   EXPECT_TRUE(offered);
+  // Without clipping the CPU updates each unit beside backward: only what the last micro-batch's
+  // backward does not hide counts (here about 0.37 s of its 0.94 s are hidden).
+  Recipe noclip = found.fitting.front().recipe;
+  const double clipped = predict_step(noclip, c).optimizer;
+  noclip.train.grad_clip = 0;
+  const double beside = predict_step(noclip, c).optimizer;
+  EXPECT_LT(beside, clipped * 0.9);
+  EXPECT_GT(beside, 0);
   // On cpu ranks the state goes to a disk; without a path the planner names a placeholder.
   const Recipe cpu = [&] {
     Recipe x = r;

@@ -521,8 +521,7 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
 }
 
 bool TrainStep::updates_during_backward() const {
-  return optimizer_->updates_on_cpu() && recipe_.train.grad_clip <= 0 && !scaler_ &&
-         recipe_.train.on_nonfinite == NonFiniteAction::stop;
+  return optimizer_->updates_on_cpu() && offload_updates_during_backward(recipe_, layout_.parameters_sharded());
 }
 
 kernels::Tensor TrainStep::step_params() const {
