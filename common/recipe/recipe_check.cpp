@@ -357,9 +357,6 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   if (pc.offload_params && pc.zero != 3)
     problem("parallel.offload_params", fmt::format("true with parallel.zero {}", pc.zero),
             "offload_params moves ZeRO 3's parameter shards: set zero: 3, or remove offload_params");
-  else if (pc.offload_params && r.model.moe.enabled())
-    problem("parallel.offload_params", "true with a mixture-of-experts model: not supported yet",
-            "remove offload_params (the optimizer state is still offloaded) or use a dense model");
   else if (pc.offload_params && pc.offload == OffloadKind::none)
     problem("parallel.offload_params", "true with parallel.offload none",
             "say where they go: parallel.offload: host (cuda ranks) or nvme with offload_path");

@@ -2,7 +2,8 @@
 # parallel.offload: nvme under real `mpirun` (issue 42's checks on CPU ranks): bf16 GPT-2 at dp 2 with
 # ZeRO 1 keeps its optimizer state (moments and fp32 master) in a file per rank and trains BITWISE
 # as without offload (losses, and every checkpointed slice, moments included, by checksum), with
-# the memory plan measured; so do tp 2, pp 2 and ZeRO 3 with offload_params (8 steps each); an I/O error injected into rank 1's file ends the run naming the file,
+# the memory plan measured; so do tp 2, pp 2 and ZeRO 3 with offload_params, of a dense and of a
+# mixture-of-experts model (8 steps each); an I/O error injected into rank 1's file ends the run naming the file,
 # and the run resumes from the checkpoint before it, back on the uninterrupted trajectory; a disk
 # without room for the state is refused before any rank starts.
 source "$(dirname "$0")/lib.sh"
@@ -54,13 +55,16 @@ out=$(same_slices nvme/ckpt/step_00000020/manifest.json in-memory/ckpt/step_0000
   pass "checkpoints with and without offload are bitwise the same: $out" || fail "checkpoints differ: $out"
 
 # Tensor and pipeline parallelism (each rank's optimizer state is its own) and ZeRO 3 with
-# offload_params (the owned values in the file too): bitwise as the same layout in memory, 8 steps.
+# offload_params (the owned values in the file too), also of a mixture-of-experts model at ep 2 (4
+# experts, top 2: ZeRO 3's shards hold every expert): bitwise as the same layout in memory, 8 steps.
+moe="--set model.family=llama --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_hidden=64"
 for cfg in "tp2 --set parallel.tp=2 --set parallel.zero=0" "pp2 --set parallel.pp=2 --set parallel.zero=0" \
-  "z3 --set parallel.zero=3 --set parallel.bucket_mb=0.05"; do
+  "z3 --set parallel.zero=3 --set parallel.bucket_mb=0.05" \
+  "z3-moe-ep2 --set parallel.zero=3 --set parallel.bucket_mb=0.05 --set parallel.ep=2 $moe"; do
   set -- $cfg
   name=$1; shift
   extra=("$@")
-  [[ $name == z3 ]] && with=(--set parallel.offload_params=true) || with=()
+  [[ $name == z3* ]] && with=(--set parallel.offload_params=true) || with=()
   run_cmd $name-in-memory mpi_run 180 2 "$LLMTRAIN" run r.yaml --set log.dir=$name-in-memory --set train.steps=8 \
     --set checkpoint.every=0 "${extra[@]}"
   expect_status 0
