@@ -26,7 +26,11 @@
 //    gradients are copied into page-locked memory, AdamW (the CPU kernel, all cores) updates the
 //    page-locked state unit by unit as its gradients arrive, and each unit's updated values go back
 //    to the device behind it; such an AdamW always keeps a master (fp32 training too: the
-//    parameters' fp32 copy on the host).
+//    parameters' fp32 copy on the host). The copies of a unit start during backward once the
+//    gradient sync reports all of its gradients reduced (gradients_final); the update itself waits
+//    for step() unless the step armed update_as_gradients_arrive, whose thread then updates each
+//    unit as it arrives. That thread touches only units whose gradients are final: their parameters
+//    are not read again in the step, so their values may go up while backward runs.
 #pragma once
 
 #include <cstdint>
