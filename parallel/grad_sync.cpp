@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -11,6 +16,105 @@
 
 namespace llmtrain::parallel {
 namespace {
+
+// Stage 3's offloaded owned values (GradSyncLayout::owned_values): the chunk of the unit after the
+// one being gathered is read on a thread of its own while the units before it compute, and its
+// gather takes it from there. One read at a time, and never beside one on the caller's thread (the
+// store's reads share their buffers); a read ahead that is not the unit asked for is forgotten and
+// the unit read at once. Every wait is bounded by the group's timeout.
+class ValueReader {
+ public:
+  ValueReader(std::function<void(int64_t, Tensor)> read, int64_t chunk, double timeout_s)
+      : read_(std::move(read)),
+        host_(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, kernels::Device::cpu, kernels::MemoryKind::other),
+        timeout_s_(timeout_s) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ValueReader() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  ValueReader(const ValueReader&) = delete;
+  ValueReader& operator=(const ValueReader&) = delete;
+
+  // Starts reading unit `unit`'s n values at `begin`, unless a read is in flight or done unused.
+  void start(int unit, int64_t begin, int64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (busy_ || unit_ >= 0) return;
+      unit_ = unit, begin_ = begin, n_ = n, busy_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Unit `unit`'s n = out.numel() values at `begin` into the host tensor `out`.
+  void take(int unit, int64_t begin, Tensor out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    wait_idle(lock, unit);
+    const bool ahead = unit_ == unit && begin_ == begin && n_ == out.numel();
+    unit_ = -1;
+    if (ahead) {
+      kernels::copy(out, host_.tensor().flat(0, out.numel()));
+      return;
+    }
+    lock.unlock();
+    read_(begin, out);
+  }
+  // Before the values change (the optimizer's update): waits for a read in flight, forgets it.
+  void drop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    wait_idle(lock, unit_);
+    unit_ = -1;
+  }
+  int64_t reads_ahead() const { return reads_ahead_; }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return quit_ || busy_; });
+      if (quit_) return;
+      const int64_t begin = begin_, n = n_;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        read_(begin, host_.tensor().flat(0, n));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      error_ = error;
+      busy_ = false;
+      ++reads_ahead_;
+      cv_.notify_all();
+    }
+  }
+  void wait_idle(std::unique_lock<std::mutex>& lock, int unit) {
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return !busy_; }))
+      throw environment_error(
+          fmt::format("reading unit {}'s offloaded parameter values took longer than {} s (parallel.timeout)", unit,
+                      timeout_s_),
+          "the disk under parallel.offload_path stopped responding or is very slow: see the rank's log");
+    if (error_) {
+      unit_ = -1;
+      std::rethrow_exception(std::exchange(error_, nullptr));
+    }
+  }
+
+  std::function<void(int64_t, Tensor)> read_;
+  kernels::Buffer host_;
+  double timeout_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int unit_ = -1;  // the unit read ahead (in flight while busy_), -1: none
+  int64_t begin_ = 0, n_ = 0, reads_ahead_ = 0;
+  bool busy_ = false, quit_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once everything it reads exists
+};
 
 // ZeRO stage 0: every rank keeps the whole gradient and the whole optimizer state; gradients are
 // averaged by bucketed all-reduces, each launched as soon as backward has finished every parameter
@@ -170,7 +274,9 @@ class GradShardSync final : public GradSync {
                                     kernels::MemoryKind::communication);
     slots_ = pool_slots<Slot>(pool_.tensor(), std::min(slots, kGradPoolSlots), full, held_full);
     if (shard_params_ && owned_values_) {
-      // Offloaded: one unit's owned chunk at a time, read from the store (through host memory).
+      // Offloaded: one unit's owned chunk at a time, read from the store (through host memory), the
+      // next one ahead.
+      reader_ = std::make_unique<ValueReader>(owned_values_, chunk, dp.timeout());
       owned_params_buf_ =
           kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device, kernels::MemoryKind::parameters);
       if (device != kernels::Device::cpu)
@@ -234,6 +340,7 @@ class GradShardSync final : public GradSync {
   }
 
   void finish() override {
+    if (reader_) reader_->drop();  // the optimizer's update comes next: no read beside it
     if (!step_started_) step_started_ = true, step_start_ = now_s();
     const double t0 = now_s();
     if (stage_ == 1)  // a gradient backward never reported is final by now too
@@ -281,6 +388,14 @@ class GradShardSync final : public GradSync {
       const int j = free_param_slot(next);
       if (j >= 0) launch_gather(next, j);
     }
+    // Offloaded values: the unit after that one read while these compute.
+    if (reader_ && next >= 0 && next < int(state_.size())) {
+      int after = next + step;
+      while (after >= 0 && after < int(state_.size()) && state_[size_t(after)].range.numel() == 0) after += step;
+      if (after >= 0 && after < int(state_.size()) && param_slot_of_[size_t(after)] < 0 &&
+          state_[size_t(after)].own.numel() > 0)
+        reader_->start(after, state_[size_t(after)].compact, state_[size_t(after)].own.numel());
+    }
     if (ps.gather) {
       ps.gather->wait();
       ps.gather.reset();
@@ -301,6 +416,7 @@ class GradShardSync final : public GradSync {
   // reused once its all-gather is done and copied out). Stage 3: the gathered copies are stale;
   // the next group_params gathers again.
   void gather_params() override {
+    if (reader_) reader_->drop();  // read before the update
     if (shard_params_) {
       for (ParamSlot& ps : param_slots_) {
         LT_CHECK(ps.holds == 0, "unit {} still held after the step", ps.unit);
@@ -489,7 +605,7 @@ class GradShardSync final : public GradSync {
     if (n > 0 && owned_values_) {
       const Tensor values = owned_params_buf_.tensor().flat(0, n);
       const Tensor host = owned_host_.data() ? owned_host_.tensor().flat(0, n) : values;
-      owned_values_(u.compact, host);
+      reader_->take(unit, u.compact, host);
       if (owned_host_.data()) kernels::copy(values, host);
       kernels::convert(chunk.flat(0, n), values);
     } else if (n > 0) {
@@ -570,6 +686,7 @@ class GradShardSync final : public GradSync {
   Tensor owned_params_;
   std::function<void(int64_t, Tensor)> owned_values_;  // GradSyncLayout::owned_values
   kernels::Buffer owned_host_;                         // offloaded on a device: the chunk's way there
+  std::unique_ptr<ValueReader> reader_;                // offloaded: its reads, the next unit's ahead
   std::vector<ParamSlot> param_slots_;
   std::vector<int> param_slot_of_;  // per unit: the param slot holding it (-1: none)
   int held_unit_ = -1;              // the held group's unit (stages 2, 3), whose slot is the last of each pool

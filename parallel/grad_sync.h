@@ -131,7 +131,10 @@ struct GradSyncLayout {
   // Stage 3 with parallel.offload_params: the owned values live elsewhere (the optimizer's offload
   // store), not in the sync's memory: this reads elements [begin, begin + n) of the compact owned
   // values into a host fp32 tensor of n elements. A unit's gather reads its chunk through it (and,
-  // on a device, copies it there); owned_params() is then undefined.
+  // on a device, copies it there); owned_params() is then undefined. The chunk of the unit after the
+  // one whose gather group_params launches ahead is read ahead, on a thread of the sync's own: the
+  // callback may run on that thread, one call at a time, never beside another, and never between
+  // finish() and gather_params() (the optimizer's update).
   std::function<void(int64_t begin, Tensor host)> owned_values = {};
 };
 

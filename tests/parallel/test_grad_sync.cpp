@@ -10,7 +10,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "kernels/buffer.h"
 #include "parallel/comm_threads.h"
@@ -27,6 +29,18 @@ const std::vector<std::vector<int>> kGroups{{3}, {2, 1}, {0}};
 constexpr int64_t kNumel = 26;
 
 float grad_value(int rank, int64_t i) { return float(rank * 100 + i) * 0.25f; }
+
+// Group g's values from group_params(g, backward): `scale` times each element's flat index.
+void expect_gathered(GradSync& sync, int g, bool backward, float scale) {
+  const Tensor v = sync.group_params(g, backward);
+  int64_t begin = INT64_MAX;
+  for (int p : kGroups[size_t(g)]) begin = std::min(begin, kRanges[size_t(p)].offset);
+  for (int p : kGroups[size_t(g)])
+    for (int64_t i = 0; i < kRanges[size_t(p)].numel; ++i) {
+      const int64_t flat = kRanges[size_t(p)].offset + i;
+      EXPECT_EQ(v.ptr<float>()[flat - begin], scale * float(flat)) << "group " << g << " element " << flat;
+    }
+}
 
 TEST(GradSync, StageZeroAveragesEveryGradientOverTheGroup) {
   for (int n : {1, 2, 3}) {
@@ -337,16 +351,7 @@ TEST(GradSync, StageThreeGathersEveryGroupsValuesFromTheShards) {
             for (int64_t i = r.begin; i < r.end; ++i) own.ptr<float>()[at++] = scale * float(i);
           ASSERT_EQ(at, own.numel());
         };
-        auto expect_group = [&](int g, bool backward, float scale) {
-          const kernels::Tensor v = sync->group_params(g, backward);
-          int64_t begin = INT64_MAX;
-          for (int p : kGroups[size_t(g)]) begin = std::min(begin, kRanges[size_t(p)].offset);
-          for (int p : kGroups[size_t(g)])
-            for (int64_t i = 0; i < kRanges[size_t(p)].numel; ++i) {
-              const int64_t flat = kRanges[size_t(p)].offset + i;
-              EXPECT_EQ(v.ptr<float>()[flat - begin], scale * float(flat)) << "group " << g << " element " << flat;
-            }
-        };
+        auto expect_group = [&](int g, bool backward, float scale) { expect_gathered(*sync, g, backward, scale); };
         fill(0.5f);
         for (int g = int(kGroups.size()) - 1; g >= 0; --g) {  // forward
           expect_group(g, false, 0.5f);
@@ -374,6 +379,61 @@ TEST(GradSync, StageThreeGathersEveryGroupsValuesFromTheShards) {
       });
     }
   EXPECT_EQ(param_pool_numel(shard_units(kRanges, kGroups, 1e-5, 4), 4, -1), 2 * 12);
+}
+
+// Stage 3 with offloaded owned values (GradSyncLayout::owned_values, parallel.offload_params): each
+// gather reads its unit's chunk through the callback, the unit after the next one read ahead on a
+// thread of its own; the gathered values are the current ones in forward and backward, also after
+// an update changes them (nothing read before it is used after it).
+TEST(GradSync, StageThreeReadsOffloadedValuesAheadOfTheirGather) {
+  for (int n : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "dp " << n);
+    run_ranks_in_threads(n, [&](Comm& dp) {
+      std::vector<float> store;  // this rank's owned values, compact (the offload store's)
+      std::mutex mu;
+      int64_t reads = 0, reads_elsewhere = 0;
+      const std::thread::id rank_thread = std::this_thread::get_id();
+      GradSyncLayout layout{{}, {}, kRanges, kGroups};
+      layout.owned_values = [&](int64_t begin, Tensor host) {
+        std::lock_guard<std::mutex> lock(mu);
+        ASSERT_LE(begin + host.numel(), int64_t(store.size()));
+        std::copy_n(store.begin() + begin, host.numel(), host.ptr<float>());
+        ++reads;
+        reads_elsewhere += std::this_thread::get_id() != rank_thread;
+      };
+      auto sync = make_grad_sync(3, dp, layout, 1e-5, dp.size());  // three units
+      auto fill = [&](float scale) {                               // the optimizer's update of the owned values
+        std::lock_guard<std::mutex> lock(mu);
+        store.clear();
+        for (const FlatRange& r : sync->owned())
+          for (int64_t i = r.begin; i < r.end; ++i) store.push_back(scale * float(i));
+      };
+      auto expect_group = [&](int g, bool backward, float scale) {
+        expect_gathered(*sync, g, backward, scale);
+        sync->group_params_done(g);
+      };
+      auto step = [&](float scale) {  // forward, backward, the update, the gather
+        for (int g = int(kGroups.size()) - 1; g >= 0; --g) expect_group(g, false, scale);
+        for (int g = 0; g < int(kGroups.size()); ++g) expect_group(g, true, scale);
+      };
+      auto update = [&](float scale) {
+        sync->finish();
+        fill(scale);
+        sync->gather_params();
+      };
+      fill(0.5f);
+      step(0.5f);
+      update(-2.0f);
+      step(-2.0f);
+      update(3.0f);
+      // A pass cut short (after group 0 in backward order): units 0 and 1 gathered, unit 2 read
+      // ahead, and nobody takes it before the update; the next forward starts with unit 2.
+      expect_group(0, true, 3.0f);
+      update(-1.5f);
+      step(-1.5f);
+      EXPECT_GT(reads_elsewhere, 0) << "no unit read ahead, of " << reads;
+    });
+  }
 }
 
 // Stage 3 with a held group as a tied embedding's (the last group, held from first to last in

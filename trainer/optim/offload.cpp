@@ -118,6 +118,7 @@ struct OffloadStore::Impl {
   // streams a slice in many small pieces), outside the memory account's kinds.
   std::unique_ptr<HostSlot> scratch;
   int64_t scratch_floats = 0;
+  std::mutex scratch_mu;  // move() from two threads (a checkpoint's, stage 3's read ahead) takes turns
 
   ~Impl() {
     if (io.joinable()) {
@@ -225,6 +226,7 @@ struct OffloadStore::Impl {
       }
       const int64_t span_first = first / kAlignElems * kAlignElems;
       const int64_t span_end = round_up(first + count, kAlignElems);
+      std::lock_guard scratch_lock(scratch_mu);
       if (span_end - span_first > scratch_floats) {
         scratch_floats = span_end - span_first;
         scratch = std::make_unique<HostSlot>(Device::cpu, scratch_floats, kernels::MemoryKind::other);

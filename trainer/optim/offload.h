@@ -95,7 +95,8 @@ class OffloadStore {
   std::vector<kernels::Tensor> host_unit(int64_t u) const;
 
   // Elements [begin, begin + n) of array `a` to or from a host fp32 tensor of n elements
-  // (checkpoints): synchronous, not while for_each_unit runs.
+  // (checkpoints, ZeRO 3's offloaded values): synchronous, not while for_each_unit runs; calls from
+  // two threads take turns.
   void read(int a, int64_t begin, kernels::Tensor host) const;
   void write(int a, int64_t begin, kernels::Tensor host);
 
