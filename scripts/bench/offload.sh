@@ -14,6 +14,13 @@
 #                                              then with nvme, in this invocation; prints each run's median
 #                                              step time (steps 2.., the first warms up), their ratio, and
 #                                              how much of the file I/O the read-ahead and write-behind hid
+#   scripts/bench/offload.sh params [STEPS]    ZeRO 3 on 2 CPU ranks (recipes/tiny.yaml at 8 × 512, 26M
+#                                              parameters, fp32, `llmtrain run --nproc 2`): STEPS (default 8)
+#                                              steps in memory, with nvme, and with nvme + offload_params
+#                                              (each gather reads its unit's values from the file, the
+#                                              unit after the next read ahead), in this invocation; prints
+#                                              each run's median step, forward and backward times and the
+#                                              ratios to the in-memory run
 #
 # build/llmtrain must exist (LLMTRAIN_BUILD_DIR for another build directory).
 set -euo pipefail
@@ -81,8 +88,27 @@ overhead)
   grep -m1 'offload file' nvme.log
   awk -v a="$a" -v b="$b" -v oa="$oa" -v ob="$ob" 'BEGIN {printf "median step: in memory %d ms (optimizer %d), nvme %d ms (optimizer %d): nvme / in memory %.2f\n", a, oa, b, ob, b / a}'
   ;;
+params)
+  steps=${2:-8}
+  z3=(--set model.layers=8 --set model.hidden=512 --set model.heads=8 --set model.kv_heads=8 --set model.seq_len=128
+      --set train.micro_batch=1 --set train.global_batch=2 --set train.threads=1 --set train.steps="$steps"
+      --set optimizer.decay_steps="$steps" --set parallel.zero=3 --set parallel.bucket_mb=2 --nproc 2)
+  declare -A ms
+  for kind in mem nvme params; do
+    extra=()
+    [[ $kind != mem ]] && extra=("${nvme[@]}")
+    [[ $kind == params ]] && extra+=(--set parallel.offload_params=true)
+    "$llmtrain" run "$root/recipes/tiny.yaml" "${common[@]}" "${z3[@]}" "${extra[@]}" --set log.dir="$kind" \
+      >"$kind.log" 2>&1 || { tail -20 "$kind.log"; exit 1; }
+    ms[$kind]=$(median_ms "$kind/metrics.jsonl" elapsed_s 1000)
+    echo "$kind: median step ${ms[$kind]} ms (forward $(median_ms "$kind/metrics.jsonl" t_forward_ms 1)," \
+      "backward $(median_ms "$kind/metrics.jsonl" t_backward_ms 1), optimizer $(median_ms "$kind/metrics.jsonl" t_optimizer_ms 1))"
+  done
+  awk -v a="${ms[mem]}" -v b="${ms[nvme]}" -v c="${ms[params]}" \
+    'BEGIN {printf "step time / in memory: nvme %.2f, nvme + offload_params %.2f\n", b / a, c / a}'
+  ;;
 *)
-  sed -n '2,20p' "$0"
+  sed -n '2,27p' "$0"
   exit 2
   ;;
 esac
