@@ -3,118 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
-#include <utility>
 
 #include "common/clock.h"
 #include "common/error.h"
 #include "kernels/buffer.h"
 #include "kernels/ops.h"
+#include "parallel/value_reader.h"
 
 namespace llmtrain::parallel {
 namespace {
-
-// Stage 3's offloaded owned values (GradSyncLayout::owned_values): the chunk of the unit after the
-// one being gathered is read on a thread of its own while the units before it compute, and its
-// gather takes it from there. One read at a time, and never beside one on the caller's thread (the
-// store's reads share their buffers); a read ahead that is not the unit asked for is forgotten and
-// the unit read at once. Every wait is bounded by the group's timeout.
-class ValueReader {
- public:
-  ValueReader(std::function<void(int64_t, Tensor)> read, int64_t chunk, double timeout_s)
-      : read_(std::move(read)),
-        host_(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, kernels::Device::cpu, kernels::MemoryKind::other),
-        timeout_s_(timeout_s) {
-    thread_ = std::thread([this] { run(); });
-  }
-  ~ValueReader() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  ValueReader(const ValueReader&) = delete;
-  ValueReader& operator=(const ValueReader&) = delete;
-
-  // Starts reading unit `unit`'s n values at `begin`, unless a read is in flight or done unused.
-  void start(int unit, int64_t begin, int64_t n) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (busy_ || unit_ >= 0) return;
-      unit_ = unit, begin_ = begin, n_ = n, busy_ = true;
-    }
-    cv_.notify_all();
-  }
-  // Unit `unit`'s n = out.numel() values at `begin` into the host tensor `out`.
-  void take(int unit, int64_t begin, Tensor out) {
-    std::unique_lock<std::mutex> lock(mu_);
-    wait_idle(lock, unit);
-    const bool ahead = unit_ == unit && begin_ == begin && n_ == out.numel();
-    unit_ = -1;
-    if (ahead) {
-      kernels::copy(out, host_.tensor().flat(0, out.numel()));
-      return;
-    }
-    lock.unlock();
-    read_(begin, out);
-  }
-  // Before the values change (the optimizer's update): waits for a read in flight, forgets it.
-  void drop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    wait_idle(lock, unit_);
-    unit_ = -1;
-  }
-  int64_t reads_ahead() const { return reads_ahead_; }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return quit_ || busy_; });
-      if (quit_) return;
-      const int64_t begin = begin_, n = n_;
-      lock.unlock();
-      std::exception_ptr error;
-      try {
-        read_(begin, host_.tensor().flat(0, n));
-      } catch (...) {
-        error = std::current_exception();
-      }
-      lock.lock();
-      error_ = error;
-      busy_ = false;
-      ++reads_ahead_;
-      cv_.notify_all();
-    }
-  }
-  void wait_idle(std::unique_lock<std::mutex>& lock, int unit) {
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return !busy_; }))
-      throw environment_error(
-          fmt::format("reading unit {}'s offloaded parameter values took longer than {} s (parallel.timeout)", unit,
-                      timeout_s_),
-          "the disk under parallel.offload_path stopped responding or is very slow: see the rank's log");
-    if (error_) {
-      unit_ = -1;
-      std::rethrow_exception(std::exchange(error_, nullptr));
-    }
-  }
-
-  std::function<void(int64_t, Tensor)> read_;
-  kernels::Buffer host_;
-  double timeout_s_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int unit_ = -1;  // the unit read ahead (in flight while busy_), -1: none
-  int64_t begin_ = 0, n_ = 0, reads_ahead_ = 0;
-  bool busy_ = false, quit_ = false;
-  std::exception_ptr error_;
-  std::thread thread_;  // last: started once everything it reads exists
-};
 
 // ZeRO stage 0: every rank keeps the whole gradient and the whole optimizer state; gradients are
 // averaged by bucketed all-reduces, each launched as soon as backward has finished every parameter

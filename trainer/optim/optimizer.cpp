@@ -80,7 +80,11 @@ struct AdamW::HostUpdate {
   struct Run {
     int64_t device = 0, state = 0, count = 0;  // device offset, global state offset
   };
-  std::vector<std::vector<Run>> down, up;     // per unit: gradients, updated values
+  std::vector<std::vector<Run>> down, up;  // per unit: gradients, updated values
+  // Per unit: where its gradients begin in the gradient buffer (its first run's device offset).
+  // Ascending (the owned ranges are packed in flat order), so the units a final range can complete
+  // are found by a binary search.
+  std::vector<int64_t> down_begin;
   std::vector<kernels::DeviceEvent> arrived;  // per unit: its gradients are in page-locked memory
   // gradients_final: the flat ranges final so far this step (merged: begin -> end), the units
   // already on their way down, and the stream they go on.
@@ -122,18 +126,18 @@ struct AdamW::HostUpdate {
     worker->cv.notify_all();
   }
 
-  // The page-locked gradients and values, in the dtypes of `grads` and `params` (at the first call).
-  void allocate(int64_t numel, kernels::Tensor params, kernels::Tensor grads) {
-    if (grads.defined() && grads_bytes() == 0) {
-      this->grads = kernels::PinnedBuffer(size_t(numel) * kernels::dtype_size(grads.dtype));
-      g = this->grads.tensor(grads.dtype, {numel});
+  // The page-locked gradients and values, in the dtypes of step()'s `param_t` and `grad_t` (at the
+  // first call).
+  void allocate(int64_t numel, kernels::Tensor param_t, kernels::Tensor grad_t) {
+    if (grad_t.defined() && grads.bytes() == 0) {
+      grads = kernels::PinnedBuffer(size_t(numel) * kernels::dtype_size(grad_t.dtype));
+      g = grads.tensor(grad_t.dtype, {numel});
     }
-    if (params.defined() && values.bytes() == 0) {
-      values = kernels::PinnedBuffer(size_t(numel) * kernels::dtype_size(params.dtype));
-      v = values.tensor(params.dtype, {numel});
+    if (param_t.defined() && values.bytes() == 0) {
+      values = kernels::PinnedBuffer(size_t(numel) * kernels::dtype_size(param_t.dtype));
+      v = values.tensor(param_t.dtype, {numel});
     }
   }
-  size_t grads_bytes() const { return grads.bytes(); }
 
   // Whether [b, e) lies inside one merged final range.
   bool final(int64_t b, int64_t e) const {
@@ -314,6 +318,11 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
           // none, the store holds them).
           if (!params_offloaded_) add(host_->up[size_t(u)], compact_params ? global : row[3], global, count);
         }
+      for (const std::vector<HostUpdate::Run>& runs : host_->down) {
+        const int64_t b = runs.empty() ? (host_->down_begin.empty() ? 0 : host_->down_begin.back()) : runs[0].device;
+        LT_CHECK(host_->down_begin.empty() || b >= host_->down_begin.back(), "offload units' gradients not ascending");
+        host_->down_begin.push_back(b);
+      }
       const int64_t n = int64_t(cpu.size()) / 6;
       host_->rows = kernels::Buffer(kernels::DType::int64, {std::max<int64_t>(n, 1), 6}, kernels::Device::cpu,
                                     kernels::MemoryKind::other);
@@ -549,7 +558,11 @@ void AdamW::gradients_final(int64_t begin, int64_t end, kernels::Tensor params, 
   const kernels::Tensor g = h.g;
   h.add_final(begin, end);
   bool marked = false;
-  for (int64_t u = 0; u < store_->units(); ++u) {
+  // Only units with gradients in [begin, end) can have become complete: from the last unit that
+  // begins at or before `begin` to the last that begins before `end`.
+  const auto first = std::upper_bound(h.down_begin.begin(), h.down_begin.end(), begin);
+  for (int64_t u = std::max<int64_t>(0, first - h.down_begin.begin() - 1);
+       u < store_->units() && h.down_begin[size_t(u)] < end; ++u) {
     if (h.streamed[size_t(u)]) continue;
     const std::vector<HostUpdate::Run>& runs = h.down[size_t(u)];
     if (!std::all_of(runs.begin(), runs.end(),
