@@ -12,9 +12,9 @@
 #include "kernels/backend_info.h"
 #include "kernels/device_select.h"
 #include "llmtrain_version.h"
-#include "parallel/comm_libraries.h"
-#include "parallel/comm_nccl.h"
-#include "parallel/device_comm.h"
+#include "parallel/comm/comm_libraries.h"
+#include "parallel/comm/comm_nccl.h"
+#include "parallel/comm/device_comm.h"
 #include "parallel/launch_env.h"
 
 namespace llmtrain::cli {
@@ -23,6 +23,14 @@ namespace {
 
 // The device a rank started here takes (kernels/device_select.h): local rank mod the visible
 // devices. Under `llmtrain run RECIPE -- llmtrain env` every rank prints its own.
+// What takes the matrix products and attention on the device.
+void print_cuda_kernels(const kernels::CudaInfo& c) {
+  std::printf("gemm:      %s\n", c.gemm.c_str());
+  std::printf("attention: bf16 and fp16 at head dims that are multiples of 16 up to 256: %s; fp32: %s\n",
+              kernels::cuda_attention_kernel(kernels::DType::bf16, 64).c_str(),
+              kernels::cuda_attention_kernel(kernels::DType::fp32, 64).c_str());
+}
+
 void print_rank_device(const parallel::LaunchEnv& le, const kernels::CudaInfo& c) {
   const int visible = static_cast<int>(c.devices.size());
   if (visible == 0) return;
@@ -53,8 +61,20 @@ int cmd_env() {
   std::printf("cores:     %d online, %d usable by this process\n", h.cores_online, h.cores_usable);
   std::printf("memory:    %s total, %s available\n", format_bytes(double(h.memory_total)).c_str(),
               format_bytes(double(h.memory_available)).c_str());
-  std::printf("openmp:    %d threads (OMP_NUM_THREADS=%s)\n", omp_get_max_threads(),
-              std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset");
+  // How OpenMP's idle threads wait: llmtrain runs with GOMP_SPINCOUNT=1000 (a short spin, then
+  // sleep) unless the user chose (cli/main.cpp).
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  std::string waiting = "spin (libgomp's default: OMP_WAIT_POLICY and GOMP_SPINCOUNT unset)";
+  if (policy != nullptr || spin != nullptr) waiting.clear();
+  if (policy != nullptr) waiting = fmt::format("OMP_WAIT_POLICY={}", printable(policy));
+  if (spin != nullptr)
+    waiting += fmt::format(
+        "{}GOMP_SPINCOUNT={}{}", policy != nullptr ? ", " : "", printable(spin),
+        policy == nullptr && std::string_view(spin) == "1000" ? " (a short spin, then sleep: llmtrain's default)" : "");
+  const char* num = std::getenv("OMP_NUM_THREADS");
+  std::printf("openmp:    %d threads (OMP_NUM_THREADS=%s), idle threads: %s\n", omp_get_max_threads(),
+              num != nullptr ? printable(num).c_str() : "unset", waiting.c_str());
 
   kernels::BlasInfo b = kernels::blas_info();
   std::printf("blas:      %s, threading %s, %d threads, kernel %s\n", b.name.c_str(), b.threading.c_str(), b.threads,
@@ -75,7 +95,7 @@ int cmd_env() {
   } else if (c.simulator) {
     std::printf("cuda:      simulator (kernels/cuda/sim): CUDA kernels run on this CPU, headers of CUDA %d.%d\n",
                 c.runtime_version / 1000, (c.runtime_version % 1000) / 10);
-    std::printf("gemm:      %s\n", c.gemm.c_str());
+    print_cuda_kernels(c);
     if (c.devices.empty())
       std::printf("devices:   none (%s)\n", c.unavailable_reason.c_str());
     else
@@ -87,7 +107,7 @@ int cmd_env() {
                 (c.runtime_version % 1000) / 10,
                 c.driver_version ? fmt::format("{}.{}", c.driver_version / 1000, (c.driver_version % 1000) / 10).c_str()
                                  : "none");
-    std::printf("gemm:      %s\n", c.gemm.c_str());
+    print_cuda_kernels(c);
     if (c.devices.empty()) std::printf("devices:   none (%s)\n", c.unavailable_reason.c_str());
     for (const auto& d : c.devices) {
       std::printf("device %d:  %s, compute capability %d.%d, %s, %d SMs\n", d.index, d.name.c_str(), d.cc_major,

@@ -13,11 +13,12 @@
 #include "common/json_depth.h"
 #include "common/log.h"
 #include "common/strings.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_inspect.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/data/tokenizer_load.h"
 #include "trainer/model/generate.h"
 #include "trainer/model/model.h"
 

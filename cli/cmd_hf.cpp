@@ -16,11 +16,12 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "kernels/dtype_convert.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_inspect.h"
 #include "trainer/checkpoint/hf_bridge.h"
 #include "trainer/checkpoint/safetensors.h"
+#include "trainer/data/tokenizer_load.h"
 
 namespace llmtrain::cli {
 namespace fs = std::filesystem;

@@ -1,11 +1,14 @@
 // `llmtrain plan`: every layout of a recipe's model and global batch on N devices of the catalogue,
 // with memory per rank (the one memory account) and predicted step time (the performance model),
-// ranked; `--apply` writes the best into a copy of the recipe, `--json` prints it for scripts
-// (docs/plan.md).
+// ranked, each with its predicted MFU and tokens/s per GPU; the recipe's own layout's place among
+// them, the predicted time to train the recipe's steps, and a warning where the memory left free
+// is under the headroom margin (planner::headroom_margin); `--apply` writes the best into a copy of
+// the recipe, `--json` prints it for scripts (docs/plan.md).
 //
 // Rule a reader could get wrong: the recipe is loaded and checked as it is (its own layout must be
 // valid); the plan keeps its model, global batch, precision and everything else, and varies only
-// the layout fields with_layout() sets.
+// the layout fields with_layout() sets. The recipe's own layout is loaded again on --gpus ranks (dp
+// auto becomes N / (tp · cp · pp)), with the plan's global batch, to be compared on the same work.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -25,7 +28,15 @@ namespace {
 
 using planner::Candidate;
 
-nlohmann::json candidate_json(const Candidate& c, int gpus) {
+// What every row's derived figures need: the ranks, one GPU's rated peak at the recipe's precision
+// (MFU's denominator) and the recipe's steps (the time to train).
+struct RowContext {
+  int gpus = 1;
+  double peak = 0;
+  int64_t steps = 0;
+};
+
+nlohmann::json candidate_json(const Candidate& c, const RowContext& x) {
   const ParallelConfig& p = c.recipe.parallel;
   const trainer::MemoryAccount& a = c.memory.account;
   const planner::StepPrediction& t = c.time;
@@ -46,6 +57,7 @@ nlohmann::json candidate_json(const Candidate& c, int gpus) {
           {"memory_bytes", c.memory.bytes},
           {"memory_capacity_bytes", c.memory.capacity},
           {"memory_stage", c.memory.stage},
+          {"headroom_bytes", c.memory.headroom()},
           {"memory_by_kind",
            {{"parameters", a.parameters},
             {"gradients", a.gradients},
@@ -61,8 +73,54 @@ nlohmann::json candidate_json(const Candidate& c, int gpus) {
             {"pipeline_transfers", t.pp_comm},
             {"data_parallel", t.dp_comm},
             {"optimizer", t.optimizer}}},
-          {"model_tflops_per_gpu", t.model_flops_per_gpu(gpus) / 1e12},
+          {"model_tflops_per_gpu", t.model_flops_per_gpu(x.gpus) / 1e12},
+          {"mfu", t.mfu(x.gpus, x.peak)},
+          {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu(x.gpus)},
+          {"time_to_train_s", double(x.steps) * t.total},
           {"limit", t.limit}};
+}
+
+// The recipe's own layout on --gpus ranks, loaded again against them with the plan's global batch
+// (an auto global batch would otherwise follow dp), placed among the search's results.
+planner::OwnLayout own_layout_on(const PlanArgs& args, const Recipe& base, const planner::Cluster& cluster,
+                                 const planner::SearchResult& found) {
+  std::vector<std::string> overrides = args.recipe.overrides;
+  overrides.push_back(fmt::format("train.global_batch={}", base.train.global_batch));
+  try {
+    const LoadedRecipe own =
+        recipe_load(args.recipe.recipe, overrides, WorldInfo{args.gpus, fmt::format("--gpus {}", args.gpus), false});
+    return planner::own_layout(own.recipe, cluster, found);
+  } catch (const RecipeError& e) {
+    planner::OwnLayout out;
+    out.why = fmt::format("it is not a layout of {} ranks: {}", args.gpus, e.diagnostics().front().message);
+    return out;
+  }
+}
+
+// "" when `c` leaves the headroom margin free; else the warning, with the fastest layout that does.
+std::string headroom_warning(const Candidate& c, const std::string& which, const std::vector<Candidate>& ranked,
+                             const planner::DeviceSpec& device) {
+  if (planner::enough_headroom(c.memory)) return "";
+  const int64_t margin = planner::headroom_margin(c.memory.capacity);
+  std::string roomier = "no layout that fits leaves that much";
+  for (size_t i = 0; i < ranked.size(); ++i)
+    if (planner::enough_headroom(ranked[i].memory)) {
+      roomier = fmt::format("the fastest that does is #{}, {} ({:.4g} s a step, {} free)", i + 1, ranked[i].layout(),
+                            ranked[i].time.total, format_bytes(double(ranked[i].memory.headroom())));
+      break;
+    }
+  const std::string counted = device.reserved > 0
+                                  ? fmt::format("our buffers and {} reserved for the CUDA context and libraries",
+                                                format_bytes(double(device.reserved)))
+                                  : std::string("our buffers");
+  return fmt::format(
+      "only {} ({:.1f}%) of headroom per rank on {} ({}) with {} ({}): the prediction counts {}, not what the "
+      "allocator rounds up or fragments nor larger workspaces, and an out-of-memory error can stop such a run; the "
+      "plan asks for max({}, {:.0f}%) = {} free (docs/plan.md, \"Headroom\"): {}",
+      format_bytes(double(c.memory.headroom())), 100.0 * double(c.memory.headroom()) / double(c.memory.capacity),
+      device.name, format_bytes(double(c.memory.capacity)), which, c.layout(), counted,
+      format_bytes(double(planner::kHeadroomFloor)), 100 * planner::kHeadroomFraction, format_bytes(double(margin)),
+      roomier);
 }
 
 // launch.nodes × launch.procs_per_node = the plan's ranks, so that `validate` of the written recipe
@@ -88,6 +146,9 @@ std::string pad(const std::string& text, size_t width) {
   for (unsigned char ch : text) columns += (ch & 0xC0) != 0x80 ? 1 : 0;
   return text + std::string(columns < width ? width - columns : 0, ' ');
 }
+
+// A rate in a column: three digits below 100, whole numbers above (no exponents).
+std::string rate_text(double rate) { return rate < 100 ? fmt::format("{:.3g}", rate) : fmt::format("{:.0f}", rate); }
 
 }  // namespace
 
@@ -144,9 +205,19 @@ int cmd_plan(const PlanArgs& args) {
       applied += fmt::format(" (it offloads the optimizer state to a disk: set parallel.offload_path there, now {})",
                              planner::kOffloadPathPlaceholder);
   }
+  const RowContext row_context{args.gpus, cluster.device.rated_peak(base.train.precision), base.train.steps};
+  const planner::OwnLayout own = own_layout_on(args, base, cluster, found);
+  const double step_tokens = double(base.train.global_batch) * base.model.seq_len;
+  std::vector<std::string> warnings;
+  if (std::string w = headroom_warning(best, "the best layout", ranked, cluster.device); !w.empty())
+    warnings.push_back(std::move(w));
+  if (own.candidate && own.rank != 1 && own.candidate->memory.fits())
+    if (std::string w = headroom_warning(*own.candidate, "this recipe's layout", ranked, cluster.device); !w.empty())
+      warnings.push_back(std::move(w));
   // --top unset: the ten best in the table, every layout that fits in the JSON.
   const size_t shown = std::min(ranked.size(), args.top > 0 ? size_t(args.top) : args.json ? ranked.size() : 10);
   if (args.json) {
+    auto or_null = [](int n) { return n > 0 ? nlohmann::json(n) : nlohmann::json(nullptr); };
     nlohmann::json j = {{"recipe", base.name},
                         {"gpus", args.gpus},
                         {"gpus_per_node", args.gpus_per_node},
@@ -154,14 +225,24 @@ int cmd_plan(const PlanArgs& args) {
                         {"device", cluster.device.name},
                         {"device_memory_bytes", cluster.device.memory},
                         {"rate_source", cluster.device.rate_source},
-                        {"attention_source", cluster.device.attention_source},
+                        {"attention_source", planner::attention_rates(base, cluster).source},
+                        {"flops_per_token", trainer::training_flops_per_token(base.model)},
+                        {"peak_flops_per_gpu", row_context.peak},
+                        {"train_steps", base.train.steps},
+                        {"train_tokens", double(base.train.steps) * step_tokens},
+                        {"headroom_margin_bytes", planner::headroom_margin(best.memory.capacity)},
                         {"fitting", ranked.size()},
                         {"too_big", found.too_big.size()},
                         {"refused", found.rejected},
                         {"why_best", planner::why_best(ranked)},
+                        {"recipe_layout", own.candidate ? candidate_json(*own.candidate, row_context) : nullptr},
+                        {"recipe_layout_rank", or_null(own.rank)},
+                        {"recipe_layout_would_rank", or_null(own.would_rank)},
+                        {"recipe_layout_note", own.why},
+                        {"warnings", warnings},
                         {"applied", applied}};
     j["layouts"] = nlohmann::json::array();
-    for (size_t i = 0; i < shown; ++i) j["layouts"].push_back(candidate_json(ranked[i], args.gpus));
+    for (size_t i = 0; i < shown; ++i) j["layouts"].push_back(candidate_json(ranked[i], row_context));
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -172,17 +253,26 @@ int cmd_plan(const PlanArgs& args) {
       base.name.c_str(), format_count(double(trainer::count_parameters(m))).c_str(), base.train.global_batch, m.seq_len,
       to_string(base.train.precision), args.gpus, cluster.device.model.c_str(), std::min(args.gpus, args.gpus_per_node),
       args.inter_node_gbps);
-  std::printf(
-      "rates: products at %s%s\n", cluster.device.rate_source.c_str(),
-      cluster.device.attention_source.empty() ? "" : ("; attention at " + cluster.device.attention_source).c_str());
-  std::printf("%zu layouts fit, %zu do not; %d refused by the recipe checks\n", ranked.size(), found.too_big.size(),
-              found.rejected);
-  std::printf("%4s  %s %11s %10s %8s  %s\n", "rank", pad("layout", 66).c_str(), "memory", "step", "TF/s", "limit");
-  for (size_t i = 0; i < shown; ++i) {
-    const Candidate& c = ranked[i];
-    std::printf("%4zu  %s %11s %9.4gs %8.3g  %s\n", i + 1, pad(c.layout(), 66).c_str(),
+  const planner::AttentionRates attention = planner::attention_rates(base, cluster);
+  std::printf("rates: products at %s%s\n", cluster.device.rate_source.c_str(),
+              attention.source.empty() ? "" : ("; attention at " + attention.source).c_str());
+  std::printf("%zu layouts fit, %zu do not; %d refused by the recipe checks; times, MFU and tokens/s are predicted\n",
+              ranked.size(), found.too_big.size(), found.rejected);
+  std::printf("%4s  %s %11s %10s %8s %6s %10s  %s\n", "rank", pad("layout", 66).c_str(), "memory", "step", "TF/s",
+              "MFU", "tok/s/GPU", "limit");
+  constexpr const char* kMark = "  <- this recipe";
+  auto row = [&](const std::string& rank, const Candidate& c, const std::string& mark) {
+    std::printf("%4s  %s %11s %9.4gs %8.3g %5.1f%% %10s  %s%s\n", rank.c_str(), pad(c.layout(), 66).c_str(),
                 format_bytes(double(c.memory.bytes)).c_str(), c.time.total,
-                c.time.model_flops_per_gpu(args.gpus) / 1e12, c.time.limit.c_str());
+                c.time.model_flops_per_gpu(args.gpus) / 1e12, 100 * c.time.mfu(args.gpus, row_context.peak),
+                rate_text(c.time.tokens_per_s_per_gpu(args.gpus)).c_str(), c.time.limit.c_str(), mark.c_str());
+  };
+  for (size_t i = 0; i < shown; ++i) row(std::to_string(i + 1), ranked[i], own.rank == int(i) + 1 ? kMark : "");
+  if (own.rank > int(shown)) {
+    std::printf("%4s\n", "...");
+    row(std::to_string(own.rank), *own.candidate, kMark);
+  } else if (own.rank == 0 && own.candidate && own.candidate->memory.fits()) {
+    row("-", *own.candidate, fmt::format("{} (not searched; would be #{})", kMark, own.would_rank));
   }
   const planner::StepPrediction& t = best.time;
   std::printf("best: %s\n  why: %s\n", best.layout().c_str(), planner::why_best(ranked).c_str());
@@ -190,10 +280,40 @@ int cmd_plan(const PlanArgs& args) {
       "  step %.4g s = compute %.4g + pipeline bubble %.4g + tensor-parallel %.4g + pipeline transfers %.4g + "
       "data-parallel %.4g + optimizer %.4g\n",
       t.total, t.compute, t.bubble, t.tp_comm, t.pp_comm, t.dp_comm, t.optimizer);
-  std::printf("  memory per rank (stage %d): %s; + %s reserved = %s of %s\n", best.memory.stage,
+  std::printf("  MFU %.1f%% of %d × %.4g TFLOP/s (%s's rated %s peak), %s tokens/s per %s\n",
+              100 * t.mfu(args.gpus, row_context.peak), args.gpus, row_context.peak / 1e12, cluster.device.name.c_str(),
+              base.train.precision == Precision::fp32 ? "fp32" : "dense 16-bit",
+              rate_text(t.tokens_per_s_per_gpu(args.gpus)).c_str(), cluster.device.shares_host ? "rank" : "GPU");
+  std::printf("  memory per rank (stage %d): %s; + %s reserved = %s of %s (%s free)\n", best.memory.stage,
               trainer::format_memory(best.memory.account).c_str(),
               format_bytes(double(cluster.device.reserved)).c_str(), format_bytes(double(best.memory.bytes)).c_str(),
-              format_bytes(double(best.memory.capacity)).c_str());
+              format_bytes(double(best.memory.capacity)).c_str(), format_bytes(double(best.memory.headroom())).c_str());
+  // The recipe's own layout: where it ranks, or why it is not among the candidates.
+  auto against_best = [&](int place) {
+    return fmt::format("#{} of {}, {:.4g} s a step, {:.2f} × the best's {:.4g} s", place, ranked.size(),
+                       own.candidate->time.total, own.candidate->time.total / t.total, t.total);
+  };
+  std::string own_line;
+  if (own.rank == 1)
+    own_line = "#1 of " + std::to_string(ranked.size()) + ", the best";
+  else if (own.rank > 1)
+    own_line = against_best(own.rank);
+  else if (own.would_rank > 0)
+    own_line = "not among the candidates: " + own.why + "; as it is, it would be " + against_best(own.would_rank);
+  else
+    own_line = "not among the candidates: " + own.why;
+  std::printf("this recipe's layout%s: %s\n", own.candidate ? (" (" + own.candidate->layout() + ")").c_str() : "",
+              own_line.c_str());
+  const bool own_runs = own.candidate && own.candidate->memory.fits();
+  std::printf("time to train (predicted): %lld steps × %s tokens = %s tokens: %s with the best layout%s\n",
+              static_cast<long long>(base.train.steps), format_count(step_tokens).c_str(),
+              format_count(double(base.train.steps) * step_tokens).c_str(),
+              format_span(double(base.train.steps) * t.total).c_str(),
+              own_runs && own.rank != 1 ? fmt::format(", {} with this recipe's",
+                                                      format_span(double(base.train.steps) * own.candidate->time.total))
+                                              .c_str()
+                                        : "");
+  for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
   if (!applied.empty()) std::printf("wrote %s (validated)\n", applied.c_str());
   return kExitOk;
 }

@@ -9,9 +9,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "cli/recipe_inputs.h"
 #include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
+#include "cli/recipe_schema.h"
 #include "common/error.h"
 #include "common/host.h"
 #include "common/signals.h"
@@ -31,25 +34,43 @@
 #include "launcher/stop_relay.h"
 #include "launcher/supervisor.h"
 #include "parallel/bootstrap.h"
-#include "parallel/device_comm.h"
+#include "parallel/comm/device_comm.h"
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
 #include "parallel/pipeline_schedule.h"
 #include "planner/layout_search.h"
-#include "trainer/loop/memory.h"
+#include "trainer/checkpoint/checkpointer.h"
 #include "trainer/loop/trainer.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
+#include "trainer/placement/memory.h"
+#include "trainer/placement/placement.h"
 
 namespace llmtrain::cli {
 namespace {
 
-std::vector<std::string> rank_argv(const RecipeArgs& args) {
+std::vector<std::string> rank_argv(const RecipeArgs& args, const std::vector<std::string>& allow_changes) {
   std::vector<std::string> argv{executable_path(), "run",
                                 std::filesystem::absolute(args.recipe).lexically_normal().string()};
   for (const auto& o : args.overrides) argv.insert(argv.end(), {"--set", o});
+  for (const auto& a : allow_changes) argv.insert(argv.end(), {"--allow-change", a});
   return argv;
+}
+
+// --allow-change's values: `all`, a recipe key or a section.
+void check_allow_changes(const std::vector<std::string>& allowed) {
+  const std::vector<std::string> keys = recipe_schema_keys();
+  for (const std::string& a : allowed) {
+    if (a == "all" || std::any_of(keys.begin(), keys.end(), [&](const std::string& k) {
+          return k == a || (k.starts_with(a) && k[a.size()] == '.');
+        }))
+      continue;
+    const std::optional<std::string> near = closest_match(a, keys);
+    throw Error(fmt::format("--allow-change {}: not a recipe key or section", printable(a)),
+                near ? fmt::format("did you mean {}?", *near)
+                     : std::string("give a key such as train.steps, a section such as optimizer, or all"));
+  }
 }
 
 // `run RECIPE -- PROGRAM ARGS`: every rank runs PROGRAM (found now, so that every rank, on every
@@ -188,19 +209,14 @@ void check_offload_space(const Recipe& r, int ranks_per_node) {
 
 // parallel.device_comm as the parallel layer takes it: nullopt for auto.
 std::optional<parallel::DeviceComm> requested_device_comm(const Recipe& r) {
-  switch (r.parallel.device_comm) {
-    case DeviceCommKind::nccl:
-      return parallel::DeviceComm::nccl;
-    case DeviceCommKind::staged:
-      return parallel::DeviceComm::staged;
-    case DeviceCommKind::automatic:
-      break;
-  }
-  return std::nullopt;
+  return parallel::requested_device_comm(r.parallel.device_comm);
 }
 
-void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::string& gpu,
-                const std::string& rates) {
+// Prints what the run would do; false when it finds that `llmtrain run` would stop: an input is
+// missing, a resume would be refused (a recipe change it does not accept), or the recipe asks for
+// what this build does not support yet.
+bool print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::string& gpu,
+                const std::string& rates, const std::vector<std::string>& allowed) {
   const Recipe& r = loaded.recipe;
   const auto& m = r.model;
   const Layout layout = layout_of(r);
@@ -327,9 +343,15 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
           "transfers %.4g + data-parallel %.4g + optimizer %.4g; limit: %s (docs/plan.md)\n",
           t.total, cluster.device.model.c_str(), t.compute, t.bubble, t.tp_comm, t.pp_comm, t.dp_comm, t.optimizer,
           t.limit.c_str());
+      const int ranks = r.world_size();
+      std::printf("predicted: MFU %.1f%% of %d × %.4g TFLOP/s (rated), %.0f tokens/s per %s; %lld steps in %s\n",
+                  100 * t.mfu(ranks, spec.rated_peak(r.train.precision)), ranks,
+                  spec.rated_peak(r.train.precision) / 1e12, t.tokens_per_s_per_gpu(ranks),
+                  spec.shares_host ? "rank" : "GPU", static_cast<long long>(r.train.steps),
+                  format_span(double(r.train.steps) * t.total).c_str());
       if (!rates.empty())
         std::printf("rates: products at %s; attention at %s\n", spec.rate_source.c_str(),
-                    spec.attention_source.c_str());
+                    planner::attention_rates(r, cluster).source.c_str());
     }
   }
   if (layout.pp > 1) print_pipeline(r, layout);
@@ -347,27 +369,24 @@ void print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
     std::printf("  %s\n", describe_input(in).c_str());
     missing_inputs += in.missing.empty() ? 0 : 1;
   }
+  bool resumable = true;
+  try {
+    trainer::check_resume_changes(trainer::checkpoint_to_continue(r.checkpoint), recipe_to_yaml(r), allowed);
+  } catch (const Error& e) {
+    std::printf("cannot run: %s (%s)\n", printable(e.what()).c_str(), printable(e.hint()).c_str());
+    resumable = false;
+  }
   if (missing_inputs > 0)
     std::printf("cannot run: %d input%s missing (MISSING above); `llmtrain run` would stop before starting any rank\n",
                 missing_inputs, missing_inputs == 1 ? " is" : "s are");
-  for (const NotSupported& f : unsupported_features(r)) std::printf("not supported yet: %s\n", f.text.c_str());
-}
-
-// The device communicator every rank uses: this rank's choice, agreed over the world (a rank that
-// must stage, its GPU shared with an NCCL that refuses that, makes every rank stage).
-parallel::DeviceCommChoice agree_device_comm(const Recipe& r, const kernels::HeldDevice& device,
-                                             parallel::Comm& world) {
-  parallel::DeviceCommChoice choice = parallel::choose_device_comm(requested_device_comm(r), device.shared);
-  int32_t staged = choice.comm == parallel::DeviceComm::staged ? 1 : 0;
-  world.all_reduce(kernels::Tensor(&staged, kernels::DType::int32, {1}), parallel::ReduceOp::max);
-  if (staged == 1 && choice.comm == parallel::DeviceComm::nccl)
-    choice = {parallel::DeviceComm::staged, "auto: another rank cannot use NCCL (its log says why)"};
-  return choice;
+  const std::vector<NotSupported> unsupported = unsupported_features(r);
+  for (const NotSupported& f : unsupported) std::printf("not supported yet: %s\n", f.text.c_str());
+  return missing_inputs == 0 && unsupported.empty() && resumable;
 }
 
 // This process is the whole job (one rank) or one rank of it: bootstrap, build the mesh's groups
 // and train.
-int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
+int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, const std::vector<std::string>& allowed) {
   const Recipe& r = loaded.recipe;
   return parallel::rank_main(loaded.env, {.timeout_s = r.parallel.timeout_s}, [&](parallel::Runtime& rt) {
     // The rank's device, from its local rank among the ranks of its node (bootstrap's count, not
@@ -380,12 +399,16 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
     parallel::Mesh mesh({layout.tp, layout.pp, layout.dp, layout.cp, layout.ep}, rt.info().rank);
     std::unique_ptr<parallel::Comm> world = rt.take_world();
     parallel::DeviceCommChoice device_comm;
-    if (device) device_comm = agree_device_comm(r, *device, *world);
+    if (device)
+      device_comm =
+          parallel::agree_device_comm(requested_device_comm(r), device->shared, /*across_processes=*/true, *world);
     parallel::MeshComms comms = parallel::make_mesh_comms(
         mesh, std::move(world), layout.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu,
         device_comm.comm);
+    const trainer::Placement placement = trainer::place(r, layout, mesh.coord());
     trainer::TrainContext ctx;
     ctx.recipe = &r;
+    ctx.placement = &placement;
     // The run's recipe.yaml: resolved, with the threads this host's launch gave each rank.
     Recipe written = r;
     written.train.threads = plan.threads_per_rank;
@@ -393,6 +416,7 @@ int run_ranks(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan) {
     ctx.mesh = &mesh;
     ctx.comms = &comms;
     ctx.threads = plan.threads_per_rank;
+    ctx.allowed_changes = allowed;
     if (device) {
       ctx.device = device->ordinal;
       ctx.device_text = device->describe();
@@ -424,6 +448,23 @@ int exit_after_rank0(int status) {
 
 }  // namespace
 
+// torchrun's multi-node flags, given to `run`: what llmtrain does instead.
+void refuse_torchrun_flags(const std::map<std::string, std::string>& given) {
+  for (const auto& [flag, value] : given) {
+    if (value.empty()) continue;
+    throw Error(
+        fmt::format("{} {}: torchrun's multi-node flag; llmtrain starts the ranks of every node from one command", flag,
+                    printable(value)),
+        flag == "--nnodes"
+            ? "inside a Slurm allocation (salloc/sbatch) `llmtrain run` starts one srun over its nodes (`llmtrain "
+              "sbatch --nodes N` writes the script); without Slurm, --set launch.hostfile=HOSTS with --nproc N per "
+              "host starts them over ssh (docs/launching.md)"
+            : "drop it: the rendezvous (a rank's node, the address and port of rank 0) comes from Slurm, the hostfile "
+              "or your own mpirun, never from flags; for several nodes run inside a Slurm allocation or give "
+              "--set launch.hostfile=HOSTS (docs/launching.md)");
+  }
+}
+
 int cmd_run(const RunArgs& args) {
   // A rank listens for stop requests from its first moment: the supervisor's SIGUSR1
   // (launcher/stop_relay.h) and SIGTERM from it or from Slurm. The trainer's handlers go in before
@@ -442,6 +483,8 @@ int cmd_run(const RunArgs& args) {
   if (!args.rates.empty() && args.gpu.empty())
     throw Error(fmt::format("--rates {} needs --gpu", printable(args.rates)),
                 "name the GPU the rates were measured on: --dry-run --gpu h100 --rates FILE");
+  refuse_torchrun_flags(args.torchrun_flags);
+  check_allow_changes(args.allow_changes);
   RecipeArgs recipe_args = args.recipe;
   if (args.nproc > 0) recipe_args.overrides.push_back(fmt::format("launch.procs_per_node={}", args.nproc));
   const bool rank_program = !args.rank_command.empty();
@@ -450,8 +493,9 @@ int cmd_run(const RunArgs& args) {
   try {
     loaded = recipe_load(recipe_args.recipe, recipe_args.overrides);
     parallel::require_usable_launch(loaded.env);
-    plan = launcher::plan_launch(loaded.recipe, launcher::plan_inputs(loaded.env, rank_program),
-                                 rank_program ? program_argv(args.rank_command) : rank_argv(recipe_args));
+    plan = launcher::plan_launch(
+        loaded.recipe, launcher::plan_inputs(loaded.env, rank_program),
+        rank_program ? program_argv(args.rank_command) : rank_argv(recipe_args, args.allow_changes));
     if (!args.dry_run) {
       if (!plan.blocker.empty()) throw Error(plan.blocker, plan.blocker_hint);
       // Ranks that run a program of their own train nothing; everything else needs what is built.
@@ -469,10 +513,11 @@ int cmd_run(const RunArgs& args) {
     if (leaves_report_to_rank0(env)) return exit_after_rank0(e.exit_code());
     throw;
   }
-  if (args.dry_run) {
-    print_plan(loaded, plan, args.gpu, args.rates);
-    return kExitOk;
-  }
+  // A dry run that finds the training run would stop is not a success (exit 2, as the run's own
+  // refusal); a rank program (`run RECIPE -- PROGRAM`) trains nothing and needs none of it.
+  if (args.dry_run)
+    return print_plan(loaded, plan, args.gpu, args.rates, args.allow_changes) || rank_program ? kExitOk
+                                                                                              : kExitUserError;
   // A CPU run whose ranks will not fit this host's memory is told so before any rank starts (once:
   // by the process that launches, or by rank 0 of ranks the user's mpirun started). It still runs:
   // the host may swap, or the prediction's margin may not matter.
@@ -481,17 +526,34 @@ int cmd_run(const RunArgs& args) {
     std::string line;
     const std::string warning = memory_check(loaded.recipe, std::max(1, plan.ranks_per_node), "", &line);
     if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+    // This host's ranks and threads against its cores and what else runs on them now (the
+    // launching process itself is the one runnable thread of ours so far).
+    const std::string busy = launcher::oversubscription_warning(std::max(1, plan.ranks_per_node), plan.threads_per_rank,
+                                                                usable_cores(), runnable_threads() - 1);
+    if (!busy.empty()) std::fprintf(stderr, "warning: %s\n", busy.c_str());
   }
   // The data and tokenizer files, checked before anything is created: the run directory comes
   // from pre-flight (spawned ranks), from the check below (one rank in this process), or from
   // rank 0's trainer (ranks started by the user's mpirun/srun, where rank 0 checks and reports).
   if (!rank_program && (plan.mode != launcher::LaunchMode::as_rank || env.rank == 0)) {
+    trainer::check_resume_changes(trainer::checkpoint_to_continue(loaded.recipe.checkpoint),
+                                  recipe_to_yaml(loaded.recipe), args.allow_changes);
     require_recipe_inputs(loaded);
     check_offload_space(loaded.recipe, std::max(1, plan.ranks_per_node));
   }
   if (plan.spawns()) {
     // This process supervises; the ranks train (or run the given program).
     launcher::preflight_check(loaded.recipe, plan);
+    // Every check has passed: a rank program (`run RECIPE -- PROGRAM`) finds the output folders made,
+    // as training ranks make theirs.
+    if (rank_program)
+      for (const std::string* dir : {&loaded.recipe.log.dir, &loaded.recipe.checkpoint.dir}) {
+        std::error_code ec;
+        std::filesystem::create_directories(*dir, ec);
+        if (ec)
+          throw environment_error(fmt::format("cannot create {}: {}", *dir, ec.message()),
+                                  "choose a folder this user can write (log.dir, checkpoint.dir)");
+      }
     launcher::SupervisorOptions options = launcher::supervisor_options(loaded.recipe);
     options.stop_grace_s = args.stop_grace_s;
     return launcher::supervise(plan, options);
@@ -505,7 +567,7 @@ int cmd_run(const RunArgs& args) {
     launcher::check_writable_dir(loaded.recipe.checkpoint.dir, "checkpoint.dir");
     install_stop_handlers();  // as for ranks above: Ctrl-C while loading stops after a step
   }
-  return run_ranks(loaded, plan);
+  return run_ranks(loaded, plan, args.allow_changes);
 }
 
 }  // namespace llmtrain::cli

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/recipe_inputs.h"
 #include "cli/recipe_load.h"
 #include "cli/recipe_parse.h"
 #include "common/error.h"
@@ -61,6 +62,11 @@ int cmd_sbatch(const SbatchArgs& args) {
     if (args.request.rank_command.empty() && !missing.empty())
       std::fprintf(stderr, "# note: this build cannot run the recipe yet (not supported yet: %s)\n",
                    join(describe(missing), "; ").c_str());
+    // The data and tokenizer as seen from here (a login node may not see the cluster's files).
+    for (const RecipeInput& in : recipe_inputs(loaded))
+      if (!in.missing.empty())
+        std::fprintf(stderr, "# note: from here, %s; the job stops unless its nodes see it\n",
+                     describe_input(in).c_str());
     return kExitOk;
   }
   if (args.request.rank_command.empty() && !missing.empty())
@@ -71,6 +77,13 @@ int cmd_sbatch(const SbatchArgs& args) {
                             "slurm-client); without --submit the script is printed");
   // Slurm opens the output file before the script runs and does not create its folder.
   launcher::check_writable_dir(r.log.dir, "log.dir");
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(r.log.dir, ec);  // the check creates nothing; the script goes here
+    if (ec)
+      throw environment_error(fmt::format("log.dir {}: cannot create it: {}", r.log.dir, ec.message()),
+                              "choose a folder this user can write (--set log.dir=PATH)");
+  }
   const std::string path = r.log.dir + "/sbatch.sh";
   write_file_atomic(default_file_system(), path, script);
   launcher::CommandResult res = launcher::run_command({"sbatch", "--parsable", path}, 60.0);

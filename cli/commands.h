@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,11 +24,14 @@ int cmd_validate_keys();
 struct RunArgs {
   RecipeArgs recipe;
   bool dry_run = false;
-  int nproc = 0;                          // --nproc N: sets launch.procs_per_node
-  std::string gpu;                        // --gpu NAME (--dry-run, train.device cuda): the catalogue device
-  std::string rates;                      // --rates FILE (with --gpu): that GPU's measured rates
-  double stop_grace_s = 600.0;            // --stop-grace: time the ranks get to checkpoint after a stop
-  std::vector<std::string> rank_command;  // after `--`: the program every rank runs instead of training
+  int nproc = 0;                // --nproc N: sets launch.procs_per_node
+  std::string gpu;              // --gpu NAME (--dry-run, train.device cuda): the catalogue device
+  std::string rates;            // --rates FILE (with --gpu): that GPU's measured rates
+  double stop_grace_s = 600.0;  // --stop-grace: time the ranks get to checkpoint after a stop
+  // --allow-change KEY[,KEY]: recipe changes since the checkpoint a resume accepts (keys, sections, all)
+  std::vector<std::string> allow_changes;
+  std::map<std::string, std::string> torchrun_flags;  // --nnodes etc. as given (refused, with what to use)
+  std::vector<std::string> rank_command;              // after `--`: the program every rank runs instead of training
 };
 int cmd_run(const RunArgs& args);
 

@@ -2,8 +2,11 @@
 // catch llmtrain::Error (the other is a rank's top level): the message and hint go to stderr
 // and the process exits with the error's status (2 for user mistakes). Every other exception ends
 // in a message and status 1 too, never in std::terminate's abort.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <limits>
 #include <new>
@@ -11,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/recipe_parse.h"
 #include "common/error.h"
+#include "common/host.h"
 #include "common/strings.h"
 #include "llmtrain_version.h"
 
@@ -111,9 +115,32 @@ int refuse_unknown_command(CLI::App& app, const std::string& word) {
   return llmtrain::kExitUserError;
 }
 
+// OpenMP threads that spin while they wait for work take the cores the rest of the machine needs
+// (another rank, a second job, a build): on a loaded 2-core host libgomp's default spin (300,000
+// rounds) ran a rank 2.5× slower than a short one (docs/benchmarks.md "OpenMP's wait policy").
+// GOMP_SPINCOUNT=1000 spins for about a microsecond, then sleeps: the quiet machine keeps its
+// speed (a thread woken at once is still spinning) and a loaded one gets its cores back. libgomp
+// reads it once, when it is loaded, before main(): unless the user chose (OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT), the process runs itself again with it set, once. Ranks that mpirun or srun
+// start inherit it. Nothing has been opened or started yet.
+void run_with_short_openmp_spin(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  ::setenv("GOMP_SPINCOUNT", "1000", 1);
+  // By its path, not /proc/self/exe: the process keeps its name (ps, pgrep, Slurm's step list).
+  const std::string self = llmtrain::executable_path();
+  ::execv(self.c_str(), argv);  // returns only on failure: the run goes on with libgomp's default
+}
+
+// "--node_rank,--node-rank" → "--node_rank": the first spelling of a flag.
+std::string leaf_flag(const char* names) {
+  const std::string s(names);
+  return s.substr(0, s.find(','));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  run_with_short_openmp_spin(argv);
   using namespace llmtrain;
   CLI::App app("llmtrain: train GPT-2 and LLaMA-family transformers on CPUs and CUDA GPUs, from one YAML recipe.",
                "llmtrain");
@@ -164,6 +191,18 @@ int main(int argc, char** argv) {
                   "With --dry-run and --gpu: that GPU's rates as measured on a device (the file "
                   "scripts/gpu_check.sh writes; docs/plan.md §1) instead of the catalogue's")
       ->type_name("FILE");
+  run->add_option("--allow-change", run_args.allow_changes,
+                  "On a resume: accept these changes of the recipe since the checkpoint (a key such as train.steps, "
+                  "a section such as optimizer, or all; repeat it or separate by commas). Without it a resume "
+                  "refuses changes to what the run computes, naming each")
+      ->type_name("KEY")
+      ->delimiter(',');
+  // torchrun's multi-node flags: llmtrain starts every node's ranks from one command, so each is
+  // refused with what to use instead (cli/cmd_run.cpp refuse_torchrun_flags).
+  for (const char* flag : {"--nnodes", "--node_rank,--node-rank", "--master_addr,--master-addr",
+                           "--master_port,--master-port", "--rdzv_endpoint,--rdzv-endpoint"})
+    run->add_option(flag, run_args.torchrun_flags[leaf_flag(flag)], "torchrun's flag: refused, naming what to use")
+        ->group("");
   run->add_option("--stop-grace", run_args.stop_grace_s,
                   "Seconds the ranks get to write a checkpoint and exit after SIGTERM/SIGINT before they are killed")
       ->check(CLI::Range(0.001, 604800.0))
@@ -306,6 +345,9 @@ int main(int argc, char** argv) {
   cli::CkptInspectArgs inspect_args;
   auto* ckpt = app.add_subcommand("ckpt", "Checkpoint tools");
   ckpt->require_subcommand(1);
+  ckpt->footer(
+      "Commands: inspect (step, layout, model and tensors, every checksum verified).\nExample:\n"
+      "  llmtrain ckpt inspect runs/tiny\nRun `llmtrain ckpt inspect --help` for its options.");
   auto* inspect =
       ckpt->add_subcommand("inspect", "Show a checkpoint's step, layout, model and tensors, and verify every checksum");
   inspect

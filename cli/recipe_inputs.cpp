@@ -16,9 +16,15 @@ bool exists(const std::string& path) {
 }
 
 RecipeInput dataset(std::string key, std::string where, const std::string& prefix) {
-  RecipeInput in{std::move(key), std::move(where), prefix, true, {}};
+  RecipeInput in{std::move(key), std::move(where), prefix, true, {}, ""};
   for (const char* ext : {".bin", ".idx"})
     if (!exists(prefix + ext)) in.missing.push_back(prefix + ext);
+  // A file of the pair given for its prefix (data/train.bin): the prefix without the suffix is it.
+  for (const char* ext : {".bin", ".idx"}) {
+    const std::string bare = prefix.substr(0, prefix.size() - std::string_view(ext).size());
+    if (!in.missing.empty() && prefix.ends_with(ext) && exists(bare + ".bin") && exists(bare + ".idx"))
+      in.suggestion = bare;
+  }
   return in;
 }
 
@@ -50,7 +56,7 @@ std::vector<RecipeInput> recipe_inputs(const LoadedRecipe& loaded) {
   if (!r.data.valid.empty())
     out.push_back(dataset("data.valid", location(child(data, "valid"), loaded.file), r.data.valid));
 
-  RecipeInput tok{"data.tokenizer", location(child(data, "tokenizer"), loaded.file), r.data.tokenizer, false, {}};
+  RecipeInput tok{"data.tokenizer", location(child(data, "tokenizer"), loaded.file), r.data.tokenizer, false, {}, ""};
   if (tok.path != "byte" && !exists(tok.path)) tok.missing.push_back(tok.path);
   out.push_back(tok);
   return out;
@@ -58,16 +64,25 @@ std::vector<RecipeInput> recipe_inputs(const LoadedRecipe& loaded) {
 
 std::string describe_input(const RecipeInput& in) {
   std::string what = in.dataset ? in.path + " (.bin + .idx)" : in.path == "byte" ? "byte (built in)" : in.path;
-  if (in.missing.empty()) return fmt::format("{:<20} {}", in.key, what);
-  return fmt::format("{:<20} {}: MISSING ({} {} not exist)", in.key, what, join(in.missing, " and "),
-                     in.missing.size() == 1 ? "does" : "do");
+  if (in.missing.empty()) return printable(fmt::format("{:<20} {}", in.key, what));
+  return printable(fmt::format("{:<20} {}: MISSING ({} {} not exist{})", in.key, what, join(in.missing, " and "),
+                               in.missing.size() == 1 ? "does" : "do",
+                               in.suggestion.empty() ? "" : "; the dataset is " + in.suggestion + ": drop the suffix"));
 }
 
 void require_recipe_inputs(const LoadedRecipe& loaded) {
   std::vector<Diagnostic> diags;
   for (const RecipeInput& in : recipe_inputs(loaded)) {
     if (in.missing.empty()) continue;
-    if (in.dataset)
+    if (in.dataset && !in.suggestion.empty())
+      diags.push_back({in.where, in.key,
+                       fmt::format("dataset {}: {} {} not exist", in.path, join(in.missing, " and "),
+                                   in.missing.size() == 1 ? "does" : "do"),
+                       fmt::format("a dataset is named by its PREFIX, without .bin or .idx: drop the suffix ({} "
+                                   "names {}.bin and {}.idx, which are there)",
+                                   in.suggestion, in.suggestion, in.suggestion),
+                       /*io=*/true});
+    else if (in.dataset)
       diags.push_back({in.where, in.key,
                        fmt::format("dataset {}: {} {} not exist", in.path, join(in.missing, " and "),
                                    in.missing.size() == 1 ? "does" : "do"),

@@ -21,11 +21,13 @@ struct RecipeInput {
   std::string path;                  // absolute: a dataset's PREFIX or a tokenizer; "byte" for the built-in one
   bool dataset = false;              // a PREFIX (.bin + .idx) rather than a tokenizer
   std::vector<std::string> missing;  // the files that do not exist; empty when all are there
+  std::string suggestion;            // a dataset given as PREFIX.bin (or .idx) whose PREFIX is there: PREFIX
 };
 
 std::vector<RecipeInput> recipe_inputs(const LoadedRecipe& loaded);
 
-// One line for `run --dry-run`: "data.train  /abs/data/train (.bin + .idx)" or "... MISSING: ...".
+// One line for `run --dry-run`: "data.train  /abs/data/train (.bin + .idx)" or "... MISSING: ..."
+// (control characters escaped: printable).
 std::string describe_input(const RecipeInput& input);
 
 // Throws RecipeError (exit 2) naming every missing file with its key and where it was written.

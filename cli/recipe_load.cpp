@@ -25,7 +25,9 @@ std::string RecipeError::format() const {
   return out;
 }
 
-LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>& overrides) {
+namespace {
+
+LoadedRecipe load(const std::string& file, const std::vector<std::string>& overrides, const WorldInfo* world) {
   namespace fs = std::filesystem;
   ParsedRecipe parsed = recipe_parse(file, overrides);
   if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
@@ -35,14 +37,18 @@ LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>
   std::error_code ec;
   out.recipe.source_file = fs::absolute(file, ec).lexically_normal().string();
   out.env = parallel::detect_launch_env();
-  out.world = launcher::planned_world(out.recipe, out.env);
-  const YamlValue* launch = parsed.tree.find("launch");
-  auto given = [&](const char* key) {
-    const YamlValue* v = launch && launch->kind == YamlValue::Kind::map ? launch->find(key) : nullptr;
-    return v && !v->is_null();
-  };
-  out.world.defaulted =
-      out.env.launcher == parallel::Launcher::none && !given("nodes") && !given("procs_per_node") && !given("hostfile");
+  if (world) {
+    out.world = *world;
+  } else {
+    out.world = launcher::planned_world(out.recipe, out.env);
+    const YamlValue* launch = parsed.tree.find("launch");
+    auto given = [&](const char* key) {
+      const YamlValue* v = launch && launch->kind == YamlValue::Kind::map ? launch->find(key) : nullptr;
+      return v && !v->is_null();
+    };
+    out.world.defaulted = out.env.launcher == parallel::Launcher::none && !given("nodes") && !given("procs_per_node") &&
+                          !given("hostfile");
+  }
 
   std::vector<Diagnostic> diags;
   auto report = [&](const std::vector<RecipeProblem>& problems) {
@@ -55,6 +61,16 @@ LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>
   out.file = file;
   out.tree = std::move(parsed.tree);
   return out;
+}
+
+}  // namespace
+
+LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>& overrides) {
+  return load(file, overrides, nullptr);
+}
+
+LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>& overrides, const WorldInfo& world) {
+  return load(file, overrides, &world);
 }
 
 }  // namespace llmtrain::cli

@@ -24,5 +24,8 @@ struct LoadedRecipe {
 // parse -> resolve (against the world size from the environment or the launch section) -> check.
 // Throws RecipeError with every diagnostic.
 LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>& overrides);
+// The same, resolved and checked against `world` instead of the launch's (`llmtrain plan --gpus N`:
+// the recipe's own layout on N ranks, dp auto becoming N / (tp · cp · pp)).
+LoadedRecipe recipe_load(const std::string& file, const std::vector<std::string>& overrides, const WorldInfo& world);
 
 }  // namespace llmtrain::cli

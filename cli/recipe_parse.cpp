@@ -53,8 +53,13 @@ void put_typos_first(std::vector<Diagnostic>& diags, size_t first) {
 void parse_root(const YamlValue& root, const std::string& file, Recipe& r, std::vector<Diagnostic>& diags) {
   const size_t first = diags.size();
   Section top(&root, "", file + ":1:1", diags);
-  if (!top.value() && root.kind == Kind::null)
-    top.error(file, "", "the recipe is empty", "start from recipes/tiny.yaml");
+  if (!top.value() && root.kind == Kind::null) {
+    // One error, not one per required key.
+    top.error(file, "", "the recipe is empty",
+              "a recipe needs name, model (family, layers, hidden, heads, seq_len), data.train and train (steps, "
+              "micro_batch): start from recipes/tiny.yaml");
+    return;
+  }
   parse_section(top, "", r);
   put_typos_first(diags, first);
 }

@@ -529,6 +529,10 @@ std::vector<RecipeKey> make_schema() {
            {"number > 1", "1.5", "compute time over the median that names a straggler"}),
     boolean("log.tensorboard", [](auto& r) -> auto& { return r.log.tensorboard; },
             {"bool", "false", "also write TensorBoard event files"}),
+    choice("log.profile", [](auto& r) -> auto& { return r.log.profile; },
+           {"`none` \\| `ops`", "`none`", "ops: each op's device time over a few steps, a table at the end"}),
+    integer("log.profile_steps", [](auto& r) -> auto& { return r.log.profile_steps; }, IntRule{1, 1000},
+            {"int 1..1000", "3", "log.profile ops: the steps timed, after the first (warm-up) step"}),
 
     section("launch", {"map", "{}", "how ranks start"}),
     integer("launch.procs_per_node", [](auto& r) -> auto& { return r.launch.procs_per_node; }, IntRule{1, 4096},

@@ -14,6 +14,10 @@ const char* source_path(const char* file) {
   constexpr std::string_view kRoot = LLMTRAIN_SOURCE_ROOT;  // with a trailing '/'
   if (std::string_view(file).starts_with(kRoot)) return file + kRoot.size();
 #endif
+  // A relative __FILE__ (ccache with base_dir rewrites paths relative to the build folder,
+  // "../../parallel/comm/comm_mpi.cpp"): the path below the build folder's parents.
+  while (std::string_view(file).starts_with("../") || std::string_view(file).starts_with("./"))
+    file += file[1] == '.' ? 3 : 2;
   return file;
 }
 

@@ -11,7 +11,7 @@
 // naming the call as written, the library's text for the code, the rank, and file:line.
 //
 // Rule a reader could get wrong: each library's macro is defined beside the code that uses that
-// library (parallel/mpi_check.h, later kernels/cuda/ and parallel/nccl_*), never here, so that
+// library (parallel/comm/mpi_check.h, later kernels/cuda/ and parallel/nccl_*), never here, so that
 // common/ includes no foreign header and a CPU-only build never sees a CUDA header.
 #pragma once
 
@@ -24,8 +24,9 @@ namespace llmtrain {
 [[noreturn]] void foreign_call_failed(const char* library, const char* call, long long code, const std::string& text,
                                       const char* file, int line);
 
-// "parallel/comm_mpi.cpp" from a compiler's absolute __FILE__: the path relative to the source tree
-// this binary was built from (unchanged when it lies elsewhere).
+// "parallel/comm/comm_mpi.cpp" from a compiler's absolute __FILE__: the path relative to the source tree
+// this binary was built from (unchanged when it lies elsewhere; a relative one without its leading
+// "../" and "./").
 const char* source_path(const char* file);
 
 }  // namespace llmtrain

@@ -6,9 +6,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -21,6 +25,24 @@ int usable_cores() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int runnable_threads() {
+  // "0.52 0.58 0.59 3/412 12345": the fourth field is runnable/total scheduling entities, now. The
+  // least of a few readings 10 ms apart: a thread that ran for a moment (a shell, a pipe's reader)
+  // is not load.
+  int least = -1;
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in("/proc/loadavg");
+    std::string a, b, c, run;
+    if (!(in >> a >> b >> c >> run)) return -1;
+    const size_t slash = run.find('/');
+    const std::optional<int> n = slash == std::string::npos ? std::nullopt : parse_small_count(run.substr(0, slash));
+    if (!n) return -1;
+    least = least < 0 ? *n : std::min(least, *n);
+  }
+  return least;
 }
 
 static int64_t meminfo_kib(const std::string& key) {

@@ -23,6 +23,9 @@ HostInfo host_info();
 // checked against the file first, then here, before anything is allocated.
 void require_host_memory(int64_t bytes, const std::string& what);
 int usable_cores();
+// Threads runnable on this host right now (/proc/loadavg's fourth field, the caller included; the
+// least of 5 readings over 40 ms), or -1 when it cannot be read.
+int runnable_threads();
 // The absolute path of this program (/proc/self/exe), for re-running it as ranks; "llmtrain" when
 // it cannot be read.
 std::string executable_path();

@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -20,7 +21,9 @@ LogLevel g_level = [] {
 }();
 std::mutex g_mutex;
 std::FILE* g_file = nullptr;
-bool g_progress = true;
+bool g_inplace_line = false;         // log_inplace_line
+std::atomic<bool> g_progress{true};  // threads that set none
+thread_local int t_progress = -1;    // this thread's: -1 unset, else 0 or 1
 
 }  // namespace
 
@@ -33,11 +36,19 @@ const std::string& log_prefix() { return g_prefix; }
 
 int log_rank() { return g_rank; }
 
-void log_set_progress(bool enabled) { g_progress = enabled; }
+void log_set_progress(bool enabled) {
+  g_progress = enabled;
+  t_progress = enabled ? 1 : 0;
+}
 
-bool log_progress_enabled() { return g_progress; }
+bool log_progress_enabled() { return t_progress >= 0 ? t_progress == 1 : g_progress.load(); }
 
 void log_set_level(LogLevel level) { g_level = level; }
+
+void log_inplace_line(bool drawn) {
+  std::lock_guard lock(g_mutex);
+  g_inplace_line = drawn;
+}
 
 bool log_enabled(LogLevel level) { return level >= g_level; }
 
@@ -47,6 +58,10 @@ void log_write(LogLevel level, const std::string& message) {
   // sequence of theirs reaches the terminal (lines of ours stay lines).
   const std::string text = printable(message, /*keep_newlines=*/true);
   std::lock_guard lock(g_mutex);
+  // A progress bar drawn in place on the terminal: the line is cleared first, and the bar is
+  // redrawn at its next update (trainer/report/progress_bar.h).
+  if (g_inplace_line) std::fputs("\r\033[K", stderr);
+  g_inplace_line = false;
   std::fprintf(stderr, "%s%s%s\n", g_prefix.c_str(), tag, text.c_str());
   std::fflush(stderr);
   if (g_file) {

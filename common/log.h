@@ -20,13 +20,17 @@ int log_rank();
 void log_set_level(LogLevel level);
 bool log_enabled(LogLevel level);
 void log_write(LogLevel level, const std::string& message);
+// A line drawn in place on stderr's terminal (a progress bar) is there (true) or gone (false): the
+// next line logged clears it first, so that no message is written after the bar.
+void log_inplace_line(bool drawn);
 // Also appends every line written from now on to `path` (the run directory's log); "" stops.
 // Throws llmtrain::Error when the file cannot be opened.
 void log_open_file(const std::string& path);
 
 // Progress messages of a job (what it is doing, its figures) come from one rank: the others set
 // this false at start-up and log_progress() prints nothing there. Warnings and errors come from
-// every rank.
+// every rank. The setting is the calling thread's (ranks as threads of one process each set their
+// own) and the process's default for threads that never set one (a rank's background writers).
 void log_set_progress(bool enabled);
 bool log_progress_enabled();
 

@@ -308,6 +308,14 @@ std::string format_duration(double seconds) {
   return fmt::format("{}h{:02}m{:02}s", s / 3600, (s % 3600) / 60, s % 60);
 }
 
+std::string format_span(double seconds) {
+  constexpr double kHour = 3600, kDay = 24 * kHour;
+  if (!std::isfinite(seconds) || seconds < 2 * kHour) return format_duration(seconds);
+  if (seconds < 2 * kDay) return fmt::format("{:.1f} hours", seconds / kHour);
+  if (seconds < 10 * kDay) return fmt::format("{:.1f} days", seconds / kDay);
+  return fmt::format("{:.0f} days", seconds / kDay);
+}
+
 std::string format_count(double n) {
   const char* suffix[] = {"", "K", "M", "B", "T"};
   if (std::fabs(n) >= 1e15) return fmt::format("{:.3g}", n);

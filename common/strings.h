@@ -74,6 +74,9 @@ std::optional<double> parse_duration_seconds(std::string_view s);
 std::optional<uint64_t> parse_byte_size(std::string_view s);
 // Formats seconds as "1h02m03s" / "4m05s" / "12.3s".
 std::string format_duration(double seconds);
+// Formats a long span for a person: "158 days", "4.3 days", "7.5 hours"; under two hours as
+// format_duration.
+std::string format_span(double seconds);
 // Formats a count with a suffix: 124.44M, 8.03B, 1.20T; beyond 1e15 in scientific notation.
 std::string format_count(double n);
 // Formats bytes with binary suffix: 1.5 GiB.

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/tensor.h"
+
 namespace llmtrain::kernels {
 
 struct BlasInfo {
@@ -44,6 +46,15 @@ struct CudaInfo {
 };
 
 BlasInfo blas_info();
+// Whether CUDA attention at this storage dtype and head dim runs on the tensor cores
+// (kernels/cuda/attention_tc.cu: bf16 or fp16, head dims that are multiples of 16 from 16 to 256)
+// rather than the CUDA cores (kernels/cuda/attention.cu); the planner's rates follow the same rule.
+inline bool cuda_attention_on_tensor_cores(DType storage, int64_t head_dim) {
+  return (storage == DType::bf16 || storage == DType::fp16) && head_dim % 16 == 0 && head_dim >= 16 && head_dim <= 256;
+}
+// Which CUDA kernel takes attention at this storage dtype and head dim, in words (the run's header,
+// `llmtrain env`).
+std::string cuda_attention_kernel(DType storage, int64_t head_dim);
 // The threads this process's CPU ops use, OpenMP and BLAS together (kernels/cpu/threads.cpp).
 // Called once per rank before training; per-thread callers (tests running ranks as threads) call it
 // on each thread.
@@ -103,6 +114,8 @@ struct CpuPeak {
 // vector the kernels use × its FMAs per cycle × 2) × the highest clock reading. flops = 0 when the
 // CPU is not in the table, the kernels use a width its row lacks, or no clock was read.
 CpuPeak cpu_peak_derive(const CpuFacts& facts);
+// "131 GFLOP/s", "1.2 TFLOP/s": a rate as the peaks' lines write it.
+std::string format_rate(double flops);
 
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;  // C[m, n] = A[m, k] · B[k, n]

@@ -4,7 +4,7 @@
 //
 // Every Buffer says what its memory is for (MemoryKind); the bytes each kind holds now and at its
 // peak are counted per device (memory_use), which is what a run reports as measured memory beside
-// the plan the trainer computes without allocating (trainer/loop/memory.h).
+// the plan the trainer computes without allocating (trainer/placement/memory.h).
 //
 // Rule a reader could get wrong: a Buffer's contents start zeroed, and its views die with it —
 // a Tensor taken from tensor() must not outlive the Buffer (moving a Buffer keeps the memory, so

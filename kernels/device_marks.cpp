@@ -46,6 +46,15 @@ void DeviceMarks::record(int i) {
 #endif
 }
 
+void DeviceMarks::record(int i, const cuda::Stream& stream) {
+  LT_CHECK(i >= 0 && i < count_ && device_ == Device::cuda, "device mark {} of {} on a stream", i, count_);
+#if LLMTRAIN_CUDA_BACKEND
+  events_->events[size_t(i)]->record(stream);
+#else
+  (void)stream;
+#endif
+}
+
 double DeviceMarks::seconds(int from, int to) const {
   LT_CHECK(from >= 0 && from < count_ && to >= 0 && to < count_, "device marks {} and {} of {}", from, to, count_);
   if (device_ == Device::cpu) return host_s_[size_t(to)] - host_s_[size_t(from)];

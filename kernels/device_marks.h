@@ -1,6 +1,7 @@
 // Points in a device's stream of work, for timing that work without waiting for it (the training
-// step's timer, trainer/loop/step_timer.h): record(i) marks the point after the work queued so far,
-// and seconds(from, to) is the time between two marks.
+// step's timer, trainer/loop/step_timer.h; the op profile, kernels/op_profile.h): record(i) marks the
+// point after the work queued so far (record(i, stream): on a side stream of ours), and
+// seconds(from, to) is the time between two marks.
 //
 // The rule a reader could get wrong: on cuda a mark is an event queued behind the launched kernels
 // (CUDA's events; the simulator's, whose work is done when its call returns), so recording waits for
@@ -17,6 +18,10 @@
 
 namespace llmtrain::kernels {
 
+namespace cuda {
+class Stream;
+}
+
 class DeviceMarks {
  public:
   DeviceMarks(Device device, int count);
@@ -26,6 +31,7 @@ class DeviceMarks {
 
   int count() const { return count_; }
   void record(int i);
+  void record(int i, const cuda::Stream& stream);  // cuda only
   // Marks `from` and `to` both recorded, `to` after `from`.
   double seconds(int from, int to) const;
 

@@ -10,12 +10,17 @@
 
 #if LLMTRAIN_CUDA_BACKEND
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/storage.h"
 #include "kernels/cuda/stream.h"
 #endif
 
 namespace llmtrain::kernels {
 
 #if LLMTRAIN_CUDA_BACKEND
+struct ThreadComputeStream::Impl {
+  cuda::Stream stream;
+  cudaStream_t previous = nullptr;
+};
 struct DeviceStream::Impl {
   cuda::Stream stream;
 };
@@ -23,6 +28,7 @@ struct DeviceEvent::Impl {
   cuda::Event event;
 };
 #else
+struct ThreadComputeStream::Impl {};
 struct DeviceStream::Impl {};
 struct DeviceEvent::Impl {};
 namespace {
@@ -32,6 +38,22 @@ namespace {
 }
 }  // namespace
 #endif
+
+ThreadComputeStream::ThreadComputeStream(Device device) {
+  if (device != Device::cuda) return;
+#if LLMTRAIN_CUDA_BACKEND
+  impl_ = std::make_unique<Impl>();
+  impl_->previous = cuda::exchange_thread_compute_stream(impl_->stream.get());
+#else
+  no_backend();
+#endif
+}
+
+ThreadComputeStream::~ThreadComputeStream() {
+#if LLMTRAIN_CUDA_BACKEND
+  if (impl_) cuda::exchange_thread_compute_stream(impl_->previous);
+#endif
+}
 
 DeviceStream::DeviceStream() {
 #if LLMTRAIN_CUDA_BACKEND

@@ -1,6 +1,6 @@
 // What communication needs of a device beyond the ops: a stream of its own beside the compute
 // stream, events that order the two, and pinned host memory, which copies to and from the device
-// asynchronously (the staged communicator, parallel/comm_staged.h). CUDA's streams and events on
+// asynchronously (the staged communicator, parallel/comm/comm_staged.h). CUDA's streams and events on
 // cuda; in a build without the CUDA backend constructing one is an error.
 //
 // The rule a reader could get wrong: work on a DeviceStream is ordered with the compute stream only
@@ -47,6 +47,23 @@ class DeviceEvent {
   void make_wait(DeviceStream& stream) const;
   // Whether the work before the recorded point has run; never blocks.
   bool done() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// While it lives, the ops of the thread that made it go on a compute stream of its own instead of
+// the process's (cuda; nothing on the CPU): ranks that are threads of one process (the in-process
+// runner, tests of several ranks on one device) each order their work on their own stream, as ranks
+// in processes do, so that one rank's wait for a collective never holds up another's kernels.
+// Destroy it on the same thread, after the work queued on it is no longer needed.
+class ThreadComputeStream {
+ public:
+  explicit ThreadComputeStream(Device device);
+  ~ThreadComputeStream();
+  ThreadComputeStream(const ThreadComputeStream&) = delete;
+  ThreadComputeStream& operator=(const ThreadComputeStream&) = delete;
 
  private:
   struct Impl;

@@ -2,19 +2,15 @@
 // its definition here from its entry: the entry's preconditions, then its operands' presence,
 // dtypes and element counts (so every backend sees the same validated arguments), then the
 // tensors' device selects the implementation: kernels/cpu/ or kernels/cuda/ (run_op below, here
-// and nowhere else).
+// and nowhere else). It is also the one point where ops are timed by name when an op profile is
+// active on the calling thread (log.profile: ops, kernels/op_profile.h): off, one null check.
 //
 // 16-bit storage (kernels/ops.h, "Precision"): on the CPU, an op whose storage operands are bf16
 // or fp16 runs the same fp32 CPU kernel on fp32 copies of them (Widen below, the one place that
 // does it): operands it reads are widened exactly into the per-thread scratch, the kernel runs, and
 // operands it writes are rounded back once (nearest even). All-fp32 calls skip it entirely, so
 // fp32 is bitwise as before. The CUDA kernels read and write 16-bit storage themselves.
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <map>
-#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -22,7 +18,9 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/stored.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 
 namespace llmtrain::kernels {
@@ -284,52 +282,14 @@ class Widen {
   int count_ = 0;
 };
 
-// LLMTRAIN_OP_PROFILE=1: wall time per op, printed to stderr at exit (for finding what a step
-// spends its time on; off by default, and then it costs one branch per op).
-class OpProfile {
- public:
-  static bool enabled() {
-    static const bool on = std::getenv("LLMTRAIN_OP_PROFILE") != nullptr;
-    return on;
-  }
-  struct Timer {
-    const char* op;
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~Timer() {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      instance().add(op, s);
-    }
-  };
-
- private:
-  static OpProfile& instance() {
-    static OpProfile p;
-    return p;
-  }
-  void add(const char* op, double s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& e = totals_[op];
-    e.first += s;
-    e.second += 1;
-  }
-  ~OpProfile() {
-    double total = 0;
-    for (auto& [op, e] : totals_) total += e.first;
-    std::fprintf(stderr, "op profile (LLMTRAIN_OP_PROFILE): %.3f s in ops\n", total);
-    for (auto& [op, e] : totals_)
-      std::fprintf(stderr, "  %-30s %9.3f s  %5.1f%%  %8lld calls\n", op.c_str(), e.first, 100 * e.first / total,
-                   e.second);
-  }
-  std::mutex mu_;
-  std::map<std::string, std::pair<double, long long>> totals_;
-};
-
 // Checks a call's operands and runs it on their device: the CUDA backend's entry point, or the
-// CPU's (with 16-bit storage widened).
+// CPU's (with 16-bit storage widened). With an op profile active on this thread (log.profile: ops,
+// kernels/op_profile.h) the call is timed under the op's name, widening included.
 template <class R, class CpuCall, class CudaCall>
 R run_op(const char* op, std::span<Operand> operands, CpuCall cpu_call, CudaCall cuda_call) {
   for (const Operand& o : operands) check_operand(op, o);
   const DType storage = storage_dtype(op, operands);
+  const ProfileScope profiled(op);
   switch (device_of(op, operands)) {
     case Device::cpu:
       break;
@@ -337,10 +297,7 @@ R run_op(const char* op, std::span<Operand> operands, CpuCall cpu_call, CudaCall
       return cuda_call();
   }
   Widen widen(op, operands, storage);
-  if (OpProfile::enabled()) {
-    OpProfile::Timer timer{op};
-    return cpu_call();
-  }
+  const cpu::CallStorage call_storage(storage);
   return cpu_call();
 }
 
@@ -378,14 +335,9 @@ void copy(Tensor out, Tensor in) {
   LT_CHECK(out.dtype == in.dtype && out.numel() == in.numel(), "copy: {} {} into {} {}", to_string(in.dtype),
            in.shape.str(), to_string(out.dtype), out.shape.str());
   LT_CHECK(out.defined() || out.numel() == 0, "copy: no destination");
+  const ProfileScope profiled("copy");
   // The one op whose tensors may sit on different devices: host<->device copies land here.
-  if (out.device == Device::cpu && in.device == Device::cpu) {
-    if (OpProfile::enabled()) {
-      OpProfile::Timer timer{"copy"};
-      return cpu::copy(out, in);
-    }
-    return cpu::copy(out, in);
-  }
+  if (out.device == Device::cpu && in.device == Device::cpu) return cpu::copy(out, in);
 #if LLMTRAIN_CUDA_BACKEND
   cuda::copy(out, in);
 #else

@@ -39,6 +39,10 @@ namespace llmtrain::kernels {
 // multi-tensor forms' tables cut their ranges at (sum_squares_chunks, adamw_rows).
 inline constexpr int64_t kSquaresChunk = int64_t(1) << 14;
 
+// loss_mean_forward's lanes: lane j sums rows j, j + kLossLanes, ... in double in row order, and
+// the lanes' sums are added by a fixed binary tree (the CPU and a device block do the same).
+inline constexpr int64_t kLossLanes = 256;
+
 // One AdamW step's constants (adamw_rows).
 struct AdamWStep {
   float lr = 0;

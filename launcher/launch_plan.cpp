@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/strings.h"
-#include "parallel/flight_recorder.h"
+#include "parallel/comm/flight_recorder.h"
 #include "parallel/progress.h"
 
 extern char** environ;  // POSIX: the process's environment

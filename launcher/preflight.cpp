@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -183,17 +184,22 @@ bool is_local_host(const std::string& host) {
 
 void check_writable_dir(const std::string& dir, const std::string& key) {
   namespace fs = std::filesystem;
+  // The folder, or where it would be created: its nearest existing ancestor. Nothing is created
+  // here — a run refused by a later check (no usable GPU, a held lock) leaves no folders behind.
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw environment_error(fmt::format("{} {}: cannot create it: {}", key, dir, ec.message()),
-                            fmt::format("choose a folder this user can write (--set {}=PATH)", key));
+  fs::path at = fs::absolute(dir, ec).lexically_normal();
+  while (!fs::exists(at, ec) && at.has_parent_path() && at.parent_path() != at) at = at.parent_path();
+  if (!fs::is_directory(at, ec))
+    throw environment_error(
+        fmt::format("{} {}: cannot create it: {}", key, dir, std::strerror(ENOTDIR)),
+        fmt::format("choose a folder this user can write (--set {}=PATH): {} is not a folder", key, at.string()));
+  const std::string probe_dir = at.string();
   // A new file of an unpredictable name, created exclusively: a link planted in a shared folder
   // cannot turn the probe into a write elsewhere, and only the file made here is removed.
   std::string probe;
   int fd = -1;
   try {
-    fd = create_temp_file(dir + "/.llmtrain-write-test", &probe);
+    fd = create_temp_file(probe_dir + "/.llmtrain-write-test", &probe);
   } catch (const Error& e) {
     throw environment_error(
         fmt::format("{} {}: cannot write in it: {}", key, dir, e.what()),
@@ -207,6 +213,21 @@ void check_writable_dir(const std::string& dir, const std::string& key) {
     throw environment_error(
         fmt::format("{} {}: cannot write in it: {}", key, dir, std::strerror(err)),
         fmt::format("choose a folder this user can write (--set {}=PATH), or fix its permissions", key));
+}
+
+std::string oversubscription_warning(int ranks, int threads, int cores, int others) {
+  const int64_t ours = int64_t(ranks) * threads;
+  const int64_t busy = ours + std::max(others, 0);
+  if (busy <= cores) return "";
+  const std::string besides =
+      others > 0 ? fmt::format(" and {} other runnable thread(s) right now (/proc/loadavg)", others) : "";
+  return fmt::format(
+      "this host is oversubscribed: {} rank(s) × {} thread(s) = {} compute thread(s){} on {} usable core(s); steps "
+      "will be slower and uneven (idle threads sleep after a short spin, GOMP_SPINCOUNT=1000, so they do not spin "
+      "against the other work); {}",
+      ranks, threads, ours, besides, cores,
+      ours > cores ? "fewer ranks or --set train.threads=N with ranks × N ≤ the cores fits them"
+                   : "on a shared machine --set train.threads=1 often holds up best (docs/benchmarks.md)");
 }
 
 void preflight_check(const Recipe& r, const LaunchPlan& plan, const PreflightOptions& opt) {

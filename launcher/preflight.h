@@ -27,8 +27,17 @@ struct PreflightOptions {
 // for a machine that is not ready) on the first problem class found, listing every instance of it.
 void preflight_check(const Recipe& resolved, const LaunchPlan& plan, const PreflightOptions& options = {});
 
-// The output-folder check alone (also for in-process runs): creates `dir` and writes a file in it.
+// The output-folder check alone (also for in-process runs): writes (and removes) a file in `dir`, or
+// where `dir` would be created (its nearest existing ancestor, which must be a folder); creates
+// nothing.
 void check_writable_dir(const std::string& dir, const std::string& key);
+
+// A CPU job's threads against this host's cores: "" when they fit, else the warning. `ranks` ×
+// `threads` compute threads (ranks of this host, OpenMP threads each) on `cores` usable cores, with
+// `others` threads runnable besides (another job, a build; -1: unknown). Oversubscribed threads wait
+// on each other (they sleep after a short spin, GOMP_SPINCOUNT=1000, so it degrades gracefully, but steps slow and
+// vary).
+std::string oversubscription_warning(int ranks, int threads, int cores, int others);
 
 // True when mpirun would start ranks for `host` on this machine without ssh ("localhost", this
 // machine's name, or an address of one of its interfaces).

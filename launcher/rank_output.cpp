@@ -143,13 +143,40 @@ void RankOutput::launcher_log(const std::string& text) {
   std::fflush(launcher_file_);
 }
 
+void RankOutput::emit_launcher_line(const std::string& text, bool is_stderr) {
+  if (console_) {
+    std::fprintf(is_stderr ? stderr : stdout, "%s\n", text.c_str());
+    std::fflush(is_stderr ? stderr : stdout);
+  }
+  launcher_log(text);
+}
+
+// Open MPI's message boxes start and end with a line of dashes. A box that only says ranks exited
+// non-zero is dropped from the console while stopping (set_stopping); any other is shown whole.
+void RankOutput::end_banner() {
+  bool noise = false;
+  for (const TaggedLine& l : banner_)
+    noise = noise || l.text.find("terminated normally, but") != std::string::npos ||
+            l.text.find("exited with non-zero status") != std::string::npos;
+  for (const TaggedLine& l : banner_) {
+    if (stopping_ && noise)
+      launcher_log(l.text);
+    else
+      emit_launcher_line(l.text, l.is_stderr);
+  }
+  banner_.clear();
+  in_banner_ = false;
+}
+
 void RankOutput::emit(const TaggedLine& line) {
   if (line.rank < 0) {
-    if (console_) {
-      std::fprintf(line.is_stderr ? stderr : stdout, "%s\n", line.text.c_str());
-      std::fflush(line.is_stderr ? stderr : stdout);
-    }
-    launcher_log(line.text);
+    const bool dashes = line.text.size() >= 20 && line.text.find_first_not_of('-') == std::string::npos;
+    if (!in_banner_ && !dashes) return emit_launcher_line(line.text, line.is_stderr);
+    banner_.push_back(line);
+    if (!in_banner_)
+      in_banner_ = true;
+    else if (dashes || banner_.size() > 64)  // closed (or not a box after all: shown as it came)
+      end_banner();
     return;
   }
   std::string_view text = line.text;
@@ -182,6 +209,12 @@ void RankOutput::flush() {
     if (pending_[s].empty()) continue;
     emit(parse_tagged_line(tags_, pending_[s], s == 1));
     pending_[s].clear();
+  }
+  if (in_banner_) {  // a box that did not close: shown as it came
+    const bool was = stopping_;
+    stopping_ = false;
+    end_banner();
+    stopping_ = was;
   }
 }
 

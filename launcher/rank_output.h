@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace llmtrain::launcher {
 
@@ -53,12 +54,20 @@ class RankOutput {
   // (the rank and the text after the marker), not to the console or the logs; text before the
   // marker on the same line is output as usual.
   void set_progress_sink(std::function<void(int rank, std::string_view report)> sink) { sink_ = std::move(sink); }
+  // A stop was asked for (SIGTERM/SIGINT relayed to the ranks): mpirun's banners about ranks that
+  // exited non-zero ("Primary job terminated normally, but 1 process returned a non-zero exit
+  // code...", "mpirun detected that one or more processes exited with non-zero status...") say only
+  // that the ranks exited 75 as asked; they go to launcher.log, not the console. Other messages of
+  // the launcher program are shown as always.
+  void set_stopping(bool stopping) { stopping_ = stopping; }
   // A message of the supervisor: "[launcher] text" on stderr (with the console on) and in launcher.log.
   void launcher_message(const std::string& text);
   const std::string& launcher_log_path() const { return launcher_log_path_; }
 
  private:
   void emit(const TaggedLine& line);
+  void emit_launcher_line(const std::string& text, bool is_stderr);
+  void end_banner();
   std::FILE* rank_file(int rank);
   void launcher_log(const std::string& text);
 
@@ -73,6 +82,10 @@ class RankOutput {
   std::string header_;
   int attempt_ = 0;
   std::function<void(int, std::string_view)> sink_;
+  bool stopping_ = false;
+  // The launcher program's message box being read ("-----" ... "-----"), held until it closes.
+  std::vector<TaggedLine> banner_;
+  bool in_banner_ = false;
 };
 
 }  // namespace llmtrain::launcher

@@ -32,7 +32,7 @@
 #include "launcher/rank_output.h"
 #include "launcher/restart_policy.h"
 #include "launcher/stop_relay.h"
-#include "parallel/flight_recorder.h"
+#include "parallel/comm/flight_recorder.h"
 #include "parallel/progress.h"
 
 namespace llmtrain::launcher {
@@ -364,6 +364,7 @@ class Supervisor {
     if (!stop_requested()) {
       stop_signal_ = sig;
       stop_deadline_ = monotonic_seconds() + opt_.stop_grace_s;
+      out_.set_stopping(true);  // the ranks' exit 75 is the plan: mpirun's banners about it are noise
       forward_stop(sig, child);
       return;
     }

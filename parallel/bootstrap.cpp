@@ -17,9 +17,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strings.h"
-#include "parallel/comm_mpi.h"
-#include "parallel/flight_recorder.h"
-#include "parallel/mpi_check.h"
+#include "parallel/comm/comm_mpi.h"
+#include "parallel/comm/flight_recorder.h"
+#include "parallel/comm/mpi_check.h"
 #include "parallel/progress.h"
 
 namespace llmtrain::parallel {

@@ -11,7 +11,7 @@
 // Why MPI_THREAD_FUNNELED: every MPI call is made by the thread that trains (OpenMP workers and
 // BLAS threads never communicate), so more would only buy locking on every call. MULTIPLE would
 // allow a progress thread, but on the few cores a CPU rank has that thread would take time from
-// compute; overlap comes from polling instead (Comm::progress(), parallel/comm_mpi.h). A library
+// compute; overlap comes from polling instead (Comm::progress(), parallel/comm/comm_mpi.h). A library
 // that provides less than FUNNELED is refused.
 //
 // Rules a reader could get wrong:
@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/launch_env.h"
 
 namespace llmtrain::parallel {
@@ -37,7 +37,7 @@ struct BootstrapOptions {
   // world communicator's timeout.
   double timeout_s = 300.0;
   // The world (and every group split from it) records its operations in the flight recorder
-  // (parallel/flight_recorder.h). Off only for tests that need the MpiComm itself.
+  // (parallel/comm/flight_recorder.h). Off only for tests that need the MpiComm itself.
   bool flight_recorder = true;
 };
 

@@ -33,7 +33,7 @@
 
 #include <cstdint>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace llmtrain::parallel {
 

@@ -36,7 +36,7 @@
 #include <functional>
 #include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace llmtrain::parallel {
 

@@ -8,7 +8,6 @@
 #include "common/error.h"
 #include "kernels/buffer.h"
 #include "kernels/ops.h"
-#include "parallel/value_reader.h"
 
 namespace llmtrain::parallel {
 namespace {
@@ -82,8 +81,8 @@ class GradShardSync final : public GradSync {
         groups_(std::move(layout.groups)),
         stage_(stage),
         shard_params_(stage == 3),
-        owned_values_(std::move(layout.owned_values)) {
-    LT_CHECK(!owned_values_ || shard_params_, "owned values elsewhere at ZeRO stage {}", stage);
+        owned_values_(layout.owned_values) {
+    LT_CHECK(owned_values_ == nullptr || shard_params_, "owned values elsewhere at ZeRO stage {}", stage);
     const int n = zero_group;
     const int shard_index = dp.rank() % n, replica = dp.rank() / n;
     shard_ = dp.split(replica, dp.rank(), dp.name() + " shard");
@@ -171,9 +170,8 @@ class GradShardSync final : public GradSync {
                                     kernels::MemoryKind::communication);
     slots_ = pool_slots<Slot>(pool_.tensor(), std::min(slots, kGradPoolSlots), full, held_full);
     if (shard_params_ && owned_values_) {
-      // Offloaded: one unit's owned chunk at a time, read from the store (through host memory), the
-      // next one ahead.
-      reader_ = std::make_unique<ValueReader>(owned_values_, chunk, dp.timeout());
+      // Offloaded: one unit's owned chunk at a time, taken from the store (through host memory), the
+      // next one read ahead.
       owned_params_buf_ =
           kernels::Buffer(kernels::DType::fp32, {std::max<int64_t>(chunk, 1)}, device, kernels::MemoryKind::parameters);
       if (device != kernels::Device::cpu)
@@ -237,7 +235,7 @@ class GradShardSync final : public GradSync {
   }
 
   void finish() override {
-    if (reader_) reader_->drop();  // the optimizer's update comes next: no read beside it
+    if (owned_values_) owned_values_->drop();  // the optimizer's update comes next: no read beside it
     if (!step_started_) step_started_ = true, step_start_ = now_s();
     const double t0 = now_s();
     if (stage_ == 1)  // a gradient backward never reported is final by now too
@@ -286,12 +284,12 @@ class GradShardSync final : public GradSync {
       if (j >= 0) launch_gather(next, j);
     }
     // Offloaded values: the unit after that one read while these compute.
-    if (reader_ && next >= 0 && next < int(state_.size())) {
+    if (owned_values_ && next >= 0 && next < int(state_.size())) {
       int after = next + step;
       while (after >= 0 && after < int(state_.size()) && state_[size_t(after)].range.numel() == 0) after += step;
       if (after >= 0 && after < int(state_.size()) && param_slot_of_[size_t(after)] < 0 &&
           state_[size_t(after)].own.numel() > 0)
-        reader_->start(after, state_[size_t(after)].compact, state_[size_t(after)].own.numel());
+        owned_values_->ahead(after, state_[size_t(after)].compact, state_[size_t(after)].own.numel());
     }
     if (ps.gather) {
       ps.gather->wait();
@@ -313,7 +311,7 @@ class GradShardSync final : public GradSync {
   // reused once its all-gather is done and copied out). Stage 3: the gathered copies are stale;
   // the next group_params gathers again.
   void gather_params() override {
-    if (reader_) reader_->drop();  // read before the update
+    if (owned_values_) owned_values_->drop();  // read before the update
     if (shard_params_) {
       for (ParamSlot& ps : param_slots_) {
         LT_CHECK(ps.holds == 0, "unit {} still held after the step", ps.unit);
@@ -502,7 +500,7 @@ class GradShardSync final : public GradSync {
     if (n > 0 && owned_values_) {
       const Tensor values = owned_params_buf_.tensor().flat(0, n);
       const Tensor host = owned_host_.data() ? owned_host_.tensor().flat(0, n) : values;
-      reader_->take(unit, u.compact, host);
+      owned_values_->take(unit, u.compact, host);
       if (owned_host_.data()) kernels::copy(values, host);
       kernels::convert(chunk.flat(0, n), values);
     } else if (n > 0) {
@@ -581,9 +579,8 @@ class GradShardSync final : public GradSync {
   std::vector<char> ready_;                        // stage 1: per group, final this step
   kernels::Buffer owned_params_buf_, param_pool_;  // stage 3 (offloaded: owned_params_buf_ is one chunk)
   Tensor owned_params_;
-  std::function<void(int64_t, Tensor)> owned_values_;  // GradSyncLayout::owned_values
-  kernels::Buffer owned_host_;                         // offloaded on a device: the chunk's way there
-  std::unique_ptr<ValueReader> reader_;                // offloaded: its reads, the next unit's ahead
+  OwnedValues* owned_values_ = nullptr;  // GradSyncLayout::owned_values
+  kernels::Buffer owned_host_;           // offloaded on a device: the chunk's way there
   std::vector<ParamSlot> param_slots_;
   std::vector<int> param_slot_of_;  // per unit: the param slot holding it (-1: none)
   int held_unit_ = -1;              // the held group's unit (stages 2, 3), whose slot is the last of each pool

@@ -42,7 +42,7 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/grad_buckets.h"
 
 namespace llmtrain::parallel {
@@ -111,6 +111,23 @@ class GradSync {
   }
 };
 
+// Where stage 3 finds its owned values when they are not in the sync's memory (GradSyncLayout::
+// owned_values). The sync takes a unit's chunk of the compact owned values when it gathers the
+// unit (and, on a device, copies it there), says beforehand which unit it will gather after the
+// current one so that its chunk can be read ahead, and says when the values are about to change.
+class OwnedValues {
+ public:
+  virtual ~OwnedValues() = default;
+  // Unit `unit`'s chunk, elements [begin, begin + n) of the compact owned values, may be read now:
+  // the sync takes it after the unit it gathers now.
+  virtual void ahead(int unit, int64_t begin, int64_t n) = 0;
+  // Unit `unit`'s chunk [begin, begin + out.numel()) into the host fp32 tensor `out`.
+  virtual void take(int unit, int64_t begin, Tensor out) = 0;
+  // The values change next (finish(): the optimizer's update comes; gather_params(): it came):
+  // nothing read before may be taken after.
+  virtual void drop() = 0;
+};
+
 struct GradSyncLayout {
   Tensor params;                                  // the flat parameter buffer (undefined at stage 3)
   Tensor grads;                                   // the flat gradient buffer, same layout (undefined at stages 2, 3)
@@ -129,13 +146,9 @@ struct GradSyncLayout {
   // give every other unit one in use and one in flight.
   int held_group = -1;
   // Stage 3 with parallel.offload_params: the owned values live elsewhere (the optimizer's offload
-  // store), not in the sync's memory: this reads elements [begin, begin + n) of the compact owned
-  // values into a host fp32 tensor of n elements. A unit's gather reads its chunk through it (and,
-  // on a device, copies it there); owned_params() is then undefined. The chunk of the unit after the
-  // one whose gather group_params launches ahead is read ahead, on a thread of the sync's own: the
-  // callback may run on that thread, one call at a time, never beside another, and never between
-  // finish() and gather_params() (the optimizer's update).
-  std::function<void(int64_t begin, Tensor host)> owned_values = {};
+  // store, trainer/optim/value_reader.h), not in the sync's memory; owned_params() is then undefined.
+  // Not owned: it must outlive the sync.
+  OwnedValues* owned_values = nullptr;
 };
 
 // The implementation of `zero_stage` over the data-parallel group `dp` (which, like the buffers,

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "parallel/comm_nccl.h"
-#include "parallel/comm_staged.h"
-#include "parallel/flight_recorder.h"
+#include "parallel/comm/comm_nccl.h"
+#include "parallel/comm/comm_staged.h"
+#include "parallel/comm/flight_recorder.h"
 
 namespace llmtrain::parallel {
 

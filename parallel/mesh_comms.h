@@ -4,11 +4,11 @@
 //
 // Rules a reader could get wrong:
 //  - Tensor groups (tp, pp, dp) carry activations, gradients and parameters; with the CUDA backend
-//    they move device memory (NCCL, or the staged communicator over MPI: parallel/device_comm.h). Control groups carry
-//    host scalars and agreement only — losses, squared norms, the stop flag, checkpoint agreement and the strings it
-//    gathers — and are MPI over host memory on every backend, so a scalar never needs a device buffer and never waits
-//    behind a tensor collective on the same communicator. Never put a tensor on a control group, nor a host scalar on a
-//    tensor group.
+//    they move device memory (NCCL, or the staged communicator over MPI: parallel/comm/device_comm.h). Control groups
+//    carry host scalars and agreement only — losses, squared norms, the stop flag, checkpoint agreement and the strings
+//    it gathers — and are MPI over host memory on every backend, so a scalar never needs a device buffer and never
+//    waits behind a tensor collective on the same communicator. Never put a tensor on a control group, nor a host
+//    scalar on a tensor group.
 //  - make_mesh_comms is collective over the world: every rank calls it, with the same shape.
 //  - A group kind whose groups have one rank (tp = 1, say) gets a one-rank Comm and costs no MPI
 //    call, so a one-rank job (or MPI not initialised at all) gets one-rank Comms throughout.
@@ -18,8 +18,8 @@
 
 #include <memory>
 
-#include "parallel/comm.h"
-#include "parallel/device_comm.h"
+#include "parallel/comm/comm.h"
+#include "parallel/comm/device_comm.h"
 #include "parallel/mesh.h"
 #include "parallel/pipe_links.h"
 
@@ -67,8 +67,8 @@ struct MeshComms {
 
 // Splits `world` (which it keeps) along `mesh`. Throws llmtrain::Error when the world does not
 // have the mesh's size, naming every factor. On `device` cuda the tensor groups of more than one rank
-// move device memory through `device_comm`: NCCL communicators (parallel/comm_nccl.h, each recorded
-// in the flight recorder) or the staged communicator (parallel/comm_staged.h), over the host groups.
+// move device memory through `device_comm`: NCCL communicators (parallel/comm/comm_nccl.h, each recorded
+// in the flight recorder) or the staged communicator (parallel/comm/comm_staged.h), over the host groups.
 MeshComms make_mesh_comms(const Mesh& mesh, std::unique_ptr<Comm> world, kernels::Device device = kernels::Device::cpu,
                           DeviceComm device_comm = DeviceComm::staged);
 

@@ -19,8 +19,9 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace llmtrain::parallel {
 
@@ -31,10 +32,24 @@ struct PipeLinks {
   std::unique_ptr<Comm> activation_in;   // from the previous stage (rank 1)
   std::unique_ptr<Comm> grad_out;        // to the previous stage (rank 0)
   std::unique_ptr<Comm> grad_in;         // from the next stage (rank 1)
+  // The links in the order they were made, the same on every stage (boundary by boundary): the
+  // order they are destroyed in. An NCCL communicator's end is collective and waits for the
+  // link's other rank (ncclCommFinalize): destroyed as members are, in reverse declaration order,
+  // stage 0 would end "gradients 1 to 0" first while stage 1 ends "gradients 0 to 1", each waiting
+  // for the other (tests/parallel/comm/comm_order.h's replay finds it).
+  std::vector<std::unique_ptr<Comm>*> made;
+
+  PipeLinks() = default;
+  PipeLinks(PipeLinks&& o) noexcept { *this = std::move(o); }
+  PipeLinks& operator=(PipeLinks&& o) noexcept;
+  ~PipeLinks();
 
   // Advances every link's transfers (Comm::progress).
   void progress();
   void set_timeout(double seconds);
+
+ private:
+  void end_links();  // destroys the links in `made` order
 };
 
 // The link's rank of the sender and of the receiver.

@@ -38,7 +38,7 @@ int take_slot(std::vector<bool>& used) {
 }
 
 // Drops the pending transfers while an exception leaves run(), so that their destructors see the
-// unwinding (an incomplete handle dropped otherwise is a bug, see parallel/comm.h).
+// unwinding (an incomplete handle dropped otherwise is a bug, see parallel/comm/comm.h).
 class DropOnUnwind {
  public:
   explicit DropOnUnwind(std::vector<WorkHandle>& works) : works_(works), entry_(std::uncaught_exceptions()) {}

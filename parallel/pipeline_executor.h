@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "kernels/buffer.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/pipe_links.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -87,7 +87,7 @@ class PipelineExecutor {
 
   // The receive buffers a list needs (each of PipelineStage::activation_shape()), and which one
   // each receive lands in: what the constructor allocates, for memory plans made without
-  // allocating (trainer/loop/memory.h).
+  // allocating (trainer/placement/memory.h).
   struct ReceiveSlots {
     std::vector<int> slot;  // per op: the buffer a receive lands in, -1 for other ops
     int activation_buffers = 0, grad_buffers = 0;

@@ -17,7 +17,7 @@
 #include "common/enum_names.h"
 #include "common/signals.h"
 #include "common/strings.h"
-#include "parallel/flight_recorder.h"
+#include "parallel/comm/flight_recorder.h"
 
 namespace llmtrain::parallel {
 namespace {

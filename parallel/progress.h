@@ -13,7 +13,7 @@
 // labels), so no shared file system is assumed. The supervisor counts progress as a change of
 // step, phase or beat; a rank blocked in a collective keeps reporting, naming the collective.
 //
-// Also set by the supervisor: LLMTRAIN_FLIGHT_DIR (parallel/flight_recorder.h). When the
+// Also set by the supervisor: LLMTRAIN_FLIGHT_DIR (parallel/comm/flight_recorder.h). When the
 // supervisor finds a hang it sends SIGUSR2 to the ranks (mpirun and srun forward it); the
 // reporter thread then writes the rank's flight record and reports once more at once.
 //

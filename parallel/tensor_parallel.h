@@ -12,7 +12,7 @@
 // Rules a reader could get wrong:
 //  - Activations and gradients are in the model's storage dtype (fp32, bf16 or fp16) and cross in
 //    it: 16-bit all-gathers move 16-bit words, 16-bit all-reduces and reduce-scatters sum in fp32
-//    and round once (parallel/comm.h). Every tensor of one call shares that dtype, except the
+//    and round once (parallel/comm/comm.h). Every tensor of one call shares that dtype, except the
 //    vocab-parallel cross-entropy's statistics (below), which are fp32.
 //  - "last dimension" gathers are of [rows, cols_local] slices into [rows, tp·cols_local] with rank
 //    r's columns at [r·cols_local, (r+1)·cols_local); Comm::all_gather concatenates along the
@@ -55,7 +55,7 @@
 
 #include <span>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace llmtrain::parallel {
 

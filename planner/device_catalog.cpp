@@ -43,6 +43,12 @@ constexpr double kH100AttentionFlops = 8192.0 * 4 * 12 * 64 * 1024;
 constexpr double kH100AttentionForward = kH100AttentionFlops / 1.04e-3;
 constexpr double kH100AttentionBackward = 2 * kH100AttentionFlops / 3.5e-3;
 constexpr double kH100Fp32 = 66.9 * kT;
+// The tensor-core attention kernels (kernels/cuda/attention_tc.cu) have not run on a GPU yet: their
+// rates are an assumption, fractions of the rated bf16 peak about half of what FlashAttention-2
+// reaches on an H100 (some 300 TFLOP/s forward at seq 1k-2k, head dim 128: FlashAttention-3's paper,
+// about 30% of the peak), as this first form keeps its accumulators in shared memory.
+constexpr double kTensorCoreAttentionForward = 0.15;
+constexpr double kTensorCoreAttentionBackward = 0.10;
 
 DeviceSpec gpu(std::string name, std::string model, double bf16, double fp32, double memory_gib, double hbm,
                double nvlink_per_direction) {
@@ -65,6 +71,12 @@ DeviceSpec gpu(std::string name, std::string model, double bf16, double fp32, do
   d.attention_source = fp32 == kH100Fp32 ? "llmtrain's attention kernel measured on an H100 (2026-11-24, bf47a3b)"
                                          : "llmtrain's attention kernel measured on an H100 (2026-11-24, bf47a3b), "
                                            "scaled by the fp32 vector peak";
+  d.attention_tc_forward_rate = kTensorCoreAttentionForward * bf16;
+  d.attention_tc_backward_rate = kTensorCoreAttentionBackward * bf16;
+  d.attention_tc_source = fmt::format(
+      "the tensor-core kernels' assumed {:.0f}% (forward) and {:.0f}% (backward) of the rated bf16 peak (no device "
+      "run yet)",
+      100 * kTensorCoreAttentionForward, 100 * kTensorCoreAttentionBackward);
   return d;
 }
 
@@ -187,6 +199,11 @@ void apply_measured_rates_text(DeviceSpec& device, std::string_view text, const 
       fmt::format("measured on {} ({}, commit {})", text_of("device"), text_of("date"), text_of("commit"));
   device.rate_source = "the products' rate " + source;
   device.attention_source = "llmtrain's attention kernel " + source;
+  if (j.contains("attention_tc_forward_rate") || j.contains("attention_tc_backward_rate")) {
+    device.attention_tc_forward_rate = rate("attention_tc_forward_rate");
+    device.attention_tc_backward_rate = rate("attention_tc_backward_rate");
+    device.attention_tc_source = "the tensor-core attention kernels " + source;
+  }
 }
 
 }  // namespace llmtrain::planner

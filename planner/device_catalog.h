@@ -37,12 +37,20 @@ struct DeviceSpec {
   int cores = 0;
   double achievable_one_thread = 0;
   std::string rate_source;  // how achievable was found
-  // llmtrain's own attention kernel on this device (CUDA cores, fp32 arithmetic whatever the
-  // storage dtype: it does not use the tensor cores yet): the FLOPs the performance model counts for
-  // attention (4·heads·head_dim·seq per token forward, twice that backward) over the time the kernel
-  // was measured to take. 0 (cpu) = at the products' rate.
+  // llmtrain's own attention kernels on this device: the FLOPs the performance model counts for
+  // attention (4·heads·head_dim·seq per token forward, twice that backward) over the time a kernel
+  // takes. attention_*: the CUDA cores' (fp32 arithmetic; fp32 storage, and the head dims the
+  // tensor-core kernels do not take), measured; attention_tc_*: the tensor cores' (bf16 and fp16
+  // storage, kernels::cuda_attention_on_tensor_cores), assumed until a device run measures them.
+  // 0 (cpu) = at the products' rate.
   double attention_forward_rate = 0, attention_backward_rate = 0;
   std::string attention_source;  // where the attention rates come from (a GPU run: date, commit, how)
+  double attention_tc_forward_rate = 0, attention_tc_backward_rate = 0;
+  std::string attention_tc_source;
+
+  // The rated dense peak a run's MFU is measured against at `precision` (docs/metrics.md, "MFU"):
+  // rated_fp32 for fp32, else rated_bf16 (fp16's dense tensor-core peak is bf16's on these GPUs).
+  double rated_peak(Precision precision) const { return precision == Precision::fp32 ? rated_fp32 : rated_bf16; }
 };
 
 // The catalogue's names: a100-40g, a100-80g, h100, h200, cpu.
@@ -62,8 +70,10 @@ DeviceSpec device_memory(const std::string& name);
 // Replaces a GPU row's rates by those measured on a device (`llmtrain plan --rates FILE`, `run
 // --dry-run --rates FILE`): the JSON object tests/bench/device_rates writes (scripts/gpu_check.sh
 // runs it), whose attention_forward_rate, attention_backward_rate, products_bf16 and products_fp32
-// (FLOP/s) become the row's attention rates and achievable rates; rate_source and attention_source
-// name the device, date and commit it records. The file may be hostile: at most 64 KiB, every rate
+// (FLOP/s) become the row's attention rates and achievable rates, and attention_tc_forward_rate and
+// attention_tc_backward_rate, where the file has them (runs since the tensor-core kernels), its
+// tensor-core attention rates; rate_source and the attention sources name the device, date and
+// commit it records. The file may be hostile: at most 64 KiB, every rate
 // a finite number in (0, 1e18), strings printable; anything else is an llmtrain::Error naming the
 // file and the key. Refused for the cpu row, whose rates are measured on this machine anyway.
 void apply_measured_rates(DeviceSpec& device, const std::string& path);

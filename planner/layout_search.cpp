@@ -12,6 +12,9 @@
 namespace llmtrain::planner {
 namespace {
 
+// The virtual stages per pipeline rank the search tries (1: no interleaving).
+constexpr int kSearchedVirtualStages[] = {1, 2, 4};
+
 std::vector<int> divisors(int n) {
   std::vector<int> out;
   for (int d = 1; d <= n; ++d)
@@ -20,14 +23,18 @@ std::vector<int> divisors(int n) {
 }
 
 // What `llmtrain validate` says of the layout, and what this build would refuse to run (train.device
-// cuda aside: a GPU plan is made for it).
-bool accepted(const Recipe& r, int gpus) {
+// cuda aside: a GPU plan is made for it): the first problem, or "" when there is none.
+std::string refusal(const Recipe& r, int gpus) {
   const WorldInfo world{gpus, fmt::format("--gpus {}", gpus), false};
-  if (!recipe_check(r, world).empty()) return false;
+  if (const std::vector<RecipeProblem> problems = recipe_check(r, world); !problems.empty())
+    return fmt::format("{}: {}", problems.front().key, problems.front().message);
   Recipe on_cpu = r;
   on_cpu.train.device = DeviceKind::cpu;
-  return unsupported_features(on_cpu).empty();
+  const std::vector<NotSupported> unsupported = unsupported_features(on_cpu);
+  return unsupported.empty() ? "" : "not supported yet: " + unsupported.front().text;
 }
+
+bool accepted(const Recipe& r, int gpus) { return refusal(r, gpus).empty(); }
 
 }  // namespace
 
@@ -125,7 +132,7 @@ SearchResult search_layouts(const Recipe& recipe, const Cluster& c) {
     for (int cp : cps)
       for (int pp : (n / tp) % cp == 0 ? divisors(n / tp / cp) : std::vector<int>{}) {
         const int dp = n / tp / cp / pp;
-        for (int v : {1, 2, 4}) {
+        for (int v : kSearchedVirtualStages) {
           if (v > 1 && pp == 1) continue;
           std::vector<PipelineSchedule> schedules{v > 1 ? PipelineSchedule::interleaved
                                                         : PipelineSchedule::one_f_one_b};
@@ -218,6 +225,84 @@ std::vector<Change> fitting_changes(const Recipe& r, const Cluster& c) {
     RankMemory m = predict_memory(changed, c);
     if (m.fits()) out.push_back({what, std::move(m)});
   }
+  return out;
+}
+
+int64_t headroom_margin(int64_t capacity) {
+  return std::max(kHeadroomFloor, int64_t(kHeadroomFraction * double(capacity)));
+}
+
+bool enough_headroom(const RankMemory& m) { return m.headroom() >= headroom_margin(m.capacity); }
+
+namespace {
+
+// The layout fields with_layout() and with_offload() set, and the two the search leaves at their
+// defaults (an even pp_layers split, ZeRO over the whole dp group); a schedule means nothing
+// without pipeline stages.
+bool same_layout(const Recipe& a, const Recipe& b) {
+  const ParallelConfig &p = a.parallel, &q = b.parallel;
+  const bool pipelined = p.pp > 1 || q.pp > 1;
+  return p.tp == q.tp && p.pp == q.pp && p.dp == q.dp && p.cp == q.cp && p.ep == q.ep && p.zero == q.zero &&
+         p.zero_group == q.zero_group && p.sequence_parallel == q.sequence_parallel && p.offload == q.offload &&
+         p.pp_layers == q.pp_layers &&
+         (!pipelined || (p.virtual_stages == q.virtual_stages && p.pp_schedule == q.pp_schedule)) &&
+         a.train.micro_batch == b.train.micro_batch &&
+         a.train.activation_checkpointing == b.train.activation_checkpointing;
+}
+
+int place_in(const std::vector<Candidate>& fitting, const Recipe& r) {
+  for (size_t i = 0; i < fitting.size(); ++i)
+    if (same_layout(fitting[i].recipe, r)) return int(i) + 1;
+  return 0;
+}
+
+// What of the recipe's layout the search does not vary, when it can tell.
+std::string not_enumerated(const Recipe& r, const Cluster& c) {
+  const ParallelConfig& p = r.parallel;
+  if (p.tp > c.gpus_per_node)
+    return fmt::format("tp {} spans more than a node's {} GPUs (the search keeps tensor parallelism inside a node)",
+                       p.tp, c.gpus_per_node);
+  if (!p.pp_layers.empty()) return "its parallel.pp_layers (the search splits the layers evenly)";
+  if (p.zero > 0 && p.zero_group != p.dp)
+    return fmt::format("its parallel.zero_group {} (the search shards over the whole dp group, {})", p.zero_group,
+                       p.dp);
+  if (p.pp > 1 && std::find(std::begin(kSearchedVirtualStages), std::end(kSearchedVirtualStages), p.virtual_stages) ==
+                      std::end(kSearchedVirtualStages))
+    return fmt::format("its {} virtual stages per pipeline rank (the search tries 1, 2 and 4)", p.virtual_stages);
+  if (p.pp > 1 && p.pp_schedule == PipelineSchedule::gpipe)
+    return "the gpipe schedule (the search tries 1F1B, zero-bubble and interleaved)";
+  return "docs/plan.md lists what the search varies";
+}
+
+}  // namespace
+
+OwnLayout own_layout(const Recipe& r, const Cluster& c, const SearchResult& found) {
+  OwnLayout out;
+  out.rank = place_in(found.fitting, r);
+  if (out.rank > 0) {
+    out.candidate = found.fitting[size_t(out.rank) - 1];
+    return out;
+  }
+  if (const std::string refused = refusal(r, c.gpus); !refused.empty()) {
+    out.why = "the search refuses it: " + refused;
+    return out;
+  }
+  Candidate own{r, predict_memory(r, c), predict_step(r, c)};
+  if (!own.memory.fits()) {
+    out.why = fmt::format("does not fit: predicted {} per rank, {} available", format_bytes(double(own.memory.bytes)),
+                          format_bytes(double(own.memory.capacity)));
+    if (r.parallel.offload == OffloadKind::none)
+      if (const int off = place_in(found.fitting, with_offload(r)); off > 0)
+        out.why += fmt::format("; with its optimizer state offloaded it is #{}", off);
+  } else {
+    out.would_rank = 1;
+    for (const Candidate& other : found.fitting)
+      if (other.time.total < own.time.total ||
+          (other.time.total == own.time.total && other.memory.bytes <= own.memory.bytes))
+        ++out.would_rank;
+    out.why = "not a layout the search enumerates: " + not_enumerated(r, c);
+  }
+  out.candidate = std::move(own);
   return out;
 }
 

@@ -6,10 +6,11 @@
 #include "common/error.h"
 #include "common/recipe/layout.h"
 #include "common/recipe/recipe_check.h"
+#include "kernels/backend_info.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
-#include "trainer/optim/offload.h"
+#include "trainer/placement/placement.h"
 
 namespace llmtrain::planner {
 namespace {
@@ -71,6 +72,17 @@ double ring_all_gather_time(double bytes, int ranks, double bandwidth, double la
   return ring_reduce_scatter_time(bytes, ranks, bandwidth, latency);
 }
 
+AttentionRates attention_rates(const Recipe& r, const Cluster& c) {
+  const DeviceSpec& dev = c.device;
+  if (c.stores_attention_scores) return {};
+  const kernels::DType storage = trainer::precision_dtype(r.train.precision);
+  if (kernels::cuda_attention_on_tensor_cores(storage, r.model.head_size()) && dev.attention_tc_forward_rate > 0)
+    return {dev.attention_tc_forward_rate, dev.attention_tc_backward_rate, dev.attention_tc_source};
+  if (dev.attention_forward_rate > 0)
+    return {dev.attention_forward_rate, dev.attention_backward_rate, dev.attention_source};
+  return {};
+}
+
 StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const ModelConfig& m = r.model;
   const Layout p = layout_of(r);
@@ -103,11 +115,11 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // QKᵀ and AV (the 12·H·hd·T of training / 3; H·hd is hidden unless model.head_dim says otherwise)
   const double attention_forward = 4.0 * m.heads * m.head_size() * double(m.seq_len) / tp;
   const double block_forward = 2 * counts.block_matmul + attention_forward;
-  // Attention's time: llmtrain's own kernel at its measured rates where the catalogue has them (a
-  // GPU, modelling llmtrain: its kernel does not use the tensor cores yet), else at the products'.
-  const bool own_attention = !c.stores_attention_scores && dev.attention_forward_rate > 0;
-  const double attention_forward_rate = own_attention ? dev.attention_forward_rate : rate;
-  const double attention_backward_rate = own_attention ? dev.attention_backward_rate : rate;
+  // Attention's time: llmtrain's own kernel's rates where the catalogue has them (a GPU), else the
+  // products'.
+  const AttentionRates own = attention_rates(r, c);
+  const double attention_forward_rate = own.forward > 0 ? own.forward : rate;
+  const double attention_backward_rate = own.backward > 0 ? own.backward : rate;
   const double head_forward = 2.0 * double(m.padded_vocab()) * m.hidden / tp;
   double block_recompute = 0;
   if (p.recompute == ActivationCheckpointing::full) block_recompute = block_forward;
@@ -299,31 +311,34 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // AdamW: about 32 bytes read and written per owned element (gradient, moments, master, parameter).
   out.optimizer =
       stage_params / shard * 32 / (dev.shares_host ? dev.memory_bandwidth / per_node : dev.memory_bandwidth);
-  if (r.parallel.offload != OffloadKind::none) {
+  // Where and when the busiest stage's update runs, as the run places it (trainer/placement/placement.h).
+  const trainer::Placement placed = trainer::place(r, p, {int(busiest), 0, 0});
+  if (placed.offload != OffloadKind::none) {
     // docs/offload.md. host's CPU update: the owned gradients down and the values up over the host
     // link, the update at the host's memory bandwidth, pipelined. Otherwise the state crosses to the
     // update and back, overlapped with it: host memory over the host link, or a node's disk shared
     // by its ranks.
     const double owned = stage_params / shard;
-    if (trainer::offload_updates_on_cpu(r, p.parameters_sharded())) {
-      const double link = owned * ((p.gradients_sharded() ? 4 : element) + (r.parallel.offload_params ? 0 : element)) /
-                          kHostLinkBandwidth;
+    if (placed.update == trainer::UpdateSite::cpu) {
+      const double link =
+          owned * double(trainer::cpu_update_bytes_per_element(p, placed.values_offloaded)) / kHostLinkBandwidth;
       out.optimizer = std::max(link, owned * 32 / (kHostMemoryBandwidth / per_node));
       // Beside backward (no clipping, no loss scaling): what the last micro-batch's backward does
       // not hide, and at least the last unit's share.
-      if (trainer::offload_updates_during_backward(r, p.parameters_sharded()))
+      if (placed.update_during_backward)
         out.optimizer = std::max(
             out.optimizer - backward_last,
-            out.optimizer * std::min(1.0, double(trainer::offload_unit(int64_t(owned))) / std::max(owned, 1.0)));
+            out.optimizer * std::min(1.0, double(trainer::offload_unit_for(int64_t(owned))) / std::max(owned, 1.0)));
     } else {
       const double state = owned * (p.fp32_master() ? 3 : 2) * 4;
-      const double link = r.parallel.offload == OffloadKind::host ? kHostLinkBandwidth : kDiskBandwidth / per_node;
+      const double link = placed.offload == OffloadKind::host ? kHostLinkBandwidth : kDiskBandwidth / per_node;
       out.optimizer = std::max(out.optimizer, 2 * state / link);
     }
   }
 
   out.total = out.compute + out.bubble + out.tp_comm + out.pp_comm + out.dp_comm + out.optimizer;
   const double step_tokens = double(r.train.global_batch) * m.seq_len;
+  out.tokens = step_tokens;
   out.model_flops = trainer::training_flops_per_token(m) * step_tokens;
   double recompute = 0;
   if (p.recompute == ActivationCheckpointing::full)

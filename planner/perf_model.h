@@ -52,6 +52,16 @@ double ring_all_reduce_time(double bytes, int ranks, double bandwidth, double la
 double ring_reduce_scatter_time(double bytes, int ranks, double bandwidth, double latency);
 double ring_all_gather_time(double bytes, int ranks, double bandwidth, double latency);
 
+// The attention rates the model times a recipe's attention at: the kernel the run would take
+// (kernels::cuda_attention_on_tensor_cores: the tensor cores' for bf16 and fp16 at head dims that
+// are multiples of 16 up to 256, else the CUDA cores'), or none (0: at the products' rate) where the
+// device has no rates of its own (cpu) or the cluster models stored attention scores.
+struct AttentionRates {
+  double forward = 0, backward = 0;
+  std::string source;  // empty with no rates of its own
+};
+AttentionRates attention_rates(const Recipe& r, const Cluster& c);
+
 struct StepPrediction {
   // Seconds per optimizer step, by part; total = compute + bubble + tp_comm + pp_comm + dp_comm +
   // optimizer, where compute, tp_comm and pp_comm are the busiest stage's.
@@ -68,6 +78,7 @@ struct StepPrediction {
   // volumes: an all-reduce of B bytes over n ranks sends 2(n−1)/n·B; what parallel::CountingComm
   // counts in a run of the layout); 0 without tensor parallelism.
   double tp_bytes = 0;
+  double tokens = 0;       // per step: global_batch × seq_len
   double model_flops = 0;  // the step's FLOPs by the model formula (6N + 12·L·d·T per token, docs/metrics.md)
   double flops_with_recompute = 0;  // plus what recomputation repeats (what the device computes)
   // The part other than compute that costs the most ("pipeline bubble", "tensor-parallel
@@ -75,6 +86,10 @@ struct StepPrediction {
   std::string limit;
 
   double model_flops_per_gpu(int gpus) const { return total > 0 ? model_flops / total / gpus : 0; }
+  // Model FLOPs utilisation, predicted: model_flops_per_gpu over one GPU's rated peak
+  // (DeviceSpec::rated_peak), as a fraction; docs/metrics.md's MFU of a run at this step time.
+  double mfu(int gpus, double peak) const { return peak > 0 ? model_flops_per_gpu(gpus) / peak : 0; }
+  double tokens_per_s_per_gpu(int gpus) const { return total > 0 ? tokens / total / gpus : 0; }
 };
 
 // One step of the resolved recipe's layout (tp, pp, dp, zero, micro-batch, recomputation, sequence

@@ -1,5 +1,7 @@
-# Part 5 of scripts/gpu_check.sh (sourced there: uses its L, work, py, simulator, report and status):
-# parallel.offload on the device (docs/offload.md).
+# shellcheck shell=bash
+# Part 5 of scripts/gpu_check.sh (sourced there: uses its L, work, py, simulator, report, status and
+# bounded, which runs a command within the part's time limit): parallel.offload on the device
+# (docs/offload.md).
 #
 #   - tiny in bf16, OFFLOAD_STEPS (default 10; 3 on the simulator) steps in memory, with `host`
 #     (AdamW on the CPU over page-locked state, gradients copied down during backward) and with
@@ -22,7 +24,7 @@ for kind in none host nvme none-noclip host-noclip; do
   extra=(--set parallel.offload=${kind%-noclip})
   [[ $kind == nvme ]] && extra+=(--set parallel.offload_path="$work/offload-scratch")
   [[ $kind == *-noclip ]] && extra+=(--set train.grad_clip=0)  # host: updated beside backward
-  if ! "$L" run recipes/tiny.yaml "${offload_common[@]}" "${extra[@]}" --set log.dir="$work/offload-$kind" \
+  if ! bounded "$L" run recipes/tiny.yaml "${offload_common[@]}" "${extra[@]}" --set log.dir="$work/offload-$kind" \
     >"$work/offload-$kind.log" 2>&1; then
     report "offload $kind: the run failed ($work/offload-$kind.log)"
     status=1
@@ -57,8 +59,8 @@ if ((simulator == 0)); then
       --set data.train="$work/data/train" --set data.valid="$work/data/valid" --set eval.every=0 --set log.every=1
       --set checkpoint.every=0 --set checkpoint.resume=none --set optimizer.warmup=1)
     report "offload host, $layers layers (~$((params / 1000000000))B parameters), in memory:" \
-      "$("$L" run recipes/tiny.yaml "${big[@]}" --dry-run --gpu "${catalog:-h100}" 2>&1 | grep -m1 'predicted memory per rank')"
-    if timeout 900 "$L" run recipes/tiny.yaml "${big[@]}" --set parallel.offload=host --set log.dir="$work/offload-big" \
+      "$(bounded "$L" run recipes/tiny.yaml "${big[@]}" --dry-run --gpu "${catalog:-h100}" 2>&1 | grep -m1 'predicted memory per rank')"
+    if bounded timeout 900 "$L" run recipes/tiny.yaml "${big[@]}" --set parallel.offload=host --set log.dir="$work/offload-big" \
       >"$work/offload-big.log" 2>&1; then
       report "offload host, the same with host: $(grep -m1 -o 'memory per rank: .*' "$work/offload-big.log");" \
         "median step $("$py" -c "import json,statistics,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"elapsed_s\"' in l]; t=[b['elapsed_s']-a['elapsed_s'] for a,b in zip(r,r[1:])]; print(f'{statistics.median(t):.2f} s')" \

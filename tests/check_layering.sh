@@ -6,6 +6,8 @@
 # launcher/ and trainer/ stand side by side: the launcher knows the trainer only through the floor
 # below both (the recipe types and checks in common/recipe/, the checkpoint directory layout in
 # common/checkpoint_dir.h, the stop signals in common/signals.h); cli/ joins them.
+# Inside trainer/, the rooms' rule (below): loop/ uses the others, none of them includes loop/, and
+# optim/ does not include checkpoint/.
 # Fails listing every include that points up or sideways.
 set -euo pipefail
 src=${2:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -31,6 +33,32 @@ for dir in "${!allowed[@]}"; do
     echo "layering: $file includes $inc/ but $dir/ may use only: ${allowed[$dir]:-nothing of ours}"
     bad=1
   done < <(grep -rHE '^#include "[a-z_]+/' "$dir" --include='*.cpp' --include='*.h' --include='*.cu' --include='*.cuh' || true)
+done
+
+# Inside trainer/, its rooms (trainer/CMakeLists.txt says why each file stands where it does): loop/
+# (train() and the step) uses the others, and none of them includes loop/; placement/ (what lives
+# where, decided once) stands below loop/ and report/ (which prints its account) and above model/
+# and optim/ (whose layouts it reads), so those two do not include it; optim/ (what updates the
+# parameters) does not include checkpoint/ (which saves them): the checkpoint side reads optim/.
+declare -A room_forbidden=(
+  [checkpoint]="loop"
+  [report]="loop"
+  [placement]="loop report checkpoint"
+  [optim]="loop checkpoint placement"
+  [data]="loop placement"
+  [model]="loop placement"
+)
+for room in "${!room_forbidden[@]}"; do
+  [[ -d trainer/$room ]] || continue
+  while IFS= read -r line; do
+    file=${line%%:*}
+    path=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$line")
+    inc=$(sed -E 's|^trainer/([a-z_]+)/.*|\1|' <<<"$path")
+    [[ " ${room_forbidden[$room]} " == *" $inc "* ]] || continue
+    echo "layering: $file includes trainer/$inc/ but trainer/$room/ may not (${room_forbidden[$room]// /, })"
+    bad=1
+  done < <(grep -rHE '^#include "trainer/[a-z_]+/' "trainer/$room" --include='*.cpp' --include='*.h' --include='*.cu' \
+    --include='*.cuh' || true)
 done
 [[ $bad == 0 ]] && echo "layering: ok"
 exit $bad

@@ -26,6 +26,7 @@ constexpr EnumName<DeviceCommKind> kDeviceCommKind[] = {
     {"auto", DeviceCommKind::automatic}, {"nccl", DeviceCommKind::nccl}, {"staged", DeviceCommKind::staged}};
 constexpr EnumName<OffloadKind> kOffloadKind[] = {
     {"none", OffloadKind::none}, {"host", OffloadKind::host}, {"nvme", OffloadKind::nvme}};
+constexpr EnumName<ProfileMode> kProfileMode[] = {{"none", ProfileMode::none}, {"ops", ProfileMode::ops}};
 constexpr EnumName<RopeScalingType> kRopeScalingType[] = {
     {"none", RopeScalingType::none}, {"linear", RopeScalingType::linear}, {"llama3", RopeScalingType::llama3}};
 
@@ -45,5 +46,6 @@ std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType) { return kRopeScalingType; }
 std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind) { return kDeviceCommKind; }
 std::span<const EnumName<OffloadKind>> enum_names(OffloadKind) { return kOffloadKind; }
+std::span<const EnumName<ProfileMode>> enum_names(ProfileMode) { return kProfileMode; }
 
 }  // namespace llmtrain

@@ -26,12 +26,15 @@ enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's attention: K/V blocks around a ring, or Ulysses' heads ↔ sequence all-to-all.
 enum class CpComm { ring, all_to_all };
 // What moves a cuda rank's device memory between ranks: NCCL when the build and layout allow
-// (automatic), NCCL, or the staged path through pinned host memory and MPI (parallel/device_comm.h).
+// (automatic), NCCL, or the staged path through pinned host memory and MPI (parallel/comm/device_comm.h).
 enum class DeviceCommKind { automatic, nccl, staged };
 // Where the optimizer's state lives between its updates (parallel.offload): in the compute device's
 // memory, in (pinned) host memory, or in files under parallel.offload_path (trainer/optim/offload.h).
 enum class OffloadKind { none, host, nvme };
 enum class ResumeMode { automatic, none, path };
+// What the run measures besides its step times (log.profile): nothing, or each op's device time over
+// a few steps (trainer/loop/op_profiler.h, docs/metrics.md "Per-op timing").
+enum class ProfileMode { none, ops };
 // RoPE's frequency scaling for longer contexts (transformers' rope_type): Llama 3.1+'s `llama3`, or
 // `linear` position interpolation.
 enum class RopeScalingType { none, linear, llama3 };
@@ -199,6 +202,8 @@ struct LogConfig {
   double peak_tflops = 0.0;       // 0 = auto: from the device (see docs/recipe.md)
   double straggler_factor = 1.5;  // a rank computing this many times the median is named
   bool tensorboard = false;       // also write TensorBoard event files to <dir>/tensorboard/
+  ProfileMode profile = ProfileMode::none;
+  int profile_steps = 3;  // log.profile ops: the steps timed, after the first (warm-up) one
 };
 
 struct SlurmConfig {
@@ -261,6 +266,7 @@ std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType);
 std::span<const EnumName<CpComm>> enum_names(CpComm);
 std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind);
 std::span<const EnumName<OffloadKind>> enum_names(OffloadKind);
+std::span<const EnumName<ProfileMode>> enum_names(ProfileMode);
 
 // The name of a recipe enum's value, as recipes write it ("1f1b").
 template <typename E>

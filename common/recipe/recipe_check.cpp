@@ -313,11 +313,22 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   // Batch arithmetic.
   const TrainConfig& t = r.train;
   const int64_t per_step = int64_t(t.micro_batch) * std::max(p.dp, 1);
+  const bool ranks_give_dp = needed == world.size;  // dp is the number of ranks over the other factors
   if (t.global_batch % per_step != 0)
     problem("train.global_batch",
-            fmt::format("global_batch {} is not divisible by micro_batch {} × dp {} = {}", t.global_batch,
-                        t.micro_batch, p.dp, per_step),
-            "global_batch must be a whole number of micro-batches on every data-parallel rank");
+            fmt::format("global_batch {} is not divisible by micro_batch {} × dp {} = {}{}", t.global_batch,
+                        t.micro_batch, p.dp, per_step,
+                        ranks_give_dp
+                            ? fmt::format(" (dp {}: the world size {}, {}{}, over {})", p.dp, world.size, world.source,
+                                          world.source.find("procs_per_node") != std::string::npos
+                                              ? " (--nproc sets launch.procs_per_node)"
+                                              : "",
+                                          factors.substr(0, factors.rfind(" × dp")))
+                            : ""),
+            ranks_give_dp
+                ? "global_batch must be a whole number of micro-batches on every data-parallel rank: start fewer "
+                  "ranks (--nproc), raise train.global_batch, lower train.micro_batch, or set parallel.dp"
+                : "global_batch must be a whole number of micro-batches on every data-parallel rank");
   else if (p.pp_schedule == PipelineSchedule::interleaved && p.pp > 1 && (t.global_batch / per_step) % p.pp != 0)
     problem("train.global_batch",
             fmt::format("the interleaved schedule needs micro-batches per step ({}) divisible by pp {}",

@@ -4,31 +4,25 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "kernels/adamw_math.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/stored.h"
 
 namespace llmtrain::kernels::cpu {
 namespace {
 
-// The step's constants, computed once (kernels/cuda/adamw.cu computes them the same way).
-struct Constants {
-  float step_size, inv_sqrt_bc2, b1, b2, eps, gs;
-  explicit Constants(const AdamWStep& s) : b1(s.beta1), b2(s.beta2), eps(s.eps), gs(s.grad_scale) {
-    const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
-    const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
-    step_size = float(double(s.lr) / bc1);
-    inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  }
-  // One element: g the gradient as stored, read as fp32.
-  void update(float& p, float g, float& m, float& v, float decay) const {
-    const float gi = g * gs;
-    const float mi = b1 * m + (1.0f - b1) * gi;
-    const float vi = b2 * v + (1.0f - b2) * gi * gi;
-    m = mi;
-    v = vi;
-    p = p * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-  }
-};
+// The step's constants, computed once (kernels/cuda/adamw.cu computes them the same way); the
+// update of an element is kernels/adamw_math.h's, as on the device.
+AdamWConstants constants(const AdamWStep& s) {
+  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
+  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
+  return {.grad_scale = s.grad_scale,
+          .b1 = s.beta1,
+          .b2 = s.beta2,
+          .eps = s.eps,
+          .step_size = float(double(s.lr) / bc1),
+          .inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2))};
+}
 
 }  // namespace
 
@@ -47,7 +41,7 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
              count, row[5]);
     total += count;
   }
-  const Constants c(s);
+  const AdamWConstants c = constants(s);
   const float decays[2] = {1.0f, 1.0f - s.lr * s.weight_decay};
   float *p = params.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
   with_stored(grads, [&](auto g) {
@@ -56,7 +50,7 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
       const int64_t* row = t + 6 * i;
       const int64_t po = row[0], go = row[1], so = row[2], n = row[4];
       const float decay = decays[row[5]];
-      for (int64_t j = 0; j < n; ++j) c.update(p[po + j], g(go + j), pm[so + j], pv[so + j], decay);
+      for (int64_t j = 0; j < n; ++j) adamw_element(c, decay, g(go + j), p[po + j], pm[so + j], pv[so + j]);
       if (rounded.defined()) cpu::convert(rounded.flat(row[3], n), host_tensor(p + po, {n}));
     }
   });

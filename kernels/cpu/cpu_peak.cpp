@@ -171,11 +171,6 @@ std::optional<CpuCoreSpec> amd_lookup(int family, int model) {
 
 const char* width_name(int bits) { return bits >= 512 ? "AVX-512" : bits >= 256 ? "AVX2" : "SSE"; }
 
-std::string format_rate(double flops) {
-  if (flops >= 1e12) return fmt::format("{:.3g} TFLOP/s", flops / 1e12);
-  return fmt::format("{:.3g} GFLOP/s", flops / 1e9);
-}
-
 struct ClockReading {
   const char* source;
   double mhz;
@@ -230,6 +225,11 @@ double cpuid_max_mhz() { return 0; }
 #endif
 
 }  // namespace
+
+std::string format_rate(double flops) {
+  if (flops >= 1e12) return fmt::format("{:.3g} TFLOP/s", flops / 1e12);
+  return fmt::format("{:.3g} GFLOP/s", flops / 1e9);
+}
 
 std::optional<CpuCoreSpec> cpu_core_lookup(std::string_view vendor, int family, int model, std::string_view name) {
   if (vendor == "GenuineIntel") return intel_lookup(family, model, name);

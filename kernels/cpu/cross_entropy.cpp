@@ -4,9 +4,11 @@
 // Rules a reader could get wrong: padding columns [vocab, Vpad) take no part in the softmax and
 // get zero gradient; a row whose target is ignore_index has loss 0 and zero gradient; a row with
 // a NaN or infinite logit gets a NaN loss (the training loop's non-finite check relies on it,
-// and the max/exp below would otherwise hide a NaN). The mean is summed serially in double in
-// row order, and the backward's per-row gradient is loss_scale / float(count): both are part of
-// the numbers a run reproduces bitwise, so neither may become a parallel or float reduction.
+// and the max/exp below would otherwise hide a NaN). The mean is summed in double in the op
+// table's fixed order (kLossLanes lanes of rows in row order, then a binary tree of the lanes,
+// which the device computes with a thread per lane), and the backward's per-row gradient is
+// loss_scale / float(count): both are part of the numbers a run reproduces bitwise on either
+// device, so neither may take another order or become a float reduction.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -179,13 +181,16 @@ void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets,
   const int64_t n = losses.numel();
   const float* l = losses.ptr<float>();
   const int32_t* tg = targets.ptr<int32_t>();
-  double sum = 0;
+  double lane[kLossLanes] = {};
   int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i)
     if (tg[i] != ignore_index) {
-      sum += l[i];
+      lane[i % kLossLanes] += l[i];
       ++counted;
     }
+  for (int64_t h = kLossLanes / 2; h > 0; h /= 2)
+    for (int64_t j = 0; j < h; ++j) lane[j] += lane[j + h];
+  const double sum = lane[0];
   LT_CHECK(counted <= INT32_MAX, "loss_mean_forward: {} counted rows", counted);
   *count.ptr<int32_t>() = int32_t(counted);
   *mean.ptr<float>() = counted ? float(sum / double(counted)) : 0.0f;

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "kernels/cpu/column_sum.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/stored.h"
 
 namespace llmtrain::kernels::cpu {
 
@@ -54,6 +55,25 @@ void linear_backward_input(Tensor din, Tensor dout, Tensor weight) {
   const int64_t k = din.shape[din.shape.rank() - 1], n = din.numel() / k, o = weight.numel() / k;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(n), blas_int(k), blas_int(o), 1.0f, dout.ptr<float>(),
               blas_int(o), weight.ptr<float>(), blas_int(k), 0.0f, din.ptr<float>(), blas_int(k));
+}
+
+// linear_forward then gelu_forward, fc rounded as stored in between: bitwise the two ops.
+void linear_gelu_forward(Tensor act, Tensor fc, Tensor in, Tensor weight, Tensor bias) {
+  cpu::linear_forward(fc, in, weight, bias);
+  round_as_stored(fc);
+  cpu::gelu_forward(act, fc);
+}
+
+// linear_backward_input, gelu_backward (in place) and residual_backward's column sums, each result
+// rounded as stored: bitwise the three ops.
+void linear_backward_input_gelu(Tensor din, Tensor dbias, Tensor dout, Tensor weight, Tensor pre) {
+  cpu::linear_backward_input(din, dout, weight);
+  round_as_stored(din);
+  cpu::gelu_backward(din, din, pre);
+  if (!dbias.defined()) return;
+  round_as_stored(din);
+  const int64_t c = din.shape[din.shape.rank() - 1];
+  column_sum_add(dbias.ptr<float>(), din.ptr<float>(), c ? din.numel() / c : 0, c);
 }
 
 }  // namespace llmtrain::kernels::cpu

@@ -1,24 +1,22 @@
 // Mixture of experts on the CPU: the router (softmax gate, top-k, its gradient with the
 // load-balancing and z losses), the token permutation (plan, stats), gather and combine, and the
-// experts' grouped product (kernels/op_table.def has the contracts).
+// experts' grouped product (kernels/op_table.def has the contracts). The per-row maths the device
+// must reproduce (the softmax and top-k, the router's gradient, the stats' sums, the plan's
+// keep-and-place rule) is kernels/moe_math.h's, shared with kernels/cuda/moe.cu.
 //
-// Rules a reader could get wrong:
-//  - Every result is independent of the thread count: the router's logits are one dot product per
-//    (row, expert) on one thread, the plan is one serial counting sort, the stats sum in double in
-//    row order, and a thread owns every row or column it writes (scatters go through the plan's
-//    one-to-one pos, never two writers to one row).
-//  - The top-k walk is "the largest below the previous pick" in (prob descending, expert
-//    ascending) order, so equal probs go to the lower expert first; a row of NaNs (nothing
-//    compares) picks experts 0, 1, ... rather than an id outside [0, E).
+// The rule a reader could get wrong: every result is independent of the thread count: the
+// router's logits are one dot product per (row, expert) on one thread, the plan is one serial
+// counting sort, the stats sum in double in row order, and a thread owns every row or column it
+// writes (scatters go through the plan's one-to-one pos, never two writers to one row).
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/moe_math.h"
 
 namespace llmtrain::kernels::cpu {
 
@@ -27,38 +25,6 @@ namespace {
 int blas_dim(int64_t v) {
   LT_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "matrix dimension {} exceeds BLAS's int", v);
   return int(v);
-}
-
-// Softmax over logits p[0, e) in place (p becomes the probs); returns the log-sum-exp.
-float router_softmax(float* p, int64_t e_count) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t e = 0; e < e_count; ++e) mx = std::max(mx, p[e]);
-  float sum = 0.0f;
-  for (int64_t e = 0; e < e_count; ++e) sum += std::exp(p[e] - mx);
-  const float lse = mx + std::log(sum);
-  for (int64_t e = 0; e < e_count; ++e) p[e] = std::exp(p[e] - lse);
-  return lse;
-}
-
-// The k largest of p (descending, ties to the lower index) into ex; their probs (or renormalized
-// weights) into w.
-void router_top_k(int32_t* ex, float* w, const float* p, int64_t e_count, int64_t k, bool renormalize) {
-  int64_t prev = -1;
-  float sum = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < e_count; ++e) {
-      const bool below = prev < 0 || p[e] < p[prev] || (p[e] == p[prev] && e > prev);
-      if (below && (best < 0 || p[e] > p[best])) best = e;
-    }
-    if (best < 0) best = j;  // NaN probs: nothing compares
-    ex[j] = int32_t(best);
-    w[j] = p[best];
-    sum += p[best];
-    prev = best;
-  }
-  if (renormalize)
-    for (int64_t j = 0; j < k; ++j) w[j] /= sum;
 }
 
 // The offsets [groups + 1] of grouped_linear, checked: non-decreasing, within [0, rows].
@@ -103,33 +69,14 @@ void moe_router_backward(Tensor din, Tensor drouter, Tensor dweight, Tensor prob
                          float z_coef, float loss_scale) {
   const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
   if (n == 0) return;
-  // d(aux)/dp[e] = aux_scale · stats[e] and d(z)/dlogit[e] = z_scale · lse · p[e]: one float each,
-  // computed as the CUDA entry point does.
-  const float aux_scale = loss_scale * aux_coef * float(e_count) / (float(n) * float(n * k));
-  const float z_scale = loss_scale * z_coef * 2.0f / float(n);
+  const RouterLossScales scales = router_loss_scales(e_count, n, k, aux_coef, z_coef, loss_scale);
   const float *p = probs.ptr<float>(), *l = lse.ptr<float>(), *dw = dweight.ptr<float>(), *st = stats.ptr<float>();
   const int32_t* ex = expert.ptr<int32_t>();
   float* dlogit = thread_scratch(0, size_t(n * e_count));
 #pragma omp parallel for schedule(static) if (n * e_count > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    const float* pi = p + i * e_count;
-    const int32_t* exi = ex + i * k;
-    const float* dwi = dw + i * k;
-    float* d = dlogit + i * e_count;
-    for (int64_t e = 0; e < e_count; ++e) d[e] = aux_scale * st[e];
-    if (renormalize) {
-      float sum = 0.0f, dot = 0.0f;
-      for (int64_t j = 0; j < k; ++j) sum += pi[exi[j]];
-      for (int64_t j = 0; j < k; ++j) dot += dwi[j] * (pi[exi[j]] / sum);
-      for (int64_t j = 0; j < k; ++j) d[exi[j]] += (dwi[j] - dot) / sum;
-    } else {
-      for (int64_t j = 0; j < k; ++j) d[exi[j]] += dwi[j];
-    }
-    float pd = 0.0f;
-    for (int64_t e = 0; e < e_count; ++e) pd += pi[e] * d[e];
-    const float z = z_scale * l[i];
-    for (int64_t e = 0; e < e_count; ++e) d[e] = pi[e] * (d[e] - pd) + z * pi[e];
-  }
+  for (int64_t i = 0; i < n; ++i)
+    router_dlogit_row(dlogit + i * e_count, p + i * e_count, l[i], ex + i * k, dw + i * k, st, e_count, k, renormalize,
+                      scales);
   // din [n, c] += dlogit [n, E] · router [E, c];  drouter [E, c] += dlogitᵀ · in [n, c]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_dim(n), blas_dim(c), blas_dim(e_count), 1.0f, dlogit,
               blas_dim(e_count), router.ptr<float>(), blas_dim(c), 1.0f, din.ptr<float>(), blas_dim(c));
@@ -150,17 +97,11 @@ void moe_route_plan(Tensor order, Tensor pos, Tensor offsets, Tensor expert, int
     ++seen[ex[a]];
   }
   off[0] = 0;
-  for (int64_t e = 0; e < experts; ++e)
-    off[e + 1] = off[e] + (capacity > 0 ? int32_t(std::min<int64_t>(seen[e], capacity)) : seen[e]);
+  for (int64_t e = 0; e < experts; ++e) off[e + 1] = off[e] + route_kept(seen[e], capacity);
   std::fill(seen, seen + experts, 0);
   for (int64_t a = 0; a < m; ++a) {
-    const int32_t e = ex[a], rank = seen[e]++;
-    if (rank < off[e + 1] - off[e]) {
-      ord[off[e] + rank] = int32_t(a);
-      ps[a] = off[e] + rank;
-    } else {
-      ps[a] = -1;
-    }
+    const int32_t e = ex[a];
+    route_place(ord, ps, off, e, seen[e]++, a);
   }
   std::fill(ord + off[experts], ord + m, -1);
 }
@@ -177,14 +118,8 @@ void moe_route_stats(Tensor stats, Tensor probs, Tensor lse, Tensor expert, Tens
     st[ex[a]] += 1.0f;
   }
 #pragma omp parallel for schedule(static) if (n * e_count > 32768)
-  for (int64_t e = 0; e < e_count; ++e) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += double(p[i * e_count + e]);
-    st[e_count + e] = float(s);
-  }
-  double z = 0;
-  for (int64_t i = 0; i < n; ++i) z += double(l[i]) * double(l[i]);
-  st[2 * e_count] = float(z);
+  for (int64_t e = 0; e < e_count; ++e) st[e_count + e] = route_prob_sum(p, n, e_count, e);
+  st[2 * e_count] = route_lse_square_sum(l, n);
   st[2 * e_count + 1] = float(m - off[e_count]);
 }
 

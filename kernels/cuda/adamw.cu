@@ -1,32 +1,68 @@
 // AdamW on the device (kernels/cpu/adamw.cpp is the reference): fp32 master weights and moments,
 // gradients in any storage dtype, the step's constants computed once on the host exactly as the
-// CPU computes them.
+// CPU computes them, each element updated by the CPU's own function (kernels/adamw_math.h: the
+// same bits). Memory-bound: 16 bytes read and 12 written per element with fp32 gradients and no
+// rounded copy (docs/cuda.md, "The step's memory-bound kernels").
 #include <cmath>
 
+#include "kernels/adamw_math.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
 namespace {
 
 // adamw_rows: block b updates row b (offsets, count and decay from the table); with R the rounded
-// parameters' storage type, each updated value is also rounded into them.
+// parameters' storage type, each updated value is also rounded into them. Where every array's
+// start has the same alignment (the common case: offsets equal, or equal modulo 4), the row is
+// walked in groups of 4 (16-byte fp32 accesses) after a scalar head and before a scalar tail;
+// otherwise element by element. The arithmetic per element is the same either way.
 template <class G, class R>
 __global__ void adamw_rows_kernel(float* __restrict__ p, const G* __restrict__ g, float* __restrict__ m,
                                   float* __restrict__ v, R* __restrict__ rounded, const int64_t* __restrict__ rows,
-                                  float b1, float b2, float eps, float grad_scale, float decay, float step_size,
-                                  float inv_sqrt_bc2) {
+                                  AdamWConstants c, float decay) {
   const int64_t* row = rows + 6 * int64_t(blockIdx.x);
-  const int64_t po = row[0], go = row[1], so = row[2], ro = row[3], n = row[4];
+  const int64_t n = row[4];
   const float d = row[5] != 0 ? decay : 1.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float gi = load(g, go + i) * grad_scale;
-    const float mi = b1 * m[so + i] + (1.0f - b1) * gi;
-    const float vi = b2 * v[so + i] + (1.0f - b2) * gi * gi;
-    m[so + i] = mi;
-    v[so + i] = vi;
-    const float pi = p[po + i] * d - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    p[po + i] = pi;
-    if (rounded) store(rounded, ro + i, pi);
+  p += row[0];
+  g += row[1];
+  m += row[2];
+  v += row[2];
+  if (rounded) rounded += row[3];
+  int64_t head = unaligned_head(p);
+  head = head < n ? head : n;
+  const bool grouped = aligned4(p + head) && aligned4(g + head) && aligned4(m + head) && aligned4(v + head) &&
+                       (!rounded || aligned4(rounded + head));
+  if (!grouped) head = n;
+  const int64_t groups = (n - head) / 4, tail = head + 4 * groups;
+  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    adamw_element(c, d, load(g, i), pi, mi, vi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi;
+    if (rounded) store(rounded, i, pi);
+  }
+  for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+    const int64_t i = head + 4 * k;
+    float gi[4], pi[4], mi[4], vi[4];
+    load4(g, i, gi);
+    load4(p, i, pi);
+    load4(m, i, mi);
+    load4(v, i, vi);
+    LT_UNROLL
+    for (int e = 0; e < 4; ++e) adamw_element(c, d, gi[e], pi[e], mi[e], vi[e]);
+    store4(m, i, mi);
+    store4(v, i, vi);
+    store4(p, i, pi);
+    if (rounded) store4(rounded, i, pi);
+  }
+  for (int64_t i = tail + threadIdx.x; i < n; i += blockDim.x) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    adamw_element(c, d, load(g, i), pi, mi, vi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi;
+    if (rounded) store(rounded, i, pi);
   }
 }
 
@@ -37,7 +73,12 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
   if (r == 0) return;
   const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
   const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
-  const float step_size = float(double(s.lr) / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  const AdamWConstants c{.grad_scale = s.grad_scale,
+                         .b1 = s.beta1,
+                         .b2 = s.beta2,
+                         .eps = s.eps,
+                         .step_size = float(double(s.lr) / bc1),
+                         .inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2))};
   const float decay = 1.0f - s.lr * s.weight_decay;
   // Without rounded parameters the kernel's R is float and its pointer null.
   const Tensor out = rounded.defined() ? rounded : params;
@@ -47,8 +88,7 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
       using R = decltype(rtag);
       LT_LAUNCH(unsigned(r), 256, 0, compute_stream(), adamw_rows_kernel<G, R>)
       (params.ptr<float>(), data<const G>(grads), m.ptr<float>(), v.ptr<float>(),
-       rounded.defined() ? data<R>(rounded) : nullptr, rows.ptr<int64_t>(), s.beta1, s.beta2, s.eps, s.grad_scale,
-       decay, step_size, inv_sqrt_bc2);
+       rounded.defined() ? data<R>(rounded) : nullptr, rows.ptr<int64_t>(), c, decay);
     });
   });
   LT_CUDA_LAUNCHED("adamw_rows_kernel");

@@ -22,10 +22,17 @@
 // banks.
 #include <string>
 
+#include "kernels/cuda/attention_operands.cuh"
+#include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
 namespace {
+
+using attention::Heads;
+using attention::Mask;
+using attention::operands;
+using attention::Operands;
 
 // The largest head dim: the tiles' shared memory and a row's 4 threads of kDims each.
 constexpr int64_t kMaxHeadDim = 128;
@@ -42,43 +49,6 @@ int group_for(int64_t d) {
   while (int64_t(g) * kDims < d) g *= 2;
   return g;
 }
-
-// The heads of one of q, k, v, out (or a gradient) inside its [B, T, width, D] tensor: element e of
-// head h (counted from `first`) of row `row` of sequence b is at at(b, row, h) + e.
-struct Heads {
-  int64_t t, width, first, d;
-  __device__ int64_t at(int64_t b, int64_t row, int64_t h) const { return ((b * t + row) * width + first + h) * d; }
-};
-
-// Which keys a query row sees (kernels/ops.h's AttentionSpec in key-row coordinates): key rows
-// [lo(row), hi(row)).
-struct Mask {
-  int64_t offset;  // q_begin − kv_begin
-  int64_t keys;    // key rows
-  bool causal;
-  int64_t window;
-  __device__ int64_t hi(int64_t row) const {
-    if (!causal) return keys;
-    const int64_t h = offset + row + 1;
-    return h < 0 ? 0 : (h < keys ? h : keys);
-  }
-  __device__ int64_t lo(int64_t row) const {
-    if (window <= 0) return 0;
-    const int64_t l = offset + row + 1 - window;
-    return l < 0 ? 0 : (l < keys ? l : keys);
-  }
-  __device__ bool visible(int64_t row, int64_t key) const { return key >= lo(row) && key < hi(row); }
-};
-
-// One attention call's tensors and shapes.
-template <class T>
-struct Operands {
-  const T *q, *k, *v;
-  Heads qh, kh, vh, oh;  // oh: out and dout [B, Tq, heads, D]
-  int64_t tq, heads, kv_heads, d;
-  Mask mask;
-  __device__ int64_t lse_at(int64_t b, int64_t h, int64_t row) const { return (b * heads + h) * tq + row; }
-};
 
 // This thread's place: row r of the block's rows, chunk c of the row (dims [c·kDims, +kDims)).
 struct Place {
@@ -351,34 +321,23 @@ size_t tile_bytes(int group) { return size_t(2 * kTile * group * kChunk) * sizeo
 
 void check_head_dim(int64_t d) {
   if (d > kMaxHeadDim)
-    not_supported("attention with head dim " + std::to_string(d) + " on CUDA (the kernels take up to " +
-                      std::to_string(kMaxHeadDim) + ")",
-                  "use a model whose head dim (model.hidden / model.heads) is at most 128, or train.device: cpu");
-}
-
-template <class T>
-Operands<T> operands(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
-  const int64_t tq = q.shape[1], d = q.shape[3];
-  return {data<const T>(q),
-          data<const T>(k),
-          data<const T>(v),
-          {tq, q.shape[2], spec.q_head, d},
-          {k.shape[1], k.shape[2], spec.k_head, d},
-          {v.shape[1], v.shape[2], spec.v_head, d},
-          {tq, spec.heads, 0, d},
-          tq,
-          spec.heads,
-          spec.kv_heads,
-          d,
-          {spec.q_begin - spec.kv_begin, k.shape[1], spec.causal, spec.window}};
+    not_supported("attention with head dim " + std::to_string(d) +
+                      " on CUDA in fp32 storage, or not a multiple of 16 "
+                      "(these kernels take up to " +
+                      std::to_string(kMaxHeadDim) +
+                      "; the tensor-core ones, bf16 and fp16 "
+                      "at multiples of 16, up to 256)",
+                  "use a model whose head dim (model.hidden / model.heads) is at most 128, or train.precision: bf16 "
+                  "with a multiple of 16 up to 256, or train.device: cpu");
 }
 
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
   const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3];
-  check_head_dim(d);
   if (b * tq == 0) return;
+  if (attention_tc_takes(q)) return attention_tc_forward(out, lse, q, k, v, spec);
+  check_head_dim(d);
   const float scale = 1.0f / sqrtf(float(d));
   const int group = group_for(d);
   with_storage(q, [&](auto tag) {
@@ -393,8 +352,9 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, con
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                         Tensor lse, const AttentionSpec& spec) {
   const int64_t b = q.shape[0], tq = q.shape[1], tk = k.shape[1], d = q.shape[3];
-  check_head_dim(d);
   if (b * (tq + tk) == 0) return;
+  if (attention_tc_takes(q)) return attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, spec);
+  check_head_dim(d);
   const float scale = 1.0f / sqrtf(float(d));
   const int group = group_for(d);
   // δ = dO·O per query row, from the dq kernel to the dk/dv kernel.

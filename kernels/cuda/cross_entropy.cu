@@ -1,11 +1,13 @@
 // Softmax cross-entropy on the device (kernels/cpu/cross_entropy.cpp is the reference): one block
-// per row for the log-sum-exp and the gradient, the vocab-parallel pieces (shard max, shard sums,
-// combine, shard backward) and the micro-batch's mean loss.
+// per row for the log-sum-exp (one pass over the logits, online max and sum) and the gradient (one
+// pass: read, write), both in groups of 4 elements per access where aligned; the vocab-parallel pieces (shard max,
+// shard sums, combine, shard backward) and the micro-batch's mean loss.
 //
 // The rules a reader could get wrong: a row with a non-finite logit gets a NaN loss (the probe
 // Σ x·0 is NaN then), never a finite number; dlogits may alias logits (each element read, then
-// written, by one thread); loss_mean sums in double in row order on one thread, so the mean is
-// bitwise the CPU's for the same losses (kernels/ops.h asks for that).
+// written, by one thread); loss_mean sums in double in the op table's fixed order (a thread per
+// lane, then the lanes' tree), so the mean is bitwise the CPU's for the same losses (kernels/ops.h
+// asks for that).
 #include "kernels/cuda/storage.cuh"
 
 namespace llmtrain::kernels::cuda {
@@ -28,30 +30,52 @@ __device__ void finish_row(float* lse, float* losses, int64_t row, double l, int
   losses[row] = float(l - double(target_logit(t)));
 }
 
+// Calls f(j, x) for each of the columns [0, n) of row x that this thread owns, in a fixed order: a
+// scalar head up to x's first 4-aligned element, groups of 4 read as one access, a scalar tail.
+template <class T, class F>
+__device__ __forceinline__ void for_row_columns(const T* x, int64_t n, F&& f) {
+  int64_t head = unaligned_head(x);
+  head = head < n ? head : n;
+  const int64_t groups = (n - head) / 4;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, load(x, j));
+  for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+    float e[4];
+    load4(x, head + 4 * k, e);
+    LT_UNROLL
+    for (int q = 0; q < 4; ++q) f(head + 4 * k + q, e[q]);
+  }
+  for (int64_t j = head + 4 * groups + threadIdx.x; j < n; j += blockDim.x) f(j, load(x, j));
+}
+
+// One pass over the row: each thread keeps its running maximum m and Σ exp(x − m), rescaled when
+// m grows (online softmax); the threads' pairs are joined at the block's maximum.
 template <class T>
 __global__ void cross_entropy_forward_kernel(float* __restrict__ losses, float* __restrict__ lse,
                                              const T* __restrict__ logits, const int32_t* __restrict__ targets,
                                              int64_t vp, int64_t vocab, int32_t ignore_index) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * vp;
-  float mx = -INFINITY, probe = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float v = load(x, j);
-    mx = fmaxf(mx, v);
+  float m = -INFINITY, s = 0.0f, probe = 0.0f;
+  for_row_columns(x, vocab, [&](int64_t, float v) {
     probe += v * 0.0f;
-  }
-  mx = block_max(mx);
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;  // expf(-inf) = 0 for the first value
+      m = v;
+    } else if (v != -INFINITY) {
+      s += expf(v - m);
+    }
+  });
+  const float mx = block_max(m);
+  s = block_sum(s > 0.0f ? s * expf(m - mx) : s);  // a thread that saw only -inf adds 0 (NaN stays NaN)
   probe = block_sum(probe);
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(load(x, j) - mx);
-  s = block_sum(s);
   if (threadIdx.x != 0) return;
   finish_row(lse, losses, row, double(mx) + log(double(s)), targets[row], vocab, ignore_index,
              [&](int32_t t) { return probe == 0.0f ? load(x, t) : NAN; });
 }
 
 // Columns [col_begin, col_begin + vp) of the vocabulary (the whole row when col_begin is 0 and vp
-// covers it); `real` of them are real, the rest padding.
+// covers it); `real` of them are real, the rest padding. One pass: each element read, its gradient
+// written (in groups of 4 where both rows are aligned alike).
 template <class T>
 __global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* __restrict__ lse,
                                               const int32_t* __restrict__ targets, const int32_t* __restrict__ count,
@@ -65,14 +89,30 @@ __global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const
     LT_DEVICE_CHECK(t >= 0 && t < vocab, "target %d at position %lld is outside the vocabulary [0, %lld)", t,
                     (long long)row, (long long)vocab);
   const float l = lse[row];
-  for (int64_t j = threadIdx.x; j < vp; j += blockDim.x) {
+  const T* x = logits + row * vp;
+  T* dx = dlogits + row * vp;
+  auto grad = [&](int64_t j, float v) {
     float d = 0.0f;
     if (t != ignore_index && j < real) {
-      d = dloss * expf(load(logits, row * vp + j) - l);
+      d = dloss * expf(v - l);
       if (j + col_begin == t) d -= dloss;
     }
-    store(dlogits, row * vp + j, d);
+    return d;
+  };
+  int64_t head = unaligned_head(x);
+  head = head < vp ? head : vp;
+  if (!aligned4(dx + head)) head = vp;
+  const int64_t groups = (vp - head) / 4;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) store(dx, j, grad(j, load(x, j)));
+  for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+    const int64_t j = head + 4 * k;
+    float e[4];
+    load4(x, j, e);
+    LT_UNROLL
+    for (int q = 0; q < 4; ++q) e[q] = grad(j + q, e[q]);
+    store4(dx, j, e);
   }
+  for (int64_t j = head + 4 * groups + threadIdx.x; j < vp; j += blockDim.x) store(dx, j, grad(j, load(x, j)));
 }
 
 template <class T>
@@ -115,18 +155,33 @@ __global__ void combine_kernel(float* __restrict__ losses, float* __restrict__ l
   }
 }
 
+// One block of kLossLanes threads: thread j is lane j of loss_mean_forward's order (the counted
+// rows j, j + kLossLanes, ... in double), then the binary tree of the lanes in shared memory.
 __global__ void loss_mean_kernel(float* __restrict__ mean, int32_t* __restrict__ count,
                                  const float* __restrict__ losses, const int32_t* __restrict__ targets, int64_t n,
                                  int32_t ignore_index) {
+  __shared__ double lane[kLossLanes];
+  __shared__ int64_t lane_count[kLossLanes];
+  const int j = int(threadIdx.x);
   double sum = 0.0;
   int64_t counted = 0;
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = j; i < n; i += kLossLanes)
     if (targets[i] != ignore_index) {
       sum += double(losses[i]);
       ++counted;
     }
-  *count = int32_t(counted);
-  *mean = counted ? float(sum / double(counted)) : 0.0f;
+  lane[j] = sum;
+  lane_count[j] = counted;
+  for (int h = int(kLossLanes) / 2; h > 0; h /= 2) {
+    __syncthreads();
+    if (j < h) {
+      lane[j] += lane[j + h];
+      lane_count[j] += lane_count[j + h];
+    }
+  }
+  if (j != 0) return;
+  *count = int32_t(lane_count[0]);
+  *mean = lane_count[0] ? float(lane[0] / double(lane_count[0])) : 0.0f;
 }
 
 }  // namespace
@@ -212,7 +267,7 @@ void cross_entropy_combine(Tensor losses, Tensor lse, Tensor row_max, Tensor sta
 }
 
 void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets, int32_t ignore_index) {
-  LT_LAUNCH(1, 1, 0, compute_stream(), loss_mean_kernel)
+  LT_LAUNCH(1, unsigned(kLossLanes), 0, compute_stream(), loss_mean_kernel)
   (mean.ptr<float>(), count.ptr<int32_t>(), losses.ptr<float>(), targets.ptr<int32_t>(), losses.numel(), ignore_index);
   LT_CUDA_LAUNCHED("loss_mean_kernel");
 }

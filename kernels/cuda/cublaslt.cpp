@@ -1,19 +1,22 @@
-// Matrix products through cuBLASLt (kernels/cuda/cublaslt.h). Built only for a GPU: the simulator
-// has no cuBLASLt, and runs our tiled GEMM instead.
+// Matrix products through cuBLASLt (kernels/cuda/cublaslt.h): NVIDIA's library in a GPU build, the
+// simulator's model of it (kernels/cuda/sim/sim_cublaslt.cu) in the SIM build — the same code here.
 //
-// One plan per distinct product (shape, transposes, dtype, bias, pointer alignments): its matmul
+// One plan per distinct product (shape, transposes, dtype, epilogue, pointer alignments): its matmul
 // descriptor, the three layouts and the algorithm cuBLASLt's heuristic chose, made on first use
 // and reused, so a training step asks the heuristic nothing after the first. Compute type fp32
 // without TF32, so fp32 products keep fp32's accuracy; bf16/fp16 operands accumulate in fp32.
 //
-// The rule a reader could get wrong: the heuristic picks algorithms by the pointers' alignment
-// (256 bytes unless told otherwise), and the bias pointer is read for that too. A plan therefore
-// belongs to the alignments it was made for, and they are part of its key.
+// Rules a reader could get wrong: the heuristic picks algorithms by the pointers' alignment (256
+// bytes unless told otherwise), and the bias and aux pointers are read for that too. A plan
+// therefore belongs to the alignments it was made for, and they are part of its key. Every product
+// goes on the calling thread's compute stream (its workspace is that thread's, so products that
+// share it run one after another there).
 #include "kernels/cuda/cublaslt.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -22,6 +25,7 @@
 #include "common/error.h"
 #include "common/foreign_call.h"
 #include "kernels/buffer.h"
+#include "kernels/op_profile.h"
 
 namespace llmtrain::kernels::cuda {
 namespace {
@@ -53,13 +57,49 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
+cublasLtEpilogue_t lt_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::none:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::gelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::gelu_bias:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case Epilogue::gelu_aux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::gelu_aux_bias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::dgelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::dgelu_bgrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case Epilogue::bgrada:
+      return CUBLASLT_EPILOGUE_BGRADA;
+    case Epilogue::bgradb:
+      return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+bool takes_bias(Epilogue e) {
+  return e != Epilogue::none && e != Epilogue::gelu && e != Epilogue::gelu_aux && e != Epilogue::dgelu;
+}
+bool takes_aux(Epilogue e) {
+  return e == Epilogue::gelu_aux || e == Epilogue::gelu_aux_bias || e == Epilogue::dgelu || e == Epilogue::dgelu_bgrad;
+}
+
 struct Key {
   Storage storage;
-  int64_t m, n, k, lda, ldb, ldd;
-  bool trans_a, trans_b, bias;
-  uint32_t align_a, align_b, align_d, align_bias;
+  int64_t m, n, k, lda, ldb, ldd, ldaux;
+  bool trans_a, trans_b;
+  Epilogue epilogue;
+  uint32_t align_a, align_b, align_d, align_bias, align_aux;
   auto operator<=>(const Key&) const = default;
 };
+
+std::atomic<bool> g_legacy_stream_planted{false};
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -95,25 +135,30 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
-  const Plan& plan(const Key& key, const void* bias) {
+  const Plan& plan(const Key& key, const void* bias, const void* aux) {
     std::unique_ptr<Plan>& slot = plans_[key];
-    if (!slot) slot = make_plan(key, bias);
+    if (!slot) slot = make_plan(key, bias, aux);
     return *slot;
   }
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() { return workspace_.data(); }
 
  private:
-  std::unique_ptr<Plan> make_plan(const Key& key, const void* bias) {
+  std::unique_ptr<Plan> make_plan(const Key& key, const void* bias, const void* aux) {
     auto p = std::make_unique<Plan>();
     const cudaDataType_t type = data_type(key.storage);
     LT_CUBLASLT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-    if (key.bias) {
-      set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    if (key.epilogue != Epilogue::none) set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(key.epilogue));
+    if (takes_bias(key.epilogue)) {
       set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
       set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    }
+    if (takes_aux(key.epilogue)) {
+      set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, type);
+      set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.ldaux);
+      set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     }
     // Layouts of the stored matrices (before op), column-major.
     LT_CUBLASLT(cublasLtMatrixLayoutCreate(&p->a, type, uint64_t(key.trans_a ? key.k : key.m),
@@ -176,36 +221,50 @@ bool gemm_uses_cublaslt() {
 std::string gemm_backend_name() {
   if (!gemm_uses_cublaslt()) return "llmtrain's tiled GEMM (LLMTRAIN_CUDA_GEMM=tiled)";
   const size_t v = cublasLtGetVersion();  // e.g. 130100 for 13.1.0
+#if LLMTRAIN_CUBLASLT_SIMULATED
+  return fmt::format(
+      "the simulator's cuBLASLt model (cuBLASLt {}.{}.{}'s API; LLMTRAIN_CUDA_GEMM=tiled for llmtrain's own kernel)",
+      v / 10000, (v / 100) % 100, v % 100);
+#else
   return fmt::format("cuBLASLt {}.{}.{} (LLMTRAIN_CUDA_GEMM=tiled for llmtrain's own kernel)", v / 10000,
                      (v / 100) % 100, v % 100);
+#endif
 }
 
-bool cublaslt_matmul(Storage s, void* d, const void* a, const void* b, const void* bias, int64_t m, int64_t n,
-                     int64_t k, int64_t lda, int64_t ldb, int64_t ldd, bool trans_a, bool trans_b, bool accumulate) {
-  if (m == 0 || n == 0) return true;
-  if (k == 0) return false;  // D = bias (+ D): our kernel does that without a product
+bool cublaslt_matmul(const Product& p) {
+  if (p.m == 0 || p.n == 0) return true;
+  if (p.k == 0) return false;  // D = bias (+ D): our kernel does that without a product
+  LT_CHECK(takes_bias(p.epilogue) == (p.bias != nullptr) && takes_aux(p.epilogue) == (p.aux != nullptr),
+           "cublaslt_matmul: the epilogue's bias and aux pointers");
   Context& c = context();
-  const Key key{s,
-                m,
-                n,
-                k,
-                lda,
-                ldb,
-                ldd,
-                trans_a,
-                trans_b,
-                bias != nullptr,
-                alignment(a),
-                alignment(b),
-                alignment(d),
-                bias ? alignment(bias) : 0};
-  const Plan& p = c.plan(key, bias);
-  if (!p.supported) return false;
-  if (bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  LT_CUBLASLT(cublasLtMatmul(c.handle(), p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo, c.workspace(),
-                             kWorkspaceBytes, nullptr));
+  const Key key{p.storage,
+                p.m,
+                p.n,
+                p.k,
+                p.lda,
+                p.ldb,
+                p.ldd,
+                p.ldaux,
+                p.trans_a,
+                p.trans_b,
+                p.epilogue,
+                alignment(p.a),
+                alignment(p.b),
+                alignment(p.d),
+                p.bias ? alignment(p.bias) : 0,
+                p.aux ? alignment(p.aux) : 0};
+  const Plan& plan = c.plan(key, p.bias, p.aux);
+  if (!plan.supported) return false;
+  if (p.bias) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(p.bias));
+  if (p.aux) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(p.aux));
+  const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+  const cudaStream_t stream = g_legacy_stream_planted.load() ? nullptr : compute_stream();
+  ProfileScope scope("cuBLASLt matmul");  // a row of its own inside the op's (log.profile: ops)
+  LT_CUBLASLT(cublasLtMatmul(c.handle(), plan.desc, &alpha, p.a, plan.a, p.b, plan.b, &beta, p.d, plan.d, p.d, plan.d,
+                             &plan.algo, c.workspace(), kWorkspaceBytes, stream));
   return true;
 }
+
+void plant_products_on_legacy_stream(bool on) { g_legacy_stream_planted = on; }
 
 }  // namespace llmtrain::kernels::cuda

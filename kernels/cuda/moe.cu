@@ -1,5 +1,7 @@
 // Mixture of experts on the device (kernels/cpu/moe.cpp is the reference; kernels/op_table.def has
-// the contracts). Simple kernels, correct and deterministic first:
+// the contracts; the per-row maths both run, the router's softmax, top-k and gradient, the stats'
+// sums and the plan's keep-and-place rule, is kernels/moe_math.h's). Simple kernels, correct and
+// deterministic first:
 //  - router: a block per token row; warp w sums the logits of experts w, w + warps, ... by
 //    shuffles, then thread 0 takes the softmax and the top-k serially (E is small);
 //  - router backward: a thread per row writes dlogits [N, E] into device scratch, then two products;
@@ -15,24 +17,36 @@
 // the offsets could make: ceil(rows / 64) + E + 2 row tiles (each expert adds at most one partial
 // tile; the rows before offsets[0] and from offsets[E] on are two more groups, written 0), and a
 // block whose tile falls past the last one returns.
-#include "kernels/cuda/storage.cuh"
+#include "kernels/cuda/gemm_tile.cuh"
+#include "kernels/moe_math.h"
 
 namespace llmtrain::kernels::cuda {
 namespace {
 
-constexpr int kTile = 64, kTileK = 16, kSide = 16, kPer = kTile / kSide;
+using gemm::kPer;
+using gemm::kSide;
+using gemm::kTile;
 
 // How a product's blocks find their work: one product, each expert's rows of A and C (with
 // B = that expert's slice), or each expert's rows as the depth (C = that expert's slice).
 enum class Grouping : int { none, rows, depth };
 
-struct GemmShape {
-  int64_t m = 0, n = 0, k = 0;  // C [m, n]; k the depth (none, rows); m the rows of all groups (rows)
-  int64_t lda = 0, ldb = 0, ldc = 0;
+// A product as the entry points state it: C [m, n] = (accumulate ? C : 0) + op(A)·op(B) with
+// every operand dense and row-major: A [m, k] ([k, m] with trans_a), B [k, n] ([n, k] with
+// trans_b), C [m, n]. Grouped, the offsets [groups + 1] (on the device) split the rows m among the
+// experts (Grouping::rows: B holds an expert's [k, n] after another's) or the depth k
+// (Grouping::depth: C holds an expert's [m, n] after another's).
+struct Product {
+  int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false, accumulate = false;
   Grouping grouping = Grouping::none;
-  const int32_t* offsets = nullptr;  // [groups + 1], on the device
+  const int32_t* offsets = nullptr;
   int64_t groups = 0;
+};
+
+// What the kernel reads: the product and the strides that follow from it (grouped_gemm sets them).
+struct GemmShape : Product {
+  int64_t lda = 0, ldb = 0, ldc = 0;
   int64_t b_stride = 0, c_stride = 0;  // elements between experts' slices of B (rows), of C (depth)
 };
 
@@ -50,9 +64,6 @@ __device__ void check_offsets(const int32_t* off, int64_t groups, int64_t rows) 
 // blockIdx.z: the expert (Grouping::depth).
 template <class TC, class TA, class TB>
 __global__ void grouped_gemm_kernel(TC* c, const TA* __restrict__ a, const TB* __restrict__ b, GemmShape g) {
-  __shared__ float as[kTileK][kTile + 1];  // as[k][m]
-  __shared__ float bs[kTileK][kTile + 1];  // bs[k][n]
-  const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * kSide + tx;
   const int64_t n0 = int64_t(blockIdx.y) * kTile;
   int64_t m0 = int64_t(blockIdx.x) * kTile, m_end = g.m, k_begin = 0, k_end = g.k;
   bool zero = false;
@@ -83,34 +94,18 @@ __global__ void grouped_gemm_kernel(TC* c, const TA* __restrict__ a, const TB* _
     c += int64_t(blockIdx.z) * g.c_stride;
   }
   float acc[kPer][kPer];
-  for (int i = 0; i < kPer; ++i)
-    for (int j = 0; j < kPer; ++j) acc[i][j] = 0.0f;
-  for (int64_t k0 = k_begin; !zero && k0 < k_end; k0 += kTileK) {
-    for (int e = tid; e < kTileK * kTile; e += kSide * kSide) {
-      // Each operand loads along its contiguous dimension.
-      const int ka = g.trans_a ? e / kTile : e % kTileK, ma = g.trans_a ? e % kTile : e / kTileK;
-      const int64_t m = m0 + ma, k = k0 + ka;
-      as[ka][ma] = m < m_end && k < k_end ? load(a, g.trans_a ? k * g.lda + m : m * g.lda + k) : 0.0f;
-      const int kb = g.trans_b ? e % kTileK : e / kTile, nb = g.trans_b ? e / kTileK : e % kTile;
-      const int64_t n = n0 + nb, kk = k0 + kb;
-      bs[kb][nb] = n < g.n && kk < k_end ? load(b, g.trans_b ? n * g.ldb + kk : kk * g.ldb + n) : 0.0f;
-    }
-    __syncthreads();
-    for (int kk = 0; kk < kTileK; ++kk) {
-      float av[kPer], bv[kPer];
-      for (int i = 0; i < kPer; ++i) av[i] = as[kk][ty + kSide * i];
-      for (int j = 0; j < kPer; ++j) bv[j] = bs[kk][tx + kSide * j];
-      for (int i = 0; i < kPer; ++i)
-        for (int j = 0; j < kPer; ++j) acc[i][j] += av[i] * bv[j];
-    }
-    __syncthreads();
-  }
+  gemm::gemm_zero(acc);
+  // Row-major as the linear layer's: A(m, k) = a[m·lda + k] (a[k·lda + m] transposed), B(k, n) = b[k·ldb + n]
+  // (b[n·ldb + k]); the rows of this block's group end at m_end.
+  if (!zero)
+    gemm::gemm_tile(acc, gemm::Operand<TA>{a, g.trans_a ? 1 : g.lda, g.trans_a ? g.lda : 1, m_end}, m0,
+                    gemm::Operand<TB>{b, g.trans_b ? g.ldb : 1, g.trans_b ? 1 : g.ldb, g.n}, n0, k_begin, k_end);
   const int64_t m_stop = m0 + kTile < m_end ? m0 + kTile : m_end;
   for (int i = 0; i < kPer; ++i) {
-    const int64_t m = m0 + ty + kSide * i;
+    const int64_t m = m0 + gemm::tile_row(i);
     if (m >= m_stop) continue;
     for (int j = 0; j < kPer; ++j) {
-      const int64_t n = n0 + tx + kSide * j;
+      const int64_t n = n0 + gemm::tile_col(j);
       if (n >= g.n) continue;
       float v = acc[i][j];
       if (g.accumulate) v += load(c, m * g.ldc + n);
@@ -120,7 +115,14 @@ __global__ void grouped_gemm_kernel(TC* c, const TA* __restrict__ a, const TB* _
 }
 
 template <class TC, class TA, class TB>
-void grouped_gemm(TC* c, const TA* a, const TB* b, const GemmShape& g) {
+void grouped_gemm(TC* c, const TA* a, const TB* b, const Product& p) {
+  GemmShape g;
+  static_cast<Product&>(g) = p;
+  g.lda = p.trans_a ? p.m : p.k;
+  g.ldb = p.trans_b ? p.k : p.n;
+  g.ldc = p.n;
+  g.b_stride = p.grouping == Grouping::rows ? p.k * p.n : 0;
+  g.c_stride = p.grouping == Grouping::depth ? p.m * p.n : 0;
   if (g.m == 0 || g.n == 0 || (g.grouping == Grouping::depth && g.groups == 0)) return;
   int64_t row_tiles = (g.m + kTile - 1) / kTile;
   if (g.grouping == Grouping::rows) row_tiles += g.groups + 2;
@@ -151,58 +153,20 @@ __global__ void router_forward_kernel(float* __restrict__ probs, float* __restri
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  float mx = -INFINITY;
-  for (int64_t e = 0; e < e_count; ++e) mx = fmaxf(mx, logits[e]);
-  float sum = 0.0f;
-  for (int64_t e = 0; e < e_count; ++e) sum += expf(logits[e] - mx);
-  const float l = mx + logf(sum);
+  lse[row] = router_softmax(logits, e_count);
   float* p = probs + row * e_count;
-  for (int64_t e = 0; e < e_count; ++e) p[e] = logits[e] = expf(logits[e] - l);
-  lse[row] = l;
-  // Top-k: the largest below the previous pick in (prob descending, expert ascending) order.
-  int64_t prev = -1;
-  float picked = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < e_count; ++e) {
-      const float pe = logits[e];
-      const bool below = prev < 0 || pe < logits[prev] || (pe == logits[prev] && e > prev);
-      if (below && (best < 0 || pe > logits[best])) best = e;
-    }
-    if (best < 0) best = j;  // NaN probs: nothing compares
-    expert[row * k + j] = int32_t(best);
-    weight[row * k + j] = logits[best];
-    picked += logits[best];
-    prev = best;
-  }
-  if (renormalize)
-    for (int64_t j = 0; j < k; ++j) weight[row * k + j] /= picked;
+  for (int64_t e = 0; e < e_count; ++e) p[e] = logits[e];
+  router_top_k(expert + row * k, weight + row * k, logits, e_count, k, renormalize);
 }
 
-// dlogit [N, E] of each row (kernels/cpu/moe.cpp's formulas, in the same order).
+// dlogit [N, E], a thread per row.
 __global__ void router_dlogit_kernel(float* __restrict__ dlogit, const float* __restrict__ dweight,
                                      const float* __restrict__ probs, const float* __restrict__ lse,
                                      const int32_t* __restrict__ expert, const float* __restrict__ stats, int64_t n,
-                                     int64_t e_count, int64_t k, bool renormalize, float aux_scale, float z_scale) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float* p = probs + i * e_count;
-    const int32_t* ex = expert + i * k;
-    const float* dw = dweight + i * k;
-    float* d = dlogit + i * e_count;
-    for (int64_t e = 0; e < e_count; ++e) d[e] = aux_scale * stats[e];
-    if (renormalize) {
-      float sum = 0.0f, dot = 0.0f;
-      for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
-      for (int64_t j = 0; j < k; ++j) dot += dw[j] * (p[ex[j]] / sum);
-      for (int64_t j = 0; j < k; ++j) d[ex[j]] += (dw[j] - dot) / sum;
-    } else {
-      for (int64_t j = 0; j < k; ++j) d[ex[j]] += dw[j];
-    }
-    float pd = 0.0f;
-    for (int64_t e = 0; e < e_count; ++e) pd += p[e] * d[e];
-    const float z = z_scale * lse[i];
-    for (int64_t e = 0; e < e_count; ++e) d[e] = p[e] * (d[e] - pd) + z * p[e];
-  }
+                                     int64_t e_count, int64_t k, bool renormalize, RouterLossScales scales) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    router_dlogit_row(dlogit + i * e_count, probs + i * e_count, lse[i], expert + i * k, dweight + i * k, stats,
+                      e_count, k, renormalize, scales);
 }
 
 // ---- plan and stats ----------------------------------------------------------------------------
@@ -232,7 +196,7 @@ __global__ void route_plan_kernel(int32_t* __restrict__ order, int32_t* __restri
       counts[q * e_count + e] = run;
       run += cnt;
     }
-    offsets[e + 1] = capacity > 0 && run > capacity ? int32_t(capacity) : run;  // kept, for now
+    offsets[e + 1] = route_kept(run, capacity);  // kept, for now
   }
   __syncthreads();
   if (t == 0) {
@@ -241,13 +205,8 @@ __global__ void route_plan_kernel(int32_t* __restrict__ order, int32_t* __restri
   }
   __syncthreads();
   for (int64_t a = a0; a < a1; ++a) {
-    const int32_t e = expert[a], rank = mine[e]++;
-    if (rank < offsets[e + 1] - offsets[e]) {
-      order[offsets[e] + rank] = int32_t(a);
-      pos[a] = offsets[e] + rank;
-    } else {
-      pos[a] = -1;
-    }
+    const int32_t e = expert[a];
+    route_place(order, pos, offsets, e, mine[e]++, a);
   }
   for (int64_t q = offsets[e_count] + t; q < m; q += nt) order[q] = -1;
 }
@@ -264,14 +223,10 @@ __global__ void route_stats_kernel(float* __restrict__ stats, const float* __res
       cnt += expert[a] == e;
     }
     stats[e] = float(cnt);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += double(probs[i * e_count + e]);
-    stats[e_count + e] = float(s);
+    stats[e_count + e] = route_prob_sum(probs, n, e_count, e);
   }
   if (threadIdx.x == 0) {
-    double z = 0;
-    for (int64_t i = 0; i < n; ++i) z += double(lse[i]) * double(lse[i]);
-    stats[2 * e_count] = float(z);
+    stats[2 * e_count] = route_lse_square_sum(lse, n);
     stats[2 * e_count + 1] = float(m - offsets[e_count]);
   }
 }
@@ -374,24 +329,19 @@ void moe_router_backward(Tensor din, Tensor drouter, Tensor dweight, Tensor prob
                          float z_coef, float loss_scale) {
   const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
   if (n == 0) return;
-  // As kernels/cpu/moe.cpp computes them.
-  const float aux_scale = loss_scale * aux_coef * float(e_count) / (float(n) * float(n * k));
-  const float z_scale = loss_scale * z_coef * 2.0f / float(n);
+  const RouterLossScales scales = router_loss_scales(e_count, n, k, aux_coef, z_coef, loss_scale);
   float* dlogit = static_cast<float*>(device_scratch(0, size_t(n * e_count) * sizeof(float)));
   LT_LAUNCH(blocks_for(n, 128), 128, 0, compute_stream(), router_dlogit_kernel)
   (dlogit, dweight.ptr<float>(), probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), stats.ptr<float>(), n,
-   e_count, k, renormalize, aux_scale, z_scale);
+   e_count, k, renormalize, scales);
   LT_CUDA_LAUNCHED("router_dlogit_kernel");
   with_storage(in, [&](auto tag) {
     using T = decltype(tag);
     // din [n, c] += dlogit [n, E] · router [E, c]
-    grouped_gemm(data<T>(din), static_cast<const float*>(dlogit), data<const T>(router),
-                 GemmShape{.m = n, .n = c, .k = e_count, .lda = e_count, .ldb = c, .ldc = c, .accumulate = true});
+    grouped_gemm(data<T>(din), dlogit, data<const T>(router), {.m = n, .n = c, .k = e_count, .accumulate = true});
     // drouter [E, c] += dlogitᵀ [E, n] · in [n, c]
-    grouped_gemm(
-        data<T>(drouter), static_cast<const float*>(dlogit), data<const T>(in),
-        GemmShape{
-            .m = e_count, .n = c, .k = n, .lda = e_count, .ldb = c, .ldc = c, .trans_a = true, .accumulate = true});
+    grouped_gemm(data<T>(drouter), dlogit, data<const T>(in),
+                 {.m = e_count, .n = c, .k = n, .trans_a = true, .accumulate = true});
   });
 }
 
@@ -464,56 +414,36 @@ void moe_combine_backward(Tensor dy, Tensor dweight, Tensor dout, Tensor y, Tens
 void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor offsets) {
   const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
                 rows = o ? out.numel() / o : (i_dim ? in.numel() / i_dim : 0);
+  const int32_t* off = offsets.ptr<int32_t>();
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
     // out rows of expert e [r, o] = in [r, i] · weight[e] [o, i]ᵀ
-    grouped_gemm(data<T>(out), data<const T>(in), data<const T>(weight),
-                 GemmShape{.m = rows,
-                           .n = o,
-                           .k = i_dim,
-                           .lda = i_dim,
-                           .ldb = i_dim,
-                           .ldc = o,
-                           .trans_b = true,
-                           .grouping = Grouping::rows,
-                           .offsets = offsets.ptr<int32_t>(),
-                           .groups = groups,
-                           .b_stride = o * i_dim});
+    grouped_gemm(
+        data<T>(out), data<const T>(in), data<const T>(weight),
+        {.m = rows, .n = o, .k = i_dim, .trans_b = true, .grouping = Grouping::rows, .offsets = off, .groups = groups});
   });
 }
 
 void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor offsets) {
   const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
                 rows = o ? dout.numel() / o : (i_dim ? in.numel() / i_dim : 0);
+  const int32_t* off = offsets.ptr<int32_t>();
   with_storage(dweight, [&](auto tag) {
     using T = decltype(tag);
     // din rows of expert e [r, i] = dout [r, o] · weight[e] [o, i]
     if (din.defined())
       grouped_gemm(data<T>(din), data<const T>(dout), data<const T>(weight),
-                   GemmShape{.m = rows,
-                             .n = i_dim,
-                             .k = o,
-                             .lda = o,
-                             .ldb = i_dim,
-                             .ldc = i_dim,
-                             .grouping = Grouping::rows,
-                             .offsets = offsets.ptr<int32_t>(),
-                             .groups = groups,
-                             .b_stride = o * i_dim});
+                   {.m = rows, .n = i_dim, .k = o, .grouping = Grouping::rows, .offsets = off, .groups = groups});
     // dweight[e] [o, i] += (its rows of dout)ᵀ [o, r] · its rows of in [r, i]
     grouped_gemm(data<T>(dweight), data<const T>(dout), data<const T>(in),
-                 GemmShape{.m = o,
-                           .n = i_dim,
-                           .k = rows,
-                           .lda = o,
-                           .ldb = i_dim,
-                           .ldc = i_dim,
-                           .trans_a = true,
-                           .accumulate = true,
-                           .grouping = Grouping::depth,
-                           .offsets = offsets.ptr<int32_t>(),
-                           .groups = groups,
-                           .c_stride = o * i_dim});
+                 {.m = o,
+                  .n = i_dim,
+                  .k = rows,
+                  .trans_a = true,
+                  .accumulate = true,
+                  .grouping = Grouping::depth,
+                  .offsets = off,
+                  .groups = groups});
   });
 }
 

@@ -14,6 +14,8 @@ CudaInfo cuda_info() {
   return c;
 }
 
+std::string cuda_attention_kernel(DType, int64_t) { return "none (this build has no CUDA backend)"; }
+
 [[noreturn]] static void no_device() {
   throw Error("this build has no CUDA backend: it cannot hold a CUDA device",
               "use train.device: cpu, or build with the CUDA backend (cmake -DLLMTRAIN_CUDA=ON, or -DLLMTRAIN_CUDA=SIM "

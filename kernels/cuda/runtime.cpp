@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <utility>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -67,7 +68,14 @@ Allocator& device_allocator() {
   return allocator;
 }
 
+namespace {
+thread_local cudaStream_t tl_compute_stream = nullptr;
+}  // namespace
+
+cudaStream_t exchange_thread_compute_stream(cudaStream_t stream) { return std::exchange(tl_compute_stream, stream); }
+
 cudaStream_t compute_stream() {
+  if (tl_compute_stream != nullptr) return tl_compute_stream;
   // Never destroyed: work may still be queued on it while the process exits, when the runtime may
   // already be unloading.
   static const cudaStream_t stream = [] {

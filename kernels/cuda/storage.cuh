@@ -8,6 +8,8 @@
 // __syncthreads inside) and a block of a multiple of 32 threads, at most 1024.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -22,6 +24,40 @@ __device__ __forceinline__ float load(const __half* p, int64_t i) { return __hal
 __device__ __forceinline__ void store(float* p, int64_t i, float x) { p[i] = x; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float x) { p[i] = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store(__half* p, int64_t i, float x) { p[i] = __float2half_rn(x); }
+
+// Four consecutive elements as one access (16 bytes of fp32, 8 of bf16 or fp16): the memory-bound
+// kernels' vector loads and stores. The address must be a multiple of the group's size
+// (aligned4); each element is converted as load and store convert one.
+template <class T>
+struct alignas(4 * sizeof(T)) Group4 {
+  T e[4];
+};
+
+template <class T>
+__device__ __forceinline__ bool aligned4(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
+}
+
+// Elements before the first aligned group of p (0 to 3; the caller bounds it by its count).
+template <class T>
+__device__ __forceinline__ int64_t unaligned_head(const T* p) {
+  return int64_t((4 - reinterpret_cast<uintptr_t>(p) / sizeof(T) % 4) % 4);
+}
+
+template <class T>
+__device__ __forceinline__ void load4(const T* p, int64_t i, float (&x)[4]) {
+  const Group4<T> g = *reinterpret_cast<const Group4<T>*>(p + i);
+  LT_UNROLL
+  for (int k = 0; k < 4; ++k) x[k] = load(g.e, k);
+}
+
+template <class T>
+__device__ __forceinline__ void store4(T* p, int64_t i, const float (&x)[4]) {
+  Group4<T> g;
+  LT_UNROLL
+  for (int k = 0; k < 4; ++k) store(g.e, k, x[k]);
+  *reinterpret_cast<Group4<T>*>(p + i) = g;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2) v += __shfl_xor_sync(0xffffffffu, v, lane_mask);

@@ -27,10 +27,14 @@ T* data(const Tensor& t) {
   return static_cast<T*>(t.data);
 }
 
-// The stream every op's work goes on: non-blocking (not ordered with the legacy default stream),
-// one per process, on the device this rank holds, created at first use. Communication runs on its
-// own streams, ordered against this one by events (kernels/device_stream.h).
+// The stream every op's work goes on: non-blocking (not ordered with the legacy default stream), on
+// the device this rank holds. One per process, created at first use, unless the calling thread has
+// one of its own (kernels::ThreadComputeStream: ranks that are threads of one process). Communication
+// runs on its own streams, ordered against this one by events (kernels/device_stream.h).
 cudaStream_t compute_stream();
+// Makes `stream` the calling thread's compute stream (null: the process's again); returns the one
+// it replaces.
+cudaStream_t exchange_thread_compute_stream(cudaStream_t stream);
 
 // Device scratch of this host thread, grown to its high-water mark once (ops allocate nothing per
 // call after that); `slot` (0 or 1) keeps users that live at the same time apart.

@@ -18,7 +18,9 @@ Stream::~Stream() {
 
 void Stream::synchronize() const { LT_CUDA(cudaStreamSynchronize(stream_)); }
 
-Event::Event() { LT_CUDA(cudaEventCreate(&event_)); }
+Event::Event(bool timing) {
+  LT_CUDA(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
 
 Event::~Event() {
   if (event_ != nullptr && cudaEventDestroy(event_) != cudaSuccess)

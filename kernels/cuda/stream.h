@@ -26,7 +26,9 @@ class Stream {
 
 class Event {
  public:
-  Event();
+  // `timing`: whether elapsed_ms_since may be asked of it; an event only for ordering and queries
+  // (communication's) is cheaper without (cudaEventDisableTiming).
+  explicit Event(bool timing = true);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Communication benchmark of the MPI backend (parallel/comm_mpi.h): all-reduce through MpiComm
+# Communication benchmark of the MPI backend (parallel/comm/comm_mpi.h): all-reduce through MpiComm
 # (nonblocking + polled, bounded wait) against a plain MPI_Allreduce, and the gradient bucket
 # reducer's hidden vs exposed communication against no overlap, both measured in the same run.
 #

@@ -16,10 +16,12 @@
 #
 # --layouts replaces (a) and (b) by the losses of a matrix of layouts, each row against the
 # baseline's same row, bitwise (a reshaping of the code must leave every one unchanged): dp 1, dp 2
-# with ZeRO 1, tp 2 with sequence parallelism, pp 2 interleaved (2 virtual stages), pp 2 zero-bubble
-# (two ranks of one thread each through mpirun), bf16 on one rank, and one rank on the CUDA backend
-# in the SIMT simulator (10 steps at seq 64: a simulated step takes seconds). That last row needs
-# a simulator build of both revisions (cmake -DLLMTRAIN_CUDA=SIM; the current one in
+# with ZeRO 1, dp 2 at ZeRO 3 with nvme offload and offload_params, tp 2 with sequence parallelism,
+# pp 2 interleaved (2 virtual stages), pp 2 zero-bubble, cp 2, ep 2 with a MoE model (two ranks of
+# one thread each through mpirun), bf16 on one rank, and one rank on the CUDA backend in the SIMT
+# simulator (10 steps at seq 64: a simulated step takes seconds); and each row's final checkpoint,
+# every tensor slice's checksum in the manifest and the shard files' bytes. That last row needs a
+# simulator build of both revisions (cmake -DLLMTRAIN_CUDA=SIM; the current one in
 # ${LLMTRAIN_SIM_BUILD_DIR:-build-sim}).
 #
 # REV is any git revision (hash, tag, HEAD~3). It is built once into .cache/step_compare/<full hash>/
@@ -181,6 +183,8 @@ common=(--set data.train="$work/data/train" --set data.valid="$work/data/valid" 
 timing=(--set eval.every=0 --set eval.batches=1 --set train.threads="$threads")
 half=$((steps / 2))
 losses=(--set eval.every=$((half > 0 ? half : 1)) --set eval.batches=2)
+# --layouts: each run ends in a checkpoint, compared too.
+((layouts)) && losses+=(--set checkpoint.every="$steps" --set checkpoint.keep=1)
 
 # One training run of `bin` into $work/NAME (its metrics.jsonl) and $work/NAME.log.
 train_run() {  # label bin name [overrides...]
@@ -254,9 +258,12 @@ rows=()
 if ((layouts)); then
   rows=("dp1|1|"
         "dp2-zero1|2|--set parallel.zero=1"
+        "dp2-zero3-nvme|2|--set parallel.zero=3 --set parallel.offload=nvme --set parallel.offload_path=$work/offload --set parallel.offload_params=true"
         "tp2-sp|2|--set parallel.tp=2 --set parallel.sequence_parallel=true"
         "pp2-interleaved|2|--set parallel.pp=2 --set parallel.pp_schedule=interleaved --set parallel.virtual_stages=2"
         "pp2-zero-bubble|2|--set parallel.pp=2 --set parallel.pp_schedule=zero_bubble"
+        "cp2|2|--set parallel.cp=2"
+        "ep2-moe|2|--set model.moe.experts=4 --set model.moe.top_k=2 --set parallel.ep=2"
         "bf16|1|--set train.precision=bf16"
         "cuda-sim|1|--set train.device=cuda --set model.seq_len=64 --set train.micro_batch=1 --set train.global_batch=2 --set train.steps=10 --set train.threads=1")
 else
@@ -317,4 +324,36 @@ for name in names:
 print("losses: " + ("bitwise identical in every row" if same else "DIFFER"))
 sys.exit(0 if same else 1)
 PY
+if ((layouts)); then
+  # Each row's last checkpoint: every slice's checksum in its manifest and every shard file's
+  # bytes (the manifest's recipe names each run's own paths, so its other fields are not compared).
+  "$python" - "$work" "${names[@]}" <<'PY' || status=1
+import glob, hashlib, json, os, sys
+work, names = sys.argv[1], sys.argv[2:]
+
+def checkpoint(run):
+    steps = sorted(glob.glob(f"{work}/{run}/ckpt/step_*"))
+    if not steps:
+        sys.exit(f"step_compare: FAILED: {run}: no checkpoint")
+    d = steps[-1]
+    m = json.load(open(f"{d}/manifest.json"))
+    sums = json.dumps(m.get("tensors", m), sort_keys=True)
+    files = {os.path.basename(f): hashlib.sha256(open(f, "rb").read()).hexdigest()
+             for f in glob.glob(f"{d}/*.safetensors")}
+    return os.path.basename(d), sums, files
+
+same = True
+for name in names:
+    bs, bsum, bfiles = checkpoint(f"loss_base_{name}")
+    cs, csum, cfiles = checkpoint(f"loss_cur_{name}")
+    if bs != cs or bsum != csum or bfiles != cfiles:
+        print(f"  {name:16} checkpoint DIFFERS ({bs} / {cs}: manifest tensors {'equal' if bsum == csum else 'differ'},"
+              f" shard files {'equal' if bfiles == cfiles else 'differ'})")
+        same = False
+    else:
+        print(f"  {name:16} checkpoint {bs} bitwise identical: {len(bfiles)} shard file(s), every slice's checksum")
+print("checkpoints: " + ("bitwise identical in every row" if same else "DIFFER"))
+sys.exit(0 if same else 1)
+PY
+fi
 exit $status

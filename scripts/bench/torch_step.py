@@ -3,12 +3,13 @@ grad-norm clipping, AdamW) of the reference model (scripts/reference/model.py) i
 same shapes as llmtrain's step_bench. Prints one line of key=value pairs.
 
     python3 torch_step.py --shape tiny|gpt2-124m --batch B [--seq T] --threads N [--steps S] [--device cpu|cuda]
-                          [--autocast bf16] [--sdpa 1]
+                          [--autocast bf16] [--sdpa 1] [--compile 1]
 
 With --device cuda (scripts/gpu_check.sh) the model runs on the GPU and each step is timed up to
 torch.cuda.synchronize(). --autocast bf16 runs forward and loss under torch.autocast (fp32 master
 weights, bf16 products: what PyTorch users train in); --sdpa 1 swaps the reference's hand-written
-attention for torch's fused scaled_dot_product_attention (flash attention on a GPU).
+attention for torch's fused scaled_dot_product_attention (flash attention on a GPU); --compile 1
+runs the loss through torch.compile (its default mode; the warm-up steps take the compilation).
 """
 import argparse
 import os
@@ -37,6 +38,7 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--autocast", default="", choices=["", "bf16"])
     ap.add_argument("--sdpa", type=int, default=0)
+    ap.add_argument("--compile", type=int, default=0)
     ap.add_argument("--foreach", type=int, default=1, help="AdamW's multi-tensor implementation (1) or the loop (0)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -69,6 +71,7 @@ def main():
     for k in p:
         p[k] = p[k].to(a.device).requires_grad_(True)
     opt = ref.adamw(p, cfg, foreach=bool(a.foreach))
+    loss_fn = torch.compile(ref.loss) if a.compile else ref.loss
     params = list(p.values())
     b, t = a.batch, cfg["seq_len"]
     times, cpu = [], []
@@ -78,7 +81,7 @@ def main():
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
-            loss = ref.loss(p, tokens, targets, cfg)
+            loss = loss_fn(p, tokens, targets, cfg)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -92,7 +95,7 @@ def main():
     median = times[len(times) // 2]
     print(f"torch threads={a.threads} tokens={b * t} median_s={median:.5f} best_s={times[0]:.5f} "
           f"tokens_per_s={b * t / median:.1f} cpu_s={cpu[len(cpu) // 2]:.5f} loss={loss.item():.4f} foreach={a.foreach} "
-          f"autocast={a.autocast or 'none'} sdpa={a.sdpa}")
+          f"autocast={a.autocast or 'none'} sdpa={a.sdpa} compile={a.compile}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tensor-parallel communication volume per training step: the bytes each tp rank sends, counted by
-# the communicator (tests/parallel/comm_counting.h around the mesh's tp group; ring volumes, so the same
+# the communicator (tests/parallel/comm/comm_counting.h around the mesh's tp group; ring volumes, so the same
 # on any backend), next to Megatron-LM's formula: per layer and micro-batch, two all-reduces of
 # b·s·h in forward and two in backward (a ring all-reduce sends 2(n−1)/n of the buffer per rank),
 # and with sequence parallelism the same volume as reduce-scatters + all-gathers. Our model also

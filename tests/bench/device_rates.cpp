@@ -1,5 +1,6 @@
 // The rates the planner's performance model reads for a GPU (planner/device_catalog.h), measured on
-// the device this process sees: llmtrain's attention kernel forward and backward, and the matrix
+// the device this process sees: llmtrain's attention kernels forward and backward (the CUDA cores'
+// in fp32 storage: attention_*; the tensor cores' in bf16: attention_tc_*), and the matrix
 // products (kernels::linear_forward: cuBLASLt on a GPU) in bf16 and fp32, at one model's shapes.
 // scripts/gpu_check.sh runs it and hands the file to `llmtrain plan --rates` / `run --dry-run
 // --rates`, so the prediction it prints next to each measured step uses this run's rates. A
@@ -104,13 +105,16 @@ int run(int argc, char** argv) {
   out["shape"] = fmt::format("attention {} x {}, {} heads of {}; product {} x {} -> {}", batch, seq, heads, dim,
                              batch * seq, hidden, 4 * hidden);
 
-  // Attention over a packed qkv, bf16 (the kernel computes in fp32 whatever the storage).
+  // Attention over a packed qkv: in fp32 storage (the CUDA cores' kernel) and in bf16 (the tensor
+  // cores' where kernels::cuda_attention_on_tensor_cores takes the head dim).
   const double attention_flops = double(batch) * seq * 4.0 * heads * dim * seq;
-  {
-    const Buffer qkv = filled(DType::bf16, {batch, seq, 3 * heads, dim}, 0.5f);
-    Buffer o(DType::bf16, {batch, seq, heads, dim}, Device::cuda), dout = filled(DType::bf16, o.tensor().shape, 0.1f);
+  for (const auto& [dtype, prefix] : {std::pair{DType::fp32, "attention_"}, std::pair{DType::bf16, "attention_tc_"}}) {
+    if (dtype == DType::bf16 && !kernels::cuda_attention_on_tensor_cores(dtype, dim)) continue;
+    if (dtype == DType::fp32 && dim > 128) continue;  // the CUDA cores' kernel stops at 128
+    const Buffer qkv = filled(dtype, {batch, seq, 3 * heads, dim}, 0.5f);
+    Buffer o(dtype, {batch, seq, heads, dim}, Device::cuda), dout = filled(dtype, o.tensor().shape, 0.1f);
     Buffer lse(DType::fp32, {batch, heads, seq}, Device::cuda);
-    Buffer dqkv(DType::bf16, {batch, seq, 3 * heads, dim}, Device::cuda);
+    Buffer dqkv(dtype, {batch, seq, 3 * heads, dim}, Device::cuda);
     const auto spec = kernels::AttentionSpec::packed(heads, heads);
     const double fwd = seconds_per_call(reps, [&] {
       kernels::attention_forward(o.tensor(), lse.tensor(), qkv.tensor(), qkv.tensor(), qkv.tensor(), spec);
@@ -119,8 +123,8 @@ int run(int argc, char** argv) {
       kernels::attention_backward(dqkv.tensor(), dqkv.tensor(), dqkv.tensor(), dout.tensor(), qkv.tensor(),
                                   qkv.tensor(), qkv.tensor(), o.tensor(), lse.tensor(), spec);
     });
-    out["attention_forward_rate"] = attention_flops / fwd;
-    out["attention_backward_rate"] = 2 * attention_flops / bwd;
+    out[std::string(prefix) + "forward_rate"] = attention_flops / fwd;
+    out[std::string(prefix) + "backward_rate"] = 2 * attention_flops / bwd;
   }
   // The products, at the MLP's first linear.
   const int64_t rows = batch * seq;

@@ -1,6 +1,7 @@
 // Our side of scripts/bench/cpu_step.sh: times full training steps (zero grads, forward, backward,
 // global grad norm + clip, AdamW) of a model shape, or OpenBLAS sgemm for the MFU ceiling.
 //   step_bench step --shape tiny|gpt2-124m [--batch B] [--seq T] [--steps N] [--warmup W] [--ckpt 0|1]
+//                   [--profile 1]   (the timed steps' time per op, as log.profile: ops prints it)
 //   step_bench sgemm [--size N] [--reps R]
 //   step_bench attention [--batch B --seq T --heads H --dim D --reps R --isa automatic|blas|avx2|avx512]
 // Threads come from OMP_NUM_THREADS. Prints one line of key=value pairs. A benchmark tool, not a
@@ -20,11 +21,13 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/report/op_profile_report.h"
 
 using namespace llmtrain;
 using namespace llmtrain;
@@ -80,7 +83,11 @@ int run_step(std::map<std::string, std::string>& f) {
   std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
   std::vector<double> times, cpu;
   float loss = 0;
+  const bool profiled = f.count("profile") && f["profile"] == "1";
+  kernels::OpProfile profile(kernels::Device::cpu);
+  if (profiled) profile.reserve(1 << 16);
   for (int s = 0; s < warmup + steps; ++s) {
+    if (profiled && s >= warmup) profile.begin_timing();
     for (auto& t : tokens) t = tok(rng);
     for (auto& t : targets) t = tok(rng);
     const MicroBatch mb{kernels::host_tensor(tokens.data(), {batch, m.seq_len}),
@@ -95,6 +102,14 @@ int run_step(std::map<std::string, std::string>& f) {
       times.push_back(seconds_since(t0));
       cpu.push_back(cpu_seconds() - c0);
     }
+    if (profile.active()) profile.end();
+  }
+  if (profiled) {
+    OpProfileSummary summary{"cpu", 0, warmup + 1, steps, 0.0, profile.dropped(), {}};
+    for (double t : times) summary.step_seconds += t;
+    for (const kernels::OpTotal& t : profile.totals())
+      summary.rows.push_back({t.name, t.inside ? t.inside : "", t.side_stream, t.calls, t.seconds});
+    for (const std::string& line : op_profile_table(summary)) std::fprintf(stderr, "%s\n", line.c_str());
   }
   std::sort(times.begin(), times.end());
   std::sort(cpu.begin(), cpu.end());

@@ -1,5 +1,5 @@
 // Our side of scripts/bench/tp_comm.sh: the bytes each tensor-parallel rank sends per training
-// step, counted by the communicator (tests/parallel/comm_counting.h wraps the mesh's tp group), for one
+// step, counted by the communicator (tests/parallel/comm/comm_counting.h wraps the mesh's tp group), for one
 // layout. The ranks are threads on the in-process communicator; the counts are the ring volumes,
 // so they do not depend on the backend. Prints one line of key=value pairs (rank 0's counts; every
 // rank of a tp group sends the same).
@@ -15,9 +15,9 @@
 #include <random>
 #include <string>
 
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "tests/common/test_layout.h"
-#include "tests/parallel/comm_counting.h"
+#include "tests/parallel/comm/comm_counting.h"
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/loop/train_step.h"
 
@@ -80,10 +80,10 @@ int main(int argc, char** argv) {
         GptDataset data({{prefix, 1.0}}, r.model.seq_len, 7, r.model.vocab);
         Sampler sampler(r.train.global_batch, r.train.micro_batch, 0, 1);
         MicroBatchReader batches(data, sampler, r.model.seq_len);
-        auto schedule = step_schedule(test_layout(r), 0, sampler.micro_batches_per_step());
-        Model model(r.model, step_model_options(r, test_layout(r), 0, schedule), *comms.tp);
+        const Placement placement = place(r, test_layout(r), mesh.coord());
+        Model model(r.model, placement.model, *comms.tp);
         model.init_parameters(1);
-        TrainStep step(r, test_layout(r), model, comms, batches, schedule);
+        TrainStep step(r, placement, model, comms, batches);
         step.run(0, 0);  // warm
         tp.reset();
         for (int s = 1; s <= steps; ++s) step.run(s, int64_t(s) * r.train.global_batch);

@@ -184,6 +184,19 @@ TEST(RecipeParse, TensorBoardIsOffByDefaultAndRoundTrips) {
   EXPECT_TRUE(load(std::string(kRecipe) + "log: {tensorboard: true}\n").recipe.log.tensorboard);
 }
 
+TEST(RecipeParse, TheOpProfileIsOffByDefaultAndRoundTrips) {
+  const Recipe off = load(kRecipe).recipe;
+  EXPECT_EQ(off.log.profile, ProfileMode::none);
+  EXPECT_EQ(off.log.profile_steps, 3);
+  EXPECT_NE(cli::recipe_to_yaml(off).find("  profile: none\n  profile_steps: 3\n"), std::string::npos);
+  const Recipe on = load(kRecipe, {"log.profile=ops", "log.profile_steps=5"}).recipe;
+  EXPECT_EQ(on.log.profile, ProfileMode::ops);
+  EXPECT_EQ(on.log.profile_steps, 5);
+  const std::string yaml = cli::recipe_to_yaml(on);
+  EXPECT_NE(yaml.find("  profile: ops\n  profile_steps: 5\n"), std::string::npos) << yaml;
+  EXPECT_EQ(cli::recipe_to_yaml(load(yaml).recipe), yaml);
+}
+
 TEST(RecipeParse, EveryShippedRecipeValidatesAndRoundTrips) {
   int n = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(LLMTRAIN_SOURCE_DIR) / "recipes")) {

@@ -43,6 +43,10 @@ TEST(Strings, Durations) {
   EXPECT_FALSE(parse_duration_seconds("").has_value());
   EXPECT_EQ(format_duration(3723), "1h02m03s");
   EXPECT_EQ(format_duration(65), "1m05s");
+  EXPECT_EQ(format_span(65), "1m05s");
+  EXPECT_EQ(format_span(7.5 * 3600), "7.5 hours");
+  EXPECT_EQ(format_span(4.3 * 86400), "4.3 days");
+  EXPECT_EQ(format_span(100000 * 136.7), "158 days");
 }
 
 TEST(Strings, Counts) {

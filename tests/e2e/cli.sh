@@ -74,7 +74,7 @@ run_cmd validate-missing "$LLMTRAIN" validate nowhere.yaml
 expect_status 2; expect_out "nowhere.yaml: cannot read the recipe file"
 
 run_cmd dry-run-8b "$LLMTRAIN" run "$SRC/recipes/llama-8b.yaml" --dry-run
-expect_status 0
+expect_status 2; expect_out "cannot run: "
 expect_out "world: 8 ranks = tp 2 × pp 1 × dp 4 = 8"
 expect_out "tp groups:      [0 1] [2 3] [4 5] [6 7]"
 expect_out "dp groups:      [0 2 4 6] [1 3 5 7]"
@@ -86,10 +86,10 @@ expect_out "launch command: mpirun -np 8"
 
 # torchrun's spelling of --nproc.
 run_cmd dry-run-nproc-per-node "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --nproc_per_node 2
-expect_status 0; expect_out "world: 2 ranks = tp 1 × pp 1 × dp 2 = 2"; expect_out "launch command: mpirun -np 2"
+expect_status 2; expect_out "cannot run: "; expect_out "world: 2 ranks = tp 1 × pp 1 × dp 2 = 2"; expect_out "launch command: mpirun -np 2"
 # cuda ranks: what moves their device memory (parallel.device_comm), NCCL where this build has it.
 run_cmd dry-run-device-comm "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --nproc 2 --set train.device=cuda
-expect_status 0
+expect_status 2; expect_out "cannot run: "
 if "$LLMTRAIN" env | grep -qE '^nccl: +[0-9]'; then
   expect_out_re "^device communication: nccl \(NCCL [0-9.]+\)"
 else
@@ -111,7 +111,7 @@ expect_status 2; expect_out "world size 3 (launch.nodes 1 × launch.procs_per_no
 # is created (data/ does not exist in this scratch folder).
 run_cmd dry-run-inputs "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run --set data.tokenizer=tok/tokenizer.json \
   --set model.vocab=300
-expect_status 0
+expect_status 2  # the run it shows would stop: not a success
 expect_out_re "data.train\[0\].path +$WORK/data/fortunes/train \(.bin \+ .idx\): MISSING \($WORK/data/fortunes/train.bin and $WORK/data/fortunes/train.idx do not exist\)"
 expect_out_re "data.tokenizer +$WORK/tok/tokenizer.json: MISSING"
 expect_out "cannot run: 3 inputs are missing"
@@ -120,6 +120,47 @@ run_cmd dry-run-inputs-there "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --dry-run 
   --set data.valid=null
 expect_status 0; expect_out_re "data.train +$WORK/d/train \(.bin \+ .idx\)\$"; expect_out_re "data.tokenizer +byte"
 [[ $out != *MISSING* && $out != *"cannot run"* ]] && pass "nothing missing" || fail "dry-run-inputs-there: $out"
+
+# A file of the pair given for its prefix: "drop the suffix".
+run_cmd dataset-suffix "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set data.train=d/train.bin --set data.valid=null
+expect_status 2; expect_out "drop the suffix ($WORK/d/train names $WORK/d/train.bin and $WORK/d/train.idx, which are there)"
+run_cmd dataset-suffix-dry "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set data.train=d/train.idx --set data.valid=null \
+  --dry-run
+expect_status 2; expect_out "the dataset is $WORK/d/train: drop the suffix"
+# validate is about the recipe itself: exit 0 with the data missing, saying (as YAML comments) what
+# it leaves to where the job runs.
+run_cmd validate-missing-data "$LLMTRAIN" validate "$SRC/recipes/tiny.yaml" --set data.train=nowhere/train
+expect_status 0
+expect_out "# validate checked the recipe itself (exit 0: it is valid). Left to where the job runs"
+expect_out_re "^#   data.train +$WORK/nowhere/train \(.bin \+ .idx\): MISSING"
+expect_out "#   the devices (train.device cpu), the launch (launcher, hosts, ranks per node), the output folders"
+# A run on a device this machine does not have creates nothing (no GPU here: skipped where there is one).
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  run_cmd no-gpu "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set data.train=d/train --set data.valid=null \
+    --set train.device=cuda
+  [[ $status != 0 ]] && pass "no-gpu: refused (exit $status)" || fail "no-gpu: ran without a GPU: $out"
+  [[ ! -e runs ]] && pass "no-gpu: no run directory created" || fail "no-gpu: left $(find runs)"
+fi
+# The divisibility error of a rank count names --nproc; torchrun's multi-node flags are refused with
+# what to use instead; an empty recipe is one error.
+run_cmd nproc-batch "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --nproc 64 --dry-run
+expect_status 2
+expect_out "(--nproc sets launch.procs_per_node)"
+expect_out "start fewer ranks (--nproc)"
+for flag in "--nnodes 2" "--node_rank 1" "--master_addr 10.0.0.1" "--master-port 29500"; do
+  run_cmd "torchrun${flag%% *}" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" $flag
+  expect_status 2
+  expect_out "torchrun's multi-node flag; llmtrain starts the ranks of every node from one command"
+done
+expect_out "hint: drop it: the rendezvous"
+: >empty.yaml
+run_cmd empty-recipe "$LLMTRAIN" validate empty.yaml
+expect_status 2
+expect_out "the recipe is empty"
+[[ $(grep -c "^error:" <<<"$out") == 1 ]] && pass "empty-recipe: one error" || fail "empty-recipe: $out"
+run_cmd help-ckpt "$LLMTRAIN" ckpt --help
+expect_status 0; expect_out "llmtrain ckpt inspect runs/tiny"
+[[ $out != *"llmtrain plan recipes"* ]] && pass "help-ckpt: its own examples" || fail "help-ckpt: the top-level examples"
 
 run_cmd missing-data "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" --set data.train=nowhere/train --set log.every=1
 expect_status 2
@@ -131,7 +172,7 @@ expect_status 2; expect_out "data.train[0].path: dataset $WORK/x/t"; expect_out 
 [[ ! -e runs ]] && pass "missing data, 2 ranks: no run directory created" || fail "missing data left $(find runs)"
 
 run_cmd dry-run-70b "$LLMTRAIN" run "$SRC/recipes/llama-70b.yaml" --dry-run
-expect_status 0
+expect_status 2; expect_out "cannot run: "
 expect_out "world: 64 ranks = tp 8 × pp 4 × dp 2 = 64"
 expect_out "cannot launch from here"
 
@@ -143,6 +184,7 @@ run_cmd sbatch-recipe-nodes "$LLMTRAIN" sbatch "$SRC/recipes/llama-70b.yaml"
 expect_status 0
 expect_out "#SBATCH --nodes=8"; expect_out "--set launch.nodes=8"
 expect_out "mkdir -p $WORK/runs/llama-70b"
+expect_out_re "# note: from here, data.train\\[0\\].path +$WORK/data/fineweb/train .*: MISSING .*; the job stops unless its nodes see it"
 [[ ! -e runs ]] && pass "sbatch printing creates nothing" || fail "sbatch printing created $(find runs)"
 run_cmd sbatch-nodes-flag "$LLMTRAIN" sbatch "$SRC/recipes/llama-70b.yaml" --nodes 16 --set parallel.dp=4
 expect_status 0; expect_out "#SBATCH --nodes=16"

@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--last", type=int, default=20, help="last step, whose checkpoint is compared")
     ap.add_argument("--val", action="store_true", help="validation losses too")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--param-tol", type=float, default=None,
+                    help="the final parameters' relative difference (default: --tol)")
     args = ap.parse_args()
 
     la, lb = metric(args.a, "loss"), metric(args.b, "loss")
@@ -77,7 +79,8 @@ def main():
     xa = np.concatenate([pa[k].ravel() for k in sorted(pa)])
     xb = np.concatenate([pb[k].ravel() for k in sorted(pa)])
     rel = np.linalg.norm(xa - xb) / np.linalg.norm(xb)
-    assert rel <= args.tol, f"parameters differ: {rel}"
+    param_tol = args.tol if args.param_tol is None else args.param_tol
+    assert rel <= param_tol, f"parameters differ: {rel}"
     print(f"loss difference ≤ {worst:.1e}, relative parameter difference {rel:.2e}")
 
 

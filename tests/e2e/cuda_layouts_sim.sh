@@ -121,12 +121,15 @@ else
   compare "zero3-hybrid on cuda takes the one-rank cpu run's steps" zero3-hybrid cpu-gb4 --last 3 --tol 1e-5
   layout recompute-tp2 2 --set parallel.tp=2 --set train.activation_checkpointing=full
   layout eval-pp2 2 --set parallel.pp=2 --set eval.every=3
-  # bf16: cuda at dp 2 against bf16 on one CPU rank, within 16-bit rounding.
+  # bf16: cuda at dp 2 against bf16 on one CPU rank, within 16-bit rounding: the losses within 5e-3,
+  # the parameters within 2e-2 (measured 7.4e-3 on 2026-12-02: the tensor-core attention rounds P
+  # and dS to bf16 where the CPU keeps fp32, and three AdamW steps carry it into every parameter;
+  # fp16, 8 times finer, 1.1e-3 at one rank, e2e/cuda_sim.sh).
   run bf16-cpu 1 --set train.device=cpu --set train.precision=bf16
   expect_status 0
   run bf16-dp2 2 --set train.device=cuda --set train.precision=bf16
   expect_status 0
-  compare "bf16 at dp 2 on cuda takes bf16's cpu steps" bf16-dp2 bf16-cpu --last 3 --tol 5e-3
+  compare "bf16 at dp 2 on cuda takes bf16's cpu steps" bf16-dp2 bf16-cpu --last 3 --tol 5e-3 --param-tol 2e-2
   # SIGTERM on the device (LLMTRAIN_FAULT=term@2: every rank's handler asks for a stop after step 2):
   # a checkpoint and exit 75, then resumed to the end on the CPU run's steps.
   SECONDS=0

@@ -2,7 +2,8 @@
 # Training on the CUDA backend in the SIM build (cmake -DLLMTRAIN_CUDA=SIM: the kernels run in the
 # SIMT simulator, docs/cuda.md), against the CPU, end to end:
 #  1. recipes/tiny.yaml at seq 64, micro-batch 1, global batch 2: 10 fp32 steps on cuda take the
-#     CPU's steps (losses per step and final parameters within 1e-5, relative);
+#     CPU's steps (losses per step and final parameters within 1e-5, relative), with the cuda run's
+#     ops profiled (log.profile: ops);
 #  2. the cuda run's step-5 checkpoint resumes on cpu (steps 6-10), and the cpu run's step-8 one on
 #     cuda (steps 9-10), each continuing on the uninterrupted CPU run's losses (within 1e-5);
 #  3. bf16 on cuda takes bf16's CPU steps (3) within 16-bit rounding: losses and parameters within
@@ -15,7 +16,9 @@
 #  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, llama3
 #     RoPE) on cuda take the CPU's 2 fp32 steps;
 #  6. MoE blocks on cuda take the CPU's 2 fp32 steps;
-#  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes.
+#  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes;
+#  8. the GPT-2 family on cuda (its MLP's GELU and the bias gradients in cuBLASLt's epilogues) takes
+#     the CPU's 2 fp32 steps, and with selective recomputation (act recomputed by gelu_forward).
 # Multi-rank training on cuda: tests/e2e/cuda_layouts_sim.sh.
 source "$(dirname "$0")/lib.sh"
 use_python
@@ -31,14 +34,28 @@ compare() { # NAME A B ARGS...: compare_runs.py A B ARGS, one line of figures
   o=$($PY "$SRC/tests/e2e/compare_runs.py" "${@:2}" 2>&1) && pass "$name: $o" || fail "$name: $o"
 }
 
-# 1. fp32: cpu (a checkpoint every step) and cuda (at step 5 and the end).
+# 1. fp32: cpu (a checkpoint every step) and cuda (at step 5 and the end). The cuda run is profiled
+#    (log.profile ops: steps 2-4 timed per op by the simulator's events): the table and its JSON,
+#    and the observer leaves the steps the CPU's.
 for d in cpu cuda; do
   SECONDS=0
   run_cmd "fp32 on $d" train $d --set train.device=$d --set checkpoint.resume=none \
-    --set checkpoint.every=$([[ $d == cpu ]] && echo 1 || echo 5)
+    --set checkpoint.every=$([[ $d == cpu ]] && echo 1 || echo 5) $([[ $d == cuda ]] && echo --set log.profile=ops)
   expect_status 0
   echo "   fp32 on $d: ${SECONDS}s"
 done
+expect_out "op profile (log.profile: ops), rank 0 on cuda: 3 step(s) from step 2"
+expect_out_re "  linear_forward +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+%"
+expect_out_re "  attention_backward +[0-9]+ "
+$PY - cuda/op_profile.json <<'PY' && pass "cuda's op_profile.json: event times per op" || fail "cuda's op_profile.json: $(cat cuda/op_profile.json)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["device"] == "cuda" and j["steps"] == 3 and j["dropped_scopes"] == 0, j
+ops = {o["name"]: o for o in j["ops"]}
+for name in ("linear_forward", "linear_backward", "attention_forward", "rmsnorm_forward", "adamw_rows", "copy"):
+    assert name in ops and ops[name]["calls"] % 3 == 0 and ops[name]["total_ms"] > 0, (name, ops.get(name))
+assert 0 < j["in_ops_ms"] <= j["step_ms"], j
+PY
 compare "cuda takes the cpu's 10 fp32 steps" cuda cpu --last 10 --tol 1e-5
 
 # 2. Across devices: the step-5 checkpoint of each run resumes on the other device.
@@ -60,6 +77,14 @@ for d in cpu cuda; do
   expect_status 0
 done
 compare "bf16: cuda takes the cpu's steps within 16-bit rounding" bf16-cuda bf16-cpu --last 3 --tol 5e-3
+# fp16 the same (dynamic loss scaling): tiny's head dim 32 takes the tensor-core attention in both.
+for d in cpu cuda; do
+  run_cmd "fp16 on $d" train fp16-$d --set train.device=$d --set train.precision=fp16 --set train.steps=3 \
+    --set checkpoint.resume=none
+  expect_status 0
+done
+expect_out "attention: tensor cores"
+compare "fp16: cuda takes the cpu's steps within 16-bit rounding" fp16-cuda fp16-cpu --last 3 --tol 5e-3
 # 3b. parallel.offload on cuda (docs/offload.md), bf16: host — the moments and fp32 master in
 #     page-locked memory, AdamW on the CPU, each unit's gradients copied down during backward (all
 #     of them here: one rank, ZeRO 0), the values up behind the update; nvme — a file, each unit
@@ -142,4 +167,18 @@ expect_status 0
 run_cmd "plan with the simulator's rates" "$LLMTRAIN" plan "$SRC/recipes/tiny.yaml" --set train.device=cuda --gpus 1 \
   --gpu h100 --rates rates.json
 expect_status 0; expect_out_re "attention at llmtrain's attention kernel measured on .*simulat"
+# 8. GPT-2 on cuda: linear_gelu_forward (GELU_AUX_BIAS), linear_backward_input_gelu (DGELU_BGRAD) and
+#    the qkv bias's BGRADB on the simulator's cuBLASLt model; 2 fp32 steps take the CPU's, and so do
+#    2 with selective recomputation (the forward's act from the epilogue, the recomputed one from
+#    gelu_forward).
+gpt2=(--set model.family=gpt2 --set train.steps=2 --set checkpoint.resume=none --set checkpoint.every=2)
+for d in cpu cuda; do
+  run_cmd "gpt2 on $d" train gpt2-$d --set train.device=$d "${gpt2[@]}"
+  expect_status 0
+done
+compare "GPT-2: cuda takes the cpu's 2 steps" gpt2-cuda gpt2-cpu --last 2 --tol 1e-5
+run_cmd "gpt2 with selective recomputation on cuda" train gpt2-sel-cuda --set train.device=cuda "${gpt2[@]}" \
+  --set train.activation_checkpointing=selective
+expect_status 0
+compare "GPT-2 with selective recomputation: cuda takes the cpu's 2 steps" gpt2-sel-cuda gpt2-cpu --last 2 --tol 1e-5
 finish

@@ -110,10 +110,11 @@ PY
 
 # The same command again continues the fine-tuning run from its own checkpoint, not from A's.
 run_cmd weights-only-again run F --set checkpoint.resume="$PWD/A/ckpt/step_00000060" --set checkpoint.load_weights_only=true \
-  --set train.steps=8
+  --set train.steps=8 --allow-change train.steps
 expect_status 0
 expect_out "already holds this run's checkpoints: continuing from them"
 expect_out "at step 5"
+expect_out "accepted by --allow-change: train.steps 5 → 8"
 
 # 7. Non-finite losses: stop (exit 2, the reason) or skip (counted, then stop after K in a row).
 run_cmd nonfinite-stop run G --set model.init_std=1e30 --set checkpoint.resume=none
@@ -128,7 +129,7 @@ expect_out "4 non-finite steps in a row"
 # 8. A damaged newest checkpoint: resume: auto falls back to the previous one and says why.
 cp -r A I
 printf 'garbage' >I/ckpt/step_00000060/rank_00000.safetensors
-run_cmd damaged-fallback run I --set train.steps=70
+run_cmd damaged-fallback run I --set train.steps=70 --allow-change train.steps
 expect_status 0
 expect_out "skipping damaged checkpoint"
 expect_out "step_00000060/rank_00000.safetensors"
@@ -183,28 +184,124 @@ expect_out "resuming from"
 diff <(losses A | tail -20) <(losses R3) >/dev/null && pass "data at another path: the same losses as run A" ||
   fail "moved data diverged: $(diff <(losses A | tail -20) <(losses R3) | head -4)"
 
-# 10. Missing data is a user error before training starts.
+# 10. A resume that changes what the run computes is refused before anything is written, naming
+#     each change with both values and the flag that accepts them (a dry run says so and exits 2);
+#     --allow-change takes them: a longer run's cosine continues from the checkpoint's learning
+#     rate, without a jump, and keeps doing so when it is resumed again; harmless changes are taken
+#     with a line.
+mkdir -p S/ckpt && cp -r A/ckpt/step_00000040 S/ckpt/ && echo step_00000040 >S/ckpt/latest
+run_cmd resume-changed run S --set train.steps=100 --set optimizer.lr=1 --set train.global_batch=16 \
+  --set model.seq_len=32 --set train.seed=8
+expect_status 2
+expect_out "resuming $WORK/S/ckpt/step_00000040: this recipe changes what the run computes"
+expect_out "train.steps 60 → 100 (optimizer.decay_steps, auto, with it)"
+expect_out "optimizer.lr 0.003 → 1"
+expect_out "train.global_batch 8 → 16"
+expect_out "model.seq_len 64 → 32 (model.max_positions, auto, with it)"
+expect_out "train.seed 7 → 8"
+expect_out "--allow-change model.seq_len,optimizer.lr,train.global_batch,train.seed,train.steps"
+[[ ! -e S/train.log && ! -e S/recipe.yaml ]] && pass "a refused resume writes nothing into the run" ||
+  fail "a refused resume wrote into the run: $(ls S)"
+run_cmd resume-changed-dry run S --set train.steps=100 --dry-run
+expect_status 2
+expect_out "cannot run: resuming $WORK/S/ckpt/step_00000040"
+run_cmd resume-bad-key run S --allow-change train.stesp
+expect_status 2
+expect_out "--allow-change train.stesp: not a recipe key or section"
+expect_out "did you mean train.steps?"
+run_cmd resume-longer env LLMTRAIN_FAULT=kill@75 "$LLMTRAIN" run r.yaml --set log.dir=S --set train.steps=100 \
+  --set log.every=2 --allow-change train.steps
+expect_status 137
+expect_out "accepted by --allow-change: train.steps 60 → 100 (optimizer.decay_steps, auto, with it)"
+expect_out "taken as they are (they do not change what the run computes): "
+expect_out_re "taken as they are .*log.every 1 → 2"
+expect_out "its end moved from step 60 to 100: from step 40 it continues from"
+run_cmd resume-longer-again run S --set train.steps=100 --set log.every=2
+expect_status 0
+expect_out "at step 70"
+$PY - A S <<'PY' && pass "the longer schedule continues from step 40's learning rate to min_lr at 100, across a second resume" ||
+import json, math, sys
+lr = {}
+for d in sys.argv[1:]:
+    for l in open(d + "/metrics.jsonl"):
+        j = json.loads(l)
+        if "lr" in j: lr[(d, j["step"])] = j["lr"]  # a record's lr is that of its step's update (0-based step - 1)
+# Run A's schedule at the 0-based step 40 (warmup 5, to step 60): where S continues from.
+start = 3e-4 + (3e-3 - 3e-4) * 0.5 * (1 + math.cos(math.pi * (40 - 5) / (60 - 5)))
+assert abs(lr[("A", 41)] - start) <= 1e-9 * start, (lr[("A", 41)], start)
+for k in range(42, 101, 2):
+    want = 3e-4 + (start - 3e-4) * 0.5 * (1 + math.cos(math.pi * (k - 1 - 40) / (100 - 40)))
+    assert abs(lr[("S", k)] - want) <= 1e-9 * want, (k, lr[("S", k)], want)
+PY
+  fail "the longer schedule: $(grep -o '"lr":[^,]*' S/metrics.jsonl | head -5)"
+
+# 11. Missing data is a user error before training starts.
 run_cmd missing-data run J --set data.train=nowhere/train
 expect_status 2
 expect_out "nowhere/train"
 
-# 11. One job per checkpoint directory: a second run on a directory whose holder is alive (stopped
+# 12. One job per checkpoint directory: a second run on a directory whose holder is alive (stopped
 #     by SIGSTOP after step 2, LLMTRAIN_FAULT=hang) is refused before it touches anything, naming
 #     the holder, after waiting 10 s for it to end (a holder on this host may be a rank still
-#     exiting); once the holder is gone (SIGKILL), its lock is taken over.
+#     exiting); once the holder is gone (SIGKILL), its lock is taken over, and the `.partial`
+#     directories of dead saves with it.
 env LLMTRAIN_FAULT=hang@2 "$LLMTRAIN" run r.yaml --set log.dir=L >L.out 2>&1 &
 holder=$!
 timeout 120 bash -c 'until [[ -f L/ckpt/lock ]]; do sleep 0.05; done' || fail "lock: no L/ckpt/lock within 120 s"
+# (stopped by its SIGSTOP: from here on it writes nothing)
+timeout 120 bash -c "until [[ \$(ps -o stat= -p $holder) == T* ]]; do sleep 0.05; done" || fail "lock: the holder did not stop"
+# A save that died (a double Ctrl-C) left step_00000099.partial/: kept while the holder lives.
+mkdir -p L/ckpt/step_00000099.partial && touch L/ckpt/step_00000099.partial/rank_00000.safetensors
+before=$(md5sum L/train.log L/recipe.yaml)
 run_cmd lock-held run L2 --set checkpoint.dir=L/ckpt
 expect_status 2
 expect_out "is in use by another job"
 expect_out "pid $holder"
 expect_out "(waited 10 s for it to end)"
+# The same run again: refused, and nothing written into the live run (its log, its recipe).
+run_cmd lock-held-same-run run L --set checkpoint.every=5
+expect_status 2
+expect_out "is in use by another job"
+[[ $(md5sum L/train.log L/recipe.yaml) == "$before" ]] && pass "a run the lock refuses writes nothing into the live run" ||
+  fail "the refused run wrote into the live run: $(tail -3 L/train.log)"
+[[ -d L/ckpt/step_00000099.partial ]] && pass "a .partial kept while its directory's holder lives" ||
+  fail "the .partial of a live holder's directory was removed"
 kill -KILL $holder 2>/dev/null
 wait $holder 2>/dev/null
 run_cmd lock-taken-over run L2 --set checkpoint.dir=L/ckpt --set train.steps=2 --set optimizer.warmup=1
 expect_status 0
 expect_out "taking over its lock (its holder, pid $holder on this host, is gone)"
+expect_out "removed $WORK/L/ckpt/step_00000099.partial, left by a save that did not finish"
+[[ ! -e L/ckpt/step_00000099.partial ]] && pass "a dead .partial removed by the next holder" ||
+  fail "dead .partial left: $(ls L/ckpt)"
 [[ ! -e L/ckpt/lock ]] && pass "the lock is released at the end" || fail "lock left behind: $(cat L/ckpt/lock)"
+
+# 13. log.profile ops: steps 2 and 3 of 4 timed per op; rank 0's table in the log and its JSON.
+run_cmd profile run P --set train.steps=4 --set log.profile=ops --set log.profile_steps=2 --set optimizer.warmup=1 \
+  --set checkpoint.every=0 --set eval.every=0 --set checkpoint.resume=none
+expect_status 0
+expect_out "op profile (log.profile: ops), rank 0 on cpu: 2 step(s) from step 2"
+expect_out_re "  linear_forward +28 +[0-9.]+ +[0-9.]+ +[0-9.]+%"
+expect_out_re "  linear_gelu_forward +8 "
+expect_out_re "  attention_forward +8 "
+expect_out_re "  in ops \(the total\) +[0-9]+ "
+expect_out "op profile written to $WORK/P/op_profile.json"
+$PY - P/op_profile.json <<'PY' && pass "op_profile.json: the table's rows and totals" || fail "op_profile.json: $(cat P/op_profile.json)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["device"] == "cpu" and j["rank"] == 0 and j["steps"] == 2 and j["first_step"] == 2, j
+ops = {o["name"]: o for o in j["ops"]}
+for name in ("linear_forward", "linear_backward", "attention_forward", "attention_backward", "layernorm_forward",
+             "linear_gelu_forward", "cross_entropy_forward", "adamw_rows", "copy"):
+    assert name in ops, name
+# 2 micro-batches a step, 2 blocks of 4 products and the head each: 18 products a step, the MLP's
+# first with its GELU (linear_gelu_forward).
+assert ops["linear_forward"]["calls"] == 28, ops["linear_forward"]
+assert ops["linear_gelu_forward"]["calls"] == 8, ops["linear_gelu_forward"]
+totals = [o["total_ms"] for o in j["ops"]]
+assert totals == sorted(totals, reverse=True), totals
+assert abs(sum(totals) - j["in_ops_ms"]) < 1e-6 * j["in_ops_ms"], (sum(totals), j["in_ops_ms"])
+assert 0 < j["in_ops_ms"] <= j["step_ms"] and abs(sum(o["share"] for o in j["ops"]) - j["in_ops_ms"] / j["step_ms"]) < 1e-9
+PY
 
 finish

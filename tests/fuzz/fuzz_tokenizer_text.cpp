@@ -9,6 +9,7 @@
 
 #include "tests/fuzz/fuzz_util.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/data/tokenizer_load.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace llmtrain;

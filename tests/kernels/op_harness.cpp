@@ -163,12 +163,15 @@ struct RunResult {
   std::map<std::string, std::vector<float>> outputs, grads;
 };
 
-// On Device::cpu: every check against the reference. On Device::cuda: the same inputs, and only
-// what was computed (run_case compares it with the CPU's).
-RunResult run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forward_tol, double grad_tol,
+// Every check against the reference, with these tolerances; none where they are 0 (a CUDA run whose
+// case compares it only with the CPU's run, run_case).
+RunResult run_case_as(const OpCase& c, uint64_t seed, DType dtype, const OpCase::Tolerances& tol,
                       Device device = Device::cpu) {
+  const double forward_tol = tol.forward, grad_tol = tol.grad;
+  const double direction_tol = tol.direction > 0 ? tol.direction : tol.grad;
   SCOPED_TRACE(std::string("storage ") + to_string(dtype) + " on " + to_string(device));
-  const std::string label = c.name + (dtype == DType::fp32 ? "" : std::string(" ") + to_string(dtype));
+  const std::string label = c.name + (dtype == DType::fp32 ? "" : std::string(" ") + to_string(dtype)) +
+                            (device == Device::cpu ? "" : " on cuda");
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   RunResult result;
@@ -208,7 +211,7 @@ RunResult run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forwar
   RefRun ref = make_ref(c, ours);
   c.reference(ref);
   for (const Arg& a : c.args) {
-    if (!is_output(a.role) || device != Device::cpu) continue;
+    if (!is_output(a.role) || forward_tol == 0) continue;
     double err = rel_error(to_double(ours.f.at(a.name)), ref.y.at(a.name));
     if (verbose()) std::printf("%-60s forward %-10s %.2e\n", label.c_str(), a.name.c_str(), err);
     EXPECT_LE(err, forward_tol) << "forward output " << a.name << " differs from the double reference";
@@ -241,7 +244,7 @@ RunResult run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forwar
   ours.sync();
   for (const Arg& a : c.args)
     if (differentiable(a.role)) result.grads[a.name] = ours.g.at(a.name);
-  if (device != Device::cpu) return result;
+  if (grad_tol == 0) return result;
 
   const double l0 = ref_loss(c, ref, r);
   (void)l0;
@@ -300,7 +303,7 @@ RunResult run_case_as(const OpCase& c, uint64_t seed, DType dtype, double forwar
     if (verbose())
       std::printf("%-60s grad    %-10s %.2e  direction %.2e\n", label.c_str(), a.name.c_str(), elem_err,
                   std::abs(dot - fd_dir) / std::max(1.0, std::abs(fd_dir)));
-    EXPECT_LE(std::abs(dot - fd_dir), grad_tol * std::max(1.0, std::abs(fd_dir)))
+    EXPECT_LE(std::abs(dot - fd_dir), direction_tol * std::max(1.0, std::abs(fd_dir)))
         << "directional derivative: ours " << dot << ", finite differences " << fd_dir;
   }
   return result;
@@ -333,19 +336,23 @@ void compare_devices(const OpCase& c, const std::string& what, const RunResult& 
 void run_case(const OpCase& c, uint64_t seed) {
   SCOPED_TRACE("op case: " + c.name);
   const bool on_cuda = c.cuda && have_cuda_device();
-  const RunResult cpu32 = run_case_as(c, seed, DType::fp32, c.forward_tol, c.grad_tol);
-  if (on_cuda)
-    compare_devices(c, "fp32", run_case_as(c, seed, DType::fp32, 0, 0, Device::cuda), cpu32, kCudaFp32Tolerance);
+  const RunResult cpu32 = run_case_as(c, seed, DType::fp32, {c.forward_tol, c.grad_tol});
+  if (on_cuda && c.cuda_fp32)
+    compare_devices(c, "fp32", run_case_as(c, seed, DType::fp32, {}, Device::cuda), cpu32, kCudaFp32Tolerance);
   if (c.fp32_only) return;
   ASSERT_TRUE(c.bf16.forward > 0 && c.bf16.grad > 0 && c.fp16.forward > 0 && c.fp16.grad > 0)
       << "the case states no 16-bit tolerances (or fp32_only)";
   if (on_cuda) {
     ASSERT_TRUE(c.cuda_bf16 > 0 && c.cuda_fp16 > 0) << "the case states no 16-bit CUDA tolerances";
   }
-  const RunResult cpu_bf16 = run_case_as(c, seed, DType::bf16, c.bf16.forward, c.bf16.grad);
-  if (on_cuda) compare_devices(c, "bf16", run_case_as(c, seed, DType::bf16, 0, 0, Device::cuda), cpu_bf16, c.cuda_bf16);
-  const RunResult cpu_fp16 = run_case_as(c, seed, DType::fp16, c.fp16.forward, c.fp16.grad);
-  if (on_cuda) compare_devices(c, "fp16", run_case_as(c, seed, DType::fp16, 0, 0, Device::cuda), cpu_fp16, c.cuda_fp16);
+  // The CUDA run's own checks against the reference, where the case asks for them.
+  auto on_device = [&](DType dtype, const OpCase::Tolerances& t) {
+    return run_case_as(c, seed, dtype, c.cuda_reference ? t : OpCase::Tolerances{}, Device::cuda);
+  };
+  const RunResult cpu_bf16 = run_case_as(c, seed, DType::bf16, c.bf16);
+  if (on_cuda) compare_devices(c, "bf16", on_device(DType::bf16, c.bf16), cpu_bf16, c.cuda_bf16);
+  const RunResult cpu_fp16 = run_case_as(c, seed, DType::fp16, c.fp16);
+  if (on_cuda) compare_devices(c, "fp16", on_device(DType::fp16, c.fp16), cpu_fp16, c.cuda_fp16);
 }
 
 }  // namespace llmtrain::kernels::test

@@ -108,6 +108,9 @@ struct OpCase {
   // 16-bit storage: the same checks with these tolerances, both > 0 (or fp32_only).
   struct Tolerances {
     double forward = 0, grad = 0;
+    // The directional derivative's, where it differs from grad (0: grad): over a large argument a
+    // 16-bit gradient's rounding (of the stored output and dout it is computed from) adds up.
+    double direction = 0;
   };
   Tolerances bf16 = {}, fp16 = {};
   std::vector<std::string> fp32_args = {};  // statistics (mean, rstd, lse, losses) and tables stay fp32
@@ -117,6 +120,11 @@ struct OpCase {
   // different orders, so a stored value may differ by a unit in its last place.
   bool cuda = false;
   double cuda_bf16 = 0, cuda_fp16 = 0;
+  // The CUDA 16-bit runs are also checked against the double reference and finite differences with
+  // the case's bf16 / fp16 tolerances (a device kernel that rounds differently from the CPU's, such
+  // as the tensor-core attention's 16-bit P and dS).
+  bool cuda_reference = false;
+  bool cuda_fp32 = true;  // false: the device takes this case in 16-bit storage only
 };
 
 // Runs every check of a case, in fp32 and then with bf16 and fp16 storage; failures are reported

@@ -251,3 +251,98 @@ TEST(AdamW, MultiTensorOpsOnTheCudaDeviceMatchTheCpu) {
 }
 
 }  // namespace llmtrain::kernels::test
+
+namespace llmtrain::kernels::test {
+
+// adamw_rows on the device takes groups of 4 elements per access where a row's arrays are aligned
+// alike and goes element by element where they are not: every path gives each element the CPU's
+// update. Rows: a whole chunk at offset 0; a head of 3 before the groups (offsets ≡ 1 mod 4); the
+// gradient, state and rounded offsets at different residues (scalar); a row shorter than its head;
+// only the rounded parameters misaligned. bf16 gradients and rounded parameters (8-byte groups).
+// Bitwise, on a GPU too: both devices call kernels/adamw_math.h, whose every operation is
+// correctly rounded.
+TEST(AdamW, RowsOfEveryAlignmentMatchTheCpu) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  const int64_t n = 50000;
+  std::vector<int64_t> rows = {0,     0,     0,     0,     kSquaresChunk,
+                               1,  //
+                               16385, 16385, 16385, 16385, 1000,
+                               0,  //
+                               20000, 20001, 20002, 20003, 999,
+                               1,  //
+                               30001, 30001, 30001, 30001, 3,
+                               1,  //
+                               40000, 40000, 40000, 40002, 7001,
+                               1};
+  std::mt19937_64 rng(1207);
+  std::normal_distribution<float> normal;
+  std::vector<float> p(n), m(n), v(n), gw(n);
+  for (auto& e : p) e = normal(rng);
+  for (auto& e : m) e = 0.1f * normal(rng);
+  for (auto& e : v) e = std::abs(0.01f * normal(rng));
+  for (auto& e : gw) e = normal(rng);
+  Buffer g(DType::bf16, {n}), r(DType::bf16, {n});
+  convert(g.tensor(), host_tensor(gw.data(), {n}));
+  convert(r.tensor(), host_tensor(p.data(), {n}));
+  auto to_device = [](Tensor h) {
+    Buffer d(h.dtype, h.shape, Device::cuda);
+    copy(d.tensor(), h);
+    return d;
+  };
+  Buffer dp = to_device(host_tensor(p.data(), {n})), dm = to_device(host_tensor(m.data(), {n}));
+  Buffer dv = to_device(host_tensor(v.data(), {n})), dg = to_device(g.tensor()), dr = to_device(r.tensor());
+  Buffer drows = to_device(table_tensor(rows));
+  for (int64_t step = 1; step <= 2; ++step) {
+    const AdamWStep s{.lr = 3e-3f, .weight_decay = 0.1f, .step = step, .grad_scale = 0.37f};
+    adamw_rows(host_tensor(p.data(), {n}), g.tensor(), host_tensor(m.data(), {n}), host_tensor(v.data(), {n}),
+               r.tensor(), table_tensor(rows), s);
+    adamw_rows(dp.tensor(), dg.tensor(), dm.tensor(), dv.tensor(), dr.tensor(), drows.tensor(), s);
+  }
+  auto back = [](const Buffer& d) {
+    Buffer h(d.dtype(), d.tensor().shape);
+    copy(h.tensor(), d.tensor());
+    std::vector<float> out(size_t(d.tensor().numel()));
+    convert(host_tensor(out.data(), {int64_t(out.size())}), h.tensor());
+    return out;
+  };
+  std::vector<float> rw(n);
+  convert(host_tensor(rw.data(), {n}), r.tensor());
+  const std::vector<std::pair<const char*, std::pair<std::vector<float>, std::vector<float>>>> checks = {
+      {"params", {back(dp), p}}, {"m", {back(dm), m}}, {"v", {back(dv), v}}, {"rounded", {back(dr), rw}}};
+  for (const auto& [name, got_want] : checks) {
+    const auto& [got, want] = got_want;
+    int64_t differ = 0, first = -1;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = int64_t(i);
+    EXPECT_EQ(differ, 0) << name << ": first at " << first;
+  }
+}
+
+// The gradient norm's parts are the same bits every run: sum_squares_chunks twice on the device
+// (fixed chunk order, fixed tree in each chunk, no atomics).
+TEST(AdamW, SumSquaresChunksOnTheDeviceAreReproducible) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  Segments sg;
+  Buffer x(DType::bf16, {sg.n});
+  convert(x.tensor(), host_tensor(sg.x.data(), {sg.n}));
+  Buffer dx(DType::bf16, {sg.n}, Device::cuda), dtable(DType::int64, sg.table().shape, Device::cuda),
+      dfirst(DType::int64, sg.starts().shape, Device::cuda),
+      dout(DType::fp32, {2, int64_t(sg.out.size())}, Device::cuda);
+  copy(dx.tensor(), x.tensor());
+  copy(dtable.tensor(), sg.table());
+  copy(dfirst.tensor(), sg.starts());
+  const int64_t k = int64_t(sg.out.size());
+  for (int run = 0; run < 2; ++run)
+    sum_squares_chunks(dout.tensor().flat(run * k, k), dx.tensor(), dtable.tensor(), dfirst.tensor());
+  std::vector<float> got(size_t(2 * k)), cpu(static_cast<size_t>(k));
+  copy(host_tensor(got.data(), {2 * k}), dout.tensor().view({2 * k}));
+  sum_squares_chunks(host_tensor(cpu.data(), {k}), x.tensor(), sg.table(), sg.starts());
+  for (int64_t j = 0; j < k; ++j) {
+    EXPECT_EQ(got[size_t(j)], got[size_t(k + j)]) << j;
+    EXPECT_NEAR(got[size_t(j)], cpu[size_t(j)], 1e-5 * cpu[size_t(j)]) << j;
+  }
+}
+
+}  // namespace llmtrain::kernels::test

@@ -113,6 +113,25 @@ std::string describe(const std::string& what, const BlockShape& s) {
          (p.causal ? " causal" : " full") + (p.window ? " window=" + std::to_string(p.window) : "");
 }
 
+// The 16-bit tolerances of every attention case. The directional derivative's (the third) is looser
+// than the element-wise one: over a whole qkv argument, the rounding of the stored output and dout
+// that the gradient is computed from adds up (measured, LLMTRAIN_OP_VERBOSE=1, 2026-12-02, every
+// case of this file: at most 5.1e-2 bf16 and 5.7e-3 fp16 on the CPU, 4.3e-2 and 6.1e-3 on the
+// tensor cores; element-wise at most 3.8e-3 and 4.9e-4).
+constexpr OpCase::Tolerances kBf16{5e-3, 2e-2, 0.15}, kFp16{6e-4, 4e-3, 2e-2};
+
+// Where the device takes a case on the tensor cores (kernels::cuda_attention_on_tensor_cores: bf16
+// and fp16 at head dims that are multiples of 16 up to 256), its 16-bit runs round P and dS to 16
+// bits where the CPU keeps them in fp32: they are checked against the double reference too, and
+// against the CPU's run at 3× the largest difference measured in the simulator (2026-12-02, every
+// case of this file: 3.3e-3 bf16, 4.3e-4 fp16; the CUDA cores' kernel: 2e-3 and 5e-4 as before).
+void on_tensor_cores(OpCase& oc, int64_t d) {
+  if (!cuda_attention_on_tensor_cores(DType::bf16, d)) return;
+  oc.cuda_reference = true;
+  oc.cuda_bf16 = 1e-2;
+  oc.cuda_fp16 = 1.5e-3;
+}
+
 // A query block over a key/value block, q, k and v in tensors of their own (`kv_together`: k and v
 // share one [B, Tk, k_width, D] tensor, as a block received from another rank does). The heads
 // outside the spec's take no part: their gradients stay as the harness set them (0, hence
@@ -133,12 +152,13 @@ OpCase block_case(cpu::AttentionIsa form, const std::string& what, const BlockSh
   };
   oc.reference = [=](RefRun& r) { reference_block(r, s, "q", "k", v_name); };
   oc.check_overwrite = false;
-  oc.bf16 = {5e-3, 2e-2};
-  oc.fp16 = {6e-4, 4e-3};
+  oc.bf16 = kBf16;
+  oc.fp16 = kFp16;
   oc.fp32_args = {"lse"};
   oc.cuda = form == cpu::AttentionIsa::blas;
   oc.cuda_bf16 = 2e-3;
   oc.cuda_fp16 = 5e-4;
+  on_tensor_cores(oc, s.d);
   return oc;
 }
 
@@ -191,14 +211,15 @@ OpCase attention_case(cpu::AttentionIsa form, int64_t b, int64_t t, int64_t h, i
     attention_backward(r.grad("qkv"), r.grad("out"), r.t("qkv"), r.t("out"), r.t("lse"), h, kv);
   };
   oc.reference = [=](RefRun& r) { reference_attention(r, b, t, h, kv, d); };
-  oc.bf16 = {5e-3, 2e-2};
-  oc.fp16 = {6e-4, 4e-3};
+  oc.bf16 = kBf16;
+  oc.fp16 = kFp16;
   oc.fp32_args = {"lse"};
   // The flash-style CUDA kernels against the CPU (once, in the blas form's run: the CUDA side does
   // not depend on the CPU's form).
   oc.cuda = form == cpu::AttentionIsa::blas;
   oc.cuda_bf16 = 2e-3;
   oc.cuda_fp16 = 5e-4;
+  on_tensor_cores(oc, d);
   return oc;
 }
 
@@ -381,6 +402,48 @@ TEST_P(Attention, SlidingWindow) {
   run_case(block_case(GetParam(), "window reaching back", {1, 30, 60, 16, 3, 1, 1, reaching}), 1205);
   AttentionSpec wide{.heads = 1, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 0, .window = 1000};
   run_case(block_case(GetParam(), "wide window", {1, 41, 41, 5, 1, 1, 1, wide}), 1206);
+}
+
+// The tensor-core kernels (kernels/cuda/attention_tc.cu: bf16 and fp16 storage, head dims that are
+// multiples of 16 up to 256) at every head dim to 128, across tiles, with every mask and position;
+// the cases above with such head dims take them too (on_tensor_cores). The head dims past 128 are in
+// TensorCoreAttentionFull (scripts/test.sh --full), slow in the simulator.
+TEST(TensorCoreAttention, HeadDimsAcrossTiles) {
+  const auto blas = cpu::AttentionIsa::blas;
+  for (int64_t d : {16, 32, 48, 64, 80, 96, 128})
+    run_case((attention_case(blas, 1, 23 + d / 4, 2, 1, d)), 1400 + uint64_t(d));
+  run_case((attention_case(blas, 2, 70, 4, 2, 64)), 1500);  // past one 64-row tile, GQA
+}
+
+TEST(TensorCoreAttention, MasksAndPositions) {
+  const auto blas = cpu::AttentionIsa::blas;
+  AttentionSpec diagonal{.heads = 4, .kv_heads = 2, .q_head = 1, .k_head = 1, .v_head = 0};
+  diagonal.q_begin = 30;
+  diagonal.kv_begin = 10;
+  run_case((block_case(blas, "tc diagonal", {1, 37, 50, 32, 5, 3, 2, diagonal})), 1501);
+  const AttentionSpec full{.heads = 2, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 1, .causal = false};
+  run_case((block_case(blas, "tc full", {1, 33, 45, 64, 2, 2, 2, full})), 1502);
+  const AttentionSpec kv_block{.heads = 4, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 2, .causal = false};
+  run_case((block_case(blas, "tc kv block", {1, 9, 40, 16, 4, 4, 4, kv_block}, true)), 1503);
+  AttentionSpec reaching{.heads = 3, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 0, .window = 25};
+  reaching.q_begin = 50;
+  reaching.kv_begin = 20;
+  run_case((block_case(blas, "tc window reaching back", {1, 30, 60, 32, 3, 1, 1, reaching})), 1504);
+  AttentionSpec before{.heads = 2, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0};
+  before.q_begin = 80;
+  run_case((block_case(blas, "tc keys before", {1, 20, 70, 16, 2, 2, 2, before})), 1505);
+}
+
+TEST(TensorCoreAttentionFull, LargeHeadDims) {
+  const auto blas = cpu::AttentionIsa::blas;
+  // The fp32 kernels stop at head dim 128: these run on the device in 16-bit storage only.
+  auto no_fp32 = [](OpCase oc) {
+    oc.cuda_fp32 = false;
+    return oc;
+  };
+  for (int64_t d : {144, 192, 256}) run_case(no_fp32(attention_case(blas, 1, 40, 2, 1, d)), 1600 + uint64_t(d));
+  AttentionSpec window{.heads = 2, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 0, .window = 19};
+  run_case(no_fp32(block_case(blas, "tc window d=256", {1, 70, 70, 256, 2, 1, 1, window})), 1700);
 }
 
 TEST(AttentionMerge, MatchesReference) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -254,8 +255,9 @@ TEST(LossMean, MeanAndItsGradientMatchReference) {
   }
 }
 
-// The rounding the model's reproducibility rests on: the sum in double in row order, one
-// rounding to float at the end; 0 (not NaN) when nothing is counted.
+// The rounding the model's reproducibility rests on: the sum in double in the op table's fixed
+// order (lanes of rows, then their tree), one rounding to float at the end; 0 (not NaN) when
+// nothing is counted.
 TEST(LossMean, RoundsOnceFromADoubleSum) {
   std::vector<float> losses = {1e8f, 1.0f, 3.0f, -1e8f, 0.0f, 0.5f};
   std::vector<int32_t> targets = {4, 2, kIgnore, 0, kIgnore, 1};
@@ -270,6 +272,78 @@ TEST(LossMean, RoundsOnceFromADoubleSum) {
                     host_tensor(targets.data(), {6}), kIgnore);
   EXPECT_EQ(count, 0);
   EXPECT_EQ(mean, 0.0f);
+}
+
+// The device's loss mean (a thread per lane, then the lanes' tree) is the CPU's, bit for bit, over
+// more rows than lanes: losses over 12 orders of magnitude (where any other order of the double
+// sum would round differently), every seventh row ignored.
+TEST(LossMean, OnTheDeviceIsTheCpusBitsOverManyRows) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  const int64_t n = 5003;
+  std::mt19937_64 rng(97);
+  std::normal_distribution<float> z(0.0f, 6.0f);
+  std::vector<float> losses(n);
+  std::vector<int32_t> targets(n);
+  for (int64_t i = 0; i < n; ++i) {
+    losses[size_t(i)] = std::exp(z(rng));
+    targets[size_t(i)] = i % 7 == 3 ? kIgnore : int32_t(i % 11);
+  }
+  float mean[2] = {-1, -1};
+  int32_t count[2] = {-1, -1};
+  Tensor tm = host_tensor(&mean[0], {1}), tc = host_tensor(&count[0], {1}), tl = host_tensor(losses.data(), {n}),
+         tt = host_tensor(targets.data(), {n});
+  loss_mean_forward(tm, tc, tl, tt, kIgnore);
+  Tensor dm = host_tensor(&mean[1], {1}), dc = host_tensor(&count[1], {1});
+  on(Device::cuda, {&dm, &dc, &tl, &tt}, [&] { loss_mean_forward(dm, dc, tl, tt, kIgnore); });
+  EXPECT_EQ(count[0], count[1]);
+  EXPECT_EQ(std::memcmp(&mean[0], &mean[1], sizeof(float)), 0) << mean[0] << " " << mean[1];
+  double exact = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (targets[size_t(i)] != kIgnore) exact += double(losses[size_t(i)]);
+  EXPECT_NEAR(mean[0], exact / count[0], 1e-6 * exact / count[0]);
+}
+
+// Rows of GPT-2's vocabulary (50257 of 50304 padded columns, and unpadded so that rows start at
+// every alignment) on the device against the CPU: the one-pass forward (online maximum and sum; one
+// row's logits rise along the row, so its maximum moves at every step) and the backward, in fp32
+// and bf16.
+TEST(CrossEntropy, VocabSizeRowsOnTheDeviceMatchTheCpu) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  constexpr int64_t n = 3, vocab = 50257;
+  std::mt19937_64 rng(98);
+  std::normal_distribution<float> z(0.0f, 3.0f);
+  for (const int64_t vp : {int64_t(50304), vocab})
+    for (const DType dtype : {DType::fp32, DType::bf16}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + " vp=" + std::to_string(vp));
+      std::vector<float> wide(n * vp);
+      for (int64_t i = 0; i < n * vp; ++i) wide[size_t(i)] = i / vp == 1 ? float(i % vp) * 1e-3f : z(rng);
+      std::vector<int32_t> targets = {7, 50256, 31000};
+      int32_t count = int32_t(n);
+      Buffer logits(dtype, {n, vp}), grad_cpu(dtype, {n, vp}), grad_dev(dtype, {n, vp});
+      convert(logits.tensor(), host_tensor(wide.data(), {n * vp}).view({n, vp}));
+      std::vector<float> stats(4 * n);  // losses and lse, the CPU's then the device's
+      Tensor tt = host_tensor(targets.data(), {n}), tc = host_tensor(&count, {1});
+      cross_entropy_forward(host_tensor(&stats[0], {n}), host_tensor(&stats[n], {n}), logits.tensor(), tt, vocab,
+                            kIgnore);
+      cross_entropy_backward(grad_cpu.tensor(), logits.tensor(), host_tensor(&stats[n], {n}), tt, vocab, kIgnore, 1.0f,
+                             tc);
+      Tensor dl = host_tensor(&stats[2 * n], {n}), ds = host_tensor(&stats[3 * n], {n}), tx = logits.tensor(),
+             tg = grad_dev.tensor();
+      on(Device::cuda, {&dl, &ds, &tx, &tt, &tg, &tc}, [&] {
+        cross_entropy_forward(dl, ds, tx, tt, vocab, kIgnore);
+        cross_entropy_backward(tg, tx, ds, tt, vocab, kIgnore, 1.0f, tc);
+      });
+      auto as_double = [](const float* p, int64_t k) { return std::vector<double>(p, p + k); };
+      EXPECT_LE(rel_error(as_double(&stats[2 * n], n), as_double(&stats[0], n)), 1e-6);
+      EXPECT_LE(rel_error(as_double(&stats[3 * n], n), as_double(&stats[n], n)), 1e-6);
+      std::vector<float> gc(n * vp), gd(n * vp);
+      convert(host_tensor(gc.data(), {n * vp}), grad_cpu.tensor().view({n * vp}));
+      convert(host_tensor(gd.data(), {n * vp}), grad_dev.tensor().view({n * vp}));
+      EXPECT_LE(rel_error(as_double(gd.data(), n * vp), as_double(gc.data(), n * vp)),
+                dtype == DType::fp32 ? 1e-5 : 2e-3);
+    }
 }
 
 }  // namespace llmtrain::kernels::test

@@ -42,6 +42,72 @@ TEST(Embedding, TokenLookupMatchesReference) {
   }
 }
 
+// The device's backward sorts positions by id and sums the sorted order in pieces (32 positions
+// each, 128 table columns a block; sort tiles of 1024): cases where one token fills many pieces
+// (most positions the same id), where the batch spans several sort tiles, where a token's run
+// starts and ends at every place in a piece, and where the table is wider than a block of columns;
+// with a vocab-parallel shard that misses some ids.
+TEST(Embedding, ManyRepeatsOfOneTokenMatchReference) {
+  struct Shape {
+    int64_t n, v, c, begin;
+    int hot_percent;
+  };
+  for (const Shape sh :
+       {Shape{300, 6, 5, 0, 90}, Shape{2600, 9, 3, 0, 70}, Shape{97, 5, 131, 0, 50}, Shape{400, 4, 4, 2, 80}}) {
+    const int64_t n = sh.n, v = sh.v, c = sh.c, begin = sh.begin, vocab = begin + v + (begin ? 3 : 0);
+    OpCase oc{.name = "embedding repeats n=" + std::to_string(n) + " v=" + std::to_string(v) +
+                      " c=" + std::to_string(c) + " begin=" + std::to_string(begin),
+              .args = {{"tokens", {n}, Role::index, 0, int32_t(vocab)},
+                       {"wte", {v, c}, Role::param},
+                       {"out", {n, c}, Role::output}}};
+    oc.setup = [=](OpRun& r) {
+      std::mt19937_64 rng{uint64_t(n)};
+      for (int64_t i = 0; i < n; ++i)
+        if (int(rng() % 100) < sh.hot_percent) r.i["tokens"][size_t(i)] = int32_t(begin + 1);
+    };
+    oc.forward = [=](OpRun& r) { embedding_forward(r.t("out"), r.t("tokens"), r.t("wte"), begin, vocab); };
+    oc.backward = [=](OpRun& r) { embedding_backward(r.grad("wte"), r.grad("out"), r.t("tokens"), begin, vocab); };
+    oc.reference = [=](RefRun& r) {
+      auto& out = r.out("out");
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t row = r.ints("tokens")[i] - begin;
+        for (int64_t j = 0; j < c; ++j) out[i * c + j] = (row >= 0 && row < v) ? r.in("wte")[row * c + j] : 0.0;
+      }
+    };
+    oc.bf16 = {1e-6, 5e-2};
+    oc.fp16 = {1e-6, 2e-2};
+    oc.cuda = true;
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
+    run_case(oc, 300 + uint64_t(n));
+  }
+}
+
+// The same gradient every run: the device's backward twice into zeroed tables, bitwise equal.
+TEST(Embedding, BackwardOnTheDeviceIsReproducible) {
+  const CudaInfo cuda = cuda_info();
+  if (!cuda.built || cuda.devices.empty()) GTEST_SKIP() << "no CUDA device (build with -DLLMTRAIN_CUDA=SIM)";
+  const int64_t n = 1500, v = 7, c = 33;
+  std::mt19937_64 rng(13);
+  std::normal_distribution<float> z;
+  std::vector<int32_t> tokens(n);
+  std::vector<float> dout(n * c);
+  for (auto& t : tokens) t = rng() % 4 ? 3 : int32_t(rng() % v);
+  for (auto& e : dout) e = z(rng);
+  Buffer dtok(DType::int32, {n}, Device::cuda), ddout(DType::fp32, {n, c}, Device::cuda);
+  copy(dtok.tensor(), Tensor(tokens.data(), DType::int32, {n}));
+  copy(ddout.tensor(), host_tensor(dout.data(), {n, c}));
+  std::vector<std::vector<float>> got;
+  for (int run = 0; run < 2; ++run) {
+    Buffer dwte(DType::fp32, {v, c}, Device::cuda);
+    fill_zero(dwte.tensor());
+    embedding_backward(dwte.tensor(), ddout.tensor(), dtok.tensor(), 0, v);
+    got.emplace_back(size_t(v * c));
+    copy(host_tensor(got.back().data(), {v, c}), dwte.tensor());
+  }
+  EXPECT_EQ(got[0], got[1]);
+}
+
 TEST(EmbeddingDeathTest, AnIdOutsideTheVocabularyStopsWithItsPosition) {
   // Ids are checked where the kernel reads them: never an out-of-bounds read, never a silent zero.
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -78,3 +78,15 @@ TEST(Preflight, SlurmGpusFewerThanRanksPerNodeAreRefusedUnlessShared) {
 }
 
 }  // namespace
+
+// A CPU job's threads against the cores: quiet when they fit, the counts and the way out otherwise.
+TEST(Preflight, OversubscriptionIsWarnedWithTheCounts) {
+  EXPECT_EQ(oversubscription_warning(2, 1, 2, 0), "");
+  EXPECT_EQ(oversubscription_warning(1, 2, 2, -1), "");  // load unknown
+  const std::string over = oversubscription_warning(2, 2, 2, 0);
+  EXPECT_NE(over.find("2 rank(s) × 2 thread(s) = 4 compute thread(s) on 2 usable core(s)"), std::string::npos) << over;
+  EXPECT_NE(over.find("fewer ranks or --set train.threads=N"), std::string::npos) << over;
+  const std::string loaded = oversubscription_warning(1, 2, 2, 3);
+  EXPECT_NE(loaded.find("and 3 other runnable thread(s) right now (/proc/loadavg)"), std::string::npos) << loaded;
+  EXPECT_NE(loaded.find("--set train.threads=1 often holds up best"), std::string::npos) << loaded;
+}

@@ -126,3 +126,31 @@ TEST(RankOutput, EveryRankOfTheJobGetsALogWithEachAttempt) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/rank_00003.log"));
   std::filesystem::remove_all(dir);
 }
+
+// While stopping (a relayed SIGTERM/SIGINT), mpirun's boxes saying only that ranks exited non-zero
+// stay off the console (they are in launcher.log); another box, or the same box on a job that was
+// not asked to stop, is shown whole.
+TEST(RankOutput, ExitBannersAreKeptOffTheConsoleWhileStopping) {
+  const std::string dashes(74, '-');
+  const std::string banner = dashes +
+                             "\nPrimary job  terminated normally, but 1 process returned\na non-zero exit code. " +
+                             "Per user-direction, the job has been aborted.\n" + dashes + "\n";
+  const std::string other = dashes + "\nThere are not enough slots available in the system\n" + dashes + "\n";
+  for (bool stopping : {false, true}) {
+    const std::string dir =
+        ::testing::TempDir() + "/rank_output_banner_" + std::to_string(::getpid()) + (stopping ? "_stop" : "_run");
+    std::filesystem::remove_all(dir);
+    ::testing::internal::CaptureStderr();
+    {
+      RankOutput out(dir, OutputTags::mpirun_tag_output);
+      out.set_stopping(stopping);
+      out.feed(true, banner + "[1,0]<stderr>:[rank 0] interrupted\n" + other);
+    }
+    const std::string console = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(console.find("Primary job") == std::string::npos, stopping) << console;
+    EXPECT_NE(console.find("not enough slots"), std::string::npos) << console;
+    EXPECT_NE(console.find("[rank 0] interrupted"), std::string::npos) << console;
+    EXPECT_NE(slurp(dir + "/launcher.log").find("Primary job  terminated normally"), std::string::npos);
+    std::filesystem::remove_all(dir);
+  }
+}

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "parallel/bootstrap.h"
-#include "parallel/comm_mpi.h"
+#include "parallel/comm/comm_mpi.h"
 
 namespace llmtrain::parallel::mpitest {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "parallel/context_parallel.h"
 
 namespace llmtrain::parallel {

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "kernels/buffer.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "parallel/grad_sync.h"
 
 namespace llmtrain::parallel {
@@ -382,31 +382,42 @@ TEST(GradSync, StageThreeGathersEveryGroupsValuesFromTheShards) {
 }
 
 // Stage 3 with offloaded owned values (GradSyncLayout::owned_values, parallel.offload_params): each
-// gather reads its unit's chunk through the callback, the unit after the next one read ahead on a
-// thread of its own; the gathered values are the current ones in forward and backward, also after
-// an update changes them (nothing read before it is used after it).
-TEST(GradSync, StageThreeReadsOffloadedValuesAheadOfTheirGather) {
+// gather takes its unit's chunk through OwnedValues, having said ahead which unit it takes after the
+// current one, and the values are dropped before they change; the gathered values are the current
+// ones in forward and backward, also after an update changes them. (The read ahead on a thread of
+// its own is the offload's ValueReader: tests/trainer/optim/test_value_reader.cpp.)
+class StoreValues final : public OwnedValues {
+ public:
+  std::vector<float> store;  // this rank's owned values, compact (the offload store's)
+  int64_t takes = 0, taken_as_announced = 0, drops = 0;
+  void ahead(int unit, int64_t, int64_t) override { announced_ = unit; }
+  void take(int unit, int64_t begin, Tensor out) override {
+    ASSERT_LE(begin + out.numel(), int64_t(store.size()));
+    std::copy_n(store.begin() + begin, out.numel(), out.ptr<float>());
+    ++takes;
+    taken_as_announced += unit == announced_;
+  }
+  void drop() override {
+    ++drops;
+    announced_ = -1;
+  }
+
+ private:
+  int announced_ = -1;
+};
+
+TEST(GradSync, StageThreeTakesOffloadedValuesAsItGathers) {
   for (int n : {1, 2}) {
     SCOPED_TRACE(::testing::Message() << "dp " << n);
     run_ranks_in_threads(n, [&](Comm& dp) {
-      std::vector<float> store;  // this rank's owned values, compact (the offload store's)
-      std::mutex mu;
-      int64_t reads = 0, reads_elsewhere = 0;
-      const std::thread::id rank_thread = std::this_thread::get_id();
+      StoreValues values;
       GradSyncLayout layout{{}, {}, kRanges, kGroups};
-      layout.owned_values = [&](int64_t begin, Tensor host) {
-        std::lock_guard<std::mutex> lock(mu);
-        ASSERT_LE(begin + host.numel(), int64_t(store.size()));
-        std::copy_n(store.begin() + begin, host.numel(), host.ptr<float>());
-        ++reads;
-        reads_elsewhere += std::this_thread::get_id() != rank_thread;
-      };
+      layout.owned_values = &values;
       auto sync = make_grad_sync(3, dp, layout, 1e-5, dp.size());  // three units
       auto fill = [&](float scale) {                               // the optimizer's update of the owned values
-        std::lock_guard<std::mutex> lock(mu);
-        store.clear();
+        values.store.clear();
         for (const FlatRange& r : sync->owned())
-          for (int64_t i = r.begin; i < r.end; ++i) store.push_back(scale * float(i));
+          for (int64_t i = r.begin; i < r.end; ++i) values.store.push_back(scale * float(i));
       };
       auto expect_group = [&](int g, bool backward, float scale) {
         expect_gathered(*sync, g, backward, scale);
@@ -417,7 +428,9 @@ TEST(GradSync, StageThreeReadsOffloadedValuesAheadOfTheirGather) {
         for (int g = 0; g < int(kGroups.size()); ++g) expect_group(g, true, scale);
       };
       auto update = [&](float scale) {
+        const int64_t drops = values.drops;
         sync->finish();
+        EXPECT_GT(values.drops, drops) << "nothing dropped before the update";
         fill(scale);
         sync->gather_params();
       };
@@ -426,12 +439,12 @@ TEST(GradSync, StageThreeReadsOffloadedValuesAheadOfTheirGather) {
       update(-2.0f);
       step(-2.0f);
       update(3.0f);
-      // A pass cut short (after group 0 in backward order): units 0 and 1 gathered, unit 2 read
-      // ahead, and nobody takes it before the update; the next forward starts with unit 2.
+      // A pass cut short (after group 0 in backward order): units 0 and 1 gathered, unit 2
+      // announced, and nobody takes it before the update; the next forward starts with unit 2.
       expect_group(0, true, 3.0f);
       update(-1.5f);
       step(-1.5f);
-      EXPECT_GT(reads_elsewhere, 0) << "no unit read ahead, of " << reads;
+      EXPECT_GT(values.taken_as_announced, 0) << "no unit announced ahead, of " << values.takes;
     });
   }
 }

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "parallel/pipe_links.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"

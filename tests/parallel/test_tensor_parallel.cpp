@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "parallel/tensor_parallel.h"
 
 namespace llmtrain::parallel {

@@ -13,8 +13,8 @@
 #include "common/recipe/recipe_check.h"
 #include "planner/layout_search.h"
 #include "tests/common/test_layout.h"
-#include "trainer/loop/memory.h"
 #include "trainer/model/model_spec.h"
+#include "trainer/placement/memory.h"
 
 namespace llmtrain::planner {
 namespace {
@@ -98,7 +98,9 @@ TEST(PerfModel, CpuRanksOfOneThreadComputeAtTheOneThreadRate) {
 // by 5.5× in bf16 while attention was counted at the tensor cores' rate. The attention rates come from
 // a profile of that same run (device_catalog.cpp), so what this checks independently is the rest of
 // the step around them: the products at the catalogue's achievable fraction, the memory-bound ops
-// and the optimizer (about a third of the bf16 step, two thirds of the fp32 one).
+// and the optimizer (about a third of the bf16 step, two thirds of the fp32 one). That run's bf16
+// attention was the CUDA cores' kernel: the row is taken without the tensor-core kernels' (assumed)
+// rates, so that the prediction models the kernel that ran.
 TEST(PerfModel, Gpt2OnAnH100IsPredictedWithinAQuarterOfItsMeasurement) {
   Recipe r = gpt(12, 768, 12, 1024, 1, 1, 1, 8, 8);
   r.model.vocab = 50257;
@@ -109,10 +111,47 @@ TEST(PerfModel, Gpt2OnAnH100IsPredictedWithinAQuarterOfItsMeasurement) {
     r.train.precision = precision;
     ASSERT_TRUE(recipe_check(r, {1, "test", false}).empty());
     const double measured = 8 * 1024 / measured_tokens_per_s;
-    const StepPrediction t = predict_step(r, {device_lookup("h100"), 1, 8, 25e9});
+    DeviceSpec cuda_cores = device_lookup("h100");
+    cuda_cores.attention_tc_forward_rate = cuda_cores.attention_tc_backward_rate = 0;
+    const StepPrediction t = predict_step(r, {cuda_cores, 1, 8, 25e9});
     EXPECT_NEAR(t.total / measured, 1.0, 0.25)
         << to_string(precision) << ": predicted " << t.total << " s, measured " << measured << " s";
   }
+}
+
+// The prediction follows the attention kernel the run takes (kernels::cuda_attention_on_tensor_cores):
+// GPT-2 124M in bf16 (head dim 64) at the tensor-core kernels' rates, named as assumed; in fp32, and
+// in bf16 at a head dim they do not take (72), at the CUDA cores' measured ones.
+TEST(PerfModel, AttentionFollowsTheKernelTheRunTakes) {
+  Recipe r = gpt(12, 768, 12, 1024, 1, 1, 1, 8, 8);
+  r.model.vocab = 50257;
+  r.model.max_positions = 1024;
+  r.train.device = DeviceKind::cuda;
+  const Cluster h100{device_lookup("h100"), 1, 8, 25e9};
+  r.train.precision = Precision::bf16;
+  const AttentionRates tc = attention_rates(r, h100);
+  EXPECT_EQ(tc.forward, h100.device.attention_tc_forward_rate);
+  EXPECT_NE(tc.source.find("assumed"), std::string::npos) << tc.source;
+  r.train.precision = Precision::fp32;
+  EXPECT_EQ(attention_rates(r, h100).forward, h100.device.attention_forward_rate);
+  r.train.precision = Precision::bf16;
+  r.model.head_dim = 72;
+  EXPECT_EQ(attention_rates(r, h100).forward, h100.device.attention_forward_rate);
+  r.model.head_dim = 0;
+  // Faster attention, a shorter predicted bf16 step than the CUDA cores' measured 83.8 ms.
+  EXPECT_LT(predict_step(r, h100).total, 8 * 1024 / 97.7e3);
+  // A measured rates file replaces the assumption where it has the tensor cores' rates.
+  DeviceSpec measured = h100.device;
+  apply_measured_rates_text(measured,
+                            R"({"llmtrain_device_rates": 1, "device": "NVIDIA H200", "date": "2026-12-02",
+                                "commit": "abc", "attention_forward_rate": 1e13, "attention_backward_rate": 1e13,
+                                "attention_tc_forward_rate": 2e14, "attention_tc_backward_rate": 1e14,
+                                "products_bf16": 6e14, "products_fp32": 5e13})",
+                            "test");
+  const AttentionRates read = attention_rates(r, {measured, 1, 8, 25e9});
+  EXPECT_EQ(read.forward, 2e14);
+  EXPECT_EQ(read.backward, 1e14);
+  EXPECT_NE(read.source.find("measured on NVIDIA H200"), std::string::npos) << read.source;
 }
 
 TEST(PerfModel, ZeroAndNodesChangeOnlyTheDataParallelTime) {
@@ -161,6 +200,51 @@ TEST(LayoutSearch, ProposesOnlyLayoutsTheRecipeChecksAccept) {
   for (size_t i = 1; i < found.fitting.size(); ++i)
     EXPECT_LE(found.fitting[i - 1].time.total, found.fitting[i].time.total);
   EXPECT_NE(why_best(found.fitting).find("runner-up"), std::string::npos) << why_best(found.fitting);
+}
+
+// The recipe's own layout (`plan`'s "this recipe's layout" line): found at its place in the ranking
+// when the search enumerates it; a layout it does not (gpipe) predicted as it is, with where its
+// step time would put it and why; one that does not fit, said so with its memory.
+TEST(LayoutSearch, TheRecipesOwnLayoutIsPlacedAmongTheCandidates) {
+  Recipe r = gpt(24, 2048, 16, 2048, 2, 2, 2, 1, 64);
+  r.parallel.zero = 1, r.parallel.zero_group = 2;
+  const Cluster c{device_lookup("a100-80g"), 8, 8, 50e9};
+  const SearchResult found = search_layouts(r, c);
+  const OwnLayout own = own_layout(r, c, found);
+  ASSERT_GT(own.rank, 0) << own.why;
+  ASSERT_TRUE(own.candidate.has_value());
+  EXPECT_EQ(own.candidate->layout(), found.fitting[size_t(own.rank) - 1].layout());
+  EXPECT_EQ(own.candidate->layout(), "tp 2 · pp 2 1f1b · dp 2 · zero 1 · mb 1 · recompute none");
+  EXPECT_DOUBLE_EQ(own.candidate->time.total, predict_step(r, c).total);
+
+  Recipe gpipe = r;
+  gpipe.parallel.pp_schedule = PipelineSchedule::gpipe;
+  const OwnLayout other = own_layout(gpipe, c, search_layouts(gpipe, c));
+  EXPECT_EQ(other.rank, 0);
+  ASSERT_TRUE(other.candidate.has_value());
+  EXPECT_NE(other.why.find("gpipe"), std::string::npos) << other.why;
+  int faster = 0;
+  for (const Candidate& cand : found.fitting) faster += cand.time.total < other.candidate->time.total ? 1 : 0;
+  EXPECT_GE(other.would_rank, faster + 1);
+
+  Cluster small = c;
+  small.device.memory = predict_memory(r, c).bytes - 1;
+  const OwnLayout too_big = own_layout(r, small, search_layouts(r, small));
+  EXPECT_EQ(too_big.rank, 0);
+  EXPECT_EQ(too_big.why.rfind("does not fit: predicted ", 0), 0u) << too_big.why;
+}
+
+// The headroom `plan` asks for: max(2 GiB, 5% of the capacity).
+TEST(LayoutSearch, HeadroomMarginIsTwoGiBOrFivePercent) {
+  constexpr int64_t kGiB = int64_t(1) << 30;
+  EXPECT_EQ(headroom_margin(20 * kGiB), 2 * kGiB);
+  EXPECT_EQ(headroom_margin(80 * kGiB), 4 * kGiB);
+  RankMemory m;
+  m.capacity = 80 * kGiB, m.bytes = 76 * kGiB;
+  EXPECT_TRUE(enough_headroom(m));
+  m.bytes += 1;
+  EXPECT_FALSE(enough_headroom(m));
+  EXPECT_TRUE(m.fits());
 }
 
 // Offload (docs/offload.md): a 5.9B-parameter model on one 80 GB H100 fits no layout with its

@@ -10,12 +10,12 @@
 #include "planner/layout_search.h"
 #include "planner/perf_model.h"
 #include "tests/common/test_layout.h"
-#include "tests/parallel/comm_counting.h"
+#include "tests/parallel/comm/comm_counting.h"
 #include "tests/trainer/loop/train_step_fixture.h"
 #include "trainer/checkpoint/async_checkpoint.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpointer.h"
-#include "trainer/loop/memory.h"
+#include "trainer/placement/memory.h"
 
 namespace llmtrain::trainer {
 namespace {
@@ -195,7 +195,7 @@ TEST_F(PlanMemory, AsyncCheckpointSnapshotIsWhatEachRankWrites) {
 // The tensor-parallel traffic the performance model prices: for tp 2 layouts of both model families,
 // with and without sequence parallelism and with full recomputation, the bytes one tp rank sends
 // per step by the model (StepPrediction::tp_bytes) equal those the communicator counts
-// (tests/parallel/comm_counting.h around the mesh's tp group) in one optimizer step after a warm one.
+// (tests/parallel/comm/comm_counting.h around the mesh's tp group) in one optimizer step after a warm one.
 TEST_F(PlanMemory, TensorParallelBytesPerStepAreWhatTheRunSends) {
   struct Case {
     ModelFamily family;
@@ -230,10 +230,10 @@ TEST_F(PlanMemory, TensorParallelBytesPerStepAreWhatTheRunSends) {
       GptDataset data({{prefix_, 1.0}}, r.model.seq_len, 7, r.model.vocab);
       Sampler sampler(r.train.global_batch, r.train.micro_batch, 0, 1);
       MicroBatchReader batches(data, sampler, r.model.seq_len);
-      const auto schedule = step_schedule(test_layout(r), 0, sampler.micro_batches_per_step());
-      Model model(r.model, step_model_options(r, test_layout(r), 0, schedule), *comms.tp);
+      const Placement placement = place(r, test_layout(r), mesh.coord());
+      Model model(r.model, placement.model, *comms.tp);
       model.init_parameters(1);
-      TrainStep step(r, test_layout(r), model, comms, batches, schedule);
+      TrainStep step(r, placement, model, comms, batches);
       step.master_from_params();
       step.run(0, 0);
       tp.reset();

@@ -35,7 +35,7 @@
 
 #include "common/file_io.h"
 #include "kernels/buffer.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
 
 namespace llmtrain::trainer {

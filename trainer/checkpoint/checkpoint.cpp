@@ -12,6 +12,7 @@
 #include "common/file_io.h"
 #include "common/json_depth.h"
 #include "common/log.h"
+#include "common/recipe/recipe_changes.h"
 #include "common/strings.h"
 #include "kernels/ops.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -303,27 +304,13 @@ LoadedCheckpoint load_local(const std::string& path, const std::vector<Checkpoin
   return out;
 }
 
-// The `model:` keys of two recipes as recipe_to_yaml writes them (one "  key: value" line each)
-// whose values differ: "model.hidden is 64 there, 128 in this recipe".
+// The `model:` keys of two recipes whose values differ: "model.hidden is 64 there, 128 in this
+// recipe".
 std::string recipe_model_differences(const std::string& theirs, const std::string& ours) {
-  auto model_keys = [](const std::string& yaml) {
-    std::map<std::string, std::string> keys;
-    bool in_model = false;
-    for (const std::string& line : split(yaml, '\n')) {
-      if (!line.empty() && line[0] != ' ' && line[0] != '#') in_model = line == "model:";
-      if (!in_model || line.size() < 3 || line.compare(0, 2, "  ") != 0 || line[2] == ' ') continue;
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) keys[line.substr(2, colon - 2)] = trim(line.substr(colon + 1));
-    }
-    return keys;
-  };
-  const auto a = model_keys(theirs), b = model_keys(ours);
   std::vector<std::string> out;
-  for (const auto& [key, value] : b) {
-    auto it = a.find(key);
-    if (it != a.end() && it->second != value)
-      out.push_back(fmt::format("model.{} is {} there, {} in this recipe", key, it->second, value));
-  }
+  for (const RecipeChange& c : recipe_changes(theirs, ours))
+    if (c.key.starts_with("model."))
+      out.push_back(fmt::format("{} is {} there, {} in this recipe", c.key, c.saved, c.now));
   return join(out, ", ");
 }
 

@@ -22,7 +22,7 @@
 #include "common/file_io.h"
 #include "kernels/buffer.h"
 #include "kernels/tensor.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
@@ -73,7 +73,7 @@ class HostStagedSlices {
 // replicas (ModelParam::tp_replica: the lowest tp rank holding a slice writes it).
 // 16-bit parameters (an optimizer with an fp32 master): the parameters are the master's owned
 // ranges, written as the moments are, so a checkpoint is fp32 whatever the precision; after loading,
-// TrainStep::params_from_master rounds them into the model. `moments` = false leaves the moments
+// CheckpointedStep::params_from_master rounds them into the model. `moments` = false leaves the moments
 // out (loading weights only). Sharded experts (ModelParam::expert_shard) are written where
 // `experts` says: their parameters by the first rank of their expert-data-parallel group, their
 // moments by the expert sync's first copies (without it, as every other parameter).

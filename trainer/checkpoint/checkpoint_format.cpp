@@ -10,6 +10,7 @@
 #include "common/checked_math.h"
 #include "common/enum_names.h"
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/strings.h"
 
 namespace llmtrain::trainer {
@@ -96,15 +97,8 @@ json manifest_to_json(const Manifest& m) {
           {"tensors", tensors}};
 }
 
-// Numbers of a manifest we did not write: JSON integers in range, never floats (nlohmann converts a
-// float such as 1e32 to an integer type by a cast, which is undefined behaviour out of range).
 int64_t manifest_integer(const json& v, std::string_view what, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
-    throw Error(fmt::format("{} is {}, not an integer", what, v.dump()), "the manifest is damaged");
-  const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi)
-    throw Error(fmt::format("{} {} is outside [{}, {}]", what, x, lo, hi), "the manifest is damaged");
-  return x;
+  return json_integer(v, what, "the manifest is damaged", lo, hi);
 }
 
 namespace {

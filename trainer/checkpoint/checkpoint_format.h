@@ -88,9 +88,9 @@ struct Manifest {
 };
 
 nlohmann::json manifest_to_json(const Manifest& m);
-// An integer of a manifest we did not write (its fields, the loop state in `extra`): a JSON integer
-// in [lo, hi], never a float cast to an integer type (undefined behaviour out of range). Throws
-// llmtrain::Error naming `what`.
+// An integer of a manifest we did not write (its fields, the loop state in `extra`): json_integer
+// (common/json_integer.h: a JSON integer in [lo, hi], never a float cast) with the manifest's hint.
+// Throws llmtrain::Error naming `what`.
 int64_t manifest_integer(const nlohmann::json& v, std::string_view what, int64_t lo = INT64_MIN,
                          int64_t hi = INT64_MAX);
 // Throws llmtrain::Error naming `path` for a malformed manifest or a newer format version.

@@ -15,7 +15,7 @@
 #include "common/host.h"
 #include "common/json_depth.h"
 #include "common/strings.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/model/model_spec.h"

@@ -9,11 +9,13 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/recipe/recipe_changes.h"
 #include "common/strings.h"
 #include "kernels/buffer.h"
 #include "kernels/ops.h"
 #include "parallel/progress.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_inspect.h"
 
 namespace llmtrain::trainer {
 namespace fs = std::filesystem;
@@ -32,11 +34,52 @@ std::string describe_data(const nlohmann::json& data) {
   return fmt::format("{} source(s): {}", parts.size(), join(parts, "; "));
 }
 
+std::string change_texts(const std::vector<RecipeChange>& changes) {
+  std::vector<std::string> texts;
+  for (const RecipeChange& c : changes) texts.push_back(c.text());
+  return join(texts, ", ");
+}
+
+// checkpoint.resume: <path> names a checkpoint for the run's first start; once checkpoint.dir holds
+// the run's own checkpoints, the run continues from those.
+bool continues_own(const CheckpointConfig& cc) {
+  return cc.resume == ResumeMode::path && !checkpoint_candidates(cc.dir).empty() &&
+         !fs::path(cc.resume_path).lexically_relative(cc.dir).string().starts_with("step_");
+}
+
 }  // namespace
 
+std::unique_ptr<CheckpointDirLock> checkpoint_dir_lock(const std::string& dir, parallel::Comm& world) {
+  std::unique_ptr<CheckpointDirLock> lock;
+  checkpoint_collective(world, [&] {
+    if (world.rank() == 0) lock = CheckpointDirLock::acquire(dir, checkpoint_job_id());
+  });
+  return lock;
+}
+
+std::string checkpoint_to_continue(const CheckpointConfig& cc) {
+  if (cc.resume == ResumeMode::none) return "";
+  if (cc.resume == ResumeMode::automatic || continues_own(cc)) return checkpoint_to_resume(cc.dir);
+  if (cc.load_weights_only) return "";
+  if (fs::exists(fs::path(cc.resume_path) / kManifestFile)) return cc.resume_path;
+  return checkpoint_to_resume(cc.resume_path);
+}
+
+void check_resume_changes(const std::string& step_dir, const std::string& recipe_yaml,
+                          const std::vector<std::string>& allowed) {
+  if (step_dir.empty()) return;
+  std::string saved;
+  try {
+    saved = checkpoint_read_manifest(step_dir).recipe_yaml;
+  } catch (const Error&) {
+    return;
+  }
+  if (!saved.empty()) require_resume_changes_allowed(classify_resume_changes(saved, recipe_yaml, allowed), step_dir);
+}
+
 Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml, const Tokenizer& tokenizer,
-                           Model& model, TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs,
-                           nlohmann::json data)
+                           Model& model, CheckpointedStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs,
+                           std::unique_ptr<CheckpointDirLock> lock, nlohmann::json data)
     : recipe_(recipe),
       recipe_yaml_(recipe_yaml),
       tokenizer_(tokenizer),
@@ -45,11 +88,30 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
       dp_rank_(dp_rank),
       world_(world),
       fs_(fs),
-      data_(std::move(data)) {
-  checkpoint_collective(world_, [&] {
-    if (world_.rank() == 0) lock_ = CheckpointDirLock::acquire(recipe_.checkpoint.dir, checkpoint_job_id());
-  });
+      data_(std::move(data)),
+      lock_(std::move(lock)) {
+  LT_CHECK((world_.rank() == 0) == (lock_ != nullptr), "rank {} {} checkpoint.dir's lock", world_.rank(),
+           lock_ ? "holds" : "does not hold");
   lock_renewed_ = now_s();
+  // Saves that died (a double Ctrl-C, a kill mid-write) leave `step_<N>.partial/`: holding the lock,
+  // no live job can be writing them.
+  if (lock_) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(recipe_.checkpoint.dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!name.ends_with(kPartialSuffix) ||
+          checkpoint_parse_step_dir(name.substr(0, name.size() - std::string_view(kPartialSuffix).size())) < 0 ||
+          !e.is_directory(ec) || e.is_symlink(ec))
+        continue;
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+      if (rm)
+        log_warn("could not remove {}, left by a save that did not finish: {}", e.path().string(), rm.message());
+      else
+        log_progress("removed {}, left by a save that did not finish (no live job holds {})", e.path().string(),
+                     recipe_.checkpoint.dir);
+    }
+  }
   if (recipe_.checkpoint.async) {
     async_ = std::make_unique<AsyncCheckpointWriter>(fs_, recipe_.checkpoint.dir, recipe_.checkpoint.keep, world_,
                                                      recipe_.checkpoint.timeout_s);
@@ -59,7 +121,8 @@ Checkpointer::Checkpointer(const Recipe& recipe, const std::string& recipe_yaml,
   }
 }
 
-std::vector<CheckpointSlice> rank_checkpoint_slices(const Model& model, TrainStep& step, int replica, bool moments) {
+std::vector<CheckpointSlice> rank_checkpoint_slices(const Model& model, CheckpointedStep& step, int replica,
+                                                    bool moments) {
   // Sharded experts: the first rank of each expert-data-parallel group (dp × cp position < ep)
   // writes its experts, and the expert sync's first copies their moments.
   ExpertWriters experts;
@@ -124,8 +187,7 @@ RunPosition Checkpointer::resume() {
   if (cc.resume == ResumeMode::none) return {};
   bool weights_only = cc.load_weights_only;
   bool explicit_path = cc.resume == ResumeMode::path;
-  if (explicit_path && !checkpoint_candidates(cc.dir).empty() &&
-      !fs::path(cc.resume_path).lexically_relative(cc.dir).string().starts_with("step_")) {
+  if (continues_own(cc)) {
     log_progress(
         "{} already holds this run's checkpoints: continuing from them (checkpoint.resume: {}{} applies to the "
         "run's first start)",
@@ -145,18 +207,31 @@ RunPosition Checkpointer::resume() {
     return {};
   }
   const RunPosition at{loaded->manifest.step, loaded->manifest.consumed_samples};
+  // The data position is step × global_batch unless an accepted batch change moved it; bounded so
+  // that a hostile manifest's value cannot overflow the samples the run goes on to add.
+  constexpr int64_t kMaxConsumed = int64_t(1) << 60;
+  if (at.consumed_samples > kMaxConsumed)
+    throw Error(
+        fmt::format("{}: consumed_samples {} is beyond any run (at most 2^60)", loaded->path, at.consumed_samples),
+        "the checkpoint's manifest.json is damaged");
   log_progress("resuming from {} at step {} ({} samples consumed)", loaded->path, at.step, at.consumed_samples);
-  if (at.consumed_samples != at.step * recipe_.train.global_batch)
-    throw Error(fmt::format("{} was written with another global batch ({} samples after {} steps, this recipe "
-                            "consumes {} per step)",
-                            loaded->path, at.consumed_samples, at.step, recipe_.train.global_batch),
-                "resume with the train.global_batch it was written with, or set checkpoint.load_weights_only: true");
+  // What the recipe changed since the checkpoint (the CLI refused the same before any rank started,
+  // against the checkpoint it expected; this is the one loaded).
+  const ResumeChanges changes = classify_resume_changes(loaded->manifest.recipe_yaml, recipe_yaml_, allowed_changes_);
+  require_resume_changes_allowed(changes, loaded->path);
+  if (!changes.allowed.empty())
+    log_progress("changed since that checkpoint, accepted by --allow-change: {}", change_texts(changes.allowed));
+  if (!changes.harmless.empty())
+    log_progress("changed since that checkpoint, taken as they are (they do not change what the run computes): {}",
+                 change_texts(changes.harmless));
   const nlohmann::json saved_data = loaded->manifest.extra.value("data", nlohmann::json());
-  if (!saved_data.is_null() && !data_.is_null() && saved_data != data_)
+  if (!saved_data.is_null() && !data_.is_null() && saved_data != data_ &&
+      !change_allowed("data.train", allowed_changes_))
     throw Error(fmt::format("{} was written with other training data: {} there, {} in this recipe's data.train",
                             loaded->path, describe_data(saved_data), describe_data(data_)),
-                "resume with the data it was written with (its path may differ), or set "
-                "checkpoint.load_weights_only: true to fine-tune from its weights on this data");
+                "resume with the data it was written with (its path may differ), continue on this data from the "
+                "checkpoint's position with --allow-change data.train, or set checkpoint.load_weights_only: true to "
+                "fine-tune from its weights on this data");
   step_.restore(loaded->manifest.extra, at.step);
   last_saved_ = at.step;
   return at;

@@ -14,8 +14,10 @@
 //    every rank calls them, at the same steps.
 //  - With checkpoint.async, last_saved() is the last COMMITTED step: a save in flight counts only
 //    once every rank has written it and rank 0 has renamed it into place.
-//  - One job writes a checkpoint directory: the constructor takes its lock (rank 0, agreed by all)
-//    and refuses, naming the holder, when another live job has it; the destructor releases it.
+//  - One job writes a checkpoint directory: checkpoint_dir_lock() takes its lock (rank 0, agreed by
+//    all) before the run writes anything, and refuses, naming the holder, when another live job has
+//    it; the checkpointer holds it (and, holding it, removes the `.partial` directories of saves that
+//    died: no live job can be writing them) and its destructor releases it.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +27,11 @@
 #include "common/checkpoint_dir.h"
 #include "common/file_io.h"
 #include "common/recipe/recipe.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/async_checkpoint.h"
+#include "trainer/checkpoint/checkpointed_step.h"
 #include "trainer/data/gpt_dataset.h"
 #include "trainer/data/tokenizer.h"
-#include "trainer/loop/train_step.h"
 #include "trainer/model/model.h"
 
 namespace llmtrain::trainer {
@@ -49,17 +51,40 @@ struct RunPosition {
 // gradient sync's first copies; sharded experts the first rank of their expert-data-parallel group
 // (replica < ep) and the expert sync's first copies. What the Checkpointer saves and the memory
 // plan's checkpoint_snapshot counts.
-std::vector<CheckpointSlice> rank_checkpoint_slices(const Model& model, TrainStep& step, int replica,
+std::vector<CheckpointSlice> rank_checkpoint_slices(const Model& model, CheckpointedStep& step, int replica,
                                                     bool moments = true);
+
+// The checkpoint a run with `cc` would continue from: its own newest in checkpoint.dir, or on its
+// first start the one checkpoint.resume names (unless load_weights_only: a fine-tuning start
+// compares nothing); "" when it starts fresh. What `llmtrain run` compares before any rank starts
+// (the ranks may still fall back past a damaged one, and compare that one).
+std::string checkpoint_to_continue(const CheckpointConfig& cc);
+
+// Throws llmtrain::Error naming each change since `step_dir` was written (its manifest's recipe
+// against `recipe_yaml`) that `allowed` does not cover (common/recipe/recipe_changes.h). Nothing
+// for "" or a manifest it cannot read (loading it says why).
+void check_resume_changes(const std::string& step_dir, const std::string& recipe_yaml,
+                          const std::vector<std::string>& allowed);
+
+// One job writes a checkpoint directory: rank 0 takes `dir`'s lock (common/checkpoint_dir.h),
+// agreed by every rank; a live holder's refusal is every rank's error. Taken before the run writes
+// anything (its recipe.yaml, its log), so that a run the lock refuses leaves the holder's run as it
+// was. Null on the other ranks.
+std::unique_ptr<CheckpointDirLock> checkpoint_dir_lock(const std::string& dir, parallel::Comm& world);
 
 class Checkpointer {
  public:
   // Everything given must outlive the checkpointer. `world` is the world control group.
   // `data` identifies the training data (data_identity()): saved with each checkpoint, and a full
   // resume refuses a checkpoint written with other data.
+  // `lock` is checkpoint_dir_lock()'s (rank 0's; null elsewhere), taken before the run wrote anything.
   Checkpointer(const Recipe& recipe, const std::string& recipe_yaml, const Tokenizer& tokenizer, Model& model,
-               TrainStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs, nlohmann::json data = {});
+               CheckpointedStep& step, int dp_rank, parallel::Comm& world, FileSystem& fs,
+               std::unique_ptr<CheckpointDirLock> lock, nlohmann::json data = {});
 
+  // The recipe changes a resume accepts besides the harmless ones (--allow-change: keys, sections,
+  // "all"; common/recipe/recipe_changes.h). Others are refused, naming each.
+  void set_allowed_changes(std::vector<std::string> allowed) { allowed_changes_ = std::move(allowed); }
   // Loads what checkpoint.resume says into the model, the optimizer and the step's state, and
   // returns the position to continue from ({0, 0} for a fresh start or a weights-only start).
   RunPosition resume();
@@ -93,11 +118,12 @@ class Checkpointer {
   const std::string& recipe_yaml_;
   const Tokenizer& tokenizer_;
   Model& model_;
-  TrainStep& step_;
+  CheckpointedStep& step_;
   int dp_rank_;
   parallel::Comm& world_;
   FileSystem& fs_;
   nlohmann::json data_;
+  std::vector<std::string> allowed_changes_;
   int64_t last_saved_ = -1;
   std::unique_ptr<CheckpointDirLock> lock_;  // rank 0's lock on checkpoint.dir (common/checkpoint_dir.h)
   double lock_renewed_ = 0;

@@ -7,6 +7,7 @@
 #include "common/json_depth.h"
 #include "trainer/checkpoint/hf_bridge.h"
 #include "trainer/data/bpe_tokenizer.h"
+#include "trainer/data/byte_tokenizer.h"
 
 namespace llmtrain::trainer {
 using nlohmann::json;

@@ -24,6 +24,7 @@
 #include "trainer/data/indexed_dataset.h"
 #include "trainer/data/prep_input.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/data/tokenizer_load.h"
 #include "trainer/report/progress_bar.h"
 
 namespace llmtrain::trainer {

@@ -1,5 +1,7 @@
 // Tokenizers: text <-> token ids, for `llmtrain prep` (documents -> indexed dataset), for
-// `model.vocab: auto`, and for generation (prompt in, ids out, ids back to text).
+// `model.vocab: auto`, and for generation (prompt in, ids out, ids back to text). This is the
+// interface every kind implements; loading one, the one place that knows them all, is
+// trainer/data/tokenizer_load.h; the kinds are byte_tokenizer.h and bpe_tokenizer.h.
 //
 // The kinds (docs/data.md says exactly what each accepts):
 //  - "byte": ids 0..255 are the bytes of the text, 256 is <|endoftext|> (end of document). No
@@ -28,10 +30,10 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace llmtrain::trainer {
@@ -86,17 +88,6 @@ class Tokenizer {
   TokenizerSource source_;
 };
 
-// "byte"; a Hugging Face tokenizer.json; a GPT-2 vocab.json (merges.txt beside it) or merges.txt
-// (vocab.json beside it); or a directory holding tokenizer.json or vocab.json + merges.txt.
-// Throws llmtrain::Error naming the file for anything unreadable, malformed or not supported.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec_or_path);
-
-// Rebuilds a tokenizer from TokenizerSource::kind and ::bytes (e.g. as stored in a checkpoint).
-// For kTokenizerKindGpt2Files the bytes are a JSON object {"vocab.json": TEXT, "merges.txt": TEXT}.
-// `origin` names the bytes in error messages ("checkpoint runs/x/ckpt/step_00000100").
-std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(std::string_view kind, std::string_view bytes,
-                                                     std::string_view origin);
-
 // Text as ids arrive (streaming generation): next(id) is what decode(ids so far + id) adds to
 // decode(ids so far). Decodes the whole sequence each time (linear in its length), which is what
 // makes it right for every decoder chain.
@@ -112,9 +103,5 @@ class DecodeStream {
   std::vector<int32_t> ids_;
   size_t done_ = 0;  // bytes of decode(ids_) returned, or in the context
 };
-
-// The byte tokenizer's layout.
-inline constexpr int32_t kByteVocabSize = 257;
-inline constexpr int32_t kByteEodId = 256;
 
 }  // namespace llmtrain::trainer

@@ -147,4 +147,28 @@ void fault_maybe_fire(const Fault& f, int64_t step, int rank) {
   if (f.kind == "throw") throw environment_error(fmt::format("injected fault (LLMTRAIN_FAULT) after step {}", step));
 }
 
+FaultInjector::FaultInjector(int rank, OffloadStore* offload)
+    : fault_(fault_from_env()), rank_(rank), offload_(offload) {}
+
+FileSystem& FaultInjector::file_system(FileSystem& base) {
+  fs_ = fault_file_system(fault_, rank_, base);
+  return fs_ ? *fs_ : base;
+}
+
+std::function<void(int64_t, const std::function<bool(double)>&)> FaultInjector::writer_hook(bool async) const {
+  return fault_writer_hook(fault_, rank_, async);
+}
+
+void FaultInjector::step_done(int64_t step, StepOutcome& outcome) {
+  outcome.times.forward += fault_slow_down(fault_, step, rank_, outcome.times.compute());
+}
+
+void FaultInjector::step_boundary(int64_t step) {
+  fault_maybe_fire(fault_, step, rank_);
+  if (fault_offload_io_error(fault_, step, rank_)) {
+    if (!offload_) throw Error("LLMTRAIN_FAULT=offload-io-error without an offload file", "set parallel.offload: nvme");
+    offload_->inject_write_error();
+  }
+}
+
 }  // namespace llmtrain::trainer

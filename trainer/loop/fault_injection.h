@@ -26,6 +26,11 @@
 //          <step> fails with EIO, as from the disk: the run ends naming the file (its checkpoints
 //          intact)
 // Unset, nothing happens. docs/testing.md lists it; it is not meant for production runs.
+//
+// train() holds it as a FaultInjector, an observer of the run (trainer/loop/run_observer.h): `slow`
+// at step_done, before the step is reported; the other step faults at step_boundary, after the
+// step's checkpoint; the save faults through the file system and writer hook it gives the
+// checkpointer.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +39,8 @@
 #include <string>
 
 #include "common/file_io.h"
+#include "trainer/loop/run_observer.h"
+#include "trainer/optim/offload.h"
 
 namespace llmtrain::trainer {
 
@@ -61,5 +68,29 @@ std::function<void(int64_t step, const std::function<bool(double)>& wait_for_wai
 // For `slow`: when the fault applies to `step` and `rank`, sleeps 2 × compute_s and returns the
 // seconds slept; else returns 0 at once.
 double fault_slow_down(const Fault& fault, int64_t step, int rank, double compute_s);
+
+// LLMTRAIN_FAULT for one rank's run.
+class FaultInjector final : public RunObserver {
+ public:
+  // Reads LLMTRAIN_FAULT (throws llmtrain::Error for a malformed value). `rank`: this world rank;
+  // `offload`: the optimizer's offload store, whose file offload-io-error fails (null: none).
+  FaultInjector(int rank, OffloadStore* offload);
+
+  // What the checkpointer writes through: `base`, or the file system that fails inside the fault's
+  // save (kill-in-save, full-disk-in-save; fault_file_system), which lives as long as this.
+  FileSystem& file_system(FileSystem& base);
+  // The checkpointer's writer hook (term-in-save; fault_writer_hook): empty for any other fault.
+  std::function<void(int64_t step, const std::function<bool(double)>& wait_for_waiter)> writer_hook(bool async) const;
+
+  void step_done(int64_t step, StepOutcome& outcome) override;  // slow: its sleep is forward time
+  void step_boundary(int64_t step) override;                    // kill ... term, offload-io-error
+  void run_end(int64_t, RunEnd) override {}
+
+ private:
+  Fault fault_;
+  int rank_;
+  OffloadStore* offload_;
+  std::unique_ptr<FileSystem> fs_;
+};
 
 }  // namespace llmtrain::trainer

@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
-#include "parallel/wait_poll.h"
+#include "parallel/comm/wait_poll.h"
 
 namespace llmtrain::trainer {
 

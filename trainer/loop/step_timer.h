@@ -17,7 +17,7 @@
 
 #include "common/recipe/recipe.h"
 #include "kernels/device_marks.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/loop/train_step.h"
 
 namespace llmtrain::trainer {

@@ -3,7 +3,7 @@
 // while another waits for it in a collective.
 #pragma once
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace llmtrain::trainer {
 

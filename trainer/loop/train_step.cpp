@@ -10,77 +10,13 @@
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/loop/micro_batch_upload.h"
 #include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/value_reader.h"
 
 namespace llmtrain::trainer {
 
 using kernels::DType;
 using kernels::Tensor;
 using parallel::ReduceOp;
-
-namespace {
-
-// Group index of a (place, layer) that the model's grad-ready hook reports, in the numbering of
-// grad_ready_groups().
-// With virtual chunks the blocks count from the last chunk's last block down to chunk 0's first.
-int group_of(const StageLayout& st, ParamPlace place, int layer) {
-  const int blocks = st.blocks();
-  switch (place) {
-    case ParamPlace::head:
-      return 0;
-    case ParamPlace::block: {
-      const int local = st.local(layer);
-      LT_CHECK(local >= 0, "layer {} outside the stage [{}, {}) ({} chunks)", layer, st.layer_begin, st.layer_end,
-               st.chunks);
-      return 1 + (blocks - 1 - local);
-    }
-    case ParamPlace::embedding:
-      return 1 + blocks;
-  }
-  LT_CHECK(false, "parameter place {}", int(place));
-  return 0;
-}
-
-}  // namespace
-
-ModelOptions step_model_options(const Recipe& r, const Layout& l, int stage,
-                                const std::vector<parallel::PipeOp>& schedule) {
-  ModelOptions mo;
-  mo.stage = pipeline_stage_layout(r.model, l, stage);
-  mo.micro_batch = r.train.micro_batch;
-  mo.seq_len = int(l.local_seq(r.model.seq_len));  // context parallelism: this rank's two chunks
-  mo.context_parallel = l.cp;
-  mo.cp_comm = l.cp_comm;
-  mo.expert_parallel = l.ep;
-  mo.experts_sharded = l.experts_sharded();
-  mo.checkpointing = l.recompute;
-  mo.dtype = precision_dtype(l.precision);
-  mo.activation_slots = parallel::max_in_flight_per_chunk(schedule);
-  mo.split_backward = std::any_of(schedule.begin(), schedule.end(), [](const parallel::PipeOp& op) {
-    return op.kind == parallel::PipeOpKind::backward_input;
-  });
-  mo.external_grads = l.gradients_sharded();    // the gradient sync hands out gradient storage
-  mo.external_params = l.parameters_sharded();  // ... and parameter storage
-  // With pp > 1 each stage sends its tp rank's 1/tp of the token rows to the same tp rank of the
-  // next stage (Megatron's sequence-parallel pipelines): Model::stage_activation_shape.
-  mo.sequence_parallel = l.sequence_parallel;
-  mo.device = l.device == DeviceKind::cuda ? kernels::Device::cuda : kernels::Device::cpu;
-  return mo;
-}
-
-std::vector<std::vector<int>> grad_ready_groups(const Model& model) {
-  return grad_ready_groups(model.options().stage, model.parameters());
-}
-
-std::vector<std::vector<int>> grad_ready_groups(const StageLayout& st, const std::vector<ModelParam>& params) {
-  std::vector<std::vector<int>> groups(size_t(st.blocks()) + 2);
-  for (size_t i = 0; i < params.size(); ++i)
-    groups[size_t(group_of(st, params[i].spec.place, params[i].spec.layer))].push_back(int(i));
-  return groups;
-}
-
-int held_group(const ModelConfig& model, const StageLayout& stage) {
-  return tied_in_stage(model, stage) ? group_of(stage, ParamPlace::embedding, -1) : -1;
-}
 
 // This rank's part of the model as the pipeline executor sees it: forward and backward of one
 // micro-batch and chunk at a time, each micro-batch's activations in the model's slot (micro-batch
@@ -117,17 +53,17 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
     const StageLayout st = model.options().stage;
     model_.set_grad_ready_hook([this, st, &sync, tied](ParamPlace place, int layer) {
       if (tied && place == ParamPlace::embedding) return;
-      sync.group_ready(group_of(st, place, layer), last_backward_);
+      sync.group_ready(grad_group_of(st, place, layer), last_backward_);
     });
     if (model.options().external_grads)
       model_.set_grad_storage_hook(
-          [st, &sync](ParamPlace place, int layer) { return sync.group_grads(group_of(st, place, layer)); });
+          [st, &sync](ParamPlace place, int layer) { return sync.group_grads(grad_group_of(st, place, layer)); });
     if (model.options().external_params)
       model_.set_param_storage_hook(
           [st, &sync](ParamPlace place, int layer, bool backward) {
-            return sync.group_params(group_of(st, place, layer), backward);
+            return sync.group_params(grad_group_of(st, place, layer), backward);
           },
-          [st, &sync](ParamPlace place, int layer) { sync.group_params_done(group_of(st, place, layer)); });
+          [st, &sync](ParamPlace place, int layer) { sync.group_params_done(grad_group_of(st, place, layer)); });
     // Asynchronous transfers move only while their ranks call into MPI: between layers, not just
     // between micro-batches — a pipeline send posted after a forward or backward (without a
     // single-copy transport it moves in fragments, each needing its sender), and the gradient
@@ -222,17 +158,20 @@ class TrainStep::ModelStage final : public parallel::PipelineStage {
   bool last_backward_ = false;
 };
 
-std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Layout& layout, const Model& model,
+std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Placement& placement, const Model& model,
                                                         parallel::MeshComms& comms,
-                                                        std::function<void(int64_t, kernels::Tensor)> owned_values) {
-  const std::vector<std::vector<int>> groups = grad_ready_groups(model);
+                                                        parallel::OwnedValues* owned_values) {
+  const Layout& layout = placement.layout;
+  const std::vector<std::vector<int>>& groups = placement.groups;
   const std::vector<ModelParam>& params = model.parameters();
+  LT_CHECK(params.size() == placement.params.size(), "a model of {} parameters for a placement of {}", params.size(),
+           placement.params.size());
   // A sync over the parameters `take` accepts: their ranges, and each group's of them.
   auto over = [&](parallel::Comm& comm, int shard_group, bool experts) {
     parallel::GradSyncLayout l;
     l.params = model.params(), l.grads = model.grads(), l.device = model.device(), l.dtype = model.options().dtype;
     if (layout.grad_reduce == GradReduceDtype::bf16) l.accumulate = parallel::Accumulate::in_dtype;
-    l.held_group = held_group(model.config(), model.options().stage);
+    l.held_group = placement.held_group;
     if (!experts) l.owned_values = owned_values;
     std::vector<int> index(params.size(), -1);
     for (size_t i = 0; i < params.size(); ++i)
@@ -266,34 +205,38 @@ std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Layout& layout, co
                                          std::move(expert_ranges), model.grads(), layout.ep);
 }
 
-std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int micro_batches) {
-  return parallel::make_schedule(layout.schedule, {layout.pp, stage, micro_batches, layout.virtual_stages});
-}
-
-TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, parallel::MeshComms& comms,
-                     MicroBatchReader& batches, std::vector<parallel::PipeOp> schedule)
-    : recipe_(recipe), layout_(layout), model_(model), comms_(comms) {
+TrainStep::TrainStep(const Recipe& recipe, const Placement& placement, Model& model, parallel::MeshComms& comms,
+                     MicroBatchReader& batches)
+    : recipe_(recipe), placement_(placement), model_(model), comms_(comms), lr_(recipe.optimizer) {
+  std::vector<parallel::PipeOp> schedule = placement_.schedule;
   for (const parallel::PipeOp& op : schedule)
     if (op.kind == parallel::PipeOpKind::forward) micro_batches_ = std::max(micro_batches_, op.micro_batch + 1);
   LT_CHECK(micro_batches_ >= 1, "a schedule without forwards");
   LT_CHECK(parallel::max_in_flight_per_chunk(schedule) <= model.options().activation_slots,
            "the schedule keeps {} micro-batches in flight per chunk; the model has {} activation slots",
            parallel::max_in_flight_per_chunk(schedule), model.options().activation_slots);
+  LT_CHECK(model.options().external_params == placement_.model.external_params &&
+               model.options().external_grads == placement_.model.external_grads &&
+               model.options().dtype == placement_.model.dtype,
+           "the model was not built with the placement's options");
   // ZeRO 3 with parallel.offload_params: the owned values live in the optimizer's offload store,
   // whence the sync reads each unit's chunk when it gathers it.
-  const bool params_offloaded = model.options().external_params && recipe.parallel.offload_params;
-  std::function<void(int64_t, kernels::Tensor)> owned_values;
+  // A unit's chunk (Placement::values: one chunk at a time here) is read ahead of its gather.
+  const bool params_offloaded = placement_.values_offloaded;
   if (params_offloaded)
-    owned_values = [this](int64_t begin, kernels::Tensor host) {
-      optimizer_->read_state(AdamW::State::master, begin, host);
-    };
-  sync_ = make_step_grad_sync(layout_, model, comms, std::move(owned_values));
+    owned_values_ = std::make_unique<ValueReader>(
+        [this](int64_t begin, kernels::Tensor host) { optimizer_->read_state(AdamW::State::master, begin, host); },
+        placement_.values.numel, recipe.parallel.timeout_s);
+  sync_ = make_step_grad_sync(placement_, model, comms, owned_values_.get());
+  // What the sync gives this rank to own is what the placement counts (the memory account's and
+  // the planner's numbers are the placement's).
+  int64_t owned = 0;
+  for (const parallel::FlatRange& r : sync_->owned()) owned += r.numel();
+  LT_CHECK(owned == placement_.owned, "the gradient sync owns {} elements, the placement {}", owned, placement_.owned);
   // ZeRO 3: the values live in the sync's owned shard; initialisation and checkpoints reach them
   // through the model. Offloaded, initialisation writes a host shard of its own, which
   // master_from_params moves into the store and drops.
   if (params_offloaded) {
-    int64_t owned = 0;
-    for (const parallel::FlatRange& r : sync_->owned()) owned += r.numel();
     initial_shard_ =
         kernels::Buffer(DType::fp32, {std::max<int64_t>(owned, 1)}, kernels::Device::cpu, kernels::MemoryKind::other);
     model.set_param_shard(sync_->owned(), initial_shard_.tensor().flat(0, owned));
@@ -301,13 +244,13 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
     model.set_param_shard(sync_->owned(), sync_->owned_params());
   }
   // A master for 16-bit parameters, except at ZeRO 3, whose owned values are fp32 already.
-  const OffloadConfig offload{.kind = recipe.parallel.offload,
+  const OffloadConfig offload{.kind = placement_.offload,
                               .dir = recipe.parallel.offload_path,
                               .rank = comms.world->rank(),
                               .device = model.device(),
                               .timeout_s = recipe.parallel.timeout_s,
                               .params = params_offloaded,
-                              .cpu_update = offload_updates_on_cpu(recipe, model.options().external_params)};
+                              .cpu_update = placement_.update == UpdateSite::cpu};
   optimizer_ =
       std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
                               sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device(), offload);
@@ -357,7 +300,14 @@ TrainStep::TrainStep(const Recipe& recipe, const Layout& layout, Model& model, p
   executor_ = std::make_unique<parallel::PipelineExecutor>(std::move(schedule), *stage_, comms.pipe);
 }
 
-TrainStep::~TrainStep() = default;
+TrainStep::~TrainStep() {
+  // A read ahead in flight reads the optimizer's store, which goes before the reader does. Its
+  // error, if any, no longer matters: the step is going.
+  try {
+    if (owned_values_) owned_values_->drop();
+  } catch (const std::exception&) {
+  }
+}
 
 std::vector<MoeLayerStats> TrainStep::moe_stats(std::span<const float> host) {
   if (moe_total_ == 0) return {};
@@ -420,8 +370,8 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   // The CPU update (offload host) while backward goes on, where the update is known before the
   // norm: no clipping, no loss scaling, and a non-finite step stops the run instead of skipping.
   if (updates_during_backward())
-    optimizer_->update_as_gradients_arrive(step_params(), sync_->owned_grads(), lr_at(recipe_.optimizer, step),
-                                           sync_->grads_compact(), sync_->params_compact());
+    optimizer_->update_as_gradients_arrive(step_params(), sync_->owned_grads(), lr_.at(step), sync_->grads_compact(),
+                                           sync_->params_compact());
   StepOutcome out;
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   if (scaler_) {
@@ -467,7 +417,7 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
   norm_group.all_reduce(kernels::host_tensor(&sq, {1}), ReduceOp::sum);
   phase_end(StepPhase::grad_sync);
   out.grad_norm = std::sqrt(double(sq));
-  out.lr = lr_at(recipe_.optimizer, step);
+  out.lr = lr_.at(step);
 
   if (scaler_) {
     // Every rank agrees on the overflow (the norm's group need not span the data-parallel ranks).
@@ -521,7 +471,7 @@ StepOutcome TrainStep::take_step(int64_t step, int64_t consumed_samples) {
 }
 
 bool TrainStep::updates_during_backward() const {
-  return optimizer_->updates_on_cpu() && offload_updates_during_backward(recipe_, layout_.parameters_sharded());
+  return optimizer_->updates_on_cpu() && placement_.update_during_backward;
 }
 
 kernels::Tensor TrainStep::step_params() const {
@@ -570,6 +520,7 @@ void TrainStep::params_from_master() {
 nlohmann::json TrainStep::state() const {
   nlohmann::json j = {{"skipped_total", skipped_total_}, {"skipped_in_a_row", skipped_in_a_row_}};
   if (scaler_) j["loss_scale"] = scaler_->state();
+  j["lr_schedule"] = lr_.state();
   return j;
 }
 
@@ -581,6 +532,8 @@ void TrainStep::restore(const nlohmann::json& state, int64_t step) {
   skipped_total_ = count("skipped_total");
   skipped_in_a_row_ = count("skipped_in_a_row");
   if (scaler_ && state.contains("loss_scale")) scaler_->restore(state.at("loss_scale"));
+  const std::string schedule = lr_.restore(state.value("lr_schedule", nlohmann::json()), step);
+  if (!schedule.empty()) log_progress("{}", schedule);
   optimizer_->set_steps(step - skipped_total_);
 }
 

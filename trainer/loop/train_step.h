@@ -36,10 +36,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 
+#include "common/error.h"
 #include "common/recipe/layout.h"
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
@@ -47,25 +50,16 @@
 #include "parallel/mesh_comms.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
+#include "trainer/checkpoint/checkpointed_step.h"
 #include "trainer/data/micro_batches.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/loss_scaler.h"
+#include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/placement/placement.h"
 #include "trainer/report/metrics.h"
 
 namespace llmtrain::trainer {
-
-struct StepOutcome {
-  float loss = 0;        // mean over the step's micro-batches and data-parallel ranks
-  double grad_norm = 0;  // global, before clipping
-  double lr = 0;
-  bool skipped = false;            // non-finite or a loss-scale overflow: no update
-  int64_t skipped_total = 0;       // steps skipped so far in the run, this one included
-  bool overflow = false;           // fp16: the scaled gradients overflowed on some rank (skipped)
-  double loss_scale = 0;           // fp16: the scale this step's backward used (0 without loss scaling)
-  std::vector<MoeLayerStats> moe;  // every MoE block's routing, on every rank (empty for a dense model)
-  PhaseTimes times;
-};
 
 // What a step is made of, for an observer of it (its timer, trainer/loop/step_timer.h).
 enum class StepPhase : uint8_t { data, forward, backward, grad_sync, optimizer };
@@ -89,14 +83,55 @@ class StepObserver {
   virtual void step_end(PhaseTimes& times) = 0;
 };
 
-class TrainStep {
+// Several observers of one step (the timer, and the op profile with log.profile ops), told in the
+// order given; null entries are left out.
+class StepObservers final : public StepObserver {
  public:
-  // `model`, `batches` and `comms` must outlive the step. `schedule`: this stage's instruction list
-  // over the step's micro-batches (step_schedule); the model must have max_in_flight_per_chunk(schedule)
-  // activation slots (per chunk).
-  // `layout`: the recipe's (layout_of), which the model was built for (step_model_options).
-  TrainStep(const Recipe& recipe, const Layout& layout, Model& model, parallel::MeshComms& comms,
-            MicroBatchReader& batches, std::vector<parallel::PipeOp> schedule);
+  StepObservers(std::initializer_list<StepObserver*> observers) {
+    LT_CHECK(observers.size() <= size_t(kMax), "{} step observers (at most {})", observers.size(), kMax);
+    for (StepObserver* o : observers)
+      if (o) list_[size_++] = o;
+  }
+  void step_begin() override {
+    for (StepObserver* o : list()) o->step_begin();
+  }
+  void phase_end(StepPhase phase) override {
+    for (StepObserver* o : list()) o->phase_end(phase);
+  }
+  void schedule_begin() override {
+    for (StepObserver* o : list()) o->schedule_begin();
+  }
+  void schedule_end() override {
+    for (StepObserver* o : list()) o->schedule_end();
+  }
+  void op_begin() override {
+    for (StepObserver* o : list()) o->op_begin();
+  }
+  void op_data_read() override {
+    for (StepObserver* o : list()) o->op_data_read();
+  }
+  void op_end(StepPhase phase) override {
+    for (StepObserver* o : list()) o->op_end(phase);
+  }
+  void step_end(PhaseTimes& times) override {
+    for (StepObserver* o : list()) o->step_end(times);
+  }
+
+ private:
+  static constexpr int kMax = 4;
+  std::span<StepObserver* const> list() const { return {list_, size_t(size_)}; }
+  StepObserver* list_[kMax] = {};
+  int size_ = 0;
+};
+
+class TrainStep : public CheckpointedStep {
+ public:
+  // `model`, `batches` and `comms` must outlive the step. `placement`: this rank's
+  // (trainer/placement/placement.h), which the model was built with (Placement::model): the step
+  // runs its schedule, syncs its gradient groups and updates where and when it says, and checks
+  // that what it allocates is what it counts.
+  TrainStep(const Recipe& recipe, const Placement& placement, Model& model, parallel::MeshComms& comms,
+            MicroBatchReader& batches);
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
@@ -106,12 +141,12 @@ class TrainStep {
   // with on_nonfinite: stop, or after max_skipped_steps skipped in a row.
   StepOutcome run(int64_t step, int64_t consumed_samples);
 
-  AdamW& optimizer() { return *optimizer_; }
+  AdamW& optimizer() override { return *optimizer_; }
   // 16-bit parameters (the optimizer keeps an fp32 master; no-ops without one): the master from
   // the initialised parameters, and the parameters from a master loaded from a checkpoint (rounded
   // into the owned ranges, then gathered on every data-parallel rank; collective over dp).
   void master_from_params();
-  void params_from_master();
+  void params_from_master() override;
   const LossScaler* loss_scaler() const { return scaler_.get(); }  // precision fp16 only, else null
   // The CPU update (offload host): how many of the store's units had their gradients start down to
   // host memory during the last updated step's backward, and by its update (the rest of them as
@@ -134,19 +169,21 @@ class TrainStep {
   void set_observer(StepObserver* observer) { observer_ = observer; }
   // This stage's instruction list for one step.
   const std::vector<parallel::PipeOp>& schedule() const { return executor_->ops(); }
-  const parallel::GradSync& grad_sync() const { return *sync_; }
-  const Layout& layout() const { return layout_; }
+  const parallel::GradSync& grad_sync() const override { return *sync_; }
+  const Layout& layout() const override { return placement_.layout; }
+  const Placement& placement() const { return placement_; }
 
   // What a checkpoint keeps of the step's own state (the skip counters), and its restoration with
   // the step a checkpoint was written at.
-  nlohmann::json state() const;
-  void restore(const nlohmann::json& state, int64_t step);
+  nlohmann::json state() const override;
+  void restore(const nlohmann::json& state, int64_t step) override;
 
  private:
   class ModelStage;
 
   const Recipe& recipe_;
-  const Layout layout_;
+  const Placement placement_;
+  const Layout& layout_ = placement_.layout;
   Model& model_;
   parallel::MeshComms& comms_;
   int micro_batches_ = 0;
@@ -155,6 +192,9 @@ class TrainStep {
   std::vector<int> moe_layers_;
   int moe_total_ = 0;
   int64_t moe_width_ = 0;  // floats per block and micro-batch: 2 · experts + 2
+  // ZeRO 3 with offload_params: the owned values' reader over the optimizer's store (before the sync,
+  // which takes from it, and outliving it).
+  std::unique_ptr<parallel::OwnedValues> owned_values_;
   std::unique_ptr<parallel::GradSync> sync_;
   std::unique_ptr<AdamW> optimizer_;
   kernels::Buffer initial_shard_;  // offload_params: the model's initial values, until master_from_params
@@ -172,6 +212,7 @@ class TrainStep {
   int64_t skipped_total_ = 0, skipped_in_a_row_ = 0;
   EarlyCopies early_copies_, copies_now_;  // of the last update, and of the step being taken
   std::unique_ptr<LossScaler> scaler_;
+  LrScheduler lr_;  // the recipe's schedule, continued after a resume that moved its end
   std::function<bool(int64_t)> inject_overflow_;
   // pp > 1 with tied embeddings, on the first and the last stage: the token embedding's index in
   // model.parameters(), the other stage's pp rank, and where its gradient lands.
@@ -190,38 +231,18 @@ class TrainStep {
   kernels::Tensor step_params() const;  // what the optimizer updates: the flat parameters, or ZeRO 3's owned values
 };
 
-// The step's gradient sync of `model` (its parameter groups, grad_ready_groups): make_grad_sync over
-// dp × cp at the layout's ZeRO stage, or with sharded experts (Layout::experts_sharded) the
-// expert-parallel sync (parallel::make_expert_grad_sync: their gradients over the edp group).
-// `owned_values`: ZeRO 3's owned values outside the sync (parallel::GradSyncLayout::owned_values).
-std::unique_ptr<parallel::GradSync> make_step_grad_sync(
-    const Layout& layout, const Model& model, parallel::MeshComms& comms,
-    std::function<void(int64_t, kernels::Tensor)> owned_values = {});
-
-// This stage's instruction list for one optimizer step of `micro_batches` micro-batches, as the
-// layout's pipeline and schedule say (with one stage: F0 B0 F1 B1 ...).
-std::vector<parallel::PipeOp> step_schedule(const Layout& layout, int stage, int micro_batches);
+// The step's gradient sync of `model` (built with `placement`'s options; its parameter groups,
+// Placement::groups): make_grad_sync over dp × cp at the layout's ZeRO stage, or with sharded
+// experts (Placement::experts_sharded) the expert-parallel sync (parallel::make_expert_grad_sync:
+// their gradients over the edp group). `owned_values`: ZeRO 3's owned values outside the sync
+// (parallel::GradSyncLayout::owned_values), which must outlive it.
+std::unique_ptr<parallel::GradSync> make_step_grad_sync(const Placement& placement, const Model& model,
+                                                        parallel::MeshComms& comms,
+                                                        parallel::OwnedValues* owned_values = nullptr);
 
 // The bubble of the recipe's schedule over `micro_batches` micro-batches: idle stage-slots over all
 // of them when forward and backward take one unit (parallel::Timeline::bubble_fraction). Throws
 // for a schedule make_schedule refuses.
 double schedule_bubble(const Recipe& recipe, int micro_batches);
-
-// The options of the model a stage builds for training with `schedule` (its slots are the
-// micro-batches the schedule keeps in flight): train() and the memory plan both use it.
-ModelOptions step_model_options(const Recipe& recipe, const Layout& layout, int stage,
-                                const std::vector<parallel::PipeOp>& schedule);
-
-// The parameters in groups in the order backward completes them: the head, the blocks from the last
-// to the first, the embedding (a tied embedding is complete only after the embedding's backward).
-// Group g of the result lists indices into model.parameters().
-std::vector<std::vector<int>> grad_ready_groups(const Model& model);
-// The same from a stage's parameter layout (model_param_layout), for the memory plan.
-std::vector<std::vector<int>> grad_ready_groups(const StageLayout& stage, const std::vector<ModelParam>& params);
-
-// The group of grad_ready_groups whose values and gradient stay held through a whole forward or
-// backward (parallel::GradSyncLayout::held_group): the tied word embedding's where the stage holds
-// both ends (tied_in_stage), else -1. make_step_grad_sync and the memory plan both use it.
-int held_group(const ModelConfig& model, const StageLayout& stage);
 
 }  // namespace llmtrain::trainer

@@ -12,11 +12,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/file_io.h"
 #include "common/recipe/recipe.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_comms.h"
+#include "trainer/placement/placement.h"
 
 namespace llmtrain::trainer {
 
@@ -25,6 +27,9 @@ struct TrainContext {
   std::string recipe_yaml;         // the resolved recipe as YAML (run directory, checkpoints)
   const parallel::Mesh* mesh = nullptr;
   parallel::MeshComms* comms = nullptr;
+  // What lives where on this rank, decided once where the mesh is made: place(recipe, layout_of(recipe),
+  // mesh->coord()). The model, the step and the memory account read it; nothing re-derives it.
+  const Placement* placement = nullptr;
   int threads = 1;  // CPU threads for this rank
   // train.device cuda: the device this rank holds (kernels::device_select, made current before
   // train() runs) and its description for the run's header; -1 when the caller selected none.
@@ -32,6 +37,8 @@ struct TrainContext {
   std::string device_text;
   // What moves device memory between ranks and why ("nccl (NCCL 2.28.9)"); "" on cpu ranks.
   std::string device_comm_text;
+  // --allow-change: recipe changes since the checkpoint that a resume accepts (trainer/checkpoint/checkpointer.h)
+  std::vector<std::string> allowed_changes;
   FileSystem* fs = nullptr;  // checkpoint writes (tests inject faults); null = the real one
 };
 

@@ -41,7 +41,7 @@
 #include "common/recipe/layout.h"
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/grad_sync.h"
 #include "trainer/model/model_spec.h"
 
@@ -429,7 +429,8 @@ class Model {
   void reduce_over_tp(kernels::Tensor out, int64_t n, Produce&& produce);
   void row_parallel_out(kernels::Tensor out, kernels::Tensor in, kernels::Tensor w);
   void row_parallel_out_backward(kernels::Tensor din, kernels::Tensor dw, kernels::Tensor db, kernels::Tensor dout,
-                                 kernels::Tensor dfull, kernels::Tensor in, kernels::Tensor w, kernels::Tensor kept);
+                                 kernels::Tensor dfull, kernels::Tensor in, kernels::Tensor w, kernels::Tensor kept,
+                                 kernels::Tensor gelu_pre = {}, kernels::Tensor gelu_db = {});
   // Learned positions and RoPE at this rank's positions: `position` onwards, or with context
   // parallelism each half of every sample at its chunk's (x [B, T, ·]).
   void positions_forward(kernels::Tensor x, int64_t position);

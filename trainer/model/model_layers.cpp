@@ -214,19 +214,32 @@ void Model::row_parallel_out(Tensor out, Tensor in, Tensor w) {
 
 // dout: d(out) (this rank's stream rows); dfull: where the crossing's backward leaves the gradient
 // of the linear's full output (dout itself without sequence parallelism); kept: where a split
-// backward keeps that gradient for the weight half (undefined: the whole backward).
+// backward keeps that gradient for the weight half (undefined: the whole backward). With gelu_pre
+// (GPT-2's MLP: in = GELU(gelu_pre)) din is the gradient of gelu_pre, through the GELU, and
+// gelu_db (gelu_pre's bias gradient, when defined) accumulates its column sums: one product with
+// the GELU's gradient in its epilogue on a GPU, in the whole and the split backward alike.
 void Model::row_parallel_out_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor dfull, Tensor in, Tensor w,
-                                      Tensor kept) {
-  if (db.defined()) k::residual_backward(db, dout);
+                                      Tensor kept, Tensor gelu_pre, Tensor gelu_db) {
+  // The bias's gradient is d(out)'s column sums over this rank's rows. Without sequence parallelism
+  // those are the rows the weight's product reads (dfull is dout), so the whole backward takes it
+  // from that product (on a GPU, cuBLASLt's bias-gradient epilogue: no pass of its own); with
+  // sequence parallelism (the product reads the gathered rows) and in a split backward (the weight
+  // half runs later) it is summed here.
+  const bool bias_with_weight = db.defined() && !sp_ && !kept.defined();
+  if (db.defined() && !bias_with_weight) k::residual_backward(db, dout);
   if (sp_)
     tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, dout, dfull);
   else
     tpx::reduce_from_tp_region_backward(tp_, dout);
-  if (kept.defined()) {
-    k::copy(kept, dfull);
+  if (kept.defined()) k::copy(kept, dfull);
+  const Tensor dbias = bias_with_weight ? db : Tensor{};
+  if (gelu_pre.defined()) {
+    k::linear_backward_input_gelu(din, gelu_db, dfull, w, gelu_pre);
+    if (!kept.defined()) k::linear_backward(Tensor{}, dw, dbias, dfull, in, w);
+  } else if (kept.defined()) {
     k::linear_backward_input(din, dfull, w);
   } else {
-    k::linear_backward(din, dw, Tensor{}, dfull, in, w);
+    k::linear_backward(din, dw, dbias, dfull, in, w);
   }
 }
 
@@ -278,11 +291,12 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     k::residual_forward(out, mid, out, Tensor{});
     return;
   }
-  k::linear_forward(fc, ln2, w.fc_w, w.fc_b);
-  if (llama_)
+  if (llama_) {
+    k::linear_forward(fc, ln2, w.fc_w, w.fc_b);
     k::swiglu_forward(act, fc);
-  else
-    k::gelu_forward(act, fc);
+  } else {
+    k::linear_gelu_forward(act, fc, ln2, w.fc_w, w.fc_b);  // one product on a GPU (GELU in its epilogue)
+  }
   if (recompute) return;  // backward needs everything above, not the block's output
   const Tensor out = rows(x_out, nl);
   row_parallel_out(out, act, w.out_w);
@@ -292,6 +306,9 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
 // The element-wise results block_forward computed, recomputed by the same ops from what selective
 // recomputation keeps: ln1 from the block input, ln2 from mid, the MLP activation from fc. RoPE is
 // applied in place to the kept qkv product, so it costs no memory of its own and is not redone.
+// GPT-2's act is gelu_forward of the kept fc: on a GPU the forward's epilogue took the GELU of the
+// unrounded product instead, so with 16-bit storage the recomputed act may differ from it by a
+// rounding (the CPU's is bitwise the forward's).
 void Model::block_recompute_elementwise(int layer, LayerActs& a, Tensor x_in, int b, int t) {
   const BlockWeights& w = weights_[size_t(layer)];
   const int64_t n = int64_t(b) * t;
@@ -336,16 +353,19 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
       tpx::reduce_from_tp_region_backward(tp_, dres);
     moe_backward(w, g, a, ln2, dfull, dln);
   } else {
-    row_parallel_out_backward(dact, g.out_w, g.out_b, dres, dfull, act, w.out_w,
-                              keep ? rows(keep->d_out, n) : Tensor{});
-    if (llama_)
+    const Tensor d_out = keep ? rows(keep->d_out, n) : Tensor{};
+    if (llama_) {
+      row_parallel_out_backward(dact, g.out_w, g.out_b, dres, dfull, act, w.out_w, d_out);
       k::swiglu_backward(dfc, dact, fc);
-    else
-      k::gelu_backward(dfc, dact, fc);
+    } else {
+      // dfc straight from the out linear's input-gradient product through the GELU, with the fc
+      // bias's gradient (also in a split backward: its weight half then leaves fc_b alone).
+      row_parallel_out_backward(dfc, g.out_w, g.out_b, dres, dfull, act, w.out_w, d_out, fc, g.fc_b);
+    }
     if (keep)
       k::linear_backward_input(dln, dfc, w.fc_w);
     else
-      k::linear_backward(dln, g.fc_w, g.fc_b, dfc, ln2, w.fc_w);
+      k::linear_backward(dln, g.fc_w, llama_ ? g.fc_b : Tensor{}, dfc, ln2, w.fc_w);
   }
   norm_into_tp_region_backward(dres, g.ln2_w, g.ln2_b, dln, mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, dres);
 
@@ -396,7 +416,8 @@ void Model::block_backward_weight(int layer, const LayerActs& a, const LayerGrad
   const int64_t n = int64_t(b) * t;
   if (!moe_block(layer)) {  // a MoE block's were computed by the input half
     k::linear_backward(Tensor{}, g.out_w, Tensor{}, rows(kept.d_out, n), rows(a.act, n), w.out_w);
-    k::linear_backward(Tensor{}, g.fc_w, g.fc_b, rows(kept.dfc, n), rows(a.ln2, n), w.fc_w);
+    // GPT-2's fc bias gradient came with dfc, in the input half (block_backward).
+    k::linear_backward(Tensor{}, g.fc_w, llama_ ? g.fc_b : Tensor{}, rows(kept.dfc, n), rows(a.ln2, n), w.fc_w);
   }
   k::linear_backward(Tensor{}, g.o_w, Tensor{}, rows(kept.d_mid, n), rows(a.att, n), w.o_w);
   std::array<Tensor, 2> kv;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "trainer/checkpoint/checkpoint_format.h"
+#include "common/json_integer.h"
 
 namespace llmtrain::trainer {
 
@@ -46,9 +46,10 @@ void LossScaler::restore(const nlohmann::json& state) {
     throw Error(fmt::format("the checkpoint's loss scale is {}, not a positive number", scale.dump()),
                 "the checkpoint is damaged");
   scale_ = scale.get<double>();
-  good_steps_ = manifest_integer(field("good_steps"), "manifest extra.loss_scale.good_steps", 0);
+  constexpr std::string_view kDamaged = "the manifest is damaged";
+  good_steps_ = json_integer(field("good_steps"), "manifest extra.loss_scale.good_steps", kDamaged, 0);
   hysteresis_left_ =
-      int(manifest_integer(field("hysteresis_left"), "manifest extra.loss_scale.hysteresis_left", 0, INT32_MAX));
+      int(json_integer(field("hysteresis_left"), "manifest extra.loss_scale.hysteresis_left", kDamaged, 0, INT32_MAX));
 }
 
 }  // namespace llmtrain::trainer

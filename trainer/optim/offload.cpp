@@ -339,16 +339,6 @@ OffloadStore::OffloadStore(const OffloadConfig& config, int arrays, int64_t nume
 
 OffloadStore::~OffloadStore() = default;
 
-bool offload_updates_on_cpu(const Recipe& r, bool parameters_sharded) {
-  return r.parallel.offload == OffloadKind::host && r.train.device == DeviceKind::cuda &&
-         (!parameters_sharded || r.parallel.offload_params);
-}
-
-bool offload_updates_during_backward(const Recipe& r, bool parameters_sharded) {
-  return offload_updates_on_cpu(r, parameters_sharded) && r.train.grad_clip <= 0 &&
-         r.train.precision != Precision::fp16 && r.train.on_nonfinite == NonFiniteAction::stop;
-}
-
 std::vector<Tensor> OffloadStore::host_unit(int64_t u) const {
   const Impl& m = *impl_;
   LT_CHECK(m.kind == OffloadKind::host && u >= 0 && u < units_, "host_unit {} of {} ({})", u, units_, where_);

@@ -42,19 +42,10 @@ struct OffloadConfig {
   // (which are the fp32 master there) instead of the sync's memory.
   bool params = false;
   // `host` on a cuda rank: AdamW runs on the CPU over the page-locked state, the gradients copied
-  // down and the updated values up (offload_updates_on_cpu).
+  // down and the updated values up (the placement decides: Placement::update,
+  // trainer/placement/placement.h).
   bool cpu_update = false;
 };
-
-// Whether AdamW runs on the CPU for this recipe (OffloadConfig::cpu_update): `host` offload on cuda
-// ranks, except at ZeRO 3 without offload_params, whose owned values stay on the device (there the
-// unit goes to the device and the device updates it, as with nvme).
-bool offload_updates_on_cpu(const Recipe& recipe, bool parameters_sharded);
-// Whether such a CPU update also runs beside backward (AdamW::update_as_gradients_arrive): the
-// update is known before the gradient norm — no clipping (train.grad_clip 0), no fp16 loss
-// scaling, and a non-finite step stops the run (train.on_nonfinite: stop) rather than being
-// skipped after some units were updated.
-bool offload_updates_during_backward(const Recipe& recipe, bool parameters_sharded);
 
 // The unit offload_unit chooses for `numel` elements: about an eighth of them, a multiple of 1024
 // (4 KiB of fp32, so that units stay aligned for direct I/O), at least 1024 and at most 2^22 (16 MiB

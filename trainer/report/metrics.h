@@ -42,6 +42,20 @@ struct MoeLayerStats {
   double tokens_cv() const;  // coefficient of variation: standard deviation / mean (0: balanced)
 };
 
+// One optimizer step's outcome, as TrainStep::run returns it (trainer/loop/train_step.h) and the
+// reporter reads it (trainer/report/reporter.h).
+struct StepOutcome {
+  float loss = 0;        // mean over the step's micro-batches and data-parallel ranks
+  double grad_norm = 0;  // global, before clipping
+  double lr = 0;
+  bool skipped = false;            // non-finite or a loss-scale overflow: no update
+  int64_t skipped_total = 0;       // steps skipped so far in the run, this one included
+  bool overflow = false;           // fp16: the scaled gradients overflowed on some rank (skipped)
+  double loss_scale = 0;           // fp16: the scale this step's backward used (0 without loss scaling)
+  std::vector<MoeLayerStats> moe;  // every MoE block's routing, on every rank (empty for a dense model)
+  PhaseTimes times;
+};
+
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps completed, 1-based
   int64_t steps_total = 0;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "common/strings.h"
 
 namespace llmtrain::trainer {
@@ -30,6 +31,7 @@ void ProgressBar::update(double fraction, const std::string& status) {
     std::fprintf(out_, "\r\033[K%s [%s] %3.0f%%  %s  %s, ETA %s", label_.c_str(), bar.c_str(),
                  fraction < 0 ? 0.0 : fraction * 100, status.c_str(), format_duration(elapsed).c_str(), eta.c_str());
     drawn_ = true;
+    if (out_ == stderr) log_inplace_line(true);  // the next logged line clears it first
   } else {
     std::fprintf(out_, "%s: %.0f%%  %s  %s, ETA %s\n", label_.c_str(), fraction < 0 ? 0.0 : fraction * 100,
                  status.c_str(), format_duration(elapsed).c_str(), eta.c_str());
@@ -40,6 +42,7 @@ void ProgressBar::update(double fraction, const std::string& status) {
 void ProgressBar::finish() {
   if (terminal_ && drawn_) std::fprintf(out_, "\r\033[K");
   std::fflush(out_);
+  if (drawn_ && out_ == stderr) log_inplace_line(false);
   drawn_ = false;
 }
 

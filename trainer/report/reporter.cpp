@@ -7,7 +7,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "trainer/loop/memory.h"
+#include "trainer/placement/memory.h"
 
 namespace llmtrain::trainer {
 namespace {

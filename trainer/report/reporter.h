@@ -16,9 +16,8 @@
 #include <optional>
 
 #include "common/recipe/recipe.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/grad_buckets.h"
-#include "trainer/loop/train_step.h"
 #include "trainer/report/metrics.h"
 #include "trainer/report/progress_bar.h"
 #include "trainer/report/tensorboard.h"

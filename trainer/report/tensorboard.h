@@ -26,7 +26,7 @@
 #include <string_view>
 
 #include "common/file_io.h"
-#include "trainer/loop/memory.h"
+#include "trainer/placement/memory.h"
 #include "trainer/report/metrics.h"
 
 namespace llmtrain::trainer {

@@ -1,5 +1,6 @@
 // The simulator's execution: fibers for a block's threads, the block barrier, the warp
-// collectives and the launch loop (the model is described in kernels/cuda/sim/sim.h).
+// collectives, the whole-warp rendezvous WMMA is built on and the launch loop (the model is
+// described in kernels/cuda/sim/sim.h).
 //
 // The rule a reader could get wrong: a fiber switches only where CUDA lets threads wait on each
 // other. Between two such points a thread runs alone, so anything a kernel reads of another
@@ -40,7 +41,8 @@ struct Fiber {
 };
 
 // One warp's collective in progress: the lanes of `mask` that have arrived, their values and
-// arguments, and, once all have, each lane's result.
+// arguments, and, once all have, each lane's result. A whole-warp operation (warp_whole) has `run`
+// set, its call's place in `where`, and each lane's arguments in `lanes`.
 struct WarpRendezvous {
   unsigned mask = 0;
   unsigned arrived = 0;
@@ -50,7 +52,19 @@ struct WarpRendezvous {
   uint64_t value[32] = {};
   int arg[32] = {};
   uint64_t result[32] = {};
+  WarpFunction run = nullptr;
+  std::source_location where;
+  void* lanes[32] = {};
 };
+
+std::string place(const std::source_location& where) {
+  return std::string(where.file_name()) + ":" + std::to_string(where.line());
+}
+
+// What a warp waits in, for messages: the collective, or the whole-warp call and where it is.
+std::string call_name(const WarpRendezvous& w) {
+  return w.run != nullptr ? std::string(w.what) + " at " + place(w.where) : std::string(w.what);
+}
 
 // What one OS thread needs to run blocks: a fiber per thread of the largest block so far, their
 // stacks (kept between launches), the scheduler's own context, and the running block's state.
@@ -64,6 +78,10 @@ struct Executor {
   int at_barrier = 0;  // waiting at __syncthreads
   std::vector<WarpRendezvous> warps;
   std::vector<unsigned char> dynamic_smem;
+  size_t dynamic_smem_offset = 0;  // where the block's area starts in dynamic_smem: 16 mod 32
+  uint64_t launches = 0;           // run on this OS thread: the seed of each launch's fragment mappings
+  unsigned mapped = 0;             // the fragment kinds whose mapping this launch has drawn
+  uint16_t mapping[kFragmentKinds][256] = {};
   const LaunchConfig* config = nullptr;
   const std::function<void()>* body = nullptr;  // one thread's work
 
@@ -106,7 +124,7 @@ void fiber_entry() {
   const WarpRendezvous& w = e.warps[size_t(f->linear / 32)];
   if (w.arrived != 0 && (w.mask >> (f->linear % 32) & 1u))
     fatal(block_name(e) + ": thread " + std::to_string(f->linear) + " exited while lanes of its warp wait for it in " +
-          w.what + " (its mask names it)");
+          call_name(w) + (w.run != nullptr ? " (all 32 lanes must make the call)" : " (its mask names it)"));
   // returning resumes uc_link: the scheduler
 }
 
@@ -167,7 +185,7 @@ void run_block(Executor& e, const LaunchConfig& c, uint3 block_idx) {
       for (int i = 0; i < n; ++i) {
         const Fiber& f = e.fibers[size_t(i)];
         if (f.state == State::at_barrier) waits += " " + std::to_string(i) + ":__syncthreads";
-        if (f.state == State::at_warp) waits += " " + std::to_string(i) + ":" + e.warps[size_t(i / 32)].what;
+        if (f.state == State::at_warp) waits += " " + std::to_string(i) + ":" + call_name(e.warps[size_t(i / 32)]);
       }
       e.current = &e.fibers[0];
       fatal(block_name(e) + ": deadlock, every thread that has not exited waits (thread:call)" + waits);
@@ -222,8 +240,8 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     w.op = op;
     w.width = width;
     w.what = what;
-  } else if (w.mask != mask || w.op != op || w.width != width) {
-    fail("lanes of one warp meet in different collectives or with different masks (" + std::string(w.what) + ")");
+  } else if (w.run != nullptr || w.mask != mask || w.op != op || w.width != width) {
+    fail("lanes of one warp meet in different collectives or with different masks (" + call_name(w) + ")");
   }
   w.value[lane] = value;
   w.arg[lane] = arg;
@@ -280,6 +298,74 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   return w.result[lane];
 }
 
+void warp_call_failed(const char* what, const std::source_location& where, const std::string& why) {
+  Executor& e = executor();
+  if (e.current == nullptr) fatal(std::string(what) + " at " + place(where) + " called outside a kernel: " + why);
+  fatal(block_name(e) + ", thread " + std::to_string(e.current->linear) + ", " + what + " at " + place(where) + ": " +
+        why);
+}
+
+void warp_whole(const char* what, const std::source_location& where, void* args, WarpFunction run) {
+  Executor& e = executor();
+  if (tl_thread == nullptr) fatal(std::string(what) + " at " + place(where) + " called outside a kernel");
+  Fiber* f = e.current;
+  const int lane = f->linear % 32, warp = f->linear / 32;
+  WarpRendezvous& w = e.warps[size_t(warp)];
+  auto fail = [&](const std::string& why) { warp_call_failed(what, where, why); };
+  const int lanes_here = std::min(32, e.threads - warp * 32);
+  if (lanes_here < 32)
+    fail("its warp has " + std::to_string(lanes_here) + " threads (a block of " + std::to_string(e.threads) +
+         "), and the call needs all 32 lanes of a full warp");
+  for (int l = 0; l < 32; ++l)
+    if (e.fibers[size_t(warp * 32 + l)].state == State::exited)
+      fail("lane " + std::to_string(l) + " of its warp (thread " + std::to_string(warp * 32 + l) +
+           ") has exited, and all 32 lanes must make the call");
+  if (w.arrived == 0) {
+    w.mask = ~0u;
+    w.what = what;
+    w.run = run;
+    w.where = where;
+  } else if (w.run != run || std::strcmp(w.what, what) != 0 || w.where.line() != where.line() ||
+             w.where.column() != where.column() || std::strcmp(w.where.file_name(), where.file_name()) != 0) {
+    fail("lanes of its warp wait in " + call_name(w) + ": all 32 lanes must make the same call, converged");
+  }
+  w.lanes[lane] = args;
+  w.arrived |= 1u << lane;
+  if (w.arrived != ~0u) {
+    f->state = State::at_warp;
+    yield_to_scheduler(e);
+    return;
+  }
+  // The last lane: the operation over every lane's arguments, then all go on.
+  const std::string why = run(w.lanes);
+  if (!why.empty()) fail(why);
+  for (int l = 0; l < 32; ++l)
+    if (l != lane) e.fibers[size_t(warp * 32 + l)].state = State::runnable;
+  w.arrived = 0;
+  w.run = nullptr;
+}
+
+const uint16_t* fragment_mapping(int kind) {
+  Executor& e = executor();
+  if (e.config == nullptr) fatal("a WMMA fragment used outside a kernel");
+  if (kind < 0 || kind >= kFragmentKinds) fatal("fragment_mapping: no fragment kind " + std::to_string(kind));
+  uint16_t* m = e.mapping[kind];
+  if (!(e.mapped >> kind & 1u)) {
+    // A Fisher-Yates shuffle driven by splitmix64 from (launch, kind): the same in every run.
+    uint64_t state = e.launches * 0x9E3779B97F4A7C15ull + uint64_t(kind) * 0xD1B54A32D192ED03ull + 1;
+    auto next = [&state] {
+      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    };
+    for (int i = 0; i < 256; ++i) m[i] = uint16_t(i);
+    for (int i = 255; i > 0; --i) std::swap(m[i], m[next() % uint64_t(i + 1)]);
+    e.mapped |= 1u << kind;
+  }
+  return m;
+}
+
 void device_check_failed(const char* file, int line, const char* cond, const char* format, ...) {
   char text[512];
   va_list args;
@@ -295,7 +381,7 @@ void device_check_failed(const char* file, int line, const char* cond, const cha
 void* dynamic_shared_memory() {
   Executor& e = executor();
   if (tl_thread == nullptr) fatal("dynamic shared memory used outside a kernel");
-  return e.dynamic_smem.data();
+  return e.dynamic_smem.data() + e.dynamic_smem_offset;
 }
 
 namespace {
@@ -305,8 +391,13 @@ void run_grid(const LaunchConfig& c, const std::function<void()>& body) {
   Executor& e = executor();
   if (e.config != nullptr) fatal(std::string("kernel ") + c.name + " launched from inside kernel " + e.config->name);
   ensure_fibers(e, int(c.block.x * c.block.y * c.block.z));
-  // 16-byte alignment at least, as CUDA's dynamic shared memory has.
-  e.dynamic_smem.resize(c.smem + 16);
+  // 16-byte alignment, as CUDA promises, and deliberately not 32: a kernel relying on more than CUDA
+  // promises (WMMA's 32-byte pointers) fails here too.
+  e.dynamic_smem.resize(c.smem + 32);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(e.dynamic_smem.data());
+  e.dynamic_smem_offset = size_t((16 + 32 - base % 32) % 32);
+  ++e.launches;
+  e.mapped = 0;
   e.config = &c;
   e.body = &body;
   {
@@ -334,8 +425,20 @@ void launch(const LaunchConfig& c, std::function<void()> thread_body) {
     set_last_error(cudaErrorInvalidValue);
     return;
   }
-  count_launch();
-  enqueue(c.stream, [c, body = std::move(thread_body)] { run_grid(c, body); });
+  // More than 48 KiB only after the kernel's opt-in on this device, as CUDA requires.
+  if (const size_t limit = dynamic_shared_limit(c.func); c.smem > limit) {
+    fail_because(cudaErrorInvalidValue,
+                 std::string("kernel ") + c.name + " asks for " + std::to_string(c.smem) +
+                     " bytes of dynamic shared memory, more than its limit of " + std::to_string(limit) +
+                     " on device " + std::to_string(current_device()) +
+                     " (48 KiB unless cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                     "bytes) raised it on that device)");
+    return;
+  }
+  // A refused stream sets the launch error (cudaErrorInvalidResourceHandle) and queues nothing.
+  if (enqueue(
+          c.stream, [c, body = std::move(thread_body)] { run_grid(c, body); }, c.name) == cudaSuccess)
+    count_launch();
 }
 
 }  // namespace llmtrain::cuda_sim

@@ -3,20 +3,23 @@
 //
 // The model (docs/cuda.md): a launch runs its blocks one after another on the calling OS thread;
 // the threads of a block run concurrently as fibers (one small stack each) that switch only at
-// __syncthreads, __syncwarp and the warp collectives (shuffles, votes). A barrier releases when
+// __syncthreads, __syncwarp, the warp collectives (shuffles, votes) and the whole-warp operations
+// WMMA is built on (kernels/cuda/sim/sim_wmma.h, via kernels/cuda/wmma.cuh). A barrier releases when
 // every thread of the block that has not exited has arrived; a warp collective is a rendezvous of
 // exactly the lanes its mask names, which exchange values when the last one arrives. Shared memory
 // is per block: `__shared__` variables are thread_local (block scope makes them static) and the
 // dynamic shared memory (LT_DYNAMIC_SHARED) is a per-launch area filled with 0xFF bytes (NaN for
-// floats) before every block. Device memory (cudaMalloc) is mapped without access except while a
-// kernel or a copy runs, so a host read of it faults.
+// floats) before every block, 16-byte aligned and never 32 (more than 48 KiB of it needs the
+// kernel's cudaFuncSetAttribute opt-in, as in CUDA). Device memory (cudaMalloc) is mapped without
+// access except while a kernel or a copy runs, so a host read of it faults.
 //
 // The rule a reader could get wrong: a kernel that is wrong under CUDA's rules must be wrong here
 // too, not happen to work. A missing __syncthreads lets a thread read shared memory before another
 // thread of its block wrote it (threads run until they block: in index order on even blocks and
-// passes, in reverse on odd ones); a shuffle that
-// names a lane outside its mask, a mask that names an exited lane or a lane that does not exist,
-// and a block whose threads wait on each other forever abort the process with a message saying so.
+// passes, in reverse on odd ones); a shuffle that names a lane outside its mask, a mask that names
+// an exited lane or a lane that does not exist, a WMMA call not made by all 32 lanes with the same
+// arguments, and a block whose threads wait on each other forever abort the process with a message
+// saying so; WMMA fragments map elements to lanes differently at every launch.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -35,6 +38,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <source_location>
+#include <string>
 #include <type_traits>
 
 // Qualifiers: crt/host_defines.h maps __device__, __global__, __host__ to nothing and
@@ -70,8 +75,27 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
 // LT_DEVICE_CHECK's failure: prints where, which thread and the message, and aborts.
 [[noreturn]] void device_check_failed(const char* file, int line, const char* cond, const char* format, ...)
     __attribute__((format(printf, 4, 5)));
-// This block's dynamic shared memory (the launch's `smem` bytes, at least 16-byte aligned).
+// This block's dynamic shared memory (the launch's `smem` bytes): 16-byte aligned, as CUDA promises,
+// and never 32-byte aligned, so a kernel that needs more (WMMA's 32 bytes) must round it up.
 void* dynamic_shared_memory();
+
+// A whole-warp operation (the WMMA model, kernels/cuda/sim/sim_wmma.h): all 32 lanes of the calling
+// thread's warp call it, converged, with the same `what`, `where` and `run`, `args` pointing at the
+// lane's own arguments. The last lane to arrive calls run(lanes), lanes[l] being lane l's `args`
+// (fibers share one address space: it may read and write every lane's fragments), then every lane
+// goes on. `run` returns "" or why the lanes' arguments are wrong. A lane that has exited, a warp of
+// fewer than 32 threads, lanes at different calls and a non-empty answer from `run` abort naming the
+// call; a lane that waits elsewhere leaves the block in the deadlock report.
+using WarpFunction = std::string (*)(void* const* lanes);
+void warp_whole(const char* what, const std::source_location& where, void* args, WarpFunction run);
+// Aborts naming the block, the calling thread, the call `what` at `where`, and `why`.
+[[noreturn]] void warp_call_failed(const char* what, const std::source_location& where, const std::string& why);
+// The running launch's mapping of fragment slots to matrix elements for fragment kind `kind` (0 to
+// kFragmentKinds - 1): lane l's x[i] holds element mapping[l * 8 + i] (row * 16 + column) of the 16×16
+// tile. A fresh random permutation per kind at every launch, seeded by the launch's number on this
+// OS thread (reproducible), so that a kernel assuming a layout CUDA does not promise is wrong.
+inline constexpr int kFragmentKinds = 5;
+const uint16_t* fragment_mapping(int kind);
 
 // A kernel launch: checks the configuration (a bad one sets the error cudaGetLastError returns, as
 // CUDA does, and queues nothing), then queues the grid on `config.stream`
@@ -83,6 +107,7 @@ struct LaunchConfig {
   size_t smem = 0;
   cudaStream_t stream = nullptr;
   const char* name = "";
+  const void* func = nullptr;  // the kernel: its attributes (cudaFuncSetAttribute) apply
 };
 void launch(const LaunchConfig& config, std::function<void()> thread_body);
 
@@ -94,7 +119,9 @@ struct Launcher {
   void operator()(Args&&... args) const {
     // A kernel's parameters are by value: the arguments are copied at the launch, and each thread
     // receives its own copies of those when the grid runs, later (streams are asynchronous).
-    launch(config, [kernel = kernel, ... a = std::decay_t<Args>(std::forward<Args>(args))] { kernel(a...); });
+    LaunchConfig c = config;
+    c.func = reinterpret_cast<const void*>(kernel);
+    launch(c, [kernel = kernel, ... a = std::decay_t<Args>(std::forward<Args>(args))] { kernel(a...); });
   }
 };
 
@@ -118,6 +145,14 @@ inline T from_bits(uint64_t b) {
   ::llmtrain::cuda_sim::Launcher<decltype(&__VA_ARGS__)> {                                                        \
     ::llmtrain::cuda_sim::LaunchConfig{dim3(grid), dim3(block), size_t(smem), stream, #__VA_ARGS__}, &__VA_ARGS__ \
   }
+
+// cudaFuncSetAttribute(kernel, attribute, value) as CUDA's cuda_runtime.h spells it for a kernel
+// (the runtime API's form takes a const void*; kernels/cuda/sim/sim_runtime.cpp implements it).
+template <class Kernel>
+requires std::is_function_v<Kernel>
+inline cudaError_t cudaFuncSetAttribute(Kernel* entry, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
+}
 
 #define threadIdx (::llmtrain::cuda_sim::tl_thread->thread_idx)
 #define blockIdx (::llmtrain::cuda_sim::tl_thread->block_idx)

@@ -18,6 +18,9 @@ struct HostWaits {
 
 // Since the process started, over every thread.
 HostWaits host_waits();
+// Events created (cudaEventCreate*), since the process started, over every thread: what a
+// communicator that makes one per operation costs.
+int64_t events_created();
 // Kernel launches accepted (a bad configuration is not counted), since the process started, over
 // every thread: what a step costs the host in launch overhead on a real GPU.
 int64_t kernel_launches();

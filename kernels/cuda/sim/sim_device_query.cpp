@@ -4,7 +4,10 @@
 // LLMTRAIN_SIM_DEVICES leaves the list empty with the reason.
 #include <cuda_runtime_api.h>
 
+#include <exception>
+
 #include "kernels/backend_info.h"
+#include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/sim/sim_devices.h"
 
 namespace llmtrain::kernels {
@@ -16,7 +19,11 @@ CudaInfo cuda_info() {
   c.built_archs = "simulator";
   c.runtime_version = CUDART_VERSION;
   c.driver_version = 0;
-  c.gemm = "llmtrain's tiled GEMM (the simulator has no cuBLASLt)";
+  try {
+    c.gemm = cuda::gemm_backend_name();
+  } catch (const std::exception& e) {
+    c.gemm = e.what();
+  }
   const cuda_sim::SimDevices sim = cuda_sim::sim_devices();
   c.unavailable_reason = sim.error;
   for (int i = 0; i < sim.count; ++i)

@@ -2,23 +2,33 @@
 // work (the model is in kernels/cuda/sim/sim.h).
 //
 // Work given to a stream (a launch, an asynchronous copy or memset, an event's record, a wait for
-// an event) is queued and runs later, when the host needs it: a synchronization, an event query,
-// a copy to pageable host memory, a host-to-device copy from pageable memory (which CUDA orders
-// after the stream's earlier work), a free. When it runs, work that nothing orders runs in the
-// order CUDA allows but does not promise: of the streams whose first queued item may run, the one
-// whose item was queued last goes first. So a stream that reads what another stream writes, without
-// waiting for an event recorded after the write, reads the old contents here, and a test catches
-// the missing wait instead of passing by luck.
+// an event, a library's work such as a cuBLASLt product or an NCCL operation) is queued and runs
+// later, when the host needs it: a synchronization, an event query, a copy to pageable host memory,
+// a host-to-device copy from pageable memory (which CUDA orders after the stream's earlier work), a
+// free. When it runs, work that nothing orders runs in the order CUDA allows but does not promise:
+// of the streams whose first queued item may run, the one whose item was queued last goes first. So
+// a stream that reads what another stream writes, without waiting for an event recorded after the
+// write, reads the old contents here, and a test catches the missing wait instead of passing by luck.
 //
-// The legacy default stream (stream 0) is synchronous here: its work waits for every blocking
-// stream (cudaStreamCreate without cudaStreamNonBlocking), as CUDA's does, then runs at once.
-// Non-blocking streams are not ordered with it.
+// Every call that takes a stream accepts only a stream cudaStreamCreate* made and has not
+// destroyed: the legacy default stream (stream 0, cudaStreamLegacy, cudaStreamPerThread) is refused
+// unless a test allows it (sim_rules.h). Allowed, it is synchronous here: its work waits for every
+// blocking stream (cudaStreamCreate without cudaStreamNonBlocking), as CUDA's does, then runs at
+// once. Non-blocking streams are not ordered with it.
+//
+// Several host threads may share the device (ranks as threads). A rendezvous item (an NCCL
+// operation's part on one rank, sim_nccl.cpp) completes only together with its peers' parts on
+// other streams, queued by other threads: a host that waits for work behind one releases the
+// device and sleeps until another thread queues or completes work, bounded (LLMTRAIN_SIM_HANG_SECONDS) so that a
+// rendezvous nobody joins ends the process with a message instead of hanging it.
 //
 // The rule a reader could get wrong: a copy to pinned host memory (cudaMallocHost) is asynchronous
 // like a kernel; the host may read the destination only after an event recorded behind the copy has
 // completed. A copy to pageable host memory returns when it is done, as CUDA's does.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -30,6 +40,7 @@
 #include <vector>
 
 #include "kernels/cuda/sim/sim_internal.h"
+#include "kernels/cuda/sim/sim_rules.h"
 
 namespace llmtrain::cuda_sim {
 
@@ -42,18 +53,20 @@ struct EventState {
 
 // One queued item of a stream.
 struct Item {
-  enum class Kind : uint8_t { work, wait, record };
+  enum class Kind : uint8_t { work, wait, record, rendezvous };
   Kind kind = Kind::work;
   uint64_t sequence = 0;       // when it was queued, over every stream
   std::function<void()> work;  // Kind::work
   std::shared_ptr<EventState> event;
   uint64_t generation = 0;  // wait: the record it waits for; record: the one it completes
+  std::shared_ptr<Rendezvous> rendezvous;
 };
 
 }  // namespace llmtrain::cuda_sim
 
 struct CUstream_st {
   bool blocking = true;  // ordered with the legacy default stream
+  int device = 0;        // the device current when it was made
   std::deque<llmtrain::cuda_sim::Item> queue;
 };
 struct CUevent_st {
@@ -63,8 +76,26 @@ struct CUevent_st {
 namespace llmtrain::cuda_sim {
 namespace {
 
+// How long a host may wait for work that needs another host thread (a rendezvous's peers) before
+// the simulator declares the process hung: LLMTRAIN_SIM_HANG_SECONDS, default 300 s, longer than
+// the parallel.timeout the tests use, so that the watchdogs above (comm_nccl.cpp) speak first.
+}  // namespace
+
+double hang_seconds() {
+  static const double seconds = [] {
+    const char* v = std::getenv("LLMTRAIN_SIM_HANG_SECONDS");
+    char* end = nullptr;
+    const double x = v != nullptr ? std::strtod(v, &end) : 0;
+    return v != nullptr && end != v && *end == '\0' && x > 0 ? x : 300.0;
+  }();
+  return seconds;
+}
+
+namespace {
+
 struct Scheduler {
-  std::recursive_mutex mutex;
+  std::mutex mutex;
+  std::condition_variable changed;    // work queued or completed, or a library's state changed
   std::vector<CUstream_st*> streams;  // live ones, in the order they were created
   uint64_t sequence = 0;
 };
@@ -72,6 +103,26 @@ struct Scheduler {
 Scheduler& scheduler() {
   static Scheduler s;
   return s;
+}
+
+std::atomic<int> g_legacy_allowed{0};
+
+bool is_legacy(cudaStream_t stream) {
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
+
+bool live(const Scheduler& s, cudaStream_t stream) {
+  return std::find(s.streams.begin(), s.streams.end(), stream) != s.streams.end();
+}
+
+std::string check_stream(const Scheduler& s, cudaStream_t stream) {
+  if (is_legacy(stream)) {
+    if (legacy_stream_allowed()) return {};
+    return "the legacy default stream (stream 0): llmtrain puts every kernel, copy, event and library call on a "
+           "stream it created (docs/cuda.md, \"Streams\")";
+  }
+  if (!live(s, stream)) return "a stream the runtime did not create, or has destroyed";
+  return {};
 }
 
 bool may_run(const Item& item) { return item.kind != Item::Kind::wait || item.event->completed >= item.generation; }
@@ -88,33 +139,88 @@ void run(Item& item) {
       item.event->time = std::chrono::steady_clock::now();
       break;
     case Item::Kind::wait:
+    case Item::Kind::rendezvous:
       break;
   }
 }
 
-// Runs one queued item: of the streams whose first item may run, the one queued last.
-void run_one(Scheduler& s) {
+// One step of the device: completes every rendezvous at the front of its stream that can complete
+// (its peers are at the front of theirs), else runs one item: of the streams whose first item may
+// run, the one queued last. False when nothing could advance.
+bool step(Scheduler& s) {
+  bool advanced = false;
+  for (CUstream_st* st : s.streams)
+    while (!st->queue.empty() && st->queue.front().kind == Item::Kind::rendezvous &&
+           st->queue.front().rendezvous->progress()) {
+      st->queue.pop_front();
+      advanced = true;
+    }
+  if (advanced) return true;
   CUstream_st* pick = nullptr;
   for (CUstream_st* st : s.streams)
-    if (!st->queue.empty() && may_run(st->queue.front()) &&
+    if (!st->queue.empty() && st->queue.front().kind != Item::Kind::rendezvous && may_run(st->queue.front()) &&
         (pick == nullptr || st->queue.front().sequence > pick->queue.front().sequence))
       pick = st;
-  // Every wait names a record queued before it, so some first item can always run.
-  if (pick == nullptr) fatal("every stream waits for an event that no queued work records");
+  if (pick == nullptr) return false;
   Item item = std::move(pick->queue.front());
   pick->queue.pop_front();
   run(item);
+  return true;
 }
 
-// Runs queued work until `done`. Device memory stays accessible for the whole batch: opening and
-// closing it remaps every allocation, which per item would cost more than the kernels.
+bool rendezvous_pending(const Scheduler& s) {
+  return std::any_of(s.streams.begin(), s.streams.end(), [](const CUstream_st* st) {
+    return std::any_of(st->queue.begin(), st->queue.end(),
+                       [](const Item& i) { return i.kind == Item::Kind::rendezvous; });
+  });
+}
+
+std::string blocked_fronts(const Scheduler& s) {
+  std::string text;
+  for (size_t i = 0; i < s.streams.size(); ++i) {
+    const CUstream_st* st = s.streams[i];
+    if (st->queue.empty()) continue;
+    const Item& f = st->queue.front();
+    text += "\n  stream " + std::to_string(i) + " (" + std::to_string(st->queue.size()) + " queued): ";
+    text += f.kind == Item::Kind::rendezvous ? f.rendezvous->describe()
+            : f.kind == Item::Kind::wait     ? std::string("a wait for an event not yet recorded")
+                                             : std::string("runnable work");
+  }
+  return text;
+}
+
+enum class Mode { wait, query };
+
+// Runs queued work until `done`. Device memory stays accessible for a batch of work: opening and
+// closing it remaps every allocation, which per item would cost more than the kernels. When
+// nothing can run: a query returns false at once; a wait sleeps until another host thread changes
+// the device (a rendezvous's peer queues its part), bounded by hang_seconds().
 template <class Done>
-void run_until(Scheduler& s, Done done) {
+bool run_until(std::unique_lock<std::mutex>& lock, Scheduler& s, Done done, Mode mode = Mode::wait) {
   std::optional<DeviceAccess> access;
+  bool advanced = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(hang_seconds());
   while (!done()) {
     if (!access) access.emplace();
-    run_one(s);
+    if (step(s)) {
+      advanced = true;
+      continue;
+    }
+    if (mode == Mode::query) break;
+    // Within one host thread every wait names a record queued before it, so only work that needs
+    // another thread (a rendezvous) can be blocked.
+    if (!rendezvous_pending(s)) fatal("every stream waits for an event that no queued work records");
+    access.reset();
+    if (advanced) s.changed.notify_all();
+    advanced = false;
+    if (s.changed.wait_until(lock, deadline) == std::cv_status::timeout)
+      fatal("the device has waited " + std::to_string(int(hang_seconds())) +
+            " s for work that another host thread never queued (an NCCL operation one rank never started?):" +
+            blocked_fronts(s));
+    deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(hang_seconds());
   }
+  if (advanced) s.changed.notify_all();
+  return done();
 }
 
 bool blocking_streams_idle(const Scheduler& s) {
@@ -122,24 +228,39 @@ bool blocking_streams_idle(const Scheduler& s) {
                      [](const CUstream_st* st) { return !st->blocking || st->queue.empty(); });
 }
 
-bool all_idle(const Scheduler& s) {
-  return std::all_of(s.streams.begin(), s.streams.end(), [](const CUstream_st* st) { return st->queue.empty(); });
+// Every stream of `device` has run its work (what a device-wide synchronization waits for: another
+// device's streams, another rank's when ranks are threads on several devices, are not waited for).
+bool device_idle(const Scheduler& s, int device) {
+  return std::all_of(s.streams.begin(), s.streams.end(),
+                     [device](const CUstream_st* st) { return st->device != device || st->queue.empty(); });
 }
 
 bool complete(const EventState& e) { return e.completed >= e.issued; }
 
-// Queues `item` on `stream`; on the legacy default stream it runs now, after the blocking streams.
-void submit(cudaStream_t stream, Item item) {
-  Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
-  if (stream == nullptr) {
-    run_until(s, [&] { return blocking_streams_idle(s); });
-    if (item.kind == Item::Kind::wait) run_until(s, [&] { return item.event->completed >= item.generation; });
+// Queues `item` on `stream` (checked by the caller); on the legacy default stream it runs now, after
+// the blocking streams.
+void submit(std::unique_lock<std::mutex>& lock, Scheduler& s, cudaStream_t stream, Item item) {
+  if (is_legacy(stream)) {
+    run_until(lock, s, [&] { return blocking_streams_idle(s); });
+    if (item.kind == Item::Kind::wait) run_until(lock, s, [&] { return item.event->completed >= item.generation; });
+    if (item.kind == Item::Kind::rendezvous) {
+      // A library's work on the legacy stream: queued nowhere, so it waits for its peers here.
+      Item held = std::move(item);
+      std::optional<DeviceAccess> access;
+      while (!held.rendezvous->progress()) {
+        access.reset();
+        s.changed.wait(lock);
+        access.emplace();
+      }
+      s.changed.notify_all();
+      return;
+    }
     run(item);
     return;
   }
   item.sequence = ++s.sequence;
   stream->queue.push_back(std::move(item));
+  s.changed.notify_all();
 }
 
 // Pinned host allocations (cudaMallocHost), by address, with their sizes.
@@ -164,16 +285,56 @@ bool is_pinned_range(const void* p, size_t bytes) {
 
 }  // namespace
 
-void enqueue(cudaStream_t stream, std::function<void()> work) {
-  Item item;
-  item.work = std::move(work);
-  submit(stream, std::move(item));
-}
+LegacyStreamAllowed::LegacyStreamAllowed() { ++g_legacy_allowed; }
+LegacyStreamAllowed::~LegacyStreamAllowed() { --g_legacy_allowed; }
+bool legacy_stream_allowed() { return g_legacy_allowed.load() > 0; }
 
-void drain_all() {
+std::string stream_problem(cudaStream_t stream) {
   Scheduler& s = scheduler();
   std::lock_guard lock(s.mutex);
-  run_until(s, [&] { return all_idle(s); });
+  return check_stream(s, stream);
+}
+
+cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, const char* what) {
+  Scheduler& s = scheduler();
+  std::unique_lock lock(s.mutex);
+  if (std::string why = check_stream(s, stream); !why.empty())
+    return fail_because(cudaErrorInvalidResourceHandle, std::string(what) + " on " + why);
+  Item item;
+  item.work = std::move(work);
+  submit(lock, s, stream, std::move(item));
+  return cudaSuccess;
+}
+
+std::string enqueue_rendezvous(cudaStream_t stream, std::shared_ptr<Rendezvous> rendezvous) {
+  Scheduler& s = scheduler();
+  std::unique_lock lock(s.mutex);
+  if (std::string why = check_stream(s, stream); !why.empty()) return why;
+  Item item;
+  item.kind = Item::Kind::rendezvous;
+  item.rendezvous = std::move(rendezvous);
+  submit(lock, s, stream, std::move(item));
+  return {};
+}
+
+void advance() {
+  Scheduler& s = scheduler();
+  std::unique_lock lock(s.mutex);
+  run_until(
+      lock, s, [] { return false; }, Mode::query);
+}
+
+void notify_device_state() {
+  Scheduler& s = scheduler();
+  std::lock_guard lock(s.mutex);
+  s.changed.notify_all();
+}
+
+void drain_device() {
+  const int device = current_device();
+  Scheduler& s = scheduler();
+  std::unique_lock lock(s.mutex);
+  run_until(lock, s, [&] { return device_idle(s, device); });
 }
 
 }  // namespace llmtrain::cuda_sim
@@ -182,6 +343,7 @@ using llmtrain::cuda_sim::count_pageable_upload;
 using llmtrain::cuda_sim::count_read;
 using llmtrain::cuda_sim::count_synchronization;
 using llmtrain::cuda_sim::fail;
+using llmtrain::cuda_sim::fail_because;
 using llmtrain::cuda_sim::is_device_range;
 
 namespace {
@@ -205,41 +367,51 @@ bool copy_sides_ok(void* dst, const void* src, size_t count, cudaMemcpyKind kind
   return false;
 }
 
+using namespace llmtrain::cuda_sim;
+
+// The stream's problem as a failed call's return value, or success.
+cudaError_t refuse(const Scheduler& s, cudaStream_t stream, const char* call) {
+  const std::string why = check_stream(s, stream);
+  return why.empty() ? cudaSuccess : fail_because(cudaErrorInvalidResourceHandle, std::string(call) + " on " + why);
+}
+
 }  // namespace
 
 extern "C" {
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
-  using namespace llmtrain::cuda_sim;
   if (count == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
   // A device pointer on the wrong side, or a range past its allocation's end.
   if (!copy_sides_ok(dst, src, count, kind)) return fail(cudaErrorInvalidValue);
   const bool dst_dev = is_device_range(dst, count), src_dev = is_device_range(src, count);
-  if (src_dev && !dst_dev) count_read();
   Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
+  std::unique_lock lock(s.mutex);
+  if (const cudaError_t e = refuse(s, stream, "cudaMemcpyAsync"); e != cudaSuccess) return e;
+  if (src_dev && !dst_dev) count_read();
   auto copy = [dst, src, count] { std::memmove(dst, src, count); };
   if (!dst_dev && !src_dev) {
     copy();
     return cudaSuccess;
   }
-  if (stream == nullptr) {
-    enqueue(nullptr, copy);
+  Item item;
+  item.work = copy;
+  if (is_legacy(stream)) {
+    submit(lock, s, stream, std::move(item));
     return cudaSuccess;
   }
   if (!src_dev && !is_pinned_range(src, count)) {
     // From pageable memory CUDA first waits for the stream's earlier work, then stages the source:
     // the host may reuse it as soon as the call returns.
     count_pageable_upload();
-    run_until(s, [&] { return stream->queue.empty(); });
+    run_until(lock, s, [&] { return stream->queue.empty(); });
     DeviceAccess access;
     copy();
     return cudaSuccess;
   }
-  enqueue(stream, copy);
+  submit(lock, s, stream, std::move(item));
   // To pageable memory the call returns when the copy is done.
-  if (!dst_dev && !is_pinned_range(dst, count)) run_until(s, [&] { return stream->queue.empty(); });
+  if (!dst_dev && !is_pinned_range(dst, count)) run_until(lock, s, [&] { return stream->queue.empty(); });
   return cudaSuccess;
 }
 
@@ -250,14 +422,13 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (!is_device_range(ptr, count)) return fail(cudaErrorInvalidValue);
-  llmtrain::cuda_sim::enqueue(stream, [ptr, value, count] { std::memset(ptr, value, count); });
-  return cudaSuccess;
+  return llmtrain::cuda_sim::enqueue(
+      stream, [ptr, value, count] { std::memset(ptr, value, count); }, "cudaMemsetAsync");
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, nullptr); }
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
-  using namespace llmtrain::cuda_sim;
   if (ptr == nullptr) return fail(cudaErrorInvalidValue);
   void* p = std::aligned_alloc(256, (std::max<size_t>(size, 1) + 255) / 256 * 256);
   if (p == nullptr) {
@@ -272,9 +443,8 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
-  using namespace llmtrain::cuda_sim;
   if (ptr == nullptr) return cudaSuccess;
-  drain_all();  // CUDA synchronizes the device before freeing pinned memory
+  drain_device();  // CUDA synchronizes the device before freeing pinned memory
   Pinned& pin = pinned();
   std::lock_guard lock(pin.mutex);
   if (pin.ranges.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return fail(cudaErrorInvalidValue);
@@ -283,12 +453,12 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  using namespace llmtrain::cuda_sim;
   if (stream == nullptr || (flags & ~unsigned(cudaStreamNonBlocking)) != 0) return fail(cudaErrorInvalidValue);
   Scheduler& s = scheduler();
   std::lock_guard lock(s.mutex);
   *stream = new CUstream_st;
   (*stream)->blocking = (flags & cudaStreamNonBlocking) == 0;
+  (*stream)->device = current_device();
   s.streams.push_back(*stream);
   return cudaSuccess;
 }
@@ -296,52 +466,52 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  using namespace llmtrain::cuda_sim;
-  if (stream == nullptr) return fail(cudaErrorInvalidResourceHandle);
   Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
+  std::unique_lock lock(s.mutex);
+  if (is_legacy(stream) || !live(s, stream))
+    return fail_because(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of " + check_stream(s, stream));
   // CUDA returns at once and finishes the stream's work before releasing it.
-  run_until(s, [&] { return stream->queue.empty(); });
+  run_until(lock, s, [&] { return stream->queue.empty(); });
   s.streams.erase(std::find(s.streams.begin(), s.streams.end(), stream));
   delete stream;
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  using namespace llmtrain::cuda_sim;
   count_synchronization();
   Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
-  if (stream == nullptr)
-    run_until(s, [&] { return blocking_streams_idle(s); });
+  std::unique_lock lock(s.mutex);
+  if (const cudaError_t e = refuse(s, stream, "cudaStreamSynchronize"); e != cudaSuccess) return e;
+  if (is_legacy(stream))
+    run_until(lock, s, [&] { return blocking_streams_idle(s); });
   else
-    run_until(s, [&] { return stream->queue.empty(); });
+    run_until(lock, s, [&] { return stream->queue.empty(); });
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-  using namespace llmtrain::cuda_sim;
   Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
-  const bool idle = stream == nullptr ? blocking_streams_idle(s) : stream->queue.empty();
-  if (idle) return cudaSuccess;
-  // Not done when asked; the device goes on, so a later query sees it done.
-  if (stream == nullptr)
-    run_until(s, [&] { return blocking_streams_idle(s); });
-  else
-    run_until(s, [&] { return stream->queue.empty(); });
+  std::unique_lock lock(s.mutex);
+  if (const cudaError_t e = refuse(s, stream, "cudaStreamQuery"); e != cudaSuccess) return e;
+  auto idle = [&] { return is_legacy(stream) ? blocking_streams_idle(s) : stream->queue.empty(); };
+  if (idle()) return cudaSuccess;
+  // Not done when asked; the device goes on (as far as it can without other host threads), so a
+  // later query sees it done.
+  run_until(lock, s, idle, Mode::query);
   return cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  using namespace llmtrain::cuda_sim;
   if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  Scheduler& s = scheduler();
+  std::unique_lock lock(s.mutex);
+  if (const cudaError_t e = refuse(s, stream, "cudaStreamWaitEvent"); e != cudaSuccess) return e;
   if (event->state->issued == 0) return cudaSuccess;  // never recorded: nothing to wait for
   Item item;
   item.kind = Item::Kind::wait;
   item.event = event->state;
   item.generation = event->state->issued;  // the latest record asked for
-  submit(stream, std::move(item));
+  submit(lock, s, stream, std::move(item));
   return cudaSuccess;
 }
 
@@ -350,6 +520,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
     return fail(cudaErrorInvalidValue);
   *event = new CUevent_st;
   (*event)->state->timing = (flags & cudaEventDisableTiming) == 0;
+  llmtrain::cuda_sim::count_event();
   return cudaSuccess;
 }
 
@@ -362,43 +533,44 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  using namespace llmtrain::cuda_sim;
   if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
   Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
+  std::unique_lock lock(s.mutex);
+  if (const cudaError_t e = refuse(s, stream, "cudaEventRecord"); e != cudaSuccess) return e;
   Item item;
   item.kind = Item::Kind::record;
   item.event = event->state;
   item.generation = ++event->state->issued;
-  submit(stream, std::move(item));
+  submit(lock, s, stream, std::move(item));
   return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  using namespace llmtrain::cuda_sim;
   if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
   Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
+  std::unique_lock lock(s.mutex);
   EventState& e = *event->state;
   if (complete(e)) return cudaSuccess;
-  // Not done when asked; the device goes on, so a later query sees it done.
-  run_until(s, [&] { return complete(e); });
+  // Not done when asked; the device goes on (as far as it can without other host threads), so a
+  // later query sees it done.
+  run_until(
+      lock, s, [&] { return complete(e); }, Mode::query);
   return cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  using namespace llmtrain::cuda_sim;
   count_synchronization();
   if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
   Scheduler& s = scheduler();
-  std::lock_guard lock(s.mutex);
-  run_until(s, [&] { return complete(*event->state); });
+  std::unique_lock lock(s.mutex);
+  run_until(lock, s, [&] { return complete(*event->state); });
   return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  using namespace llmtrain::cuda_sim;
   if (ms == nullptr || start == nullptr || end == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  Scheduler& s = scheduler();
+  std::lock_guard lock(s.mutex);
   const EventState &a = *start->state, &b = *end->state;
   if (!a.timing || !b.timing || a.issued == 0 || b.issued == 0) return fail(cudaErrorInvalidResourceHandle);
   if (!complete(a) || !complete(b)) return fail(cudaErrorNotReady);
@@ -407,8 +579,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
-  llmtrain::cuda_sim::count_synchronization();
-  llmtrain::cuda_sim::drain_all();
+  count_synchronization();
+  drain_device();
   return cudaSuccess;
 }
 

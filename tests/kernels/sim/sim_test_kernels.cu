@@ -200,4 +200,7 @@ cudaError_t too_many_threads(float* out) {
 }
 void launch_too_many_threads(float* out) { LT_LAUNCH(1, 2048, 0, nullptr, deadlock_kernel)(out); }
 
+__global__ void fill_kernel(float* out) { out[threadIdx.x] = 1.0f; }
+void launch_on(float* out, cudaStream_t stream) { LT_LAUNCH(1, 32, 0, stream, fill_kernel)(out); }
+
 }  // namespace llmtrain::cuda_sim_test

@@ -42,5 +42,7 @@ cudaError_t deadlock(float* out);
 cudaError_t too_many_threads(float* out);
 // The same launch, its error left for the caller's check.
 void launch_too_many_threads(float* out);
+// out[0..32) = 1 by a kernel on `stream` (the launch's error left pending).
+void launch_on(float* out, cudaStream_t stream);
 
 }  // namespace llmtrain::cuda_sim_test

@@ -15,6 +15,7 @@
 #include "kernels/backend_info.h"
 #include "kernels/buffer.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/sim/sim_rules.h"
 #include "kernels/cuda/stream.h"
 #include "kernels/ops.h"
 #include "tests/kernels/sim/sim_test_kernels.h"
@@ -202,6 +203,47 @@ TEST(CudaRuntime, OpsRunOnTheComputeStream) {
   comm.synchronize();
   const auto* f = static_cast<const float*>(host.p);
   EXPECT_EQ(int(std::count(f, f + 64, 0.0f)), 64);
+}
+
+// Every call that takes a stream accepts only a stream the runtime made and has not destroyed: the
+// legacy default stream is refused (llmtrain's code never uses it; CUDA orders it with no
+// non-blocking stream), with the reason in the error's text, unless a test allows it.
+TEST(CudaRuntime, CallsRefuseTheLegacyStreamAndStreamsTheRuntimeDidNotMake) {
+  Buffer d(DType::fp32, {64}, Device::cuda);
+  kernels::synchronize(Device::cuda);
+  cudaEvent_t e = nullptr;
+  ASSERT_EQ(cudaEventCreate(&e), cudaSuccess);
+  cudaStream_t gone = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(gone), cudaSuccess);
+  for (cudaStream_t bad : {cudaStream_t(nullptr), cudaStreamLegacy, cudaStreamPerThread, gone}) {
+    const std::string why = bad == gone ? "did not create, or has destroyed" : "the legacy default stream";
+    auto check = [&](cudaError_t r, const char* call) {
+      EXPECT_EQ(r, cudaErrorInvalidResourceHandle) << call;
+      EXPECT_NE(std::string(cudaGetErrorString(r)).find(why), std::string::npos)
+          << call << ": " << cudaGetErrorString(r);
+      cudaGetLastError();
+    };
+    check(cudaMemsetAsync(d.data(), 0, d.bytes(), bad), "cudaMemsetAsync");
+    check(cudaMemcpyAsync(d.data(), d.data(), 4, cudaMemcpyDeviceToDevice, bad), "cudaMemcpyAsync");
+    check(cudaEventRecord(e, bad), "cudaEventRecord");
+    check(cudaStreamWaitEvent(bad, e, 0), "cudaStreamWaitEvent");
+    check(cudaStreamSynchronize(bad), "cudaStreamSynchronize");
+    check(cudaStreamQuery(bad), "cudaStreamQuery");
+    cuda_sim_test::launch_on(static_cast<float*>(d.data()), bad);
+    try {
+      LT_CUDA_LAUNCHED("fill_kernel");
+      ADD_FAILURE() << "a launch on a refused stream was accepted";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(why), std::string::npos) << err.what();
+    }
+  }
+  {
+    cuda_sim::LegacyStreamAllowed legacy;
+    EXPECT_EQ(cudaMemsetAsync(d.data(), 0, d.bytes(), nullptr), cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(e, nullptr), cudaSuccess);
+  }
+  EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
 }
 
 using CudaRuntimeDeathTest = ::testing::Test;

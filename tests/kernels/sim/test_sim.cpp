@@ -6,34 +6,12 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cuda/sim/sim_rules.h"
+#include "tests/kernels/sim/device_array.h"
 #include "tests/kernels/sim/sim_test_kernels.h"
 
 namespace llmtrain::cuda_sim_test {
 namespace {
-
-// Device memory for a test, with its host copy in and out.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  explicit DeviceArray(size_t n) : DeviceArray(std::vector<T>(n)) {}
-  ~DeviceArray() { cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-
- private:
-  size_t n_;
-  T* p_ = nullptr;
-};
 
 // Distinct values on every call, so that shared memory left over from an earlier launch never
 // holds what a racing read expects.
@@ -45,7 +23,13 @@ std::vector<float> fresh_values(int n) {
   return v;
 }
 
-TEST(CudaSim, BarrierOrdersSharedMemory) {
+// These tests are of CUDA's semantics inside kernels, launched on the legacy default stream for
+// brevity, which llmtrain's own code may not use (the simulator refuses it unless allowed).
+class CudaSim : public ::testing::Test {
+  cuda_sim::LegacyStreamAllowed legacy_;
+};
+
+TEST_F(CudaSim, BarrierOrdersSharedMemory) {
   const int n = 256;
   const std::vector<float> in = fresh_values(n);
   DeviceArray<float> din(in), dout(static_cast<size_t>(n));
@@ -54,7 +38,7 @@ TEST(CudaSim, BarrierOrdersSharedMemory) {
   for (int i = 0; i < n; ++i) ASSERT_EQ(out[size_t(i)], in[size_t(n - 1 - i)]) << i;
 }
 
-TEST(CudaSim, PlantedMissingSyncthreadsGivesAWrongAnswer) {
+TEST_F(CudaSim, PlantedMissingSyncthreadsGivesAWrongAnswer) {
   // reverse_missing_sync_kernel is reverse_kernel without its __syncthreads: thread i reads
   // tile[n-1-i] before thread n-1-i has written it, for every i < n/2.
   const int n = 256;
@@ -67,7 +51,7 @@ TEST(CudaSim, PlantedMissingSyncthreadsGivesAWrongAnswer) {
   EXPECT_EQ(wrong, n / 2);
 }
 
-TEST(CudaSim, PlantedMissingSyncthreadsReadingTheLowerNeighbourGivesAWrongAnswer) {
+TEST_F(CudaSim, PlantedMissingSyncthreadsReadingTheLowerNeighbourGivesAWrongAnswer) {
   // rotate_missing_sync_kernel: thread i reads tile[i-1] without a barrier. Block 0 runs its
   // threads in index order, so only thread 0 (reading tile[n-1]) sees a stale value; block 1 runs
   // them in reverse, so every thread but thread 0 does.
@@ -83,7 +67,7 @@ TEST(CudaSim, PlantedMissingSyncthreadsReadingTheLowerNeighbourGivesAWrongAnswer
   EXPECT_EQ(wrong[1], n - 1);
 }
 
-TEST(CudaSim, WarpReductionsByXorAndDown) {
+TEST_F(CudaSim, WarpReductionsByXorAndDown) {
   const int blocks = 3;
   std::vector<float> in(static_cast<size_t>(blocks) * 32);
   std::iota(in.begin(), in.end(), 1.0f);
@@ -98,7 +82,7 @@ TEST(CudaSim, WarpReductionsByXorAndDown) {
   }
 }
 
-TEST(CudaSim, PlantedWrongShuffleLaneGivesAWrongAnswer) {
+TEST_F(CudaSim, PlantedWrongShuffleLaneGivesAWrongAnswer) {
   // warp_sum_wrong_lane_kernel is warp_sum_down_kernel with delta + 1 in its shuffle.
   const int blocks = 2;
   std::vector<float> in(static_cast<size_t>(blocks) * 32);
@@ -110,7 +94,7 @@ TEST(CudaSim, PlantedWrongShuffleLaneGivesAWrongAnswer) {
     EXPECT_NE(out[size_t(b)], std::accumulate(in.begin() + b * 32, in.begin() + (b + 1) * 32, 0.0f)) << b;
 }
 
-TEST(CudaSim, InclusiveScanByShuffleUp) {
+TEST_F(CudaSim, InclusiveScanByShuffleUp) {
   const int n = 128;
   std::vector<float> in(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) in[size_t(i)] = float(i % 7);
@@ -126,7 +110,7 @@ TEST(CudaSim, InclusiveScanByShuffleUp) {
   }
 }
 
-TEST(CudaSim, ShuffleIndexWithWidthsAndOutOfRangeSources) {
+TEST_F(CudaSim, ShuffleIndexWithWidthsAndOutOfRangeSources) {
   const int n = 64;
   std::vector<float> in(static_cast<size_t>(n));
   std::iota(in.begin(), in.end(), 0.0f);
@@ -143,7 +127,7 @@ TEST(CudaSim, ShuffleIndexWithWidthsAndOutOfRangeSources) {
   }
 }
 
-TEST(CudaSim, Ballot) {
+TEST_F(CudaSim, Ballot) {
   const int n = 64;
   std::vector<float> in(static_cast<size_t>(n), -1.0f);
   for (int i : {0, 3, 31, 32, 63}) in[size_t(i)] = 1.0f;
@@ -155,7 +139,7 @@ TEST(CudaSim, Ballot) {
   for (int i = 32; i < 64; ++i) EXPECT_EQ(out[size_t(i)], (1u << 0) | (1u << 31));
 }
 
-TEST(CudaSim, AtomicsAcrossBlocks) {
+TEST_F(CudaSim, AtomicsAcrossBlocks) {
   const int n = 1000;  // 8 blocks of 128, the last one partly idle
   std::vector<float> in(static_cast<size_t>(n));
   std::vector<int> in_int(static_cast<size_t>(n));
@@ -171,7 +155,7 @@ TEST(CudaSim, AtomicsAcrossBlocks) {
   EXPECT_EQ(dcount.host()[0], n);
 }
 
-TEST(CudaSim, DynamicSharedMemoryPerBlock) {
+TEST_F(CudaSim, DynamicSharedMemoryPerBlock) {
   const int blocks = 5, threads = 128;
   std::vector<float> in(static_cast<size_t>(blocks * threads));
   for (size_t i = 0; i < in.size(); ++i) in[i] = float(i % 17);
@@ -182,7 +166,7 @@ TEST(CudaSim, DynamicSharedMemoryPerBlock) {
     EXPECT_EQ(out[size_t(b)], std::accumulate(in.begin() + b * threads, in.begin() + (b + 1) * threads, 0.0f));
 }
 
-TEST(CudaSim, ThreeDimensionalGridOfThreeDimensionalBlocks) {
+TEST_F(CudaSim, ThreeDimensionalGridOfThreeDimensionalBlocks) {
   const dim3 grid(3, 2, 2), block(4, 3, 2);
   const int total = 3 * 2 * 2 * 4 * 3 * 2;
   DeviceArray<int> dout(std::vector<int>(static_cast<size_t>(total), -1));
@@ -198,7 +182,7 @@ TEST(CudaSim, ThreeDimensionalGridOfThreeDimensionalBlocks) {
               ASSERT_EQ(out[size_t(i++)], tx + 10 * ty + 100 * tz + 1000 * bx + 10000 * by + 100000 * bz);
 }
 
-TEST(CudaSim, ThreadsThatExitDoNotHoldTheBarrier) {
+TEST_F(CudaSim, ThreadsThatExitDoNotHoldTheBarrier) {
   const int n = 40, threads = 64;
   const std::vector<float> in = fresh_values(n);
   DeviceArray<float> din(in), dout(static_cast<size_t>(n));
@@ -207,14 +191,14 @@ TEST(CudaSim, ThreadsThatExitDoNotHoldTheBarrier) {
   for (int i = 0; i < n; ++i) ASSERT_EQ(out[size_t(i)], in[size_t(n - 1 - i)]) << i;
 }
 
-TEST(CudaSim, BadLaunchConfigurationIsAnErrorAndRunsNothing) {
+TEST_F(CudaSim, BadLaunchConfigurationIsAnErrorAndRunsNothing) {
   DeviceArray<float> dout(std::vector<float>(32, 7.0f));
   EXPECT_EQ(too_many_threads(dout.get()), cudaErrorInvalidConfiguration);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // reading the error clears it, as in CUDA
   EXPECT_EQ(dout.host()[0], 7.0f);
 }
 
-TEST(CudaSim, CopiesCheckWhichSideIsTheDevice) {
+TEST_F(CudaSim, CopiesCheckWhichSideIsTheDevice) {
   std::vector<float> host(64, 1.0f);
   DeviceArray<float> d(static_cast<size_t>(64));
   EXPECT_EQ(cudaMemcpy(host.data(), d.get(), 256, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
@@ -225,7 +209,9 @@ TEST(CudaSim, CopiesCheckWhichSideIsTheDevice) {
   cudaGetLastError();
 }
 
-using CudaSimDeathTest = ::testing::Test;
+class CudaSimDeathTest : public ::testing::Test {
+  cuda_sim::LegacyStreamAllowed legacy_;
+};
 
 TEST_F(CudaSimDeathTest, HostReadOfDeviceMemoryFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"

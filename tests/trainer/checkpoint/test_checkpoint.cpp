@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "tests/trainer/checkpoint/checkpoint_fixture.h"
 #include "trainer/checkpoint/async_checkpoint.h"
 #include "trainer/checkpoint/checkpoint.h"

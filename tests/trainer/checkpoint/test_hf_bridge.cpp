@@ -7,7 +7,9 @@
 
 #include "common/error.h"
 #include "trainer/checkpoint/hf_bridge.h"
+#include "trainer/data/byte_tokenizer.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/data/tokenizer_load.h"
 
 namespace llmtrain::trainer {
 namespace {

@@ -17,6 +17,7 @@
 #include "trainer/data/bpe_tokenizer.h"
 #include "trainer/data/regex_splitter.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/data/tokenizer_load.h"
 #include "trainer/data/tokenizer_vocab.h"
 #include "trainer/data/utf8.h"
 

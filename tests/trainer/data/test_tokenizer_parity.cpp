@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/data/tokenizer_load.h"
 
 using namespace llmtrain;
 using namespace llmtrain;

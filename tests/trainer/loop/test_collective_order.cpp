@@ -1,14 +1,14 @@
 // The property NCCL needs, for every layout: two training steps on in-process ranks (the real step:
 // model, pipeline executor, gradient sync, ZeRO, context and expert parallelism), every operation on
-// every tensor group logged and replayed under NCCL's rules (tests/parallel/comm_order.h): each
+// every tensor group logged and replayed under NCCL's rules (tests/parallel/comm/comm_order.h): each
 // group's collectives in one order on every rank, its sends and receives matched by order without
 // tags, and no rank waiting, across groups, for an operation its peer queues behind one of its own.
 // The in-process communicator runs with MPI's rules, so a layout that trains here could still hang
 // under NCCL; this is where that shows without a GPU.
 #include <fmt/format.h>
 
-#include "parallel/comm_threads.h"
-#include "tests/parallel/comm_order.h"
+#include "parallel/comm/comm_threads.h"
+#include "tests/parallel/comm/comm_order.h"
 #include "tests/trainer/loop/train_step_fixture.h"
 
 namespace llmtrain::trainer {

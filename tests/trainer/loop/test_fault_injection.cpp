@@ -54,5 +54,40 @@ TEST(FaultInjection, TermInSaveNeedsAsyncCheckpoints) {
   EXPECT_FALSE(fault_writer_hook(parse("term@4"), 0, true));  // not a writer fault
 }
 
+// The injector as train() holds it: a slow fault's sleep is forward time from its step on, on its
+// rank only; without a save fault the checkpoints write through the file system given.
+TEST(FaultInjection, TheInjectorSlowsItsRankFromItsStepOn) {
+  ::setenv("LLMTRAIN_FAULT", "slow@3:1", 1);
+  FaultInjector slowed(1, nullptr), other(0, nullptr);
+  ::unsetenv("LLMTRAIN_FAULT");
+  auto forward_after = [](FaultInjector& f, int64_t step) {
+    StepOutcome outcome;
+    outcome.times.forward = 0.002;
+    f.step_done(step, outcome);
+    f.step_boundary(step);  // slow fires nothing at the boundary
+    return outcome.times.forward;
+  };
+  EXPECT_EQ(forward_after(slowed, 2), 0.002);
+  EXPECT_GE(forward_after(slowed, 3), 0.002 + 2 * 0.002);
+  EXPECT_GE(forward_after(slowed, 4), 0.002 + 2 * 0.002);
+  EXPECT_EQ(forward_after(other, 4), 0.002);
+  FileSystem& base = default_file_system();
+  EXPECT_EQ(&slowed.file_system(base), &base);
+  EXPECT_FALSE(slowed.writer_hook(false));
+}
+
+TEST(FaultInjection, OffloadIoErrorWithoutAnOffloadFileIsSaid) {
+  ::setenv("LLMTRAIN_FAULT", "offload-io-error@2", 1);
+  FaultInjector f(0, nullptr);
+  ::unsetenv("LLMTRAIN_FAULT");
+  EXPECT_NO_THROW(f.step_boundary(1));
+  try {
+    f.step_boundary(2);
+    ADD_FAILURE() << "offload-io-error without an offload file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without an offload file"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace llmtrain::trainer

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "tests/common/test_layout.h"
 #include "tests/trainer/loop/train_step_fixture.h"
+#include "trainer/loop/op_profiler.h"
 #include "trainer/loop/step_timer.h"
 
 namespace llmtrain::trainer {
@@ -183,15 +184,22 @@ void TrainStepTest::check_pipeline_layouts(const std::vector<Layout>& layouts) {
   }
 }
 
-// With and without the step's timer (trainer/loop/step_timer.h), which train() sets.
+// With and without the step's timer (trainer/loop/step_timer.h), which train() sets, and with the op
+// profile beside it (log.profile: ops, trainer/loop/op_profiler.h): its third step is a profiled one.
 TEST_F(TrainStepTest, AWarmStepAllocatesNothing) {
-  for (const bool timed : {false, true})
+  enum class Observed { none, timed, profiled };
+  for (const Observed observed : {Observed::none, Observed::timed, Observed::profiled})
     for (const Precision precision : {Precision::fp32, Precision::bf16}) {  // bf16: the widening scratch is warm too
-      SCOPED_TRACE(fmt::format("{}{}", to_string(precision), timed ? ", timed" : ""));
+      SCOPED_TRACE(fmt::format("{}{}{}", to_string(precision), observed == Observed::timed ? ", timed" : "",
+                               observed == Observed::profiled ? ", timed and profiled" : ""));
       recipe_.train.precision = precision;
+      recipe_.log.profile = ProfileMode::ops;
       Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
       StepTimer timer(one.model.device(), one.step->schedule());
-      if (timed) one.step->set_observer(&timer);
+      OpProfiler profile(recipe_.log, one.model.device());
+      StepObservers both{&timer, &profile};
+      if (observed == Observed::timed) one.step->set_observer(&timer);
+      if (observed == Observed::profiled) one.step->set_observer(&both);
       one.step->run(0, 0);
       one.step->run(1, recipe_.train.global_batch);
       g_allocations = 0;
@@ -199,7 +207,44 @@ TEST_F(TrainStepTest, AWarmStepAllocatesNothing) {
       one.step->run(2, 2 * recipe_.train.global_batch);
       g_counting = false;
       EXPECT_EQ(g_allocations.load(), 0);
+      EXPECT_EQ(profile.steps_timed(), observed == Observed::profiled ? 2 : 0);
     }
+}
+
+// log.profile ops: the first step is the warm-up, the next profile_steps are timed, the rest not
+// observed; every timed step runs the same ops, so each row's calls are a multiple of the steps; and
+// the ops' time fits in the steps'.
+TEST_F(TrainStepTest, TheOpProfileTimesTheStepsAfterTheFirst) {
+  recipe_.log.profile = ProfileMode::ops;
+  recipe_.log.profile_steps = 2;
+  Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
+  OpProfiler profile(recipe_.log, one.model.device());
+  ASSERT_TRUE(profile.enabled());
+  one.step->set_observer(&profile);
+  for (int s = 0; s < 5; ++s) {
+    one.step->run(s, int64_t(s) * recipe_.train.global_batch);
+    EXPECT_EQ(profile.steps_timed(), std::min(s, 2)) << "after step " << s;
+  }
+  const OpProfileSummary sum = profile.summary(0, 0);
+  EXPECT_EQ(sum.first_step, 2);
+  EXPECT_EQ(sum.steps, 2);
+  EXPECT_EQ(sum.dropped, 0);
+  std::set<std::string> names;
+  for (const OpProfileRow& row : sum.rows) {
+    names.insert(row.name);
+    EXPECT_EQ(row.calls % 2, 0) << row.name;
+    EXPECT_TRUE(row.inside.empty()) << row.name << " inside " << row.inside;
+  }
+  for (const char* op :
+       {"embedding_forward", "rmsnorm_forward", "linear_forward", "rope_forward", "attention_forward", "swiglu_forward",
+        "cross_entropy_forward", "attention_backward", "linear_backward", "adamw_rows", "copy"})
+    EXPECT_TRUE(names.count(op)) << op;
+  const double in_ops = op_profile_in_ops_seconds(sum);
+  EXPECT_GT(in_ops, 0.0);
+  EXPECT_LE(in_ops, sum.step_seconds);
+
+  recipe_.log.profile = ProfileMode::none;
+  EXPECT_FALSE(OpProfiler(recipe_.log, one.model.device()).enabled()) << "none: not an observer at all";
 }
 
 // fp16's dynamic loss scaling, on fp32 storage (the scaler does not depend on 16-bit tensors) and
@@ -329,7 +374,8 @@ TEST_F(TrainStepTest, NonFiniteStepsAreSkippedOrStopTheRun) {
   EXPECT_EQ(o.skipped_total, 1);
   EXPECT_EQ(one.step->optimizer().steps(), 0);
   EXPECT_EQ(0, std::memcmp(before.data(), one.model.params().data, before.size() * 4)) << "a skipped step updated";
-  EXPECT_EQ(one.step->state(), (nlohmann::json{{"skipped_total", 1}, {"skipped_in_a_row", 1}}));
+  EXPECT_EQ(one.step->state().at("skipped_total"), 1);
+  EXPECT_EQ(one.step->state().at("skipped_in_a_row"), 1);
   EXPECT_THAT([&] { one.step->run(1, 8); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("2 non-finite steps in a row")));
 
@@ -488,7 +534,8 @@ TEST_F(TrainStepTest, TheMemoryPlanIsWhatARankAllocates) {
 
 TEST_F(TrainStepTest, GradientGroupsFollowBackward) {
   Rank one(recipe_, prefix_, parallel::make_local_comm(), 1);
-  const auto groups = grad_ready_groups(one.model);
+  const auto groups = grad_ready_groups(one.model.options().stage, one.model.parameters());
+  EXPECT_EQ(groups, one.placement.groups);
   ASSERT_EQ(groups.size(), 4u);  // head, block 1, block 0, embedding
   auto names = [&](int g) {
     std::vector<std::string> out;

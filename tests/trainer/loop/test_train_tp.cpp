@@ -18,12 +18,12 @@
 #include <random>
 
 #include "kernels/ops.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "tests/common/test_layout.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data/indexed_dataset.h"
-#include "trainer/loop/memory.h"
 #include "trainer/loop/train_step.h"
+#include "trainer/placement/memory.h"
 
 namespace llmtrain::trainer {
 namespace {
@@ -73,10 +73,9 @@ class TensorParallelTrain : public ::testing::Test {
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), r.parallel.dp),
           batches(data, sampler, r.model.seq_len),
           layout(test_layout(r)),
-          schedule(step_schedule(layout, 0, sampler.micro_batches_per_step())),
-          model(r.model, step_model_options(r, layout, 0, schedule), *comms.tp, nullptr,
-                r.parallel.ep > 1 ? comms.ep.get() : nullptr) {
-      step.emplace(r, layout, model, comms, batches, schedule);
+          placement(place(r, layout, mesh.coord())),
+          model(r.model, placement.model, *comms.tp, nullptr, r.parallel.ep > 1 ? comms.ep.get() : nullptr) {
+      step.emplace(r, placement, model, comms, batches);
       model.init_parameters(11);   // after the step: at ZeRO 3 the values live in its shard
       step->master_from_params();  // 16-bit: the optimizer's fp32 master (a no-op at fp32)
     }
@@ -86,7 +85,7 @@ class TensorParallelTrain : public ::testing::Test {
     Sampler sampler;
     MicroBatchReader batches;
     llmtrain::Layout layout;
-    std::vector<parallel::PipeOp> schedule;
+    Placement placement;
     Model model;
     std::optional<TrainStep> step;
   };

@@ -17,13 +17,13 @@
 #include <set>
 
 #include "kernels/ops.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "tests/common/count_allocations.h"
 #include "tests/common/test_layout.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data/indexed_dataset.h"
-#include "trainer/loop/memory.h"
 #include "trainer/loop/train_step.h"
+#include "trainer/placement/memory.h"
 
 namespace llmtrain::trainer {
 namespace {
@@ -67,21 +67,23 @@ class TrainStepTest : public ::testing::Test {
           sampler(r.train.global_batch, r.train.micro_batch, comms.dp->rank(), dp),
           batches(data, sampler, r.model.seq_len, {comms.cp->size(), comms.cp->rank()}),
           layout(layout_at(r, dp, pp)),
-          schedule(step_schedule(layout, mesh.coord().pp, sampler.micro_batches_per_step())),
-          model(r.model, with_storage(step_model_options(r, layout, mesh.coord().pp, schedule), storage), *comms.tp,
-                r.parallel.cp > 1 ? comms.cp.get() : nullptr, r.parallel.ep > 1 ? comms.ep.get() : nullptr) {
-      step.emplace(r, layout, model, comms, batches, schedule);
+          placement(with_storage(place(at(r, dp, pp), layout, mesh.coord()), storage)),
+          model(r.model, placement.model, *comms.tp, r.parallel.cp > 1 ? comms.cp.get() : nullptr,
+                r.parallel.ep > 1 ? comms.ep.get() : nullptr) {
+      step.emplace(r, placement, model, comms, batches);
       model.init_parameters(11);  // after the step: at ZeRO 3 the values live in its shard
       step->master_from_params();
     }
-    // The layout train() computes for the recipe resolved at (dp, pp).
-    static llmtrain::Layout layout_at(Recipe r, int dp, int pp) {
+    // The recipe resolved at (dp, pp), and the layout train() computes for it.
+    static Recipe at(Recipe r, int dp, int pp) {
       r.parallel.dp = dp, r.parallel.pp = pp;
-      return test_layout(r);
+      return r;
     }
-    static ModelOptions with_storage(ModelOptions o, std::optional<kernels::DType> storage) {
-      if (storage) o.dtype = *storage;
-      return o;
+    static llmtrain::Layout layout_at(const Recipe& r, int dp, int pp) { return test_layout(at(r, dp, pp)); }
+    // The placement with the model's storage dtype replaced (fp16 loss scaling on fp32 storage).
+    static Placement with_storage(Placement p, std::optional<kernels::DType> storage) {
+      if (storage) p.model.dtype = *storage;
+      return p;
     }
     // The parameters, widened to fp32 (a copy).
     std::vector<float> params_fp32() const {
@@ -99,7 +101,7 @@ class TrainStepTest : public ::testing::Test {
     Sampler sampler;
     MicroBatchReader batches;
     llmtrain::Layout layout;
-    std::vector<parallel::PipeOp> schedule;
+    Placement placement;
     Model model;
     std::optional<TrainStep> step;
   };

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/lr_schedule.h"

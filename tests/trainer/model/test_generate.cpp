@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/ops.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/model/generate.h"
 #include "trainer/model/model.h"
 

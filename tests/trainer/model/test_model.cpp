@@ -15,8 +15,8 @@
 
 #include "common/error.h"
 #include "kernels/ops.h"
-#include "parallel/comm.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm.h"
+#include "parallel/comm/comm_threads.h"
 #include "tests/common/count_allocations.h"
 #include "trainer/model/model.h"
 

@@ -1,5 +1,5 @@
 // Tensor parallelism inside the model, checked in one process: two threads each hold a tp = 2
-// shard and talk through the in-process communicator (parallel/comm_threads.h); their loss must
+// shard and talk through the in-process communicator (parallel/comm/comm_threads.h); their loss must
 // equal the unsharded model's, and every gradient shard must equal its slice of the unsharded
 // gradient (replicated parameters: the whole gradient on every rank). This pins the placement of
 // every crossing (vocab-parallel embedding, column/row-parallel linears, biases after the
@@ -12,7 +12,7 @@
 #include <random>
 
 #include "kernels/ops.h"
-#include "parallel/comm_threads.h"
+#include "parallel/comm/comm_threads.h"
 #include "trainer/model/model.h"
 
 namespace llmtrain::trainer {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
 
