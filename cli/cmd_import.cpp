@@ -156,6 +156,14 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
       cmp("rope_scaling.original_max_positions", want.rope_scaling.original_max_positions,
           have.rope_scaling.original_max_positions);
     }
+    if (have.rope_scaling.type == RopeScalingType::yarn) {
+      const RopeScalingConfig &w = want.rope_scaling, &h = have.rope_scaling;
+      cmp("rope_scaling.original_max_positions", w.original_max_positions, h.original_max_positions);
+      cmp("rope_scaling.beta_fast", w.beta_fast, h.beta_fast);
+      cmp("rope_scaling.beta_slow", w.beta_slow, h.beta_slow);
+      cmp("rope_scaling.truncate", w.truncate, h.truncate);
+      cmp("rope_scaling.attention_factor (as resolved)", w.yarn_attention_factor(), h.yarn_attention_factor());
+    }
     cmp("head_dim", want.head_size(), have.head_size());
     cmp("qkv_bias", want.qkv_bias, have.qkv_bias);
     cmp("qk_norm", want.qk_norm, have.qk_norm);

@@ -74,6 +74,13 @@ bool rope_scaling_ok(double theta, const RopeScaling& s) {
              "rope_table: llama3 scaling with low_freq_factor {}, high_freq_factor {}, original_max_positions {} "
              "(expected high_freq_factor > low_freq_factor > 0 and original_max_positions > 0)",
              s.low_freq_factor, s.high_freq_factor, s.original_max_positions);
+  if (s.type == RopeScaling::Type::yarn)
+    LT_CHECK(std::isfinite(s.beta_fast) && std::isfinite(s.beta_slow) && s.beta_fast > 0 && s.beta_slow > 0 &&
+                 std::isfinite(s.original_max_positions) && s.original_max_positions > 0 &&
+                 std::isfinite(s.attention_factor) && s.attention_factor > 0,
+             "rope_table: yarn scaling with beta_fast {}, beta_slow {}, original_max_positions {}, attention_factor {} "
+             "(expected positive and finite)",
+             s.beta_fast, s.beta_slow, s.original_max_positions, s.attention_factor);
   return true;
 }
 

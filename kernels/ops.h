@@ -61,14 +61,26 @@ struct AdamWStep {
 //           inv_freq_i / factor, those shorter than original_max_positions / high_freq_factor keep
 //           inv_freq_i, and between the two, with smooth = (original_max_positions / wavelen_i −
 //           low_freq_factor) / (high_freq_factor − low_freq_factor), they take
-//           (1 − smooth) · inv_freq_i / factor + smooth · inv_freq_i.
+//           (1 − smooth) · inv_freq_i / factor + smooth · inv_freq_i;
+//   yarn:   (YaRN; gpt-oss, Qwen's long-context configs) with corr(r) = D · ln(original_max_positions
+//           / (2π r)) / (2 ln θ), the pair range [low, high] = [max(corr(beta_fast), 0),
+//           min(corr(beta_slow), D − 1)] (floored and ceiled when `truncate`; high + 0.001 when the
+//           two meet) and ramp_i = clamp((i − low) / (high − low), 0, 1): the pairs below the range
+//           keep inv_freq_i, those above take inv_freq_i / factor, and between,
+//           (1 − ramp_i) · inv_freq_i + ramp_i · inv_freq_i / factor. Every cos and sin of the table
+//           is then multiplied by attention_factor (transformers' attention_scaling), which scales
+//           q and k — and so the attention logits by its square.
 struct RopeScaling {
-  enum class Type { none, linear, llama3 };
+  enum class Type { none, linear, llama3, yarn };
   Type type = Type::none;
-  double factor = 1.0;                   // linear and llama3
+  double factor = 1.0;                   // linear, llama3 and yarn
   double low_freq_factor = 1.0;          // llama3
   double high_freq_factor = 4.0;         // llama3
-  double original_max_positions = 8192;  // llama3: original_max_position_embeddings
+  double original_max_positions = 8192;  // llama3 and yarn: original_max_position_embeddings
+  double beta_fast = 32;                 // yarn
+  double beta_slow = 1;                  // yarn
+  bool truncate = true;                  // yarn
+  double attention_factor = 1;           // yarn: the table's cos and sin are multiplied by this
 };
 
 // What attention_forward / attention_backward compute: the heads, where they sit in q, k and v,

@@ -1,5 +1,7 @@
 #include "common/recipe/recipe.h"
 
+#include <cmath>
+
 namespace llmtrain {
 namespace {
 
@@ -28,9 +30,19 @@ constexpr EnumName<OffloadKind> kOffloadKind[] = {
     {"none", OffloadKind::none}, {"host", OffloadKind::host}, {"nvme", OffloadKind::nvme}};
 constexpr EnumName<ProfileMode> kProfileMode[] = {{"none", ProfileMode::none}, {"ops", ProfileMode::ops}};
 constexpr EnumName<RopeScalingType> kRopeScalingType[] = {
-    {"none", RopeScalingType::none}, {"linear", RopeScalingType::linear}, {"llama3", RopeScalingType::llama3}};
+    {"none", RopeScalingType::none},
+    {"linear", RopeScalingType::linear},
+    {"llama3", RopeScalingType::llama3},
+    {"yarn", RopeScalingType::yarn}};
 
 }  // namespace
+
+double RopeScalingConfig::yarn_attention_factor() const {
+  if (attention_factor > 0) return attention_factor;
+  auto m = [&](double k) { return factor <= 1 ? 1.0 : 0.1 * k * std::log(factor) + 1.0; };
+  if (mscale != 0 && mscale_all_dim != 0) return m(mscale) / m(mscale_all_dim);
+  return m(1);
+}
 
 std::span<const EnumName<ModelFamily>> enum_names(ModelFamily) { return kModelFamily; }
 std::span<const EnumName<DeviceKind>> enum_names(DeviceKind) { return kDeviceKind; }

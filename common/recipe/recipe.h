@@ -35,16 +35,28 @@ enum class ResumeMode { automatic, none, path };
 // What the run measures besides its step times (log.profile): nothing, or each op's device time over
 // a few steps (trainer/loop/op_profiler.h, docs/metrics.md "Per-op timing").
 enum class ProfileMode { none, ops };
-// RoPE's frequency scaling for longer contexts (transformers' rope_type): Llama 3.1+'s `llama3`, or
-// `linear` position interpolation.
-enum class RopeScalingType { none, linear, llama3 };
+// RoPE's frequency scaling for longer contexts (transformers' rope_type): Llama 3.1+'s `llama3`,
+// `linear` position interpolation, or YaRN (`yarn`: gpt-oss, Qwen's long-context configs).
+enum class RopeScalingType { none, linear, llama3, yarn };
 
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::none;
-  double factor = 1.0;                // linear and llama3: the context extension factor
+  double factor = 1.0;                // linear, llama3 and yarn: the context extension factor
   double low_freq_factor = 1.0;       // llama3
   double high_freq_factor = 4.0;      // llama3
-  int original_max_positions = 8192;  // llama3: original_max_position_embeddings
+  int original_max_positions = 8192;  // llama3 and yarn: original_max_position_embeddings
+  double beta_fast = 32;              // yarn: pairs turning more than this often over the original context keep
+                                      // their frequency
+  double beta_slow = 1;               // yarn: those turning less often than this are divided by factor
+  bool truncate = true;               // yarn: the ramp's pair range floored and ceiled
+  double attention_factor = 0;        // yarn: cos and sin multiplied by this (0 = auto, see yarn_attention_factor)
+  double mscale = 0;                  // yarn, with mscale_all_dim: DeepSeek's auto attention factor
+  double mscale_all_dim = 0;
+
+  // YaRN's attention factor as transformers infers it: attention_factor when set, else
+  // m(factor, mscale) / m(factor, mscale_all_dim) when both are set, else m(factor, 1), with
+  // m(s, k) = 0.1 · k · ln(s) + 1 (1 for s ≤ 1).
+  double yarn_attention_factor() const;
 };
 
 // Mixture of experts (docs/model.md "Mixture of experts"): MoE blocks replace the MLP of every

@@ -169,6 +169,25 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             fmt::format("llama3 scaling needs high_freq_factor > low_freq_factor, found {} and {}",
                         m.rope_scaling.high_freq_factor, m.rope_scaling.low_freq_factor),
             "Llama 3.1 uses low_freq_factor 1 and high_freq_factor 4");
+  {
+    // YaRN's keys mean nothing to another rope type: refused there rather than ignored.
+    const RopeScalingConfig& r = m.rope_scaling;
+    const RopeScalingConfig defaults;
+    if (r.type != RopeScalingType::yarn) {
+      const std::pair<const char*, bool> yarn_only[] = {
+          {"beta_fast", r.beta_fast != defaults.beta_fast},
+          {"beta_slow", r.beta_slow != defaults.beta_slow},
+          {"truncate", r.truncate != defaults.truncate},
+          {"attention_factor", r.attention_factor != defaults.attention_factor},
+          {"mscale", r.mscale != defaults.mscale},
+          {"mscale_all_dim", r.mscale_all_dim != defaults.mscale_all_dim}};
+      for (const auto& [key, set] : yarn_only)
+        if (set)
+          problem(fmt::format("model.rope_scaling.{}", key),
+                  fmt::format("{} is a yarn key, and rope_scaling.type is {}", key, to_string(r.type)),
+                  "set model.rope_scaling.type: yarn, or remove the key");
+    }
+  }
   // Mixture of experts.
   if (m.moe.enabled()) {
     if (m.family == ModelFamily::gpt2)

@@ -1,46 +1,26 @@
 // Rotary position embedding in Hugging Face's rotate-half convention: for i < D/2 the pair
 // (x[i], x[i + D/2]) is rotated by the angle p·θ^(-2i/D):
 //   y[i] = x[i]·cos - x[i+D/2]·sin,   y[i+D/2] = x[i+D/2]·cos + x[i]·sin.
-// Backward applies the transposed (inverse) rotation to the gradient. Both work in place. The
-// table's frequencies may be stretched for long contexts (RopeScaling: linear, llama3).
+// Backward applies the transposed rotation to the gradient. Both work in place. The table's
+// frequencies may be stretched for long contexts (RopeScaling: linear, llama3, yarn; written in
+// kernels/rope_math.h), and yarn scales its cos and sin (so the transpose is scaled too).
 #include <cmath>
-#include <numbers>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/rope_math.h"
 
 namespace llmtrain::kernels::cpu {
-
-namespace {
-// The frequency of pair i of a head of d values, stretched as ops.h's RopeScaling says.
-double inv_freq(int64_t i, int64_t d, double theta, const RopeScaling& s) {
-  const double f = std::pow(theta, -double(2 * i) / double(d));
-  switch (s.type) {
-    case RopeScaling::Type::none:
-      return f;
-    case RopeScaling::Type::linear:
-      return f / s.factor;
-    case RopeScaling::Type::llama3: {
-      const double wavelen = 2 * std::numbers::pi / f;
-      if (wavelen > s.original_max_positions / s.low_freq_factor) return f / s.factor;
-      if (wavelen < s.original_max_positions / s.high_freq_factor) return f;
-      const double smooth =
-          (s.original_max_positions / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-      return (1 - smooth) * f / s.factor + smooth * f;
-    }
-  }
-  return f;
-}
-}  // namespace
 
 void rope_table(Tensor table, double theta, RopeScaling scaling) {
   const int64_t p = table.shape[0], half = table.shape[2], d = 2 * half;
   float* t = table.ptr<float>();
+  const double scale = rope_table_scale(scaling);
   for (int64_t i = 0; i < half; ++i) {
-    const double f = inv_freq(i, d, theta, scaling);
+    const double f = scaled_inv_freq(i, d, theta, scaling);
     for (int64_t pos = 0; pos < p; ++pos) {
       const double angle = double(pos) * f;
-      t[pos * d + i] = float(std::cos(angle));
-      t[pos * d + half + i] = float(std::sin(angle));
+      t[pos * d + i] = float(scale * std::cos(angle));
+      t[pos * d + half + i] = float(scale * std::sin(angle));
     }
   }
 }

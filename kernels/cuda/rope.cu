@@ -1,33 +1,20 @@
 // Rotary position embedding on the device (kernels/cpu/rope.cpp is the reference): the table in
-// double, as on the CPU and with the same RopeScaling stretch, and the rotation of each
-// (i, i + D/2) pair by one thread, in place.
+// double from kernels/rope_math.h, as on the CPU, and the rotation of each (i, i + D/2) pair by one
+// thread, in place.
 #include "kernels/cuda/storage.cuh"
+#include "kernels/rope_math.h"
 
 namespace llmtrain::kernels::cuda {
 namespace {
-
-// kernels/cpu/rope.cpp's inv_freq: pair i's frequency, stretched as ops.h's RopeScaling says.
-__device__ double scaled_inv_freq(int64_t i, int64_t d, double theta, const RopeScaling& s) {
-  constexpr double kTwoPi = 6.283185307179586476925286766559;
-  const double f = pow(theta, -double(2 * i) / double(d));
-  if (s.type == RopeScaling::Type::linear) return f / s.factor;
-  if (s.type != RopeScaling::Type::llama3) return f;
-  const double wavelen = kTwoPi / f;
-  if (wavelen > s.original_max_positions / s.low_freq_factor) return f / s.factor;
-  if (wavelen < s.original_max_positions / s.high_freq_factor) return f;
-  const double smooth =
-      (s.original_max_positions / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-  return (1 - smooth) * f / s.factor + smooth * f;
-}
 
 __global__ void rope_table_kernel(float* __restrict__ table, int64_t p, int64_t half, double theta,
                                   RopeScaling scaling) {
   const int64_t d = 2 * half;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < p * half; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t pos = k / half, i = k % half;
-    const double angle = double(pos) * scaled_inv_freq(i, d, theta, scaling);
-    table[pos * d + i] = float(cos(angle));
-    table[pos * d + half + i] = float(sin(angle));
+    const double angle = double(pos) * scaled_inv_freq(i, d, theta, scaling), scale = rope_table_scale(scaling);
+    table[pos * d + i] = float(scale * cos(angle));
+    table[pos * d + half + i] = float(scale * sin(angle));
   }
 }
 

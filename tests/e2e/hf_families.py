@@ -4,7 +4,10 @@
       saves a model with random weights for each family to ROOT/rand-FAMILY, as transformers 5
       writes it (rope_parameters, dtype): llama (plain), llama31 (rope_type llama3 with every
       frequency band in use), qwen2 (q/k/v biases), qwen3 (q/k norms, head_dim 32 != hidden / heads),
-      mistral (sliding window 8, shorter than the prompt). Norm weights and biases are
+      mistral (sliding window 8, shorter than the prompt), qwen3moe (Qwen3-MoE: a dense layer, then
+      MoE blocks of 8 experts, top 2 not renormalised), yarn (Llama with YaRN RoPE, every part of its
+      ramp in use). ROOT/counts.txt: FAMILY, its parameters and those active per token, as
+      transformers' modules hold them. Norm weights and biases are
       moved away from their 1/0 initialization, so a dropped or misplaced one shows in the logits.
   hf_families.py check ROOT FAMILY...
       for each FAMILY, transformers 5's AutoModelForCausalLM on ROOT/DIR gives the logits in
@@ -22,7 +25,7 @@ import transformers
 from safetensors.numpy import load_file
 
 transformers.utils.logging.disable_progress_bar()
-FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral")
+FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral", "qwen3moe", "yarn")
 WINDOW = 8
 
 
@@ -44,10 +47,22 @@ def config(family):
         return transformers.Qwen3Config(**common, head_dim=32)
     if family == "mistral":
         return transformers.MistralConfig(**common, sliding_window=WINDOW)  # 4.40.2 knows it too
+    if family == "qwen3moe":
+        # 3 layers, the first dense (mlp_only_layers), top 2 of 8 experts not renormalised.
+        return transformers.Qwen3MoeConfig(**{**common, "num_hidden_layers": 3}, head_dim=32, num_experts=8,
+                                           num_experts_per_tok=2, moe_intermediate_size=48, mlp_only_layers=[0],
+                                           norm_topk_prob=False)
+    if family == "yarn":
+        # Head dim 16, theta 10000, original context 64, betas 8 / 1 without truncation: pair 0 keeps
+        # its frequency, pairs 1 and 2 blend, the rest are divided by 4; attention factor 1.139.
+        return transformers.LlamaConfig(**{**common, "max_position_embeddings": 256}, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+            "beta_fast": 8.0, "beta_slow": 1.0, "truncate": False})
     sys.exit(f"unknown family {family}")
 
 
 def cmd_create(root):
+    counts = []
     for i, family in enumerate(FAMILIES):
         torch.manual_seed(i)
         model = transformers.AutoModelForCausalLM.from_config(config(family))
@@ -56,6 +71,17 @@ def cmd_create(root):
                 if p.dim() == 1:
                     p.add_(0.1 * torch.randn_like(p))
         model.save_pretrained(os.path.join(root, "rand-" + family))
+        # Parameters as transformers counts them, and those a token meets (a MoE block's top_k
+        # experts of its num_experts; the router and everything else).
+        total = sum(p.numel() for p in model.parameters())
+        inactive = 0
+        for name, p in model.named_parameters():
+            if ".mlp.experts." in name:
+                inactive += p.numel() * (model.config.num_experts - model.config.num_experts_per_tok) // \
+                    model.config.num_experts
+        counts.append(f"{family} {total} {total - inactive}")
+    with open(os.path.join(root, "counts.txt"), "w") as f:
+        f.write("\n".join(counts) + "\n")
     print(f"saved {len(FAMILIES)} random models with transformers {transformers.__version__}")
 
 

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The llama family's variants (docs/model.md) against transformers 5 (scripts/setup.sh's .venv-hf5),
-# and under tensor and pipeline parallelism:
+# and under tensor, pipeline and expert parallelism:
 #  - a plain LLaMA, Llama 3.1's llama3 RoPE scaling, Qwen2 (q/k/v biases), Qwen3 (q/k norms, its own
-#    head size) and Mistral (a sliding window shorter than the prompt), each with random weights
+#    head size), Mistral (a sliding window shorter than the prompt), Qwen3-MoE (a dense layer, then
+#    MoE blocks, top 2 of 8 not renormalised) and a Llama with YaRN RoPE, each with random weights
 #    saved by transformers 5 (rope_parameters, dtype), import with `llmtrain import` and give
 #    transformers' logits (relative error <= 1e-5, fp32) and the same 64 greedy tokens; the export
 #    of the import loads in transformers 5 with the same results and is byte-identical to the
 #    original; the exports of the configurations transformers 4.40.2 knows (Llama, Qwen2, Mistral with
-#    head size hidden / heads) load there
-#    with the same results;
+#    head size hidden / heads) load there with the same results; the derived recipes hold
+#    Qwen3-MoE's layers and YaRN's parameters, and --dry-run counts Qwen3-MoE's parameters and active
+#    parameters as transformers holds them;
 #  - recipes/qwen3-tiny-finetune.yaml fine-tunes the imported Qwen3 and its export loads in
 #    transformers 5 with our logits and tokens;
 #  - Qwen3- and Qwen2-shaped models train at tp 2 × pp 2 (Qwen3's with sequence parallelism), Qwen2's
 #    at tp 4 (replicated key/value heads and biases) with full recomputation, Qwen3's at dp 2 with
-#    ZeRO 3, and a windowed model at tp 2 × dp 2 with ZeRO 1 and selective recomputation, to the
+#    ZeRO 3, a windowed model at tp 2 × dp 2 with ZeRO 1 and selective recomputation, and a
+#    Qwen3-MoE-shaped one with YaRN at tp 2 × pp 2 and at ep 2 × tp 2 (sequence parallel), to the
 #    one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
-#  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows) is refused by name.
+#  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows, Qwen3-MoE dense
+#    layers between MoE blocks that model.moe cannot place) is refused by name.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 use_python
@@ -26,7 +30,7 @@ if ! "$HF5" -c "import transformers; assert transformers.__version__.startswith(
   exit 1
 fi
 export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-families="llama llama31 qwen2 qwen3 mistral"
+families="llama llama31 qwen2 qwen3 mistral qwen3moe yarn"
 window=8  # Mistral's, in hf_families.py
 
 run_cmd create "$HF5" "$SRC/tests/e2e/hf_families.py" create .
@@ -63,15 +67,30 @@ run_cmd finetune "$LLMTRAIN" run "$SRC/recipes/qwen3-tiny-finetune.yaml" --set t
   --set checkpoint.every=4 --set data.train=data/train --set data.valid=data/valid --set eval.every=0
 expect_status 0
 expect_out "fine-tuning from the weights of"
+# --dry-run counts Qwen3-MoE's parameters and active parameters as transformers' modules hold them
+# (ours add the vocabulary's padding rows to the embedding and the head: 84 of 64).
+read -r _ total active < <(grep '^qwen3moe ' counts.txt)
+pad=$((2 * 84 * 64))
+run_cmd dry-run-qwen3moe "$LLMTRAIN" run ck-qwen3moe/recipe.yaml --dry-run
+expect_status 0
+expect_out_re "^parameters: .* \($((total + pad))\)$"
+expect_out_re "^moe: 2 of 3 layers, 8 experts \(ffn 48\), top 2, dropless; active parameters per token .* \($((active + pad))\)$"
 run_cmd export-tuned "$LLMTRAIN" export runs/qwen3-tiny-finetune --hf re-tuned
 expect_status 0
 "$LLMTRAIN" generate runs/qwen3-tiny-finetune --prompt "Q: What is the meaning of life?" --temperature 0 \
   --max-tokens 64 --ignore-eod --ids --logits-out tuned.logits.safetensors >tuned.ids 2>/dev/null ||
   fail "generate from the fine-tuned run"
 
-grep -q '"rope_type": "llama3"' re-llama31/config.json && grep -q '"architectures": \[\s*"Qwen3ForCausalLM"' \
-  <(tr -d '\n' <re-qwen3/config.json) && pass "exports name llama3 scaling and Qwen3ForCausalLM" ||
-  fail "export configs: $(cat re-llama31/config.json re-qwen3/config.json)"
+grep -q '"rope_type": "llama3"' re-llama31/config.json && grep -q '"rope_type": "yarn"' re-yarn/config.json &&
+  grep -q '"architectures": \[\s*"Qwen3ForCausalLM"' <(tr -d '\n' <re-qwen3/config.json) &&
+  grep -q '"architectures": \[\s*"Qwen3MoeForCausalLM"' <(tr -d '\n' <re-qwen3moe/config.json) &&
+  pass "exports name llama3 and yarn scaling, Qwen3ForCausalLM and Qwen3MoeForCausalLM" ||
+  fail "export configs: $(cat re-llama31/config.json re-yarn/config.json re-qwen3/config.json re-qwen3moe/config.json)"
+# The derived recipe says what the model is; --dry-run counts Qwen3-MoE's parameters as transformers does.
+grep -q "moe: {experts: 8, top_k: 2, ffn_hidden: 48, every: 1, first_dense: 1, renormalize: false," \
+  ck-qwen3moe/recipe.yaml && grep -q "rope_scaling: {type: yarn, factor: 4, original_max_positions: 64, beta_fast: 8, beta_slow: 1, truncate: false}" \
+  ck-yarn/recipe.yaml && pass "derived recipes hold Qwen3-MoE's layers and YaRN's parameters" ||
+  fail "derived recipes: $(cat ck-qwen3moe/recipe.yaml ck-yarn/recipe.yaml)"
 run_cmd transformers5 "$HF5" "$SRC/tests/e2e/hf_families.py" check . $families tuned
 expect_status 0
 echo "$out" | grep -E '^(ok|FAIL|  )'
@@ -96,6 +115,11 @@ expect_status 2; expect_out "use_sliding_window: found true"
 cp -r rand-qwen3 obias && sed -i 's/"attention_bias": false/"attention_bias": true/' obias/config.json
 run_cmd refuse-o-bias "$LLMTRAIN" import obias --out ck-obias
 expect_status 2; expect_out "attention_bias: found true"
+# MoE, MoE, dense: no first_dense / every pattern.
+cp -r rand-qwen3moe holes && $PY -c 'import json, sys; c = json.load(open(sys.argv[1])); c["mlp_only_layers"] = [2]
+json.dump(c, open(sys.argv[1], "w"))' holes/config.json
+run_cmd refuse-dense-hole "$LLMTRAIN" import holes --out ck-holes
+expect_status 2; expect_out "mlp_only_layers: found [2]"
 
 # Training: the variants under tp × pp (and dp with ZeRO) give the one-rank run.
 cat >r.yaml <<'YAML'
@@ -107,6 +131,11 @@ optimizer: {lr: 3.0e-3, warmup: 2}
 checkpoint: {every: 6}
 log: {every: 1}
 YAML
+# Qwen3-MoE's shape (q/k norms, a dense layer then MoE blocks, top 2 of 4 not renormalised) with
+# YaRN RoPE (its ramp and attention factor inside the 32 positions).
+qwen3moe=model.layers=4,model.qk_norm=true,model.head_dim=32,model.moe.experts=4,model.moe.top_k=2,model.moe.ffn_hidden=32
+qwen3moe+=,model.moe.first_dense=1,model.moe.renormalize=false,model.max_positions=64,model.rope_scaling.type=yarn
+qwen3moe+=,model.rope_scaling.factor=4,model.rope_scaling.original_max_positions=16,model.rope_scaling.beta_fast=8
 # name, model keys (both runs), layout keys, ranks, tolerance. qwen2 at tp 4 holds each of the 2
 # key/value heads (and biases) on two ranks; bf16 compares against bf16 at one rank, whose sums
 # round in another order.
@@ -115,17 +144,25 @@ runs=("qwen3-tp2-pp2-sp model.qk_norm=true,model.head_dim=32 parallel.tp=2,paral
   "qwen2-tp4-full model.qkv_bias=true parallel.tp=4,train.activation_checkpointing=full 4 1e-5"
   "qwen3-dp2-zero3 model.qk_norm=true,model.head_dim=32 parallel.zero=3 2 1e-5"
   "qwen3-bf16-tp2 model.qk_norm=true,model.head_dim=32,model.qkv_bias=true,train.precision=bf16 parallel.tp=2 2 1e-2"
-  "window-tp2-dp2-zero1 model.sliding_window=8,model.head_dim=32 parallel.tp=2,parallel.zero=1,train.activation_checkpointing=selective 4 1e-5")
+  "window-tp2-dp2-zero1 model.sliding_window=8,model.head_dim=32 parallel.tp=2,parallel.zero=1,train.activation_checkpointing=selective 4 1e-5"
+  "qwen3moe-tp2-pp2 $qwen3moe parallel.tp=2,parallel.pp=2 4 1e-5"
+  "qwen3moe-ep2-tp2 $qwen3moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5")
+declare -A ref_of=()
 for run in "${runs[@]}"; do
   read -r name model layout np tol <<<"$run"
   one=() sets=()
   for kv in ${model//,/ }; do one+=(--set "$kv"); done
   for kv in ${layout//,/ }; do sets+=(--set "$kv"); done
-  run_cmd $name-1 mpi_run 120 1 "$LLMTRAIN" run r.yaml --set log.dir=$name-1 "${one[@]}"
-  expect_status 0
+  # One one-rank run per model (the runs of one model share it).
+  ref=${ref_of[$model]:-}
+  if [[ -z $ref ]]; then
+    ref=$name-1 ref_of[$model]=$name-1
+    run_cmd $name-1 mpi_run 120 1 "$LLMTRAIN" run r.yaml --set log.dir=$name-1 "${one[@]}"
+    expect_status 0
+  fi
   run_cmd $name mpi_run 180 $np "$LLMTRAIN" run r.yaml --set log.dir=$name "${one[@]}" "${sets[@]}"
   expect_status 0
-  out=$($PY "$SRC/tests/e2e/compare_runs.py" $name $name-1 --last 6 --tol $tol 2>&1) && pass "$name matches one rank: $out" ||
+  out=$($PY "$SRC/tests/e2e/compare_runs.py" $name $ref --last 6 --tol $tol 2>&1) && pass "$name matches one rank: $out" ||
     fail "$name differs from one rank: $out"
 done
 finish

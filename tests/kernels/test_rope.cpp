@@ -3,6 +3,7 @@
 // rotation of the q and k heads of a packed row (v untouched) through the op harness.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -71,6 +72,24 @@ std::vector<double> hf_inv_freq(int64_t d, double theta, const RopeScaling& s, i
   for (int64_t i = 0; i < d / 2; ++i) inv[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(d));
   if (s.type == RopeScaling::Type::linear)
     for (double& f : inv) f /= s.factor;
+  if (s.type == RopeScaling::Type::yarn) {
+    // find_correction_range, linear_ramp_factor and the blend of _compute_yarn_parameters.
+    auto correction = [&](double rotations) {
+      return double(d) * std::log(s.original_max_positions / (rotations * 2 * std::numbers::pi)) /
+             (2 * std::log(theta));
+    };
+    double low = correction(s.beta_fast), high = correction(s.beta_slow);
+    if (s.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, double(d - 1));
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double extrapolation = 1 - std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+      double& f = inv[size_t(i)];
+      if (branches) ++branches[extrapolation == 1 ? 0 : extrapolation == 0 ? 2 : 1];
+      f = f / s.factor * (1 - extrapolation) + f * extrapolation;
+    }
+    return inv;
+  }
   if (s.type != RopeScaling::Type::llama3) return inv;
   const double low_freq_wavelen = s.original_max_positions / s.low_freq_factor;
   const double high_freq_wavelen = s.original_max_positions / s.high_freq_factor;
@@ -100,7 +119,15 @@ TEST(Rope, TableScalesFrequenciesAsHuggingFace) {
   const std::pair<std::string, RopeScaling> scalings[] = {
       {"none", RopeScaling{}},
       {"linear", RopeScaling{.type = RopeScaling::Type::linear, .factor = 4}},
-      {"llama3", llama3}};
+      {"llama3", llama3},
+      // yarn as gpt-oss sets it (truncate false, an attention factor), and as Qwen's long-context
+      // configs do (the range rounded to whole pairs).
+      {"yarn", RopeScaling{.type = RopeScaling::Type::yarn,
+                           .factor = 32,
+                           .original_max_positions = 4096,
+                           .truncate = false,
+                           .attention_factor = 1.3465735902799727}},
+      {"yarn-truncated", RopeScaling{.type = RopeScaling::Type::yarn, .factor = 4, .original_max_positions = 8192}}};
   std::vector<Device> devices = {Device::cpu};
   const CudaInfo cuda = cuda_info();
   if (cuda.built && !cuda.devices.empty()) devices.push_back(Device::cuda);
@@ -109,9 +136,10 @@ TEST(Rope, TableScalesFrequenciesAsHuggingFace) {
       int branches[3] = {0, 0, 0};
       const double theta = 500000;
       const std::vector<double> inv = hf_inv_freq(d, theta, scaling, branches);
-      if (scaling.type == RopeScaling::Type::llama3) {
-        for (int b : branches) EXPECT_GT(b, 0) << "d " << d << ": a llama3 branch not exercised";
+      if (scaling.type != RopeScaling::Type::none && scaling.type != RopeScaling::Type::linear) {
+        for (int b : branches) EXPECT_GT(b, 0) << "d " << d << ": a " << what << " branch not exercised";
       }
+      const double scale = scaling.type == RopeScaling::Type::yarn ? scaling.attention_factor : 1.0;
       const int64_t p = 300, half = d / 2;
       for (const Device device : devices) {
         SCOPED_TRACE(what + " d " + std::to_string(d) + " on " + to_string(device));
@@ -124,7 +152,7 @@ TEST(Rope, TableScalesFrequenciesAsHuggingFace) {
           for (int64_t i = 0; i < half; ++i) {
             const double angle = double(pos) * inv[size_t(i)];
             for (const auto& [at, want] :
-                 {std::pair{pos * d + i, std::cos(angle)}, {pos * d + half + i, std::sin(angle)}}) {
+                 {std::pair{pos * d + i, scale * std::cos(angle)}, {pos * d + half + i, scale * std::sin(angle)}}) {
               if (std::abs(double(got[size_t(at)]) - want) <= 1e-6 * std::abs(want) + 1e-9) continue;
               if (++bad <= 5)
                 ADD_FAILURE() << "position " << pos << " pair " << i << (at < pos * d + half ? " cos " : " sin ")

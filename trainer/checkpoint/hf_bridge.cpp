@@ -12,6 +12,15 @@
 namespace llmtrain::trainer {
 using nlohmann::json;
 
+std::string hf_model_type(const ModelConfig& m) {
+  if (m.family == ModelFamily::gpt2) return "gpt2";
+  if (m.moe.enabled()) return m.qk_norm ? "qwen3_moe" : "mixtral";
+  if (m.qk_norm) return "qwen3";
+  if (m.qkv_bias) return "qwen2";
+  if (m.sliding_window > 0) return "mistral";
+  return "llama";
+}
+
 HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
   HfTensorLayout l;
   l.name = p.name;
@@ -48,6 +57,14 @@ HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
       LT_CHECK(at != std::string::npos, "MoE parameter {} is not under block_sparse_moe", p.name);
       const std::string mlp = p.name.substr(0, at) + "mlp.";
       const int64_t experts = m.moe.experts, e = p.expert;
+      // Qwen3-MoE's 4.x names: mlp.gate, mlp.experts.{e}.gate_proj / up_proj / down_proj (Mixtral's
+      // w1 / w3 / w2).
+      if (hf_model_type(m) == "qwen3_moe") {
+        static constexpr const char* kProj[] = {"gate_proj", "up_proj", "down_proj"};
+        const int which = p.role == ParamRole::moe_gate_weight ? 0 : p.role == ParamRole::moe_up_weight ? 1 : 2;
+        l.name = p.role == ParamRole::moe_router_weight ? mlp + "gate.weight"
+                                                        : fmt::format("{}experts.{}.{}.weight", mlp, e, kProj[which]);
+      }
       if (p.role == ParamRole::moe_router_weight) {
         l.fused_name = mlp + "gate.weight";
         l.fused_shape = p.shape;
@@ -103,8 +120,8 @@ json token_id(int32_t id) { return id >= 0 ? json(id) : json(nullptr); }
 
 namespace {
 
-// rope_scaling as transformers 4.x writes it (5.x reads it too): null, linear as 4.40 knows it, or
-// Llama 3.1's llama3.
+// rope_scaling as transformers 4.x writes it (5.x reads it too): null, linear as 4.40 knows it,
+// Llama 3.1's llama3, or yarn.
 json hf_rope_scaling(const RopeScalingConfig& r) {
   switch (r.type) {
     case RopeScalingType::linear:
@@ -115,6 +132,20 @@ json hf_rope_scaling(const RopeScalingConfig& r) {
                   {"low_freq_factor", r.low_freq_factor},
                   {"high_freq_factor", r.high_freq_factor},
                   {"original_max_position_embeddings", r.original_max_positions}};
+    case RopeScalingType::yarn: {
+      // transformers' defaults (truncate true, the attention factor inferred) written only when set
+      // otherwise: versions before truncate existed read the rest.
+      json y = {{"rope_type", "yarn"},
+                {"factor", r.factor},
+                {"original_max_position_embeddings", r.original_max_positions},
+                {"beta_fast", r.beta_fast},
+                {"beta_slow", r.beta_slow}};
+      if (!r.truncate) y["truncate"] = false;
+      if (r.attention_factor > 0) y["attention_factor"] = r.attention_factor;
+      if (r.mscale != 0) y["mscale"] = r.mscale;
+      if (r.mscale_all_dim != 0) y["mscale_all_dim"] = r.mscale_all_dim;
+      return y;
+    }
     case RopeScalingType::none:
       break;
   }
@@ -122,17 +153,23 @@ json hf_rope_scaling(const RopeScalingConfig& r) {
 }
 
 // The llama family's variants as the transformers class that has exactly them: q/k norms are
-// Qwen3, q/k/v biases Qwen2, a sliding window Mistral, none of them Llama.
+// Qwen3 (Qwen3-MoE with experts), q/k/v biases Qwen2, a sliding window Mistral, experts without
+// q/k norms Mixtral, none of them Llama.
 json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype, int32_t bos, int32_t eos) {
   const bool own_head_dim = m.head_dim > 0 && m.head_dim * m.heads != m.hidden;
   auto refuse = [&](const std::string& what, const std::string& why) {
     throw Error(fmt::format("not supported yet: exporting a llama-family model with {}: {}", what, why),
-                "transformers' Llama, Qwen2, Qwen3 and Mistral classes each hold one set of these options "
-                "(docs/hf.md lists them)");
+                "transformers' Llama, Qwen2, Qwen3, Qwen3-MoE and Mistral classes each hold one set of these "
+                "options (docs/hf.md lists them)");
   };
-  std::string arch = "LlamaForCausalLM", type = "llama";
-  if (m.moe.enabled()) {
-    arch = "MixtralForCausalLM", type = "mixtral";
+  const std::string type = hf_model_type(m);
+  std::string arch = "LlamaForCausalLM";
+  if (type == "qwen3_moe") {
+    arch = "Qwen3MoeForCausalLM";
+    if (m.qkv_bias) refuse("qk_norm, experts and qkv_bias", "Qwen3-MoE's attention_bias also puts a bias on o_proj");
+    if (m.sliding_window > 0) refuse("qk_norm, experts and sliding_window", "Qwen3-MoE windows only some layers");
+  } else if (type == "mixtral") {
+    arch = "MixtralForCausalLM";
     auto refuse_moe = [&](const std::string& key, const std::string& found, const std::string& why) {
       throw Error(
           fmt::format("not supported yet: exporting a mixture-of-experts model with {} {}: {}", key, found, why),
@@ -146,16 +183,16 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
       refuse_moe("model.moe.renormalize", "false", "Mixtral always renormalises the top-k router weights");
     if (m.qk_norm) refuse_moe("model.qk_norm", "true", "Mixtral's attention has no q/k norms");
     if (m.qkv_bias) refuse_moe("model.qkv_bias", "true", "Mixtral's attention has no biases");
-  } else if (m.qk_norm) {
-    arch = "Qwen3ForCausalLM", type = "qwen3";
+  } else if (type == "qwen3") {
+    arch = "Qwen3ForCausalLM";
     if (m.qkv_bias) refuse("qk_norm and qkv_bias", "Qwen3's attention_bias also puts a bias on o_proj");
     if (m.sliding_window > 0) refuse("qk_norm and sliding_window", "Qwen3 windows only some layers");
-  } else if (m.qkv_bias) {
-    arch = "Qwen2ForCausalLM", type = "qwen2";
+  } else if (type == "qwen2") {
+    arch = "Qwen2ForCausalLM";
     if (m.sliding_window > 0) refuse("qkv_bias and sliding_window", "Qwen2 windows only some layers");
     if (own_head_dim) refuse(fmt::format("head_dim {}", m.head_dim), "Qwen2's head size is hidden / heads");
-  } else if (m.sliding_window > 0) {
-    arch = "MistralForCausalLM", type = "mistral";
+  } else if (type == "mistral") {
+    arch = "MistralForCausalLM";
   }
   json c = {{"architectures", {arch}},
             {"model_type", type},
@@ -182,8 +219,8 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
     c["mlp_bias"] = false;
     c["pretraining_tp"] = 1;
   }
-  if (type == "qwen3") c["attention_bias"] = false;
-  if (type == "qwen2" || type == "qwen3") {
+  if (type == "qwen3" || type == "qwen3_moe") c["attention_bias"] = false;
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
     c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr;
     c["max_window_layers"] = m.layers;
@@ -198,9 +235,24 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
     c["router_jitter_noise"] = 0.0;
     c["output_router_logits"] = false;
   }
+  if (type == "qwen3_moe") {
+    // Every dense layer listed in mlp_only_layers (decoder_sparse_step 1): any first_dense / every
+    // pattern, exactly. z_loss and capacity_factor are training-only terms Qwen3-MoE has not.
+    json dense = json::array();
+    for (int l = 0; l < m.layers; ++l)
+      if (!m.moe.layer(l)) dense.push_back(l);
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = dense;
+    c["moe_intermediate_size"] = m.moe.ffn_hidden;
+    c["num_experts"] = m.moe.experts;
+    c["num_experts_per_tok"] = m.moe.top_k;
+    c["norm_topk_prob"] = m.moe.renormalize;
+    c["router_aux_loss_coef"] = m.moe.aux_loss;
+    c["output_router_logits"] = false;
+  }
   // transformers 4.40's Llama has no head_dim (it is hidden / heads): written where it differs or
   // where the class always had it.
-  if (own_head_dim || type == "qwen3" || type == "mistral") c["head_dim"] = m.head_size();
+  if (own_head_dim || type == "qwen3" || type == "qwen3_moe" || type == "mistral") c["head_dim"] = m.head_size();
   return c;
 }
 
@@ -340,7 +392,8 @@ class ConfigReader {
     if (problems_.empty()) return;
     throw Error(fmt::format("{}: not supported yet by llmtrain import:\n  {}", origin_, fmt::join(problems_, "\n  ")),
                 "llmtrain implements transformers' GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                "Qwen3ForCausalLM, MistralForCausalLM and MixtralForCausalLM without these options "
+                "Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM and Qwen3MoeForCausalLM without these "
+                "options "
                 "(docs/hf.md lists what is accepted)");
   }
 
@@ -354,7 +407,9 @@ class ConfigReader {
 constexpr int64_t kMaxDim = int64_t(1) << 20, kMaxVocab = int64_t(1) << 24, kMaxPositions = int64_t(1) << 22;
 
 // RoPE's parameters: rope_theta and rope_scaling as transformers 4.x writes them, or 5.x's
-// rope_parameters (theta inside). Types other than default, linear and llama3 are refused by name.
+// rope_parameters (theta inside). Types other than default, linear, llama3 and yarn are refused by
+// name. As transformers 5 reads them: original_max_position_embeddings defaults to
+// max_position_embeddings, yarn's factor to their ratio, and a beta of 0 is the default one.
 void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
   const json* params = r.object("rope_parameters");
   const json* scaling = r.object("rope_scaling");
@@ -378,9 +433,14 @@ void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
     s.type = RopeScalingType::linear;
   else if (kind == "llama3")
     s.type = RopeScalingType::llama3;
+  else if (kind == "yarn")
+    s.type = RopeScalingType::yarn;
   else if (kind != "default")
     r.problem(where + ".rope_type", json(kind).dump().substr(0, 80),
-              "\"default\", \"linear\" or \"llama3\" (not dynamic, yarn, longrope or others)");
+              "\"default\", \"linear\", \"llama3\" or \"yarn\" (not dynamic, longrope or others)");
+  const bool llama3 = s.type == RopeScalingType::llama3, yarn = s.type == RopeScalingType::yarn;
+  if (llama3 || yarn) s.original_max_positions = m.max_positions;
+  bool factor_set = false;
   // (No structured bindings: clang before 16 cannot capture them in the lambda below.)
   for (auto it = scaling->begin(); it != scaling->end(); ++it) {
     const std::string& key = it.key();
@@ -391,23 +451,44 @@ void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
       r.problem(name, value.dump().substr(0, 80), fmt::format("a number in [{}, {}]", lo, hi));
       return 1.0;
     };
-    const bool llama3 = s.type == RopeScalingType::llama3;
+    // yarn's optional numbers: null (or 0, for the betas) keeps transformers' default.
+    auto optional = [&](double& out, double lo, double hi) {
+      if (value.is_null() || (value.is_number() && value.get<double>() == 0.0)) return;
+      out = number(lo, hi);
+    };
     if (key == "rope_type" || key == "type") {
       if (!value.is_string()) r.problem(name, value.dump().substr(0, 80), "a string");
     } else if (key == "rope_theta" && params) {
       m.rope_theta = number(1.0, 1e12);
     } else if (key == "factor" && s.type != RopeScalingType::none) {
-      s.factor = number(1.0, 1e6);
+      if (!(yarn && value.is_null())) s.factor = number(1.0, 1e6), factor_set = true;
     } else if (key == "low_freq_factor" && llama3) {
       s.low_freq_factor = number(1e-6, 1e6);
     } else if (key == "high_freq_factor" && llama3) {
       s.high_freq_factor = number(1e-6, 1e6);
-    } else if (key == "original_max_position_embeddings" && llama3) {
+    } else if (key == "original_max_position_embeddings" && (llama3 || yarn)) {
       s.original_max_positions = int(number(1.0, double(kMaxPositions)));
+    } else if (key == "beta_fast" && yarn) {
+      optional(s.beta_fast, 1e-6, 1e6);
+    } else if (key == "beta_slow" && yarn) {
+      optional(s.beta_slow, 1e-6, 1e6);
+    } else if (key == "attention_factor" && yarn) {
+      if (!value.is_null()) s.attention_factor = number(1e-6, 1e3);
+    } else if ((key == "mscale" || key == "mscale_all_dim") && yarn) {
+      if (!value.is_null()) (key == "mscale" ? s.mscale : s.mscale_all_dim) = number(0.0, 1e3);
+    } else if (key == "truncate" && yarn) {
+      if (value.is_boolean())
+        s.truncate = value.get<bool>();
+      else if (!value.is_null())
+        r.problem(name, value.dump().substr(0, 80), "true or false");
     } else {
       r.problem(name, value.dump().substr(0, 80), fmt::format("no such field for rope type {}", kind));
     }
   }
+  if (yarn && !factor_set) s.factor = double(m.max_positions) / double(s.original_max_positions);
+  if (yarn && !(s.factor >= 1.0))
+    r.problem(where + ".factor", json(s.factor).dump(), "a factor of at least 1 (max_position_embeddings / "
+                                                        "original_max_position_embeddings when absent)");
   if (s.type == RopeScalingType::llama3 && !(s.high_freq_factor > s.low_freq_factor))
     r.problem(where + ".high_freq_factor", json(s.high_freq_factor).dump(),
               fmt::format("a value above low_freq_factor {}", s.low_freq_factor));
@@ -433,9 +514,66 @@ void read_mixtral_moe(ConfigReader& r, ModelConfig& m) {
   r.use("output_router_logits");  // whether forward returns the router logits (and adds the aux loss)
 }
 
+// Qwen3-MoE's sparse blocks: softmax router, top num_experts_per_tok, renormalised when
+// norm_topk_prob, dropless. Layer l is a MoE block when num_experts > 0, (l + 1) % decoder_sparse_step
+// == 0 and l is not in mlp_only_layers; the dense ones are Qwen3's MLP of intermediate_size. That set
+// is taken when model.moe's first_dense / every can say it (every pattern export writes, and the
+// released models: all layers MoE), and refused naming mlp_only_layers otherwise. Missing fields take
+// Qwen3MoeConfig's defaults, as transformers does.
+void read_qwen3_moe(ConfigReader& r, const json& j, ModelConfig& m) {
+  MoeConfig& e = m.moe;
+  // transformers 5 saves num_experts under its attribute_map's name, num_local_experts.
+  const bool local = j.contains("num_local_experts") && !j["num_local_experts"].is_null();
+  e.experts = r.integer(local ? "num_local_experts" : "num_experts", 128, false, 1, 1 << 12);
+  if (local && j.contains("num_experts") && !j["num_experts"].is_null() &&
+      r.integer("num_experts", e.experts, false, 1, 1 << 12) != e.experts)
+    r.problem("num_experts", j["num_experts"].dump(), fmt::format("num_local_experts' value ({})", e.experts));
+  e.top_k = r.integer("num_experts_per_tok", 8, false, 1, 1 << 12);
+  if (e.top_k > e.experts)
+    r.problem("num_experts_per_tok", std::to_string(e.top_k), fmt::format("at most num_experts ({})", e.experts));
+  e.ffn_hidden = r.integer("moe_intermediate_size", 768, false, 1, kMaxDim * 8);
+  e.renormalize = r.boolean("norm_topk_prob", false);
+  e.capacity_factor = 0;
+  e.aux_loss = r.number("router_aux_loss_coef", 0.001, 0.0, 1e3);
+  e.z_loss = 0;
+  r.use("output_router_logits");
+  const int step = r.integer("decoder_sparse_step", 1, false, 1, 4096);
+  std::vector<bool> dense(size_t(std::max(m.layers, 0)), false);
+  r.use("mlp_only_layers");
+  if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    const bool ok = it->is_array() && it->size() <= dense.size() &&
+                    std::all_of(it->begin(), it->end(), [&](const json& l) {
+                      return l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < m.layers;
+                    });
+    if (!ok) {
+      r.problem("mlp_only_layers", it->dump().substr(0, 80), fmt::format("a list of layers in [0, {})", m.layers));
+      return;
+    }
+    for (const json& l : *it) dense[size_t(l.get<int64_t>())] = true;
+  }
+  std::vector<int> sparse;
+  for (int l = 0; l < m.layers; ++l)
+    if (!dense[size_t(l)] && (l + 1) % step == 0) sparse.push_back(l);
+  if (sparse.empty()) {
+    r.problem("mlp_only_layers", j.value("mlp_only_layers", json::array()).dump().substr(0, 80),
+              fmt::format("at least one MoE layer (with decoder_sparse_step {})", step));
+    return;
+  }
+  e.first_dense = sparse.front();
+  e.every = sparse.size() > 1 ? sparse[1] - sparse[0] : m.layers - sparse[0];
+  for (int l = 0; l < m.layers; ++l)
+    if (e.layer(l) != std::binary_search(sparse.begin(), sparse.end(), l)) {
+      r.problem("mlp_only_layers", j.value("mlp_only_layers", json::array()).dump().substr(0, 80),
+                fmt::format("dense layers llmtrain can hold with decoder_sparse_step {}: the first n dense, then a "
+                            "MoE block every k-th layer (model.moe.first_dense, model.moe.every)",
+                            step));
+      return;
+    }
+}
+
 // LlamaForCausalLM and the classes that are Llama with one more option each: Qwen2 (q/k/v biases),
 // Qwen3 (per-head q/k norms, its own head size), Mistral (a sliding window), Mixtral (Mistral with
-// a MoE block in place of every MLP).
+// a MoE block in place of every MLP), Qwen3-MoE (Qwen3 with MoE blocks).
 void read_llama_family(ConfigReader& r, const json& j, const std::string& type, ModelConfig& m) {
   m.family = ModelFamily::llama;
   m.hidden = r.integer("hidden_size", 4096, true, 1, kMaxDim);
@@ -449,17 +587,18 @@ void read_llama_family(ConfigReader& r, const json& j, const std::string& type, 
   m.tie_embeddings = r.boolean("tie_word_embeddings", false);
   read_rope(r, j, m);
   r.only("hidden_act", "silu", "\"silu\" (SwiGLU)");
-  if (type == "llama" || type == "qwen3")
+  if (type == "llama" || type == "qwen3" || type == "qwen3_moe")
     r.only("attention_bias", false, "false (a bias on q, k, v and o_proj; Qwen2 is the class with q/k/v biases)");
   if (type == "llama") r.only("mlp_bias", false, "false (no biases on the MLP)");
   m.qkv_bias = type == "qwen2";
-  m.qk_norm = type == "qwen3";
+  m.qk_norm = type == "qwen3" || type == "qwen3_moe";
   const int64_t head_dim = r.integer("head_dim", 0, false, 2, kMaxDim);
   if (head_dim > 0 && !(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
   if (type == "mistral" || type == "mixtral")
     m.sliding_window = r.integer("sliding_window", 0, false, 1, kMaxPositions);
   if (type == "mixtral") read_mixtral_moe(r, m);
-  if (type == "qwen2" || type == "qwen3") {
+  if (type == "qwen3_moe") read_qwen3_moe(r, j, m);
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
     // Qwen windows the layers from max_window_layers on when use_sliding_window is set.
     r.only("use_sliding_window", false, "false (every layer attends to all earlier positions)");
     r.integer("sliding_window", 0, false, 1, kMaxPositions);
@@ -503,11 +642,12 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
     r.only("scale_attn_weights", true, "true (scores scaled by 1/sqrt(head dim))");
     r.only("scale_attn_by_inverse_layer_idx", false, "false");
     r.only("add_cross_attention", false, "false (a decoder-only model)");
-  } else if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral" || type == "mixtral") {
+  } else if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral" || type == "mixtral" ||
+             type == "qwen3_moe") {
     read_llama_family(r, j, type, m);
   } else {
     throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\", \"llama\", \"qwen2\", \"qwen3\", "
-                            "\"mistral\" and \"mixtral\"",
+                            "\"mistral\", \"mixtral\" and \"qwen3_moe\"",
                             origin, j.contains("model_type") ? j["model_type"].dump() : "missing"),
                 "not supported yet: other architectures");
   }

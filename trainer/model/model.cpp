@@ -99,20 +99,24 @@ void bind_group_to_storage(std::vector<ModelParam>& params, ParamPlace place, in
     }
 }
 
-// The recipe's RoPE scaling as the rope_table op takes it.
-kernels::RopeScaling rope_scaling(const RopeScalingConfig& c) {
+}  // namespace
+
+kernels::RopeScaling rope_scaling_op(const RopeScalingConfig& c) {
   using T = kernels::RopeScaling::Type;
   const T type = c.type == RopeScalingType::linear   ? T::linear
                  : c.type == RopeScalingType::llama3 ? T::llama3
+                 : c.type == RopeScalingType::yarn   ? T::yarn
                                                      : T::none;
   return {.type = type,
           .factor = c.factor,
           .low_freq_factor = c.low_freq_factor,
           .high_freq_factor = c.high_freq_factor,
-          .original_max_positions = double(c.original_max_positions)};
+          .original_max_positions = double(c.original_max_positions),
+          .beta_fast = c.beta_fast,
+          .beta_slow = c.beta_slow,
+          .truncate = c.truncate,
+          .attention_factor = c.type == RopeScalingType::yarn ? c.yarn_attention_factor() : 1.0};
 }
-
-}  // namespace
 
 ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   LT_CHECK(m.layers > 0 && m.hidden > 0 && m.heads > 0 && m.kv_heads > 0 && m.ffn_hidden > 0 && m.vocab > 0 &&
@@ -608,7 +612,7 @@ void Model::build_activations() {
   Arena real(act_buf_.data(), options_.dtype, options_.device);
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
-  if (llama_) kernels::rope_table(work_->rope, config_.rope_theta, rope_scaling(config_.rope_scaling));
+  if (llama_) kernels::rope_table(work_->rope, config_.rope_theta, rope_scaling_op(config_.rope_scaling));
 }
 
 ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank) {

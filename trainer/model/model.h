@@ -99,6 +99,9 @@ bool tied_in_stage(const ModelConfig& model, const StageLayout& stage);
 // The storage dtype of train.precision: fp32, bf16 or fp16.
 kernels::DType precision_dtype(Precision precision);
 
+// The recipe's RoPE scaling as the rope_table op takes it (YaRN's attention factor resolved).
+kernels::RopeScaling rope_scaling_op(const RopeScalingConfig& c);
+
 struct ModelOptions {
   StageLayout stage = {};  // default: filled by the constructor as the whole model when layer_end == 0
   int micro_batch = 1;     // the largest micro-batch (sequences) forward/backward will see

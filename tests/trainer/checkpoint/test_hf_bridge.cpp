@@ -117,12 +117,12 @@ std::string refusal(const json& j) {
 TEST(HfBridge, RefusesWhatItDoesNotImplementNamingEachField) {
   json llama = hf_model_config(small(ModelFamily::llama), "float32", -1, -1);
   json j = llama;
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 8.0}};
   j["mlp_bias"] = true;
   j["hidden_act"] = "gelu";
   j["sliding_window"] = 4096;
   const std::string msg = refusal(j);
-  EXPECT_NE(msg.find("rope_scaling.rope_type: found \"yarn\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rope_scaling.rope_type: found \"longrope\""), std::string::npos) << msg;
   EXPECT_NE(msg.find("mlp_bias: found true"), std::string::npos) << msg;
   EXPECT_NE(msg.find("hidden_act: found \"gelu\""), std::string::npos) << msg;
   EXPECT_NE(msg.find("sliding_window: found 4096, llmtrain supports no such field"), std::string::npos) << msg;
@@ -310,6 +310,136 @@ TEST(HfBridge, MixtralFusedExpertsAreFoundByOffset) {
   EXPECT_EQ(seen, 2 * (1 + 3 * 3));
 }
 
+// Qwen3-MoE: Qwen3's attention (q/k norms, its own head size) with MoE blocks. Its layer set
+// (decoder_sparse_step, mlp_only_layers) becomes model.moe's first_dense / every; export lists every
+// dense layer in mlp_only_layers, so any pattern travels; a set llmtrain cannot hold is refused by name.
+TEST(HfBridge, Qwen3MoeIsQwen3WithMoeBlocks) {
+  const json v5 = json::parse(R"({"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": null, "decoder_sparse_step": 1, "dtype": "float32",
+    "eos_token_id": null, "head_dim": 32, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+    "intermediate_size": 176, "max_position_embeddings": 128, "mlp_only_layers": [0], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 48, "norm_topk_prob": false, "num_attention_heads": 4, "num_experts": 8,
+    "num_experts_per_tok": 2, "num_hidden_layers": 3, "num_key_value_heads": 2, "output_router_logits": false,
+    "pad_token_id": null, "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+    "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
+    "transformers_version": "5.24.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 300})");
+  const ModelConfig m = hf_read_model_config(v5, "config.json").model;
+  EXPECT_EQ(m.family, ModelFamily::llama);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_FALSE(m.qkv_bias);
+  EXPECT_EQ(m.head_size(), 32);
+  EXPECT_EQ(m.ffn_hidden, 176);  // the dense layer's MLP
+  EXPECT_EQ(m.moe.experts, 8);
+  EXPECT_EQ(m.moe.top_k, 2);
+  EXPECT_EQ(m.moe.ffn_hidden, 48);
+  EXPECT_FALSE(m.moe.renormalize);
+  EXPECT_EQ(m.moe.first_dense, 1);
+  EXPECT_EQ(m.moe.every, 1);
+  EXPECT_EQ(m.moe.aux_loss, 0.001);
+  EXPECT_EQ(m.moe.z_loss, 0.0);
+  EXPECT_EQ(hf_model_type(m), "qwen3_moe");
+  const json out = hf_model_config(m, "float32", -1, -1);
+  EXPECT_EQ(out["architectures"][0], "Qwen3MoeForCausalLM");
+  EXPECT_EQ(out["mlp_only_layers"], json::array({0}));
+  EXPECT_EQ(out["decoder_sparse_step"], 1);
+  EXPECT_EQ(out["moe_intermediate_size"], 48);
+  EXPECT_EQ(out["intermediate_size"], 176);
+  EXPECT_EQ(out["norm_topk_prob"], false);
+  EXPECT_EQ(out["head_dim"], 32);
+  const ModelConfig back = hf_read_model_config(out, "config.json").model;
+  EXPECT_EQ(back.moe.first_dense, 1);
+  EXPECT_EQ(back.moe.every, 1);
+  EXPECT_EQ(back.moe.ffn_hidden, 48);
+  EXPECT_FALSE(back.moe.renormalize);
+  // The tensors under Qwen3-MoE's names (4.x per expert; 5.x fused at the same offsets as Mixtral).
+  int experts = 0;
+  for (const ParamSpec& p : model_param_specs(m)) {
+    const HfTensorLayout l = hf_tensor_layout(m, p);
+    const std::string mlp = fmt::format("model.layers.{}.mlp.", p.layer);
+    if (p.role == ParamRole::moe_router_weight) EXPECT_EQ(l.name, mlp + "gate.weight");
+    if (p.role == ParamRole::moe_gate_weight) EXPECT_EQ(l.name, fmt::format("{}experts.{}.gate_proj.weight", mlp, p.expert));
+    if (p.role == ParamRole::moe_up_weight) EXPECT_EQ(l.name, fmt::format("{}experts.{}.up_proj.weight", mlp, p.expert));
+    if (p.role == ParamRole::moe_down_weight) {
+      EXPECT_EQ(l.name, fmt::format("{}experts.{}.down_proj.weight", mlp, p.expert));
+      EXPECT_EQ(l.fused_name, mlp + "experts.down_proj");
+      ++experts;
+    }
+  }
+  EXPECT_EQ(experts, 2 * 8);
+  // decoder_sparse_step k: layers k − 1, 2k − 1, ... (first_dense k − 1, every k).
+  json step = v5;
+  step["num_hidden_layers"] = 6;
+  step["decoder_sparse_step"] = 2;
+  step["mlp_only_layers"] = json::array();
+  const ModelConfig s2 = hf_read_model_config(step, "config.json").model;
+  EXPECT_EQ(s2.moe.first_dense, 1);
+  EXPECT_EQ(s2.moe.every, 2);
+  for (int l = 0; l < 6; ++l) EXPECT_EQ(s2.moe.layer(l), (l + 1) % 2 == 0) << l;
+  EXPECT_EQ(hf_model_config(s2, "float32", -1, -1)["mlp_only_layers"], json::array({0, 2, 4}));
+  // A dense layer between MoE blocks that no first_dense / every pattern holds.
+  json holes = v5;
+  holes["num_hidden_layers"] = 4;
+  holes["mlp_only_layers"] = json::array({2});
+  try {
+    hf_read_model_config(holes, "config.json");
+    ADD_FAILURE() << "mlp_only_layers [2] accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp_only_layers: found [2]"), std::string::npos) << e.what();
+  }
+  json bias = v5;
+  bias["attention_bias"] = true;
+  EXPECT_THROW(hf_read_model_config(bias, "config.json"), Error);
+}
+
+// YaRN as transformers 5 writes it (rope_parameters) and 4.x (rope_scaling): every field, the
+// defaults transformers fills in (original_max_position_embeddings, the factor from their ratio),
+// and back out.
+TEST(HfBridge, YarnRopeTravels) {
+  json j = json::parse(R"({"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300,
+    "head_dim": 16, "max_position_embeddings": 4096,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                        "beta_slow": 1.0, "original_max_position_embeddings": 128, "truncate": false}})");
+  ModelConfig m = hf_read_model_config(j, "config.json").model;
+  EXPECT_EQ(m.rope_scaling.type, RopeScalingType::yarn);
+  EXPECT_EQ(m.rope_theta, 150000.0);
+  EXPECT_EQ(m.rope_scaling.factor, 32.0);
+  EXPECT_EQ(m.rope_scaling.original_max_positions, 128);
+  EXPECT_FALSE(m.rope_scaling.truncate);
+  EXPECT_EQ(m.rope_scaling.attention_factor, 0.0);  // inferred: 0.1 ln 32 + 1
+  json out = hf_model_config(m, "float32", -1, -1);
+  EXPECT_EQ(out["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(out["rope_scaling"]["truncate"], false);
+  EXPECT_FALSE(out["rope_scaling"].contains("attention_factor"));
+  const ModelConfig back = hf_read_model_config(out, "config.json").model;
+  EXPECT_EQ(back.rope_scaling.factor, 32.0);
+  EXPECT_EQ(back.rope_scaling.original_max_positions, 128);
+  EXPECT_FALSE(back.rope_scaling.truncate);
+  // No factor: max_position_embeddings / original; no original: max_position_embeddings; the
+  // mscales and an explicit attention factor kept.
+  j["rope_parameters"] = {{"rope_type", "yarn"},         {"rope_theta", 10000.0},  {"original_max_position_embeddings", 1024},
+                          {"mscale", 1.0},               {"mscale_all_dim", 0.5}, {"beta_fast", nullptr},
+                          {"attention_factor", nullptr}};
+  m = hf_read_model_config(j, "config.json").model;
+  EXPECT_EQ(m.rope_scaling.factor, 4.0);
+  EXPECT_EQ(m.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(m.rope_scaling.mscale, 1.0);
+  EXPECT_EQ(m.rope_scaling.mscale_all_dim, 0.5);
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 2.0}, {"attention_factor", 1.5}};
+  m = hf_read_model_config(j, "config.json").model;
+  EXPECT_EQ(m.rope_scaling.original_max_positions, 4096);
+  EXPECT_EQ(m.rope_scaling.attention_factor, 1.5);
+  EXPECT_EQ(hf_model_config(m, "float32", -1, -1)["rope_scaling"]["attention_factor"], 1.5);
+  // What yarn does not have (partial rotary, longrope's factors) is refused by name.
+  j["rope_parameters"]["short_factor"] = json::array({1.0});
+  try {
+    hf_read_model_config(j, "config.json");
+    ADD_FAILURE() << "short_factor accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_parameters.short_factor"), std::string::npos) << e.what();
+  }
+}
+
 // What Mixtral cannot hold is refused by its recipe key; the training-only terms are not.
 TEST(HfBridge, MixtralExportRefusesByKey) {
   auto moe = [] {
@@ -337,9 +467,6 @@ TEST(HfBridge, MixtralExportRefusesByKey) {
   m = moe();
   m.moe.renormalize = false;
   EXPECT_NE(refused(m).find("model.moe.renormalize false"), std::string::npos) << refused(m);
-  m = moe();
-  m.qk_norm = true;
-  EXPECT_NE(refused(m).find("model.qk_norm true"), std::string::npos) << refused(m);
   m = moe();
   m.qkv_bias = true;
   EXPECT_NE(refused(m).find("model.qkv_bias true"), std::string::npos) << refused(m);
