@@ -49,7 +49,7 @@ struct RopeScalingConfig {
                                       // their frequency
   double beta_slow = 1;               // yarn: those turning less often than this are divided by factor
   bool truncate = true;               // yarn: the ramp's pair range floored and ceiled
-  double attention_factor = 0;        // yarn: cos and sin multiplied by this (0 = auto, see yarn_attention_factor)
+  double attention_factor = 0;        // yarn: cos and sin multiplied by this (0 = inferred: yarn_attention_factor)
   double mscale = 0;                  // yarn, with mscale_all_dim: DeepSeek's auto attention factor
   double mscale_all_dim = 0;
 

@@ -41,6 +41,7 @@
 #include "common/recipe/layout.h"
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
+#include "kernels/ops.h"
 #include "parallel/comm/comm.h"
 #include "parallel/grad_sync.h"
 #include "trainer/model/model_spec.h"
