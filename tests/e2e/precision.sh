@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 16-bit training end to end (train.precision bf16 and fp16: 16-bit parameters, activations and
 # gradients, fp32 master weights and moments) on real text:
-#  1. recipes/tiny.yaml's model at seq 64 (global batch 8) for 300 steps in fp32, bf16 and fp16 (one fp32 run, the
+#  1. recipes/tiny.yaml's model at seq 64 (global batch 8) for 150 steps in fp32, bf16 and fp16 (one fp32 run, the
 #     reference of both): each 16-bit run ends within 3% of fp32's validation loss;
 #  2. a bf16 run killed after its step-20 checkpoint resumes BITWISE (every later loss);
 #  3. bf16 at dp 2 with ZeRO 1, 2 and 3 under mpirun takes the steps of dp 1 within 16-bit rounding,
@@ -15,7 +15,7 @@ source "$SRC/tests/parallel/mpi_env.sh"
 use_python
 prep_fortunes
 
-common=(--set model.seq_len=64 --set train.steps=300 --set optimizer.warmup=30 --set train.threads=1
+common=(--set model.seq_len=64 --set train.steps=150 --set optimizer.warmup=15 --set train.threads=1
         --set data.train=data/train --set data.valid=data/valid --set eval.every=0 --set eval.batches=16
         --set checkpoint.every=0 --set checkpoint.resume=none --set log.every=50 --set parallel.dp=1
         --set train.global_batch=8 --set train.loss_scale.initial=1024)
@@ -27,10 +27,10 @@ for l in open(sys.argv[1] + "/metrics.jsonl"):
     j = json.loads(l)
     if "loss" in j: print(j["step"], repr(j["loss"]))' "$1"; }
 
-# 1. 300 steps in each precision.
+# 1. 150 steps in each precision (fp32 2.480, bf16 2.463, fp16 2.481 here: 3% is far from all).
 for p in fp32 bf16 fp16; do
   SECONDS=0
-  run_cmd "$p 300 steps" train "$p" --set train.precision=$p
+  run_cmd "$p 150 steps" train "$p" --set train.precision=$p
   expect_status 0
   echo "   $p: validation loss $(val_loss $p 2>/dev/null) in ${SECONDS}s"
 done
