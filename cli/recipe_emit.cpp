@@ -52,9 +52,10 @@ std::string variant_keys(const ModelConfig& m) {
         "original_max_positions: {}}}",
         r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
   if (r.type == RopeScalingType::yarn) {
-    out += fmt::format(",\n        rope_scaling: {{type: yarn, factor: {}, original_max_positions: {}, beta_fast: {}, "
-                       "beta_slow: {}, truncate: {}",
-                       r.factor, r.original_max_positions, r.beta_fast, r.beta_slow, r.truncate ? "true" : "false");
+    out += fmt::format(
+        ",\n        rope_scaling: {{type: yarn, factor: {}, original_max_positions: {}, beta_fast: {}, "
+        "beta_slow: {}, truncate: {}",
+        r.factor, r.original_max_positions, r.beta_fast, r.beta_slow, r.truncate ? "true" : "false");
     if (r.attention_factor > 0) out += fmt::format(", attention_factor: {}", r.attention_factor);
     if (r.mscale != 0 || r.mscale_all_dim != 0)
       out += fmt::format(", mscale: {}, mscale_all_dim: {}", r.mscale, r.mscale_all_dim);

@@ -29,11 +29,10 @@ constexpr EnumName<DeviceCommKind> kDeviceCommKind[] = {
 constexpr EnumName<OffloadKind> kOffloadKind[] = {
     {"none", OffloadKind::none}, {"host", OffloadKind::host}, {"nvme", OffloadKind::nvme}};
 constexpr EnumName<ProfileMode> kProfileMode[] = {{"none", ProfileMode::none}, {"ops", ProfileMode::ops}};
-constexpr EnumName<RopeScalingType> kRopeScalingType[] = {
-    {"none", RopeScalingType::none},
-    {"linear", RopeScalingType::linear},
-    {"llama3", RopeScalingType::llama3},
-    {"yarn", RopeScalingType::yarn}};
+constexpr EnumName<RopeScalingType> kRopeScalingType[] = {{"none", RopeScalingType::none},
+                                                          {"linear", RopeScalingType::linear},
+                                                          {"llama3", RopeScalingType::llama3},
+                                                          {"yarn", RopeScalingType::yarn}};
 
 }  // namespace
 

@@ -144,8 +144,8 @@ const Case kCases[] = {
      "  seq_len: 64\n  rope_scaling: {type: llama3, factor: 8, high_freq_factor: 0.5}"},
     {"rope_scaling_type", "seq_len: 64", "  seq_len: 64\n  rope_scaling: {type: longrope}", "model.rope_scaling.type",
      "longrope", "yarn"},
-    {"yarn_key_without_yarn", "family: gpt2", "  family: llama", "model.rope_scaling.beta_fast", "rope_scaling:",
-     "set model.rope_scaling.type: yarn", "seq_len: 64",
+    {"yarn_key_without_yarn", "family: gpt2", "  family: llama", "model.rope_scaling.beta_fast",
+     "rope_scaling:", "set model.rope_scaling.type: yarn", "seq_len: 64",
      "  seq_len: 64\n  rope_scaling: {type: llama3, factor: 8, beta_fast: 16}"},
     // Mixture of experts.
     {"gpt2_moe", "seq_len: 64", "  seq_len: 64\n  moe: {experts: 4}", "model.moe.experts", "moe:", "use family: llama"},

@@ -487,8 +487,9 @@ void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
   }
   if (yarn && !factor_set) s.factor = double(m.max_positions) / double(s.original_max_positions);
   if (yarn && !(s.factor >= 1.0))
-    r.problem(where + ".factor", json(s.factor).dump(), "a factor of at least 1 (max_position_embeddings / "
-                                                        "original_max_position_embeddings when absent)");
+    r.problem(where + ".factor", json(s.factor).dump(),
+              "a factor of at least 1 (max_position_embeddings / "
+              "original_max_position_embeddings when absent)");
   if (s.type == RopeScalingType::llama3 && !(s.high_freq_factor > s.low_freq_factor))
     r.problem(where + ".high_freq_factor", json(s.high_freq_factor).dump(),
               fmt::format("a value above low_freq_factor {}", s.low_freq_factor));
@@ -541,10 +542,10 @@ void read_qwen3_moe(ConfigReader& r, const json& j, ModelConfig& m) {
   std::vector<bool> dense(size_t(std::max(m.layers, 0)), false);
   r.use("mlp_only_layers");
   if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
-    const bool ok = it->is_array() && it->size() <= dense.size() &&
-                    std::all_of(it->begin(), it->end(), [&](const json& l) {
-                      return l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < m.layers;
-                    });
+    const bool ok =
+        it->is_array() && it->size() <= dense.size() && std::all_of(it->begin(), it->end(), [&](const json& l) {
+          return l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < m.layers;
+        });
     if (!ok) {
       r.problem("mlp_only_layers", it->dump().substr(0, 80), fmt::format("a list of layers in [0, {})", m.layers));
       return;

@@ -357,8 +357,10 @@ TEST(HfBridge, Qwen3MoeIsQwen3WithMoeBlocks) {
     const HfTensorLayout l = hf_tensor_layout(m, p);
     const std::string mlp = fmt::format("model.layers.{}.mlp.", p.layer);
     if (p.role == ParamRole::moe_router_weight) EXPECT_EQ(l.name, mlp + "gate.weight");
-    if (p.role == ParamRole::moe_gate_weight) EXPECT_EQ(l.name, fmt::format("{}experts.{}.gate_proj.weight", mlp, p.expert));
-    if (p.role == ParamRole::moe_up_weight) EXPECT_EQ(l.name, fmt::format("{}experts.{}.up_proj.weight", mlp, p.expert));
+    if (p.role == ParamRole::moe_gate_weight)
+      EXPECT_EQ(l.name, fmt::format("{}experts.{}.gate_proj.weight", mlp, p.expert));
+    if (p.role == ParamRole::moe_up_weight)
+      EXPECT_EQ(l.name, fmt::format("{}experts.{}.up_proj.weight", mlp, p.expert));
     if (p.role == ParamRole::moe_down_weight) {
       EXPECT_EQ(l.name, fmt::format("{}experts.{}.down_proj.weight", mlp, p.expert));
       EXPECT_EQ(l.fused_name, mlp + "experts.down_proj");
@@ -417,8 +419,12 @@ TEST(HfBridge, YarnRopeTravels) {
   EXPECT_FALSE(back.rope_scaling.truncate);
   // No factor: max_position_embeddings / original; no original: max_position_embeddings; the
   // mscales and an explicit attention factor kept.
-  j["rope_parameters"] = {{"rope_type", "yarn"},         {"rope_theta", 10000.0},  {"original_max_position_embeddings", 1024},
-                          {"mscale", 1.0},               {"mscale_all_dim", 0.5}, {"beta_fast", nullptr},
+  j["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"rope_theta", 10000.0},
+                          {"original_max_position_embeddings", 1024},
+                          {"mscale", 1.0},
+                          {"mscale_all_dim", 0.5},
+                          {"beta_fast", nullptr},
                           {"attention_factor", nullptr}};
   m = hf_read_model_config(j, "config.json").model;
   EXPECT_EQ(m.rope_scaling.factor, 4.0);
