@@ -171,20 +171,20 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             "Llama 3.1 uses low_freq_factor 1 and high_freq_factor 4");
   {
     // YaRN's keys mean nothing to another rope type: refused there rather than ignored.
-    const RopeScalingConfig& r = m.rope_scaling;
+    const RopeScalingConfig& rs = m.rope_scaling;
     const RopeScalingConfig defaults;
-    if (r.type != RopeScalingType::yarn) {
+    if (rs.type != RopeScalingType::yarn) {
       const std::pair<const char*, bool> yarn_only[] = {
-          {"beta_fast", r.beta_fast != defaults.beta_fast},
-          {"beta_slow", r.beta_slow != defaults.beta_slow},
-          {"truncate", r.truncate != defaults.truncate},
-          {"attention_factor", r.attention_factor != defaults.attention_factor},
-          {"mscale", r.mscale != defaults.mscale},
-          {"mscale_all_dim", r.mscale_all_dim != defaults.mscale_all_dim}};
+          {"beta_fast", rs.beta_fast != defaults.beta_fast},
+          {"beta_slow", rs.beta_slow != defaults.beta_slow},
+          {"truncate", rs.truncate != defaults.truncate},
+          {"attention_factor", rs.attention_factor != defaults.attention_factor},
+          {"mscale", rs.mscale != defaults.mscale},
+          {"mscale_all_dim", rs.mscale_all_dim != defaults.mscale_all_dim}};
       for (const auto& [key, set] : yarn_only)
         if (set)
           problem(fmt::format("model.rope_scaling.{}", key),
-                  fmt::format("{} is a yarn key, and rope_scaling.type is {}", key, to_string(r.type)),
+                  fmt::format("{} is a yarn key, and rope_scaling.type is {}", key, to_string(rs.type)),
                   "set model.rope_scaling.type: yarn, or remove the key");
     }
   }

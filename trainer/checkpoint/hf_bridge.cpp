@@ -174,14 +174,14 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
       throw Error(
           fmt::format("not supported yet: exporting a mixture-of-experts model with {} {}: {}", key, found, why),
           "transformers' MixtralForCausalLM has a MoE block with renormalised top-k weights on every layer, "
-          "and Mistral's attention (docs/hf.md)");
+          "and Mistral's attention; a model with model.qk_norm exports as Qwen3MoeForCausalLM, which holds "
+          "dense layers and unnormalised weights (docs/hf.md)");
     };
     if (m.moe.first_dense > 0)
       refuse_moe("model.moe.first_dense", std::to_string(m.moe.first_dense), "Mixtral has no dense layers");
     if (m.moe.every > 1) refuse_moe("model.moe.every", std::to_string(m.moe.every), "Mixtral has no dense layers");
     if (!m.moe.renormalize)
       refuse_moe("model.moe.renormalize", "false", "Mixtral always renormalises the top-k router weights");
-    if (m.qk_norm) refuse_moe("model.qk_norm", "true", "Mixtral's attention has no q/k norms");
     if (m.qkv_bias) refuse_moe("model.qkv_bias", "true", "Mixtral's attention has no biases");
   } else if (type == "qwen3") {
     arch = "Qwen3ForCausalLM";
