@@ -177,6 +177,7 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
       cmp("moe.every", want.moe.every, have.moe.every);
       cmp("moe.first_dense", want.moe.first_dense, have.moe.first_dense);
       cmp("moe.renormalize", want.moe.renormalize, have.moe.renormalize);
+      cmp("moe.shared_ffn_hidden", want.moe.shared_ffn_hidden, have.moe.shared_ffn_hidden);
     }
   }
   cmp("tie_embeddings", want.tie_embeddings, have.tie_embeddings);

@@ -274,9 +274,11 @@ bool print_plan(const LoadedRecipe& loaded, const launcher::LaunchPlan& plan, co
     int moe_layers = 0;
     for (int i = 0; i < m.layers; ++i) moe_layers += m.moe.layer(i) ? 1 : 0;
     std::printf(
-        "moe: %d of %d layers, %d experts (ffn %d), top %d%s; active parameters per token %s (%lld)\n", moe_layers,
+        "moe: %d of %d layers, %d experts (ffn %d), top %d%s%s; active parameters per token %s (%lld)\n", moe_layers,
         m.layers, m.moe.experts, m.moe.ffn_hidden, m.moe.top_k,
         m.moe.capacity_factor > 0 ? fmt::format(", capacity factor {}", m.moe.capacity_factor).c_str() : ", dropless",
+        m.moe.shared_ffn_hidden > 0 ? fmt::format(", a gated shared expert (ffn {})", m.moe.shared_ffn_hidden).c_str()
+                                    : "",
         format_count(double(active)).c_str(), static_cast<long long>(active));
   }
   double flops = trainer::training_flops_per_token(m);

@@ -376,6 +376,10 @@ std::vector<RecipeKey> make_schema() {
     number("model.moe.capacity_factor", [](auto& r) -> auto& { return r.model.moe.capacity_factor; },
            FloatRule{0.0, false, 1e3},
            {"number ≥ 0", "0 (dropless)", "each expert keeps ⌈factor · tokens · top_k / experts⌉ rows; the rest drop"}),
+    integer("model.moe.shared_ffn_hidden", [](auto& r) -> auto& { return r.model.moe.shared_ffn_hidden; },
+            IntRule{0, 1 << 20},
+            {"int ≥ 0", "0 (none)",
+             "a shared expert of this SwiGLU width every token visits, scaled by a sigmoid gate (Qwen2-MoE)"}),
 
     section("data", {"map", "required", "the training and validation data"}, true),
     string("data.tokenizer", [](auto& r) -> auto& { return r.data.tokenizer; }, value,

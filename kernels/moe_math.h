@@ -123,4 +123,13 @@ LT_HOST_DEVICE void route_place(int32_t* order, int32_t* pos, const int32_t* off
   }
 }
 
+// ---- the shared expert's gate -------------------------------------------------------------------
+
+// σ(logit), the shared expert's gate, written to stay finite for every logit: exp of the negative
+// magnitude only (no overflow), 0 and 1 at the ends.
+LT_HOST_DEVICE float shared_gate_sigmoid(float logit) {
+  const float e = expf(-fabsf(logit));
+  return logit >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+
 }  // namespace llmtrain::kernels

@@ -71,6 +71,9 @@ struct MoeConfig {
   double aux_loss = 0.01;      // load-balancing loss coefficient (Megatron-Core's normalisation)
   double z_loss = 0.001;       // router z-loss coefficient
   double capacity_factor = 0;  // 0 = dropless; else each expert keeps at most ⌈factor · N · top_k / experts⌉ rows
+  // 0 = none; else a shared expert of this SwiGLU width that every token visits, its output scaled by
+  // a sigmoid gate σ(x · w) and added to the routed experts' (Qwen2-MoE's shared_expert)
+  int shared_ffn_hidden = 0;
 
   bool enabled() const { return experts > 0; }
   // Whether global layer `layer` is a MoE block.

@@ -201,6 +201,12 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
       problem("model.moe.first_dense",
               fmt::format("first_dense {} leaves no MoE block in a model of {} layers", m.moe.first_dense, m.layers),
               "choose first_dense < model.layers, or remove model.moe for a dense model");
+  } else if (m.moe.shared_ffn_hidden > 0) {
+    problem(
+        "model.moe.shared_ffn_hidden",
+        fmt::format("a shared expert of width {} without experts (model.moe.experts is 0)", m.moe.shared_ffn_hidden),
+        "the shared expert is part of a MoE block: set model.moe.experts, or remove shared_ffn_hidden (a dense "
+        "model's MLP is model.ffn_hidden)");
   }
   if (p.ep > 1) {
     if (!m.moe.enabled())
@@ -238,6 +244,11 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     if (m.moe.enabled() && m.moe.ffn_hidden % p.tp != 0)
       problem("parallel.tp", fmt::format("model.moe.ffn_hidden {} is not divisible by tp {}", m.moe.ffn_hidden, p.tp),
               "each expert's width is split over tp like the dense MLP's: choose tp dividing model.moe.ffn_hidden");
+    if (m.moe.enabled() && m.moe.shared_ffn_hidden % p.tp != 0)
+      problem("parallel.tp",
+              fmt::format("model.moe.shared_ffn_hidden {} is not divisible by tp {}", m.moe.shared_ffn_hidden, p.tp),
+              "the shared expert's width is split over tp like the dense MLP's: choose tp dividing "
+              "model.moe.shared_ffn_hidden");
     if (m.padded_vocab() % p.tp != 0)
       problem("parallel.tp",
               fmt::format("padded vocabulary {} (vocab {} rounded up to vocab_pad {}) is not divisible by tp {}",

@@ -210,6 +210,55 @@ void moe_combine_backward(Tensor dy, Tensor dweight, Tensor dout, Tensor y, Tens
   }
 }
 
+void moe_shared_gate_forward(Tensor out, Tensor gate, Tensor y, Tensor in, Tensor gate_w) {
+  const int64_t n = gate.numel(), c = gate_w.numel(), d = n ? y.numel() / n : 0;
+  const float *x = in.ptr<float>(), *w = gate_w.ptr<float>(), *src = y.ptr<float>();
+  float *g = gate.ptr<float>(), *o = out.defined() ? out.ptr<float>() : nullptr;
+#pragma omp parallel for schedule(static) if (n * (c + d) > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * c;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < c; ++j) s += xi[j] * w[j];
+    const float gi = shared_gate_sigmoid(s);
+    g[i] = gi;
+    if (!o) continue;
+    float* oi = o + i * d;
+    const float* yi = src + i * d;
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) oi[j] += gi * yi[j];
+  }
+}
+
+void moe_shared_gate_backward(Tensor dy, Tensor dlogit, Tensor dout, Tensor y, Tensor gate) {
+  const int64_t n = gate.numel(), d = n ? y.numel() / n : 0;
+  const float *dd = dout.ptr<float>(), *src = y.ptr<float>(), *g = gate.ptr<float>();
+  float *dyp = dy.ptr<float>(), *dl = dlogit.ptr<float>();
+#pragma omp parallel for schedule(static) if (n * d > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float *di = dd + i * d, *yi = src + i * d, gi = g[i];
+    float* dyi = dyp + i * d;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < d; ++j) {
+      dyi[j] = gi * di[j];
+      s += di[j] * yi[j];
+    }
+    dl[i] = gi * (1.0f - gi) * s;
+  }
+}
+
+void moe_shared_gate_weight_backward(Tensor din, Tensor dgate_w, Tensor dlogit, Tensor in, Tensor gate_w) {
+  const int64_t n = dlogit.numel(), c = gate_w.numel();
+  if (n == 0) return;
+  // din [n, c] += dlogit [n, 1] · gate_w [1, c];  dgate_w [1, c] += dlogitᵀ [1, n] · in [n, c]
+  if (din.defined())
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_dim(n), blas_dim(c), 1, 1.0f, dlogit.ptr<float>(), 1,
+                gate_w.ptr<float>(), blas_dim(c), 1.0f, din.ptr<float>(), blas_dim(c));
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 1, blas_dim(c), blas_dim(n), 1.0f, dlogit.ptr<float>(), 1,
+              in.ptr<float>(), blas_dim(c), 1.0f, dgate_w.ptr<float>(), blas_dim(c));
+}
+
 void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor offsets) {
   const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
                 rows = i_dim ? in.numel() / i_dim : out.numel() / std::max<int64_t>(o, 1);

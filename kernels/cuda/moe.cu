@@ -9,6 +9,8 @@
 //    per expert scans the chunks' counts, thread 0 the offsets, and each thread places its chunk;
 //  - stats: one block, a thread per expert summing in double in row order;
 //  - gather, combine: elementwise (a warp per assignment for combine's dweight dot products);
+//  - the shared expert's gate: a warp per row (its logit's and dlogit's dot products by shuffles),
+//    the gate weight's gradient two products like the router's;
 //  - grouped product: our tiled GEMM (64×64 tiles of C, 16×16 threads, K through shared memory 16
 //    at a time, fp32 accumulation in K order) where each block finds its expert in the offsets.
 //
@@ -309,6 +311,43 @@ __global__ void combine_backward_kernel(T* __restrict__ dy, float* __restrict__ 
   if (lane == 0) dweight[a] = q >= 0 ? s : 0.0f;
 }
 
+// ---- the shared expert's gate ------------------------------------------------------------------
+
+// A warp per row n: the gate's logit by shuffles over the lanes' channels, then out's row.
+template <class T>
+__global__ void shared_gate_forward_kernel(T* __restrict__ out, float* __restrict__ gate, const T* __restrict__ y,
+                                           const T* __restrict__ in, const T* __restrict__ gate_w, int64_t n, int64_t c,
+                                           int64_t d) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (row >= n) return;  // whole warps leave together
+  float s = 0.0f;
+  for (int64_t j = lane; j < c; j += 32) s += load(in, row * c + j) * load(gate_w, j);
+  const float g = shared_gate_sigmoid(warp_sum(s));
+  if (lane == 0) gate[row] = g;
+  if (out)
+    for (int64_t j = lane; j < d; j += 32) store(out, row * d + j, load(out, row * d + j) + g * load(y, row * d + j));
+}
+
+// A warp per row n: dy's row and dlogit[n] (the dot product by shuffles).
+template <class T>
+__global__ void shared_gate_backward_kernel(T* __restrict__ dy, float* __restrict__ dlogit, const T* __restrict__ dout,
+                                            const T* __restrict__ y, const float* __restrict__ gate, int64_t n,
+                                            int64_t d) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (row >= n) return;
+  const float g = gate[row];
+  float s = 0.0f;
+  for (int64_t j = lane; j < d; j += 32) {
+    const float dj = load(dout, row * d + j);
+    store(dy, row * d + j, g * dj);
+    s += dj * load(y, row * d + j);
+  }
+  s = warp_sum(s);
+  if (lane == 0) dlogit[row] = g * (1.0f - g) * s;
+}
+
 }  // namespace
 
 void moe_router_forward(Tensor probs, Tensor lse, Tensor expert, Tensor weight, Tensor in, Tensor router, int64_t k,
@@ -408,6 +447,44 @@ void moe_combine_backward(Tensor dy, Tensor dweight, Tensor dout, Tensor y, Tens
        pos.ptr<int32_t>(), assignments, c, k, m);
       LT_CUDA_LAUNCHED("combine_backward_kernel");
     }
+  });
+}
+
+void moe_shared_gate_forward(Tensor out, Tensor gate, Tensor y, Tensor in, Tensor gate_w) {
+  const int64_t n = gate.numel(), c = gate_w.numel(), d = n ? y.numel() / n : 0;
+  if (n == 0) return;
+  with_storage(in, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_of(n, 4), 128, 0, compute_stream(), shared_gate_forward_kernel<T>)
+    (out.defined() ? data<T>(out) : nullptr, gate.ptr<float>(), data<const T>(y), data<const T>(in),
+     data<const T>(gate_w), n, c, d);
+  });
+  LT_CUDA_LAUNCHED("shared_gate_forward_kernel");
+}
+
+void moe_shared_gate_backward(Tensor dy, Tensor dlogit, Tensor dout, Tensor y, Tensor gate) {
+  const int64_t n = gate.numel(), d = n ? y.numel() / n : 0;
+  if (n == 0) return;
+  with_storage(dy, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_of(n, 4), 128, 0, compute_stream(), shared_gate_backward_kernel<T>)
+    (data<T>(dy), dlogit.ptr<float>(), data<const T>(dout), data<const T>(y), gate.ptr<float>(), n, d);
+  });
+  LT_CUDA_LAUNCHED("shared_gate_backward_kernel");
+}
+
+void moe_shared_gate_weight_backward(Tensor din, Tensor dgate_w, Tensor dlogit, Tensor in, Tensor gate_w) {
+  const int64_t n = dlogit.numel(), c = gate_w.numel();
+  if (n == 0) return;
+  with_storage(in, [&](auto tag) {
+    using T = decltype(tag);
+    // din [n, c] += dlogit [n, 1] · gate_w [1, c]
+    if (din.defined())
+      grouped_gemm(data<T>(din), dlogit.ptr<float>(), data<const T>(gate_w),
+                   {.m = n, .n = c, .k = 1, .accumulate = true});
+    // dgate_w [1, c] += dlogitᵀ [1, n] · in [n, c]
+    grouped_gemm(data<T>(dgate_w), dlogit.ptr<float>(), data<const T>(in),
+                 {.m = 1, .n = c, .k = n, .trans_a = true, .accumulate = true});
   });
 }
 

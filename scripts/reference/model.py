@@ -99,7 +99,8 @@ def moe_layer(cfg, i):
 
 
 def moe_mlp(x, w, moe):
-    """A Mixtral-style sparse MoE block on x [N, d] (w: the layer's parameters by suffix). Returns the
+    """A Mixtral-style sparse MoE block on x [N, d] (w: the layer's parameters by suffix), with
+    Qwen2-MoE's gated shared expert when moe["shared_ffn_hidden"] > 0. Returns the
     weighted expert outputs and the block's auxiliary loss: Megatron-Core's load balancing
     aux · E · Σ_e f_e P_e (f_e: the share of the N·K picks that chose e, before any capacity drop; P_e:
     the mean router probability of e) plus the z-loss z · mean(logsumexp(logits)²). With a capacity
@@ -122,6 +123,12 @@ def moe_mlp(x, w, moe):
             F.linear(xe, w(f"block_sparse_moe.experts.{e}.w3.weight"))
         ye = F.linear(h, w(f"block_sparse_moe.experts.{e}.w2.weight"))
         out = out.index_add(0, rows, ye * top_p[rows, picks].unsqueeze(-1))
+    if moe.get("shared_ffn_hidden", 0) > 0:
+        # Qwen2-MoE's shared expert: a SwiGLU every row visits, scaled by sigmoid(x · gate).
+        h = F.silu(F.linear(x, w("block_sparse_moe.shared_expert.gate_proj.weight"))) * \
+            F.linear(x, w("block_sparse_moe.shared_expert.up_proj.weight"))
+        ys = F.linear(h, w("block_sparse_moe.shared_expert.down_proj.weight"))
+        out = out + torch.sigmoid(F.linear(x, w("block_sparse_moe.shared_expert_gate.weight"))) * ys
     f = torch.tensor(counts, dtype=x.dtype) / (n * k)
     aux = moe["aux_loss"] * e_count * (f * probs.mean(dim=0)).sum()
     z = moe["z_loss"] * torch.logsumexp(logits, dim=-1).pow(2).mean()

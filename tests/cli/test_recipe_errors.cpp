@@ -153,6 +153,8 @@ const Case kCases[] = {
      "  seq_len: 64\n  moe: {experts: 2, top_k: 3}"},
     {"moe_first_dense", "family: gpt2", "  family: llama", "model.moe.first_dense",
      "moe:", "choose first_dense < model.layers", "seq_len: 64", "  seq_len: 64\n  moe: {experts: 4, first_dense: 4}"},
+    {"moe_shared_without_experts", "family: gpt2", "  family: llama", "model.moe.shared_ffn_hidden",
+     "moe:", "set model.moe.experts", "seq_len: 64", "  seq_len: 64\n  moe: {shared_ffn_hidden: 64}"},
     {"ep_without_experts", "tp: 1", "  tp: 1\n  ep: 2", "parallel.ep", "ep: 2", "set model.moe.experts"},
     {"ep_not_dividing_experts", "family: gpt2", "  family: llama\n  moe: {experts: 3}", "parallel.ep", "ep: 2",
      "choose ep dividing experts", "tp: 1", "  tp: 1\n  ep: 2\n  dp: 2"},

@@ -5,7 +5,9 @@
       writes it (rope_parameters, dtype): llama (plain), llama31 (rope_type llama3 with every
       frequency band in use), qwen2 (q/k/v biases), qwen3 (q/k norms, head_dim 32 != hidden / heads),
       mistral (sliding window 8, shorter than the prompt), qwen3moe (Qwen3-MoE: a dense layer, then
-      MoE blocks of 8 experts, top 2 not renormalised), yarn (Llama with YaRN RoPE, every part of its
+      MoE blocks of 8 experts, top 2 not renormalised), qwen2moe (Qwen2-MoE: q/k/v biases, a dense
+      layer, then MoE blocks of 8 experts, top 2 not renormalised, with a gated shared expert of its
+      own width), yarn (Llama with YaRN RoPE, every part of its
       ramp in use). ROOT/counts.txt: FAMILY, its parameters and those active per token, as
       transformers' modules hold them. Norm weights and biases are
       moved away from their 1/0 initialization, so a dropped or misplaced one shows in the logits.
@@ -25,7 +27,7 @@ import transformers
 from safetensors.numpy import load_file
 
 transformers.utils.logging.disable_progress_bar()
-FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral", "qwen3moe", "yarn")
+FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "yarn")
 WINDOW = 8
 
 
@@ -52,6 +54,11 @@ def config(family):
         return transformers.Qwen3MoeConfig(**{**common, "num_hidden_layers": 3}, head_dim=32, num_experts=8,
                                            num_experts_per_tok=2, moe_intermediate_size=48, mlp_only_layers=[0],
                                            norm_topk_prob=False)
+    if family == "qwen2moe":
+        # 3 layers, the first dense; top 2 of 8 experts not renormalised and a shared expert of 96.
+        return transformers.Qwen2MoeConfig(**{**common, "num_hidden_layers": 3}, num_experts=8, num_experts_per_tok=2,
+                                           moe_intermediate_size=48, shared_expert_intermediate_size=96,
+                                           mlp_only_layers=[0], norm_topk_prob=False)
     if family == "yarn":
         # Head dim 16, theta 10000, original context 64, betas 8 / 1 without truncation: pair 0 keeps
         # its frequency, pairs 1 and 2 blend, the rest are divided by 4; attention factor 1.139.

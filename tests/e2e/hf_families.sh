@@ -3,20 +3,22 @@
 # and under tensor, pipeline and expert parallelism:
 #  - a plain LLaMA, Llama 3.1's llama3 RoPE scaling, Qwen2 (q/k/v biases), Qwen3 (q/k norms, its own
 #    head size), Mistral (a sliding window shorter than the prompt), Qwen3-MoE (a dense layer, then
-#    MoE blocks, top 2 of 8 not renormalised) and a Llama with YaRN RoPE, each with random weights
+#    MoE blocks, top 2 of 8 not renormalised), Qwen2-MoE (the same with q/k/v biases and a gated
+#    shared expert) and a Llama with YaRN RoPE, each with random weights
 #    saved by transformers 5 (rope_parameters, dtype), import with `llmtrain import` and give
 #    transformers' logits (relative error <= 1e-5, fp32) and the same 64 greedy tokens; the export
 #    of the import loads in transformers 5 with the same results and is byte-identical to the
 #    original; the exports of the configurations transformers 4.40.2 knows (Llama, Qwen2, Mistral with
 #    head size hidden / heads) load there with the same results; the derived recipes hold
-#    Qwen3-MoE's layers and YaRN's parameters, and --dry-run counts Qwen3-MoE's parameters and active
-#    parameters as transformers holds them;
+#    Qwen3-MoE's and Qwen2-MoE's layers and YaRN's parameters, and --dry-run counts both MoE models'
+#    parameters and active parameters as transformers holds them;
 #  - recipes/qwen3-tiny-finetune.yaml fine-tunes the imported Qwen3 and its export loads in
 #    transformers 5 with our logits and tokens;
 #  - Qwen3- and Qwen2-shaped models train at tp 2 × pp 2 (Qwen3's with sequence parallelism), Qwen2's
 #    at tp 4 (replicated key/value heads and biases) with full recomputation, Qwen3's at dp 2 with
 #    ZeRO 3, a windowed model at tp 2 × dp 2 with ZeRO 1 and selective recomputation, and a
-#    Qwen3-MoE-shaped one with YaRN at tp 2 × pp 2 and at ep 2 × tp 2 (sequence parallel), to the
+#    Qwen3-MoE-shaped one with YaRN and a Qwen2-MoE-shaped one at tp 2 × pp 2 and at ep 2 × tp 2
+#    (sequence parallel), to the
 #    one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
 #  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows, Qwen3-MoE dense
 #    layers between MoE blocks that model.moe cannot place) is refused by name.
@@ -30,7 +32,7 @@ if ! "$HF5" -c "import transformers; assert transformers.__version__.startswith(
   exit 1
 fi
 export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-families="llama llama31 qwen2 qwen3 mistral qwen3moe yarn"
+families="llama llama31 qwen2 qwen3 mistral qwen3moe qwen2moe yarn"
 window=8  # Mistral's, in hf_families.py
 
 run_cmd create "$HF5" "$SRC/tests/e2e/hf_families.py" create .
@@ -75,6 +77,11 @@ run_cmd dry-run-qwen3moe "$LLMTRAIN" run ck-qwen3moe/recipe.yaml --dry-run
 expect_status 0
 expect_out_re "^parameters: .* \($((total + pad))\)$"
 expect_out_re "^moe: 2 of 3 layers, 8 experts \(ffn 48\), top 2, dropless; active parameters per token .* \($((active + pad))\)$"
+read -r _ total active < <(grep '^qwen2moe ' counts.txt)
+run_cmd dry-run-qwen2moe "$LLMTRAIN" run ck-qwen2moe/recipe.yaml --dry-run
+expect_status 0
+expect_out_re "^parameters: .* \($((total + pad))\)$"
+expect_out_re "^moe: 2 of 3 layers, 8 experts \(ffn 48\), top 2, dropless, a gated shared expert \(ffn 96\); active parameters per token .* \($((active + pad))\)$"
 run_cmd export-tuned "$LLMTRAIN" export runs/qwen3-tiny-finetune --hf re-tuned
 expect_status 0
 "$LLMTRAIN" generate runs/qwen3-tiny-finetune --prompt "Q: What is the meaning of life?" --temperature 0 \
@@ -84,13 +91,15 @@ expect_status 0
 grep -q '"rope_type": "llama3"' re-llama31/config.json && grep -q '"rope_type": "yarn"' re-yarn/config.json &&
   grep -q '"architectures": \[\s*"Qwen3ForCausalLM"' <(tr -d '\n' <re-qwen3/config.json) &&
   grep -q '"architectures": \[\s*"Qwen3MoeForCausalLM"' <(tr -d '\n' <re-qwen3moe/config.json) &&
-  pass "exports name llama3 and yarn scaling, Qwen3ForCausalLM and Qwen3MoeForCausalLM" ||
-  fail "export configs: $(cat re-llama31/config.json re-yarn/config.json re-qwen3/config.json re-qwen3moe/config.json)"
+  grep -q '"architectures": \[\s*"Qwen2MoeForCausalLM"' <(tr -d '\n' <re-qwen2moe/config.json) &&
+  pass "exports name llama3 and yarn scaling, Qwen3ForCausalLM, Qwen3MoeForCausalLM and Qwen2MoeForCausalLM" ||
+  fail "export configs: $(cat re-llama31/config.json re-yarn/config.json re-qwen3/config.json re-qwen3moe/config.json re-qwen2moe/config.json)"
 # The derived recipe says what the model is; --dry-run counts Qwen3-MoE's parameters as transformers does.
 grep -q "moe: {experts: 8, top_k: 2, ffn_hidden: 48, every: 1, first_dense: 1, renormalize: false," \
-  ck-qwen3moe/recipe.yaml && grep -q "rope_scaling: {type: yarn, factor: 4, original_max_positions: 64, beta_fast: 8, beta_slow: 1, truncate: false}" \
-  ck-yarn/recipe.yaml && pass "derived recipes hold Qwen3-MoE's layers and YaRN's parameters" ||
-  fail "derived recipes: $(cat ck-qwen3moe/recipe.yaml ck-yarn/recipe.yaml)"
+  ck-qwen3moe/recipe.yaml && grep -q "capacity_factor: 0,$" ck-qwen2moe/recipe.yaml &&
+  grep -q "shared_ffn_hidden: 96}" ck-qwen2moe/recipe.yaml && grep -q "qkv_bias: true" ck-qwen2moe/recipe.yaml && grep -q "rope_scaling: {type: yarn, factor: 4, original_max_positions: 64, beta_fast: 8, beta_slow: 1, truncate: false}" \
+  ck-yarn/recipe.yaml && pass "derived recipes hold Qwen3-MoE's and Qwen2-MoE's layers and YaRN's parameters" ||
+  fail "derived recipes: $(cat ck-qwen3moe/recipe.yaml ck-qwen2moe/recipe.yaml ck-yarn/recipe.yaml)"
 run_cmd transformers5 "$HF5" "$SRC/tests/e2e/hf_families.py" check . $families tuned
 expect_status 0
 echo "$out" | grep -E '^(ok|FAIL|  )'
@@ -120,6 +129,9 @@ cp -r rand-qwen3moe holes && $PY -c 'import json, sys; c = json.load(open(sys.ar
 json.dump(c, open(sys.argv[1], "w"))' holes/config.json
 run_cmd refuse-dense-hole "$LLMTRAIN" import holes --out ck-holes
 expect_status 2; expect_out "mlp_only_layers: found [2]"
+cp -r rand-qwen2moe nobias && sed -i 's/"qkv_bias": true/"qkv_bias": false/' nobias/config.json
+run_cmd refuse-qwen2moe-no-bias "$LLMTRAIN" import nobias --out ck-nobias
+expect_status 2; expect_out "qkv_bias: found false"
 
 # Training: the variants under tp × pp (and dp with ZeRO) give the one-rank run.
 cat >r.yaml <<'YAML'
@@ -136,6 +148,9 @@ YAML
 qwen3moe=model.layers=4,model.qk_norm=true,model.head_dim=32,model.moe.experts=4,model.moe.top_k=2,model.moe.ffn_hidden=32
 qwen3moe+=,model.moe.first_dense=1,model.moe.renormalize=false,model.max_positions=64,model.rope_scaling.type=yarn
 qwen3moe+=,model.rope_scaling.factor=4,model.rope_scaling.original_max_positions=16,model.rope_scaling.beta_fast=8
+# Qwen2-MoE's: q/k/v biases, every layer MoE (top 2 of 4 not renormalised) with a shared expert of 64.
+qwen2moe=model.layers=4,model.qkv_bias=true,model.moe.experts=4,model.moe.top_k=2,model.moe.ffn_hidden=32
+qwen2moe+=,model.moe.shared_ffn_hidden=64,model.moe.renormalize=false
 # name, model keys (both runs), layout keys, ranks, tolerance. qwen2 at tp 4 holds each of the 2
 # key/value heads (and biases) on two ranks; bf16 compares against bf16 at one rank, whose sums
 # round in another order.
@@ -146,7 +161,9 @@ runs=("qwen3-tp2-pp2-sp model.qk_norm=true,model.head_dim=32 parallel.tp=2,paral
   "qwen3-bf16-tp2 model.qk_norm=true,model.head_dim=32,model.qkv_bias=true,train.precision=bf16 parallel.tp=2 2 1e-2"
   "window-tp2-dp2-zero1 model.sliding_window=8,model.head_dim=32 parallel.tp=2,parallel.zero=1,train.activation_checkpointing=selective 4 1e-5"
   "qwen3moe-tp2-pp2 $qwen3moe parallel.tp=2,parallel.pp=2 4 1e-5"
-  "qwen3moe-ep2-tp2 $qwen3moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5")
+  "qwen3moe-ep2-tp2 $qwen3moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5"
+  "qwen2moe-tp2-pp2 $qwen2moe parallel.tp=2,parallel.pp=2 4 1e-5"
+  "qwen2moe-ep2-tp2 $qwen2moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5")
 declare -A ref_of=()
 for run in "${runs[@]}"; do
   read -r name model layout np tol <<<"$run"

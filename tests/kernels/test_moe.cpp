@@ -356,6 +356,64 @@ TEST(MoeCombine, ForwardBackwardMatchReference) {
   }
 }
 
+// ---- the shared expert's gate (Qwen2-MoE) ------------------------------------------------------
+
+// out = base + σ(in · gate_w) ⊙ y, the three ops in a row: the forward into a copy of base (the op
+// accumulates), the backward's two halves with no reduction between them (tp 1).
+TEST(MoeSharedGate, ForwardBackwardMatchReference) {
+  std::mt19937_64 rng(3900);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t n = rand_dim(rng, 1, 30), c = rand_dim(rng, 1, 50), d = trial == 3 ? c : rand_dim(rng, 1, 70);
+    OpCase oc{.name = "moe_shared_gate n=" + std::to_string(n) + " c=" + std::to_string(c) + " d=" + std::to_string(d),
+              .args = {{"base", {n, d}, Role::input},
+                       {"y", {n, d}, Role::input},
+                       {"in", {n, c}, Role::input},
+                       {"gate_w", {c}, Role::param, 0, 0, trial == 2 ? 3.0 : 0.5},
+                       {"dlogit", {n}, Role::constant},
+                       {"out", {n, d}, Role::output},
+                       {"gate", {n}, Role::saved}}};
+    oc.fp32_args = {"gate", "dlogit"};
+    oc.forward = [=](OpRun& r) {
+      copy(r.t("out"), r.t("base"));
+      moe_shared_gate_forward(r.t("out"), r.t("gate"), r.t("y"), r.t("in"), r.t("gate_w"));
+    };
+    oc.backward = [=](OpRun& r) {
+      copy(r.grad("base"), r.grad("out"));
+      moe_shared_gate_backward(r.grad("y"), r.t("dlogit"), r.grad("out"), r.t("y"), r.t("gate"));
+      fill_zero(r.grad("in"));
+      moe_shared_gate_weight_backward(r.grad("in"), r.grad("gate_w"), r.t("dlogit"), r.t("in"), r.t("gate_w"));
+    };
+    oc.reference = [=](RefRun& r) {
+      for (int64_t i = 0; i < n; ++i) {
+        double logit = 0;
+        for (int64_t j = 0; j < c; ++j) logit += r.in("in")[size_t(i * c + j)] * r.in("gate_w")[size_t(j)];
+        const double g = 1.0 / (1.0 + std::exp(-logit));
+        r.out("gate")[size_t(i)] = g;
+        for (int64_t j = 0; j < d; ++j)
+          r.out("out")[size_t(i * d + j)] = r.in("base")[size_t(i * d + j)] + g * r.in("y")[size_t(i * d + j)];
+      }
+    };
+    // The directional derivatives sum every stored gradient element's rounding (dy = gate · dout
+    // rounded to 16 bits, elementwise): a random walk over up to 2000 of them.
+    oc.bf16 = {6e-3, 8e-3, 5e-2};
+    oc.fp16 = {1e-3, 1.5e-3, 8e-3};
+    oc.cuda = true;  // the dot products: a warp's shuffle sums against the CPU's loop
+    oc.cuda_bf16 = 4e-3;
+    oc.cuda_fp16 = 1e-3;
+    run_case(oc, 4000 + trial);
+  }
+}
+
+// A recomputation (no out): the gate alone, the same as with out.
+TEST(MoeSharedGate, GateAloneWithoutOutput) {
+  std::vector<float> in = {1.0f, -2.0f, 0.5f, 400.0f, -3.0f, 1000.0f}, w = {0.25f, 1.0f, -0.5f};
+  std::vector<float> y(6, 1.0f), gate(2, 0.0f);
+  moe_shared_gate_forward(Tensor{}, Tensor(gate.data(), DType::fp32, {2}), Tensor(y.data(), DType::fp32, {2, 3}),
+                          Tensor(in.data(), DType::fp32, {2, 3}), Tensor(w.data(), DType::fp32, {3}));
+  EXPECT_NEAR(gate[0], 1.0 / (1.0 + std::exp(-(0.25 - 2.0 - 0.25))), 1e-6);
+  EXPECT_EQ(gate[1], 0.0f);  // logit −403: σ underflows to 0, finite (no exp overflow)
+}
+
 // ---- the experts' grouped product --------------------------------------------------------------
 
 TEST(GroupedLinear, ForwardBackwardMatchReference) {

@@ -14,6 +14,7 @@ using nlohmann::json;
 
 std::string hf_model_type(const ModelConfig& m) {
   if (m.family == ModelFamily::gpt2) return "gpt2";
+  if (m.moe.enabled() && m.moe.shared_ffn_hidden > 0) return "qwen2_moe";
   if (m.moe.enabled()) return m.qk_norm ? "qwen3_moe" : "mixtral";
   if (m.qk_norm) return "qwen3";
   if (m.qkv_bias) return "qwen2";
@@ -47,6 +48,15 @@ HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
     case ParamRole::mlp_in_weight:
     case ParamRole::mlp_out_weight:
       if (m.family == ModelFamily::gpt2) transposed(p.shape[0], p.shape[1]);
+      if (const size_t at = p.name.find("block_sparse_moe."); at != std::string::npos)  // a shared expert's
+        l.name = p.name.substr(0, at) + "mlp." + p.name.substr(at + std::string("block_sparse_moe.").size());
+      break;
+    case ParamRole::mlp_gate_weight:
+    case ParamRole::mlp_up_weight:
+    case ParamRole::moe_shared_gate_weight:
+      // Qwen2-MoE's shared expert and its gate: the layer's prefix with block_sparse_moe -> mlp.
+      if (const size_t at = p.name.find("block_sparse_moe."); at != std::string::npos)
+        l.name = p.name.substr(0, at) + "mlp." + p.name.substr(at + std::string("block_sparse_moe.").size());
       break;
     case ParamRole::moe_router_weight:
     case ParamRole::moe_gate_weight:
@@ -59,7 +69,7 @@ HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
       const int64_t experts = m.moe.experts, e = p.expert;
       // Qwen3-MoE's 4.x names: mlp.gate, mlp.experts.{e}.gate_proj / up_proj / down_proj (Mixtral's
       // w1 / w3 / w2).
-      if (hf_model_type(m) == "qwen3_moe") {
+      if (hf_model_type(m) == "qwen3_moe" || hf_model_type(m) == "qwen2_moe") {
         static constexpr const char* kProj[] = {"gate_proj", "up_proj", "down_proj"};
         const int which = p.role == ParamRole::moe_gate_weight ? 0 : p.role == ParamRole::moe_up_weight ? 1 : 2;
         l.name = p.role == ParamRole::moe_router_weight ? mlp + "gate.weight"
@@ -158,13 +168,20 @@ json hf_rope_scaling(const RopeScalingConfig& r) {
 json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype, int32_t bos, int32_t eos) {
   const bool own_head_dim = m.head_dim > 0 && m.head_dim * m.heads != m.hidden;
   auto refuse = [&](const std::string& what, const std::string& why) {
-    throw Error(fmt::format("not supported yet: exporting a llama-family model with {}: {}", what, why),
-                "transformers' Llama, Qwen2, Qwen3, Qwen3-MoE and Mistral classes each hold one set of these "
-                "options (docs/hf.md lists them)");
+    throw Error(
+        fmt::format("not supported yet: exporting a llama-family model with {}: {}", what, why),
+        "transformers' Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE and Mistral classes each hold one set of these "
+        "options (docs/hf.md lists them)");
   };
   const std::string type = hf_model_type(m);
   std::string arch = "LlamaForCausalLM";
-  if (type == "qwen3_moe") {
+  if (type == "qwen2_moe") {
+    arch = "Qwen2MoeForCausalLM";
+    if (!m.qkv_bias) refuse("a shared expert without qkv_bias", "Qwen2-MoE's q, k and v projections have biases");
+    if (m.qk_norm) refuse("a shared expert and qk_norm", "Qwen2-MoE has no q/k norms");
+    if (m.sliding_window > 0) refuse("a shared expert and sliding_window", "Qwen2-MoE windows only some layers");
+    if (own_head_dim) refuse(fmt::format("head_dim {}", m.head_dim), "Qwen2-MoE's head size is hidden / heads");
+  } else if (type == "qwen3_moe") {
     arch = "Qwen3MoeForCausalLM";
     if (m.qkv_bias) refuse("qk_norm, experts and qkv_bias", "Qwen3-MoE's attention_bias also puts a bias on o_proj");
     if (m.sliding_window > 0) refuse("qk_norm, experts and sliding_window", "Qwen3-MoE windows only some layers");
@@ -220,7 +237,7 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
     c["pretraining_tp"] = 1;
   }
   if (type == "qwen3" || type == "qwen3_moe") c["attention_bias"] = false;
-  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") {
     c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr;
     c["max_window_layers"] = m.layers;
@@ -235,7 +252,7 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
     c["router_jitter_noise"] = 0.0;
     c["output_router_logits"] = false;
   }
-  if (type == "qwen3_moe") {
+  if (type == "qwen3_moe" || type == "qwen2_moe") {
     // Every dense layer listed in mlp_only_layers (decoder_sparse_step 1): any first_dense / every
     // pattern, exactly. z_loss and capacity_factor are training-only terms Qwen3-MoE has not.
     json dense = json::array();
@@ -249,6 +266,10 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
     c["norm_topk_prob"] = m.moe.renormalize;
     c["router_aux_loss_coef"] = m.moe.aux_loss;
     c["output_router_logits"] = false;
+  }
+  if (type == "qwen2_moe") {
+    c["shared_expert_intermediate_size"] = m.moe.shared_ffn_hidden;
+    c["qkv_bias"] = true;  // transformers 5's Qwen2MoeConfig key (4.x always has the biases)
   }
   // transformers 4.40's Llama has no head_dim (it is hidden / heads): written where it differs or
   // where the class always had it.
@@ -392,7 +413,8 @@ class ConfigReader {
     if (problems_.empty()) return;
     throw Error(fmt::format("{}: not supported yet by llmtrain import:\n  {}", origin_, fmt::join(problems_, "\n  ")),
                 "llmtrain implements transformers' GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                "Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM and Qwen3MoeForCausalLM without these "
+                "Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM and "
+                "Qwen2MoeForCausalLM without these "
                 "options "
                 "(docs/hf.md lists what is accepted)");
   }
@@ -520,19 +542,21 @@ void read_mixtral_moe(ConfigReader& r, ModelConfig& m) {
 // == 0 and l is not in mlp_only_layers; the dense ones are Qwen3's MLP of intermediate_size. That set
 // is taken when model.moe's first_dense / every can say it (every pattern export writes, and the
 // released models: all layers MoE), and refused naming mlp_only_layers otherwise. Missing fields take
-// Qwen3MoeConfig's defaults, as transformers does.
-void read_qwen3_moe(ConfigReader& r, const json& j, ModelConfig& m) {
+// Qwen3MoeConfig's defaults, as transformers does. Qwen2-MoE's blocks are the same with a gated
+// shared expert of shared_expert_intermediate_size (qwen2: its defaults Qwen2MoeConfig's).
+void read_qwen_moe(ConfigReader& r, const json& j, ModelConfig& m, bool qwen2) {
   MoeConfig& e = m.moe;
   // transformers 5 saves num_experts under its attribute_map's name, num_local_experts.
   const bool local = j.contains("num_local_experts") && !j["num_local_experts"].is_null();
-  e.experts = r.integer(local ? "num_local_experts" : "num_experts", 128, false, 1, 1 << 12);
+  e.experts = r.integer(local ? "num_local_experts" : "num_experts", qwen2 ? 60 : 128, false, 1, 1 << 12);
   if (local && j.contains("num_experts") && !j["num_experts"].is_null() &&
       r.integer("num_experts", e.experts, false, 1, 1 << 12) != e.experts)
     r.problem("num_experts", j["num_experts"].dump(), fmt::format("num_local_experts' value ({})", e.experts));
-  e.top_k = r.integer("num_experts_per_tok", 8, false, 1, 1 << 12);
+  e.top_k = r.integer("num_experts_per_tok", qwen2 ? 4 : 8, false, 1, 1 << 12);
   if (e.top_k > e.experts)
     r.problem("num_experts_per_tok", std::to_string(e.top_k), fmt::format("at most num_experts ({})", e.experts));
-  e.ffn_hidden = r.integer("moe_intermediate_size", 768, false, 1, kMaxDim * 8);
+  e.ffn_hidden = r.integer("moe_intermediate_size", qwen2 ? 1408 : 768, false, 1, kMaxDim * 8);
+  if (qwen2) e.shared_ffn_hidden = r.integer("shared_expert_intermediate_size", 5632, false, 1, kMaxDim * 8);
   e.renormalize = r.boolean("norm_topk_prob", false);
   e.capacity_factor = 0;
   e.aux_loss = r.number("router_aux_loss_coef", 0.001, 0.0, 1e3);
@@ -574,7 +598,8 @@ void read_qwen3_moe(ConfigReader& r, const json& j, ModelConfig& m) {
 
 // LlamaForCausalLM and the classes that are Llama with one more option each: Qwen2 (q/k/v biases),
 // Qwen3 (per-head q/k norms, its own head size), Mistral (a sliding window), Mixtral (Mistral with
-// a MoE block in place of every MLP), Qwen3-MoE (Qwen3 with MoE blocks).
+// a MoE block in place of every MLP), Qwen3-MoE (Qwen3 with MoE blocks), Qwen2-MoE (Qwen2 with MoE
+// blocks that have a gated shared expert).
 void read_llama_family(ConfigReader& r, const json& j, const std::string& type, ModelConfig& m) {
   m.family = ModelFamily::llama;
   m.hidden = r.integer("hidden_size", 4096, true, 1, kMaxDim);
@@ -591,15 +616,16 @@ void read_llama_family(ConfigReader& r, const json& j, const std::string& type, 
   if (type == "llama" || type == "qwen3" || type == "qwen3_moe")
     r.only("attention_bias", false, "false (a bias on q, k, v and o_proj; Qwen2 is the class with q/k/v biases)");
   if (type == "llama") r.only("mlp_bias", false, "false (no biases on the MLP)");
-  m.qkv_bias = type == "qwen2";
+  m.qkv_bias = type == "qwen2" || type == "qwen2_moe";
   m.qk_norm = type == "qwen3" || type == "qwen3_moe";
   const int64_t head_dim = r.integer("head_dim", 0, false, 2, kMaxDim);
   if (head_dim > 0 && !(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
   if (type == "mistral" || type == "mixtral")
     m.sliding_window = r.integer("sliding_window", 0, false, 1, kMaxPositions);
   if (type == "mixtral") read_mixtral_moe(r, m);
-  if (type == "qwen3_moe") read_qwen3_moe(r, j, m);
-  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
+  if (type == "qwen3_moe" || type == "qwen2_moe") read_qwen_moe(r, j, m, type == "qwen2_moe");
+  if (type == "qwen2_moe") r.only("qkv_bias", true, "true (Qwen2-MoE's q, k and v biases)");
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") {
     // Qwen windows the layers from max_window_layers on when use_sliding_window is set.
     r.only("use_sliding_window", false, "false (every layer attends to all earlier positions)");
     r.integer("sliding_window", 0, false, 1, kMaxPositions);
@@ -644,11 +670,11 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
     r.only("scale_attn_by_inverse_layer_idx", false, "false");
     r.only("add_cross_attention", false, "false (a decoder-only model)");
   } else if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral" || type == "mixtral" ||
-             type == "qwen3_moe") {
+             type == "qwen3_moe" || type == "qwen2_moe") {
     read_llama_family(r, j, type, m);
   } else {
     throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\", \"llama\", \"qwen2\", \"qwen3\", "
-                            "\"mistral\", \"mixtral\" and \"qwen3_moe\"",
+                            "\"mistral\", \"mixtral\", \"qwen3_moe\" and \"qwen2_moe\"",
                             origin, j.contains("model_type") ? j["model_type"].dump() : "missing"),
                 "not supported yet: other architectures");
   }

@@ -19,7 +19,8 @@
 //    mlp.experts.gate_up_proj [E, 2f, d] = each expert's w1 then w3, down_proj [E, d, f] = w2),
 //    which save_pretrained(save_original_format=False) writes, is read too (HfTensorLayout::fused_*).
 //    Qwen3-MoE's are the same tensors under its own names (mlp.gate, mlp.experts.{e}.gate_proj /
-//    up_proj / down_proj), with the same fused layout in 5.x.
+//    up_proj / down_proj), with the same fused layout in 5.x. Qwen2-MoE's too, plus its shared
+//    expert mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate (never fused).
 //  - Config fields are read as transformers 4.x and 5.x write them (rope_theta + rope_scaling or
 //    rope_parameters; torch_dtype or dtype); export writes 4.x's spellings, which 5.x reads too.
 //  - Import refuses every config field that changes the architecture or the numerics in a way we
@@ -60,7 +61,7 @@ struct HfTensorLayout {
 HfTensorLayout hf_tensor_layout(const ModelConfig& model, const ParamSpec& param);
 
 // The transformers model_type export writes for `model`: "gpt2", or the llama-family class that
-// has exactly its options ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe").
+// has exactly its options ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "qwen2_moe").
 std::string hf_model_type(const ModelConfig& model);
 // Ours (param.shape, fp32) -> transformers' element order and shape.
 std::vector<float> to_hf_layout(const HfTensorLayout& layout, const ParamSpec& param, const float* ours);

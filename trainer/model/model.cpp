@@ -152,6 +152,7 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     // rank would fill an expert's capacity from its own rows. The model computes that, and the
     // memory it needs is the same.)
     check_divides(tp_size, m.moe.ffn_hidden, "model.moe.ffn_hidden");
+    check_divides(tp_size, m.moe.shared_ffn_hidden, "model.moe.shared_ffn_hidden");
   }
   LT_CHECK(
       o.expert_parallel >= 1 && (o.expert_parallel == 1 || (m.moe.enabled() && m.moe.experts % o.expert_parallel == 0)),
@@ -227,6 +228,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, parallel::C
   kv_heads_ = z.kv_heads;
   head_dim_ = z.head_dim;
   ffn_ = z.ffn;
+  shared_ffn_ = z.shared_ffn;
   vocab_local_ = z.vocab_local;
   vocab_begin_ = tp_.rank() * vocab_local_;
   // The ranks holding the same key/value head reduce its gradient (collective over tp).
@@ -371,6 +373,11 @@ void Model::bind_block(int i, bool grad) {
     w.router = v(R::moe_router_weight);
     w.experts_in = experts({R::moe_gate_weight, R::moe_up_weight}, d);
     w.experts_out = experts({R::moe_down_weight}, config_.moe.ffn_hidden / tp_.size());
+    if (config_.moe.shared_ffn_hidden > 0) {  // the shared expert: the dense MLP's roles, and its gate
+      w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)}, d);
+      w.out_w = mat(R::mlp_out_weight);
+      w.shared_gate = v(R::moe_shared_gate_weight).view({d});
+    }
   } else {
     w.out_w = mat(R::mlp_out_weight);
   }
@@ -446,6 +453,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   const int64_t nl = z.sp ? n / z.tp : n;  // this rank's rows of the residual stream
   const int64_t qkv = (z.heads + 2 * z.kv_heads) * z.head_dim, q = z.heads * z.head_dim;
   const int64_t fc = z.llama ? 2 * z.ffn : z.ffn;
+  const int64_t shared_fc = 2 * z.shared_ffn;  // a MoE block's shared expert (0: none)
   // Slots hold one chunk's blocks each: activation_slots per chunk, chunk-major.
   const int layers = options.stage.chunk_blocks(), chunks = options.stage.chunks;
   const bool full_ckpt = options.checkpointing == ActivationCheckpointing::full;
@@ -461,6 +469,10 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   // `dense` / `moe`: the MLP activations of a dense block, of a MoE block, or (a recomputation set
   // shared by both kinds) of both. A MoE block's are all kept as products: selective recomputation
   // redoes only its norms.
+  // [rows, cols] with rows ≥ n enough to also hold n rows of `other` columns.
+  auto wide = [&](int64_t cols, int64_t other) {
+    return a.take({(n * std::max(cols, other) + cols - 1) / cols, cols});
+  };
   auto layer_acts = [&](int parts, bool dense, bool moe) {
     LayerActs l;
     if (parts & kElementwise) {
@@ -503,8 +515,18 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
         l.ep_plan = std::make_shared<std::vector<int32_t>>(size_t(z.ep * (z.experts + 1)), 0);
       }
     }
-    if (dense && (parts & kProducts)) l.fc = a.take({n, fc});
-    if (dense && (parts & kElementwise)) l.act = a.take({n, z.ffn});
+    // A shared expert's fc and act take the dense MLP's buffers: in a recomputation set for both
+    // kinds, shaped as the dense MLP's with the rows to hold the shared expert's too (whose code views
+    // them at its own width).
+    const bool shared = moe && z.shared_ffn > 0;
+    if ((dense || shared) && (parts & kProducts))
+      l.fc = dense ? wide(fc, shared ? shared_fc : 0) : a.take({n, shared_fc});
+    if ((dense && (parts & kElementwise)) || (shared && (parts & kProducts)))
+      l.act = dense ? wide(z.ffn, shared ? z.shared_ffn : 0) : a.take({n, z.shared_ffn});
+    if (shared && (parts & kProducts)) {
+      l.shared_out = a.take({n, d});
+      l.shared_gate = a.take_f32({n});
+    }
     return l;
   };
   // Whether local block l of chunk c is a MoE block, and whether any of the stage's is (or is not).
@@ -558,13 +580,14 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   work.dln = a.take({n, d});
   work.dqkv = a.take({n, qkv});
   work.datt = a.take({n, q});
-  work.dfc = a.take({n, fc});
-  work.dact = a.take({n, z.ffn});
+  work.dfc = wide(fc, any_moe ? shared_fc : 0);  // a shared expert's too
+  work.dact = wide(z.ffn, any_moe ? z.shared_ffn : 0);
   if (any_moe) {
     work.moe_dd = a.take({m, d});
     work.moe_dfc = a.take({mx, 2 * z.moe_ffn});
     work.moe_dact = a.take({mx, z.moe_ffn});
     work.moe_dweight = a.take_f32({m});
+    if (z.shared_ffn > 0) work.moe_dlogit = a.take_f32({n});
     if (z.ep > 1) {
       work.ep_recv = a.take({mx, d});
       work.ep_rows = a.take({mx, d});

@@ -443,7 +443,7 @@ class Model {
   // qk_norm: the per-head RMSNorm of the q and k heads of qkv4 (kept input: a.qk_in), and its
   // backward in place on dqkv4 (the norm weights' gradients reduced over tp).
   // A MoE block's MLP (model_layers.cpp): out = the experts' weighted outputs for the normed rows
-  // ln2; its backward leaves d(ln2) in dln.
+  // ln2 (plus the gated shared expert's, model.moe.shared_ffn_hidden); its backward leaves d(ln2) in dln.
   void moe_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor ln2, kernels::Tensor out);
   void moe_experts_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor in, kernels::Tensor y);
   kernels::Tensor local_experts(const kernels::Tensor& all) const;
@@ -476,6 +476,7 @@ class Model {
   bool sp_ = false;       // options.sequence_parallel with tp > 1
   float loss_scale_ = 1;  // the backward in progress's (the MoE auxiliary losses' gradients take it)
   int64_t seq_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_local_ = 0, vocab_begin_ = 0;
+  int64_t shared_ffn_ = 0;  // a MoE block's shared expert's width on this rank (0: none)
 
   std::vector<ModelParam> params_;
   int64_t numel_ = 0;

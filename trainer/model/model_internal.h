@@ -26,7 +26,8 @@ struct Model::Dims {
   bool qk_norm = false;  // per-head RMSNorm of q and k (Qwen3)
   // MoE blocks (model.moe): experts, picks per token, each expert's SwiGLU width on this rank.
   int64_t experts = 0, top_k = 0, moe_ffn = 0;
-  int64_t ep = 1;  // expert parallelism: ranks splitting the experts (ModelOptions::expert_parallel)
+  int64_t shared_ffn = 0;  // the shared expert's SwiGLU width on this rank (0: none)
+  int64_t ep = 1;          // expert parallelism: ranks splitting the experts (ModelOptions::expert_parallel)
 
   Dims(const ModelConfig& m, const ModelOptions& o, int tp_size)
       : llama(m.family == ModelFamily::llama),
@@ -43,6 +44,7 @@ struct Model::Dims {
         experts(m.moe.experts),
         top_k(m.moe.enabled() ? m.moe.top_k : 0),
         moe_ffn(m.moe.ffn_hidden / tp_size),
+        shared_ffn(m.moe.enabled() ? m.moe.shared_ffn_hidden / tp_size : 0),
         ep(o.expert_parallel) {}
 };
 
@@ -78,10 +80,12 @@ class Model::Arena {
 //          [qkv_b [(H + 2·KV)/tp·hd] (qkv_bias)]  [qn_w kn_w [hd] (qk_norm)]
 //          o_w  ln2_w  fc_w [2·f/tp, d] (gate_proj, up_proj adjacent)  out_w (down_proj)
 //   a MoE block (llama) has, in place of fc_w and out_w: router [E, d], experts_in [E, 2·f, d] (each
-//          expert's w1 and w3 adjacent), experts_out [E, d, f] (the w2s); f = model.moe.ffn_hidden
+//          expert's w1 and w3 adjacent), experts_out [E, d, f] (the w2s); f = model.moe.ffn_hidden;
+//          with a shared expert (model.moe.shared_ffn_hidden) also fc_w [2·fs/tp, d] and out_w
+//          [d, fs/tp] (its SwiGLU, the dense MLP's layout) and shared_gate [d]
 struct Model::BlockWeights {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, qn_w, kn_w, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
-  Tensor router, experts_in, experts_out;
+  Tensor router, experts_in, experts_out, shared_gate;
 };
 
 // Views of the embedding's and the head's parameters (or their gradients), those this stage
@@ -111,6 +115,9 @@ struct Model::LayerActs {
   Tensor route_order, route_pos;            // [M] int32: the permutation and its inverse (-1: dropped)
   Tensor route_offsets, route_stats;        // [E + 1] int32 each expert's first row; fp32 [2E + 2] (moe_route_stats)
   Tensor moe_in, moe_fc, moe_act, moe_out;  // [M, d] gathered input, [M, 2f] gate|up, [M, f] SwiGLU, [M, d]
+  // A shared expert's: fc [N, 2·fs/tp] and act [N, fs/tp] as the dense MLP's (all kept, as the
+  // experts' are), its output before the gate [N, d] (a partial sum over tp) and the gate fp32 [N].
+  Tensor shared_out, shared_gate;
   // Expert parallelism (ep > 1): moe_in is what this rank sends, moe_out what comes back (both in
   // its plan's order); its experts compute R ≤ ep·M rows from every ep rank, in expert-major order
   // (moe_fc and moe_act hold ep·M rows).
@@ -126,7 +133,7 @@ struct Model::LayerActs {
 // the weight-gradient half — each linear's output gradient (its input is a kept activation).
 struct Model::LayerGrads {
   Tensor d_out;  // [N, d] d(block output): mlp_out's output gradient
-  Tensor dfc;    // [N, f/tp] or [N, 2·f/tp]: the MLP input linear's
+  Tensor dfc;    // [N, f/tp] or [N, 2·f/tp]: the MLP input linear's (a dense block's)
   Tensor d_mid;  // [N, d] d(mid): attn_out's
   Tensor dqkv;   // [N, (H + 2·KV)/tp · hd]: the qkv linear's
 };
@@ -161,6 +168,7 @@ struct Model::Work {
   Tensor dres, dln, dqkv, datt, dfc, dact;
   // A MoE block's: [M, d], [M, 2f], [M, f], fp32 [M] (the router weights').
   Tensor moe_dd, moe_dfc, moe_dact, moe_dweight;
+  Tensor moe_dlogit;  // fp32 [N]: the shared expert's gate logit gradient
   // Expert parallelism: [ep·M, d] twice (the exchanged rows; the experts' rows) and int32 [ep, E + 1]
   // (the gathered offsets); moe_dfc and moe_dact then hold ep·M rows.
   Tensor ep_recv, ep_rows, ep_plan;

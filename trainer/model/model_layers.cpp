@@ -48,6 +48,9 @@ Tensor rows(const Tensor& t, int64_t n) {
   return t.flat(0, n * cols).view({n, cols});
 }
 Tensor first(const Tensor& t, int64_t n) { return t.flat(0, n); }
+// The first n rows of `cols` columns of a buffer sized for a wider use too (a shared expert's fc and
+// act in the dense MLP's buffers).
+Tensor rows_of(const Tensor& t, int64_t n, int64_t cols) { return t.flat(0, n * cols).view({n, cols}); }
 
 }  // namespace
 
@@ -453,6 +456,15 @@ void Model::moe_forward(const BlockWeights& w, LayerActs& a, Tensor ln2, Tensor 
   k::moe_gather_forward(in, ln2, order, moe.top_k);
   moe_experts_forward(w, a, in, y);
   if (out.defined()) k::moe_combine_forward(out, y, weight, pos);  // undefined: a recomputation
+  if (!w.shared_gate.defined()) return;
+  // The shared expert (Qwen2-MoE): out += σ(ln2 · gate) ⊙ SwiGLU(ln2), its width split over tp like
+  // the dense MLP's (y a partial sum, as the experts' outputs are; the gate is every rank's).
+  const int64_t fs = shared_ffn_;
+  const Tensor fc = rows_of(a.fc, n, 2 * fs), act = rows_of(a.act, n, fs), shared = rows(a.shared_out, n);
+  k::linear_forward(fc, ln2, w.fc_w, Tensor{});
+  k::swiglu_forward(act, fc);
+  k::linear_forward(shared, act, w.out_w, Tensor{});
+  k::moe_shared_gate_forward(out, first(a.shared_gate, n), shared, ln2, w.shared_gate);
 }
 
 // Its backward from dout = d(out): the experts' and the router's weight gradients, and d(ln2) in dln
@@ -481,6 +493,20 @@ void Model::moe_backward(const BlockWeights& w, const BlockWeights& g, const Lay
   k::moe_router_backward(router_din, g.router, dweight, rows(a.probs, n), first(a.router_lse, n),
                          first(a.route_expert, m), a.route_stats, ln2, w.router, moe.top_k, moe.renormalize, aux,
                          float(moe.z_loss), loss_scale_);
+  if (!w.shared_gate.defined()) return;
+  // The shared expert: through the gate (its logit's gradient a partial sum over tp, as y is: reduced,
+  // the gate weight's gradient is every rank's, and its share of d(ln2) joins on tp rank 0, as the
+  // router's), then its SwiGLU, whose d(ln2) share is partial like the experts'.
+  const int64_t fs = shared_ffn_;
+  const Tensor dy = rows(wk.moe_dd, n), dlogit = first(wk.moe_dlogit, n);
+  k::moe_shared_gate_backward(dy, dlogit, dout, rows(a.shared_out, n), first(a.shared_gate, n));
+  tpx::reduce_from_tp_region_forward(tp_, dlogit);
+  k::moe_shared_gate_weight_backward(tp_.rank() == 0 ? dln : Tensor{}, g.shared_gate, dlogit, ln2, w.shared_gate);
+  const Tensor dact = rows_of(wk.dact, n, fs), dfc = rows_of(wk.dfc, n, 2 * fs);
+  k::linear_backward(dact, g.out_w, Tensor{}, dy, rows_of(a.act, n, fs), w.out_w);
+  k::swiglu_backward(dfc, dact, rows_of(a.fc, n, 2 * fs));
+  k::linear_backward(dy, g.fc_w, Tensor{}, dfc, ln2, w.fc_w);  // dy's rows now hold the SwiGLU's d(ln2)
+  k::residual_forward(dln, dln, dy, Tensor{});
 }
 
 namespace {

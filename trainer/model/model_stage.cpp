@@ -267,6 +267,9 @@ Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
   a.moe_fc = kept.moe_fc;
   a.moe_act = kept.moe_act;
   a.moe_out = kept.moe_out;
+  if (kept.act.defined()) a.act = kept.act;  // a shared expert's (kept like the experts')
+  a.shared_out = kept.shared_out;
+  a.shared_gate = kept.shared_gate;
   a.ep_in = kept.ep_in;
   a.ep_perm = kept.ep_perm;
   a.ep_inv = kept.ep_inv;

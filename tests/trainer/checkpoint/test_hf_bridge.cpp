@@ -393,6 +393,78 @@ TEST(HfBridge, Qwen3MoeIsQwen3WithMoeBlocks) {
   EXPECT_THROW(hf_read_model_config(bias, "config.json"), Error);
 }
 
+// Qwen2-MoE: Qwen2's attention (q/k/v biases) with Qwen3-MoE's blocks and a gated shared expert
+// (shared_expert_intermediate_size): config and tensor names both ways; a shared expert without the
+// biases (5.x's qkv_bias false) is refused by name, and so is exporting one.
+TEST(HfBridge, Qwen2MoeHasAGatedSharedExpert) {
+  const json v5 = json::parse(R"({"architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": null, "decoder_sparse_step": 1, "dtype": "float32", "eos_token_id": null, "hidden_act": "silu",
+    "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 176, "layer_types": ["full_attention",
+    "full_attention", "full_attention"], "max_position_embeddings": 128, "max_window_layers": 28,
+    "mlp_only_layers": [0], "model_type": "qwen2_moe", "moe_intermediate_size": 48, "norm_topk_prob": false,
+    "num_attention_heads": 4, "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 3,
+    "num_key_value_heads": 2, "output_router_logits": false, "pad_token_id": null, "qkv_bias": true,
+    "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+    "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 96, "sliding_window": null,
+    "tie_word_embeddings": false, "transformers_version": "5.24.0", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 300})");
+  const ModelConfig m = hf_read_model_config(v5, "config.json").model;
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_FALSE(m.qk_norm);
+  EXPECT_EQ(m.moe.experts, 8);
+  EXPECT_EQ(m.moe.ffn_hidden, 48);
+  EXPECT_EQ(m.moe.shared_ffn_hidden, 96);
+  EXPECT_EQ(m.moe.first_dense, 1);
+  EXPECT_FALSE(m.moe.renormalize);
+  EXPECT_EQ(hf_model_type(m), "qwen2_moe");
+  const json out = hf_model_config(m, "float32", -1, -1);
+  EXPECT_EQ(out["architectures"][0], "Qwen2MoeForCausalLM");
+  EXPECT_EQ(out["shared_expert_intermediate_size"], 96);
+  EXPECT_EQ(out["qkv_bias"], true);
+  EXPECT_EQ(out["mlp_only_layers"], json::array({0}));
+  const ModelConfig back = hf_read_model_config(out, "config.json").model;
+  EXPECT_EQ(back.moe.shared_ffn_hidden, 96);
+  EXPECT_TRUE(back.qkv_bias);
+  // The shared expert's tensors under mlp., not fused; the routed experts' as Qwen3-MoE's.
+  std::vector<std::string> shared;
+  for (const ParamSpec& p : model_param_specs(m)) {
+    const HfTensorLayout l = hf_tensor_layout(m, p);
+    if (p.layer == 1 && l.name.find("shared_expert") != std::string::npos) {
+      shared.push_back(l.name + (l.fused_name.empty() ? "" : " fused"));
+      EXPECT_EQ(l.shape, p.shape) << p.name;
+    }
+    if (p.layer == 1 && p.role == ParamRole::moe_gate_weight && p.expert == 3)
+      EXPECT_EQ(l.name, "model.layers.1.mlp.experts.3.gate_proj.weight");
+    if (p.layer == 0 && p.role == ParamRole::mlp_gate_weight) EXPECT_EQ(l.name, "model.layers.0.mlp.gate_proj.weight");
+  }
+  EXPECT_EQ(shared,
+            (std::vector<std::string>{
+                "model.layers.1.mlp.shared_expert.gate_proj.weight", "model.layers.1.mlp.shared_expert.up_proj.weight",
+                "model.layers.1.mlp.shared_expert.down_proj.weight", "model.layers.1.mlp.shared_expert_gate.weight"}));
+  // Every parameter counts as active but the unvisited experts: the shared expert is every token's.
+  const int64_t shared_params = 2 * (3 * 96 * 64 + 64), expert = 3 * 48 * 64;
+  EXPECT_EQ(count_parameters(m) - count_active_parameters(m), 2 * 6 * expert);
+  ModelConfig unshared = m;
+  unshared.moe.shared_ffn_hidden = 0;
+  EXPECT_EQ(count_parameters(m) - count_parameters(unshared), shared_params);
+  json nobias = v5;
+  nobias["qkv_bias"] = false;
+  try {
+    hf_read_model_config(nobias, "config.json");
+    ADD_FAILURE() << "qkv_bias false accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qkv_bias: found false"), std::string::npos) << e.what();
+  }
+  ModelConfig plain = m;
+  plain.qkv_bias = false;
+  try {
+    hf_model_config(plain, "float32", -1, -1);
+    ADD_FAILURE() << "a shared expert without biases exported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without qkv_bias"), std::string::npos) << e.what();
+  }
+}
+
 // YaRN as transformers 5 writes it (rope_parameters) and 4.x (rope_scaling): every field, the
 // defaults transformers fills in (original_max_position_embeddings, the factor from their ratio),
 // and back out.

@@ -86,6 +86,7 @@ int main(int argc, char** argv) try {
   m.moe.aux_loss = std::stod(get("moe-aux", "0.01"));
   m.moe.z_loss = std::stod(get("moe-z", "0.001"));
   m.moe.capacity_factor = std::stod(get("moe-capacity", "0"));
+  m.moe.shared_ffn_hidden = std::stoi(get("moe-shared-ffn", "0"));
   const int batch = std::stoi(get("batch", "2")), steps = std::stoi(get("steps", "20"));
   const int accum = std::stoi(get("accum", "1"));
   const double ignore = std::stod(get("ignore", "0"));
@@ -102,7 +103,10 @@ int main(int argc, char** argv) try {
 
   ModelOptions mo;
   mo.micro_batch = batch;
-  mo.checkpointing = get("ckpt", "0") == "1" ? ActivationCheckpointing::full : ActivationCheckpointing::none;
+  const std::string ckpt = get("ckpt", "0");  // 0 none, 1 full, 2 selective
+  mo.checkpointing = ckpt == "1"   ? ActivationCheckpointing::full
+                     : ckpt == "2" ? ActivationCheckpointing::selective
+                                   : ActivationCheckpointing::none;
   auto tp = parallel::make_local_comm("tp");
   Model model(m, mo, *tp);
   model.init_parameters(seed);
@@ -138,7 +142,8 @@ int main(int argc, char** argv) try {
                                                                  {"renormalize", m.moe.renormalize},
                                                                  {"aux_loss", m.moe.aux_loss},
                                                                  {"z_loss", m.moe.z_loss},
-                                                                 {"capacity_factor", m.moe.capacity_factor}}
+                                                                 {"capacity_factor", m.moe.capacity_factor},
+                                                                 {"shared_ffn_hidden", m.moe.shared_ffn_hidden}}
                                                 : nlohmann::json(nullptr)},
                         {"batch", batch},
                         {"steps", steps},
