@@ -628,7 +628,7 @@ void read_llama_family(ConfigReader& r, const json& j, const std::string& type, 
   if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") {
     // Qwen windows the layers from max_window_layers on when use_sliding_window is set.
     r.only("use_sliding_window", false, "false (every layer attends to all earlier positions)");
-    r.integer("sliding_window", 0, false, 1, kMaxPositions);
+    r.integer("sliding_window", 0, false, 0, kMaxPositions);  // unused; 5.x's Qwen2-MoE saves 0
     r.integer("max_window_layers", 0, false, 0, 1 << 20);
   }
   // transformers 5 lists each layer's attention: all of one kind, the window's or the full one.
