@@ -149,15 +149,16 @@ done
 compare "qkv_bias, qk_norm, head_dim, sliding_window and llama3 RoPE: cuda takes the cpu's 2 steps" \
   variants-cuda variants-cpu --last 2 --tol 1e-5
 # 6. MoE blocks on cuda (the router, plan, stats, gather, grouped products and combine kernels, the
-#    routing statistics in the step's one read): 2 fp32 steps take the CPU's (the kernels' capacity
-#    drops are checked in the op harness on the simulated device).
+#    routing statistics in the step's one read, Qwen2-MoE's gated shared expert): 2 fp32 steps take
+#    the CPU's (the kernels' capacity drops are checked in the op harness on the simulated device).
 moe=(--set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_hidden=128 --set model.moe.first_dense=1
+  --set model.moe.shared_ffn_hidden=64
   --set train.steps=2 --set checkpoint.resume=none --set checkpoint.every=2)
 for d in cpu cuda; do
   run_cmd "moe on $d" train moe-$d --set train.device=$d "${moe[@]}"
   expect_status 0
 done
-compare "MoE blocks: cuda takes the cpu's 2 steps" moe-cuda moe-cpu --last 2 --tol 1e-5
+compare "MoE blocks with a shared expert: cuda takes the cpu's 2 steps" moe-cuda moe-cpu --last 2 --tol 1e-5
 # 7. The planner's measured rates (tests/bench/device_rates, which scripts/gpu_check.sh runs on a GPU):
 #    on the simulated device at a tiny shape, a file `plan --rates` takes (the simulator's rates
 #    mean nothing; the file and its path through the planner are what is checked).

@@ -20,6 +20,8 @@
 #    Qwen3-MoE-shaped one with YaRN and a Qwen2-MoE-shaped one at tp 2 × pp 2 and at ep 2 × tp 2
 #    (sequence parallel), to the
 #    one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
+#  - with ARGS full (scripts/test.sh --full): the MoE families at ZeRO 1–3 (with ep), cp 2 (ring and
+#    all-to-all), with selective and full recomputation, the zero-bubble schedule, and in bf16;
 #  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows, Qwen3-MoE dense
 #    layers between MoE blocks that model.moe cannot place) is refused by name.
 source "$(dirname "$0")/lib.sh"
@@ -164,6 +166,20 @@ runs=("qwen3-tp2-pp2-sp model.qk_norm=true,model.head_dim=32 parallel.tp=2,paral
   "qwen3moe-ep2-tp2 $qwen3moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5"
   "qwen2moe-tp2-pp2 $qwen2moe parallel.tp=2,parallel.pp=2 4 1e-5"
   "qwen2moe-ep2-tp2 $qwen2moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5")
+# --full (tests/CMakeLists.txt's e2e_hf_families_full): the MoE families under the other layouts —
+# ZeRO 1–3 (with ep), cp 2 (ring and all-to-all), recomputation, the zero-bubble schedule — and in bf16.
+if [[ ${3:-ci} == full ]]; then
+  runs+=("qwen2moe-dp2-zero3 $qwen2moe parallel.zero=3 2 1e-5"
+    "qwen2moe-ep2-zero1 $qwen2moe parallel.ep=2,parallel.zero=1 2 1e-5"
+    "qwen2moe-dp2-zero2 $qwen2moe parallel.zero=2 2 1e-5"
+    "qwen2moe-cp2 $qwen2moe parallel.cp=2 2 1e-5"
+    "qwen3moe-cp2-a2a $qwen3moe parallel.cp=2,parallel.cp_comm=all_to_all 2 1e-5"
+    "qwen2moe-tp2-selective $qwen2moe parallel.tp=2,train.activation_checkpointing=selective 2 1e-5"
+    "qwen2moe-tp2-full $qwen2moe parallel.tp=2,train.activation_checkpointing=full 2 1e-5"
+    "qwen2moe-pp2-zb $qwen2moe parallel.pp=2,parallel.pp_schedule=zero_bubble 2 1e-5"
+    "qwen2moe-bf16-tp2 $qwen2moe,train.precision=bf16 parallel.tp=2,parallel.sequence_parallel=true 2 1e-2"
+    "qwen3moe-bf16-ep2 $qwen3moe,train.precision=bf16 parallel.ep=2 2 1e-2")
+fi
 declare -A ref_of=()
 for run in "${runs[@]}"; do
   read -r name model layout np tol <<<"$run"

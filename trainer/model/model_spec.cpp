@@ -24,6 +24,20 @@ void moe_specs(const ModelConfig& m, int i, std::vector<ParamSpec>& out) {
   auto p = [&](const std::string& s) { return fmt::format("model.layers.{}.block_sparse_moe.{}", i, s); };
   add(out, ParamRole::moe_router_weight, p("gate.weight"), {m.moe.experts, d}, -1, true, ParamInit::normal,
       ParamPlace::block, i);
+  // The shared expert (Qwen2-MoE) next: every token's, so counted active (expert -1) and replicated
+  // over ep; before the routed experts, so that the dense parameters of a block stay one range of the
+  // flat buffer and the experts' another (expert parallelism shards the latter).
+  if (m.moe.shared_ffn_hidden > 0) {
+    const int64_t fs = m.moe.shared_ffn_hidden;
+    add(out, ParamRole::mlp_gate_weight, p("shared_expert.gate_proj.weight"), {fs, d}, 0, true, ParamInit::normal,
+        ParamPlace::block, i);
+    add(out, ParamRole::mlp_up_weight, p("shared_expert.up_proj.weight"), {fs, d}, 0, true, ParamInit::normal,
+        ParamPlace::block, i);
+    add(out, ParamRole::mlp_out_weight, p("shared_expert.down_proj.weight"), {d, fs}, 1, true,
+        ParamInit::normal_residual, ParamPlace::block, i);
+    add(out, ParamRole::moe_shared_gate_weight, p("shared_expert_gate.weight"), {1, d}, -1, true, ParamInit::normal,
+        ParamPlace::block, i);
+  }
   for (int e = 0; e < m.moe.experts; ++e) {
     add(out, ParamRole::moe_gate_weight, p(fmt::format("experts.{}.w1.weight", e)), {f, d}, 0, true, ParamInit::normal,
         ParamPlace::block, i, e);
@@ -33,17 +47,6 @@ void moe_specs(const ModelConfig& m, int i, std::vector<ParamSpec>& out) {
   for (int e = 0; e < m.moe.experts; ++e)
     add(out, ParamRole::moe_down_weight, p(fmt::format("experts.{}.w2.weight", e)), {d, f}, 1, true,
         ParamInit::normal_residual, ParamPlace::block, i, e);
-  if (m.moe.shared_ffn_hidden == 0) return;
-  // The shared expert: every token's, so counted active (expert -1), and replicated over ep.
-  const int64_t fs = m.moe.shared_ffn_hidden;
-  add(out, ParamRole::mlp_gate_weight, p("shared_expert.gate_proj.weight"), {fs, d}, 0, true, ParamInit::normal,
-      ParamPlace::block, i);
-  add(out, ParamRole::mlp_up_weight, p("shared_expert.up_proj.weight"), {fs, d}, 0, true, ParamInit::normal,
-      ParamPlace::block, i);
-  add(out, ParamRole::mlp_out_weight, p("shared_expert.down_proj.weight"), {d, fs}, 1, true, ParamInit::normal_residual,
-      ParamPlace::block, i);
-  add(out, ParamRole::moe_shared_gate_weight, p("shared_expert_gate.weight"), {1, d}, -1, true, ParamInit::normal,
-      ParamPlace::block, i);
 }
 
 void gpt2_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {

@@ -72,7 +72,8 @@ enum class ParamRole {
   moe_gate_weight,
   moe_up_weight,
   moe_down_weight,
-  // A shared expert (model.moe.shared_ffn_hidden > 0, Qwen2-MoE) after the routed ones: its SwiGLU
+  // A shared expert (model.moe.shared_ffn_hidden > 0, Qwen2-MoE) between the router and the routed
+  // experts (a block's dense parameters one range of the flat buffer, its experts another): its SwiGLU
   // takes the dense MLP's roles (mlp_gate_weight, mlp_up_weight [shared ffn, d] adjacent,
   // mlp_out_weight [d, shared ffn]; block_sparse_moe.shared_expert.{gate,up,down}_proj), then its
   // gate block_sparse_moe.shared_expert_gate [1, d].
