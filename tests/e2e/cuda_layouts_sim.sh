@@ -9,7 +9,8 @@
 #                              tp 2 × pp 2, cp 2 (ring), MoE at ep 2; a 2-rank cuda checkpoint resumed on one CPU rank
 #   cuda_layouts_sim.sh BUILD SRC full   the other schedules, cp 2 all-to-all, ZeRO 1 and 2, offload host at tp 2
 #                              and at ZeRO 2 without clipping (updated beside backward), hybrid sharding, bf16,
-#                              recomputation, evaluation through the pipeline, SIGTERM on the device
+#                              recomputation, Qwen2-MoE at ep 2 × tp 2, evaluation through the pipeline,
+#                              SIGTERM on the device
 #
 # tiny at seq 64, micro-batch 1, global batch 2, 3 steps, checkpoints at steps 2 and 3: a simulated
 # step costs seconds.
@@ -120,6 +121,16 @@ else
   expect_status 0
   compare "zero3-hybrid on cuda takes the one-rank cpu run's steps" zero3-hybrid cpu-gb4 --last 3 --tol 1e-5
   layout recompute-tp2 2 --set parallel.tp=2 --set train.activation_checkpointing=full
+  # Qwen2-MoE's block (q/k/v biases, routed experts and a gated shared expert) at ep 2 × tp 2 with
+  # sequence parallelism on cuda, against the same model on one CPU rank.
+  qmoe=(--set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_hidden=128 --set model.moe.first_dense=1
+    --set model.moe.shared_ffn_hidden=64 --set model.moe.renormalize=false --set model.qkv_bias=true)
+  run qmoe-cpu 1 --set train.device=cpu "${qmoe[@]}"
+  expect_status 0
+  run qmoe-ep2-tp2 4 --set train.device=cuda --set parallel.ep=2 --set parallel.tp=2 \
+    --set parallel.sequence_parallel=true "${qmoe[@]}"
+  expect_status 0
+  compare "Qwen2-MoE at ep 2 x tp 2 on cuda takes the one-rank cpu run's steps" qmoe-ep2-tp2 qmoe-cpu --last 3 --tol 1e-5
   layout eval-pp2 2 --set parallel.pp=2 --set eval.every=3
   # bf16: cuda at dp 2 against bf16 on one CPU rank, within 16-bit rounding: the losses within 5e-3,
   # the parameters within 2e-2 (measured 7.4e-3 on 2026-12-02: the tensor-core attention rounds P
