@@ -36,6 +36,18 @@ void check_expert_offsets(const int32_t* off, int64_t groups, int64_t rows) {
              e + 1, off[e + 1], e, off[e], rows);
 }
 
+// dy[0, c) = w · dout[0, c); returns ⟨dout, y⟩ (the weight's gradient of combine and of the
+// shared expert's gate).
+float scale_row_and_dot(float* dy, const float* dout, const float* y, float w, int64_t c) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t t = 0; t < c; ++t) {
+    dy[t] = w * dout[t];
+    s += dout[t] * y[t];
+  }
+  return s;
+}
+
 void zero_rows(float* p, int64_t begin, int64_t end, int64_t cols) {
   if (end > begin) std::fill(p + begin * cols, p + end * cols, 0.0f);
 }
@@ -197,15 +209,7 @@ void moe_combine_backward(Tensor dy, Tensor dweight, Tensor dout, Tensor y, Tens
         dw[i * k + j] = 0.0f;
         continue;
       }
-      const float wj = w[i * k + j], *yq = src + q * c;
-      float* dq = dyp + q * c;
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int64_t t = 0; t < c; ++t) {
-        dq[t] = wj * di[t];
-        s += di[t] * yq[t];
-      }
-      dw[i * k + j] = s;
+      dw[i * k + j] = scale_row_and_dot(dyp + q * c, di, src + q * c, w[i * k + j], c);
     }
   }
 }
@@ -236,15 +240,8 @@ void moe_shared_gate_backward(Tensor dy, Tensor dlogit, Tensor dout, Tensor y, T
   float *dyp = dy.ptr<float>(), *dl = dlogit.ptr<float>();
 #pragma omp parallel for schedule(static) if (n * d > 32768)
   for (int64_t i = 0; i < n; ++i) {
-    const float *di = dd + i * d, *yi = src + i * d, gi = g[i];
-    float* dyi = dyp + i * d;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < d; ++j) {
-      dyi[j] = gi * di[j];
-      s += di[j] * yi[j];
-    }
-    dl[i] = gi * (1.0f - gi) * s;
+    const float gi = g[i];
+    dl[i] = gi * (1.0f - gi) * scale_row_and_dot(dyp + i * d, dd + i * d, src + i * d, gi, d);
   }
 }
 
