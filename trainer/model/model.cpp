@@ -466,13 +466,13 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   enum Parts { kProducts = 1, kElementwise = 2, kAll = 3 };
   const int64_t m = n * z.top_k;  // a MoE block's assignment rows
   const int64_t mx = m * z.ep;    // the rows its experts compute on this rank (at most)
-  // `dense` / `moe`: the MLP activations of a dense block, of a MoE block, or (a recomputation set
-  // shared by both kinds) of both. A MoE block's are all kept as products: selective recomputation
-  // redoes only its norms.
   // [rows, cols] with rows ≥ n enough to also hold n rows of `other` columns.
   auto wide = [&](int64_t cols, int64_t other) {
     return a.take({(n * std::max(cols, other) + cols - 1) / cols, cols});
   };
+  // `dense` / `moe`: the MLP activations of a dense block, of a MoE block, or (a recomputation set
+  // shared by both kinds) of both. A MoE block's are all kept as products: selective recomputation
+  // redoes only its norms.
   auto layer_acts = [&](int parts, bool dense, bool moe) {
     LayerActs l;
     if (parts & kElementwise) {
