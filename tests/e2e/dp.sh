@@ -47,7 +47,7 @@ for n in 2 1; do
     fail "dp=4 checkpoint resumed at dp=$n diverges: $out"
 done
 
-# A rank that computes 3× as long as the others (LLMTRAIN_FAULT=slow, from step 3 on rank 1) is named
+# A rank that computes 10× as long as the others (LLMTRAIN_FAULT=slow, from step 3 on rank 1) is named
 # as the straggler; its compute time excludes waits for the others, which make every wall time equal.
 run_cmd straggler env LLMTRAIN_FAULT=slow@3:1 bash -c "source '$SRC/tests/parallel/mpi_env.sh'; mpi_run 120 2 '$LLMTRAIN' \
   run r.yaml --set log.dir=straggler --set checkpoint.resume=none --set train.steps=6 --set log.every=2"

@@ -128,7 +128,7 @@ std::function<void(int64_t, const std::function<bool(double)>&)> fault_writer_ho
 
 double fault_slow_down(const Fault& f, int64_t step, int rank, double compute_s) {
   if (f.kind != "slow" || step < f.step || (f.rank >= 0 && f.rank != rank)) return 0;
-  const double seconds = 2 * compute_s;
+  const double seconds = 9 * compute_s;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   return seconds;
 }

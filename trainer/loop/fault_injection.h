@@ -6,8 +6,9 @@
 //   exit   exit(3) without finishing the job
 //   throw  an llmtrain::Error thrown from the step (an environment failure)
 //   hang   SIGSTOP: the rank stops responding; the others must hit parallel.timeout
-//   slow   from step <step> on, the rank computes 3× as long as it did (it sleeps twice its step's
-//          compute time, counted as forward time): a straggler, whatever the machine's speed
+//   slow   from step <step> on, the rank computes 10× as long as it did (it sleeps 9 × its step's
+//          compute time, counted as forward time): a straggler, whatever the machine's speed, that
+//          stays one when the other ranks' own compute times swing with the host's load
 //   term   SIGTERM, as from a scheduler's preemption: the rank's handler asks for a stop, every rank
 //          agrees (a max over the world), checkpoints this step and exits 75
 //   kill-in-save
@@ -65,7 +66,7 @@ std::unique_ptr<FileSystem> fault_file_system(const Fault& fault, int rank, File
 // is term-in-save and `async` (checkpoint.async) is false: there is no background write to stop in.
 std::function<void(int64_t step, const std::function<bool(double)>& wait_for_waiter)> fault_writer_hook(
     const Fault& fault, int rank, bool async);
-// For `slow`: when the fault applies to `step` and `rank`, sleeps 2 × compute_s and returns the
+// For `slow`: when the fault applies to `step` and `rank`, sleeps 9 × compute_s and returns the
 // seconds slept; else returns 0 at once.
 double fault_slow_down(const Fault& fault, int64_t step, int rank, double compute_s);
 

@@ -68,8 +68,8 @@ TEST(FaultInjection, TheInjectorSlowsItsRankFromItsStepOn) {
     return outcome.times.forward;
   };
   EXPECT_EQ(forward_after(slowed, 2), 0.002);
-  EXPECT_GE(forward_after(slowed, 3), 0.002 + 2 * 0.002);
-  EXPECT_GE(forward_after(slowed, 4), 0.002 + 2 * 0.002);
+  EXPECT_GE(forward_after(slowed, 3), 0.002 + 9 * 0.002);
+  EXPECT_GE(forward_after(slowed, 4), 0.002 + 9 * 0.002);
   EXPECT_EQ(forward_after(other, 4), 0.002);
   FileSystem& base = default_file_system();
   EXPECT_EQ(&slowed.file_system(base), &base);
