@@ -40,13 +40,11 @@ std::string variant_keys(const ModelConfig& m) {
   if (m.moe.enabled())
     out += fmt::format(
         ",\n        moe: {{experts: {}, top_k: {}, ffn_hidden: {}, every: {}, first_dense: {}, renormalize: {},\n"
-        "              aux_loss: {}, z_loss: {}, capacity_factor: {}}}",
+        "              aux_loss: {}, z_loss: {}, capacity_factor: {}{}}}",
         m.moe.experts, m.moe.top_k, m.moe.ffn_hidden, m.moe.every, m.moe.first_dense,
-        m.moe.renormalize ? "true" : "false", m.moe.aux_loss, m.moe.z_loss, m.moe.capacity_factor);
-  if (m.moe.enabled() && m.moe.shared_ffn_hidden > 0) {
-    out.pop_back();  // the moe map's closing brace
-    out += fmt::format(",\n              shared_ffn_hidden: {}}}", m.moe.shared_ffn_hidden);
-  }
+        m.moe.renormalize ? "true" : "false", m.moe.aux_loss, m.moe.z_loss, m.moe.capacity_factor,
+        m.moe.shared_ffn_hidden > 0 ? fmt::format(",\n              shared_ffn_hidden: {}", m.moe.shared_ffn_hidden)
+                                    : "");
   const RopeScalingConfig& r = m.rope_scaling;
   if (r.type == RopeScalingType::linear)
     out += fmt::format(",\n        rope_scaling: {{type: linear, factor: {}}}", r.factor);

@@ -22,6 +22,18 @@ std::string hf_model_type(const ModelConfig& m) {
   return "llama";
 }
 
+namespace {
+
+// Qwen2-MoE's shared expert and its gate under transformers' names: our block_sparse_moe.X is its
+// mlp.X (other names are returned as they are).
+std::string shared_expert_hf_name(const std::string& ours) {
+  static const std::string kOurs = "block_sparse_moe.";
+  const size_t at = ours.find(kOurs);
+  return at == std::string::npos ? ours : ours.substr(0, at) + "mlp." + ours.substr(at + kOurs.size());
+}
+
+}  // namespace
+
 HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
   HfTensorLayout l;
   l.name = p.name;
@@ -48,15 +60,12 @@ HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
     case ParamRole::mlp_in_weight:
     case ParamRole::mlp_out_weight:
       if (m.family == ModelFamily::gpt2) transposed(p.shape[0], p.shape[1]);
-      if (const size_t at = p.name.find("block_sparse_moe."); at != std::string::npos)  // a shared expert's
-        l.name = p.name.substr(0, at) + "mlp." + p.name.substr(at + std::string("block_sparse_moe.").size());
+      l.name = shared_expert_hf_name(p.name);
       break;
     case ParamRole::mlp_gate_weight:
     case ParamRole::mlp_up_weight:
     case ParamRole::moe_shared_gate_weight:
-      // Qwen2-MoE's shared expert and its gate: the layer's prefix with block_sparse_moe -> mlp.
-      if (const size_t at = p.name.find("block_sparse_moe."); at != std::string::npos)
-        l.name = p.name.substr(0, at) + "mlp." + p.name.substr(at + std::string("block_sparse_moe.").size());
+      l.name = shared_expert_hf_name(p.name);
       break;
     case ParamRole::moe_router_weight:
     case ParamRole::moe_gate_weight:
