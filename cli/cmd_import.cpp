@@ -168,6 +168,13 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
     cmp("qkv_bias", want.qkv_bias, have.qkv_bias);
     cmp("qk_norm", want.qk_norm, have.qk_norm);
     cmp("sliding_window", want.sliding_window, have.sliding_window);
+    cmp("full_attention_every", want.full_attention_every, have.full_attention_every);
+    cmp("rope_local_theta", want.rope_local_theta, have.rope_local_theta);
+    cmp("query_pre_attn_scalar", want.query_pre_attn_scalar, have.query_pre_attn_scalar);
+    cmp("activation", std::string(to_string(want.activation)), std::string(to_string(have.activation)));
+    cmp("post_norms", want.post_norms, have.post_norms);
+    cmp("scale_embeddings", want.scale_embeddings, have.scale_embeddings);
+    cmp("logit_softcap", want.logit_softcap, have.logit_softcap);
     cmp("moe.experts", want.moe.experts, have.moe.experts);
     if (have.moe.enabled()) {
       // The router and experts' shapes and the forward pass; aux_loss and z_loss are the recipe's own

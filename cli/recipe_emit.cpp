@@ -37,6 +37,14 @@ std::string variant_keys(const ModelConfig& m) {
   if (m.qkv_bias) out += ", qkv_bias: true";
   if (m.qk_norm) out += ", qk_norm: true";
   if (m.sliding_window > 0) out += fmt::format(", sliding_window: {}", m.sliding_window);
+  // Gemma 3's
+  if (m.full_attention_every > 0) out += fmt::format(", full_attention_every: {}", m.full_attention_every);
+  if (m.rope_local_theta > 0) out += fmt::format(", rope_local_theta: {}", m.rope_local_theta);
+  if (m.query_pre_attn_scalar > 0) out += fmt::format(", query_pre_attn_scalar: {}", m.query_pre_attn_scalar);
+  if (m.activation != MlpActivation::swiglu) out += fmt::format(", activation: {}", to_string(m.activation));
+  if (m.post_norms) out += ", post_norms: true";
+  if (m.scale_embeddings) out += ", scale_embeddings: true";
+  if (m.logit_softcap > 0) out += fmt::format(", logit_softcap: {}", m.logit_softcap);
   if (m.moe.enabled())
     out += fmt::format(
         ",\n        moe: {{experts: {}, top_k: {}, ffn_hidden: {}, every: {}, first_dense: {}, renormalize: {},\n"

@@ -28,6 +28,7 @@
 //    the first step; no exception leaves an op (broken shapes are LT_CHECK failures).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/op_table.h"
@@ -95,16 +96,21 @@ struct AttentionSpec {
   int64_t q_begin = 0, kv_begin = 0;           // the positions of query row 0 and key row 0
   bool causal = true;
   int64_t window = 0;  // 0: no sliding window
+  double scale = 0;    // the softmax scale; 0: 1/√D (Gemma's query_pre_attn_scalar sets its own)
+
+  // The scale the scores are multiplied by, for head size d.
+  float softmax_scale(int64_t d) const { return float(scale > 0 ? scale : 1.0 / std::sqrt(double(d))); }
 
   // Self-attention over one packed [B, T, heads + 2·kv_heads, D] tensor (q, then k, then v heads),
-  // within `window` keys when > 0.
-  static AttentionSpec packed(int64_t heads, int64_t kv_heads, int64_t window = 0) {
+  // within `window` keys when > 0, with softmax scale `scale` (0: 1/√D).
+  static AttentionSpec packed(int64_t heads, int64_t kv_heads, int64_t window = 0, double scale = 0) {
     return {.heads = heads,
             .kv_heads = kv_heads,
             .q_head = 0,
             .k_head = heads,
             .v_head = heads + kv_heads,
-            .window = window};
+            .window = window,
+            .scale = scale};
   }
 };
 
@@ -139,9 +145,10 @@ inline void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
 // [0, position + T), which kv_cache_write must already have filled; the same result
 // attention_forward gives those rows over the whole sequence (within `window` keys when > 0).
 inline void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
-                                     int64_t kv_heads, int64_t position, int64_t window = 0) {
-  attention_forward(out, lse, qkv, k_cache, v_cache,
-                    {.heads = heads, .kv_heads = kv_heads, .q_begin = position, .kv_begin = 0, .window = window});
+                                     int64_t kv_heads, int64_t position, int64_t window = 0, double scale = 0) {
+  attention_forward(
+      out, lse, qkv, k_cache, v_cache,
+      {.heads = heads, .kv_heads = kv_heads, .q_begin = position, .kv_begin = 0, .window = window, .scale = scale});
 }
 
 }  // namespace llmtrain::kernels

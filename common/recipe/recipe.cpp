@@ -33,6 +33,8 @@ constexpr EnumName<RopeScalingType> kRopeScalingType[] = {{"none", RopeScalingTy
                                                           {"linear", RopeScalingType::linear},
                                                           {"llama3", RopeScalingType::llama3},
                                                           {"yarn", RopeScalingType::yarn}};
+constexpr EnumName<MlpActivation> kMlpActivation[] = {{"swiglu", MlpActivation::swiglu},
+                                                      {"geglu", MlpActivation::geglu}};
 
 }  // namespace
 
@@ -55,6 +57,7 @@ std::span<const EnumName<LrSchedule>> enum_names(LrSchedule) { return kLrSchedul
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { return kPipelineSchedule; }
 std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType) { return kRopeScalingType; }
+std::span<const EnumName<MlpActivation>> enum_names(MlpActivation) { return kMlpActivation; }
 std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind) { return kDeviceCommKind; }
 std::span<const EnumName<OffloadKind>> enum_names(OffloadKind) { return kOffloadKind; }
 std::span<const EnumName<ProfileMode>> enum_names(ProfileMode) { return kProfileMode; }

@@ -38,6 +38,8 @@ enum class ProfileMode { none, ops };
 // RoPE's frequency scaling for longer contexts (transformers' rope_type): Llama 3.1+'s `llama3`,
 // `linear` position interpolation, or YaRN (`yarn`: gpt-oss, Qwen's long-context configs).
 enum class RopeScalingType { none, linear, llama3, yarn };
+// The llama family's MLP gate: silu (LLaMA) or the tanh GELU (Gemma).
+enum class MlpActivation { swiglu, geglu };
 
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::none;
@@ -98,6 +100,14 @@ struct ModelConfig {
   bool qkv_bias = false;   // biases on the q, k and v projections (Qwen2)
   bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (Qwen3)
   int sliding_window = 0;  // 0 = none; else each query sees itself and the window − 1 keys before it (Mistral)
+  // Gemma 3's (docs/model.md "Gemma 3"):
+  int full_attention_every = 0;      // with sliding_window: every n-th layer (the n-th, 2n-th, ...) sees every key
+  double rope_local_theta = 0;       // 0 = rope_theta; else the windowed layers' RoPE base, without rope_scaling
+  double query_pre_attn_scalar = 0;  // 0 = the head size; the softmax scale is its −1/2 power
+  MlpActivation activation = MlpActivation::swiglu;
+  bool post_norms = false;        // RMSNorms of the attention and MLP outputs before their residual adds
+  bool scale_embeddings = false;  // the token embeddings × √hidden
+  double logit_softcap = 0;       // 0 = none; else logits = cap · tanh(logits / cap)
   double norm_eps = 1e-5;
   double init_std = 0.02;
   double dropout = 0.0;
@@ -105,6 +115,11 @@ struct ModelConfig {
   MoeConfig moe;
 
   int head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  // Whether global layer `layer` attends within the sliding window (every layer but each
+  // full_attention_every-th when a window is set).
+  bool windowed(int layer) const {
+    return sliding_window > 0 && (full_attention_every == 0 || (layer + 1) % full_attention_every != 0);
+  }
   int padded_vocab() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
 
@@ -278,6 +293,7 @@ std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction);
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule);
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType);
+std::span<const EnumName<MlpActivation>> enum_names(MlpActivation);
 std::span<const EnumName<CpComm>> enum_names(CpComm);
 std::span<const EnumName<DeviceCommKind>> enum_names(DeviceCommKind);
 std::span<const EnumName<OffloadKind>> enum_names(OffloadKind);

@@ -162,6 +162,28 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     if (m.sliding_window > 0) problem("model.sliding_window", "family gpt2 attends to every earlier position", hint);
     if (m.rope_scaling.type != RopeScalingType::none)
       problem("model.rope_scaling.type", "family gpt2 has learned positions, not RoPE", hint);
+    const std::pair<const char*, bool> gemma_keys[] = {
+        {"full_attention_every", m.full_attention_every > 0},
+        {"rope_local_theta", m.rope_local_theta > 0},
+        {"query_pre_attn_scalar", m.query_pre_attn_scalar > 0},
+        {"activation", m.activation != MlpActivation::swiglu},
+        {"post_norms", m.post_norms},
+        {"scale_embeddings", m.scale_embeddings},
+        {"logit_softcap", m.logit_softcap > 0}};
+    for (const auto& [key, set] : gemma_keys)
+      if (set) problem(fmt::format("model.{}", key), "family gpt2 is GPT-2's architecture, without this variant", hint);
+  }
+  // Gemma 3's local/global layers: the pattern and the local RoPE base describe windowed layers.
+  if (m.sliding_window == 0) {
+    const char* hint = "set model.sliding_window (Gemma 3: 512 or 1024), or remove the key";
+    if (m.full_attention_every > 0)
+      problem("model.full_attention_every",
+              fmt::format("full_attention_every {} without a sliding window: every layer already sees every key",
+                          m.full_attention_every),
+              hint);
+    if (m.rope_local_theta > 0)
+      problem("model.rope_local_theta",
+              fmt::format("rope_local_theta {} without a sliding window: no layer is local", m.rope_local_theta), hint);
   }
   if (m.rope_scaling.type == RopeScalingType::llama3 &&
       !(m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor))
@@ -190,6 +212,13 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   }
   // Mixture of experts.
   if (m.moe.enabled()) {
+    // Gemma's variants are built for dense MLPs.
+    if (m.activation != MlpActivation::swiglu)
+      problem("model.activation", "MoE experts are SwiGLU, found activation geglu",
+              "remove model.activation (geglu is Gemma's dense MLP)");
+    if (m.post_norms)
+      problem("model.post_norms", "norms after a MoE block's output are not built",
+              "remove model.post_norms (Gemma's dense blocks have them)");
     if (m.family == ModelFamily::gpt2)
       problem("model.moe.experts",
               fmt::format("family gpt2 with {} experts: MoE blocks are built for the llama family", m.moe.experts),
@@ -428,6 +457,12 @@ std::vector<NotSupported> unsupported_features(const Recipe& r) {
                    fmt::format("parallel.cp {} with model.sliding_window {} (context parallelism runs the full causal "
                                "mask; use cp: 1 with a window)",
                                p.cp, r.model.sliding_window)});
+  // Ring and all-to-all attention take the default softmax scale.
+  if (p.cp > 1 && r.model.query_pre_attn_scalar > 0)
+    out.push_back({NotYet::cp_softmax_scale,
+                   fmt::format("parallel.cp {} with model.query_pre_attn_scalar {} (context parallelism's attention "
+                               "scales by 1/√head_dim)",
+                               p.cp, r.model.query_pre_attn_scalar)});
   // Mixture of experts: dropless with context parallelism.
   const MoeConfig& moe = r.model.moe;
   if (moe.enabled()) {

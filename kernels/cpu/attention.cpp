@@ -415,7 +415,7 @@ struct Walk {
         mask{spec.q_begin - spec.kv_begin, k.shape[1], spec.causal, spec.window},
         kv_len(mask.end(tq)),
         ld(padded32(kv_len)),
-        scale(float(1.0 / std::sqrt(double(d)))),
+        scale(spec.softmax_scale(d)),
         mm(products_for(d)) {}
 };
 

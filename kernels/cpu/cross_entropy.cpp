@@ -196,4 +196,23 @@ void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets,
   *mean.ptr<float>() = counted ? float(sum / double(counted)) : 0.0f;
 }
 
+// Soft-capping, cap · tanh(x / cap), and its gradient from the capped value.
+void softcap_forward(Tensor x, float cap) {
+  const int64_t n = x.numel();
+  float* v = x.ptr<float>();
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) v[i] = cap * std::tanh(v[i] / cap);
+}
+
+void softcap_backward(Tensor dx, Tensor dy, Tensor y, float cap) {
+  const int64_t n = y.numel();
+  const float *g = dy.ptr<float>(), *v = y.ptr<float>();
+  float* out = dx.ptr<float>();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = v[i] / cap;  // read first: dx may alias dy or y
+    out[i] = g[i] * (1.0f - t * t);
+  }
+}
+
 }  // namespace llmtrain::kernels::cpu

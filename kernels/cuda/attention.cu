@@ -338,7 +338,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, con
   if (b * tq == 0) return;
   if (attention_tc_takes(q)) return attention_tc_forward(out, lse, q, k, v, spec);
   check_head_dim(d);
-  const float scale = 1.0f / sqrtf(float(d));
+  const float scale = spec.softmax_scale(d);
   const int group = group_for(d);
   with_storage(q, [&](auto tag) {
     using T = decltype(tag);
@@ -355,7 +355,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
   if (b * (tq + tk) == 0) return;
   if (attention_tc_takes(q)) return attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, spec);
   check_head_dim(d);
-  const float scale = 1.0f / sqrtf(float(d));
+  const float scale = spec.softmax_scale(d);
   const int group = group_for(d);
   // δ = dO·O per query row, from the dq kernel to the dk/dv kernel.
   float* delta = static_cast<float*>(device_scratch(1, size_t(lse.numel()) * sizeof(float)));

@@ -429,7 +429,7 @@ bool attention_tc_takes(const Tensor& q) { return cuda_attention_on_tensor_cores
 void attention_tc_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
   ProfileScope scope("attention_forward: tensor cores");
   const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3];
-  const float scale = 1.0f / sqrtf(float(d));
+  const float scale = spec.softmax_scale(d);
   const Tiles L = fit(Kind::forward, d);
   with_storage(q, [&](auto tag) {
     using T = decltype(tag);
@@ -447,7 +447,7 @@ void attention_tc_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor 
                            Tensor lse, const AttentionSpec& spec) {
   ProfileScope scope("attention_backward: tensor cores");
   const int64_t b = q.shape[0], tq = q.shape[1], tk = k.shape[1], d = q.shape[3];
-  const float scale = 1.0f / sqrtf(float(d));
+  const float scale = spec.softmax_scale(d);
   float* delta = static_cast<float*>(device_scratch(1, size_t(lse.numel()) * sizeof(float)));
   with_storage(q, [&](auto tag) {
     using T = decltype(tag);

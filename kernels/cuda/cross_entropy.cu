@@ -272,4 +272,43 @@ void loss_mean_forward(Tensor mean, Tensor count, Tensor losses, Tensor targets,
   LT_CUDA_LAUNCHED("loss_mean_kernel");
 }
 
+namespace {
+
+template <class T>
+__global__ void softcap_forward_kernel(T* x, float cap, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store(x, i, cap * tanhf(load(x, i) / cap));
+}
+
+template <class T>
+__global__ void softcap_backward_kernel(T* dx, const T* dy, const T* y, float cap, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float t = load(y, i) / cap;  // dx may alias dy or y: each element read, then written, by one thread
+    store(dx, i, load(dy, i) * (1.0f - t * t));
+  }
+}
+
+}  // namespace
+
+void softcap_forward(Tensor x, float cap) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  with_storage(x, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), softcap_forward_kernel<T>)(data<T>(x), cap, n);
+  });
+  LT_CUDA_LAUNCHED("softcap_forward_kernel");
+}
+
+void softcap_backward(Tensor dx, Tensor dy, Tensor y, float cap) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  with_storage(dx, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n, 256), 256, 0, compute_stream(), softcap_backward_kernel<T>)
+    (data<T>(dx), data<const T>(dy), data<const T>(y), cap, n);
+  });
+  LT_CUDA_LAUNCHED("softcap_backward_kernel");
+}
+
 }  // namespace llmtrain::kernels::cuda

@@ -1,6 +1,7 @@
 """An independent PyTorch implementation of llmtrain's two model families (GPT-2 and LLaMA, with the
-LLaMA variants: q/k/v biases, q/k norms, an explicit head size, a sliding window, RoPE scaling, and
-mixture-of-experts blocks in Mixtral's form), used as
+LLaMA variants: q/k/v biases, q/k norms, an explicit head size, a sliding window, RoPE scaling,
+mixture-of-experts blocks in Mixtral's form, and Gemma 3's local/global layers, GeGLU, post-norms,
+scaled embeddings and capped logits), used as
 the reference by the parity tests (parity.py) and the CPU benchmark (scripts/bench/torch_step.py).
 
 Written from the published architectures and Hugging Face's conventions, not from llmtrain's C++:
@@ -18,13 +19,14 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
-def attention(q, k, v, mask):
-    """q [B, H, T, D], k/v [B, KV, T, D]; causal softmax(q kᵀ / √D) v with kv head h // (H / KV)."""
+def attention(q, k, v, mask, scale=None):
+    """q [B, H, T, D], k/v [B, KV, T, D]; causal softmax(q kᵀ · scale) v with kv head h // (H / KV);
+    scale 1/√D unless given."""
     group = q.shape[1] // k.shape[1]
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    att = (q @ k.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(q.shape[-1]))
     att = att.masked_fill(mask, float("-inf"))
     return torch.softmax(att, dim=-1) @ v
 
@@ -146,11 +148,26 @@ def llama_forward(p, tokens, cfg):
     # The variants (Qwen2's q/k/v biases, Qwen3's q/k norms and head size, Mistral's window,
     # Llama 3.1's RoPE scaling) are optional config entries.
     hd, eps = cfg.get("head_dim") or d // h, cfg["norm_eps"]
-    mask = causal_mask(t, tokens.device, cfg.get("sliding_window", 0))
+    # Gemma 3's: local (windowed) layers except every full_attention_every-th, which sees every key;
+    # the local layers' own unscaled RoPE base; the softmax scale query_pre_attn_scalar^-1/2; a
+    # GeGLU MLP; norms of the attention and MLP outputs; embeddings × √d; capped logits.
+    window, every = cfg.get("sliding_window", 0), cfg.get("full_attention_every", 0)
+    local_theta = cfg.get("rope_local_theta", 0)
+    scale = cfg["query_pre_attn_scalar"] ** -0.5 if cfg.get("query_pre_attn_scalar") else None
+    post_norms = cfg.get("post_norms", False)
+    gate = (lambda z: F.gelu(z, approximate="tanh")) if cfg.get("activation") == "geglu" else F.silu
     x = p["model.embed_tokens.weight"][tokens]
+    if cfg.get("scale_embeddings"):
+        x = x * math.sqrt(d)
     aux = torch.zeros((), dtype=x.dtype)
     cos, sin = (z.to(x.device) for z in rope_cos_sin(t, hd, cfg["rope_theta"], x.dtype, cfg.get("rope_scaling")))
+    local_cos, local_sin = cos, sin
+    if local_theta:
+        local_cos, local_sin = (z.to(x.device) for z in rope_cos_sin(t, hd, local_theta, x.dtype))
     for i in range(layers):
+        local = window > 0 and (every == 0 or (i + 1) % every != 0)
+        mask = causal_mask(t, tokens.device, window if local else 0)
+        cos_i, sin_i = (local_cos, local_sin) if local else (cos, sin)
         w = lambda s: p[f"model.layers.{i}.{s}"]  # noqa: E731
         b_ = lambda s: p.get(f"model.layers.{i}.{s}")  # noqa: E731
         y = rms_norm(x, w("input_layernorm.weight"), eps)
@@ -160,21 +177,31 @@ def llama_forward(p, tokens, cfg):
         if cfg.get("qk_norm"):
             q = rms_norm(q, w("self_attn.q_norm.weight"), eps)
             k = rms_norm(k, w("self_attn.k_norm.weight"), eps)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        y = attention(q, k, v, mask).transpose(1, 2).reshape(b, t, h * hd)
-        x = x + F.linear(y, w("self_attn.o_proj.weight"))
-        y = rms_norm(x, w("post_attention_layernorm.weight"), eps)
+        q = q * cos_i + rotate_half(q) * sin_i
+        k = k * cos_i + rotate_half(k) * sin_i
+        y = attention(q, k, v, mask, scale).transpose(1, 2).reshape(b, t, h * hd)
+        y = F.linear(y, w("self_attn.o_proj.weight"))
+        if post_norms:
+            x = x + rms_norm(y, w("post_attention_layernorm.weight"), eps)
+            y = rms_norm(x, w("pre_feedforward_layernorm.weight"), eps)
+        else:
+            x = x + y
+            y = rms_norm(x, w("post_attention_layernorm.weight"), eps)
         if moe_layer(cfg, i):
             y, layer_aux = moe_mlp(y.reshape(b * t, d), w, cfg["moe"])
             x = x + y.view(b, t, d)
             aux = aux + layer_aux
             continue
-        y = F.silu(F.linear(y, w("mlp.gate_proj.weight"))) * F.linear(y, w("mlp.up_proj.weight"))
-        x = x + F.linear(y, w("mlp.down_proj.weight"))
+        y = gate(F.linear(y, w("mlp.gate_proj.weight"))) * F.linear(y, w("mlp.up_proj.weight"))
+        y = F.linear(y, w("mlp.down_proj.weight"))
+        x = x + (rms_norm(y, w("post_feedforward_layernorm.weight"), eps) if post_norms else y)
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg["tie_embeddings"] else p["lm_head.weight"]
-    return F.linear(x, head), aux
+    z = F.linear(x, head)
+    cap = cfg.get("logit_softcap", 0)
+    if cap:
+        z = cap * torch.tanh(z / cap)
+    return z, aux
 
 
 def logits(p, tokens, cfg):

@@ -8,7 +8,8 @@
       MoE blocks of 8 experts, top 2 not renormalised), qwen2moe (Qwen2-MoE: q/k/v biases, a dense
       layer, then MoE blocks of 8 experts, top 2 not renormalised, with a gated shared expert of its
       own width), yarn (Llama with YaRN RoPE, every part of its
-      ramp in use). ROOT/counts.txt: FAMILY, its parameters and those active per token, as
+      ramp in use), gemma3 (Gemma 3's text model: local and global layers with their own RoPE,
+      q/k norms, the query scalar, GeGLU, four norms a block, scaled tied embeddings, capped logits). ROOT/counts.txt: FAMILY, its parameters and those active per token, as
       transformers' modules hold them. Norm weights and biases are
       moved away from their 1/0 initialization, so a dropped or misplaced one shows in the logits.
   hf_families.py check ROOT FAMILY...
@@ -27,7 +28,7 @@ import transformers
 from safetensors.numpy import load_file
 
 transformers.utils.logging.disable_progress_bar()
-FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "yarn")
+FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "yarn", "gemma3")
 WINDOW = 8
 
 
@@ -65,6 +66,16 @@ def config(family):
         return transformers.LlamaConfig(**{**common, "max_position_embeddings": 256}, rope_parameters={
             "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
             "beta_fast": 8.0, "beta_slow": 1.0, "truncate": False})
+    if family == "gemma3":
+        # Gemma 3's text model: 4 layers, local (window 8) but every 2nd global, the local RoPE base
+        # 10000 and the global 1e6 with linear scaling 2 (Gemma 3 4B's kind), head_dim 32 (not 64 / 4),
+        # query_pre_attn_scalar 24 (not 32), GeGLU, tied embeddings, logits capped at 5.
+        return transformers.Gemma3TextConfig(
+            **{**common, "num_hidden_layers": 4, "tie_word_embeddings": True, "rms_norm_eps": 1e-6}, head_dim=32,
+            sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"] * 2, query_pre_attn_scalar=24,
+            final_logit_softcapping=5.0, pad_token_id=0, rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}})
     sys.exit(f"unknown family {family}")
 
 

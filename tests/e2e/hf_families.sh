@@ -4,7 +4,8 @@
 #  - a plain LLaMA, Llama 3.1's llama3 RoPE scaling, Qwen2 (q/k/v biases), Qwen3 (q/k norms, its own
 #    head size), Mistral (a sliding window shorter than the prompt), Qwen3-MoE (a dense layer, then
 #    MoE blocks, top 2 of 8 not renormalised), Qwen2-MoE (the same with q/k/v biases and a gated
-#    shared expert) and a Llama with YaRN RoPE, each with random weights
+#    shared expert), a Llama with YaRN RoPE and Gemma 3 (local and global layers, GeGLU, four norms a
+#    block, scaled tied embeddings, capped logits), each with random weights
 #    saved by transformers 5 (rope_parameters, dtype), import with `llmtrain import` and give
 #    transformers' logits (relative error <= 1e-5, fp32) and the same 64 greedy tokens; the export
 #    of the import loads in transformers 5 with the same results and is byte-identical to the
@@ -18,12 +19,14 @@
 #    at tp 4 (replicated key/value heads and biases) with full recomputation, Qwen3's at dp 2 with
 #    ZeRO 3, a windowed model at tp 2 × dp 2 with ZeRO 1 and selective recomputation, and a
 #    Qwen3-MoE-shaped one with YaRN and a Qwen2-MoE-shaped one at tp 2 × pp 2 and at ep 2 × tp 2
-#    (sequence parallel), to the
+#    (sequence parallel), and a Gemma-3-shaped one at tp 2 × pp 2 (sequence parallel), to the
 #    one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
 #  - with ARGS full (scripts/test.sh --full): the MoE families at ZeRO 1–3 (with ep), cp 2 (ring and
-#    all-to-all), with selective and full recomputation, the zero-bubble schedule, and in bf16;
+#    all-to-all), with selective and full recomputation, the zero-bubble schedule, and in bf16; Gemma
+#    3's at ZeRO 3, with both recomputations, the zero-bubble schedule and in bf16;
 #  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows, Qwen3-MoE dense
-#    layers between MoE blocks that model.moe cannot place) is refused by name.
+#    layers between MoE blocks that model.moe cannot place, Gemma 2's capped attention scores, local
+#    and global layers in no every-n-th pattern) is refused by name.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 use_python
@@ -34,7 +37,7 @@ if ! "$HF5" -c "import transformers; assert transformers.__version__.startswith(
   exit 1
 fi
 export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-families="llama llama31 qwen2 qwen3 mistral qwen3moe qwen2moe yarn"
+families="llama llama31 qwen2 qwen3 mistral qwen3moe qwen2moe yarn gemma3"
 window=8  # Mistral's, in hf_families.py
 
 run_cmd create "$HF5" "$SRC/tests/e2e/hf_families.py" create .
@@ -84,6 +87,11 @@ run_cmd dry-run-qwen2moe "$LLMTRAIN" run ck-qwen2moe/recipe.yaml --dry-run
 expect_status 0
 expect_out_re "^parameters: .* \($((total + pad))\)$"
 expect_out_re "^moe: 2 of 3 layers, 8 experts \(ffn 48\), top 2, dropless, a gated shared expert \(ffn 96\); active parameters per token .* \($((active + pad))\)$"
+# Gemma 3's tied embedding counts once (its padding rows too).
+read -r _ total active < <(grep '^gemma3 ' counts.txt)
+run_cmd dry-run-gemma3 "$LLMTRAIN" run ck-gemma3/recipe.yaml --dry-run
+expect_status 0
+expect_out_re "^parameters: .* \($((total + 84 * 64))\)$"
 run_cmd export-tuned "$LLMTRAIN" export runs/qwen3-tiny-finetune --hf re-tuned
 expect_status 0
 "$LLMTRAIN" generate runs/qwen3-tiny-finetune --prompt "Q: What is the meaning of life?" --temperature 0 \
@@ -94,8 +102,12 @@ grep -q '"rope_type": "llama3"' re-llama31/config.json && grep -q '"rope_type": 
   grep -q '"architectures": \[\s*"Qwen3ForCausalLM"' <(tr -d '\n' <re-qwen3/config.json) &&
   grep -q '"architectures": \[\s*"Qwen3MoeForCausalLM"' <(tr -d '\n' <re-qwen3moe/config.json) &&
   grep -q '"architectures": \[\s*"Qwen2MoeForCausalLM"' <(tr -d '\n' <re-qwen2moe/config.json) &&
-  pass "exports name llama3 and yarn scaling, Qwen3ForCausalLM, Qwen3MoeForCausalLM and Qwen2MoeForCausalLM" ||
-  fail "export configs: $(cat re-llama31/config.json re-yarn/config.json re-qwen3/config.json re-qwen3moe/config.json re-qwen2moe/config.json)"
+  grep -q '"architectures": \[\s*"Gemma3ForCausalLM"' <(tr -d '\n' <re-gemma3/config.json) &&
+  pass "exports name llama3 and yarn scaling, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM and Gemma3ForCausalLM" ||
+  fail "export configs: $(cat re-llama31/config.json re-yarn/config.json re-qwen3/config.json re-qwen3moe/config.json re-qwen2moe/config.json re-gemma3/config.json)"
+grep -q "full_attention_every: 2, rope_local_theta: 10000, query_pre_attn_scalar: 24, activation: geglu, post_norms: true, scale_embeddings: true, logit_softcap: 5" \
+  ck-gemma3/recipe.yaml && grep -q "rope_scaling: {type: linear, factor: 2}" ck-gemma3/recipe.yaml &&
+  pass "the derived recipe holds Gemma 3's options" || fail "gemma3's derived recipe: $(cat ck-gemma3/recipe.yaml)"
 # The derived recipe says what the model is; --dry-run counts Qwen3-MoE's parameters as transformers does.
 grep -q "moe: {experts: 8, top_k: 2, ffn_hidden: 48, every: 1, first_dense: 1, renormalize: false," \
   ck-qwen3moe/recipe.yaml && grep -q "capacity_factor: 0,$" ck-qwen2moe/recipe.yaml &&
@@ -135,6 +147,16 @@ cp -r rand-qwen2moe nobias && sed -i 's/"qkv_bias": true/"qkv_bias": false/' nob
 run_cmd refuse-qwen2moe-no-bias "$LLMTRAIN" import nobias --out ck-nobias
 expect_status 2; expect_out "qkv_bias: found false"
 
+# Gemma 2's capped attention scores, and local/global layers in no every-n-th pattern.
+cp -r rand-gemma3 attncap && sed -i 's/"attn_logit_softcapping": null/"attn_logit_softcapping": 50.0/' attncap/config.json
+run_cmd refuse-attn-softcap "$LLMTRAIN" import attncap --out ck-attncap
+expect_status 2; expect_out "attn_logit_softcapping: found 50.0"
+cp -r rand-gemma3 irregular && $PY -c 'import json, sys; c = json.load(open(sys.argv[1]))
+c["layer_types"] = ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]
+json.dump(c, open(sys.argv[1], "w"))' irregular/config.json
+run_cmd refuse-layer-types "$LLMTRAIN" import irregular --out ck-irregular
+expect_status 2; expect_out "layer_types: found"
+
 # Training: the variants under tp × pp (and dp with ZeRO) give the one-rank run.
 cat >r.yaml <<'YAML'
 name: fam
@@ -153,6 +175,11 @@ qwen3moe+=,model.rope_scaling.factor=4,model.rope_scaling.original_max_positions
 # Qwen2-MoE's: q/k/v biases, every layer MoE (top 2 of 4 not renormalised) with a shared expert of 64.
 qwen2moe=model.layers=4,model.qkv_bias=true,model.moe.experts=4,model.moe.top_k=2,model.moe.ffn_hidden=32
 qwen2moe+=,model.moe.shared_ffn_hidden=64,model.moe.renormalize=false
+# Gemma 3's: a local then a global layer (window 8, local RoPE base 100), q/k norms, head size 32,
+# query scalar 24, GeGLU, post-norms, scaled tied embeddings, logits capped at 5.
+gemma3=model.qk_norm=true,model.head_dim=32,model.sliding_window=8,model.full_attention_every=2
+gemma3+=,model.rope_local_theta=100,model.query_pre_attn_scalar=24,model.activation=geglu,model.post_norms=true
+gemma3+=,model.scale_embeddings=true,model.logit_softcap=5,model.tie_embeddings=true
 # name, model keys (both runs), layout keys, ranks, tolerance. qwen2 at tp 4 holds each of the 2
 # key/value heads (and biases) on two ranks; bf16 compares against bf16 at one rank, whose sums
 # round in another order.
@@ -165,7 +192,8 @@ runs=("qwen3-tp2-pp2-sp model.qk_norm=true,model.head_dim=32 parallel.tp=2,paral
   "qwen3moe-tp2-pp2 $qwen3moe parallel.tp=2,parallel.pp=2 4 1e-5"
   "qwen3moe-ep2-tp2 $qwen3moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5"
   "qwen2moe-tp2-pp2 $qwen2moe parallel.tp=2,parallel.pp=2 4 1e-5"
-  "qwen2moe-ep2-tp2 $qwen2moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5")
+  "qwen2moe-ep2-tp2 $qwen2moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5"
+  "gemma3-tp2-pp2-sp $gemma3 parallel.tp=2,parallel.pp=2,parallel.sequence_parallel=true 4 1e-5")
 # --full (tests/CMakeLists.txt's e2e_hf_families_full): the MoE families under the other layouts —
 # ZeRO 1–3 (with ep), cp 2 (ring and all-to-all), recomputation, the zero-bubble schedule — and in bf16.
 if [[ ${3:-ci} == full ]]; then
@@ -178,7 +206,12 @@ if [[ ${3:-ci} == full ]]; then
     "qwen2moe-tp2-full $qwen2moe parallel.tp=2,train.activation_checkpointing=full 2 1e-5"
     "qwen2moe-pp2-zb $qwen2moe parallel.pp=2,parallel.pp_schedule=zero_bubble 2 1e-5"
     "qwen2moe-bf16-tp2 $qwen2moe,train.precision=bf16 parallel.tp=2,parallel.sequence_parallel=true 2 1e-2"
-    "qwen3moe-bf16-ep2 $qwen3moe,train.precision=bf16 parallel.ep=2 2 1e-2")
+    "qwen3moe-bf16-ep2 $qwen3moe,train.precision=bf16 parallel.ep=2 2 1e-2"
+    "gemma3-dp2-zero3 $gemma3 parallel.zero=3 2 1e-5"
+    "gemma3-tp2-full $gemma3 parallel.tp=2,train.activation_checkpointing=full 2 1e-5"
+    "gemma3-tp2-selective $gemma3 parallel.tp=2,train.activation_checkpointing=selective 2 1e-5"
+    "gemma3-pp2-zb $gemma3 parallel.pp=2,parallel.pp_schedule=zero_bubble 2 1e-5"
+    "gemma3-bf16-tp2 $gemma3,train.precision=bf16 parallel.tp=2,parallel.sequence_parallel=true 2 1e-2")
 fi
 declare -A ref_of=()
 for run in "${runs[@]}"; do

@@ -88,7 +88,7 @@ void reference_block(RefRun& r, const BlockShape& s, const std::string& q_name, 
           if (!visible(j)) continue;
           double dot = 0;
           for (int64_t c = 0; c < d; ++c) dot += qi[c] * key(j)[c];
-          sc[size_t(j)] = dot / std::sqrt(double(d));
+          sc[size_t(j)] = dot * (sp.scale > 0 ? sp.scale : 1.0 / std::sqrt(double(d)));
           mx = std::max(mx, sc[size_t(j)]);
         }
         double sum = 0;
@@ -404,6 +404,16 @@ TEST_P(Attention, SlidingWindow) {
   run_case(block_case(GetParam(), "wide window", {1, 41, 41, 5, 1, 1, 1, wide}), 1206);
 }
 
+// A softmax scale of its own (Gemma's query_pre_attn_scalar^-1/2), with a window, GQA and keys before.
+TEST_P(Attention, OwnSoftmaxScale) {
+  AttentionSpec scaled{.heads = 4, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0, .window = 9, .scale = 0.6};
+  scaled.q_begin = 40;
+  scaled.kv_begin = 25;
+  run_case(block_case(GetParam(), "scale 0.6", {1, 30, 45, 8, 4, 2, 2, scaled}), 1207);
+  const AttentionSpec small{.heads = 2, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 1, .scale = 0.05};
+  run_case(block_case(GetParam(), "scale 0.05", {2, 21, 21, 16, 2, 2, 2, small}), 1208);
+}
+
 // The tensor-core kernels (kernels/cuda/attention_tc.cu: bf16 and fp16 storage, head dims that are
 // multiples of 16 up to 256) at every head dim to 128, across tiles, with every mask and position;
 // the cases above with such head dims take them too (on_tensor_cores). The head dims past 128 are in
@@ -432,6 +442,8 @@ TEST(TensorCoreAttention, MasksAndPositions) {
   AttentionSpec before{.heads = 2, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0};
   before.q_begin = 80;
   run_case((block_case(blas, "tc keys before", {1, 20, 70, 16, 2, 2, 2, before})), 1505);
+  AttentionSpec scaled{.heads = 2, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 1, .window = 12, .scale = 0.3};
+  run_case((block_case(blas, "tc scale 0.3", {1, 40, 40, 32, 2, 2, 2, scaled})), 1506);
 }
 
 TEST(TensorCoreAttentionFull, LargeHeadDims) {

@@ -197,6 +197,32 @@ TEST(CrossEntropyDeathTest, ATargetOutsideTheVocabularyStopsWithItsPosition) {
                "target 3 at position 1 is outside the vocabulary");
 }
 
+// Soft-capping (Gemma's final logits): y = cap · tanh(x / cap) in place, and its gradient from the
+// capped values, against the double formula and its finite differences; logits past ±cap included.
+TEST(Softcap, ForwardBackwardMatchReference) {
+  std::mt19937_64 rng(94);
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t n = rand_dim(rng, 1, 30), c = rand_dim(rng, 1, 200);
+    const float cap = trial == 0 ? 30.0f : trial == 1 ? 2.0f : 0.5f;
+    OpCase oc{.name = "softcap n=" + std::to_string(n) + " c=" + std::to_string(c) + " cap=" + std::to_string(cap),
+              .args = {{"x", {n, c}, Role::input, 0, 0, 3.0}, {"y", {n, c}, Role::output}}};
+    oc.forward = [=](OpRun& r) {
+      copy(r.t("y"), r.t("x"));
+      softcap_forward(r.t("y"), cap);
+    };
+    oc.backward = [=](OpRun& r) { softcap_backward(r.grad("x"), r.grad("y"), r.t("y"), cap); };
+    oc.reference = [=](RefRun& r) {
+      for (int64_t i = 0; i < n * c; ++i) r.out("y")[i] = double(cap) * std::tanh(r.in("x")[i] / double(cap));
+    };
+    oc.bf16 = {6e-3, 4e-2};
+    oc.fp16 = {6e-4, 3e-3};
+    oc.cuda = true;
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
+    run_case(oc, 730 + uint64_t(trial));
+  }
+}
+
 // The loss the model reports, through the op harness: cross_entropy_forward then
 // loss_mean_forward, and the backward of loss_scale · mean (cross_entropy_backward taking the
 // count from loss_mean_forward's tensor), against the mean over counted rows in double and its

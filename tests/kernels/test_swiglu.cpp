@@ -1,4 +1,4 @@
-// SwiGLU over fused [gate | up] rows (kernels/cpu/swiglu.cpp) through the op harness.
+// SwiGLU and GeGLU over fused [gate | up] rows (kernels/cpu/swiglu.cpp) through the op harness.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,6 +39,42 @@ TEST(SwiGlu, ForwardBackwardMatchReference) {
     oc.cuda_bf16 = 2e-3;
     oc.cuda_fp16 = 5e-4;
     run_case(oc, 700 + trial);
+  }
+}
+
+// Gemma's GeGLU: gelu_tanh(gate) · up, against the double formula (transformers' gelu_pytorch_tanh).
+TEST(GeGlu, ForwardBackwardMatchReference) {
+  std::mt19937_64 rng(62);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t n = rand_dim(rng, 1, 20), f = rand_dim(rng, 1, 90);
+    OpCase oc{.name = "geglu n=" + std::to_string(n) + " f=" + std::to_string(f),
+              .args = {{"x", {n, 2 * f}, Role::input, 0, 0, trial % 2 ? 4.0 : 1.0}, {"y", {n, f}, Role::output}}};
+    oc.forward = [](OpRun& r) { geglu_forward(r.t("y"), r.t("x")); };
+    oc.backward = [=](OpRun& r) {
+      if (trial == 3) {  // din aliasing in
+        std::vector<float> keep = r.f["x"];
+        geglu_backward(r.t("x"), r.grad("y"), r.t("x"));
+        r.sync();
+        r.g["x"] = r.f["x"];
+        r.f["x"] = keep;
+      } else {
+        geglu_backward(r.grad("x"), r.grad("y"), r.t("x"));
+      }
+    };
+    oc.reference = [=](RefRun& r) {
+      const double c = std::sqrt(2.0 / M_PI);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < f; ++j) {
+          const double g = r.in("x")[i * 2 * f + j], u = r.in("x")[i * 2 * f + f + j];
+          r.out("y")[i * f + j] = 0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * u;
+        }
+    };
+    oc.bf16 = {6e-3, 4e-2};
+    oc.fp16 = {6e-4, 3e-3};
+    oc.cuda = true;
+    oc.cuda_bf16 = 2e-3;
+    oc.cuda_fp16 = 5e-4;
+    run_case(oc, 720 + trial);
   }
 }
 

@@ -12,8 +12,19 @@
 namespace llmtrain::trainer {
 using nlohmann::json;
 
+namespace {
+
+// Whether the model has any of Gemma 3's options (it then exports as Gemma3ForCausalLM, or not at all).
+bool gemma_variant(const ModelConfig& m) {
+  return m.post_norms || m.activation == MlpActivation::geglu || m.scale_embeddings || m.query_pre_attn_scalar > 0 ||
+         m.full_attention_every > 0 || m.rope_local_theta > 0 || m.logit_softcap > 0;
+}
+
+}  // namespace
+
 std::string hf_model_type(const ModelConfig& m) {
   if (m.family == ModelFamily::gpt2) return "gpt2";
+  if (gemma_variant(m)) return "gemma3_text";
   if (m.moe.enabled() && m.moe.shared_ffn_hidden > 0) return "qwen2_moe";
   if (m.moe.enabled()) return m.qk_norm ? "qwen3_moe" : "mixtral";
   if (m.qk_norm) return "qwen3";
@@ -101,6 +112,11 @@ HfTensorLayout hf_tensor_layout(const ModelConfig& m, const ParamSpec& p) {
     default:
       break;
   }
+  const bool norm = p.role == ParamRole::attn_norm_weight || p.role == ParamRole::mlp_norm_weight ||
+                    p.role == ParamRole::attn_post_norm_weight || p.role == ParamRole::mlp_post_norm_weight ||
+                    p.role == ParamRole::q_norm_weight || p.role == ParamRole::k_norm_weight ||
+                    p.role == ParamRole::final_norm_weight;
+  if (norm && hf_model_type(m) == "gemma3_text") l.offset = 1;
   return l;
 }
 
@@ -114,6 +130,8 @@ std::vector<float> to_hf_layout(const HfTensorLayout& l, const ParamSpec& p, con
   } else {
     std::copy(ours, ours + n, out.begin());  // the vocabulary's kept rows are its first n elements
   }
+  if (l.offset != 0)
+    for (float& x : out) x -= l.offset;
   (void)p;
   return out;
 }
@@ -129,6 +147,8 @@ void from_hf_layout(const HfTensorLayout& l, const ParamSpec& p, const float* hf
   for (int64_t d : l.shape) n *= d;
   std::copy(hf, hf + n, ours);
   std::fill(ours + n, ours + total, 0.0f);  // padding rows of the vocabulary
+  if (l.offset != 0)
+    for (int64_t i = 0; i < n; ++i) ours[i] += l.offset;
 }
 
 namespace {
@@ -171,6 +191,59 @@ json hf_rope_scaling(const RopeScalingConfig& r) {
   return nullptr;
 }
 
+// Gemma3ForCausalLM (model_type gemma3_text): Gemma 3's options all together, as transformers 4.x
+// writes them (rope_theta, rope_local_base_freq and rope_scaling for the global layers,
+// sliding_window_pattern), which 5.x reads too; layer_types beside them for 5.x's readers.
+json hf_gemma3_config(const ModelConfig& m, const std::string& torch_dtype, int32_t bos, int32_t eos) {
+  auto refuse = [&](const std::string& what, const std::string& why) {
+    throw Error(fmt::format("not supported yet: exporting a Gemma-style model with {}: {}", what, why),
+                "transformers' Gemma3ForCausalLM has model.post_norms, activation geglu, scale_embeddings and "
+                "qk_norm together, without qkv_bias or experts (docs/hf.md)");
+  };
+  if (!m.post_norms) refuse("post_norms false", "Gemma 3 has four norms per block");
+  if (m.activation != MlpActivation::geglu) refuse("activation swiglu", "Gemma 3's MLP is GeGLU");
+  if (!m.scale_embeddings) refuse("scale_embeddings false", "Gemma 3 scales its embeddings by √hidden");
+  if (!m.qk_norm) refuse("qk_norm false", "Gemma 3 has q/k norms");
+  if (m.qkv_bias) refuse("qkv_bias", "Gemma 3's attention_bias also puts a bias on o_proj");
+  if (m.moe.enabled()) refuse("experts", "Gemma 3 is dense");
+  if (m.sliding_window > 0 && m.rope_local_theta == 0 && m.rope_scaling.type != RopeScalingType::none)
+    refuse("rope_scaling and rope_local_theta 0", "Gemma 3's local layers take no rope scaling: set rope_local_theta");
+  json layer_types = json::array();
+  for (int l = 0; l < m.layers; ++l) layer_types.push_back(m.windowed(l) ? "sliding_attention" : "full_attention");
+  // The pattern that says the same: every full_attention_every-th layer global, or none (one past the last).
+  const int pattern = m.sliding_window == 0 ? 1 : m.full_attention_every > 0 ? m.full_attention_every : m.layers + 1;
+  return json{{"architectures", {"Gemma3ForCausalLM"}},
+              {"model_type", "gemma3_text"},
+              {"vocab_size", m.vocab},
+              {"hidden_size", m.hidden},
+              {"intermediate_size", m.ffn_hidden},
+              {"num_hidden_layers", m.layers},
+              {"num_attention_heads", m.heads},
+              {"num_key_value_heads", m.kv_heads},
+              {"head_dim", m.head_size()},
+              {"hidden_activation", "gelu_pytorch_tanh"},
+              {"max_position_embeddings", m.max_positions},
+              {"initializer_range", m.init_std},
+              {"rms_norm_eps", m.norm_eps},
+              {"rope_theta", m.rope_theta},
+              {"rope_local_base_freq", m.rope_local_theta > 0 ? m.rope_local_theta : m.rope_theta},
+              {"rope_scaling", hf_rope_scaling(m.rope_scaling)},
+              {"attention_bias", false},
+              {"attention_dropout", 0.0},
+              {"query_pre_attn_scalar", m.query_pre_attn_scalar > 0 ? m.query_pre_attn_scalar : m.head_size()},
+              {"sliding_window", m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr)},
+              {"sliding_window_pattern", pattern},
+              {"layer_types", layer_types},
+              {"final_logit_softcapping", m.logit_softcap > 0 ? json(m.logit_softcap) : json(nullptr)},
+              {"attn_logit_softcapping", nullptr},
+              {"use_bidirectional_attention", false},
+              {"tie_word_embeddings", m.tie_embeddings},
+              {"use_cache", true},
+              {"bos_token_id", token_id(bos)},
+              {"eos_token_id", token_id(eos)},
+              {"torch_dtype", torch_dtype}};
+}
+
 // The llama family's variants as the transformers class that has exactly them: q/k norms are
 // Qwen3 (Qwen3-MoE with experts), q/k/v biases Qwen2, a sliding window Mistral, experts without
 // q/k norms Mixtral, none of them Llama.
@@ -183,6 +256,7 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
         "options (docs/hf.md lists them)");
   };
   const std::string type = hf_model_type(m);
+  if (type == "gemma3_text") return hf_gemma3_config(m, torch_dtype, bos, eos);
   std::string arch = "LlamaForCausalLM";
   if (type == "qwen2_moe") {
     arch = "Qwen2MoeForCausalLM";
@@ -422,8 +496,8 @@ class ConfigReader {
     if (problems_.empty()) return;
     throw Error(fmt::format("{}: not supported yet by llmtrain import:\n  {}", origin_, fmt::join(problems_, "\n  ")),
                 "llmtrain implements transformers' GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                "Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM and "
-                "Qwen2MoeForCausalLM without these "
+                "Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, "
+                "Qwen2MoeForCausalLM and Gemma3ForCausalLM without these "
                 "options "
                 "(docs/hf.md lists what is accepted)");
   }
@@ -650,6 +724,116 @@ void read_llama_family(ConfigReader& r, const json& j, const std::string& type, 
   }
 }
 
+// Gemma3ForCausalLM's text model (gemma3_text) as transformers 4.x and 5.x save it: Llama's
+// shape fields with head_dim (Gemma3TextConfig's defaults where absent), the GeGLU MLP, four norms a
+// block, q/k norms, the embedding × √hidden, local (windowed) and global layers (layer_types, or 4.x's
+// sliding_window_pattern) with their own RoPE (5.x: rope_parameters.sliding_attention and
+// .full_attention; 4.x: rope_local_base_freq, and rope_theta with rope_scaling for the global ones).
+// The local layers take the default RoPE only; the layer pattern must be every n-th layer global.
+void read_gemma3(ConfigReader& r, const json& j, const std::string& origin, ModelConfig& m,
+                 std::vector<std::string>& warnings) {
+  m.family = ModelFamily::llama;
+  m.hidden = r.integer("hidden_size", 2304, true, 1, kMaxDim);
+  m.layers = r.integer("num_hidden_layers", 26, true, 1, 4096);
+  m.heads = r.integer("num_attention_heads", 8, true, 1, kMaxDim);
+  m.kv_heads = r.integer("num_key_value_heads", 4, false, 1, kMaxDim);
+  m.ffn_hidden = r.integer("intermediate_size", 9216, true, 1, kMaxDim * 8);
+  m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
+  m.max_positions = r.integer("max_position_embeddings", 131072, false, 1, kMaxPositions);
+  m.norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0);
+  m.tie_embeddings = r.boolean("tie_word_embeddings", true);
+  const int64_t head_dim = r.integer("head_dim", 256, false, 2, kMaxDim);
+  if (!(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
+  m.qk_norm = true;
+  m.post_norms = true;
+  m.scale_embeddings = true;
+  m.activation = MlpActivation::geglu;
+  r.only("hidden_activation", "gelu_pytorch_tanh", "\"gelu_pytorch_tanh\" (GeGLU, tanh approximation)");
+  r.only("hidden_act", "gelu_pytorch_tanh", "\"gelu_pytorch_tanh\" (GeGLU, tanh approximation)");
+  r.only("attention_bias", false, "false (no biases on q, k, v and o_proj)");
+  r.only("attn_logit_softcapping", nullptr, "null (Gemma 2's capped attention scores are not built)");
+  r.only("use_bidirectional_attention", false, "false (causal attention)");
+  r.use("cache_implementation");  // generation's cache kind ("hybrid")
+  m.query_pre_attn_scalar = r.number("query_pre_attn_scalar", 256, 1e-6, 1e9);
+  m.logit_softcap = r.number("final_logit_softcapping", 0, 1e-6, 1e6);
+  m.sliding_window = r.integer("sliding_window", 4096, false, 1, kMaxPositions);
+  if (j.contains("sliding_window") && j["sliding_window"].is_null()) m.sliding_window = 0;
+
+  // Which layers are local: layer_types (5.x, and 4.x from 4.53), else every pattern-th global.
+  const bool private_pattern = j.contains("_sliding_window_pattern");
+  const int pattern =
+      r.integer(private_pattern ? "_sliding_window_pattern" : "sliding_window_pattern", 6, false, 1, 1 << 20);
+  if (private_pattern) r.integer("sliding_window_pattern", pattern, false, 1, 1 << 20);
+  std::vector<bool> local(size_t(m.layers));
+  for (int l = 0; l < m.layers; ++l) local[size_t(l)] = (l + 1) % pattern != 0;
+  r.use("layer_types");
+  if (const auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    const bool ok = it->is_array() && it->size() == size_t(m.layers) &&
+                    std::all_of(it->begin(), it->end(),
+                                [](const json& t) { return t == "sliding_attention" || t == "full_attention"; });
+    if (!ok) {
+      r.problem("layer_types", it->dump().substr(0, 80),
+                fmt::format("{} entries, each \"sliding_attention\" or \"full_attention\"", m.layers));
+      return;
+    }
+    for (int l = 0; l < m.layers; ++l) local[size_t(l)] = (*it)[size_t(l)] == "sliding_attention";
+  }
+  // As model.full_attention_every: the first global layer's number n, every n-th after it global.
+  const auto first_global = std::find(local.begin(), local.end(), false);
+  const bool any_local = std::find(local.begin(), local.end(), true) != local.end();
+  if (m.sliding_window == 0 || !any_local) {
+    m.sliding_window = 0;  // every layer global
+  } else {
+    m.full_attention_every = first_global == local.end() ? 0 : int(first_global - local.begin()) + 1;
+    for (int l = 0; l < m.layers; ++l)
+      if (m.windowed(l) != local[size_t(l)]) {
+        r.problem("layer_types", j.value("layer_types", json::array()).dump().substr(0, 80),
+                  "local layers with every n-th global (model.full_attention_every; Gemma 3: 6)");
+        break;
+      }
+  }
+
+  // RoPE: the global layers' as any llama's, the local layers' base.
+  const json* params = j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+                               (j["rope_parameters"].contains("full_attention") ||
+                                j["rope_parameters"].contains("sliding_attention"))
+                           ? &j["rope_parameters"]
+                           : nullptr;
+  double local_theta = 10000.0;
+  if (params) {
+    r.use("rope_parameters");
+    r.only("rope_theta", nullptr, "rope_theta inside rope_parameters (transformers 5)");
+    r.only("rope_local_base_freq", nullptr, "the local base inside rope_parameters.sliding_attention");
+    m.rope_theta = 1e6;
+    for (const auto& [key, value] : params->items()) {
+      const std::string where = origin + " rope_parameters." + key;
+      if (key == "full_attention" && value.is_object()) {
+        const json wrapped = {{"rope_parameters", value}};  // read as a llama's rope_parameters
+        ConfigReader sub(wrapped, where);
+        read_rope(sub, wrapped, m);
+        sub.finish(warnings);
+      } else if (key == "sliding_attention" && value.is_object()) {
+        for (const auto& [k, v] : value.items()) {
+          if (k == "rope_theta" && v.is_number() && v.get<double>() >= 1.0 && v.get<double>() <= 1e12)
+            local_theta = v.get<double>();
+          else if (!((k == "rope_type" || k == "type") && v == "default"))
+            r.problem("rope_parameters.sliding_attention." + k, v.dump().substr(0, 80),
+                      k == "rope_theta" ? "a number in [1, 1e12]" : "rope_type \"default\" and rope_theta only");
+        }
+      } else {
+        r.problem("rope_parameters." + key, value.dump().substr(0, 80),
+                  "the objects full_attention and sliding_attention");
+      }
+    }
+  } else {
+    read_rope(r, j, m);
+    if (!j.contains("rope_theta") || j["rope_theta"].is_null()) m.rope_theta = 1e6;  // Gemma3TextConfig's default
+    local_theta = r.number("rope_local_base_freq", 10000.0, 1.0, 1e12);
+  }
+  if (m.sliding_window > 0) m.rope_local_theta = local_theta;
+  if (m.query_pre_attn_scalar == double(m.head_size())) m.query_pre_attn_scalar = 0;  // the default scale
+}
+
 }  // namespace
 
 HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) {
@@ -681,9 +865,11 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
   } else if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral" || type == "mixtral" ||
              type == "qwen3_moe" || type == "qwen2_moe") {
     read_llama_family(r, j, type, m);
+  } else if (type == "gemma3_text") {
+    read_gemma3(r, j, origin, m, out.warnings);
   } else {
     throw Error(fmt::format("{}: model_type is {}; llmtrain imports \"gpt2\", \"llama\", \"qwen2\", \"qwen3\", "
-                            "\"mistral\", \"mixtral\", \"qwen3_moe\" and \"qwen2_moe\"",
+                            "\"mistral\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\" and \"gemma3_text\"",
                             origin, j.contains("model_type") ? j["model_type"].dump() : "missing"),
                 "not supported yet: other architectures");
   }

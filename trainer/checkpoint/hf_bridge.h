@@ -21,6 +21,9 @@
 //    Qwen3-MoE's are the same tensors under its own names (mlp.gate, mlp.experts.{e}.gate_proj /
 //    up_proj / down_proj), with the same fused layout in 5.x. Qwen2-MoE's too, plus its shared
 //    expert mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate (never fused).
+//  - Gemma 3's RMSNorms (the four per block, q/k norms, the final one) compute x̂ · (1 + w): ours hold
+//    the multiplier, so import adds 1 and export subtracts 1 (HfTensorLayout::offset). The norms are
+//    not weight-decayed, so training either form takes the same steps.
 //  - Config fields are read as transformers 4.x and 5.x write them (rope_theta + rope_scaling or
 //    rope_parameters; torch_dtype or dtype); export writes 4.x's spellings, which 5.x reads too.
 //  - Import refuses every config field that changes the architecture or the numerics in a way we
@@ -50,6 +53,8 @@ struct HfTensorLayout {
   bool transpose = false;      // transformers holds the transpose of ours viewed as [rows, cols]
   int64_t rows = 0, cols = 0;  // ours as a matrix (transpose only)
   int64_t keep_rows = -1;      // vocabulary: transformers has the first keep_rows rows (-1: all)
+  // Gemma's RMSNorms multiply by (1 + weight): transformers holds ours − offset (1 for those, else 0).
+  float offset = 0;
   // Import only: where transformers 5's in-memory MoE layout holds the tensor when a file has that
   // instead of `name` (save_pretrained(save_original_format=False) writes it): elements
   // [fused_offset, fused_offset + numel) of the tensor `fused_name` of shape `fused_shape` ("": none).
@@ -61,7 +66,8 @@ struct HfTensorLayout {
 HfTensorLayout hf_tensor_layout(const ModelConfig& model, const ParamSpec& param);
 
 // The transformers model_type export writes for `model`: "gpt2", or the llama-family class that
-// has exactly its options ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "qwen2_moe").
+// has exactly its options ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "qwen2_moe",
+// "gemma3_text").
 std::string hf_model_type(const ModelConfig& model);
 // Ours (param.shape, fp32) -> transformers' element order and shape.
 std::vector<float> to_hf_layout(const HfTensorLayout& layout, const ParamSpec& param, const float* ours);

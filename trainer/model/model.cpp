@@ -135,8 +135,13 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
     throw Error(fmt::format("head dimension {} is odd: RoPE needs an even one", m.head_size()));
   // The variants of the llama family (recipe_check refuses them for gpt2 with the key named).
   LT_CHECK(llama || (int64_t(m.head_size()) * m.heads == m.hidden && !m.qkv_bias && !m.qk_norm &&
-                     m.sliding_window == 0 && m.rope_scaling.type == RopeScalingType::none),
+                     m.sliding_window == 0 && m.rope_scaling.type == RopeScalingType::none &&
+                     m.query_pre_attn_scalar == 0 && m.activation == MlpActivation::swiglu && !m.post_norms &&
+                     !m.scale_embeddings && m.logit_softcap == 0),
            "a gpt2 model with llama-family options");
+  LT_CHECK(!m.moe.enabled() || (m.activation == MlpActivation::swiglu && !m.post_norms),
+           "MoE blocks with a geglu gate or post-norms");
+  LT_CHECK(o.context_parallel == 1 || m.query_pre_attn_scalar == 0, "context parallelism with a softmax scale");
   check_divides(tp_size, m.heads, "model.heads");  // recipe keys, not parameter names
   if (m.kv_heads % tp_size != 0 && tp_size % m.kv_heads != 0)
     throw Error(fmt::format("parallel.tp {} and model.kv_heads {}: neither divides the other", tp_size, m.kv_heads),
@@ -392,6 +397,10 @@ void Model::bind_block(int i, bool grad) {
       w.qn_w = v(R::q_norm_weight);
       w.kn_w = v(R::k_norm_weight);
     }
+    if (config_.post_norms) {
+      w.post_attn_w = v(R::attn_post_norm_weight);
+      w.post_mlp_w = v(R::mlp_post_norm_weight);
+    }
   } else {
     w.ln1_b = v(R::attn_norm_bias);
     w.qkv_w = mat(R::qkv_weight);
@@ -489,6 +498,14 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
       l.att = a.take({n, q});
       l.lse = a.take_f32({b * z.heads * z.seq});
       l.mid = a.take({nl, d});
+      if (config.post_norms) {
+        l.attn_raw = a.take({nl, d});
+        l.attn_rstd = a.take_f32({nl});
+        if (dense) {
+          l.mlp_raw = a.take({nl, d});
+          l.mlp_rstd = a.take_f32({nl});
+        }
+      }
     }
     if (parts & kElementwise) {
       l.ln2 = a.take({n, d});
@@ -595,6 +612,10 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
     }
   }
   if (z.llama) work.rope = a.take_f32({config.max_positions, 2, z.head_dim / 2});
+  if (z.llama && config.sliding_window > 0 && config.rope_local_theta > 0)
+    work.rope_local = a.take_f32({config.max_positions, 2, z.head_dim / 2});
+  if (config.post_norms && layers > 0) work.dpost = a.take({nl, d});
+  if (config.logit_softcap > 0 && head) work.dlogits = a.take({n, z.vocab_local});
   if (z.tp > 1 && head) work.ce_scratch = a.take_f32({3 * n});
   if (z.kv_replicas > 1 && layers > 0)
     work.kv_grad_saved = a.take({config.qkv_bias ? 2 * (2 * z.head_dim * d + 2 * z.head_dim) : 2 * z.head_dim * d});
@@ -602,7 +623,7 @@ ModelMemory Model::lay_out(const ModelConfig& config, const ModelOptions& option
   if (z.sp) {
     work.sp_full = a.take({n, d});
     work.sp_rows = a.take({nl, d});
-    work.sp_grad_saved = a.take({2 * 6 * d});
+    work.sp_grad_saved = a.take({2 * 8 * d});
   }
   if (options.context_parallel > 1 && layers > 0) {
     const parallel::RingScratchSizes r = parallel::ring_scratch_sizes(b, z.seq, z.heads, z.kv_heads, z.head_dim);
@@ -636,6 +657,7 @@ void Model::build_activations() {
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
   if (llama_) kernels::rope_table(work_->rope, config_.rope_theta, rope_scaling_op(config_.rope_scaling));
+  if (work_->rope_local.defined()) kernels::rope_table(work_->rope_local, config_.rope_local_theta, kernels::RopeScaling{});
 }
 
 ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank) {

@@ -439,7 +439,21 @@ class Model {
   // parallelism each half of every sample at its chunk's (x [B, T, ·]).
   void positions_forward(kernels::Tensor x, int64_t position);
   void positions_backward(kernels::Tensor dx);
-  void rope_apply(kernels::Tensor qkv4, int64_t position, bool backward);
+  void rope_apply(kernels::Tensor qkv4, const kernels::Tensor& table, int64_t position, bool backward);
+  // The llama family's MLP gate (model.activation: SwiGLU or GeGLU) and its backward.
+  void gate_forward(kernels::Tensor act, kernels::Tensor fc);
+  void gate_backward(kernels::Tensor dfc, kernels::Tensor dact, kernels::Tensor fc);
+  // model.post_norms: a row-parallel output linear followed by the RMSNorm of its output, and the
+  // norm's backward (block_forward's and block_backward's comments).
+  void post_normed_out(kernels::Tensor out, kernels::Tensor in, kernels::Tensor w, kernels::Tensor norm_w,
+                       kernels::Tensor raw, kernels::Tensor rstd);
+  kernels::Tensor post_norm_backward(kernels::Tensor dout, kernels::Tensor norm_w, kernels::Tensor dnorm_w,
+                                     kernels::Tensor raw, kernels::Tensor rstd);
+  float embedding_scale() const;
+  // Local block `local_layer`'s RoPE table (the windowed layers' own with model.rope_local_theta)
+  // and its attention's mask and scale.
+  const kernels::Tensor& rope_table_of(int local_layer) const;
+  kernels::AttentionSpec attention_spec(int local_layer) const;
   // qk_norm: the per-head RMSNorm of the q and k heads of qkv4 (kept input: a.qk_in), and its
   // backward in place on dqkv4 (the norm weights' gradients reduced over tp).
   // A MoE block's MLP (model_layers.cpp): out = the experts' weighted outputs for the normed rows

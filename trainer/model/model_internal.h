@@ -83,9 +83,12 @@ class Model::Arena {
 //          expert's w1 and w3 adjacent), experts_out [E, d, f] (the w2s); f = model.moe.ffn_hidden;
 //          with a shared expert (model.moe.shared_ffn_hidden) also fc_w [2·fs/tp, d] and out_w
 //          [d, fs/tp] (its SwiGLU, the dense MLP's layout) and shared_gate [d]
+//   with model.post_norms (Gemma) also post_attn_w and post_mlp_w [d]: the RMSNorms of o_proj's and
+//          down_proj's outputs
 struct Model::BlockWeights {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, qn_w, kn_w, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
   Tensor router, experts_in, experts_out, shared_gate;
+  Tensor post_attn_w, post_mlp_w;
 };
 
 // Views of the embedding's and the head's parameters (or their gradients), those this stage
@@ -105,6 +108,9 @@ struct Model::LayerActs {
   Tensor att, lse;                 // attention output [N, H/tp · hd], log-sum-exp [B, H/tp, T]
                                    // (cp > 1: [B, 2, H/tp, T/2], ring attention's blocks)
   Tensor mid;                      // residual stream after attention [N, d]
+  // model.post_norms: o_proj's and down_proj's outputs before their norms [N, d] and the norms' rstd
+  // (this rank's rows with sequence parallelism), kept whatever is recomputed selectively
+  Tensor attn_raw, attn_rstd, mlp_raw, mlp_rstd;
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fc;   // [N, f/tp] pre-GELU (gpt2) or [N, 2·f/tp] gate|up (llama)
   Tensor act;  // [N, f/tp] GELU or SwiGLU output
@@ -173,6 +179,9 @@ struct Model::Work {
   // (the gathered offsets); moe_dfc and moe_dact then hold ep·M rows.
   Tensor ep_recv, ep_rows, ep_plan;
   Tensor rope;           // [max_positions, 2, hd/2] (llama)
+  Tensor rope_local;     // the windowed layers' own table (model.rope_local_theta), else undefined
+  Tensor dpost;          // [N, d] a post-norm's input gradient (model.post_norms; this rank's rows with sp)
+  Tensor dlogits;        // [N, V/tp] the capped logits' gradient (model.logit_softcap, last stage)
   Tensor ce_scratch;     // [3·N] row maxima and the [Σ exp, target logit] sums (tp > 1)
   Tensor kv_grad_saved;  // [2·hd·d] the replicated k/v heads' gradient so far (kv_replicas > 1; with
                          // qkv_bias [2·(2·hd·d + 2·hd)], weights and biases packed)
@@ -180,7 +189,7 @@ struct Model::Work {
   // Sequence parallelism: sp_full [N, d] holds a row-parallel linear's partial output before its
   // reduce-scatter (forward) and the all-gathered residual gradient (backward); sp_rows [N/tp, d]
   // a norm's output before its all-gather (forward) and the reduce-scattered input gradient
-  // (backward); sp_grad_saved [2·6·d] the replicated gradients' saved values and their pack.
+  // (backward); sp_grad_saved [2·8·d] the replicated gradients' saved values and their pack.
   Tensor sp_full, sp_rows, sp_grad_saved;
   Tensor input_grad;           // view of dres after the last backward
   parallel::RingScratch ring;  // context parallelism's K/V blocks and partial results (cp > 1)

@@ -99,13 +99,18 @@ void Model::embed_forward(Slot& s, int64_t position) {
     k::embedding_forward(full, tokens, ends_->wte, vocab_begin_, config_.vocab);
     if (!llama_ && tp_.rank() == 0) positions_forward(full.view({s.batch, s.seq, d}), position);
     tpx::reduce_scatter_to_sequence_parallel_region_forward(tp_, full, rows(s.residual[0], n / tp_.size()));
+    if (config_.scale_embeddings) k::scale(rows(s.residual[0], n / tp_.size()), embedding_scale());
     return;
   }
   const Tensor x = rows(s.residual[0], n);
   k::embedding_forward(x, tokens, ends_->wte, vocab_begin_, config_.vocab);
   tpx::reduce_from_tp_region_forward(tp_, x);
+  if (config_.scale_embeddings) k::scale(x, embedding_scale());
   if (!llama_) positions_forward(x.view({s.batch, s.seq, d}), position);
 }
+
+// model.scale_embeddings (Gemma): the embedding rows × √hidden, as transformers multiplies them.
+float Model::embedding_scale() const { return float(std::sqrt(double(config_.hidden))); }
 
 // Context parallelism: half h of each sample's rows sits at chunk cp_chunk(rank, h)'s positions.
 void Model::positions_forward(Tensor x, int64_t position) {
@@ -132,13 +137,24 @@ void Model::positions_backward(Tensor dx) {
                                      parallel::cp_chunk(cp_->rank(), h, cp_->size()) * c);
 }
 
-void Model::rope_apply(Tensor qkv4, int64_t position, bool backward) {
+const Tensor& Model::rope_table_of(int local_layer) const {
+  const bool local = work_->rope_local.defined() && config_.windowed(options_.stage.layer(local_layer));
+  return local ? work_->rope_local : work_->rope;
+}
+
+k::AttentionSpec Model::attention_spec(int local_layer) const {
+  const int64_t window = config_.windowed(options_.stage.layer(local_layer)) ? config_.sliding_window : 0;
+  const double scale = config_.query_pre_attn_scalar > 0 ? 1.0 / std::sqrt(config_.query_pre_attn_scalar) : 0.0;
+  return k::AttentionSpec::packed(heads_, kv_heads_, window, scale);
+}
+
+void Model::rope_apply(Tensor qkv4, const Tensor& table, int64_t position, bool backward) {
   const int64_t rotary = heads_ + kv_heads_;
   if (!cp_) {
     if (backward)
-      k::rope_backward(qkv4, work_->rope, rotary, position);
+      k::rope_backward(qkv4, table, rotary, position);
     else
-      k::rope_forward(qkv4, work_->rope, rotary, position);
+      k::rope_forward(qkv4, table, rotary, position);
     return;
   }
   const int64_t b = qkv4.shape[0], t = qkv4.shape[1], w = qkv4.shape[2], hd = qkv4.shape[3], c = t / 2;
@@ -147,9 +163,9 @@ void Model::rope_apply(Tensor qkv4, int64_t position, bool backward) {
       const Tensor part = qkv4.flat((i * t + h * c) * w * hd, c * w * hd).view({1, c, w, hd});
       const int64_t pos = parallel::cp_chunk(cp_->rank(), h, cp_->size()) * c;
       if (backward)
-        k::rope_backward(part, work_->rope, rotary, pos);
+        k::rope_backward(part, table, rotary, pos);
       else
-        k::rope_forward(part, work_->rope, rotary, pos);
+        k::rope_forward(part, table, rotary, pos);
     }
 }
 
@@ -159,6 +175,7 @@ void Model::embed_backward(Slot& s) {
     // The gathered gradient is the same on every rank: so are the positions' gradients.
     const Tensor dfull = rows(work_->sp_full, n);
     tpx::reduce_scatter_to_sequence_parallel_region_backward(tp_, rows(work_->dres, n / tp_.size()), dfull);
+    if (config_.scale_embeddings) k::scale(dfull, embedding_scale());
     if (!llama_) positions_backward(dfull.view({s.batch, s.seq, d}));
     k::embedding_backward(end_grads_->wte, dfull, first(s.tokens, n), vocab_begin_, config_.vocab);
     return;
@@ -166,14 +183,15 @@ void Model::embed_backward(Slot& s) {
   const Tensor dx = rows(work_->dres, n);
   if (!llama_) positions_backward(dx.view({s.batch, s.seq, d}));
   tpx::reduce_from_tp_region_backward(tp_, dx);
+  if (config_.scale_embeddings) k::scale(dx, embedding_scale());
   k::embedding_backward(end_grads_->wte, dx, first(s.tokens, n), vocab_begin_, config_.vocab);
 }
 
 void Model::sp_grads(int layer, bool begin) {
-  std::array<Tensor, 6> grads;
+  std::array<Tensor, 8> grads;
   if (layer >= 0) {
     const BlockWeights& g = weight_grads_[size_t(layer)];
-    grads = {g.ln1_w, g.ln1_b, g.o_b, g.ln2_w, g.ln2_b, g.out_b};
+    grads = {g.ln1_w, g.ln1_b, g.o_b, g.ln2_w, g.ln2_b, g.out_b, g.post_attn_w, g.post_mlp_w};
   } else {
     grads = {end_grads_->norm_w, end_grads_->norm_b};
   }
@@ -257,10 +275,11 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd}), lse = first(a.lse, b * heads_ * t);
 
   // Attention sub-block: mid = x + proj(attention(norm(x))).
+  const k::AttentionSpec spec = attention_spec(layer);
   norm_into_tp_region(ln1, x, w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd);
   k::linear_forward(qkv, ln1, w.qkv_w, w.qkv_b);
   if (config_.qk_norm) qk_norm_forward(w, a, qkv4);
-  if (llama_) rope_apply(qkv4, position, false);
+  if (llama_) rope_apply(qkv4, rope_table_of(layer), position, false);
   if (cache) {
     // The cache holds micro_batch sequences; this call uses the first b of them.
     const int64_t rows_per_seq = cache->k.numel() / cache->k.shape[0];
@@ -268,16 +287,15 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     const Tensor kc = cache->k.flat(0, b * rows_per_seq).view(shape),
                  vc = cache->v.flat(0, b * rows_per_seq).view(shape);
     k::kv_cache_write(kc, vc, qkv4, heads_, kv_heads_, position);
-    k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position, config_.sliding_window);
+    k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position, spec.window, spec.scale);
   } else if (cp_ && options_.cp_comm == CpComm::all_to_all) {
     parallel::ulysses_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else if (cp_) {
     parallel::ring_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
   } else {
-    k::attention_forward(att, lse, qkv4, qkv4, qkv4,
-                         k::AttentionSpec::packed(heads_, kv_heads_, config_.sliding_window));
+    k::attention_forward(att, lse, qkv4, qkv4, qkv4, spec);
   }
-  row_parallel_out(mid, att, w.o_w);
+  post_normed_out(mid, att, w.o_w, w.post_attn_w, a.attn_raw, a.attn_rstd);
   k::residual_forward(mid, x, mid, w.o_b);
 
   // MLP sub-block: out = mid + down(activation(up(norm(mid)))); a MoE block's experts in its place.
@@ -296,14 +314,36 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
   }
   if (llama_) {
     k::linear_forward(fc, ln2, w.fc_w, w.fc_b);
-    k::swiglu_forward(act, fc);
+    gate_forward(act, fc);
   } else {
     k::linear_gelu_forward(act, fc, ln2, w.fc_w, w.fc_b);  // one product on a GPU (GELU in its epilogue)
   }
-  if (recompute) return;  // backward needs everything above, not the block's output
-  const Tensor out = rows(x_out, nl);
-  row_parallel_out(out, act, w.out_w);
+  // Backward needs everything above, not the block's output (with post_norms, also the MLP output's
+  // norm statistics: the norm then writes into work's scratch).
+  if (recompute && !config_.post_norms) return;
+  const Tensor out = recompute ? rows(work_->dpost, nl) : rows(x_out, nl);
+  post_normed_out(out, act, w.out_w, w.post_mlp_w, a.mlp_raw, a.mlp_rstd);
+  if (recompute) return;
   k::residual_forward(out, mid, out, w.out_b);
+}
+
+// A row-parallel output linear, then (model.post_norms) the RMSNorm of its output: out =
+// norm(in · wᵀ) with the product kept in raw and the norm's rstd; without post_norms out = in · wᵀ.
+void Model::post_normed_out(Tensor out, Tensor in, Tensor w, Tensor norm_w, Tensor raw, Tensor rstd) {
+  if (!norm_w.defined()) return row_parallel_out(out, in, w);
+  const int64_t nl = out.shape[0];
+  row_parallel_out(rows(raw, nl), in, w);
+  k::rmsnorm_forward(out, first(rstd, nl), rows(raw, nl), norm_w, float(config_.norm_eps));
+}
+
+// Its backward's first half: from dout = d(out) to d(in · wᵀ) in work.dpost (returned); dout itself
+// without post_norms. The norm weight's gradient accumulates in dnorm_w.
+Tensor Model::post_norm_backward(Tensor dout, Tensor norm_w, Tensor dnorm_w, Tensor raw, Tensor rstd) {
+  if (!norm_w.defined()) return dout;
+  const int64_t nl = dout.shape[0];
+  const Tensor draw = rows(work_->dpost, nl);
+  k::rmsnorm_backward(draw, dnorm_w, dout, rows(raw, nl), norm_w, first(rstd, nl), Tensor{});
+  return draw;
 }
 
 // The element-wise results block_forward computed, recomputed by the same ops from what selective
@@ -323,9 +363,23 @@ void Model::block_recompute_elementwise(int layer, LayerActs& a, Tensor x_in, in
   norm_into_tp_region(rows(a.ln2, n), mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd);
   if (moe_block(layer)) return;  // a MoE block keeps its experts' activations
   if (llama_)
-    k::swiglu_forward(act, fc);
+    gate_forward(act, fc);
   else
     k::gelu_forward(act, fc);
+}
+
+void Model::gate_forward(Tensor act, Tensor fc) {
+  if (config_.activation == MlpActivation::geglu)
+    k::geglu_forward(act, fc);
+  else
+    k::swiglu_forward(act, fc);
+}
+
+void Model::gate_backward(Tensor dfc, Tensor dact, Tensor fc) {
+  if (config_.activation == MlpActivation::geglu)
+    k::geglu_backward(dfc, dact, fc);
+  else
+    k::swiglu_backward(dfc, dact, fc);
 }
 
 void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, const LayerGrads* keep) {
@@ -358,8 +412,11 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   } else {
     const Tensor d_out = keep ? rows(keep->d_out, n) : Tensor{};
     if (llama_) {
-      row_parallel_out_backward(dact, g.out_w, g.out_b, dres, dfull, act, w.out_w, d_out);
-      k::swiglu_backward(dfc, dact, fc);
+      // post_norms: the stream's gradient through the MLP output's norm first (dres keeps d(out) for
+      // the residual path).
+      const Tensor dmlp = post_norm_backward(dres, w.post_mlp_w, g.post_mlp_w, a.mlp_raw, a.mlp_rstd);
+      row_parallel_out_backward(dact, g.out_w, g.out_b, dmlp, sp_ ? dfull : dmlp, act, w.out_w, d_out);
+      gate_backward(dfc, dact, fc);
     } else {
       // dfc straight from the out linear's input-gradient product through the GELU, with the fc
       // bias's gradient (also in a split backward: its weight half then leaves fc_b alone).
@@ -373,7 +430,9 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   norm_into_tp_region_backward(dres, g.ln2_w, g.ln2_b, dln, mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, dres);
 
   // Attention sub-block; dres holds d(mid).
-  row_parallel_out_backward(datt, g.o_w, g.o_b, dres, dfull, att, w.o_w, keep ? rows(keep->d_mid, n) : Tensor{});
+  const Tensor dattn = post_norm_backward(dres, w.post_attn_w, g.post_attn_w, a.attn_raw, a.attn_rstd);
+  row_parallel_out_backward(datt, g.o_w, g.o_b, dattn, sp_ ? dfull : dattn, att, w.o_w,
+                            keep ? rows(keep->d_mid, n) : Tensor{});
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   const Tensor dqkv4 = dqkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   if (cp_ && options_.cp_comm == CpComm::all_to_all)
@@ -382,9 +441,8 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
     parallel::ring_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring);
   else
     k::attention_backward(dqkv4, dqkv4, dqkv4, datt.view({b, t, heads_, hd}), qkv4, qkv4, qkv4,
-                          att.view({b, t, heads_, hd}), lse,
-                          k::AttentionSpec::packed(heads_, kv_heads_, config_.sliding_window));
-  if (llama_) rope_apply(dqkv4, 0, true);
+                          att.view({b, t, heads_, hd}), lse, attention_spec(layer));
+  if (llama_) rope_apply(dqkv4, rope_table_of(layer), 0, true);
   if (config_.qk_norm) qk_norm_backward(w, g, a, dqkv4);
   if (keep) {
     k::linear_backward_input(dln, dqkv, w.qkv_w);
@@ -646,6 +704,7 @@ void Model::head_forward(Slot& s) {
   norm_into_tp_region(lnf, x, h.norm_w, h.norm_b, s.lnf_mean, s.lnf_rstd);
   const Tensor logits = rows(s.logits, n);
   k::linear_forward(logits, lnf, h.head, Tensor{});
+  if (config_.logit_softcap > 0) k::softcap_forward(logits, float(config_.logit_softcap));
   if (!s.has_targets) {  // logits only (forward_logits, generation): no loss
     k::fill_zero(s.loss);
     k::fill_zero(s.count);
@@ -668,13 +727,18 @@ void Model::head_backward(Slot& s, float loss_scale, bool split) {
   const Tensor x = rows(s.residual.back(), nl), lnf = rows(s.lnf, n);
   const Tensor logits = rows(s.logits, n);
   if (sp_) sp_grads(-1, true);
-  // dlogits overwrite the logits in place; the per-row gradient is loss_scale / count.
+  // dlogits overwrite the logits in place; the per-row gradient is loss_scale / count. With
+  // soft-capping the capped logits' gradient goes to work.dlogits first, and through the cap's
+  // derivative (read from the capped logits) back into the logits' buffer.
+  const bool capped = config_.logit_softcap > 0;
+  const Tensor dcapped = capped ? rows(work_->dlogits, n) : logits;
   if (tp_.size() == 1)
-    k::cross_entropy_backward(logits, logits, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex,
+    k::cross_entropy_backward(dcapped, logits, first(s.ce_lse, n), first(s.targets, n), config_.vocab, kIgnoreIndex,
                               loss_scale, s.count);
   else
-    tpx::vocab_parallel_cross_entropy_backward(tp_, logits, logits, first(s.ce_lse, n), first(s.targets, n),
+    tpx::vocab_parallel_cross_entropy_backward(tp_, dcapped, logits, first(s.ce_lse, n), first(s.targets, n),
                                                config_.vocab, kIgnoreIndex, loss_scale, s.count);
+  if (capped) k::softcap_backward(logits, dcapped, logits, float(config_.logit_softcap));
   const Tensor dln = rows(work_->dln, n), dres = rows(work_->dres, nl);
   if (split)
     k::linear_backward_input(dln, logits, h.head);  // the logits' gradient stays for the weight half

@@ -52,7 +52,7 @@ enum class ParamRole {
   k_norm_weight,       // self_attn.k_norm: [head_dim]
   attn_out_weight,     // attn.c_proj / self_attn.o_proj
   attn_out_bias,       // attn.c_proj (GPT-2)
-  mlp_norm_weight,     // ln_2 / post_attention_layernorm
+  mlp_norm_weight,     // ln_2 / post_attention_layernorm (pre_feedforward_layernorm with post_norms)
   mlp_norm_bias,       // ln_2 (GPT-2)
   mlp_in_weight,       // mlp.c_fc (GPT-2)
   mlp_in_bias,         // mlp.c_fc (GPT-2)
@@ -78,6 +78,10 @@ enum class ParamRole {
   // mlp_out_weight [d, shared ffn]; block_sparse_moe.shared_expert.{gate,up,down}_proj), then its
   // gate block_sparse_moe.shared_expert_gate [1, d].
   moe_shared_gate_weight,
+  // model.post_norms (Gemma): the RMSNorms of the attention output (post_attention_layernorm, after
+  // o_proj) and of the MLP output (post_feedforward_layernorm, after down_proj) [d].
+  attn_post_norm_weight,
+  mlp_post_norm_weight,
 };
 
 struct ParamSpec {

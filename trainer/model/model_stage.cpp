@@ -254,6 +254,10 @@ Model::LayerActs Model::selective_acts(const LayerActs& kept) const {
   a.lse = kept.lse;
   a.mid = kept.mid;
   a.fc = kept.fc;
+  a.attn_raw = kept.attn_raw;  // model.post_norms: the norms' inputs and statistics are kept
+  a.attn_rstd = kept.attn_rstd;
+  a.mlp_raw = kept.mlp_raw;
+  a.mlp_rstd = kept.mlp_rstd;
   // A MoE block keeps everything of its experts (only its norms are recomputed).
   a.probs = kept.probs;
   a.router_lse = kept.router_lse;

@@ -71,6 +71,13 @@ int main(int argc, char** argv) try {
   m.qkv_bias = get("qkv-bias", "0") == "1";
   m.qk_norm = get("qk-norm", "0") == "1";
   m.sliding_window = std::stoi(get("window", "0"));
+  m.full_attention_every = std::stoi(get("full-every", "0"));
+  m.rope_local_theta = std::stod(get("rope-local-theta", "0"));
+  m.query_pre_attn_scalar = std::stod(get("query-scalar", "0"));
+  m.activation = get("activation", "swiglu") == "geglu" ? MlpActivation::geglu : MlpActivation::swiglu;
+  m.post_norms = get("post-norms", "0") == "1";
+  m.scale_embeddings = get("scale-embeddings", "0") == "1";
+  m.logit_softcap = std::stod(get("softcap", "0"));
   const std::string rope_scaling = get("rope-scaling", "none");
   m.rope_scaling.type = rope_scaling == "linear"   ? RopeScalingType::linear
                         : rope_scaling == "llama3" ? RopeScalingType::llama3
@@ -128,6 +135,13 @@ int main(int argc, char** argv) try {
                         {"qkv_bias", m.qkv_bias},
                         {"qk_norm", m.qk_norm},
                         {"sliding_window", m.sliding_window},
+                        {"full_attention_every", m.full_attention_every},
+                        {"rope_local_theta", m.rope_local_theta},
+                        {"query_pre_attn_scalar", m.query_pre_attn_scalar},
+                        {"activation", to_string(m.activation)},
+                        {"post_norms", m.post_norms},
+                        {"scale_embeddings", m.scale_embeddings},
+                        {"logit_softcap", m.logit_softcap},
                         {"rope_scaling",
                          {{"type", rope_scaling},
                           {"factor", m.rope_scaling.factor},
