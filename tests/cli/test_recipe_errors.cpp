@@ -137,6 +137,12 @@ const Case kCases[] = {
     {"typo_key", "layers: 4", "  layres: 4", "model.layres", "layres", "did you mean model.layers"},
     {"gpt2_qk_norm", "seq_len: 64", "  seq_len: 64\n  qk_norm: true", "model.qk_norm", "qk_norm: true",
      "use family: llama"},
+    {"gpt2_post_norms", "seq_len: 64", "  seq_len: 64\n  post_norms: true", "model.post_norms", "post_norms: true",
+     "use family: llama"},
+    {"pattern_without_window", "family: gpt2", "  family: llama", "model.full_attention_every",
+     "full_attention_every: 6", "set model.sliding_window", "seq_len: 64", "  seq_len: 64\n  full_attention_every: 6"},
+    {"geglu_experts", "family: gpt2", "  family: llama", "model.activation", "activation: geglu",
+     "geglu is Gemma's dense MLP", "seq_len: 64", "  seq_len: 64\n  activation: geglu\n  moe: {experts: 4}"},
     {"llama_odd_head_dim", "family: gpt2", "  family: llama", "model.head_dim", "head_dim: 7",
      "choose an even model.head_dim", "seq_len: 64", "  seq_len: 64\n  head_dim: 7"},
     {"llama3_bands", "family: gpt2", "  family: llama", "model.rope_scaling.high_freq_factor",
@@ -388,6 +394,18 @@ TEST(UnsupportedFeatures, SlidingWindowWithContextParallelism) {
   const std::vector<std::string> refused = describe(unsupported_features(r));
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_NE(refused[0].find("model.sliding_window 16"), std::string::npos) << refused[0];
+}
+
+// Gemma's query_pre_attn_scalar with context parallelism is refused by name (ring and Ulysses take
+// the default softmax scale).
+TEST(UnsupportedFeatures, SoftmaxScaleWithContextParallelism) {
+  Recipe r;
+  r.model.query_pre_attn_scalar = 168;
+  EXPECT_TRUE(describe(unsupported_features(r)).empty());
+  r.parallel.cp = 2;
+  const std::vector<std::string> refused = describe(unsupported_features(r));
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].find("model.query_pre_attn_scalar 168"), std::string::npos) << refused[0];
 }
 
 // MoE blocks train without ep under tp (with sequence parallelism), cp (dropless), dp, pp (every

@@ -17,7 +17,7 @@
       ROOT/FAMILY.logits.safetensors (relative Frobenius error <= 1e-5, fp32) and its greedy
       generation gives the ids in ROOT/FAMILY.ids, for DIR = rand-FAMILY (what llmtrain imported)
       and re-FAMILY (what llmtrain exported from it); then every tensor of re-FAMILY is rand-FAMILY's,
-      byte for byte. A FAMILY with only ROOT/re-FAMILY (a fine-tuned export) is checked there alone.
+      byte for byte (Gemma 3's norms, which llmtrain holds as 1 + w, within 2^-22). A FAMILY with only ROOT/re-FAMILY (a fine-tuned export) is checked there alone.
 """
 import os
 import sys
@@ -149,10 +149,17 @@ def cmd_check(root, families):
         same = ""
         if len(dirs) == 2:
             a, b = tensors(os.path.join(root, "rand-" + family)), tensors(os.path.join(root, "re-" + family))
-            if a != b:
-                differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                problems.append(f"export of the import differs from the original in {differ}")
-            same = f"; export of the import is byte-identical ({len(a)} tensors)"
+            differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            # Gemma's norms hold w where ours hold 1 + w: in fp32 the round trip rounds w to a
+            # multiple of 2^-23 (2^-22 past 1), not more.
+            rounded = [k for k in differ if family == "gemma3" and "norm" in k and k in a and k in b and
+                       a[k][:2] == b[k][:2] and np.max(np.abs(np.frombuffer(a[k][2], np.float32) -
+                                                             np.frombuffer(b[k][2], np.float32))) <= 2.0 ** -22]
+            if len(differ) > len(rounded):
+                problems.append(f"export of the import differs from the original in {sorted(set(differ) - set(rounded))}")
+            same = f"; export of the import is byte-identical ({len(a) - len(rounded)} tensors)"
+            if rounded:
+                same += f", the {len(rounded)} norms within 2^-22 (1 + w in fp32)"
         if problems:
             failed += 1
             print(f"FAIL: {family}:\n  " + "\n  ".join(problems))

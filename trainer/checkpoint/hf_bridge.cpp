@@ -208,6 +208,18 @@ json hf_gemma3_config(const ModelConfig& m, const std::string& torch_dtype, int3
   if (m.moe.enabled()) refuse("experts", "Gemma 3 is dense");
   if (m.sliding_window > 0 && m.rope_local_theta == 0 && m.rope_scaling.type != RopeScalingType::none)
     refuse("rope_scaling and rope_local_theta 0", "Gemma 3's local layers take no rope scaling: set rope_local_theta");
+  // Gemma3TextConfig holds the scalar as an int (5.x's strict config refuses 24.0).
+  const double scalar = m.query_pre_attn_scalar > 0 ? m.query_pre_attn_scalar : double(m.head_size());
+  if (scalar != std::floor(scalar) || scalar > double(int64_t(1) << 40))
+    refuse(fmt::format("query_pre_attn_scalar {}", scalar), "Gemma3TextConfig holds a whole number");
+  const int64_t query_scalar = int64_t(scalar);
+  // As Gemma 3's own configs spell it: "rope_type" (5.x merges the object into the global layers'
+  // default one, whose "rope_type" an old-style "type" would not replace).
+  json rope_scaling = hf_rope_scaling(m.rope_scaling);
+  if (rope_scaling.is_object() && rope_scaling.contains("type")) {
+    rope_scaling["rope_type"] = rope_scaling["type"];
+    rope_scaling.erase("type");
+  }
   json layer_types = json::array();
   for (int l = 0; l < m.layers; ++l) layer_types.push_back(m.windowed(l) ? "sliding_attention" : "full_attention");
   // The pattern that says the same: every full_attention_every-th layer global, or none (one past the last).
@@ -227,10 +239,10 @@ json hf_gemma3_config(const ModelConfig& m, const std::string& torch_dtype, int3
               {"rms_norm_eps", m.norm_eps},
               {"rope_theta", m.rope_theta},
               {"rope_local_base_freq", m.rope_local_theta > 0 ? m.rope_local_theta : m.rope_theta},
-              {"rope_scaling", hf_rope_scaling(m.rope_scaling)},
+              {"rope_scaling", rope_scaling},
               {"attention_bias", false},
               {"attention_dropout", 0.0},
-              {"query_pre_attn_scalar", m.query_pre_attn_scalar > 0 ? m.query_pre_attn_scalar : m.head_size()},
+              {"query_pre_attn_scalar", query_scalar},
               {"sliding_window", m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr)},
               {"sliding_window_pattern", pattern},
               {"layer_types", layer_types},

@@ -465,6 +465,88 @@ TEST(HfBridge, Qwen2MoeHasAGatedSharedExpert) {
   }
 }
 
+// Gemma 3 as transformers 4.50 saves gemma-3-1b (rope_local_base_freq, sliding_window_pattern):
+// every option, the norms' (1 + w) as an offset of 1, back out as a config 5.x reads; Gemma 2's
+// capped attention scores refused by name, and so is exporting half of Gemma's options.
+TEST(HfBridge, Gemma3HasLocalAndGlobalLayers) {
+  const json v4 = json::parse(R"({"architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid",
+    "eos_token_id": 1, "final_logit_softcapping": null, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152, "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+    "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+    "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000,
+    "rope_scaling": null, "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0", "use_cache": true, "vocab_size": 262144})");
+  const ModelConfig m = hf_read_model_config(v4, "config.json").model;
+  EXPECT_EQ(m.head_size(), 256);
+  EXPECT_TRUE(m.qk_norm && m.post_norms && m.scale_embeddings && m.tie_embeddings);
+  EXPECT_EQ(m.activation, MlpActivation::geglu);
+  EXPECT_EQ(m.sliding_window, 512);
+  EXPECT_EQ(m.full_attention_every, 6);
+  EXPECT_TRUE(m.windowed(0) && m.windowed(4) && !m.windowed(5) && m.windowed(6) && !m.windowed(11));
+  EXPECT_EQ(m.rope_theta, 1e6);
+  EXPECT_EQ(m.rope_local_theta, 10000);
+  EXPECT_EQ(m.query_pre_attn_scalar, 0);  // 256 = the head size: the default scale
+  EXPECT_EQ(m.logit_softcap, 0);
+  EXPECT_EQ(hf_model_type(m), "gemma3_text");
+  ModelConfig scaled = m;
+  scaled.query_pre_attn_scalar = 168;  // Gemma 3 27B's hidden / heads
+  scaled.logit_softcap = 30;
+  scaled.rope_scaling.type = RopeScalingType::linear;
+  scaled.rope_scaling.factor = 8;
+  const json out = hf_model_config(scaled, "float32", 2, 1);
+  EXPECT_EQ(out["architectures"][0], "Gemma3ForCausalLM");
+  EXPECT_TRUE(out["query_pre_attn_scalar"].is_number_integer());
+  EXPECT_EQ(out["query_pre_attn_scalar"], 168);
+  EXPECT_EQ(out["final_logit_softcapping"], 30.0);
+  EXPECT_EQ(out["sliding_window_pattern"], 6);
+  EXPECT_EQ(out["layer_types"][5], "full_attention");
+  EXPECT_EQ(out["layer_types"][6], "sliding_attention");
+  const ModelConfig back = hf_read_model_config(out, "config.json").model;
+  EXPECT_EQ(back.query_pre_attn_scalar, 168);
+  EXPECT_EQ(back.logit_softcap, 30);
+  EXPECT_EQ(back.full_attention_every, 6);
+  EXPECT_EQ(back.rope_local_theta, 10000);
+  EXPECT_EQ(back.rope_scaling.type, RopeScalingType::linear);
+  EXPECT_EQ(back.rope_scaling.factor, 8);
+  // Four norms a block under Gemma's names, each (like the q/k and final norms) offset by 1.
+  std::vector<std::string> norms;
+  for (const ParamSpec& p : model_param_specs(m)) {
+    const HfTensorLayout l = hf_tensor_layout(m, p);
+    if (l.offset != 0 && (p.layer == 2 || p.layer == -1)) norms.push_back(l.name);
+    if (p.role == ParamRole::q_weight) EXPECT_EQ(l.offset, 0) << p.name;
+    if (p.role == ParamRole::mlp_post_norm_weight && p.layer == 2) {
+      const float hf[2] = {0.25f, -1.0f};
+      float ours[2];
+      from_hf_layout(l, {p.name, {2}}, hf, ours);
+      EXPECT_EQ(ours[0], 1.25f);
+      EXPECT_EQ(ours[1], 0.0f);
+      EXPECT_EQ(to_hf_layout(l, {p.name, {2}}, ours), (std::vector<float>{0.25f, -1.0f}));
+    }
+  }
+  EXPECT_EQ(norms, (std::vector<std::string>{
+                       "model.layers.2.input_layernorm.weight", "model.layers.2.self_attn.q_norm.weight",
+                       "model.layers.2.self_attn.k_norm.weight", "model.layers.2.post_attention_layernorm.weight",
+                       "model.layers.2.pre_feedforward_layernorm.weight",
+                       "model.layers.2.post_feedforward_layernorm.weight", "model.norm.weight"}));
+  json capped = v4;
+  capped["attn_logit_softcapping"] = 50.0;
+  try {
+    hf_read_model_config(capped, "config.json");
+    ADD_FAILURE() << "attn_logit_softcapping accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attn_logit_softcapping: found 50.0"), std::string::npos) << e.what();
+  }
+  ModelConfig half = m;
+  half.post_norms = false;
+  try {
+    hf_model_config(half, "float32", -1, -1);
+    ADD_FAILURE() << "Gemma without post-norms exported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("post_norms false"), std::string::npos) << e.what();
+  }
+}
+
 // YaRN as transformers 5 writes it (rope_parameters) and 4.x (rope_scaling): every field, the
 // defaults transformers fills in (original_max_position_embeddings, the factor from their ratio),
 // and back out.
