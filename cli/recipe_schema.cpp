@@ -358,7 +358,7 @@ std::vector<RecipeKey> make_schema() {
            FloatRule{0.0, false, 1e9},
            {"number ≥ 0", "0 = head size", "softmax scale = this^(-1/2) (llama; Gemma)"}),
     choice("model.activation", [](auto& r) -> auto& { return r.model.activation; },
-           {"swiglu | geglu", "swiglu", "the MLP gate: silu, or the tanh GELU (llama; Gemma)"}),
+           {"`swiglu` \\| `geglu`", "`swiglu`", "the MLP gate: silu, or the tanh GELU (llama; Gemma)"}),
     boolean("model.post_norms", [](auto& r) -> auto& { return r.model.post_norms; },
             {"bool", "false", "RMSNorms of the attention and MLP outputs before the residual adds (llama; Gemma)"}),
     boolean("model.scale_embeddings", [](auto& r) -> auto& { return r.model.scale_embeddings; },

@@ -516,12 +516,12 @@ TEST(HfBridge, Gemma3HasLocalAndGlobalLayers) {
     if (l.offset != 0 && (p.layer == 2 || p.layer == -1)) norms.push_back(l.name);
     if (p.role == ParamRole::q_weight) EXPECT_EQ(l.offset, 0) << p.name;
     if (p.role == ParamRole::mlp_post_norm_weight && p.layer == 2) {
-      const float hf[2] = {0.25f, -1.0f};
-      float ours[2];
-      from_hf_layout(l, {p.name, {2}}, hf, ours);
+      std::vector<float> hf(size_t(p.numel()), 0.25f), ours(size_t(p.numel()));
+      hf[1] = -1.0f;
+      from_hf_layout(l, p, hf.data(), ours.data());
       EXPECT_EQ(ours[0], 1.25f);
       EXPECT_EQ(ours[1], 0.0f);
-      EXPECT_EQ(to_hf_layout(l, {p.name, {2}}, ours), (std::vector<float>{0.25f, -1.0f}));
+      EXPECT_EQ(to_hf_layout(l, p, ours.data()), hf);
     }
   }
   EXPECT_EQ(norms, (std::vector<std::string>{
