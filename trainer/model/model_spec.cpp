@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace llmtrain::trainer {
 
 int64_t ParamSpec::numel() const {
@@ -181,10 +183,13 @@ int64_t count_matmul_parameters(const ModelConfig& model) {
 }
 
 double training_flops_per_token(const ModelConfig& model) {
-  // Attention's score and value products: 2 · T · (heads · head size) per token and layer each
-  // way, forward and backward (a sliding window is not discounted).
-  return 6.0 * double(count_matmul_parameters(model)) +
-         12.0 * double(model.layers) * double(model.heads) * double(model.head_size()) * double(model.seq_len);
+  // Attention's score and value products: 2 · K · (heads · head size) per token and layer each
+  // way, forward and backward, with K = seq_len keys (PaLM's count, which does not halve for the
+  // causal mask), or the window's min(sliding_window, seq_len) on a windowed layer.
+  double keys = 0;
+  for (int l = 0; l < model.layers; ++l)
+    keys += double(model.windowed(l) ? std::min(model.sliding_window, model.seq_len) : model.seq_len);
+  return 6.0 * double(count_matmul_parameters(model)) + 12.0 * double(model.heads) * double(model.head_size()) * keys;
 }
 
 }  // namespace llmtrain::trainer

@@ -65,6 +65,23 @@ TEST(ModelSpec, FlopsFormula) {
   EXPECT_DOUBLE_EQ(training_flops_per_token(m), 6.0 * n + 12.0 * 12 * 768 * 1024);
 }
 
+// A windowed layer's attention counts its window's keys: Gemma 3's five local layers of six see 512
+// of 4096 positions, the sixth all of them; Mistral's every layer.
+TEST(ModelSpec, FlopsCountTheWindowsKeys) {
+  ModelConfig m;
+  m.family = ModelFamily::llama;
+  m.layers = 12, m.hidden = 256, m.heads = 4, m.kv_heads = 1, m.head_dim = 128, m.ffn_hidden = 512;
+  m.vocab = 1000, m.seq_len = 4096, m.max_positions = 4096, m.tie_embeddings = true;
+  const double dense = 6.0 * double(count_matmul_parameters(m));
+  EXPECT_DOUBLE_EQ(training_flops_per_token(m), dense + 12.0 * 4 * 128 * 4096 * 12);
+  m.sliding_window = 512;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(m), dense + 12.0 * 4 * 128 * 512 * 12);
+  m.full_attention_every = 6;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(m), dense + 12.0 * 4 * 128 * (512 * 10 + 4096 * 2));
+  m.sliding_window = 8192;  // wider than the sequence: every key
+  EXPECT_DOUBLE_EQ(training_flops_per_token(m), dense + 12.0 * 4 * 128 * 4096 * 12);
+}
+
 // Mixtral-8x7B: 46,702,792,704 parameters (its model card's 46.7B), of which a token uses the
 // attention, the router and 2 of each layer's 8 experts: 12.9B.
 TEST(ModelSpec, Mixtral8x7BMatchesPublishedCount) {
