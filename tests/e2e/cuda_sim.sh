@@ -15,7 +15,8 @@
 #     start, naming both counts, unless launch.share_devices; a malformed count is an error.
 #  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, llama3
 #     RoPE) on cuda take the CPU's 2 fp32 steps;
-#  6. MoE blocks on cuda take the CPU's 2 fp32 steps;
+#  6. MoE blocks on cuda take the CPU's 2 fp32 steps; Gemma 3's block takes them too, and its 2 bf16
+#     steps with selective recomputation within 2e-2;
 #  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes;
 #  8. the GPT-2 family on cuda (its MLP's GELU and the bias gradients in cuBLASLt's epilogues) takes
 #     the CPU's 2 fp32 steps, and with selective recomputation (act recomputed by gelu_forward).
@@ -159,6 +160,23 @@ for d in cpu cuda; do
   expect_status 0
 done
 compare "MoE blocks with a shared expert: cuda takes the cpu's 2 steps" moe-cuda moe-cpu --last 2 --tol 1e-5
+# 6b. Gemma 3's block on cuda (per-layer windows and RoPE tables, the softmax scale, GeGLU, the
+#    post-norms, scaled embeddings, soft-capped logits): 2 fp32 steps take the CPU's, and so do 2 in
+#    bf16 with selective recomputation (the tensor-core attention kernels with the scale and window).
+gemma=(--set model.qk_norm=true --set model.head_dim=32 --set model.sliding_window=16 --set model.full_attention_every=2
+  --set model.rope_local_theta=100 --set model.query_pre_attn_scalar=20 --set model.activation=geglu
+  --set model.post_norms=true --set model.scale_embeddings=true --set model.logit_softcap=4
+  --set train.steps=2 --set checkpoint.resume=none --set checkpoint.every=2)
+for d in cpu cuda; do
+  run_cmd "gemma3 on $d" train gemma-$d --set train.device=$d "${gemma[@]}"
+  expect_status 0
+  run_cmd "gemma3 bf16 on $d" train gemma-bf16-$d --set train.device=$d "${gemma[@]}" --set train.precision=bf16 \
+    --set train.activation_checkpointing=selective
+  expect_status 0
+done
+compare "Gemma 3's block: cuda takes the cpu's 2 steps" gemma-cuda gemma-cpu --last 2 --tol 1e-5
+compare "Gemma 3's block in bf16 with selective recomputation: cuda within 2e-2 of the cpu's" gemma-bf16-cuda \
+  gemma-bf16-cpu --last 2 --tol 2e-2
 # 7. The planner's measured rates (tests/bench/device_rates, which scripts/gpu_check.sh runs on a GPU):
 #    on the simulated device at a tiny shape, a file `plan --rates` takes (the simulator's rates
 #    mean nothing; the file and its path through the planner are what is checked).
