@@ -363,6 +363,8 @@ std::vector<RecipeKey> make_schema() {
             {"bool", "false", "RMSNorms of the attention and MLP outputs before the residual adds (llama; Gemma)"}),
     boolean("model.scale_embeddings", [](auto& r) -> auto& { return r.model.scale_embeddings; },
             {"bool", "false", "the token embeddings multiplied by √hidden (llama; Gemma)"}),
+    boolean("model.attention_sinks", [](auto& r) -> auto& { return r.model.attention_sinks; },
+            {"bool", "false", "a learned logit per head in each softmax's denominator (llama; gpt-oss's sinks)"}),
     number("model.logit_softcap", [](auto& r) -> auto& { return r.model.logit_softcap; }, FloatRule{0.0, false, 1e6},
            {"number ≥ 0", "0 = none", "logits = cap · tanh(logits / cap) (llama; Gemma's final_logit_softcapping)"}),
     number("model.norm_eps", [](auto& r) -> auto& { return r.model.norm_eps; }, kPositiveFloat,

@@ -134,20 +134,23 @@ void synchronize(Device device);
 
 // Causal self-attention over a packed qkv [B, T, heads + 2·kv_heads, D] (training).
 inline void attention_forward(Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads) {
-  attention_forward(out, lse, qkv, qkv, qkv, AttentionSpec::packed(heads, kv_heads));
+  attention_forward(out, lse, qkv, qkv, qkv, Tensor{}, AttentionSpec::packed(heads, kv_heads));
 }
 // Its backward: dqkv [B, T, heads + 2·kv_heads, D] is overwritten (q, k and v parts).
 inline void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads,
                                int64_t kv_heads) {
-  attention_backward(dqkv, dqkv, dqkv, dout, qkv, qkv, qkv, out, lse, AttentionSpec::packed(heads, kv_heads));
+  attention_backward(dqkv, dqkv, dqkv, Tensor{}, dout, qkv, qkv, qkv, out, lse, Tensor{},
+                     AttentionSpec::packed(heads, kv_heads));
 }
 // Decoding: causal attention of qkv's q heads (query i at position + i) over cache rows
 // [0, position + T), which kv_cache_write must already have filled; the same result
-// attention_forward gives those rows over the whole sequence (within `window` keys when > 0).
+// attention_forward gives those rows over the whole sequence (within `window` keys when > 0, with
+// the softmax scale and the sinks given).
 inline void attention_cached_forward(Tensor out, Tensor lse, Tensor qkv, Tensor k_cache, Tensor v_cache, int64_t heads,
-                                     int64_t kv_heads, int64_t position, int64_t window = 0, double scale = 0) {
+                                     int64_t kv_heads, int64_t position, int64_t window = 0, double scale = 0,
+                                     Tensor sinks = Tensor{}) {
   attention_forward(
-      out, lse, qkv, k_cache, v_cache,
+      out, lse, qkv, k_cache, v_cache, sinks,
       {.heads = heads, .kv_heads = kv_heads, .q_begin = position, .kv_begin = 0, .window = window, .scale = scale});
 }
 

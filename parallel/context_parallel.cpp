@@ -84,7 +84,7 @@ RingScratchSizes ring_scratch_sizes(int64_t batch, int64_t local_rows, int64_t h
 }
 
 void ring_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads,
-                            const RingScratch& scratch) {
+                            const RingScratch& scratch, Tensor sinks) {
   const Blocks bl(qkv, heads, kv_heads);
   const int p = cp.size(), r = cp.rank();
   Tensor cur = qkv;
@@ -100,12 +100,13 @@ void ring_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int64_
           const int qc = cp_chunk(r, qh, p), kc = cp_chunk(src, kh, p);
           if (kc > qc) continue;  // every key after every query: nothing to see
           const Tensor kv = bl.packed(cur, b, kh);
-          // Step 0's first visible block (this rank's chunk 0 or the earlier one) starts the result.
+          // Step 0's first visible block (this rank's chunk 0 or the earlier one) starts the result,
+          // with the sinks (once per row).
           if (s == 0 && kh == 0) {
-            k::attention_forward(bl.out(out, b, qh), bl.lse(lse, b, qh), bl.packed(qkv, b, qh), kv, kv,
+            k::attention_forward(bl.out(out, b, qh), bl.lse(lse, b, qh), bl.packed(qkv, b, qh), kv, kv, sinks,
                                  bl.spec(qc, kc));
           } else {
-            k::attention_forward(part_out, part_lse, bl.packed(qkv, b, qh), kv, kv, bl.spec(qc, kc));
+            k::attention_forward(part_out, part_lse, bl.packed(qkv, b, qh), kv, kv, Tensor{}, bl.spec(qc, kc));
             k::attention_merge(bl.out(out, b, qh), bl.lse(lse, b, qh), part_out, part_lse);
           }
           if (moving) cp.progress();
@@ -116,7 +117,7 @@ void ring_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int64_
 }
 
 void ring_attention_backward(Comm& cp, Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads,
-                             int64_t kv_heads, const RingScratch& scratch) {
+                             int64_t kv_heads, const RingScratch& scratch, Tensor dsinks, Tensor sinks) {
   const Blocks bl(qkv, heads, kv_heads);
   LT_CHECK(dqkv.shape == qkv.shape, "ring attention backward: dqkv {} for qkv {}", dqkv.shape.str(), qkv.shape.str());
   const int p = cp.size(), r = cp.rank();
@@ -142,8 +143,11 @@ void ring_attention_backward(Comm& cp, Tensor dqkv, Tensor dout, Tensor qkv, Ten
           k::fill_zero(scratch.dq_block);
           k::fill_zero(scratch.dkv_block);
           const Tensor kv = bl.packed(cur, b, kh);
-          k::attention_backward(dq_block, dkv_block, dkv_block, bl.out(dout, b, qh), bl.packed(qkv, b, qh), kv, kv,
-                                bl.out(out, b, qh), bl.lse(lse, b, qh), bl.spec(qc, kc));
+          // The sinks' gradient with the block the forward passed them with.
+          const bool first = s == 0 && kh == 0;
+          k::attention_backward(dq_block, dkv_block, dkv_block, first ? dsinks : Tensor{}, bl.out(dout, b, qh),
+                                bl.packed(qkv, b, qh), kv, kv, bl.out(out, b, qh), bl.lse(lse, b, qh),
+                                first ? sinks : Tensor{}, bl.spec(qc, kc));
           const Tensor dq = bl.packed_rows(dqkv, b, qh), dkv = bl.packed_rows(acc, b, kh);
           k::residual_forward(dq, dq, dq_rows, Tensor{});
           k::residual_forward(dkv, dkv, dkv_rows, Tensor{});
@@ -232,7 +236,7 @@ struct UlyssesDims {
 }  // namespace
 
 void ulysses_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads,
-                               const RingScratch& scratch) {
+                               const RingScratch& scratch, Tensor sinks) {
   const UlyssesDims u(cp, qkv, heads, kv_heads);
   const int64_t n = u.batch * u.rows, total = u.rows * u.p;
   const Tensor send = scratch.kv[0].flat(0, u.qkv_numel()), recv = scratch.kv[1].flat(0, u.qkv_numel());
@@ -241,8 +245,10 @@ void ulysses_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int
   // This rank's head group over the whole sequence, in qkv's own storage.
   blocks_and_sequence(recv, qkv, u.batch, u.rows, u.width_part() * u.d, u.p, true);
   const Tensor whole_out = scratch.dkv[0].flat(0, u.out_numel());
-  k::attention_forward(whole_out.view({u.batch, total, u.hj, u.d}), lse.view({u.batch, u.hj, total}),
-                       qkv.view({u.batch, total, u.width_part(), u.d}), u.hj, u.kvj);
+  const Tensor whole_qkv = qkv.view({u.batch, total, u.width_part(), u.d});
+  k::attention_forward(whole_out.view({u.batch, total, u.hj, u.d}), lse.view({u.batch, u.hj, total}), whole_qkv,
+                       whole_qkv, whole_qkv, sinks.defined() ? sinks.flat(cp.rank() * u.hj, u.hj) : Tensor{},
+                       k::AttentionSpec::packed(u.hj, u.kvj));
   const Tensor send_out = scratch.kv[0].flat(0, u.out_numel()), recv_out = scratch.kv[1].flat(0, u.out_numel());
   blocks_and_sequence(send_out, whole_out, u.batch, u.rows, u.hj * u.d, u.p, false);
   cp.all_to_all(send_out, recv_out);
@@ -250,7 +256,7 @@ void ulysses_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int
 }
 
 void ulysses_attention_backward(Comm& cp, Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads,
-                                int64_t kv_heads, const RingScratch& scratch) {
+                                int64_t kv_heads, const RingScratch& scratch, Tensor dsinks, Tensor sinks) {
   const UlyssesDims u(cp, qkv, heads, kv_heads);
   LT_CHECK(dqkv.shape == qkv.shape, "ulysses attention backward: dqkv {} for qkv {}", dqkv.shape.str(),
            qkv.shape.str());
@@ -264,9 +270,12 @@ void ulysses_attention_backward(Comm& cp, Tensor dqkv, Tensor dout, Tensor qkv, 
     blocks_and_sequence(recv, whole, u.batch, u.rows, u.hj * u.d, u.p, true);
   }
   const Tensor dwhole = scratch.kv[0].flat(0, u.qkv_numel());
-  k::attention_backward(dwhole.view({u.batch, total, u.width_part(), u.d}),
-                        whole_dout.view({u.batch, total, u.hj, u.d}), qkv.view({u.batch, total, u.width_part(), u.d}),
-                        whole_out.view({u.batch, total, u.hj, u.d}), lse.view({u.batch, u.hj, total}), u.hj, u.kvj);
+  const Tensor dw = dwhole.view({u.batch, total, u.width_part(), u.d}),
+               whole_qkv = qkv.view({u.batch, total, u.width_part(), u.d});
+  auto mine = [&](const Tensor& t) { return t.defined() ? t.flat(cp.rank() * u.hj, u.hj) : Tensor{}; };
+  k::attention_backward(dw, dw, dw, mine(dsinks), whole_dout.view({u.batch, total, u.hj, u.d}), whole_qkv, whole_qkv,
+                        whole_qkv, whole_out.view({u.batch, total, u.hj, u.d}), lse.view({u.batch, u.hj, total}),
+                        mine(sinks), k::AttentionSpec::packed(u.hj, u.kvj));
   const Tensor send_back = scratch.kv[1].flat(0, u.qkv_numel()), recv_back = scratch.dkv[0].flat(0, u.qkv_numel());
   blocks_and_sequence(send_back, dwhole, u.batch, u.rows, u.width_part() * u.d, u.p, false);
   cp.all_to_all(send_back, recv_back);

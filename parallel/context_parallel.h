@@ -62,23 +62,29 @@ RingScratchSizes ring_scratch_sizes(int64_t batch, int64_t local_rows, int64_t h
                                     int64_t head_dim);
 
 // Causal attention of this rank's queries over every rank's keys and values (see above). out
-// [B, T, heads, D] and lse (B·T·heads fp32, [B, 2, heads, c]) are written.
+// [B, T, heads, D] and lse (B·T·heads fp32, [B, 2, heads, c]) are written. sinks [heads] (gpt-oss's
+// attention sinks, or undefined) join each row once: with the first block of the row's blocks.
 void ring_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads,
-                            const RingScratch& scratch);
-// Its backward: dqkv (qkv's shape) is overwritten with this rank's rows' q, k and v gradients.
+                            const RingScratch& scratch, Tensor sinks = Tensor{});
+// Its backward: dqkv (qkv's shape) is overwritten with this rank's rows' q, k and v gradients; dsinks
+// (with sinks) accumulates this rank's rows' part of the sinks' gradient.
 void ring_attention_backward(Comm& cp, Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads,
-                             int64_t kv_heads, const RingScratch& scratch);
+                             int64_t kv_heads, const RingScratch& scratch, Tensor dsinks = Tensor{},
+                             Tensor sinks = Tensor{});
 
 // Ulysses attention over the same layouts, heads and kv_heads divisible by cp. The forward
 // REPLACES qkv's contents by this rank's head group over the whole sequence ([B, cp·T, (heads +
 // 2·kv_heads) / cp, D], natural token order; the same element count), which the backward reads
 // instead of the rows; lse is that attention's ([B, heads / cp, cp·T]). out gets this rank's
 // rows of every head. Scratch: kv[0], kv[1], dkv[0], dkv[1] as for the ring.
+// With sinks [heads], this rank's head group takes its own.
 void ulysses_attention_forward(Comm& cp, Tensor out, Tensor lse, Tensor qkv, int64_t heads, int64_t kv_heads,
-                               const RingScratch& scratch);
+                               const RingScratch& scratch, Tensor sinks = Tensor{});
 // dqkv (qkv's shape) is overwritten with this rank's rows' gradients; qkv, out and lse as the
-// forward left them.
+// forward left them; dsinks (with sinks) accumulates the gradient of this rank's head group's sinks
+// over the whole sequence (the other heads' entries are the other ranks').
 void ulysses_attention_backward(Comm& cp, Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int64_t heads,
-                                int64_t kv_heads, const RingScratch& scratch);
+                                int64_t kv_heads, const RingScratch& scratch, Tensor dsinks = Tensor{},
+                                Tensor sinks = Tensor{});
 
 }  // namespace llmtrain::parallel

@@ -108,6 +108,8 @@ struct ModelConfig {
   bool post_norms = false;        // RMSNorms of the attention and MLP outputs before their residual adds
   bool scale_embeddings = false;  // the token embeddings × √hidden
   double logit_softcap = 0;       // 0 = none; else logits = cap · tanh(logits / cap)
+  // gpt-oss's: a learned logit per query head in each layer's softmax denominator (attention sinks)
+  bool attention_sinks = false;
   double norm_eps = 1e-5;
   double init_std = 0.02;
   double dropout = 0.0;

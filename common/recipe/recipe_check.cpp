@@ -169,7 +169,8 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
         {"activation", m.activation != MlpActivation::swiglu},
         {"post_norms", m.post_norms},
         {"scale_embeddings", m.scale_embeddings},
-        {"logit_softcap", m.logit_softcap > 0}};
+        {"logit_softcap", m.logit_softcap > 0},
+        {"attention_sinks", m.attention_sinks}};
     for (const auto& [key, set] : gemma_keys)
       if (set) problem(fmt::format("model.{}", key), "family gpt2 is GPT-2's architecture, without this variant", hint);
   }

@@ -17,6 +17,8 @@
 //
 // Rules a reader could get wrong:
 //  - A row that sees no key gets out = 0 and lse = -inf (context parallelism's partial blocks).
+//  - Sinks join after the keys (add_sinks): the block kernels never see them; backward's
+//    probabilities come from the final lse, which holds them.
 //  - In backward, the gradients of one kv head collect contributions from every query head of its
 //    group, so the parallel unit is (sequence, kv head), never a query block: no two threads ever
 //    write the same dK/dV rows, and the result is independent of the thread count.
@@ -433,7 +435,46 @@ bool cpu_has_avx512() {
 #endif
 }
 
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
+namespace {
+
+// Attention sinks, once a call's keys are done: each row's (out, lse) joined with one more key of
+// logit sinks[h] and value 0 — attention_merge with a zero partial result of lse sinks[h].
+void add_sinks(const Walk& w, const Heads& oh, float* lse, const float* sinks) {
+#pragma omp parallel for schedule(static)
+  for (int64_t u = 0; u < w.b * w.heads; ++u) {
+    const int64_t s = u / w.heads, h = u % w.heads;
+    const float sink = sinks[h];
+    for (int64_t i = 0; i < w.tq; ++i) {
+      float& l = lse[u * w.tq + i];
+      const float m = std::max(l, sink), total = std::log(std::exp(l - m) + std::exp(sink - m)) + m;
+      const float keep = std::exp(l - total);  // 0 for a row that saw no key (l = -inf)
+      float* o = oh.head(s, h).row(i);
+      for (int64_t c = 0; c < w.d; ++c) o[c] *= keep;
+      l = total;
+    }
+  }
+}
+
+// dsinks[h] −= Σ over head h's rows of e^(sinks[h] − lse)·(dout · out), summed in double in row order.
+void sink_grads(const Walk& w, const Heads& oh, const Heads& doh, const float* lse, const float* sinks,
+                float* dsinks) {
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < w.heads; ++h) {
+    double acc = 0;
+    for (int64_t s = 0; s < w.b; ++s)
+      for (int64_t i = 0; i < w.tq; ++i) {
+        const float *o = oh.head(s, h).row(i), *g = doh.head(s, h).row(i);
+        double delta = 0;
+        for (int64_t c = 0; c < w.d; ++c) delta += double(o[c]) * double(g[c]);
+        acc += std::exp(double(sinks[h]) - double(lse[(s * w.heads + h) * w.tq + i])) * delta;
+      }
+    dsinks[h] -= float(acc);
+  }
+}
+
+}  // namespace
+
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor sinks, const AttentionSpec& spec) {
   const Walk w(q, k, spec);
   const Heads qh(q, spec.q_head), kh(k, spec.k_head), vh(v, spec.v_head), oh(out.view({w.b, w.tq, w.heads, w.d}), 0);
   float* l = lse.ptr<float>();
@@ -448,10 +489,11 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, con
         forward_block(w.mm, qh.head(s, h), kt, w.ld, vh.head(s, g), oh.head(s, h), l + (s * w.heads + h) * w.tq, i0,
                       std::min(w.tq, i0 + kBlock), w.mask, w.d, w.scale);
   }
+  if (sinks.defined()) add_sinks(w, oh, l, sinks.ptr<float>());
 }
 
-void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-                        Tensor lse, const AttentionSpec& spec) {
+void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dsinks, Tensor dout, Tensor q, Tensor k, Tensor v,
+                        Tensor out, Tensor lse, Tensor sinks, const AttentionSpec& spec) {
   const Walk w(q, k, spec);
   const Heads qh(q, spec.q_head), kh(k, spec.k_head), vh(v, spec.v_head), dqh(dq, spec.q_head), dkh(dk, spec.k_head),
       dvh(dv, spec.v_head), oh(out.view({w.b, w.tq, w.heads, w.d}), 0), doh(dout.view({w.b, w.tq, w.heads, w.d}), 0);
@@ -474,6 +516,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
                        l + (s * w.heads + h) * w.tq, dqh.head(s, h), dk_g, dv_g, i0, std::min(w.tq, i0 + kBlock),
                        w.mask, w.d, w.scale);
   }
+  if (dsinks.defined()) sink_grads(w, oh, doh, l, sinks.ptr<float>(), dsinks.ptr<float>());
 }
 
 void attention_merge(Tensor out, Tensor lse, Tensor out_b, Tensor lse_b) {

@@ -1,7 +1,7 @@
 """An independent PyTorch implementation of llmtrain's two model families (GPT-2 and LLaMA, with the
 LLaMA variants: q/k/v biases, q/k norms, an explicit head size, a sliding window, RoPE scaling,
-mixture-of-experts blocks in Mixtral's form, and Gemma 3's local/global layers, GeGLU, post-norms,
-scaled embeddings and capped logits), used as
+mixture-of-experts blocks in Mixtral's form, Gemma 3's local/global layers, GeGLU, post-norms,
+scaled embeddings and capped logits, and gpt-oss's attention sinks), used as
 the reference by the parity tests (parity.py) and the CPU benchmark (scripts/bench/torch_step.py).
 
 Written from the published architectures and Hugging Face's conventions, not from llmtrain's C++:
@@ -19,16 +19,21 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
-def attention(q, k, v, mask, scale=None):
+def attention(q, k, v, mask, scale=None, sinks=None):
     """q [B, H, T, D], k/v [B, KV, T, D]; causal softmax(q kᵀ · scale) v with kv head h // (H / KV);
-    scale 1/√D unless given."""
+    scale 1/√D unless given. sinks [H] (gpt-oss): one more logit per head in each row's softmax,
+    its probability dropped."""
     group = q.shape[1] // k.shape[1]
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
     att = (q @ k.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(q.shape[-1]))
     att = att.masked_fill(mask, float("-inf"))
-    return torch.softmax(att, dim=-1) @ v
+    if sinks is None:
+        return torch.softmax(att, dim=-1) @ v
+    b, h, t, _ = att.shape
+    att = torch.cat([att, sinks.view(1, h, 1, 1).expand(b, h, t, 1)], dim=-1)
+    return torch.softmax(att, dim=-1)[..., :-1] @ v
 
 
 def causal_mask(t, device=None, window=0):
@@ -179,7 +184,7 @@ def llama_forward(p, tokens, cfg):
             k = rms_norm(k, w("self_attn.k_norm.weight"), eps)
         q = q * cos_i + rotate_half(q) * sin_i
         k = k * cos_i + rotate_half(k) * sin_i
-        y = attention(q, k, v, mask, scale).transpose(1, 2).reshape(b, t, h * hd)
+        y = attention(q, k, v, mask, scale, b_("self_attn.sinks")).transpose(1, 2).reshape(b, t, h * hd)
         y = F.linear(y, w("self_attn.o_proj.weight"))
         if post_norms:
             x = x + rms_norm(y, w("post_attention_layernorm.weight"), eps)

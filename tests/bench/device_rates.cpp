@@ -117,11 +117,13 @@ int run(int argc, char** argv) {
     Buffer dqkv(dtype, {batch, seq, 3 * heads, dim}, Device::cuda);
     const auto spec = kernels::AttentionSpec::packed(heads, heads);
     const double fwd = seconds_per_call(reps, [&] {
-      kernels::attention_forward(o.tensor(), lse.tensor(), qkv.tensor(), qkv.tensor(), qkv.tensor(), spec);
+      kernels::attention_forward(o.tensor(), lse.tensor(), qkv.tensor(), qkv.tensor(), qkv.tensor(), kernels::Tensor{},
+                                 spec);
     });
     const double bwd = seconds_per_call(reps, [&] {
-      kernels::attention_backward(dqkv.tensor(), dqkv.tensor(), dqkv.tensor(), dout.tensor(), qkv.tensor(),
-                                  qkv.tensor(), qkv.tensor(), o.tensor(), lse.tensor(), spec);
+      kernels::attention_backward(dqkv.tensor(), dqkv.tensor(), dqkv.tensor(), kernels::Tensor{}, dout.tensor(),
+                                  qkv.tensor(), qkv.tensor(), qkv.tensor(), o.tensor(), lse.tensor(),
+                                  kernels::Tensor{}, spec);
     });
     out[std::string(prefix) + "forward_rate"] = attention_flops / fwd;
     out[std::string(prefix) + "backward_rate"] = 2 * attention_flops / bwd;

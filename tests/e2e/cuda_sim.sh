@@ -13,8 +13,8 @@
 #  4. a device per rank: the one-rank run's header names its device; 2 ranks through mpirun on
 #     LLMTRAIN_SIM_DEVICES=2 take cuda:0 and cuda:1; on one device they are refused before they
 #     start, naming both counts, unless launch.share_devices; a malformed count is an error.
-#  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, llama3
-#     RoPE) on cuda take the CPU's 2 fp32 steps;
+#  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, attention
+#     sinks, llama3 RoPE) on cuda take the CPU's 2 fp32 steps;
 #  6. MoE blocks on cuda take the CPU's 2 fp32 steps; Gemma 3's block takes them too, and its 2 bf16
 #     steps with selective recomputation within 2e-2;
 #  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes;
@@ -138,8 +138,9 @@ run_cmd "a malformed LLMTRAIN_SIM_DEVICES" env LLMTRAIN_SIM_DEVICES=two "$LLMTRA
 expect_status 0
 expect_out 'devices:   none (LLMTRAIN_SIM_DEVICES="two": expected a whole number of simulated devices from 1 to 64)'
 # 5. The llama family's variants on cuda (head_rmsnorm, the scaled RoPE table, biases on the packed
-#    projection, the windowed attention kernels): 2 fp32 steps take the CPU's.
+#    projection, the windowed attention kernels, attention sinks): 2 fp32 steps take the CPU's.
 variants=(--set model.qkv_bias=true --set model.qk_norm=true --set model.head_dim=48 --set model.sliding_window=16
+  --set model.attention_sinks=true
   --set model.rope_scaling.type=llama3 --set model.rope_scaling.factor=8
   --set model.rope_scaling.original_max_positions=32 --set train.steps=2 --set checkpoint.resume=none
   --set checkpoint.every=2)
@@ -147,7 +148,7 @@ for d in cpu cuda; do
   run_cmd "variants on $d" train variants-$d --set train.device=$d "${variants[@]}"
   expect_status 0
 done
-compare "qkv_bias, qk_norm, head_dim, sliding_window and llama3 RoPE: cuda takes the cpu's 2 steps" \
+compare "qkv_bias, qk_norm, head_dim, sliding_window, attention sinks and llama3 RoPE: cuda takes the cpu's 2 steps" \
   variants-cuda variants-cpu --last 2 --tol 1e-5
 # 6. MoE blocks on cuda (the router, plan, stats, gather, grouped products and combine kernels, the
 #    routing statistics in the step's one read, Qwen2-MoE's gated shared expert): 2 fp32 steps take

@@ -19,11 +19,12 @@
 #    at tp 4 (replicated key/value heads and biases) with full recomputation, Qwen3's at dp 2 with
 #    ZeRO 3, a windowed model at tp 2 × dp 2 with ZeRO 1 and selective recomputation, and a
 #    Qwen3-MoE-shaped one with YaRN and a Qwen2-MoE-shaped one at tp 2 × pp 2 and at ep 2 × tp 2
-#    (sequence parallel), and a Gemma-3-shaped one at tp 2 × pp 2 (sequence parallel), to the
-#    one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
+#    (sequence parallel), a Gemma-3-shaped one at tp 2 × pp 2 (sequence parallel), and one with
+#    gpt-oss's attention sinks at tp 2 × pp 2 and cp 2 (ring), to the one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
 #  - with ARGS full (scripts/test.sh --full): the MoE families at ZeRO 1–3 (with ep), cp 2 (ring and
 #    all-to-all), with selective and full recomputation, the zero-bubble schedule, and in bf16; Gemma
-#    3's at ZeRO 3, with both recomputations, the zero-bubble schedule and in bf16;
+#    3's at ZeRO 3, with both recomputations, the zero-bubble schedule and in bf16; the sinks at cp 2
+#    all-to-all, ZeRO 3, with full recomputation and in bf16;
 #  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows, Qwen3-MoE dense
 #    layers between MoE blocks that model.moe cannot place, Gemma 2's capped attention scores, local
 #    and global layers in no every-n-th pattern) is refused by name.
@@ -192,6 +193,10 @@ qwen2moe+=,model.moe.shared_ffn_hidden=64,model.moe.renormalize=false
 gemma3=model.qk_norm=true,model.head_dim=32,model.sliding_window=8,model.full_attention_every=2
 gemma3+=,model.rope_local_theta=100,model.query_pre_attn_scalar=24,model.activation=geglu,model.post_norms=true
 gemma3+=,model.scale_embeddings=true,model.logit_softcap=5,model.tie_embeddings=true
+# gpt-oss's attention sinks with its alternating local (window 8) and global layers and q/k/v biases;
+# and without windows, for context parallelism (which refuses windows).
+sinks=model.attention_sinks=true,model.qkv_bias=true,model.sliding_window=8,model.full_attention_every=2
+sinks_cp=model.attention_sinks=true,model.qkv_bias=true
 # name, model keys (both runs), layout keys, ranks, tolerance. qwen2 at tp 4 holds each of the 2
 # key/value heads (and biases) on two ranks; bf16 compares against bf16 at one rank, whose sums
 # round in another order.
@@ -205,7 +210,9 @@ runs=("qwen3-tp2-pp2-sp model.qk_norm=true,model.head_dim=32 parallel.tp=2,paral
   "qwen3moe-ep2-tp2 $qwen3moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5"
   "qwen2moe-tp2-pp2 $qwen2moe parallel.tp=2,parallel.pp=2 4 1e-5"
   "qwen2moe-ep2-tp2 $qwen2moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5"
-  "gemma3-tp2-pp2-sp $gemma3 parallel.tp=2,parallel.pp=2,parallel.sequence_parallel=true 4 1e-5")
+  "gemma3-tp2-pp2-sp $gemma3 parallel.tp=2,parallel.pp=2,parallel.sequence_parallel=true 4 1e-5"
+  "sinks-tp2-pp2 $sinks parallel.tp=2,parallel.pp=2 4 1e-5"
+  "sinks-cp2-ring $sinks_cp parallel.cp=2 2 1e-5")
 # --full (tests/CMakeLists.txt's e2e_hf_families_full): the MoE families under the other layouts —
 # ZeRO 1–3 (with ep), cp 2 (ring and all-to-all), recomputation, the zero-bubble schedule — and in bf16.
 if [[ ${3:-ci} == full ]]; then
@@ -223,7 +230,11 @@ if [[ ${3:-ci} == full ]]; then
     "gemma3-tp2-full $gemma3 parallel.tp=2,train.activation_checkpointing=full 2 1e-5"
     "gemma3-tp2-selective $gemma3 parallel.tp=2,train.activation_checkpointing=selective 2 1e-5"
     "gemma3-pp2-zb $gemma3 parallel.pp=2,parallel.pp_schedule=zero_bubble 2 1e-5"
-    "gemma3-bf16-tp2 $gemma3,train.precision=bf16 parallel.tp=2,parallel.sequence_parallel=true 2 1e-2")
+    "gemma3-bf16-tp2 $gemma3,train.precision=bf16 parallel.tp=2,parallel.sequence_parallel=true 2 1e-2"
+    "sinks-cp2-a2a $sinks_cp parallel.cp=2,parallel.cp_comm=all_to_all 2 1e-5"
+    "sinks-dp2-zero3 $sinks parallel.zero=3 2 1e-5"
+    "sinks-tp2-full $sinks parallel.tp=2,train.activation_checkpointing=full 2 1e-5"
+    "sinks-bf16-tp2 $sinks,train.precision=bf16 parallel.tp=2 2 1e-2")
 fi
 declare -A ref_of=()
 for run in "${runs[@]}"; do

@@ -62,6 +62,7 @@ struct BlockShape {
   int64_t b, tq, tk, d;
   int64_t q_width, k_width, v_width;  // heads per row of q, k, v
   AttentionSpec spec;
+  bool sinks = false;  // gpt-oss's attention sinks: an input "sinks" [heads]
 };
 
 void reference_block(RefRun& r, const BlockShape& s, const std::string& q_name, const std::string& k_name,
@@ -83,7 +84,9 @@ void reference_block(RefRun& r, const BlockShape& s, const std::string& q_name, 
           const int64_t kp = sp.kv_begin + j;
           return (!sp.causal || kp <= pos) && (sp.window == 0 || kp > pos - sp.window);
         };
-        double mx = -1e300;
+        // A sink: one more key of logit sinks[head] and value 0.
+        const double sink = s.sinks ? r.in("sinks")[size_t(head)] : -1e300;
+        double mx = sink;
         for (int64_t j = 0; j < s.tk; ++j) {
           if (!visible(j)) continue;
           double dot = 0;
@@ -91,7 +94,7 @@ void reference_block(RefRun& r, const BlockShape& s, const std::string& q_name, 
           sc[size_t(j)] = dot * (sp.scale > 0 ? sp.scale : 1.0 / std::sqrt(double(d)));
           mx = std::max(mx, sc[size_t(j)]);
         }
-        double sum = 0;
+        double sum = s.sinks ? std::exp(sink - mx) : 0.0;
         for (int64_t j = 0; j < s.tk; ++j)
           if (visible(j)) sum += std::exp(sc[size_t(j)] - mx);
         lse[size_t((n * h + head) * s.tq + i)] = mx + std::log(sum);
@@ -145,10 +148,14 @@ OpCase block_case(cpu::AttentionIsa form, const std::string& what, const BlockSh
                      {"lse", {s.b, sp.heads, s.tq}, Role::saved}}};
   const std::string v_name = kv_together ? "k" : "v";
   if (!kv_together) oc.args.push_back({"v", {s.b, s.tk, s.v_width, s.d}, Role::input});
-  oc.forward = [=](OpRun& r) { attention_forward(r.t("out"), r.t("lse"), r.t("q"), r.t("k"), r.t(v_name), sp); };
+  if (s.sinks) oc.args.push_back({"sinks", {sp.heads}, Role::param});  // its gradient accumulates
+  const bool sinks = s.sinks;
+  oc.forward = [=](OpRun& r) {
+    attention_forward(r.t("out"), r.t("lse"), r.t("q"), r.t("k"), r.t(v_name), sinks ? r.t("sinks") : Tensor{}, sp);
+  };
   oc.backward = [=](OpRun& r) {
-    attention_backward(r.grad("q"), r.grad("k"), r.grad(v_name), r.grad("out"), r.t("q"), r.t("k"), r.t(v_name),
-                       r.t("out"), r.t("lse"), sp);
+    attention_backward(r.grad("q"), r.grad("k"), r.grad(v_name), sinks ? r.grad("sinks") : Tensor{}, r.grad("out"),
+                       r.t("q"), r.t("k"), r.t(v_name), r.t("out"), r.t("lse"), sinks ? r.t("sinks") : Tensor{}, sp);
   };
   oc.reference = [=](RefRun& r) { reference_block(r, s, "q", "k", v_name); };
   oc.check_overwrite = false;
@@ -404,6 +411,23 @@ TEST_P(Attention, SlidingWindow) {
   run_case(block_case(GetParam(), "wide window", {1, 41, 41, 5, 1, 1, 1, wide}), 1206);
 }
 
+// gpt-oss's attention sinks (a logit per query head in the softmax's denominator) with their
+// gradient: GQA with a window (gpt-oss's local layers), keys before the queries, a row that sees no
+// key but its sink (out 0, lse the sink), and full visibility.
+TEST_P(Attention, Sinks) {
+  AttentionSpec windowed{.heads = 4, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0, .window = 7};
+  run_case(block_case(GetParam(), "sinks, window", {2, 40, 40, 8, 4, 2, 2, windowed, true}), 1209);
+  AttentionSpec before{.heads = 2, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 1};
+  before.q_begin = 30;
+  before.kv_begin = 10;
+  run_case(block_case(GetParam(), "sinks, keys before", {1, 21, 25, 16, 2, 2, 2, before, true}), 1210);
+  AttentionSpec unseen{.heads = 2, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0};
+  unseen.kv_begin = 5;  // rows 0–4 see no key
+  run_case(block_case(GetParam(), "sinks, rows without keys", {1, 12, 12, 8, 2, 2, 2, unseen, true}), 1211);
+  const AttentionSpec full{.heads = 3, .kv_heads = 3, .q_head = 0, .k_head = 0, .v_head = 0, .causal = false};
+  run_case(block_case(GetParam(), "sinks, full", {1, 9, 33, 8, 3, 3, 3, full, true}), 1212);
+}
+
 // A softmax scale of its own (Gemma's query_pre_attn_scalar^-1/2), with a window, GQA and keys before.
 TEST_P(Attention, OwnSoftmaxScale) {
   AttentionSpec scaled{.heads = 4, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0, .window = 9, .scale = 0.6};
@@ -444,6 +468,8 @@ TEST(TensorCoreAttention, MasksAndPositions) {
   run_case((block_case(blas, "tc keys before", {1, 20, 70, 16, 2, 2, 2, before})), 1505);
   AttentionSpec scaled{.heads = 2, .kv_heads = 1, .q_head = 0, .k_head = 0, .v_head = 1, .window = 12, .scale = 0.3};
   run_case((block_case(blas, "tc scale 0.3", {1, 40, 40, 32, 2, 2, 2, scaled})), 1506);
+  AttentionSpec sunk{.heads = 4, .kv_heads = 2, .q_head = 0, .k_head = 0, .v_head = 0, .window = 16};
+  run_case((block_case(blas, "tc sinks", {1, 50, 50, 64, 4, 2, 2, sunk, true})), 1507);
 }
 
 TEST(TensorCoreAttentionFull, LargeHeadDims) {
@@ -526,9 +552,9 @@ TEST(AttentionBlocks, SplitKeysMergeToTheWhole) {
     DeviceTensors dt{device, {}};
     const Tensor qt = dt.put(q, {b, t, h, d}), kvt = dt.put(kvs, {b, t, width, d}), dot = dt.put(dout, {b, t, h, d});
     const Tensor out = dt.zeros({b, t, h, d}), lse = dt.zeros({b, h, t});
-    attention_forward(out, lse, qt, kvt, kvt, whole_spec);
+    attention_forward(out, lse, qt, kvt, kvt, Tensor{}, whole_spec);
     const Tensor dq = dt.zeros({b, t, h, d}), dkv = dt.zeros({b, t, width, d});
-    attention_backward(dq, dkv, dkv, dot, qt, kvt, kvt, out, lse, whole_spec);
+    attention_backward(dq, dkv, dkv, Tensor{}, dot, qt, kvt, kvt, out, lse, Tensor{}, whole_spec);
 
     // The blocks: keys [0, half) and [half, t).
     const Tensor kv_a = dt.put(rows_of(kvs, b, t, width * d, 0, half), {b, half, width, d});
@@ -537,8 +563,8 @@ TEST(AttentionBlocks, SplitKeysMergeToTheWhole) {
     spec_b.kv_begin = half;
     const Tensor out_m = dt.zeros({b, t, h, d}), lse_m = dt.zeros({b, h, t});
     const Tensor out_b = dt.zeros({b, t, h, d}), lse_b = dt.zeros({b, h, t});
-    attention_forward(out_m, lse_m, qt, kv_a, kv_a, whole_spec);
-    attention_forward(out_b, lse_b, qt, kv_b, kv_b, spec_b);
+    attention_forward(out_m, lse_m, qt, kv_a, kv_a, Tensor{}, whole_spec);
+    attention_forward(out_b, lse_b, qt, kv_b, kv_b, Tensor{}, spec_b);
     const std::vector<float> lse_b_host = DeviceTensors::get(lse_b), out_b_host = DeviceTensors::get(out_b);
     for (int64_t s = 0; s < b; ++s)
       for (int64_t head = 0; head < h; ++head)
@@ -553,8 +579,8 @@ TEST(AttentionBlocks, SplitKeysMergeToTheWhole) {
 
     const Tensor dq_a = dt.zeros({b, t, h, d}), dq_b = dt.zeros({b, t, h, d});
     const Tensor dkv_a = dt.zeros({b, half, width, d}), dkv_b = dt.zeros({b, t - half, width, d});
-    attention_backward(dq_a, dkv_a, dkv_a, dot, qt, kv_a, kv_a, out, lse, whole_spec);
-    attention_backward(dq_b, dkv_b, dkv_b, dot, qt, kv_b, kv_b, out, lse, spec_b);
+    attention_backward(dq_a, dkv_a, dkv_a, Tensor{}, dot, qt, kv_a, kv_a, out, lse, Tensor{}, whole_spec);
+    attention_backward(dq_b, dkv_b, dkv_b, Tensor{}, dot, qt, kv_b, kv_b, out, lse, Tensor{}, spec_b);
     std::vector<float> dq_sum = DeviceTensors::get(dq_a);
     const std::vector<float> dq_b_host = DeviceTensors::get(dq_b);
     for (size_t e = 0; e < dq_sum.size(); ++e) dq_sum[e] += dq_b_host[e];
@@ -577,13 +603,13 @@ TEST(AttentionBlocks, InvisibleBlockIsEmpty) {
     DeviceTensors dt{device, {}};
     const Tensor qt = dt.put(q, {b, t, h, d}), kt = dt.put(k, {b, t, h, d}), vt = dt.put(v, {b, t, h, d});
     const Tensor out = dt.put(q, {b, t, h, d}), lse = dt.zeros({b, h, t});
-    attention_forward(out, lse, qt, kt, vt, later);
+    attention_forward(out, lse, qt, kt, vt, Tensor{}, later);
     for (float x : DeviceTensors::get(out)) ASSERT_EQ(x, 0.0f);
     for (float x : DeviceTensors::get(lse)) ASSERT_EQ(x, -std::numeric_limits<float>::infinity());
     const Tensor dq = dt.put(q, {b, t, h, d}), dk = dt.put(q, {b, t, h, d}), dv = dt.put(q, {b, t, h, d});
     const Tensor own_out = dt.put(v, {b, t, h, d}),
                  own_lse = dt.put(std::vector<float>(size_t(b * h * t), 1.5f), {b, h, t});
-    attention_backward(dq, dk, dv, dt.put(k, {b, t, h, d}), qt, kt, vt, own_out, own_lse, later);
+    attention_backward(dq, dk, dv, Tensor{}, dt.put(k, {b, t, h, d}), qt, kt, vt, own_out, own_lse, Tensor{}, later);
     for (const Tensor& g : {dq, dk, dv})
       for (float x : DeviceTensors::get(g)) ASSERT_EQ(x, 0.0f);
     attention_merge(own_out, own_lse, out, lse);

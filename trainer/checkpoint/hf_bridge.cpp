@@ -267,6 +267,10 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
         "transformers' Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE and Mistral classes each hold one set of these "
         "options (docs/hf.md lists them)");
   };
+  if (m.attention_sinks)
+    throw Error("not supported yet: exporting a model with model.attention_sinks: transformers' GptOssForCausalLM "
+                "(gpt-oss) also has biased, clamped-SwiGLU experts, which llmtrain does not build yet",
+                "train and evaluate it with llmtrain; export a model without attention sinks");
   const std::string type = hf_model_type(m);
   if (type == "gemma3_text") return hf_gemma3_config(m, torch_dtype, bos, eos);
   std::string arch = "LlamaForCausalLM";

@@ -89,6 +89,7 @@ struct Model::BlockWeights {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, qn_w, kn_w, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
   Tensor router, experts_in, experts_out, shared_gate;
   Tensor post_attn_w, post_mlp_w;
+  Tensor sinks;  // [H/tp] (model.attention_sinks)
 };
 
 // Views of the embedding's and the head's parameters (or their gradients), those this stage

@@ -287,13 +287,13 @@ void Model::block_forward(int layer, LayerActs& a, Tensor x_in, Tensor x_out, in
     const Tensor kc = cache->k.flat(0, b * rows_per_seq).view(shape),
                  vc = cache->v.flat(0, b * rows_per_seq).view(shape);
     k::kv_cache_write(kc, vc, qkv4, heads_, kv_heads_, position);
-    k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position, spec.window, spec.scale);
+    k::attention_cached_forward(att, lse, qkv4, kc, vc, heads_, kv_heads_, position, spec.window, spec.scale, w.sinks);
   } else if (cp_ && options_.cp_comm == CpComm::all_to_all) {
-    parallel::ulysses_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
+    parallel::ulysses_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring, w.sinks);
   } else if (cp_) {
-    parallel::ring_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring);
+    parallel::ring_attention_forward(*cp_, att, lse, qkv4, heads_, kv_heads_, work_->ring, w.sinks);
   } else {
-    k::attention_forward(att, lse, qkv4, qkv4, qkv4, spec);
+    k::attention_forward(att, lse, qkv4, qkv4, qkv4, w.sinks, spec);
   }
   post_normed_out(mid, att, w.o_w, w.post_attn_w, a.attn_raw, a.attn_rstd);
   k::residual_forward(mid, x, mid, w.o_b);
@@ -436,12 +436,14 @@ void Model::block_backward(int layer, LayerActs& a, Tensor x_in, int b, int t, c
   const Tensor qkv4 = qkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   const Tensor dqkv4 = dqkv.view({b, t, heads_ + 2 * kv_heads_, hd});
   if (cp_ && options_.cp_comm == CpComm::all_to_all)
-    parallel::ulysses_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring);
+    parallel::ulysses_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring, g.sinks,
+                                         w.sinks);
   else if (cp_)
-    parallel::ring_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring);
+    parallel::ring_attention_backward(*cp_, dqkv4, datt, qkv4, att, lse, heads_, kv_heads_, work_->ring, g.sinks,
+                                      w.sinks);
   else
-    k::attention_backward(dqkv4, dqkv4, dqkv4, datt.view({b, t, heads_, hd}), qkv4, qkv4, qkv4,
-                          att.view({b, t, heads_, hd}), lse, attention_spec(layer));
+    k::attention_backward(dqkv4, dqkv4, dqkv4, g.sinks, datt.view({b, t, heads_, hd}), qkv4, qkv4, qkv4,
+                          att.view({b, t, heads_, hd}), lse, w.sinks, attention_spec(layer));
   if (llama_) rope_apply(dqkv4, rope_table_of(layer), 0, true);
   if (config_.qk_norm) qk_norm_backward(w, g, a, dqkv4);
   if (keep) {

@@ -109,6 +109,9 @@ void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
       add(out, ParamRole::k_norm_weight, p("self_attn.k_norm.weight"), {hd}, -1, false, ParamInit::ones,
           ParamPlace::block, i);
     }
+    if (m.attention_sinks)
+      add(out, ParamRole::attn_sinks, p("self_attn.sinks"), {m.heads}, 0, false, ParamInit::normal, ParamPlace::block,
+          i);
     add(out, ParamRole::attn_out_weight, p("self_attn.o_proj.weight"), {d, q}, 1, true, ParamInit::normal_residual,
         ParamPlace::block, i);
     // Gemma's four norms: post_attention_layernorm is then the attention output's, and the MLP's

@@ -82,6 +82,9 @@ enum class ParamRole {
   // o_proj) and of the MLP output (post_feedforward_layernorm, after down_proj) [d].
   attn_post_norm_weight,
   mlp_post_norm_weight,
+  // model.attention_sinks (gpt-oss): self_attn.sinks [heads], one softmax logit per query head, split
+  // over tp with the heads.
+  attn_sinks,
 };
 
 struct ParamSpec {

@@ -78,6 +78,7 @@ int main(int argc, char** argv) try {
   m.post_norms = get("post-norms", "0") == "1";
   m.scale_embeddings = get("scale-embeddings", "0") == "1";
   m.logit_softcap = std::stod(get("softcap", "0"));
+  m.attention_sinks = get("sinks", "0") == "1";
   const std::string rope_scaling = get("rope-scaling", "none");
   m.rope_scaling.type = rope_scaling == "linear"   ? RopeScalingType::linear
                         : rope_scaling == "llama3" ? RopeScalingType::llama3
@@ -142,6 +143,7 @@ int main(int argc, char** argv) try {
                         {"post_norms", m.post_norms},
                         {"scale_embeddings", m.scale_embeddings},
                         {"logit_softcap", m.logit_softcap},
+                        {"attention_sinks", m.attention_sinks},
                         {"rope_scaling",
                          {{"type", rope_scaling},
                           {"factor", m.rope_scaling.factor},
