@@ -76,6 +76,10 @@ struct MoeConfig {
   // 0 = none; else a shared expert of this SwiGLU width that every token visits, its output scaled by
   // a sigmoid gate σ(x · w) and added to the routed experts' (Qwen2-MoE's shared_expert)
   int shared_ffn_hidden = 0;
+  // 0 = SwiGLU experts; else gpt-oss's clamped SwiGLU: with g = min(gate, limit) and u = clamp(up,
+  // ±limit), (u + 1) · g · σ(swiglu_alpha · g)
+  double swiglu_limit = 0;
+  double swiglu_alpha = 1.702;
 
   bool enabled() const { return experts > 0; }
   // Whether global layer `layer` is a MoE block.

@@ -162,15 +162,14 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     if (m.sliding_window > 0) problem("model.sliding_window", "family gpt2 attends to every earlier position", hint);
     if (m.rope_scaling.type != RopeScalingType::none)
       problem("model.rope_scaling.type", "family gpt2 has learned positions, not RoPE", hint);
-    const std::pair<const char*, bool> gemma_keys[] = {
-        {"full_attention_every", m.full_attention_every > 0},
-        {"rope_local_theta", m.rope_local_theta > 0},
-        {"query_pre_attn_scalar", m.query_pre_attn_scalar > 0},
-        {"activation", m.activation != MlpActivation::swiglu},
-        {"post_norms", m.post_norms},
-        {"scale_embeddings", m.scale_embeddings},
-        {"logit_softcap", m.logit_softcap > 0},
-        {"attention_sinks", m.attention_sinks}};
+    const std::pair<const char*, bool> gemma_keys[] = {{"full_attention_every", m.full_attention_every > 0},
+                                                       {"rope_local_theta", m.rope_local_theta > 0},
+                                                       {"query_pre_attn_scalar", m.query_pre_attn_scalar > 0},
+                                                       {"activation", m.activation != MlpActivation::swiglu},
+                                                       {"post_norms", m.post_norms},
+                                                       {"scale_embeddings", m.scale_embeddings},
+                                                       {"logit_softcap", m.logit_softcap > 0},
+                                                       {"attention_sinks", m.attention_sinks}};
     for (const auto& [key, set] : gemma_keys)
       if (set) problem(fmt::format("model.{}", key), "family gpt2 is GPT-2's architecture, without this variant", hint);
   }
@@ -213,6 +212,9 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   }
   // Mixture of experts.
   if (m.moe.enabled()) {
+    if (m.moe.swiglu_limit == 0 && m.moe.swiglu_alpha != MoeConfig{}.swiglu_alpha)
+      problem("model.moe.swiglu_alpha", fmt::format("swiglu_alpha {} without swiglu_limit", m.moe.swiglu_alpha),
+              "the gain belongs to gpt-oss's clamped SwiGLU: set model.moe.swiglu_limit (7), or remove the key");
     // Gemma's variants are built for dense MLPs.
     if (m.activation != MlpActivation::swiglu)
       problem("model.activation", "MoE experts are SwiGLU, found activation geglu",

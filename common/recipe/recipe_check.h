@@ -59,7 +59,14 @@ std::vector<RecipeProblem> recipe_check(const Recipe& recipe, const WorldInfo& w
 // (lifting one is one edit there): `run` refuses a recipe while the list is non-empty (before any
 // rank starts, and in every rank); `validate` accepts it (the recipe itself is well formed); the
 // planner rejects such layouts, and the memory account plans what this build would allocate instead.
-enum class NotYet { dropout, zero_bubble_recompute, bf16_reduce_of_fp32, cp_sliding_window, cp_softmax_scale, moe_layout };
+enum class NotYet {
+  dropout,
+  zero_bubble_recompute,
+  bf16_reduce_of_fp32,
+  cp_sliding_window,
+  cp_softmax_scale,
+  moe_layout
+};
 struct NotSupported {
   NotYet feature;
   std::string text;  // "model.dropout 0.1 (dropout > 0)": follows "not supported yet: "

@@ -456,8 +456,7 @@ void add_sinks(const Walk& w, const Heads& oh, float* lse, const float* sinks) {
 }
 
 // dsinks[h] −= Σ over head h's rows of e^(sinks[h] − lse)·(dout · out), summed in double in row order.
-void sink_grads(const Walk& w, const Heads& oh, const Heads& doh, const float* lse, const float* sinks,
-                float* dsinks) {
+void sink_grads(const Walk& w, const Heads& oh, const Heads& doh, const float* lse, const float* sinks, float* dsinks) {
 #pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < w.heads; ++h) {
     double acc = 0;

@@ -12,8 +12,9 @@
 // also saves δ = dO·O per row, then one per (key tile, kv head) for dk and dv, which walks every
 // query head of its group over the query rows that see its keys, so nothing is accumulated across
 // blocks. attention_merge joins two partial results by their lse. Query tiles run last-first: the
-// causal mask makes the late ones the longest. Attention sinks (gpt-oss) join after the keys, on
-// either kernel family's result (attention_sinks_kernel); their gradient is one block per head summing
+// causal mask makes the late ones the longest. Attention sinks (gpt-oss) join in each forward
+// kernel's epilogue (finish_row: one more key of the sink's logit and value 0, so a 16-bit output is
+// rounded once); their gradient is one block per head summing
 // its rows in a fixed order (attention_sink_grads_kernel), and the dq/dk/dv kernels need nothing more:
 // their probabilities come from the final lse, which holds the sinks.
 //
@@ -172,9 +173,11 @@ __global__ void attention_forward_kernel(T* __restrict__ out, float* __restrict_
     m = m_new;
   }
   if (!qt.active) return;
-  // A row that saw no key: out = 0, lse = -inf (m is -inf and l is 0 then).
-  store_chunk(out, x.oh.at(qt.b, row, qt.h), acc, l > 0.0f ? 1.0f / l : 0.0f, pl, d);
-  if (pl.c == 0) lse[x.lse_at(qt.b, qt.h, row)] = m + logf(l);
+  // A row that saw no key: out = 0, lse = -inf (m is -inf and l is 0 then), or the sink's.
+  float factor, row_lse;
+  finish_row(x, qt.h, m, l, factor, row_lse);
+  store_chunk(out, x.oh.at(qt.b, row, qt.h), acc, factor, pl, d);
+  if (pl.c == 0) lse[x.lse_at(qt.b, qt.h, row)] = row_lse;
 }
 
 // The k and v heads of qkv [b, t, heads + 2·kv_heads, d] into cache rows [position, position + t).
@@ -319,21 +322,6 @@ __global__ void attention_merge_lse_kernel(float* lse, const float* __restrict__
   }
 }
 
-// Attention sinks after the keys (the CPU's add_sinks): each row's (out, lse) joined with one more key
-// of logit sinks[h] and value 0. One thread per (sequence, head, row), which owns its lse and out row.
-template <class T>
-__global__ void attention_sinks_kernel(T* out, float* lse, const T* __restrict__ sinks, int64_t rows, int64_t t,
-                                       int64_t heads, int64_t d) {
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < rows; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t s = e / (heads * t), h = e / t % heads, i = e % t;
-    const float sink = load(sinks, h), l = lse[e];
-    const float m = fmaxf(l, sink), total = m + logf(expf(l - m) + expf(sink - m)), keep = expf(l - total);
-    const int64_t o = ((s * t + i) * heads + h) * d;
-    for (int64_t c = 0; c < d; ++c) store(out, o + c, load(out, o + c) * keep);
-    lse[e] = total;
-  }
-}
-
 // dsinks[h] −= Σ over head h's rows of e^(sinks[h] − lse)·(dout · out): one block per head, its
 // threads over the rows in a fixed stride, then a fixed tree (the same sum every run).
 constexpr int kSinkThreads = 256;
@@ -360,23 +348,13 @@ __global__ void attention_sink_grads_kernel(T* dsinks, const T* __restrict__ sin
   if (threadIdx.x == 0) store(dsinks, h, load(dsinks, h) - part[0]);
 }
 
-void add_sinks(Tensor out, Tensor lse, Tensor sinks, const AttentionSpec& spec) {
-  const int64_t b = out.shape[0], t = out.shape[1], d = out.shape[3], rows = b * spec.heads * t;
-  with_storage(out, [&](auto tag) {
-    using T = decltype(tag);
-    LT_LAUNCH(blocks_for(rows, 128), 128, 0, compute_stream(), attention_sinks_kernel<T>)
-    (data<T>(out), lse.ptr<float>(), data<const T>(sinks), rows, t, spec.heads, d);
-  });
-  LT_CUDA_LAUNCHED("attention_sinks_kernel");
-}
-
 void sink_grads(Tensor dsinks, Tensor sinks, Tensor out, Tensor dout, Tensor lse, const AttentionSpec& spec) {
   const int64_t b = out.shape[0], t = out.shape[1], d = out.shape[3];
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(unsigned(spec.heads), kSinkThreads, 0, compute_stream(), attention_sink_grads_kernel<T>)
-    (data<T>(dsinks), data<const T>(sinks), data<const T>(out), data<const T>(dout), lse.ptr<float>(), b, t,
-     spec.heads, d);
+    (data<T>(dsinks), data<const T>(sinks), data<const T>(out), data<const T>(dout), lse.ptr<float>(), b, t, spec.heads,
+     d);
   });
   LT_CUDA_LAUNCHED("attention_sink_grads_kernel");
 }
@@ -401,11 +379,7 @@ void check_head_dim(int64_t d) {
 void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor sinks, const AttentionSpec& spec) {
   const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3];
   if (b * tq == 0) return;
-  if (attention_tc_takes(q)) {
-    attention_tc_forward(out, lse, q, k, v, spec);
-    if (sinks.defined()) add_sinks(out, lse, sinks, spec);
-    return;
-  }
+  if (attention_tc_takes(q)) return attention_tc_forward(out, lse, q, k, v, sinks, spec);
   check_head_dim(d);
   const float scale = spec.softmax_scale(d);
   const int group = group_for(d);
@@ -413,10 +387,9 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Ten
     using T = decltype(tag);
     LT_LAUNCH(dim3(tiles(tq, kThreads / group), unsigned(spec.heads), unsigned(b)), kThreads, tile_bytes(group),
               compute_stream(), attention_forward_kernel<T>)
-    (data<T>(out), lse.ptr<float>(), operands<T>(q, k, v, spec), scale, group);
+    (data<T>(out), lse.ptr<float>(), with_sinks(operands<T>(q, k, v, spec), sinks), scale, group);
   });
   LT_CUDA_LAUNCHED("attention_forward_kernel");
-  if (sinks.defined()) add_sinks(out, lse, sinks, spec);
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dsinks, Tensor dout, Tensor q, Tensor k, Tensor v,

@@ -45,9 +45,27 @@ struct Operands {
   Heads qh, kh, vh, oh;  // oh: out and dout [B, Tq, heads, D]
   int64_t tq, heads, kv_heads, d;
   Mask mask;
-  bool aligned;  // q, k, v and `others` all 16-byte aligned (rows of 16-bit elements move as vectors)
+  bool aligned;              // q, k, v and `others` all 16-byte aligned (rows of 16-bit elements move as vectors)
+  const T* sinks = nullptr;  // [heads] attention sinks (gpt-oss), or none
   __device__ int64_t lse_at(int64_t b, int64_t h, int64_t row) const { return (b * heads + h) * tq + row; }
 };
+
+// The end of query row's online softmax over the keys (running maximum m, sum l of e^(s − m)): the
+// factor its output accumulator is scaled by and its lse, the sink of head h joined (one more key
+// of that logit and value 0) when there are sinks. A row that saw nothing: factor 0, lse -inf (or
+// the sink).
+template <class T>
+__device__ inline void finish_row(const Operands<T>& x, int64_t h, float m, float l, float& factor, float& lse) {
+  if (!x.sinks) {
+    factor = l > 0.0f ? 1.0f / l : 0.0f;
+    lse = l > 0.0f ? m + logf(l) : -INFINITY;
+    return;
+  }
+  const float sink = load(x.sinks, h), top = fmaxf(m, sink), kept = l > 0.0f ? expf(m - top) : 0.0f;
+  const float total = l * kept + expf(sink - top);
+  factor = kept / total;
+  lse = top + logf(total);
+}
 
 // The operands of attention over q, k and v by `spec`; `others` are the call's other tensors' data
 // (out, gradients), which `aligned` also covers.
@@ -72,6 +90,13 @@ Operands<T> operands(const Tensor& q, const Tensor& k, const Tensor& v, const At
       reinterpret_cast<uintptr_t>(x.q) | reinterpret_cast<uintptr_t>(x.k) | reinterpret_cast<uintptr_t>(x.v);
   for (const void* p : others) bits |= reinterpret_cast<uintptr_t>(p);
   x.aligned = bits % 16 == 0;
+  return x;
+}
+
+// x with the sinks of `sinks` (undefined: none).
+template <class T>
+Operands<T> with_sinks(Operands<T> x, const Tensor& sinks) {
+  x.sinks = sinks.defined() ? data<const T>(sinks) : nullptr;
   return x;
 }
 

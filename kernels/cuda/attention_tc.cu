@@ -275,9 +275,11 @@ __global__ void attention_tc_forward_kernel(T* __restrict__ out, float* __restri
   }
   __syncwarp();
   if (row >= x.tq) return;
-  // A row that saw no key: out = 0, lse = -inf (m is -inf and l is 0 then).
-  store_row(out, x.oh.at(b, row, h), o_w, l > 0.0f ? 1.0f / l : 0.0f, L, ln);
-  if (ln.half == 0) lse[x.lse_at(b, h, row)] = l > 0.0f ? m + logf(l) : -INFINITY;
+  // A row that saw no key: out = 0, lse = -inf (m is -inf and l is 0 then), or the sink's.
+  float factor, row_lse;
+  finish_row(x, h, m, l, factor, row_lse);
+  store_row(out, x.oh.at(b, row, h), o_w, factor, L, ln);
+  if (ln.half == 0) lse[x.lse_at(b, h, row)] = row_lse;
 }
 
 // dq_i = scale · Σ_j p_ij (dO_i·v_j − δ_i) k_j with p_ij = exp(scale q_i·k_j − lse_i) and
@@ -426,7 +428,8 @@ void allow_shared(Kernel* kernel, const Tiles& L) {
 
 bool attention_tc_takes(const Tensor& q) { return cuda_attention_on_tensor_cores(q.dtype, q.shape[3]); }
 
-void attention_tc_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
+void attention_tc_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor sinks,
+                          const AttentionSpec& spec) {
   ProfileScope scope("attention_forward: tensor cores");
   const int64_t b = q.shape[0], tq = q.shape[1], d = q.shape[3];
   const float scale = spec.softmax_scale(d);
@@ -437,7 +440,7 @@ void attention_tc_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, 
       allow_shared(&attention_tc_forward_kernel<T>, L);
       LT_LAUNCH(dim3(tiles_of(tq, L.own), unsigned(spec.heads), unsigned(b)), 32 * L.warps, L.bytes, compute_stream(),
                 attention_tc_forward_kernel<T>)
-      (data<T>(out), lse.ptr<float>(), operands<T>(q, k, v, spec, {out.data}), L, scale);
+      (data<T>(out), lse.ptr<float>(), with_sinks(operands<T>(q, k, v, spec, {out.data}), sinks), L, scale);
     }
   });
   LT_CUDA_LAUNCHED("attention_tc_forward_kernel");

@@ -10,7 +10,8 @@ namespace llmtrain::kernels::cuda {
 // Whether the tensor-core kernels take attention over q [B, T, width, D]
 // (kernels::cuda_attention_on_tensor_cores, kernels/backend_info.h).
 bool attention_tc_takes(const Tensor& q);
-void attention_tc_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec);
+void attention_tc_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor sinks,
+                          const AttentionSpec& spec);
 void attention_tc_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                            Tensor lse, const AttentionSpec& spec);
 

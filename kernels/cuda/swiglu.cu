@@ -72,10 +72,58 @@ void gated_backward(Tensor din, Tensor dout, Tensor in, const char* name) {
   LT_CUDA_LAUNCHED(name);
 }
 
+// gpt-oss's clamped SwiGLU (kernels/cpu/swiglu.cpp's formulas).
+template <class T>
+__global__ void swiglu_clamped_forward_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n, int64_t f,
+                                              float alpha, float limit) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * f; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / f, j = i % f;
+    const float g = fminf(load(in, row * 2 * f + j), limit);
+    const float u = fminf(fmaxf(load(in, row * 2 * f + f + j), -limit), limit);
+    store(out, i, (u + 1.0f) * g * sigmoid(alpha * g));
+  }
+}
+
+template <class T>
+__global__ void swiglu_clamped_backward_kernel(T* din, const T* __restrict__ dout, const T* in, int64_t n, int64_t f,
+                                               float alpha, float limit) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * f; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / f, j = i % f;
+    const float graw = load(in, row * 2 * f + j), uraw = load(in, row * 2 * f + f + j), dy = load(dout, i);
+    const float g = fminf(graw, limit), u = fminf(fmaxf(uraw, -limit), limit), s = sigmoid(alpha * g);
+    store(din, row * 2 * f + j, graw <= limit ? dy * (u + 1.0f) * s * (1.0f + alpha * g * (1.0f - s)) : 0.0f);
+    store(din, row * 2 * f + f + j, uraw >= -limit && uraw <= limit ? dy * g * s : 0.0f);
+  }
+}
+
 }  // namespace
 
+void swiglu_clamped_forward(Tensor out, Tensor in, float alpha, float limit) {
+  const int64_t f = in.shape[in.shape.rank() - 1] / 2, n = f ? out.numel() / f : 0;
+  if (n * f == 0) return;
+  with_storage(out, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, compute_stream(), swiglu_clamped_forward_kernel<T>)
+    (data<T>(out), data<const T>(in), n, f, alpha, limit);
+  });
+  LT_CUDA_LAUNCHED("swiglu_clamped_forward_kernel");
+}
+
+void swiglu_clamped_backward(Tensor din, Tensor dout, Tensor in, float alpha, float limit) {
+  const int64_t f = in.shape[in.shape.rank() - 1] / 2, n = f ? dout.numel() / f : 0;
+  if (n * f == 0) return;
+  with_storage(din, [&](auto tag) {
+    using T = decltype(tag);
+    LT_LAUNCH(blocks_for(n * f, 256), 256, 0, compute_stream(), swiglu_clamped_backward_kernel<T>)
+    (data<T>(din), data<const T>(dout), data<const T>(in), n, f, alpha, limit);
+  });
+  LT_CUDA_LAUNCHED("swiglu_clamped_backward_kernel");
+}
+
 void swiglu_forward(Tensor out, Tensor in) { gated_forward<Silu>(out, in, "swiglu_forward_kernel"); }
-void swiglu_backward(Tensor din, Tensor dout, Tensor in) { gated_backward<Silu>(din, dout, in, "swiglu_backward_kernel"); }
+void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
+  gated_backward<Silu>(din, dout, in, "swiglu_backward_kernel");
+}
 void geglu_forward(Tensor out, Tensor in) { gated_forward<GeluTanh>(out, in, "geglu_forward_kernel"); }
 void geglu_backward(Tensor din, Tensor dout, Tensor in) {
   gated_backward<GeluTanh>(din, dout, in, "geglu_backward_kernel");

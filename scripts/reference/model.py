@@ -126,8 +126,15 @@ def moe_mlp(x, w, moe):
         counts.append(len(rows))
         rows, picks = rows[:capacity], picks[:capacity]
         xe = x[rows]
-        h = F.silu(F.linear(xe, w(f"block_sparse_moe.experts.{e}.w1.weight"))) * \
-            F.linear(xe, w(f"block_sparse_moe.experts.{e}.w3.weight"))
+        gate = F.linear(xe, w(f"block_sparse_moe.experts.{e}.w1.weight"))
+        up = F.linear(xe, w(f"block_sparse_moe.experts.{e}.w3.weight"))
+        if moe.get("swiglu_limit", 0) > 0:
+            # gpt-oss's clamped SwiGLU: the gate clamped above, the up projection both ways, plus 1.
+            limit = moe["swiglu_limit"]
+            gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+            h = gate * torch.sigmoid(moe["swiglu_alpha"] * gate) * (up + 1)
+        else:
+            h = F.silu(gate) * up
         ye = F.linear(h, w(f"block_sparse_moe.experts.{e}.w2.weight"))
         out = out.index_add(0, rows, ye * top_p[rows, picks].unsqueeze(-1))
     if moe.get("shared_ffn_hidden", 0) > 0:

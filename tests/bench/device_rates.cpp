@@ -122,8 +122,8 @@ int run(int argc, char** argv) {
     });
     const double bwd = seconds_per_call(reps, [&] {
       kernels::attention_backward(dqkv.tensor(), dqkv.tensor(), dqkv.tensor(), kernels::Tensor{}, dout.tensor(),
-                                  qkv.tensor(), qkv.tensor(), qkv.tensor(), o.tensor(), lse.tensor(),
-                                  kernels::Tensor{}, spec);
+                                  qkv.tensor(), qkv.tensor(), qkv.tensor(), o.tensor(), lse.tensor(), kernels::Tensor{},
+                                  spec);
     });
     out[std::string(prefix) + "forward_rate"] = attention_flops / fwd;
     out[std::string(prefix) + "backward_rate"] = 2 * attention_flops / bwd;

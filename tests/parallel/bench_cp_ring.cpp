@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
           for (int kh = 0; kh < 2; ++kh) {
             const int qc = cp_chunk(r, qh, p), kc = cp_chunk(src, kh, p);
             if (kc > qc) continue;
-            kernels::attention_forward(part_out, part_lse, block(q4, qh), block(q4, kh), block(q4, kh), kernels::Tensor{},
+            kernels::attention_forward(part_out, part_lse, block(q4, qh), block(q4, kh), block(q4, kh),
+                                       kernels::Tensor{},
                                        {.heads = heads,
                                         .kv_heads = heads,
                                         .q_head = 0,

@@ -267,10 +267,11 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
         "transformers' Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE and Mistral classes each hold one set of these "
         "options (docs/hf.md lists them)");
   };
-  if (m.attention_sinks)
-    throw Error("not supported yet: exporting a model with model.attention_sinks: transformers' GptOssForCausalLM "
-                "(gpt-oss) also has biased, clamped-SwiGLU experts, which llmtrain does not build yet",
-                "train and evaluate it with llmtrain; export a model without attention sinks");
+  if (m.attention_sinks || m.moe.swiglu_limit > 0)
+    throw Error(fmt::format("not supported yet: exporting a model with {}: transformers' GptOssForCausalLM "
+                            "(gpt-oss) also has biases on its router and experts, which llmtrain does not build yet",
+                            m.attention_sinks ? "model.attention_sinks" : "model.moe.swiglu_limit"),
+                "train and evaluate it with llmtrain; export a model without gpt-oss's options");
   const std::string type = hf_model_type(m);
   if (type == "gemma3_text") return hf_gemma3_config(m, torch_dtype, bos, eos);
   std::string arch = "LlamaForCausalLM";
@@ -810,11 +811,11 @@ void read_gemma3(ConfigReader& r, const json& j, const std::string& origin, Mode
   }
 
   // RoPE: the global layers' as any llama's, the local layers' base.
-  const json* params = j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
-                               (j["rope_parameters"].contains("full_attention") ||
-                                j["rope_parameters"].contains("sliding_attention"))
-                           ? &j["rope_parameters"]
-                           : nullptr;
+  const json* params =
+      j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+              (j["rope_parameters"].contains("full_attention") || j["rope_parameters"].contains("sliding_attention"))
+          ? &j["rope_parameters"]
+          : nullptr;
   double local_theta = 10000.0;
   if (params) {
     r.use("rope_parameters");

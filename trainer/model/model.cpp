@@ -658,7 +658,8 @@ void Model::build_activations() {
   work_ = std::make_unique<Work>();
   lay_out(config_, options_, z, real, slots_, *work_);
   if (llama_) kernels::rope_table(work_->rope, config_.rope_theta, rope_scaling_op(config_.rope_scaling));
-  if (work_->rope_local.defined()) kernels::rope_table(work_->rope_local, config_.rope_local_theta, kernels::RopeScaling{});
+  if (work_->rope_local.defined())
+    kernels::rope_table(work_->rope_local, config_.rope_local_theta, kernels::RopeScaling{});
 }
 
 ModelMemory model_memory_plan(const ModelConfig& model, const ModelOptions& options, int tp_size, int tp_rank) {

@@ -443,6 +443,9 @@ class Model {
   // The llama family's MLP gate (model.activation: SwiGLU or GeGLU) and its backward.
   void gate_forward(kernels::Tensor act, kernels::Tensor fc);
   void gate_backward(kernels::Tensor dfc, kernels::Tensor dact, kernels::Tensor fc);
+  // The routed experts' (model.moe.swiglu_limit: gpt-oss's clamped SwiGLU).
+  void expert_gate_forward(kernels::Tensor act, kernels::Tensor fc);
+  void expert_gate_backward(kernels::Tensor dfc, kernels::Tensor dact, kernels::Tensor fc);
   // model.post_norms: a row-parallel output linear followed by the RMSNorm of its output, and the
   // norm's backward (block_forward's and block_backward's comments).
   void post_normed_out(kernels::Tensor out, kernels::Tensor in, kernels::Tensor w, kernels::Tensor norm_w,

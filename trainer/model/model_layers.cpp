@@ -375,6 +375,23 @@ void Model::gate_forward(Tensor act, Tensor fc) {
     k::swiglu_forward(act, fc);
 }
 
+// The routed experts' gate: SwiGLU, or gpt-oss's clamped one (model.moe.swiglu_limit).
+void Model::expert_gate_forward(Tensor act, Tensor fc) {
+  const MoeConfig& moe = config_.moe;
+  if (moe.swiglu_limit > 0)
+    k::swiglu_clamped_forward(act, fc, float(moe.swiglu_alpha), float(moe.swiglu_limit));
+  else
+    k::swiglu_forward(act, fc);
+}
+
+void Model::expert_gate_backward(Tensor dfc, Tensor dact, Tensor fc) {
+  const MoeConfig& moe = config_.moe;
+  if (moe.swiglu_limit > 0)
+    k::swiglu_clamped_backward(dfc, dact, fc, float(moe.swiglu_alpha), float(moe.swiglu_limit));
+  else
+    k::swiglu_backward(dfc, dact, fc);
+}
+
 void Model::gate_backward(Tensor dfc, Tensor dact, Tensor fc) {
   if (config_.activation == MlpActivation::geglu)
     k::geglu_backward(dfc, dact, fc);
@@ -609,7 +626,7 @@ void Model::moe_experts_forward(const BlockWeights& w, LayerActs& a, Tensor in, 
   if (!ep_) {
     const Tensor fc = rows(a.moe_fc, m), act = rows(a.moe_act, m);
     k::grouped_linear_forward(fc, in, w.experts_in, a.route_offsets);
-    k::swiglu_forward(act, fc);
+    expert_gate_forward(act, fc);
     k::grouped_linear_forward(y, act, w.experts_out, a.route_offsets);
     return;
   }
@@ -651,7 +668,7 @@ void Model::moe_experts_forward(const BlockWeights& w, LayerActs& a, Tensor in, 
     const Tensor xin = rows(a.ep_in, r), fc = rows(a.moe_fc, r), act = rows(a.moe_act, r), out = rows(wk.ep_rows, r);
     k::moe_gather_forward(xin, rows(wk.ep_recv, r), first(a.ep_perm, r), 1);
     k::grouped_linear_forward(fc, xin, local_experts(w.experts_in), a.ep_offsets);
-    k::swiglu_forward(act, fc);
+    expert_gate_forward(act, fc);
     k::grouped_linear_forward(out, act, local_experts(w.experts_out), a.ep_offsets);
     k::moe_gather_forward(sent_back, out, first(a.ep_inv, r), 1);
   }
@@ -667,7 +684,7 @@ void Model::moe_experts_backward(const BlockWeights& w, const BlockWeights& g, c
     const int64_t m = dy.shape[0];
     const Tensor dfc = rows(wk.moe_dfc, m), dact = rows(wk.moe_dact, m);
     k::grouped_linear_backward(dact, g.experts_out, dy, rows(a.moe_act, m), w.experts_out, a.route_offsets);
-    k::swiglu_backward(dfc, dact, rows(a.moe_fc, m));
+    expert_gate_backward(dfc, dact, rows(a.moe_fc, m));
     k::grouped_linear_backward(din, g.experts_in, dfc, rows(a.moe_in, m), w.experts_in, a.route_offsets);
     return;
   }
@@ -682,7 +699,7 @@ void Model::moe_experts_backward(const BlockWeights& w, const BlockWeights& g, c
     k::moe_gather_forward(drows, received, first(a.ep_perm, r), 1);
     k::grouped_linear_backward(dact, local_experts(g.experts_out), drows, rows(a.moe_act, r),
                                local_experts(w.experts_out), a.ep_offsets);
-    k::swiglu_backward(dfc, dact, rows(a.moe_fc, r));
+    expert_gate_backward(dfc, dact, rows(a.moe_fc, r));
     k::grouped_linear_backward(drows, local_experts(g.experts_in), dfc, rows(a.ep_in, r), local_experts(w.experts_in),
                                a.ep_offsets);
     k::moe_gather_forward(received, drows, first(a.ep_inv, r), 1);

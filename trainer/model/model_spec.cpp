@@ -117,8 +117,8 @@ void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
     // Gemma's four norms: post_attention_layernorm is then the attention output's, and the MLP's
     // input norm is pre_feedforward_layernorm.
     if (m.post_norms)
-      add(out, ParamRole::attn_post_norm_weight, p("post_attention_layernorm.weight"), {d}, -1, false,
-          ParamInit::ones, ParamPlace::block, i);
+      add(out, ParamRole::attn_post_norm_weight, p("post_attention_layernorm.weight"), {d}, -1, false, ParamInit::ones,
+          ParamPlace::block, i);
     add(out, ParamRole::mlp_norm_weight,
         p(m.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), {d}, -1, false,
         ParamInit::ones, ParamPlace::block, i);
@@ -133,8 +133,8 @@ void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
     add(out, ParamRole::mlp_out_weight, p("mlp.down_proj.weight"), {d, f}, 1, true, ParamInit::normal_residual,
         ParamPlace::block, i);
     if (m.post_norms)
-      add(out, ParamRole::mlp_post_norm_weight, p("post_feedforward_layernorm.weight"), {d}, -1, false,
-          ParamInit::ones, ParamPlace::block, i);
+      add(out, ParamRole::mlp_post_norm_weight, p("post_feedforward_layernorm.weight"), {d}, -1, false, ParamInit::ones,
+          ParamPlace::block, i);
   }
   add(out, ParamRole::final_norm_weight, "model.norm.weight", {d}, -1, false, ParamInit::ones, ParamPlace::head);
   if (!m.tie_embeddings)

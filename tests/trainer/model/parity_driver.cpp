@@ -95,6 +95,8 @@ int main(int argc, char** argv) try {
   m.moe.z_loss = std::stod(get("moe-z", "0.001"));
   m.moe.capacity_factor = std::stod(get("moe-capacity", "0"));
   m.moe.shared_ffn_hidden = std::stoi(get("moe-shared-ffn", "0"));
+  m.moe.swiglu_limit = std::stod(get("moe-swiglu-limit", "0"));
+  m.moe.swiglu_alpha = std::stod(get("moe-swiglu-alpha", "1.702"));
   const int batch = std::stoi(get("batch", "2")), steps = std::stoi(get("steps", "20"));
   const int accum = std::stoi(get("accum", "1"));
   const double ignore = std::stod(get("ignore", "0"));
@@ -159,7 +161,9 @@ int main(int argc, char** argv) try {
                                                                  {"aux_loss", m.moe.aux_loss},
                                                                  {"z_loss", m.moe.z_loss},
                                                                  {"capacity_factor", m.moe.capacity_factor},
-                                                                 {"shared_ffn_hidden", m.moe.shared_ffn_hidden}}
+                                                                 {"shared_ffn_hidden", m.moe.shared_ffn_hidden},
+                                                                 {"swiglu_limit", m.moe.swiglu_limit},
+                                                                 {"swiglu_alpha", m.moe.swiglu_alpha}}
                                                 : nlohmann::json(nullptr)},
                         {"batch", batch},
                         {"steps", steps},
