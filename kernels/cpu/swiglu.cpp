@@ -7,6 +7,7 @@
 // gpt-oss's clamped SwiGLU, with g = min(gate, limit), u = clamp(up, ±limit), s = σ(alpha·g):
 //   out = (u + 1)·g·s
 //   dgate = dout·(u + 1)·s·(1 + alpha·g·(1 - s)) where gate ≤ limit, du = dout·g·s where |up| ≤ limit
+// One row walk for all three (gated_forward, gated_backward), each activation a policy.
 #include <algorithm>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -14,41 +15,44 @@
 
 namespace llmtrain::kernels::cpu {
 
-void swiglu_forward(Tensor out, Tensor in) {
-  const int64_t f = out.shape[out.shape.rank() - 1], n = out.numel() / f;
-  const float* x = in.ptr<float>();
-  float* y = out.ptr<float>();
-#pragma omp parallel for schedule(static) if (n * f > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    const float *g = x + i * 2 * f, *u = g + f;
-    float* yi = y + i * f;
-#pragma omp simd
-    for (int64_t j = 0; j < f; ++j) yi[j] = g[j] * sigmoid_approx(g[j]) * u[j];
-  }
-}
-
-void swiglu_backward(Tensor din, Tensor dout, Tensor in) {
-  const int64_t f = dout.shape[dout.shape.rank() - 1], n = dout.numel() / f;
-  const float *x = in.ptr<float>(), *dy = dout.ptr<float>();
-  float* dx = din.ptr<float>();
-#pragma omp parallel for schedule(static) if (n * f > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    const float *g = x + i * 2 * f, *u = g + f, *dyi = dy + i * f;
-    float *dg = dx + i * 2 * f, *du = dg + f;
-#pragma omp simd
-    for (int64_t j = 0; j < f; ++j) {
-      const float gj = g[j], uj = u[j], s = sigmoid_approx(gj);  // loaded first: din may alias in
-      dg[j] = dyi[j] * uj * s * (1.0f + gj * (1.0f - s));
-      du[j] = dyi[j] * gj * s;
-    }
-  }
-}
-
 namespace {
-constexpr float kSqrt2OverPi = 0.7978845608028654f, kGeluCoeff = 0.044715f;
-}
 
-void geglu_forward(Tensor out, Tensor in) {
+struct Silu {
+  float value(float g, float u) const { return g * sigmoid_approx(g) * u; }
+  void grads(float g, float u, float dy, float& dg, float& du) const {
+    const float s = sigmoid_approx(g);
+    dg = dy * u * s * (1.0f + g * (1.0f - s));
+    du = dy * g * s;
+  }
+};
+
+struct GeluTanh {
+  static constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoeff = 0.044715f;
+  static float s(float g) { return sigmoid_approx(2.0f * kSqrt2OverPi * (g + kCoeff * g * g * g)); }
+  float value(float g, float u) const { return g * s(g) * u; }
+  void grads(float g, float u, float dy, float& dg, float& du) const {
+    const float sg = s(g), dv = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * g * g);
+    dg = dy * u * (sg + 2.0f * g * sg * (1.0f - sg) * dv);
+    du = dy * g * sg;
+  }
+};
+
+struct Clamped {
+  float alpha, limit;
+  float value(float gate, float up) const {
+    const float g = std::min(gate, limit), u = std::clamp(up, -limit, limit);
+    return (u + 1.0f) * g * sigmoid_approx(alpha * g);
+  }
+  void grads(float gate, float up, float dy, float& dg, float& du) const {
+    const float g = std::min(gate, limit), u = std::clamp(up, -limit, limit), s = sigmoid_approx(alpha * g);
+    dg = gate <= limit ? dy * (u + 1.0f) * s * (1.0f + alpha * g * (1.0f - s)) : 0.0f;
+    du = up >= -limit && up <= limit ? dy * g * s : 0.0f;
+  }
+};
+
+// out [n, f] = act(gate, up) of in [n, 2f]'s rows.
+template <class Act>
+void gated_forward(Tensor out, Tensor in, const Act& act) {
   const int64_t f = out.shape[out.shape.rank() - 1], n = out.numel() / f;
   const float* x = in.ptr<float>();
   float* y = out.ptr<float>();
@@ -57,14 +61,13 @@ void geglu_forward(Tensor out, Tensor in) {
     const float *g = x + i * 2 * f, *u = g + f;
     float* yi = y + i * f;
 #pragma omp simd
-    for (int64_t j = 0; j < f; ++j) {
-      const float gj = g[j];
-      yi[j] = gj * sigmoid_approx(2.0f * kSqrt2OverPi * (gj + kGeluCoeff * gj * gj * gj)) * u[j];
-    }
+    for (int64_t j = 0; j < f; ++j) yi[j] = act.value(g[j], u[j]);
   }
 }
 
-void geglu_backward(Tensor din, Tensor dout, Tensor in) {
+// din [n, 2f] (may alias in) from dout [n, f].
+template <class Act>
+void gated_backward(Tensor din, Tensor dout, Tensor in, const Act& act) {
   const int64_t f = dout.shape[dout.shape.rank() - 1], n = dout.numel() / f;
   const float *x = in.ptr<float>(), *dy = dout.ptr<float>();
   float* dx = din.ptr<float>();
@@ -75,46 +78,25 @@ void geglu_backward(Tensor din, Tensor dout, Tensor in) {
 #pragma omp simd
     for (int64_t j = 0; j < f; ++j) {
       const float gj = g[j], uj = u[j];  // loaded first: din may alias in
-      const float s = sigmoid_approx(2.0f * kSqrt2OverPi * (gj + kGeluCoeff * gj * gj * gj));
-      const float dv = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * gj * gj);
-      dg[j] = dyi[j] * uj * (s + 2.0f * gj * s * (1.0f - s) * dv);
-      du[j] = dyi[j] * gj * s;
+      float a, b;
+      act.grads(gj, uj, dyi[j], a, b);
+      dg[j] = a;
+      du[j] = b;
     }
   }
 }
 
+}  // namespace
+
+void swiglu_forward(Tensor out, Tensor in) { gated_forward(out, in, Silu{}); }
+void swiglu_backward(Tensor din, Tensor dout, Tensor in) { gated_backward(din, dout, in, Silu{}); }
+void geglu_forward(Tensor out, Tensor in) { gated_forward(out, in, GeluTanh{}); }
+void geglu_backward(Tensor din, Tensor dout, Tensor in) { gated_backward(din, dout, in, GeluTanh{}); }
 void swiglu_clamped_forward(Tensor out, Tensor in, float alpha, float limit) {
-  const int64_t f = out.shape[out.shape.rank() - 1], n = out.numel() / f;
-  const float* x = in.ptr<float>();
-  float* y = out.ptr<float>();
-#pragma omp parallel for schedule(static) if (n * f > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    const float *g = x + i * 2 * f, *u = g + f;
-    float* yi = y + i * f;
-#pragma omp simd
-    for (int64_t j = 0; j < f; ++j) {
-      const float gj = std::min(g[j], limit), uj = std::clamp(u[j], -limit, limit);
-      yi[j] = (uj + 1.0f) * gj * sigmoid_approx(alpha * gj);
-    }
-  }
+  gated_forward(out, in, Clamped{alpha, limit});
 }
-
 void swiglu_clamped_backward(Tensor din, Tensor dout, Tensor in, float alpha, float limit) {
-  const int64_t f = dout.shape[dout.shape.rank() - 1], n = dout.numel() / f;
-  const float *x = in.ptr<float>(), *dy = dout.ptr<float>();
-  float* dx = din.ptr<float>();
-#pragma omp parallel for schedule(static) if (n * f > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    const float *g = x + i * 2 * f, *u = g + f, *dyi = dy + i * f;
-    float *dg = dx + i * 2 * f, *du = dg + f;
-#pragma omp simd
-    for (int64_t j = 0; j < f; ++j) {
-      const float graw = g[j], uraw = u[j];  // loaded first: din may alias in
-      const float gj = std::min(graw, limit), uj = std::clamp(uraw, -limit, limit), s = sigmoid_approx(alpha * gj);
-      dg[j] = graw <= limit ? dyi[j] * (uj + 1.0f) * s * (1.0f + alpha * gj * (1.0f - s)) : 0.0f;
-      du[j] = uraw >= -limit && uraw <= limit ? dyi[j] * gj * s : 0.0f;
-    }
-  }
+  gated_backward(din, dout, in, Clamped{alpha, limit});
 }
 
 }  // namespace llmtrain::kernels::cpu
