@@ -166,6 +166,7 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
     }
     cmp("head_dim", want.head_size(), have.head_size());
     cmp("qkv_bias", want.qkv_bias, have.qkv_bias);
+    cmp("o_bias", want.o_bias, have.o_bias);
     cmp("qk_norm", want.qk_norm, have.qk_norm);
     cmp("sliding_window", want.sliding_window, have.sliding_window);
     cmp("full_attention_every", want.full_attention_every, have.full_attention_every);

@@ -35,6 +35,7 @@ std::string variant_keys(const ModelConfig& m) {
   std::string out;
   if (m.head_dim > 0) out += fmt::format(", head_dim: {}", m.head_dim);
   if (m.qkv_bias) out += ", qkv_bias: true";
+  if (m.o_bias) out += ", o_bias: true";
   if (m.qk_norm) out += ", qk_norm: true";
   if (m.sliding_window > 0) out += fmt::format(", sliding_window: {}", m.sliding_window);
   // Gemma 3's

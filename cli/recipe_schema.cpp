@@ -343,6 +343,8 @@ std::vector<RecipeKey> make_schema() {
             {"int ≥ 1 or auto", "auto = hidden / heads", "attention head size (llama; Qwen3 and Mistral set it)"}),
     boolean("model.qkv_bias", [](auto& r) -> auto& { return r.model.qkv_bias; },
             {"bool", "false", "biases on the q, k and v projections (llama; Qwen2)"}),
+    boolean("model.o_bias", [](auto& r) -> auto& { return r.model.o_bias; },
+            {"bool", "false", "a bias on the attention's output projection o_proj (llama; gpt-oss)"}),
     boolean("model.qk_norm", [](auto& r) -> auto& { return r.model.qk_norm; },
             {"bool", "false", "per-head RMSNorm of q and k before RoPE (llama; Qwen3)"}),
     integer("model.sliding_window", [](auto& r) -> auto& { return r.model.sliding_window; },

@@ -102,6 +102,7 @@ struct ModelConfig {
   // The llama family's variants (Qwen, Mistral; docs/model.md):
   int head_dim = 0;        // 0 = auto: hidden / heads (Qwen3 and Mistral set their own)
   bool qkv_bias = false;   // biases on the q, k and v projections (Qwen2)
+  bool o_bias = false;     // a bias on o_proj (gpt-oss: with qkv_bias, transformers' attention_bias)
   bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (Qwen3)
   int sliding_window = 0;  // 0 = none; else each query sees itself and the window − 1 keys before it (Mistral)
   // Gemma 3's (docs/model.md "Gemma 3"):

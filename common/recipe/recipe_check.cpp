@@ -169,10 +169,14 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
                                                        {"post_norms", m.post_norms},
                                                        {"scale_embeddings", m.scale_embeddings},
                                                        {"logit_softcap", m.logit_softcap > 0},
-                                                       {"attention_sinks", m.attention_sinks}};
+                                                       {"attention_sinks", m.attention_sinks},
+                                                       {"o_bias", m.o_bias}};
     for (const auto& [key, set] : gemma_keys)
       if (set) problem(fmt::format("model.{}", key), "family gpt2 is GPT-2's architecture, without this variant", hint);
   }
+  if (m.o_bias && m.post_norms)
+    problem("model.o_bias", "o_bias with post_norms: the bias would be added after the attention output's norm",
+            "remove one of them (Gemma has no o_proj bias)");
   // Gemma 3's local/global layers: the pattern and the local RoPE base describe windowed layers.
   if (m.sliding_window == 0) {
     const char* hint = "set model.sliding_window (Gemma 3: 512 or 1024), or remove the key";

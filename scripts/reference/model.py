@@ -192,7 +192,7 @@ def llama_forward(p, tokens, cfg):
         q = q * cos_i + rotate_half(q) * sin_i
         k = k * cos_i + rotate_half(k) * sin_i
         y = attention(q, k, v, mask, scale, b_("self_attn.sinks")).transpose(1, 2).reshape(b, t, h * hd)
-        y = F.linear(y, w("self_attn.o_proj.weight"))
+        y = F.linear(y, w("self_attn.o_proj.weight"), b_("self_attn.o_proj.bias"))
         if post_norms:
             x = x + rms_norm(y, w("post_attention_layernorm.weight"), eps)
             y = rms_norm(x, w("pre_feedforward_layernorm.weight"), eps)

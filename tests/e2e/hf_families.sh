@@ -193,10 +193,12 @@ qwen2moe+=,model.moe.shared_ffn_hidden=64,model.moe.renormalize=false
 gemma3=model.qk_norm=true,model.head_dim=32,model.sliding_window=8,model.full_attention_every=2
 gemma3+=,model.rope_local_theta=100,model.query_pre_attn_scalar=24,model.activation=geglu,model.post_norms=true
 gemma3+=,model.scale_embeddings=true,model.logit_softcap=5,model.tie_embeddings=true
-# gpt-oss's attention sinks with its alternating local (window 8) and global layers and q/k/v biases;
+# gpt-oss's attention sinks with its alternating local (window 8) and global layers and biases on q,
+# k, v and o_proj;
 # and without windows, for context parallelism (which refuses windows).
-sinks=model.attention_sinks=true,model.qkv_bias=true,model.sliding_window=8,model.full_attention_every=2
-sinks_cp=model.attention_sinks=true,model.qkv_bias=true
+sinks=model.attention_sinks=true,model.qkv_bias=true,model.o_bias=true,model.sliding_window=8
+sinks+=,model.full_attention_every=2
+sinks_cp=model.attention_sinks=true,model.qkv_bias=true,model.o_bias=true
 # name, model keys (both runs), layout keys, ranks, tolerance. qwen2 at tp 4 holds each of the 2
 # key/value heads (and biases) on two ranks; bf16 compares against bf16 at one rank, whose sums
 # round in another order.

@@ -267,6 +267,11 @@ json hf_llama_family_config(const ModelConfig& m, const std::string& torch_dtype
         "transformers' Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE and Mistral classes each hold one set of these "
         "options (docs/hf.md lists them)");
   };
+  if (m.o_bias)
+    throw Error(
+        "not supported yet: exporting a model with model.o_bias (a bias on o_proj): the transformers classes "
+        "with one (LlamaForCausalLM's attention_bias, GptOssForCausalLM) are not exported yet",
+        "train and evaluate it with llmtrain; export a model without model.o_bias");
   if (m.attention_sinks || m.moe.swiglu_limit > 0)
     throw Error(fmt::format("not supported yet: exporting a model with {}: transformers' GptOssForCausalLM "
                             "(gpt-oss) also has biases on its router and experts, which llmtrain does not build yet",

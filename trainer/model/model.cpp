@@ -137,7 +137,7 @@ ModelOptions Model::resolve(const ModelConfig& m, ModelOptions o, int tp_size) {
   LT_CHECK(llama || (int64_t(m.head_size()) * m.heads == m.hidden && !m.qkv_bias && !m.qk_norm &&
                      m.sliding_window == 0 && m.rope_scaling.type == RopeScalingType::none &&
                      m.query_pre_attn_scalar == 0 && m.activation == MlpActivation::swiglu && !m.post_norms &&
-                     !m.scale_embeddings && m.logit_softcap == 0 && !m.attention_sinks),
+                     !m.scale_embeddings && m.logit_softcap == 0 && !m.attention_sinks && !m.o_bias),
            "a gpt2 model with llama-family options");
   LT_CHECK(!m.moe.enabled() || (m.activation == MlpActivation::swiglu && !m.post_norms),
            "MoE blocks with a geglu gate or post-norms");
@@ -398,6 +398,7 @@ void Model::bind_block(int i, bool grad) {
       w.kn_w = v(R::k_norm_weight);
     }
     if (config_.attention_sinks) w.sinks = v(R::attn_sinks);
+    if (config_.o_bias) w.o_b = v(R::attn_out_bias);
     if (config_.post_norms) {
       w.post_attn_w = v(R::attn_post_norm_weight);
       w.post_mlp_w = v(R::mlp_post_norm_weight);

@@ -114,6 +114,9 @@ void llama_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {
           i);
     add(out, ParamRole::attn_out_weight, p("self_attn.o_proj.weight"), {d, q}, 1, true, ParamInit::normal_residual,
         ParamPlace::block, i);
+    if (m.o_bias)  // replicated: added once, after the row-parallel product's reduction
+      add(out, ParamRole::attn_out_bias, p("self_attn.o_proj.bias"), {d}, -1, false, ParamInit::zeros,
+          ParamPlace::block, i);
     // Gemma's four norms: post_attention_layernorm is then the attention output's, and the MLP's
     // input norm is pre_feedforward_layernorm.
     if (m.post_norms)

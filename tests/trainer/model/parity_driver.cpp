@@ -79,6 +79,7 @@ int main(int argc, char** argv) try {
   m.scale_embeddings = get("scale-embeddings", "0") == "1";
   m.logit_softcap = std::stod(get("softcap", "0"));
   m.attention_sinks = get("sinks", "0") == "1";
+  m.o_bias = get("o-bias", "0") == "1";
   const std::string rope_scaling = get("rope-scaling", "none");
   m.rope_scaling.type = rope_scaling == "linear"   ? RopeScalingType::linear
                         : rope_scaling == "llama3" ? RopeScalingType::llama3
@@ -146,6 +147,7 @@ int main(int argc, char** argv) try {
                         {"scale_embeddings", m.scale_embeddings},
                         {"logit_softcap", m.logit_softcap},
                         {"attention_sinks", m.attention_sinks},
+                        {"o_bias", m.o_bias},
                         {"rope_scaling",
                          {{"type", rope_scaling},
                           {"factor", m.rope_scaling.factor},
