@@ -33,6 +33,18 @@ using test::on_device;
 using test::to_host;
 using test::values;
 
+// A death test's statement whose job the watchdog is to end (abort_job: the message, then _Exit):
+// `body`, then up to 30 s for that exit. The rank whose operation times out also ends its own wait
+// at that moment with an exception, which would otherwise end the statement, racing the watchdog's
+// _Exit (gtest then reports "failed to die" with the watchdog's message already written).
+void until_the_watchdog_ends_it(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (...) {  // the rank's own timeout: the watchdog's exit is what the test waits for
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(30));
+}
+
 // Each rank (a thread) on simulated device `rank`, with a compute stream of its own and an NCCL
 // communicator over a split of the world (`timeout_s`).
 void run_nccl(int n, const std::function<void(Comm& nccl, Comm& host)>& fn, double timeout_s = 20) {
@@ -120,7 +132,7 @@ TEST(CommNcclSim, TeardownFinishesTheOperationsInFlightAndHandlesOutliveTheCommu
 TEST(CommNcclSimDeathTest, PlantedAbortAtTeardownLeavesThePeerHanging) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
-      {
+      until_the_watchdog_ends_it([] {
         plant_nccl_abort_on_teardown(true);
         setenv("LLMTRAIN_SIM_DEVICES", "8", 1);
         run_ranks_in_threads(
@@ -147,7 +159,7 @@ TEST(CommNcclSimDeathTest, PlantedAbortAtTeardownLeavesThePeerHanging) {
               world.barrier();
             },
             30.0);
-      },
+      }),
       ::testing::ExitedWithCode(1),
       "timed out after 0.5s waiting for all_reduce of 16 fp32 on group 'nccl' \\(2 ranks; this is its rank 1\\): "
       "it started on the device");
@@ -181,17 +193,19 @@ TEST(CommNcclSim, AnOperationQueuedBehindLongComputeDoesNotTimeOut) {
 // process with the operation, the group and the bound that ran out.
 TEST(CommNcclSimDeathTest, AStartedOperationThatNeverCompletesTimesOut) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(run_nccl(
-                  2,
-                  [](Comm& nccl, Comm& host) {
-                    Buffer d = on_device(std::vector<float>(8, 1.0f));
-                    if (nccl.rank() == 0) {
-                      nccl.all_reduce_async(d.tensor(), ReduceOp::sum)->wait();
-                      to_host(d);
-                    }
-                    host.barrier();
-                  },
-                  0.5),
+  EXPECT_EXIT(until_the_watchdog_ends_it([] {
+                run_nccl(
+                    2,
+                    [](Comm& nccl, Comm& host) {
+                      Buffer d = on_device(std::vector<float>(8, 1.0f));
+                      if (nccl.rank() == 0) {
+                        nccl.all_reduce_async(d.tensor(), ReduceOp::sum)->wait();
+                        to_host(d);
+                      }
+                      host.barrier();
+                    },
+                    0.5);
+              }),
               ::testing::ExitedWithCode(1),
               "timed out after 0.5s waiting for all_reduce of 8 fp32 on group 'nccl' \\(2 ranks; this is its rank "
               "0\\): it started on the device .* ago and has not completed");
@@ -201,18 +215,20 @@ TEST(CommNcclSimDeathTest, AStartedOperationThatNeverCompletesTimesOut) {
 // the watchdog with what each rank started.
 TEST(CommNcclSimDeathTest, RanksThatCallDifferentCollectivesAreReported) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(run_nccl(
-                  2,
-                  [](Comm& nccl, Comm&) {
-                    Buffer d = on_device(std::vector<float>(8, 1.0f)), all(DType::fp32, {16}, Device::cuda);
-                    if (nccl.rank() == 0)
-                      nccl.all_reduce_async(d.tensor(), ReduceOp::sum)->wait();
-                    else
-                      nccl.all_gather_async(d.tensor(), all.tensor())->wait();
-                    to_host(d);
-                    std::this_thread::sleep_for(std::chrono::seconds(30));
-                  },
-                  20),
+  EXPECT_EXIT(until_the_watchdog_ends_it([] {
+                run_nccl(
+                    2,
+                    [](Comm& nccl, Comm&) {
+                      Buffer d = on_device(std::vector<float>(8, 1.0f)), all(DType::fp32, {16}, Device::cuda);
+                      if (nccl.rank() == 0)
+                        nccl.all_reduce_async(d.tensor(), ReduceOp::sum)->wait();
+                      else
+                        nccl.all_gather_async(d.tensor(), all.tensor())->wait();
+                      to_host(d);
+                      std::this_thread::sleep_for(std::chrono::seconds(30));
+                    },
+                    20);
+              }),
               ::testing::ExitedWithCode(1),
               "NCCL reported an error on group 'nccl' \\(2 ranks; this is its rank [01]\\): invalid usage .*rank 0 "
               "started all_reduce of 8 float32 .*rank 1 all_gather of 8 float32");
