@@ -348,8 +348,10 @@ __global__ void attention_sink_grads_kernel(T* dsinks, const T* __restrict__ sin
   if (threadIdx.x == 0) store(dsinks, h, load(dsinks, h) - part[0]);
 }
 
-void sink_grads(Tensor dsinks, Tensor sinks, Tensor out, Tensor dout, Tensor lse, const AttentionSpec& spec) {
-  const int64_t b = out.shape[0], t = out.shape[1], d = out.shape[3];
+// The sizes come from q: the contract holds out to its element count only (any shape of B·Tq·heads·D).
+void sink_grads(Tensor dsinks, Tensor sinks, Tensor out, Tensor dout, Tensor lse, const Tensor& q,
+                const AttentionSpec& spec) {
+  const int64_t b = q.shape[0], t = q.shape[1], d = q.shape[3];
   with_storage(out, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(unsigned(spec.heads), kSinkThreads, 0, compute_stream(), attention_sink_grads_kernel<T>)
@@ -396,7 +398,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dsinks, Tensor d
                         Tensor out, Tensor lse, Tensor sinks, const AttentionSpec& spec) {
   const int64_t b = q.shape[0], tq = q.shape[1], tk = k.shape[1], d = q.shape[3];
   if (b * (tq + tk) == 0) return;
-  if (dsinks.defined() && tq > 0) sink_grads(dsinks, sinks, out, dout, lse, spec);
+  if (dsinks.defined() && tq > 0) sink_grads(dsinks, sinks, out, dout, lse, q, spec);
   if (attention_tc_takes(q)) return attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, spec);
   check_head_dim(d);
   const float scale = spec.softmax_scale(d);
