@@ -143,6 +143,8 @@ const Case kCases[] = {
      "full_attention_every: 6", "set model.sliding_window", "seq_len: 64", "  seq_len: 64\n  full_attention_every: 6"},
     {"o_bias_post_norms", "family: gpt2", "  family: llama", "model.o_bias", "o_bias: true", "Gemma has no o_proj bias",
      "seq_len: 64", "  seq_len: 64\n  o_bias: true\n  post_norms: true"},
+    {"clamped_swiglu_dense", "family: gpt2", "  family: llama", "model.moe.swiglu_limit",
+     "moe:", "set model.moe.experts", "seq_len: 64", "  seq_len: 64\n  moe: {swiglu_limit: 7}"},
     {"geglu_experts", "family: gpt2", "  family: llama", "model.activation", "activation: geglu",
      "geglu is Gemma's dense MLP", "seq_len: 64", "  seq_len: 64\n  activation: geglu\n  moe: {experts: 4}"},
     {"llama_odd_head_dim", "family: gpt2", "  family: llama", "model.head_dim", "head_dim: 7",
