@@ -167,6 +167,7 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
     cmp("head_dim", want.head_size(), have.head_size());
     cmp("qkv_bias", want.qkv_bias, have.qkv_bias);
     cmp("o_bias", want.o_bias, have.o_bias);
+    cmp("attention_sinks", want.attention_sinks, have.attention_sinks);
     cmp("qk_norm", want.qk_norm, have.qk_norm);
     cmp("sliding_window", want.sliding_window, have.sliding_window);
     cmp("full_attention_every", want.full_attention_every, have.full_attention_every);
@@ -186,6 +187,9 @@ void check_recipe_model(const ModelConfig& want, const ModelConfig& have, const 
       cmp("moe.first_dense", want.moe.first_dense, have.moe.first_dense);
       cmp("moe.renormalize", want.moe.renormalize, have.moe.renormalize);
       cmp("moe.shared_ffn_hidden", want.moe.shared_ffn_hidden, have.moe.shared_ffn_hidden);
+      cmp("moe.bias", want.moe.bias, have.moe.bias);
+      cmp("moe.swiglu_limit", want.moe.swiglu_limit, have.moe.swiglu_limit);
+      cmp("moe.swiglu_alpha", want.moe.swiglu_alpha, have.moe.swiglu_alpha);
     }
   }
   cmp("tie_embeddings", want.tie_embeddings, have.tie_embeddings);

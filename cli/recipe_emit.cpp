@@ -46,14 +46,21 @@ std::string variant_keys(const ModelConfig& m) {
   if (m.post_norms) out += ", post_norms: true";
   if (m.scale_embeddings) out += ", scale_embeddings: true";
   if (m.logit_softcap > 0) out += fmt::format(", logit_softcap: {}", m.logit_softcap);
-  if (m.moe.enabled())
+  if (m.attention_sinks) out += ", attention_sinks: true";  // gpt-oss's
+  if (m.moe.enabled()) {
+    std::string extra;
+    if (m.moe.shared_ffn_hidden > 0)
+      extra += fmt::format(",\n              shared_ffn_hidden: {}", m.moe.shared_ffn_hidden);
+    if (m.moe.bias) extra += ", bias: true";
+    if (m.moe.swiglu_limit > 0)
+      extra +=
+          fmt::format(",\n              swiglu_limit: {}, swiglu_alpha: {}", m.moe.swiglu_limit, m.moe.swiglu_alpha);
     out += fmt::format(
         ",\n        moe: {{experts: {}, top_k: {}, ffn_hidden: {}, every: {}, first_dense: {}, renormalize: {},\n"
         "              aux_loss: {}, z_loss: {}, capacity_factor: {}{}}}",
         m.moe.experts, m.moe.top_k, m.moe.ffn_hidden, m.moe.every, m.moe.first_dense,
-        m.moe.renormalize ? "true" : "false", m.moe.aux_loss, m.moe.z_loss, m.moe.capacity_factor,
-        m.moe.shared_ffn_hidden > 0 ? fmt::format(",\n              shared_ffn_hidden: {}", m.moe.shared_ffn_hidden)
-                                    : "");
+        m.moe.renormalize ? "true" : "false", m.moe.aux_loss, m.moe.z_loss, m.moe.capacity_factor, extra);
+  }
   const RopeScalingConfig& r = m.rope_scaling;
   if (r.type == RopeScalingType::linear)
     out += fmt::format(",\n        rope_scaling: {{type: linear, factor: {}}}", r.factor);

@@ -381,6 +381,8 @@ std::vector<RecipeKey> make_schema() {
     number("model.moe.swiglu_limit", [](auto& r) -> auto& { return r.model.moe.swiglu_limit; },
            FloatRule{0.0, false, 1e6},
            {"number ≥ 0", "0 = SwiGLU", "the experts' clamped SwiGLU: gate ≤ limit, |up| ≤ limit (gpt-oss: 7)"}),
+    boolean("model.moe.bias", [](auto& r) -> auto& { return r.model.moe.bias; },
+            {"bool", "false", "biases on the router and the routed experts' products (gpt-oss)"}),
     number("model.moe.swiglu_alpha", [](auto& r) -> auto& { return r.model.moe.swiglu_alpha; },
            FloatRule{0.0, true, 1e6}, {"number > 0", "1.702", "with swiglu_limit: the sigmoid's gain (gpt-oss)"}),
     integer("model.moe.experts", [](auto& r) -> auto& { return r.model.moe.experts; }, IntRule{0, 1 << 12},

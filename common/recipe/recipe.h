@@ -80,6 +80,8 @@ struct MoeConfig {
   // ±limit), (u + 1) · g · σ(swiglu_alpha · g)
   double swiglu_limit = 0;
   double swiglu_alpha = 1.702;
+  // Biases on the router's logits and on every routed expert's three products (gpt-oss's)
+  bool bias = false;
 
   bool enabled() const { return experts > 0; }
   // Whether global layer `layer` is a MoE block.

@@ -243,6 +243,9 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
         fmt::format("a shared expert of width {} without experts (model.moe.experts is 0)", m.moe.shared_ffn_hidden),
         "the shared expert is part of a MoE block: set model.moe.experts, or remove shared_ffn_hidden (a dense "
         "model's MLP is model.ffn_hidden)");
+  } else if (m.moe.bias) {
+    problem("model.moe.bias", "router and expert biases without experts (model.moe.experts is 0)",
+            "the biases are a MoE block's: set model.moe.experts, or remove the key");
   } else if (m.moe.swiglu_limit > 0 || m.moe.swiglu_alpha != MoeConfig{}.swiglu_alpha) {
     problem(m.moe.swiglu_limit > 0 ? "model.moe.swiglu_limit" : "model.moe.swiglu_alpha",
             "gpt-oss's clamped SwiGLU without experts (model.moe.experts is 0)",

@@ -52,12 +52,19 @@ void zero_rows(float* p, int64_t begin, int64_t end, int64_t cols) {
   if (end > begin) std::fill(p + begin * cols, p + end * cols, 0.0f);
 }
 
+// sums [cols] += Σ rows [begin, end) of x [·, cols], in row order (a bias's gradient).
+void add_column_sums(float* sums, const float* x, int64_t begin, int64_t end, int64_t cols) {
+  for (int64_t r = begin; r < end; ++r)
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) sums[c] += x[r * cols + c];
+}
+
 }  // namespace
 
-void moe_router_forward(Tensor probs, Tensor lse, Tensor expert, Tensor weight, Tensor in, Tensor router, int64_t k,
-                        bool renormalize) {
+void moe_router_forward(Tensor probs, Tensor lse, Tensor expert, Tensor weight, Tensor in, Tensor router, Tensor bias,
+                        int64_t k, bool renormalize) {
   const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
-  const float *x = in.ptr<float>(), *w = router.ptr<float>();
+  const float *x = in.ptr<float>(), *w = router.ptr<float>(), *b = bias.defined() ? bias.ptr<float>() : nullptr;
   float *p = probs.ptr<float>(), *l = lse.ptr<float>(), *wt = weight.ptr<float>();
   int32_t* ex = expert.ptr<int32_t>();
 #pragma omp parallel for schedule(static) if (n * e_count * c > 32768)
@@ -69,16 +76,16 @@ void moe_router_forward(Tensor probs, Tensor lse, Tensor expert, Tensor weight, 
       float s = 0.0f;
 #pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < c; ++j) s += xi[j] * we[j];
-      pi[e] = s;
+      pi[e] = b ? s + b[e] : s;
     }
     l[i] = router_softmax(pi, e_count);
     router_top_k(ex + i * k, wt + i * k, pi, e_count, k, renormalize);
   }
 }
 
-void moe_router_backward(Tensor din, Tensor drouter, Tensor dweight, Tensor probs, Tensor lse, Tensor expert,
-                         Tensor stats, Tensor in, Tensor router, int64_t k, bool renormalize, float aux_coef,
-                         float z_coef, float loss_scale) {
+void moe_router_backward(Tensor din, Tensor drouter, Tensor dbias, Tensor dweight, Tensor probs, Tensor lse,
+                         Tensor expert, Tensor stats, Tensor in, Tensor router, int64_t k, bool renormalize,
+                         float aux_coef, float z_coef, float loss_scale) {
   const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
   if (n == 0) return;
   const RouterLossScales scales = router_loss_scales(e_count, n, k, aux_coef, z_coef, loss_scale);
@@ -94,6 +101,7 @@ void moe_router_backward(Tensor din, Tensor drouter, Tensor dweight, Tensor prob
               blas_dim(e_count), router.ptr<float>(), blas_dim(c), 1.0f, din.ptr<float>(), blas_dim(c));
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_dim(e_count), blas_dim(c), blas_dim(n), 1.0f, dlogit,
               blas_dim(e_count), in.ptr<float>(), blas_dim(c), 1.0f, drouter.ptr<float>(), blas_dim(c));
+  if (dbias.defined()) add_column_sums(dbias.ptr<float>(), dlogit, 0, n, e_count);
 }
 
 void moe_route_plan(Tensor order, Tensor pos, Tensor offsets, Tensor expert, int64_t experts, int64_t capacity) {
@@ -256,7 +264,7 @@ void moe_shared_gate_weight_backward(Tensor din, Tensor dgate_w, Tensor dlogit, 
               in.ptr<float>(), blas_dim(c), 1.0f, dgate_w.ptr<float>(), blas_dim(c));
 }
 
-void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor offsets) {
+void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias, Tensor offsets) {
   const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
                 rows = i_dim ? in.numel() / i_dim : out.numel() / std::max<int64_t>(o, 1);
   const int32_t* off = offsets.ptr<int32_t>();
@@ -270,10 +278,16 @@ void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor offsets
     if (r == 0 || o == 0) continue;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_dim(r), blas_dim(o), blas_dim(i_dim), 1.0f,
                 x + r0 * i_dim, blas_dim(i_dim), w + e * o * i_dim, blas_dim(i_dim), 0.0f, y + r0 * o, blas_dim(o));
+    if (!bias.defined()) continue;
+    const float* b = bias.ptr<float>() + e * o;
+    for (int64_t row = r0; row < r0 + r; ++row)
+#pragma omp simd
+      for (int64_t c = 0; c < o; ++c) y[row * o + c] += b[c];
   }
 }
 
-void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor offsets) {
+void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight,
+                             Tensor offsets) {
   const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
                 rows = i_dim ? in.numel() / i_dim : dout.numel() / std::max<int64_t>(o, 1);
   const int32_t* off = offsets.ptr<int32_t>();
@@ -297,6 +311,7 @@ void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in,
   }
   for (int64_t e = 0; e < groups; ++e) {
     const int64_t r0 = off[e], r = off[e + 1] - r0;
+    if (dbias.defined()) add_column_sums(dbias.ptr<float>() + e * o, dy, r0, r0 + r, o);
     if (r == 0 || o == 0 || i_dim == 0) continue;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_dim(o), blas_dim(i_dim), blas_dim(r), 1.0f, dy + r0 * o,
                 blas_dim(o), x + r0 * i_dim, blas_dim(i_dim), 1.0f, dw + e * o * i_dim, blas_dim(i_dim));

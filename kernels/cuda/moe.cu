@@ -12,7 +12,10 @@
 //  - the shared expert's gate: a warp per row (its logit's and dlogit's dot products by shuffles),
 //    the gate weight's gradient two products like the router's;
 //  - grouped product: our tiled GEMM (64×64 tiles of C, 16×16 threads, K through shared memory 16
-//    at a time, fp32 accumulation in K order) where each block finds its expert in the offsets.
+//    at a time, fp32 accumulation in K order) where each block finds its expert in the offsets;
+//    the experts' biases (gpt-oss) an elementwise pass after it, each row finding its expert by
+//    binary search in the offsets, and their gradients (and the router bias's) a thread per column
+//    summing its expert's rows in row order.
 //
 // The rule a reader could get wrong: the offsets live on the device and the host never reads them
 // (no copy, no synchronisation). A grouped launch therefore covers every split of the rows that
@@ -141,8 +144,8 @@ constexpr int kRouterThreads = 128;
 template <class T>
 __global__ void router_forward_kernel(float* __restrict__ probs, float* __restrict__ lse, int32_t* __restrict__ expert,
                                       float* __restrict__ weight, const T* __restrict__ in,
-                                      const T* __restrict__ router, int64_t e_count, int64_t c, int64_t k,
-                                      bool renormalize) {
+                                      const T* __restrict__ router, const T* __restrict__ bias, int64_t e_count,
+                                      int64_t c, int64_t k, bool renormalize) {
   LT_DYNAMIC_SHARED(float, logits);
   const int64_t row = blockIdx.x;
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), warps = int(blockDim.x / 32);
@@ -151,7 +154,7 @@ __global__ void router_forward_kernel(float* __restrict__ probs, float* __restri
     float s = 0.0f;
     for (int64_t j = lane; j < c; j += 32) s += load(x, j) * load(router, e * c + j);
     s = warp_sum(s);
-    if (lane == 0) logits[e] = s;
+    if (lane == 0) logits[e] = bias ? s + load(bias, e) : s;
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -169,6 +172,52 @@ __global__ void router_dlogit_kernel(float* __restrict__ dlogit, const float* __
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     router_dlogit_row(dlogit + i * e_count, probs + i * e_count, lse[i], expert + i * k, dweight + i * k, stats,
                       e_count, k, renormalize, scales);
+}
+
+// ---- biases ------------------------------------------------------------------------------------
+
+// out [rows, cols] += bias[e] on expert e's rows [offsets[e], offsets[e + 1]); a thread per element.
+template <class T>
+__global__ void grouped_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, const int32_t* __restrict__ off,
+                                    int64_t groups, int64_t rows, int64_t cols) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / cols;
+    if (row < off[0] || row >= off[groups]) continue;
+    int64_t lo = 0, hi = groups;  // the last e with off[e] <= row: the expert whose rows hold it
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (off[mid] <= row)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    store(out, i, load(out, i) + load(bias, lo * cols + i % cols));
+  }
+}
+
+// sums [groups, cols] += Σ of group g's rows of x [rows, cols] (offsets [groups + 1] on the device,
+// or every row as one group when absent), in row order; a thread per (group, column).
+template <class TS, class TX>
+__global__ void grouped_column_sums_kernel(TS* __restrict__ sums, const TX* __restrict__ x,
+                                           const int32_t* __restrict__ off, int64_t groups, int64_t rows,
+                                           int64_t cols) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < groups * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t g = i / cols, c = i % cols;
+    const int64_t begin = off ? off[g] : 0, end = off ? off[g + 1] : rows;
+    float s = 0.0f;
+    for (int64_t r = begin; r < end; ++r) s += load(x, r * cols + c);
+    store(sums, i, load(sums, i) + s);
+  }
+}
+
+template <class TS, class TX>
+void grouped_column_sums(TS* sums, const TX* x, const int32_t* off, int64_t groups, int64_t rows, int64_t cols) {
+  if (groups * cols == 0) return;
+  LT_LAUNCH(blocks_for(groups * cols, 128), 128, 0, compute_stream(), grouped_column_sums_kernel<TS, TX>)
+  (sums, x, off, groups, rows, cols);
+  LT_CUDA_LAUNCHED("grouped_column_sums_kernel");
 }
 
 // ---- plan and stats ----------------------------------------------------------------------------
@@ -350,22 +399,22 @@ __global__ void shared_gate_backward_kernel(T* __restrict__ dy, float* __restric
 
 }  // namespace
 
-void moe_router_forward(Tensor probs, Tensor lse, Tensor expert, Tensor weight, Tensor in, Tensor router, int64_t k,
-                        bool renormalize) {
+void moe_router_forward(Tensor probs, Tensor lse, Tensor expert, Tensor weight, Tensor in, Tensor router, Tensor bias,
+                        int64_t k, bool renormalize) {
   const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
   if (n == 0) return;
   with_storage(in, [&](auto tag) {
     using T = decltype(tag);
     LT_LAUNCH(unsigned(n), kRouterThreads, size_t(e_count) * sizeof(float), compute_stream(), router_forward_kernel<T>)
     (probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), weight.ptr<float>(), data<const T>(in),
-     data<const T>(router), e_count, c, k, renormalize);
+     data<const T>(router), bias.defined() ? data<const T>(bias) : nullptr, e_count, c, k, renormalize);
   });
   LT_CUDA_LAUNCHED("router_forward_kernel");
 }
 
-void moe_router_backward(Tensor din, Tensor drouter, Tensor dweight, Tensor probs, Tensor lse, Tensor expert,
-                         Tensor stats, Tensor in, Tensor router, int64_t k, bool renormalize, float aux_coef,
-                         float z_coef, float loss_scale) {
+void moe_router_backward(Tensor din, Tensor drouter, Tensor dbias, Tensor dweight, Tensor probs, Tensor lse,
+                         Tensor expert, Tensor stats, Tensor in, Tensor router, int64_t k, bool renormalize,
+                         float aux_coef, float z_coef, float loss_scale) {
   const int64_t e_count = router.shape[0], c = router.shape[1], n = lse.numel();
   if (n == 0) return;
   const RouterLossScales scales = router_loss_scales(e_count, n, k, aux_coef, z_coef, loss_scale);
@@ -381,6 +430,8 @@ void moe_router_backward(Tensor din, Tensor drouter, Tensor dweight, Tensor prob
     // drouter [E, c] += dlogitᵀ [E, n] · in [n, c]
     grouped_gemm(data<T>(drouter), dlogit, data<const T>(in),
                  {.m = e_count, .n = c, .k = n, .trans_a = true, .accumulate = true});
+    // dbias [E] += Σ_n dlogit [n, E]
+    if (dbias.defined()) grouped_column_sums(data<T>(dbias), dlogit, nullptr, 1, n, e_count);
   });
 }
 
@@ -488,7 +539,7 @@ void moe_shared_gate_weight_backward(Tensor din, Tensor dgate_w, Tensor dlogit, 
   });
 }
 
-void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor offsets) {
+void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias, Tensor offsets) {
   const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
                 rows = o ? out.numel() / o : (i_dim ? in.numel() / i_dim : 0);
   const int32_t* off = offsets.ptr<int32_t>();
@@ -498,10 +549,16 @@ void grouped_linear_forward(Tensor out, Tensor in, Tensor weight, Tensor offsets
     grouped_gemm(
         data<T>(out), data<const T>(in), data<const T>(weight),
         {.m = rows, .n = o, .k = i_dim, .trans_b = true, .grouping = Grouping::rows, .offsets = off, .groups = groups});
+    if (bias.defined() && rows * o > 0) {
+      LT_LAUNCH(blocks_for(rows * o, 256), 256, 0, compute_stream(), grouped_bias_kernel<T>)
+      (data<T>(out), data<const T>(bias), off, groups, rows, o);
+      LT_CUDA_LAUNCHED("grouped_bias_kernel");
+    }
   });
 }
 
-void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight, Tensor offsets) {
+void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in, Tensor weight,
+                             Tensor offsets) {
   const int64_t groups = weight.shape[0], o = weight.shape[1], i_dim = weight.shape[2],
                 rows = o ? dout.numel() / o : (i_dim ? in.numel() / i_dim : 0);
   const int32_t* off = offsets.ptr<int32_t>();
@@ -521,6 +578,8 @@ void grouped_linear_backward(Tensor din, Tensor dweight, Tensor dout, Tensor in,
                   .grouping = Grouping::depth,
                   .offsets = off,
                   .groups = groups});
+    // dbias[e] [o] += Σ its rows of dout
+    if (dbias.defined()) grouped_column_sums(data<T>(dbias), data<const T>(dout), off, groups, rows, o);
   });
 }
 

@@ -107,13 +107,19 @@ def moe_layer(cfg, i):
 
 def moe_mlp(x, w, moe):
     """A Mixtral-style sparse MoE block on x [N, d] (w: the layer's parameters by suffix), with
-    Qwen2-MoE's gated shared expert when moe["shared_ffn_hidden"] > 0. Returns the
+    Qwen2-MoE's gated shared expert when moe["shared_ffn_hidden"] > 0 and gpt-oss's router and
+    expert biases when moe["bias"]. Returns the
     weighted expert outputs and the block's auxiliary loss: Megatron-Core's load balancing
     aux · E · Σ_e f_e P_e (f_e: the share of the N·K picks that chose e, before any capacity drop; P_e:
     the mean router probability of e) plus the z-loss z · mean(logsumexp(logits)²). With a capacity
     factor each expert keeps its first ⌈factor · N·K / E⌉ picks in (token, pick) order."""
     n, e_count, k = x.shape[0], moe["experts"], moe["top_k"]
-    logits = F.linear(x, w("block_sparse_moe.gate.weight"))
+    bias = moe.get("bias", False)
+
+    def b(name):
+        return w(name) if bias else None
+
+    logits = F.linear(x, w("block_sparse_moe.gate.weight"), b("block_sparse_moe.gate.bias"))
     probs = torch.softmax(logits, dim=-1)
     top_p, top_e = torch.topk(probs, k, dim=-1)
     if moe["renormalize"]:
@@ -126,8 +132,8 @@ def moe_mlp(x, w, moe):
         counts.append(len(rows))
         rows, picks = rows[:capacity], picks[:capacity]
         xe = x[rows]
-        gate = F.linear(xe, w(f"block_sparse_moe.experts.{e}.w1.weight"))
-        up = F.linear(xe, w(f"block_sparse_moe.experts.{e}.w3.weight"))
+        gate = F.linear(xe, w(f"block_sparse_moe.experts.{e}.w1.weight"), b(f"block_sparse_moe.experts.{e}.w1.bias"))
+        up = F.linear(xe, w(f"block_sparse_moe.experts.{e}.w3.weight"), b(f"block_sparse_moe.experts.{e}.w3.bias"))
         if moe.get("swiglu_limit", 0) > 0:
             # gpt-oss's clamped SwiGLU: the gate clamped above, the up projection both ways, plus 1.
             limit = moe["swiglu_limit"]
@@ -135,7 +141,7 @@ def moe_mlp(x, w, moe):
             h = gate * torch.sigmoid(moe["swiglu_alpha"] * gate) * (up + 1)
         else:
             h = F.silu(gate) * up
-        ye = F.linear(h, w(f"block_sparse_moe.experts.{e}.w2.weight"))
+        ye = F.linear(h, w(f"block_sparse_moe.experts.{e}.w2.weight"), b(f"block_sparse_moe.experts.{e}.w2.bias"))
         out = out.index_add(0, rows, ye * top_p[rows, picks].unsqueeze(-1))
     if moe.get("shared_ffn_hidden", 0) > 0:
         # Qwen2-MoE's shared expert: a SwiGLU every row visits, scaled by sigmoid(x · gate).

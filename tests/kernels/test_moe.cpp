@@ -106,10 +106,10 @@ TEST(MoeRouter, ForwardBackwardMatchReference) {
   for (int trial = 0; trial < 6; ++trial) {
     const int64_t n = rand_dim(rng, 1, 24), c = rand_dim(rng, 1, 40), e = rand_dim(rng, 2, 9),
                   k = rand_dim(rng, 1, std::min<int64_t>(e, 4));
-    const bool renormalize = trial % 2 == 1;
+    const bool renormalize = trial % 2 == 1, bias = trial >= 3;  // gpt-oss's router has a bias
     const float aux_coef = 0.01f * float(trial + 1), z_coef = 0.002f * float(trial + 1);
     OpCase oc{.name = "moe_router n=" + std::to_string(n) + " c=" + std::to_string(c) + " e=" + std::to_string(e) +
-                      " k=" + std::to_string(k) + (renormalize ? " renormalized" : ""),
+                      " k=" + std::to_string(k) + (renormalize ? " renormalized" : "") + (bias ? " bias" : ""),
               .args = {{"in", {n, c}, Role::param},  // din accumulates: Role::param checks that
                        {"router", {e, c}, Role::param, 0, 0, 2.0 / std::sqrt(double(c))},
                        {"expert", {n * k}, Role::index, 0, int32_t(e)},  // written by the forward
@@ -120,10 +120,11 @@ TEST(MoeRouter, ForwardBackwardMatchReference) {
                        {"weight", {n * k}, Role::output},
                        // aux_coef · L_aux + z_coef · L_z, with R = loss_scale
                        {"reg", {1}, Role::output, 0, 0, 1.0, /*uniform_dout=*/true}}};
+    if (bias) oc.args.push_back({"bias", {e}, Role::param});
     oc.fp32_args = {"stats", "probs", "lse", "expert_ids", "weight", "reg"};
     oc.forward = [=](OpRun& r) {
-      moe_router_forward(r.t("probs"), r.t("lse"), r.t("expert"), r.t("weight"), r.t("in"), r.t("router"), k,
-                         renormalize);
+      moe_router_forward(r.t("probs"), r.t("lse"), r.t("expert"), r.t("weight"), r.t("in"), r.t("router"),
+                         bias ? r.t("bias") : Tensor{}, k, renormalize);
       std::vector<int32_t> order(static_cast<size_t>(n * k)), pos(static_cast<size_t>(n * k)),
           offsets(static_cast<size_t>(e + 1));
       const Tensor off = r.ints(offsets.data(), e + 1);
@@ -138,8 +139,9 @@ TEST(MoeRouter, ForwardBackwardMatchReference) {
       for (int64_t a = 0; a < n * k; ++a) r.f["expert_ids"][size_t(a)] = float(r.i["expert"][size_t(a)]);
     };
     oc.backward = [=](OpRun& r) {
-      moe_router_backward(r.grad("in"), r.grad("router"), r.grad("weight"), r.t("probs"), r.t("lse"), r.t("expert"),
-                          r.t("stats"), r.t("in"), r.t("router"), k, renormalize, aux_coef, z_coef, r.g["reg"][0]);
+      moe_router_backward(r.grad("in"), r.grad("router"), bias ? r.grad("bias") : Tensor{}, r.grad("weight"),
+                          r.t("probs"), r.t("lse"), r.t("expert"), r.t("stats"), r.t("in"), r.t("router"), k,
+                          renormalize, aux_coef, z_coef, r.g["reg"][0]);
     };
     oc.reference = [=](RefRun& r) {
       const auto &x = r.in("in"), &w = r.in("router");
@@ -150,7 +152,7 @@ TEST(MoeRouter, ForwardBackwardMatchReference) {
         for (int64_t q = 0; q < e; ++q) {
           double l = 0;
           for (int64_t j = 0; j < c; ++j) l += x[size_t(i * c + j)] * w[size_t(q * c + j)];
-          p[size_t(q)] = l;
+          p[size_t(q)] = bias ? l + r.in("bias")[size_t(q)] : l;
           mx = std::max(mx, l);
         }
         for (int64_t q = 0; q < e; ++q) sum += std::exp(p[size_t(q)] - mx);
@@ -421,7 +423,7 @@ TEST(GroupedLinear, ForwardBackwardMatchReference) {
   for (int trial = 0; trial < 5; ++trial) {
     const int64_t e = rand_dim(rng, 1, 5), m = rand_dim(rng, 1, 90), o = rand_dim(rng, 1, 70),
                   i_dim = rand_dim(rng, 1, 80);
-    const bool no_din = trial == 2;
+    const bool no_din = trial == 2, bias = trial % 2 == 1;  // gpt-oss's experts have biases
     // Random non-decreasing offsets inside [0, m]: empty experts, a tail of unused rows, and once
     // rows before offsets[0] (also unused, written 0).
     std::vector<int32_t> offsets(static_cast<size_t>(e + 1));
@@ -433,16 +435,20 @@ TEST(GroupedLinear, ForwardBackwardMatchReference) {
     std::string cuts;
     for (int32_t x : offsets) cuts += " " + std::to_string(x);
     OpCase oc{.name = "grouped_linear e=" + std::to_string(e) + " m=" + std::to_string(m) + " o=" + std::to_string(o) +
-                      " i=" + std::to_string(i_dim) + " offsets" + cuts + (no_din ? " no din" : ""),
+                      " i=" + std::to_string(i_dim) + " offsets" + cuts + (no_din ? " no din" : "") +
+                      (bias ? " bias" : ""),
               .args = {{"in", {m, i_dim}, no_din ? Role::constant : Role::input},
                        {"weight", {e, o, i_dim}, Role::param, 0, 0, 1.0 / std::sqrt(double(i_dim))},
                        {"offsets", {e + 1}, Role::index, 0, 1},
                        {"out", {m, o}, Role::output}}};
+    if (bias) oc.args.push_back({"bias", {e, o}, Role::param});
     oc.setup = [=](OpRun& r) { r.i["offsets"] = offsets; };
-    oc.forward = [=](OpRun& r) { grouped_linear_forward(r.t("out"), r.t("in"), r.t("weight"), r.t("offsets")); };
+    oc.forward = [=](OpRun& r) {
+      grouped_linear_forward(r.t("out"), r.t("in"), r.t("weight"), bias ? r.t("bias") : Tensor{}, r.t("offsets"));
+    };
     oc.backward = [=](OpRun& r) {
-      grouped_linear_backward(no_din ? Tensor{} : r.grad("in"), r.grad("weight"), r.grad("out"), r.t("in"),
-                              r.t("weight"), r.t("offsets"));
+      grouped_linear_backward(no_din ? Tensor{} : r.grad("in"), r.grad("weight"), bias ? r.grad("bias") : Tensor{},
+                              r.grad("out"), r.t("in"), r.t("weight"), r.t("offsets"));
     };
     oc.reference = [=](RefRun& r) {
       const auto &x = r.in("in"), &w = r.in("weight");
@@ -451,7 +457,7 @@ TEST(GroupedLinear, ForwardBackwardMatchReference) {
           for (int64_t u = 0; u < o; ++u) {
             double s = 0;
             for (int64_t j = 0; j < i_dim; ++j) s += x[size_t(row * i_dim + j)] * w[size_t((q * o + u) * i_dim + j)];
-            r.out("out")[size_t(row * o + u)] = s;
+            r.out("out")[size_t(row * o + u)] = bias ? s + r.in("bias")[size_t(q * o + u)] : s;
           }
     };
     oc.bf16 = {6e-3, 4e-2};
@@ -469,7 +475,7 @@ TEST(GroupedLinearDeathTest, OffsetsThatDecreaseOrPassTheRowsStop) {
   std::vector<int32_t> offsets = {0, 4, 3};
   auto run = [&] {
     grouped_linear_forward(host_tensor(out.data(), {6, 3}), host_tensor(in.data(), {6, 2}),
-                           host_tensor(w.data(), {2, 3, 2}), host_tensor(offsets.data(), {3}));
+                           host_tensor(w.data(), {2, 3, 2}), Tensor{}, host_tensor(offsets.data(), {3}));
   };
   EXPECT_DEATH(run(), "expert offsets\\[2\\] = 3 after offsets\\[1\\] = 4");
   offsets = {0, 4, 7};
@@ -483,7 +489,7 @@ TEST(GroupedLinearDeathTest, OffsetsThatDecreaseOrPassTheRowsStop) {
   EXPECT_DEATH(
       {
         try {
-          grouped_linear_forward(dout.tensor(), din.tensor(), dw.tensor(), doff.tensor());
+          grouped_linear_forward(dout.tensor(), din.tensor(), dw.tensor(), Tensor{}, doff.tensor());
           copy(host_tensor(out.data(), {6, 3}), dout.tensor());
         } catch (const std::exception& e) {
           std::fprintf(stderr, "%s\n", e.what());
@@ -542,17 +548,17 @@ LayerRun run_layer(const Layer& s, Device d, std::vector<float> in, std::vector<
                pos = on.put(r.pos, {m}), offsets = on.put(r.offsets, {s.e + 1}), dys = on.put(r.dys, {m, s.h}),
                dweight = on.put(r.dweight, {m}), dxs = on.put(r.dxs, {m, s.c}), dw = on.put(r.dw, {s.e, s.h, s.c}),
                dx = on.put(r.dx, {s.n, s.c}), drouter = on.put(r.drouter, {s.e, s.c});
-  moe_router_forward(probs, lse, expert, weight, tin, trouter, s.k, s.renormalize);
+  moe_router_forward(probs, lse, expert, weight, tin, trouter, Tensor{}, s.k, s.renormalize);
   moe_route_plan(order, pos, offsets, expert, s.e, s.capacity);
   moe_route_stats(stats, probs, lse, expert, offsets);
   moe_gather_forward(xs, tin, order, s.k);
-  grouped_linear_forward(ys, xs, tw, offsets);
+  grouped_linear_forward(ys, xs, tw, Tensor{}, offsets);
   moe_combine_forward(out, ys, weight, pos);
   moe_combine_backward(dys, dweight, tdout, ys, weight, pos);
-  grouped_linear_backward(dxs, dw, dys, xs, tw, offsets);
+  grouped_linear_backward(dxs, dw, Tensor{}, dys, xs, tw, offsets);
   moe_gather_backward(dx, dxs, pos);
-  moe_router_backward(dx, drouter, dweight, probs, lse, expert, stats, tin, trouter, s.k, s.renormalize, s.aux_coef,
-                      s.z_coef, s.loss_scale);
+  moe_router_backward(dx, drouter, Tensor{}, dweight, probs, lse, expert, stats, tin, trouter, s.k, s.renormalize,
+                      s.aux_coef, s.z_coef, s.loss_scale);
   on.fetch();
   return r;
 }

@@ -378,6 +378,12 @@ void Model::bind_block(int i, bool grad) {
     w.router = v(R::moe_router_weight);
     w.experts_in = experts({R::moe_gate_weight, R::moe_up_weight}, d);
     w.experts_out = experts({R::moe_down_weight}, config_.moe.ffn_hidden / tp_.size());
+    if (config_.moe.bias) {
+      w.router_b = v(R::moe_router_bias);
+      const Tensor in_b = experts({R::moe_gate_bias, R::moe_up_bias}, 1), out_b = experts({R::moe_down_bias}, 1);
+      w.experts_in_b = in_b.view({in_b.shape[0], in_b.shape[1]});
+      w.experts_out_b = out_b.view({out_b.shape[0], out_b.shape[1]});
+    }
     if (config_.moe.shared_ffn_hidden > 0) {  // the shared expert: the dense MLP's roles, and its gate
       w.fc_w = stacked({&p(R::mlp_gate_weight), &p(R::mlp_up_weight)}, d);
       w.out_w = mat(R::mlp_out_weight);

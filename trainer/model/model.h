@@ -468,6 +468,7 @@ class Model {
                             kernels::Tensor din);
   void moe_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor ln2,
                     kernels::Tensor dout, kernels::Tensor dln);
+  kernels::Tensor down_bias(const BlockWeights& w) const;
   bool moe_block(int local_layer) const { return config_.moe.layer(options_.stage.layer(local_layer)); }
   void qk_norm_forward(const BlockWeights& w, LayerActs& a, kernels::Tensor qkv4);
   void qk_norm_backward(const BlockWeights& w, const BlockWeights& g, const LayerActs& a, kernels::Tensor dqkv4);

@@ -82,12 +82,14 @@ class Model::Arena {
 //   a MoE block (llama) has, in place of fc_w and out_w: router [E, d], experts_in [E, 2·f, d] (each
 //          expert's w1 and w3 adjacent), experts_out [E, d, f] (the w2s); f = model.moe.ffn_hidden;
 //          with a shared expert (model.moe.shared_ffn_hidden) also fc_w [2·fs/tp, d] and out_w
-//          [d, fs/tp] (its SwiGLU, the dense MLP's layout) and shared_gate [d]
+//          [d, fs/tp] (its SwiGLU, the dense MLP's layout) and shared_gate [d]; with model.moe.bias
+//          (gpt-oss) router_b [E], experts_in_b [E, 2·f/tp] and experts_out_b [E, d]
 //   with model.post_norms (Gemma) also post_attn_w and post_mlp_w [d]: the RMSNorms of o_proj's and
 //          down_proj's outputs
 struct Model::BlockWeights {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, qn_w, kn_w, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
   Tensor router, experts_in, experts_out, shared_gate;
+  Tensor router_b, experts_in_b, experts_out_b;
   Tensor post_attn_w, post_mlp_w;
   Tensor sinks;  // [H/tp] (model.attention_sinks)
 };

@@ -523,7 +523,7 @@ void Model::moe_forward(const BlockWeights& w, LayerActs& a, Tensor ln2, Tensor 
           : 0;
   const Tensor probs = rows(a.probs, n), lse = first(a.router_lse, n), expert = first(a.route_expert, m);
   const Tensor weight = first(a.route_weight, m), order = first(a.route_order, m), pos = first(a.route_pos, m);
-  k::moe_router_forward(probs, lse, expert, weight, ln2, w.router, moe.top_k, moe.renormalize);
+  k::moe_router_forward(probs, lse, expert, weight, ln2, w.router, w.router_b, moe.top_k, moe.renormalize);
   k::moe_route_plan(order, pos, a.route_offsets, expert, moe.experts, capacity);
   k::moe_route_stats(a.route_stats, probs, lse, expert, a.route_offsets);
   // Context parallelism: the load-balancing loss is of the whole sequence's routing, as at cp 1 (each
@@ -567,7 +567,7 @@ void Model::moe_backward(const BlockWeights& w, const BlockWeights& g, const Lay
   // gradient sync averages over cp: the load-balancing term's coefficient over cp keeps each rank's
   // share of the whole sequence's gradient (the z-loss is per row: nothing to scale).
   const float aux = float(moe.aux_loss) / float(cp_ ? cp_->size() : 1);
-  k::moe_router_backward(router_din, g.router, dweight, rows(a.probs, n), first(a.router_lse, n),
+  k::moe_router_backward(router_din, g.router, g.router_b, dweight, rows(a.probs, n), first(a.router_lse, n),
                          first(a.route_expert, m), a.route_stats, ln2, w.router, moe.top_k, moe.renormalize, aux,
                          float(moe.z_loss), loss_scale_);
   if (!w.shared_gate.defined()) return;
@@ -625,9 +625,9 @@ void Model::moe_experts_forward(const BlockWeights& w, LayerActs& a, Tensor in, 
   const int64_t m = in.shape[0];
   if (!ep_) {
     const Tensor fc = rows(a.moe_fc, m), act = rows(a.moe_act, m);
-    k::grouped_linear_forward(fc, in, w.experts_in, a.route_offsets);
+    k::grouped_linear_forward(fc, in, w.experts_in, w.experts_in_b, a.route_offsets);
     expert_gate_forward(act, fc);
-    k::grouped_linear_forward(y, act, w.experts_out, a.route_offsets);
+    k::grouped_linear_forward(y, act, w.experts_out, down_bias(w), a.route_offsets);
     return;
   }
   Work& wk = *work_;
@@ -667,9 +667,9 @@ void Model::moe_experts_forward(const BlockWeights& w, LayerActs& a, Tensor in, 
     k::copy(first(a.ep_inv, r), k::host_tensor(inv.data(), {r}));
     const Tensor xin = rows(a.ep_in, r), fc = rows(a.moe_fc, r), act = rows(a.moe_act, r), out = rows(wk.ep_rows, r);
     k::moe_gather_forward(xin, rows(wk.ep_recv, r), first(a.ep_perm, r), 1);
-    k::grouped_linear_forward(fc, xin, local_experts(w.experts_in), a.ep_offsets);
+    k::grouped_linear_forward(fc, xin, local_experts(w.experts_in), local_experts(w.experts_in_b), a.ep_offsets);
     expert_gate_forward(act, fc);
-    k::grouped_linear_forward(out, act, local_experts(w.experts_out), a.ep_offsets);
+    k::grouped_linear_forward(out, act, local_experts(w.experts_out), local_experts(down_bias(w)), a.ep_offsets);
     k::moe_gather_forward(sent_back, out, first(a.ep_inv, r), 1);
   }
   ep_->all_to_all_v_async(sent_back, times(c.recv, d), y, times(c.send, d))->wait();
@@ -683,9 +683,11 @@ void Model::moe_experts_backward(const BlockWeights& w, const BlockWeights& g, c
   if (!ep_) {
     const int64_t m = dy.shape[0];
     const Tensor dfc = rows(wk.moe_dfc, m), dact = rows(wk.moe_dact, m);
-    k::grouped_linear_backward(dact, g.experts_out, dy, rows(a.moe_act, m), w.experts_out, a.route_offsets);
+    k::grouped_linear_backward(dact, g.experts_out, g.experts_out_b, dy, rows(a.moe_act, m), w.experts_out,
+                               a.route_offsets);
     expert_gate_backward(dfc, dact, rows(a.moe_fc, m));
-    k::grouped_linear_backward(din, g.experts_in, dfc, rows(a.moe_in, m), w.experts_in, a.route_offsets);
+    k::grouped_linear_backward(din, g.experts_in, g.experts_in_b, dfc, rows(a.moe_in, m), w.experts_in,
+                               a.route_offsets);
     return;
   }
   const int ep = ep_->size(), me = ep_->rank();
@@ -697,23 +699,29 @@ void Model::moe_experts_backward(const BlockWeights& w, const BlockWeights& g, c
   if (r > 0) {
     const Tensor drows = rows(wk.ep_rows, r), dfc = rows(wk.moe_dfc, r), dact = rows(wk.moe_dact, r);
     k::moe_gather_forward(drows, received, first(a.ep_perm, r), 1);
-    k::grouped_linear_backward(dact, local_experts(g.experts_out), drows, rows(a.moe_act, r),
-                               local_experts(w.experts_out), a.ep_offsets);
+    k::grouped_linear_backward(dact, local_experts(g.experts_out), local_experts(g.experts_out_b), drows,
+                               rows(a.moe_act, r), local_experts(w.experts_out), a.ep_offsets);
     expert_gate_backward(dfc, dact, rows(a.moe_fc, r));
-    k::grouped_linear_backward(drows, local_experts(g.experts_in), dfc, rows(a.ep_in, r), local_experts(w.experts_in),
-                               a.ep_offsets);
+    k::grouped_linear_backward(drows, local_experts(g.experts_in), local_experts(g.experts_in_b), dfc, rows(a.ep_in, r),
+                               local_experts(w.experts_in), a.ep_offsets);
     k::moe_gather_forward(received, drows, first(a.ep_inv, r), 1);
   }
   ep_->all_to_all_v_async(received, times(c.recv, d), din, times(c.send, d))->wait();
 }
 
-// This ep rank's experts of an [E, rows, cols] expert operand (all of it at ep 1, and what the
-// model holds when the experts are sharded).
+// This ep rank's experts of an [E, ...] expert operand (all of it at ep 1, and what the model holds
+// when the experts are sharded; an absent bias stays absent).
 Tensor Model::local_experts(const Tensor& all) const {
-  if (!ep_ || options_.experts_sharded) return all;
-  const int64_t local = all.shape[0] / ep_->size(), each = all.shape[1] * all.shape[2];
-  return all.flat(ep_->rank() * local * each, local * each).view({local, all.shape[1], all.shape[2]});
+  if (!ep_ || options_.experts_sharded || !all.defined()) return all;
+  const int64_t local = all.shape[0] / ep_->size(), each = all.numel() / all.shape[0];
+  kernels::Shape shape = all.shape;
+  shape[0] = local;
+  return all.flat(ep_->rank() * local * each, local * each).view(shape);
 }
+
+// The experts' down-projection bias as the forward adds it: with tp > 1 the outputs are partial sums
+// (reduced over tp), so tp rank 0 alone adds it.
+Tensor Model::down_bias(const BlockWeights& w) const { return tp_.rank() == 0 ? w.experts_out_b : Tensor{}; }
 
 void Model::head_forward(Slot& s) {
   const EndWeights& h = *ends_;

@@ -26,6 +26,9 @@ void moe_specs(const ModelConfig& m, int i, std::vector<ParamSpec>& out) {
   auto p = [&](const std::string& s) { return fmt::format("model.layers.{}.block_sparse_moe.{}", i, s); };
   add(out, ParamRole::moe_router_weight, p("gate.weight"), {m.moe.experts, d}, -1, true, ParamInit::normal,
       ParamPlace::block, i);
+  if (m.moe.bias)
+    add(out, ParamRole::moe_router_bias, p("gate.bias"), {m.moe.experts}, -1, false, ParamInit::zeros,
+        ParamPlace::block, i);
   // The shared expert (Qwen2-MoE) next: every token's, so counted active (expert -1) and replicated
   // over ep; before the routed experts, so that the dense parameters of a block stay one range of the
   // flat buffer and the experts' another (expert parallelism shards the latter).
@@ -49,6 +52,18 @@ void moe_specs(const ModelConfig& m, int i, std::vector<ParamSpec>& out) {
   for (int e = 0; e < m.moe.experts; ++e)
     add(out, ParamRole::moe_down_weight, p(fmt::format("experts.{}.w2.weight", e)), {d, f}, 1, true,
         ParamInit::normal_residual, ParamPlace::block, i, e);
+  if (!m.moe.bias) return;
+  // gpt-oss's expert biases, last (the experts stay one range): w1's and w3's adjacent per expert,
+  // split over tp with their rows; w2's replicated, added once (after the row-parallel reduction).
+  for (int e = 0; e < m.moe.experts; ++e) {
+    add(out, ParamRole::moe_gate_bias, p(fmt::format("experts.{}.w1.bias", e)), {f}, 0, false, ParamInit::zeros,
+        ParamPlace::block, i, e);
+    add(out, ParamRole::moe_up_bias, p(fmt::format("experts.{}.w3.bias", e)), {f}, 0, false, ParamInit::zeros,
+        ParamPlace::block, i, e);
+  }
+  for (int e = 0; e < m.moe.experts; ++e)
+    add(out, ParamRole::moe_down_bias, p(fmt::format("experts.{}.w2.bias", e)), {d}, -1, false, ParamInit::zeros,
+        ParamPlace::block, i, e);
 }
 
 void gpt2_specs(const ModelConfig& m, std::vector<ParamSpec>& out) {

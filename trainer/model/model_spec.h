@@ -72,6 +72,13 @@ enum class ParamRole {
   moe_gate_weight,
   moe_up_weight,
   moe_down_weight,
+  // model.moe.bias (gpt-oss): the router's block_sparse_moe.gate.bias [experts] after its weight, and
+  // after every w2 each expert's w1 and w3 biases [moe ffn] (adjacent per expert: one [experts,
+  // 2·ffn] tensor), then every w2's [d].
+  moe_router_bias,
+  moe_gate_bias,
+  moe_up_bias,
+  moe_down_bias,
   // A shared expert (model.moe.shared_ffn_hidden > 0, Qwen2-MoE) between the router and the routed
   // experts (a block's dense parameters one range of the flat buffer, its experts another): its SwiGLU
   // takes the dense MLP's roles (mlp_gate_weight, mlp_up_weight [shared ffn, d] adjacent,
@@ -96,7 +103,7 @@ struct ParamSpec {
   ParamPlace place = ParamPlace::block;
   int layer = -1;  // block index for ParamPlace::block
   ParamRole role = ParamRole::token_embedding;
-  int expert = -1;  // the expert's global index (moe_gate/up/down_weight), else -1
+  int expert = -1;  // the expert's global index (moe_gate/up/down_weight and _bias), else -1
 
   int64_t numel() const;
 };

@@ -98,6 +98,7 @@ int main(int argc, char** argv) try {
   m.moe.shared_ffn_hidden = std::stoi(get("moe-shared-ffn", "0"));
   m.moe.swiglu_limit = std::stod(get("moe-swiglu-limit", "0"));
   m.moe.swiglu_alpha = std::stod(get("moe-swiglu-alpha", "1.702"));
+  m.moe.bias = get("moe-bias", "0") == "1";
   const int batch = std::stoi(get("batch", "2")), steps = std::stoi(get("steps", "20"));
   const int accum = std::stoi(get("accum", "1"));
   const double ignore = std::stod(get("ignore", "0"));
@@ -165,7 +166,8 @@ int main(int argc, char** argv) try {
                                                                  {"capacity_factor", m.moe.capacity_factor},
                                                                  {"shared_ffn_hidden", m.moe.shared_ffn_hidden},
                                                                  {"swiglu_limit", m.moe.swiglu_limit},
-                                                                 {"swiglu_alpha", m.moe.swiglu_alpha}}
+                                                                 {"swiglu_alpha", m.moe.swiglu_alpha},
+                                                                 {"bias", m.moe.bias}}
                                                 : nlohmann::json(nullptr)},
                         {"batch", batch},
                         {"steps", steps},
