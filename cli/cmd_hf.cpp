@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "cli/commands.h"
@@ -102,8 +103,30 @@ int cmd_export(const ExportArgs& args) {
     }
   } scratch{partial};
 
-  // The tensors, in the model's order, cut into shards of at most max_shard_bytes.
+  // The tensors, in the model's order (a fused one where its first part is), cut into shards of at
+  // most max_shard_bytes.
   const auto params = trainer::checkpoint_read_params(step, cfg);
+  struct HfTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> values;
+  };
+  std::vector<HfTensor> hf;
+  std::map<std::string, size_t> fused_at;  // gpt-oss's fused expert tensors: their index in hf
+  for (const trainer::ParamSpec& p : trainer::model_param_specs(cfg)) {
+    const trainer::HfTensorLayout layout = trainer::hf_tensor_layout(cfg, p);
+    if (!layout.fused_only) {
+      hf.push_back({layout.name, layout.shape, trainer::to_hf_layout(layout, p, params.at(p.name).data())});
+      continue;
+    }
+    auto [it, fresh] = fused_at.emplace(layout.fused_name, hf.size());
+    if (fresh) {
+      int64_t n = 1;
+      for (int64_t d : layout.fused_shape) n *= d;
+      hf.push_back({layout.fused_name, layout.fused_shape, std::vector<float>(static_cast<size_t>(n))});
+    }
+    trainer::to_hf_fused(layout, p, params.at(p.name).data(), hf[it->second].values.data());
+  }
   struct Item {
     std::string name;
     std::vector<int64_t> shape;
@@ -111,10 +134,9 @@ int cmd_export(const ExportArgs& args) {
   };
   std::vector<std::vector<Item>> shards(1);
   uint64_t shard_bytes = 0, total = 0;
-  for (const trainer::ParamSpec& p : trainer::model_param_specs(cfg)) {
-    const trainer::HfTensorLayout layout = trainer::hf_tensor_layout(cfg, p);
-    Item item{layout.name, layout.shape,
-              encode_tensor(trainer::to_hf_layout(layout, p, params.at(p.name).data()), dtype)};
+  for (HfTensor& t : hf) {
+    Item item{t.name, t.shape, encode_tensor(t.values, dtype)};
+    t.values = {};  // freed as it is encoded
     if (!shards.back().empty() && shard_bytes + item.bytes.size() > args.max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;

@@ -331,8 +331,9 @@ int cmd_import(const ImportArgs& args) {
     const trainer::HfTensorLayout layout = trainer::hf_tensor_layout(cfg, p);
     std::string name = layout.name;
     if (!weights.find(name) && starts_with(name, "transformer.")) name = name.substr(12);  // GPT-2's original files
-    if (!weights.find(name) && !layout.fused_name.empty() && weights.find(layout.fused_name)) {
-      // transformers 5's in-memory MoE layout: this parameter is a contiguous part of a fused tensor.
+    if (!layout.fused_name.empty() && (layout.fused_only || !weights.find(name)) && weights.find(layout.fused_name)) {
+      // transformers 5's in-memory MoE layout (gpt-oss's only one): this parameter is a part of a
+      // fused tensor.
       const trainer::SafetensorsTensor* t = weights.find(layout.fused_name);
       if (t->shape != layout.fused_shape)
         throw Error(fmt::format("{}: tensor {} has shape [{}], config.json implies [{}]", dir.string(),
@@ -344,7 +345,8 @@ int cmd_import(const ImportArgs& args) {
         fused = weights.read(layout.fused_name);
         fused_name = layout.fused_name;
       }
-      values.emplace_back(fused.begin() + layout.fused_offset, fused.begin() + layout.fused_offset + p.numel());
+      values.emplace_back(static_cast<size_t>(p.numel()));
+      trainer::from_hf_fused(layout, p, fused.data(), values.back().data());
       slices.push_back({p.name, trainer::TensorRole::param, p.shape, trainer::SliceSpec::whole(p.shape),
                         kernels::Tensor(values.back().data(), DType::fp32, {p.numel()}), true});
       continue;

@@ -9,8 +9,11 @@
       layer, then MoE blocks of 8 experts, top 2 not renormalised, with a gated shared expert of its
       own width), yarn (Llama with YaRN RoPE, every part of its
       ramp in use), gemma3 (Gemma 3's text model: local and global layers with their own RoPE,
-      q/k norms, the query scalar, GeGLU, four norms a block, scaled tied embeddings, capped logits). ROOT/counts.txt: FAMILY, its parameters and those active per token, as
-      transformers' modules hold them. Norm weights and biases are
+      q/k norms, the query scalar, GeGLU, four norms a block, scaled tied embeddings, capped logits), gptoss
+      (gpt-oss: alternating local and global layers, biases on q/k/v/o, attention sinks, YaRN, MoE
+      blocks with router and expert biases and the clamped SwiGLU, its experts fused as 5.x holds
+      them). ROOT/counts.txt: FAMILY, its parameters and those active per token, as
+      transformers' modules hold them. Norm weights, sinks and biases are
       moved away from their 1/0 initialization, so a dropped or misplaced one shows in the logits.
   hf_families.py check ROOT FAMILY...
       for each FAMILY, transformers 5's AutoModelForCausalLM on ROOT/DIR gives the logits in
@@ -28,7 +31,7 @@ import transformers
 from safetensors.numpy import load_file
 
 transformers.utils.logging.disable_progress_bar()
-FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "yarn", "gemma3")
+FAMILIES = ("llama", "llama31", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "yarn", "gemma3", "gptoss")
 WINDOW = 8
 
 
@@ -76,6 +79,17 @@ def config(family):
             final_logit_softcapping=5.0, pad_token_id=0, rope_parameters={
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                 "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}})
+    if family == "gptoss":
+        # gpt-oss: a local (window 8) then a global layer, head_dim 16, biases on q/k/v/o, a sink per
+        # head, YaRN (original context 32, betas 8 / 1, no truncation), MoE blocks of 4 experts (top 2,
+        # softmax over the picked logits) with biases and the clamped SwiGLU, its limit 0.2 binding
+        # on a share of these small random activations (gpt-oss's 7 binds on trained ones).
+        return transformers.GptOssConfig(
+            **{**common, "intermediate_size": 48}, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+            sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.2,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 32, "beta_fast": 8.0, "beta_slow": 1.0,
+                             "truncate": False})
     sys.exit(f"unknown family {family}")
 
 
@@ -85,8 +99,8 @@ def cmd_create(root):
         torch.manual_seed(i)
         model = transformers.AutoModelForCausalLM.from_config(config(family))
         with torch.no_grad():
-            for _, p in model.named_parameters():
-                if p.dim() == 1:
+            for name, p in model.named_parameters():
+                if p.dim() == 1 or name.endswith("_bias"):  # gpt-oss's experts' biases are [E, n]
                     p.add_(0.1 * torch.randn_like(p))
         model.save_pretrained(os.path.join(root, "rand-" + family))
         # Parameters as transformers counts them, and those a token meets (a MoE block's top_k

@@ -4,15 +4,18 @@
 #  - a plain LLaMA, Llama 3.1's llama3 RoPE scaling, Qwen2 (q/k/v biases), Qwen3 (q/k norms, its own
 #    head size), Mistral (a sliding window shorter than the prompt), Qwen3-MoE (a dense layer, then
 #    MoE blocks, top 2 of 8 not renormalised), Qwen2-MoE (the same with q/k/v biases and a gated
-#    shared expert), a Llama with YaRN RoPE and Gemma 3 (local and global layers, GeGLU, four norms a
-#    block, scaled tied embeddings, capped logits), each with random weights
+#    shared expert), a Llama with YaRN RoPE, Gemma 3 (local and global layers, GeGLU, four norms a
+#    block, scaled tied embeddings, capped logits) and gpt-oss (attention sinks, biases on q/k/v/o,
+#    alternating local and global layers, YaRN, MoE blocks with router and expert biases and the
+#    clamped SwiGLU, the experts fused, transposed and interleaved), each with random weights
 #    saved by transformers 5 (rope_parameters, dtype), import with `llmtrain import` and give
 #    transformers' logits (relative error <= 1e-5, fp32) and the same 64 greedy tokens; the export
 #    of the import loads in transformers 5 with the same results and is byte-identical to the
 #    original; the exports of the configurations transformers 4.40.2 knows (Llama, Qwen2, Mistral with
 #    head size hidden / heads) load there with the same results; the derived recipes hold
-#    Qwen3-MoE's and Qwen2-MoE's layers and YaRN's parameters, and --dry-run counts both MoE models'
-#    parameters and active parameters as transformers holds them;
+#    Qwen3-MoE's, Qwen2-MoE's and gpt-oss's layers and YaRN's parameters, and --dry-run counts the MoE
+#    models' parameters and active parameters as transformers holds them; gpt-oss's released MXFP4
+#    experts are refused by name;
 #  - recipes/qwen3-tiny-finetune.yaml fine-tunes the imported Qwen3, and the derived recipe the
 #    imported Gemma 3; their exports load in transformers 5 with our logits and tokens;
 #  - Qwen3- and Qwen2-shaped models train at tp 2 × pp 2 (Qwen3's with sequence parallelism), Qwen2's
@@ -20,11 +23,13 @@
 #    ZeRO 3, a windowed model at tp 2 × dp 2 with ZeRO 1 and selective recomputation, and a
 #    Qwen3-MoE-shaped one with YaRN and a Qwen2-MoE-shaped one at tp 2 × pp 2 and at ep 2 × tp 2
 #    (sequence parallel), a Gemma-3-shaped one at tp 2 × pp 2 (sequence parallel), and one with
-#    gpt-oss's attention sinks at tp 2 × pp 2 and cp 2 (ring), to the one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
+#    gpt-oss's attention sinks at tp 2 × pp 2 and cp 2 (ring), and gpt-oss's whole block at tp 2 × pp 2
+#    and ep 2 × tp 2 (sequence parallel), to the one-rank losses and parameters (relative 1e-5); bf16 q/k norms and biases at tp 2 within 1e-2;
 #  - with ARGS full (scripts/test.sh --full): the MoE families at ZeRO 1–3 (with ep), cp 2 (ring and
 #    all-to-all), with selective and full recomputation, the zero-bubble schedule, and in bf16; Gemma
 #    3's at ZeRO 3, with both recomputations, the zero-bubble schedule and in bf16; the sinks at cp 2
-#    all-to-all, ZeRO 3, with full recomputation and in bf16;
+#    all-to-all, ZeRO 3, with full recomputation and in bf16; gpt-oss's block at ZeRO 3, ep 2 with
+#    ZeRO 1, with full recomputation and at ep 2 in bf16;
 #  - what is not implemented (dynamic RoPE, o_proj biases, Qwen's per-layer windows, Qwen3-MoE dense
 #    layers between MoE blocks that model.moe cannot place, Gemma 2's capped attention scores, local
 #    and global layers in no every-n-th pattern) is refused by name.
@@ -38,7 +43,7 @@ if ! "$HF5" -c "import transformers; assert transformers.__version__.startswith(
   exit 1
 fi
 export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-families="llama llama31 qwen2 qwen3 mistral qwen3moe qwen2moe yarn gemma3"
+families="llama llama31 qwen2 qwen3 mistral qwen3moe qwen2moe yarn gemma3 gptoss"
 window=8  # Mistral's, in hf_families.py
 
 run_cmd create "$HF5" "$SRC/tests/e2e/hf_families.py" create .
@@ -100,6 +105,12 @@ run_cmd dry-run-qwen2moe "$LLMTRAIN" run ck-qwen2moe/recipe.yaml --dry-run
 expect_status 0
 expect_out_re "^parameters: .* \($((total + pad))\)$"
 expect_out_re "^moe: 2 of 3 layers, 8 experts \(ffn 48\), top 2, dropless, a gated shared expert \(ffn 96\); active parameters per token .* \($((active + pad))\)$"
+# gpt-oss's: the experts' biases are theirs (inactive but for the top 2), the router's and the sinks active.
+read -r _ total active < <(grep '^gptoss ' counts.txt)
+run_cmd dry-run-gptoss "$LLMTRAIN" run ck-gptoss/recipe.yaml --dry-run
+expect_status 0
+expect_out_re "^parameters: .* \($((total + pad))\)$"
+expect_out_re "^moe: 2 of 2 layers, 4 experts \(ffn 48\), top 2, dropless; active parameters per token .* \($((active + pad))\)$"
 # Gemma 3's tied embedding counts once (its padding rows too).
 read -r _ total active < <(grep '^gemma3 ' counts.txt)
 run_cmd dry-run-gemma3 "$LLMTRAIN" run ck-gemma3/recipe.yaml --dry-run
@@ -116,11 +127,18 @@ grep -q '"rope_type": "llama3"' re-llama31/config.json && grep -q '"rope_type": 
   grep -q '"architectures": \[\s*"Qwen3MoeForCausalLM"' <(tr -d '\n' <re-qwen3moe/config.json) &&
   grep -q '"architectures": \[\s*"Qwen2MoeForCausalLM"' <(tr -d '\n' <re-qwen2moe/config.json) &&
   grep -q '"architectures": \[\s*"Gemma3ForCausalLM"' <(tr -d '\n' <re-gemma3/config.json) &&
-  pass "exports name llama3 and yarn scaling, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM and Gemma3ForCausalLM" ||
+  grep -q '"architectures": \[\s*"GptOssForCausalLM"' <(tr -d '\n' <re-gptoss/config.json) &&
+  pass "exports name llama3 and yarn scaling, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, Gemma3ForCausalLM and GptOssForCausalLM" ||
   fail "export configs: $(cat re-llama31/config.json re-yarn/config.json re-qwen3/config.json re-qwen3moe/config.json re-qwen2moe/config.json re-gemma3/config.json)"
 grep -q "full_attention_every: 2, rope_local_theta: 10000, query_pre_attn_scalar: 24, activation: geglu, post_norms: true, scale_embeddings: true, logit_softcap: 5" \
   ck-gemma3/recipe.yaml && grep -q "rope_scaling: {type: linear, factor: 2}" ck-gemma3/recipe.yaml &&
   pass "the derived recipe holds Gemma 3's options" || fail "gemma3's derived recipe: $(cat ck-gemma3/recipe.yaml)"
+grep -q "qkv_bias: true, o_bias: true, sliding_window: 8, full_attention_every: 2, attention_sinks: true" \
+  ck-gptoss/recipe.yaml && grep -q "capacity_factor: 0, bias: true,$" ck-gptoss/recipe.yaml &&
+  grep -q "swiglu_limit: 0.2, swiglu_alpha: 1.702}" ck-gptoss/recipe.yaml &&
+  grep -q "rope_scaling: {type: yarn, factor: 4, original_max_positions: 32, beta_fast: 8, beta_slow: 1, truncate: false}" \
+  ck-gptoss/recipe.yaml && pass "the derived recipe holds gpt-oss's options" ||
+  fail "gptoss's derived recipe: $(cat ck-gptoss/recipe.yaml)"
 # The derived recipe says what the model is; --dry-run counts Qwen3-MoE's parameters as transformers does.
 grep -q "moe: {experts: 8, top_k: 2, ffn_hidden: 48, every: 1, first_dense: 1, renormalize: false," \
   ck-qwen3moe/recipe.yaml && grep -q "capacity_factor: 0,$" ck-qwen2moe/recipe.yaml &&
@@ -160,6 +178,12 @@ cp -r rand-qwen2moe nobias && sed -i 's/"qkv_bias": true/"qkv_bias": false/' nob
 run_cmd refuse-qwen2moe-no-bias "$LLMTRAIN" import nobias --out ck-nobias
 expect_status 2; expect_out "qkv_bias: found false"
 
+# gpt-oss as released: its experts in MXFP4 (the bf16 conversions import).
+cp -r rand-gptoss mxfp4 && $PY -c 'import json, sys; c = json.load(open(sys.argv[1]))
+c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+json.dump(c, open(sys.argv[1], "w"))' mxfp4/config.json
+run_cmd refuse-mxfp4 "$LLMTRAIN" import mxfp4 --out ck-mxfp4
+expect_status 2; expect_out 'quantization_config: found {"modules_to_not_convert"'
 # Gemma 2's capped attention scores, and local/global layers in no every-n-th pattern.
 cp -r rand-gemma3 attncap && sed -i 's/"attn_logit_softcapping": null/"attn_logit_softcapping": 50.0/' attncap/config.json
 run_cmd refuse-attn-softcap "$LLMTRAIN" import attncap --out ck-attncap
@@ -199,6 +223,9 @@ gemma3+=,model.scale_embeddings=true,model.logit_softcap=5,model.tie_embeddings=
 sinks=model.attention_sinks=true,model.qkv_bias=true,model.o_bias=true,model.sliding_window=8
 sinks+=,model.full_attention_every=2
 sinks_cp=model.attention_sinks=true,model.qkv_bias=true,model.o_bias=true
+# gpt-oss's whole block: those, with MoE blocks of 4 experts (top 2) with biases and the clamped SwiGLU.
+gptoss=$sinks,model.moe.experts=4,model.moe.top_k=2,model.moe.ffn_hidden=32,model.moe.bias=true
+gptoss+=,model.moe.swiglu_limit=0.5
 # name, model keys (both runs), layout keys, ranks, tolerance. qwen2 at tp 4 holds each of the 2
 # key/value heads (and biases) on two ranks; bf16 compares against bf16 at one rank, whose sums
 # round in another order.
@@ -214,7 +241,9 @@ runs=("qwen3-tp2-pp2-sp model.qk_norm=true,model.head_dim=32 parallel.tp=2,paral
   "qwen2moe-ep2-tp2 $qwen2moe parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5"
   "gemma3-tp2-pp2-sp $gemma3 parallel.tp=2,parallel.pp=2,parallel.sequence_parallel=true 4 1e-5"
   "sinks-tp2-pp2 $sinks parallel.tp=2,parallel.pp=2 4 1e-5"
-  "sinks-cp2-ring $sinks_cp parallel.cp=2 2 1e-5")
+  "sinks-cp2-ring $sinks_cp parallel.cp=2 2 1e-5"
+  "gptoss-tp2-pp2 $gptoss parallel.tp=2,parallel.pp=2 4 1e-5"
+  "gptoss-ep2-tp2 $gptoss parallel.ep=2,parallel.tp=2,parallel.sequence_parallel=true 4 1e-5")
 # --full (tests/CMakeLists.txt's e2e_hf_families_full): the MoE families under the other layouts —
 # ZeRO 1–3 (with ep), cp 2 (ring and all-to-all), recomputation, the zero-bubble schedule — and in bf16.
 if [[ ${3:-ci} == full ]]; then
@@ -236,7 +265,11 @@ if [[ ${3:-ci} == full ]]; then
     "sinks-cp2-a2a $sinks_cp parallel.cp=2,parallel.cp_comm=all_to_all 2 1e-5"
     "sinks-dp2-zero3 $sinks parallel.zero=3 2 1e-5"
     "sinks-tp2-full $sinks parallel.tp=2,train.activation_checkpointing=full 2 1e-5"
-    "sinks-bf16-tp2 $sinks,train.precision=bf16 parallel.tp=2 2 1e-2")
+    "sinks-bf16-tp2 $sinks,train.precision=bf16 parallel.tp=2 2 1e-2"
+    "gptoss-dp2-zero3 $gptoss parallel.zero=3 2 1e-5"
+    "gptoss-ep2-zero1 $gptoss parallel.ep=2,parallel.zero=1 2 1e-5"
+    "gptoss-tp2-full $gptoss parallel.tp=2,train.activation_checkpointing=full 2 1e-5"
+    "gptoss-bf16-ep2 $gptoss,train.precision=bf16 parallel.ep=2 2 1e-2")
 fi
 declare -A ref_of=()
 for run in "${runs[@]}"; do

@@ -108,10 +108,10 @@ put("hf_index", "two_shards.json", json.dumps({
                    "transformer.h.0.attn.c_attn.weight": "model-00002-of-00002.safetensors"}}, indent=2))
 
 # derived_recipe: a config.json, '\0', the model directory's path, '\0', the output path.
-# (qwen2, qwen3, mistral, llama31, qwen3moe, qwen2moe, yarn, gemma3: configs saved by transformers 5.24,
+# (qwen2, qwen3, mistral, llama31, qwen3moe, qwen2moe, yarn, gemma3, gptoss: configs saved by transformers 5.24,
 # tests/e2e/hf_families.py; mixtral: tests/e2e/hf_mixtral.py create DIR 8.)
 for family in ("gpt2", "llama", "qwen2", "qwen3", "mistral", "llama31", "mixtral", "qwen3moe", "qwen2moe", "yarn",
-               "gemma3"):
+               "gemma3", "gptoss"):
     with open(os.path.join(root, "hf_config", family + ".json"), "rb") as f:
         put("derived_recipe", family, f.read() + b"\0/models/" + family.encode() + b"\0ckpt/" + family.encode())
 

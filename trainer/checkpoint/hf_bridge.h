@@ -55,24 +55,33 @@ struct HfTensorLayout {
   int64_t keep_rows = -1;      // vocabulary: transformers has the first keep_rows rows (-1: all)
   // Gemma's RMSNorms multiply by (1 + weight): transformers holds ours − offset (1 for those, else 0).
   float offset = 0;
-  // Import only: where transformers 5's in-memory MoE layout holds the tensor when a file has that
-  // instead of `name` (save_pretrained(save_original_format=False) writes it): elements
-  // [fused_offset, fused_offset + numel) of the tensor `fused_name` of shape `fused_shape` ("": none).
+  // Where transformers 5's in-memory MoE layout holds the tensor when a file has that instead of
+  // `name` (save_pretrained(save_original_format=False) writes it; import only), or where the class
+  // holds it always (fused_only: gpt-oss, whose name is then fused_name; import and export): a part of
+  // the tensor `fused_name` of shape `fused_shape` ("": none). Element (r, c) of ours, viewed as
+  // [shape[0], numel / shape[0]], is its element fused_offset + r · fused_row_stride + c ·
+  // fused_col_stride; strides 0, 0: ours contiguous from fused_offset.
   std::string fused_name;
   std::vector<int64_t> fused_shape;
   int64_t fused_offset = 0;
+  int64_t fused_row_stride = 0, fused_col_stride = 0;
+  bool fused_only = false;
 };
 
 HfTensorLayout hf_tensor_layout(const ModelConfig& model, const ParamSpec& param);
 
 // The transformers model_type export writes for `model`: "gpt2", or the llama-family class that
 // has exactly its options ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "qwen2_moe",
-// "gemma3_text").
+// "gemma3_text", "gpt_oss").
 std::string hf_model_type(const ModelConfig& model);
 // Ours (param.shape, fp32) -> transformers' element order and shape.
 std::vector<float> to_hf_layout(const HfTensorLayout& layout, const ParamSpec& param, const float* ours);
 // transformers' (layout.shape) -> ours (param.shape); padding rows are set to zero.
 void from_hf_layout(const HfTensorLayout& layout, const ParamSpec& param, const float* hf, float* ours);
+// The fused tensor's part that is `param` (layout.fused_name, fused_shape): read into ours, or
+// written from ours.
+void from_hf_fused(const HfTensorLayout& layout, const ParamSpec& param, const float* fused, float* ours);
+void to_hf_fused(const HfTensorLayout& layout, const ParamSpec& param, const float* ours, float* fused);
 
 // config.json for `model` (GPT2Config, or the config of the llama-family class that has exactly its
 // options; a combination none has is refused); `torch_dtype` "float32", "bfloat16" or "float16";
