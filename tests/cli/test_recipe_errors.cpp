@@ -145,6 +145,8 @@ const Case kCases[] = {
      "seq_len: 64", "  seq_len: 64\n  o_bias: true\n  post_norms: true"},
     {"clamped_swiglu_dense", "family: gpt2", "  family: llama", "model.moe.swiglu_limit",
      "moe:", "set model.moe.experts", "seq_len: 64", "  seq_len: 64\n  moe: {swiglu_limit: 7}"},
+    {"expert_bias_dense", "family: gpt2", "  family: llama", "model.moe.bias", "moe:", "set model.moe.experts",
+     "seq_len: 64", "  seq_len: 64\n  moe: {bias: true}"},
     {"geglu_experts", "family: gpt2", "  family: llama", "model.activation", "activation: geglu",
      "geglu is Gemma's dense MLP", "seq_len: 64", "  seq_len: 64\n  activation: geglu\n  moe: {experts: 4}"},
     {"llama_odd_head_dim", "family: gpt2", "  family: llama", "model.head_dim", "head_dim: 7",

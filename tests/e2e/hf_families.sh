@@ -16,8 +16,8 @@
 #    Qwen3-MoE's, Qwen2-MoE's and gpt-oss's layers and YaRN's parameters, and --dry-run counts the MoE
 #    models' parameters and active parameters as transformers holds them; gpt-oss's released MXFP4
 #    experts are refused by name;
-#  - recipes/qwen3-tiny-finetune.yaml fine-tunes the imported Qwen3, and the derived recipe the
-#    imported Gemma 3; their exports load in transformers 5 with our logits and tokens;
+#  - recipes/qwen3-tiny-finetune.yaml fine-tunes the imported Qwen3, and the derived recipes the
+#    imported Gemma 3 and gpt-oss; their exports load in transformers 5 with our logits and tokens;
 #  - Qwen3- and Qwen2-shaped models train at tp 2 × pp 2 (Qwen3's with sequence parallelism), Qwen2's
 #    at tp 4 (replicated key/value heads and biases) with full recomputation, Qwen3's at dp 2 with
 #    ZeRO 3, a windowed model at tp 2 × dp 2 with ZeRO 1 and selective recomputation, and a
@@ -92,6 +92,17 @@ expect_status 0
 "$LLMTRAIN" generate runs/gemma3-tuned --prompt "Q: What is the meaning of life?" --temperature 0 --max-tokens 64 \
   --ignore-eod --ids --logits-out gemma3tuned.logits.safetensors >gemma3tuned.ids 2>/dev/null ||
   fail "generate from the fine-tuned Gemma 3"
+# gpt-oss the same way: trained 3 steps (its sinks, biases and experts all move), exported.
+run_cmd finetune-gptoss "$LLMTRAIN" run ck-gptoss/recipe.yaml --set train.steps=3 --set optimizer.warmup=1 \
+  --set model.seq_len=64 --set checkpoint.every=3 --set checkpoint.dir=runs/gptoss-tuned --set data.train=data/train \
+  --set log.dir=runs/gptoss-tuned-log
+expect_status 0
+expect_out "fine-tuning from the weights of"
+run_cmd export-gptosstuned "$LLMTRAIN" export runs/gptoss-tuned --hf re-gptosstuned
+expect_status 0
+"$LLMTRAIN" generate runs/gptoss-tuned --prompt "Q: What is the meaning of life?" --temperature 0 --max-tokens 64 \
+  --ignore-eod --ids --logits-out gptosstuned.logits.safetensors >gptosstuned.ids 2>/dev/null ||
+  fail "generate from the fine-tuned gpt-oss"
 # --dry-run counts Qwen3-MoE's parameters and active parameters as transformers' modules hold them
 # (ours add the vocabulary's padding rows to the embedding and the head: 84 of 64).
 read -r _ total active < <(grep '^qwen3moe ' counts.txt)
@@ -145,7 +156,7 @@ grep -q "moe: {experts: 8, top_k: 2, ffn_hidden: 48, every: 1, first_dense: 1, r
   grep -q "shared_ffn_hidden: 96}" ck-qwen2moe/recipe.yaml && grep -q "qkv_bias: true" ck-qwen2moe/recipe.yaml && grep -q "rope_scaling: {type: yarn, factor: 4, original_max_positions: 64, beta_fast: 8, beta_slow: 1, truncate: false}" \
   ck-yarn/recipe.yaml && pass "derived recipes hold Qwen3-MoE's and Qwen2-MoE's layers and YaRN's parameters" ||
   fail "derived recipes: $(cat ck-qwen3moe/recipe.yaml ck-qwen2moe/recipe.yaml ck-yarn/recipe.yaml)"
-run_cmd transformers5 "$HF5" "$SRC/tests/e2e/hf_families.py" check . $families tuned gemma3tuned
+run_cmd transformers5 "$HF5" "$SRC/tests/e2e/hf_families.py" check . $families tuned gemma3tuned gptosstuned
 expect_status 0
 echo "$out" | grep -E '^(ok|FAIL|  )'
 

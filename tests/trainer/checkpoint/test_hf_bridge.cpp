@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
 
 #include "common/error.h"
@@ -550,6 +552,154 @@ TEST(HfBridge, Gemma3HasLocalAndGlobalLayers) {
 // YaRN as transformers 5 writes it (rope_parameters) and 4.x (rope_scaling): every field, the
 // defaults transformers fills in (original_max_position_embeddings, the factor from their ratio),
 // and back out.
+// gpt-oss (GptOssForCausalLM) as its released config.json spells it (transformers 4.55: rope_theta
+// beside rope_scaling, experts_per_token, initial_context_length) and as 5.x saves it: sinks,
+// biases on q/k/v/o, the router and the experts, the clamped SwiGLU, alternating layers, YaRN.
+TEST(HfBridge, GptOssHasSinksBiasedExpertsAndAlternatingLayers) {
+  const json v4 = json::parse(R"({"architectures": ["GptOssForCausalLM"], "attention_bias": true,
+    "attention_dropout": 0.0, "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 2880,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4,
+    "num_hidden_layers": 4, "num_key_value_heads": 8, "num_local_experts": 32, "output_router_logits": false,
+    "pad_token_id": 199999, "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0,
+    "factor": 32.0, "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false},
+    "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+    "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0", "use_cache": true, "vocab_size": 201088})");
+  const ModelConfig m = hf_read_model_config(v4, "config.json").model;
+  EXPECT_TRUE(m.attention_sinks && m.qkv_bias && m.o_bias && m.moe.bias);
+  EXPECT_FALSE(m.qk_norm);
+  EXPECT_EQ(m.head_size(), 64);
+  EXPECT_EQ(m.head_dim, 64);  // not 2880 / 64
+  EXPECT_EQ(m.sliding_window, 128);
+  EXPECT_EQ(m.full_attention_every, 2);
+  EXPECT_TRUE(m.windowed(0));
+  EXPECT_FALSE(m.windowed(1));
+  EXPECT_EQ(m.rope_theta, 150000);
+  EXPECT_EQ(m.rope_scaling.type, RopeScalingType::yarn);
+  EXPECT_EQ(m.rope_scaling.factor, 32);
+  EXPECT_EQ(m.rope_scaling.original_max_positions, 4096);
+  EXPECT_FALSE(m.rope_scaling.truncate);
+  EXPECT_EQ(m.moe.experts, 32);
+  EXPECT_EQ(m.moe.top_k, 4);
+  EXPECT_EQ(m.moe.ffn_hidden, 2880);
+  EXPECT_TRUE(m.moe.renormalize);
+  EXPECT_EQ(m.moe.every, 1);
+  EXPECT_EQ(m.moe.aux_loss, 0.9);
+  EXPECT_EQ(m.moe.swiglu_limit, 7.0);
+  EXPECT_EQ(m.moe.swiglu_alpha, 1.702);
+  EXPECT_EQ(hf_model_type(m), "gpt_oss");
+  // GptOssConfig's defaults where the config is silent: YaRN, theta 150000, window 128, alternating.
+  json bare = v4;
+  for (const char* key : {"rope_scaling", "rope_theta", "layer_types", "sliding_window", "swiglu_limit"})
+    bare.erase(key);
+  const ModelConfig d = hf_read_model_config(bare, "config.json").model;
+  EXPECT_EQ(d.rope_theta, 150000);
+  EXPECT_EQ(d.rope_scaling.type, RopeScalingType::yarn);
+  EXPECT_EQ(d.rope_scaling.factor, 32);
+  EXPECT_EQ(d.full_attention_every, 2);
+  EXPECT_EQ(d.sliding_window, 128);
+  EXPECT_EQ(d.moe.swiglu_limit, 7.0);
+  // Export writes what import reads, RoPE as the released config spells it.
+  ModelConfig small_m = m;
+  small_m.vocab = 300;
+  const json out = hf_model_config(small_m, "bfloat16", 0, 0);
+  EXPECT_EQ(out["architectures"][0], "GptOssForCausalLM");
+  EXPECT_EQ(out["attention_bias"], true);
+  EXPECT_EQ(out["intermediate_size"], 2880);
+  EXPECT_EQ(out["layer_types"][2], "sliding_attention");
+  EXPECT_EQ(out["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(out["swiglu_limit"], 7.0);
+  const ModelConfig back = hf_read_model_config(out, "config.json").model;
+  EXPECT_EQ(back.rope_scaling.factor, 32);
+  EXPECT_EQ(back.full_attention_every, 2);
+  EXPECT_EQ(back.moe.aux_loss, 0.9);
+  EXPECT_TRUE(back.moe.bias && back.attention_sinks);
+  ModelConfig unscaled = small_m;
+  unscaled.rope_scaling = {};  // GptOssConfig's own default is YaRN: "default" must be written
+  EXPECT_EQ(hf_model_config(unscaled, "float32", 0, 0)["rope_scaling"]["rope_type"], "default");
+  EXPECT_EQ(hf_read_model_config(hf_model_config(unscaled, "float32", 0, 0), "c").model.rope_scaling.type,
+            RopeScalingType::none);
+  // Refusals: the released MXFP4 experts, a top-k the two keys disagree on; an export without the
+  // experts' biases.
+  json mxfp4 = v4;
+  mxfp4["quantization_config"] = {{"quant_method", "mxfp4"}};
+  json disagree = v4;
+  disagree["experts_per_token"] = 2;
+  for (const auto& [bad, field] :
+       {std::pair{mxfp4, "quantization_config: found"}, std::pair{disagree, "experts_per_token: found 2"}}) {
+    try {
+      hf_read_model_config(bad, "config.json");
+      ADD_FAILURE() << field << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+  ModelConfig unbiased = small_m;
+  unbiased.moe.bias = false;
+  try {
+    hf_model_config(unbiased, "float32", 0, 0);
+    ADD_FAILURE() << "exported without expert biases";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe.bias false"), std::string::npos) << e.what();
+  }
+}
+
+// gpt-oss's experts exist only fused, transposed to x @ W and with gate and up interleaved: each of
+// our per-expert tensors is a strided part, read and written at the same elements.
+TEST(HfBridge, GptOssExpertsAreStridedPartsOfFusedTensors) {
+  ModelConfig m = small(ModelFamily::llama);
+  m.attention_sinks = m.qkv_bias = m.o_bias = true;
+  m.moe.experts = 3;
+  m.moe.top_k = 2;
+  m.moe.ffn_hidden = 5;
+  m.moe.bias = true;
+  m.moe.swiglu_limit = 7;
+  const int64_t d = m.hidden, f = 5, e_count = 3;
+  std::map<std::string, std::vector<float>> fused;
+  std::map<std::string, std::vector<int>> covered;
+  for (const ParamSpec& p : model_param_specs(m)) {
+    if (p.layer != 0 || p.role < ParamRole::moe_router_weight) continue;
+    const HfTensorLayout l = hf_tensor_layout(m, p);
+    if (p.role == ParamRole::moe_router_weight || p.role == ParamRole::moe_router_bias) {
+      EXPECT_EQ(l.name, std::string("model.layers.0.mlp.router.") +
+                            (p.role == ParamRole::moe_router_weight ? "weight" : "bias"));
+      EXPECT_FALSE(l.fused_only);
+      continue;
+    }
+    if (p.expert < 0) continue;
+    ASSERT_TRUE(l.fused_only) << p.name;
+    EXPECT_EQ(l.name, l.fused_name);
+    int64_t n = 1;
+    for (int64_t s : l.fused_shape) n *= s;
+    auto& t = fused.try_emplace(l.fused_name, size_t(n), 0.0f).first->second;
+    covered.try_emplace(l.fused_name, size_t(n), 0);
+    // ours[i] = a code naming (role, expert, element); written into the fused tensor and read back.
+    std::vector<float> ours(size_t(p.numel()));
+    for (int64_t i = 0; i < p.numel(); ++i) ours[size_t(i)] = float(1000 * int(p.role) + 100 * p.expert + i);
+    to_hf_fused(l, p, ours.data(), t.data());
+    std::vector<float> back(size_t(p.numel()));
+    from_hf_fused(l, p, t.data(), back.data());
+    EXPECT_EQ(back, ours) << p.name;
+    for (int64_t i = 0; i < n; ++i) covered[l.fused_name][size_t(i)] += t[size_t(i)] != 0.0f;
+  }
+  const std::string x = "model.layers.0.mlp.experts.";
+  ASSERT_EQ(fused.size(), 4u);
+  const auto& gu = fused[x + "gate_up_proj"];  // [E, d, 2f]
+  // Expert 1's gate row 3, input column 2, is column 2·3 of row 2; its up row 3 the next column.
+  EXPECT_EQ(gu[size_t((1 * d + 2) * 2 * f + 6)], float(1000 * int(ParamRole::moe_gate_weight) + 100 + 3 * d + 2));
+  EXPECT_EQ(gu[size_t((1 * d + 2) * 2 * f + 7)], float(1000 * int(ParamRole::moe_up_weight) + 100 + 3 * d + 2));
+  const auto& down = fused[x + "down_proj"];  // [E, f, d]: ours [d, f] transposed
+  EXPECT_EQ(down[size_t((2 * f + 4) * d + 1)], float(1000 * int(ParamRole::moe_down_weight) + 200 + 1 * f + 4));
+  const auto& gub = fused[x + "gate_up_proj_bias"];  // [E, 2f], interleaved
+  EXPECT_EQ(gub[size_t(2 * 2 * f + 2 * 4 + 1)], float(1000 * int(ParamRole::moe_up_bias) + 200 + 4));
+  EXPECT_EQ(fused[x + "down_proj_bias"][size_t(1 * d + 3)], float(1000 * int(ParamRole::moe_down_bias) + 100 + 3));
+  EXPECT_EQ(fused[x + "gate_up_proj"].size(), size_t(e_count * d * 2 * f));
+  // Every element of every fused tensor is some parameter's (the codes are never 0 but expert 0's
+  // gate element 0 of role 0, and no role is 0 here).
+  for (const auto& [name, c] : covered) EXPECT_EQ(std::count(c.begin(), c.end(), 0), 0) << name;
+}
+
 TEST(HfBridge, YarnRopeTravels) {
   json j = json::parse(R"({"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300,
