@@ -80,29 +80,21 @@ run_cmd finetune "$LLMTRAIN" run "$SRC/recipes/qwen3-tiny-finetune.yaml" --set t
   --set checkpoint.every=4 --set data.train=data/train --set data.valid=data/valid --set eval.every=0
 expect_status 0
 expect_out "fine-tuning from the weights of"
-# Gemma 3 fine-tuned for 3 steps from its import with its derived recipe: the export of the trained
-# model loads in transformers 5 with our logits and tokens (checked with the others below).
-run_cmd finetune-gemma3 "$LLMTRAIN" run ck-gemma3/recipe.yaml --set train.steps=3 --set optimizer.warmup=1 \
-  --set model.seq_len=64 --set checkpoint.every=3 --set checkpoint.dir=runs/gemma3-tuned --set data.train=data/train \
-  --set log.dir=runs/gemma3-tuned-log
-expect_status 0
-expect_out "fine-tuning from the weights of"
-run_cmd export-gemma3tuned "$LLMTRAIN" export runs/gemma3-tuned --hf re-gemma3tuned
-expect_status 0
-"$LLMTRAIN" generate runs/gemma3-tuned --prompt "Q: What is the meaning of life?" --temperature 0 --max-tokens 64 \
-  --ignore-eod --ids --logits-out gemma3tuned.logits.safetensors >gemma3tuned.ids 2>/dev/null ||
-  fail "generate from the fine-tuned Gemma 3"
-# gpt-oss the same way: trained 3 steps (its sinks, biases and experts all move), exported.
-run_cmd finetune-gptoss "$LLMTRAIN" run ck-gptoss/recipe.yaml --set train.steps=3 --set optimizer.warmup=1 \
-  --set model.seq_len=64 --set checkpoint.every=3 --set checkpoint.dir=runs/gptoss-tuned --set data.train=data/train \
-  --set log.dir=runs/gptoss-tuned-log
-expect_status 0
-expect_out "fine-tuning from the weights of"
-run_cmd export-gptosstuned "$LLMTRAIN" export runs/gptoss-tuned --hf re-gptosstuned
-expect_status 0
-"$LLMTRAIN" generate runs/gptoss-tuned --prompt "Q: What is the meaning of life?" --temperature 0 --max-tokens 64 \
-  --ignore-eod --ids --logits-out gptosstuned.logits.safetensors >gptosstuned.ids 2>/dev/null ||
-  fail "generate from the fine-tuned gpt-oss"
+# Gemma 3 and gpt-oss fine-tuned for 3 steps from their imports with their derived recipes (every
+# parameter moves: gpt-oss's sinks and biases too): the exports of the trained models load in
+# transformers 5 with our logits and tokens (checked with the others below).
+for f in gemma3 gptoss; do
+  run_cmd finetune-$f "$LLMTRAIN" run ck-$f/recipe.yaml --set train.steps=3 --set optimizer.warmup=1 \
+    --set model.seq_len=64 --set checkpoint.every=3 --set checkpoint.dir=runs/$f-tuned --set data.train=data/train \
+    --set log.dir=runs/$f-tuned-log
+  expect_status 0
+  expect_out "fine-tuning from the weights of"
+  run_cmd export-${f}tuned "$LLMTRAIN" export runs/$f-tuned --hf re-${f}tuned
+  expect_status 0
+  "$LLMTRAIN" generate runs/$f-tuned --prompt "Q: What is the meaning of life?" --temperature 0 --max-tokens 64 \
+    --ignore-eod --ids --logits-out ${f}tuned.logits.safetensors >${f}tuned.ids 2>/dev/null ||
+    fail "generate from the fine-tuned $f"
+done
 # --dry-run counts Qwen3-MoE's parameters and active parameters as transformers' modules hold them
 # (ours add the vocabulary's padding rows to the embedding and the head: 84 of 64).
 read -r _ total active < <(grep '^qwen3moe ' counts.txt)

@@ -215,11 +215,12 @@ void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
 
 // Mixtral's sparse block on every layer: softmax router, top num_experts_per_tok renormalised (Mixtral
 // always divides the picks' weights by their sum), dropless. router_aux_loss_coef is carried over as
-// it is, though the two losses normalise differently (docs/hf.md); Mixtral has no z-loss.
-void read_mixtral_moe(ConfigReader& r, ModelConfig& m) {
+// it is, though the two losses normalise differently (docs/hf.md); Mixtral has no z-loss. gpt-oss's
+// blocks route the same way (its top_k defaults to 4).
+void read_mixtral_moe(ConfigReader& r, ModelConfig& m, int64_t default_top_k = 2, bool top_k_required = true) {
   MoeConfig& e = m.moe;
   e.experts = r.integer("num_local_experts", 8, true, 1, 1 << 12);
-  e.top_k = r.integer("num_experts_per_tok", 2, true, 1, 1 << 12);
+  e.top_k = r.integer("num_experts_per_tok", default_top_k, top_k_required, 1, 1 << 12);
   if (e.top_k > e.experts)
     r.problem("num_experts_per_tok", std::to_string(e.top_k), fmt::format("at most num_local_experts ({})", e.experts));
   e.ffn_hidden = m.ffn_hidden;
@@ -292,21 +293,36 @@ void read_qwen_moe(ConfigReader& r, const json& j, ModelConfig& m, bool qwen2) {
     }
 }
 
+// The llama family's shape fields, each class's defaults where a field is absent (kv_heads 0: the
+// attention heads; head_dim 0: hidden / heads).
+struct LlamaShapeDefaults {
+  int64_t hidden, layers, heads, kv_heads, ffn, max_positions;
+  double norm_eps;
+  bool tie;
+  int64_t head_dim;
+};
+
+void read_llama_shape(ConfigReader& r, ModelConfig& m, const LlamaShapeDefaults& d) {
+  m.family = ModelFamily::llama;
+  m.hidden = r.integer("hidden_size", d.hidden, true, 1, kMaxDim);
+  m.layers = r.integer("num_hidden_layers", d.layers, true, 1, 4096);
+  m.heads = r.integer("num_attention_heads", d.heads, true, 1, kMaxDim);
+  m.kv_heads = r.integer("num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : m.heads, false, 1, kMaxDim);
+  m.ffn_hidden = r.integer("intermediate_size", d.ffn, true, 1, kMaxDim * 8);
+  m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
+  m.max_positions = r.integer("max_position_embeddings", d.max_positions, false, 1, kMaxPositions);
+  m.norm_eps = r.number("rms_norm_eps", d.norm_eps, 0.0, 1.0);
+  m.tie_embeddings = r.boolean("tie_word_embeddings", d.tie);
+  const int64_t head_dim = r.integer("head_dim", d.head_dim, false, 2, kMaxDim);
+  if (head_dim > 0 && !(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
+}
+
 // LlamaForCausalLM and the classes that are Llama with one more option each: Qwen2 (q/k/v biases),
 // Qwen3 (per-head q/k norms, its own head size), Mistral (a sliding window), Mixtral (Mistral with
 // a MoE block in place of every MLP), Qwen3-MoE (Qwen3 with MoE blocks), Qwen2-MoE (Qwen2 with MoE
 // blocks that have a gated shared expert).
 void read_llama_family(ConfigReader& r, const json& j, const std::string& type, ModelConfig& m) {
-  m.family = ModelFamily::llama;
-  m.hidden = r.integer("hidden_size", 4096, true, 1, kMaxDim);
-  m.layers = r.integer("num_hidden_layers", 32, true, 1, 4096);
-  m.heads = r.integer("num_attention_heads", 32, true, 1, kMaxDim);
-  m.kv_heads = r.integer("num_key_value_heads", m.heads, false, 1, kMaxDim);
-  m.ffn_hidden = r.integer("intermediate_size", 11008, true, 1, kMaxDim * 8);
-  m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
-  m.max_positions = r.integer("max_position_embeddings", 2048, false, 1, kMaxPositions);
-  m.norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0);
-  m.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  read_llama_shape(r, m, {4096, 32, 32, 0, 11008, 2048, 1e-6, false, 0});
   read_rope(r, j, m);
   r.only("hidden_act", "silu", "\"silu\" (SwiGLU)");
   if (type == "llama" || type == "qwen3" || type == "qwen3_moe")
@@ -314,8 +330,6 @@ void read_llama_family(ConfigReader& r, const json& j, const std::string& type, 
   if (type == "llama") r.only("mlp_bias", false, "false (no biases on the MLP)");
   m.qkv_bias = type == "qwen2" || type == "qwen2_moe";
   m.qk_norm = type == "qwen3" || type == "qwen3_moe";
-  const int64_t head_dim = r.integer("head_dim", 0, false, 2, kMaxDim);
-  if (head_dim > 0 && !(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
   if (type == "mistral" || type == "mixtral")
     m.sliding_window = r.integer("sliding_window", 0, false, 1, kMaxPositions);
   if (type == "mixtral") read_mixtral_moe(r, m);
@@ -377,41 +391,19 @@ bool read_layer_types(ConfigReader& r, const json& j, ModelConfig& m, std::vecto
 // renormalised weights), biases on the router and the experts, the clamped SwiGLU. The released
 // checkpoints' MXFP4 experts (quantization_config) are refused: import the bf16 conversion.
 void read_gpt_oss(ConfigReader& r, const json& j, ModelConfig& m) {
-  m.family = ModelFamily::llama;
-  m.hidden = r.integer("hidden_size", 2880, true, 1, kMaxDim);
-  m.layers = r.integer("num_hidden_layers", 36, true, 1, 4096);
-  m.heads = r.integer("num_attention_heads", 64, true, 1, kMaxDim);
-  m.kv_heads = r.integer("num_key_value_heads", 8, false, 1, kMaxDim);
-  m.ffn_hidden = r.integer("intermediate_size", 2880, true, 1, kMaxDim * 8);
-  m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
-  m.max_positions = r.integer("max_position_embeddings", 131072, false, 1, kMaxPositions);
-  m.norm_eps = r.number("rms_norm_eps", 1e-5, 0.0, 1.0);
-  m.tie_embeddings = r.boolean("tie_word_embeddings", false);
-  const int64_t head_dim = r.integer("head_dim", 64, false, 2, kMaxDim);
-  if (!(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
+  read_llama_shape(r, m, {2880, 36, 64, 8, 2880, 131072, 1e-5, false, 64});  // GptOssConfig's defaults
   r.only("hidden_act", "silu", "\"silu\" (the experts' clamped SwiGLU)");
   r.only("attention_bias", true, "true (gpt-oss's biases on q, k, v and o_proj)");
   m.qkv_bias = m.o_bias = m.attention_sinks = true;
 
+  read_mixtral_moe(r, m, 4, false);
   MoeConfig& e = m.moe;
-  e.experts = r.integer("num_local_experts", 128, true, 1, 1 << 12);
-  e.top_k = r.integer("num_experts_per_tok", 4, false, 1, 1 << 12);
-  if (e.top_k > e.experts)
-    r.problem("num_experts_per_tok", std::to_string(e.top_k), fmt::format("at most num_local_experts ({})", e.experts));
   if (j.contains("experts_per_token") && r.integer("experts_per_token", e.top_k, false, 1, 1 << 12) != e.top_k)
     r.problem("experts_per_token", j["experts_per_token"].dump().substr(0, 80),
               fmt::format("num_experts_per_tok's value ({})", e.top_k));
-  e.ffn_hidden = m.ffn_hidden;
-  e.every = 1;
-  e.first_dense = 0;
-  e.renormalize = true;
-  e.capacity_factor = 0;
-  e.aux_loss = r.number("router_aux_loss_coef", 0.001, 0.0, 1e3);
-  e.z_loss = 0;
   e.bias = true;
   e.swiglu_limit = r.number("swiglu_limit", 7.0, 1e-6, 1e6);
   e.swiglu_alpha = r.number("swiglu_alpha", 1.702, 1e-6, 1e6);
-  r.use("output_router_logits");
   r.use("initial_context_length");  // 4.x's: the original context, rope_scaling's too
 
   // RoPE: GptOssConfig's default YaRN (and theta 150000) where the config has none.
@@ -447,18 +439,7 @@ void read_gpt_oss(ConfigReader& r, const json& j, ModelConfig& m) {
 // The local layers take the default RoPE only; the layer pattern must be every n-th layer global.
 void read_gemma3(ConfigReader& r, const json& j, const std::string& origin, ModelConfig& m,
                  std::vector<std::string>& warnings) {
-  m.family = ModelFamily::llama;
-  m.hidden = r.integer("hidden_size", 2304, true, 1, kMaxDim);
-  m.layers = r.integer("num_hidden_layers", 26, true, 1, 4096);
-  m.heads = r.integer("num_attention_heads", 8, true, 1, kMaxDim);
-  m.kv_heads = r.integer("num_key_value_heads", 4, false, 1, kMaxDim);
-  m.ffn_hidden = r.integer("intermediate_size", 9216, true, 1, kMaxDim * 8);
-  m.vocab = r.integer("vocab_size", 0, true, 1, kMaxVocab);
-  m.max_positions = r.integer("max_position_embeddings", 131072, false, 1, kMaxPositions);
-  m.norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0);
-  m.tie_embeddings = r.boolean("tie_word_embeddings", true);
-  const int64_t head_dim = r.integer("head_dim", 256, false, 2, kMaxDim);
-  if (!(m.heads > 0 && int64_t(m.hidden) == head_dim * m.heads)) m.head_dim = int(head_dim);
+  read_llama_shape(r, m, {2304, 26, 8, 4, 9216, 131072, 1e-6, true, 256});  // Gemma3TextConfig's defaults
   m.qk_norm = true;
   m.post_norms = true;
   m.scale_embeddings = true;
