@@ -16,7 +16,7 @@
 #  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, attention
 #     sinks, llama3 RoPE) on cuda take the CPU's 2 fp32 steps;
 #  6. MoE blocks on cuda take the CPU's 2 fp32 steps; gpt-oss's and Gemma 3's blocks take them too,
-#     and Gemma 3's 2 bf16 steps with selective recomputation within 2e-2;
+#     and their 2 bf16 steps (Gemma 3's with selective recomputation) within 2e-2;
 #  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes;
 #  8. the GPT-2 family on cuda (its MLP's GELU and the bias gradients in cuBLASLt's epilogues) takes
 #     the CPU's 2 fp32 steps, and with selective recomputation (act recomputed by gelu_forward).
@@ -162,7 +162,8 @@ for d in cpu cuda; do
 done
 compare "MoE blocks with a shared expert: cuda takes the cpu's 2 steps" moe-cuda moe-cpu --last 2 --tol 1e-5
 # 6a. gpt-oss's block on cuda (the router's and the experts' biases in the grouped products, the
-#    clamped SwiGLU, sinks, o_proj's bias, alternating windows): 2 fp32 steps take the CPU's.
+#    clamped SwiGLU, sinks, o_proj's bias, alternating windows): 2 fp32 steps take the CPU's, and 2
+#    bf16 steps (the tensor-core attention kernels with sinks) within 2e-2 of the CPU's bf16 ones.
 gptoss=(--set model.qkv_bias=true --set model.o_bias=true --set model.attention_sinks=true
   --set model.sliding_window=16 --set model.full_attention_every=2 --set model.moe.experts=4 --set model.moe.top_k=2
   --set model.moe.ffn_hidden=64 --set model.moe.bias=true --set model.moe.swiglu_limit=0.5
@@ -170,8 +171,11 @@ gptoss=(--set model.qkv_bias=true --set model.o_bias=true --set model.attention_
 for d in cpu cuda; do
   run_cmd "gpt-oss on $d" train gptoss-$d --set train.device=$d "${gptoss[@]}"
   expect_status 0
+  run_cmd "gpt-oss bf16 on $d" train gptoss-bf16-$d --set train.device=$d "${gptoss[@]}" --set train.precision=bf16
+  expect_status 0
 done
 compare "gpt-oss's block: cuda takes the cpu's 2 steps" gptoss-cuda gptoss-cpu --last 2 --tol 1e-5
+compare "gpt-oss's block in bf16: cuda within 2e-2 of the cpu's" gptoss-bf16-cuda gptoss-bf16-cpu --last 2 --tol 2e-2
 # 6b. Gemma 3's block on cuda (per-layer windows and RoPE tables, the softmax scale, GeGLU, the
 #    post-norms, scaled embeddings, soft-capped logits): 2 fp32 steps take the CPU's, and so do 2 in
 #    bf16 with selective recomputation (the tensor-core attention kernels with the scale and window).
