@@ -477,9 +477,15 @@ std::vector<RecipeKey> make_schema() {
     integer("optimizer.warmup", [](auto& r) -> auto& { return r.optimizer.warmup; }, kNonNegative,
             {"int ≥ 0", "0", "linear warmup steps"}),
     choice("optimizer.schedule", [](auto& r) -> auto& { return r.optimizer.schedule; },
-           {"`cosine` \\| `linear` \\| `constant`", "`cosine`", "decay after warmup"}),
+           {"`cosine` \\| `linear` \\| `constant` \\| `wsd`", "`cosine`", "decay after warmup"}),
     integer("optimizer.decay_steps", [](auto& r) -> auto& { return r.optimizer.decay_steps; }, kPositiveOrAuto,
             {"int ≥ 1 or auto", "auto = train.steps", "step at which min_lr is reached"}),
+    integer("optimizer.wsd_decay_steps", [](auto& r) -> auto& { return r.optimizer.wsd_decay_steps; }, kNonNegative,
+            {"int ≥ 0", "0 = wsd_decay_fraction", "schedule wsd: the decay's length in steps, ending at decay_steps"}),
+    number("optimizer.wsd_decay_fraction", [](auto& r) -> auto& { return r.optimizer.wsd_decay_fraction; },
+           FloatRule{0.0, true, 1.0}, {"number in (0, 1]", "0.2", "schedule wsd: the decay's share of decay_steps"}),
+    choice("optimizer.wsd_shape", [](auto& r) -> auto& { return r.optimizer.wsd_shape; },
+           {"`linear` \\| `1-sqrt`", "`1-sqrt`", "schedule wsd: the decay's shape"}),
     custom("optimizer.betas", {"[number, number] in [0, 1)", "[0.9, 0.95]", "Adam's β1, β2"}, parse_betas,
            [](const Recipe& r) -> std::optional<std::string> {
              return fmt::format("[{}, {}]", num(r.optimizer.beta1), num(r.optimizer.beta2));

@@ -1,5 +1,6 @@
 #include "common/recipe/recipe.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace llmtrain {
@@ -17,8 +18,11 @@ constexpr EnumName<ActivationCheckpointing> kActivationCheckpointing[] = {
     {"full", ActivationCheckpointing::full}};
 constexpr EnumName<NonFiniteAction> kNonFiniteAction[] = {{"stop", NonFiniteAction::stop},
                                                           {"skip", NonFiniteAction::skip}};
-constexpr EnumName<LrSchedule> kLrSchedule[] = {
-    {"cosine", LrSchedule::cosine}, {"linear", LrSchedule::linear}, {"constant", LrSchedule::constant}};
+constexpr EnumName<LrSchedule> kLrSchedule[] = {{"cosine", LrSchedule::cosine},
+                                                {"linear", LrSchedule::linear},
+                                                {"constant", LrSchedule::constant},
+                                                {"wsd", LrSchedule::wsd}};
+constexpr EnumName<WsdShape> kWsdShape[] = {{"linear", WsdShape::linear}, {"1-sqrt", WsdShape::one_minus_sqrt}};
 constexpr EnumName<PipelineSchedule> kPipelineSchedule[] = {{"gpipe", PipelineSchedule::gpipe},
                                                             {"1f1b", PipelineSchedule::one_f_one_b},
                                                             {"interleaved", PipelineSchedule::interleaved},
@@ -45,6 +49,11 @@ double RopeScalingConfig::yarn_attention_factor() const {
   return m(1);
 }
 
+int64_t OptimizerConfig::wsd_decay_length() const {
+  if (wsd_decay_steps > 0) return wsd_decay_steps;
+  return std::max<int64_t>(1, std::llround(wsd_decay_fraction * double(decay_steps)));
+}
+
 std::span<const EnumName<ModelFamily>> enum_names(ModelFamily) { return kModelFamily; }
 std::span<const EnumName<DeviceKind>> enum_names(DeviceKind) { return kDeviceKind; }
 std::span<const EnumName<Precision>> enum_names(Precision) { return kPrecision; }
@@ -54,6 +63,7 @@ std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpoi
 }
 std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction) { return kNonFiniteAction; }
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule) { return kLrSchedule; }
+std::span<const EnumName<WsdShape>> enum_names(WsdShape) { return kWsdShape; }
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { return kPipelineSchedule; }
 std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType) { return kRopeScalingType; }

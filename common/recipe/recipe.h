@@ -21,7 +21,9 @@ enum class Precision { fp32, bf16, fp16 };
 enum class GradReduceDtype { fp32, bf16 };
 enum class ActivationCheckpointing { none, selective, full };
 enum class NonFiniteAction { stop, skip };
-enum class LrSchedule { cosine, linear, constant };
+enum class LrSchedule { cosine, linear, constant, wsd };
+// The warmup-stable-decay schedule's decay: linear, or 1 − √p (Hägele et al. 2024, MiniCPM's kind).
+enum class WsdShape { linear, one_minus_sqrt };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's attention: K/V blocks around a ring, or Ulysses' heads ↔ sequence all-to-all.
 enum class CpComm { ring, all_to_all };
@@ -177,10 +179,19 @@ struct OptimizerConfig {
   int64_t warmup = 0;
   LrSchedule schedule = LrSchedule::cosine;
   int64_t decay_steps = 0;  // 0 = auto: train.steps
+  // schedule wsd: warmup, lr until the decay's last wsd_decay_steps steps before decay_steps (0: the
+  // last wsd_decay_fraction of decay_steps), then down to min_lr in wsd_shape
+  int64_t wsd_decay_steps = 0;
+  double wsd_decay_fraction = 0.2;
+  WsdShape wsd_shape = WsdShape::one_minus_sqrt;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+
+  // schedule wsd: the decay's length in steps (at least 1) and its first step (decay_steps − that).
+  int64_t wsd_decay_length() const;
+  int64_t wsd_decay_start() const { return decay_steps - wsd_decay_length(); }
 };
 
 struct ParallelConfig {
@@ -300,6 +311,7 @@ std::span<const EnumName<GradReduceDtype>> enum_names(GradReduceDtype);
 std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpointing);
 std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction);
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule);
+std::span<const EnumName<WsdShape>> enum_names(WsdShape);
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType);
 std::span<const EnumName<MlpActivation>> enum_names(MlpActivation);

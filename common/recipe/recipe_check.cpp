@@ -417,6 +417,28 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   if (o.warmup > o.decay_steps)
     problem("optimizer.warmup", fmt::format("warmup {} is longer than decay_steps {}", o.warmup, o.decay_steps),
             "warmup steps count inside decay_steps: shorten warmup or lengthen decay_steps");
+  const OptimizerConfig plain;
+  if (o.schedule != LrSchedule::wsd) {
+    const std::pair<const char*, bool> wsd_only[] = {
+        {"wsd_decay_steps", o.wsd_decay_steps != plain.wsd_decay_steps},
+        {"wsd_decay_fraction", o.wsd_decay_fraction != plain.wsd_decay_fraction},
+        {"wsd_shape", o.wsd_shape != plain.wsd_shape}};
+    for (const auto& [key, set] : wsd_only)
+      if (set)
+        problem(fmt::format("optimizer.{}", key),
+                fmt::format("{} belongs to the wsd schedule, and optimizer.schedule is {}", key, to_string(o.schedule)),
+                "set optimizer.schedule: wsd, or remove the key");
+  } else if (o.wsd_decay_steps > 0 && o.wsd_decay_fraction != plain.wsd_decay_fraction) {
+    problem("optimizer.wsd_decay_fraction",
+            fmt::format("wsd_decay_fraction {} beside wsd_decay_steps {}", o.wsd_decay_fraction, o.wsd_decay_steps),
+            "the decay's length is one of the two: remove wsd_decay_fraction, or set wsd_decay_steps: 0");
+  } else if (o.warmup <= o.decay_steps && o.wsd_decay_start() < o.warmup) {
+    problem(o.wsd_decay_steps > 0 ? "optimizer.wsd_decay_steps" : "optimizer.wsd_decay_fraction",
+            fmt::format("the decay of {} steps starts at step {}, before warmup ends at step {}", o.wsd_decay_length(),
+                        o.wsd_decay_start(), o.warmup),
+            "the stable phase lies between warmup and the decay: shorten the decay or warmup, or lengthen "
+            "decay_steps");
+  }
 
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp16)
     problem("parallel.grad_reduce_dtype", "bf16 with train.precision fp16",

@@ -235,6 +235,31 @@ for k in range(42, 101, 2):
 PY
   fail "the longer schedule: $(grep -o '"lr":[^,]*' S/metrics.jsonl | head -5)"
 
+# 10b. The warmup-stable-decay schedule: a 20-step run (decay over its last quarter) extended from its
+#     step-10 checkpoint, in the stable phase, to 40 steps takes the learning rate of a 40-step run
+#     at every step: lr until step 30, then 1 − √p down to min_lr.
+wsd=(--set optimizer.schedule=wsd --set optimizer.wsd_decay_fraction=0.25 --set train.steps=20)
+run_cmd wsd-20 run W "${wsd[@]}"
+expect_status 0
+mkdir -p V/ckpt && cp -r W/ckpt/step_00000010 V/ckpt/ && echo step_00000010 >V/ckpt/latest
+run_cmd wsd-extended run V "${wsd[@]}" --set train.steps=40 --allow-change train.steps
+expect_status 0
+expect_out "its end moved from step 20 to 40 in the stable phase: lr 0.003 until step 30"
+$PY - W V <<'PY' && pass "wsd extended in its stable phase follows a 40-step run's curve (and the 20-step run its own)" ||
+import json, math, sys
+def wsd(step, steps):  # 0-based update step; warmup 5, lr 3e-3, min_lr 3e-4, the last quarter decaying
+    start = steps - round(0.25 * steps)
+    if step < 5: return 3e-3 * (step + 1) / 5
+    if step < start: return 3e-3
+    return 3e-4 + (3e-3 - 3e-4) * (1 - math.sqrt((step - start) / (steps - start)))
+for d, steps, first in (("W", 20, 1), ("V", 40, 11)):
+    lr = {j["step"]: j["lr"] for j in map(json.loads, open(d + "/metrics.jsonl")) if "lr" in j}
+    assert sorted(lr) == list(range(first, steps + 1)), (d, sorted(lr))
+    for k, v in lr.items():
+        assert abs(v - wsd(k - 1, steps)) <= 1e-9 * v, (d, k, v, wsd(k - 1, steps))
+PY
+  fail "the wsd schedule: $(grep -o '"lr":[^,]*' V/metrics.jsonl | head -40 | tr '\n' ' ')"
+
 # 11. Missing data is a user error before training starts.
 run_cmd missing-data run J --set data.train=nowhere/train
 expect_status 2

@@ -1,12 +1,18 @@
-// The learning-rate schedule: linear warmup, then cosine, linear or constant decay to min_lr.
-// For optimizer step s (0-based: the first update is s = 0), W = warmup, D = decay_steps:
+// The learning-rate schedule: linear warmup, then cosine, linear or constant decay to min_lr, or
+// warmup-stable-decay. For optimizer step s (0-based: the first update is s = 0), W = warmup, D =
+// decay_steps:
 //
 //   s < W:              lr · (s + 1) / W                          (from lr/W up to lr)
 //   constant, s >= W:   lr
-//   s >= D:             min_lr                                    (cosine, linear)
+//   s >= D:             min_lr                                    (cosine, linear, wsd)
 //   otherwise, p = (s - W) / (D - W):
 //     cosine:           min_lr + (lr - min_lr) · (1 + cos(π·p)) / 2
 //     linear:           lr - (lr - min_lr) · p
+//   wsd, with S = the decay's length (wsd_decay_steps, or wsd_decay_fraction · D rounded, ≥ 1) and
+//   T = D - S ≥ W its first step:
+//     W <= s < T:       lr                                        (the stable phase)
+//     T <= s < D:       p = (s - T) / S; linear: lr - (lr - min_lr) · p;
+//                       1-sqrt: min_lr + (lr - min_lr) · (1 - √p)
 //
 // (nanoGPT's and llm.c's schedule.) Rule a reader could get wrong: D counts from step 0, warmup
 // included, so min_lr is reached at step D whatever W is.
@@ -15,7 +21,10 @@
 // --allow-change) continues the decay from where the checkpoint's schedule had it: from step R ≥ W
 // on, the learning rate goes from L = the checkpoint's schedule at R to min_lr at the new D, with
 // the same shape (p = (s - R) / (D - R) from L instead of lr) — no jump at R. The continuation is
-// part of the run's state: its later checkpoints record it, and resuming them keeps it.
+// part of the run's state: its later checkpoints record it, and resuming them keeps it. wsd's stable
+// phase needs none: a resume at R < T (both the checkpoint's T and the new one) keeps lr and decays
+// over the new schedule's last S steps — extending a run from its stable phase continues on the
+// curve a run of that length would have had.
 #pragma once
 
 #include <cstdint>

@@ -16,7 +16,7 @@ static OptimizerConfig config(LrSchedule s) {
 }
 
 TEST(LrSchedule, LinearWarmupFromLrOverWarmup) {
-  for (LrSchedule s : {LrSchedule::cosine, LrSchedule::linear, LrSchedule::constant}) {
+  for (LrSchedule s : {LrSchedule::cosine, LrSchedule::linear, LrSchedule::constant, LrSchedule::wsd}) {
     EXPECT_DOUBLE_EQ(lr_at(config(s), 0), 0.1);
     EXPECT_DOUBLE_EQ(lr_at(config(s), 4), 0.5);
     EXPECT_DOUBLE_EQ(lr_at(config(s), 9), 1.0);
@@ -38,6 +38,75 @@ TEST(LrSchedule, LinearAndConstant) {
   EXPECT_DOUBLE_EQ(lr_at(config(LrSchedule::linear), 200), 0.1);
   EXPECT_DOUBLE_EQ(lr_at(config(LrSchedule::constant), 10), 1.0);
   EXPECT_DOUBLE_EQ(lr_at(config(LrSchedule::constant), 5000), 1.0);
+}
+
+// Warmup-stable-decay at every step against its formula: warmup 10, lr until step 90 (the last 20
+// of 110: wsd_decay_steps 20, or a fraction 2/11), then 1 − √p or linear down to min_lr.
+TEST(LrSchedule, WsdIsStableThenDecaysOverItsLastSteps) {
+  for (WsdShape shape : {WsdShape::one_minus_sqrt, WsdShape::linear}) {
+    for (bool by_steps : {false, true}) {
+      OptimizerConfig o = config(LrSchedule::wsd);
+      o.wsd_shape = shape;
+      if (by_steps)
+        o.wsd_decay_steps = 20;
+      else
+        o.wsd_decay_fraction = 20.0 / 110.0;
+      EXPECT_EQ(o.wsd_decay_length(), 20);
+      EXPECT_EQ(o.wsd_decay_start(), 90);
+      for (int64_t s = 0; s < 130; ++s) {
+        double want = 0.1;
+        if (s < 10) {
+          want = double(s + 1) / 10.0;
+        } else if (s < 90) {
+          want = 1.0;
+        } else if (s < 110) {
+          const double p = double(s - 90) / 20.0;
+          want = shape == WsdShape::linear ? 1.0 - 0.9 * p : 0.1 + 0.9 * (1.0 - std::sqrt(p));
+        }
+        EXPECT_NEAR(lr_at(o, s), want, 1e-12) << "step " << s;
+      }
+    }
+  }
+  OptimizerConfig tiny = config(LrSchedule::wsd);
+  tiny.decay_steps = 12, tiny.warmup = 0, tiny.wsd_decay_fraction = 0.01;  // 0.12 steps rounds to 0: at least 1
+  EXPECT_EQ(tiny.wsd_decay_length(), 1);
+  EXPECT_DOUBLE_EQ(lr_at(tiny, 10), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(tiny, 11), 1.0);  // p = 0 at the decay's first (and only) step
+  EXPECT_DOUBLE_EQ(lr_at(tiny, 12), 0.1);
+}
+
+// A wsd run resumed in its stable phase with more steps (110 → 210, the decay its last fifth) keeps
+// lr and decays over the longer run's last 42 steps: the curve a 210-step run has from the start.
+// Resumed inside the decay instead, it continues from where the checkpoint's decay had it.
+TEST(LrSchedule, AWsdRunExtendedInItsStablePhaseContinuesOnTheLongerCurve) {
+  const OptimizerConfig before = config(LrSchedule::wsd);
+  OptimizerConfig after = before;
+  after.decay_steps = 210;
+  LrScheduler extended(after);
+  const std::string line = extended.restore(LrScheduler(before).state(), 60);
+  EXPECT_NE(line.find("in the stable phase: lr 1 until step 168"), std::string::npos) << line;
+  for (int64_t s = 60; s < 230; ++s) EXPECT_DOUBLE_EQ(extended.at(s), lr_at(after, s)) << s;
+  EXPECT_EQ(extended.state().value("from", -1), -1);
+  // In the decay (step 100 of the 90-110 decay): from its value there to min_lr at 210.
+  LrScheduler late(after);
+  late.restore(LrScheduler(before).state(), 100);
+  EXPECT_DOUBLE_EQ(late.at(100), lr_at(before, 100));
+  EXPECT_NEAR(late.at(155), 0.1 + (lr_at(before, 100) - 0.1) * (1.0 - std::sqrt(0.5)), 1e-12);
+  EXPECT_DOUBLE_EQ(late.at(210), 0.1);
+  // Another shape is a change of the schedule: applied as written.
+  OptimizerConfig other = before;
+  other.wsd_shape = WsdShape::linear;
+  LrScheduler changed(other);
+  EXPECT_NE(changed.restore(LrScheduler(before).state(), 100).find("this recipe's from step 100"), std::string::npos);
+  // A damaged record of the decay is an error naming it.
+  nlohmann::json damaged = LrScheduler(before).state();
+  damaged["wsd_shape"] = "cubic";
+  try {
+    LrScheduler(before).restore(damaged, 60);
+    ADD_FAILURE() << "a wsd_shape cubic accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the wsd decay"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LrSchedule, NoWarmup) {
@@ -133,7 +202,7 @@ TEST(LrSchedule, ADamagedRecordIsAnErrorNamingTheField) {
          j["schedule"] = "cubic";
          return j;
        }(),
-       "expected cosine, linear or constant"},
+       "expected cosine, linear, constant or wsd"},
       {[&] {
          auto j = good;
          j["from"] = 61;
