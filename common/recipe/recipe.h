@@ -24,6 +24,8 @@ enum class NonFiniteAction { stop, skip };
 enum class LrSchedule { cosine, linear, constant, wsd };
 // The warmup-stable-decay schedule's decay: linear, or 1 − √p (Hägele et al. 2024, MiniCPM's kind).
 enum class WsdShape { linear, one_minus_sqrt };
+// The optimizer's state (AdamW's moments) in memory: fp32, or bf16 (updated in fp32, stored rounded).
+enum class StateDtype { fp32, bf16 };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's attention: K/V blocks around a ring, or Ulysses' heads ↔ sequence all-to-all.
 enum class CpComm { ring, all_to_all };
@@ -188,6 +190,7 @@ struct OptimizerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  StateDtype state_dtype = StateDtype::fp32;
 
   // schedule wsd: the decay's length in steps (at least 1) and its first step (decay_steps − that).
   int64_t wsd_decay_length() const;
@@ -312,6 +315,7 @@ std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpoi
 std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction);
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule);
 std::span<const EnumName<WsdShape>> enum_names(WsdShape);
+std::span<const EnumName<StateDtype>> enum_names(StateDtype);
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule);
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType);
 std::span<const EnumName<MlpActivation>> enum_names(MlpActivation);

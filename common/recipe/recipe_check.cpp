@@ -440,6 +440,9 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
             "decay_steps");
   }
 
+  if (o.state_dtype == StateDtype::bf16 && r.parallel.offload != OffloadKind::none)
+    problem("optimizer.state_dtype", "not supported yet: bf16 optimizer state with parallel.offload",
+            "the offload store holds fp32 state: use state_dtype: fp32 with offload, or offload: none");
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp16)
     problem("parallel.grad_reduce_dtype", "bf16 with train.precision fp16",
             "fp16 gradients (loss-scaled) would lose 3 mantissa bits as bf16: use grad_reduce_dtype: fp32, or "

@@ -7,6 +7,7 @@
 #include "kernels/adamw_math.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/stored.h"
+#include "kernels/dtype_convert.h"
 
 namespace llmtrain::kernels::cpu {
 namespace {
@@ -43,14 +44,26 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
   }
   const AdamWConstants c = constants(s);
   const float decays[2] = {1.0f, 1.0f - s.lr * s.weight_decay};
-  float *p = params.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
+  float* p = params.ptr<float>();
+  const bool bf16_state = m.dtype == DType::bf16;
   with_stored(grads, [&](auto g) {
 #pragma omp parallel for schedule(static) if (total > 65536)
     for (int64_t i = 0; i < r; ++i) {
       const int64_t* row = t + 6 * i;
       const int64_t po = row[0], go = row[1], so = row[2], n = row[4];
       const float decay = decays[row[5]];
-      for (int64_t j = 0; j < n; ++j) adamw_element(c, decay, g(go + j), p[po + j], pm[so + j], pv[so + j]);
+      if (bf16_state) {  // read into fp32, updated there, stored rounded to nearest even
+        uint16_t *pm = static_cast<uint16_t*>(m.data) + so, *pv = static_cast<uint16_t*>(v.data) + so;
+        for (int64_t j = 0; j < n; ++j) {
+          float mj = bf16_to_fp32(pm[j]), vj = bf16_to_fp32(pv[j]);
+          adamw_element(c, decay, g(go + j), p[po + j], mj, vj);
+          pm[j] = fp32_to_bf16(mj);
+          pv[j] = fp32_to_bf16(vj);
+        }
+      } else {
+        float *pm = m.ptr<float>() + so, *pv = v.ptr<float>() + so;
+        for (int64_t j = 0; j < n; ++j) adamw_element(c, decay, g(go + j), p[po + j], pm[j], pv[j]);
+      }
       if (rounded.defined()) cpu::convert(rounded.flat(row[3], n), host_tensor(p + po, {n}));
     }
   });

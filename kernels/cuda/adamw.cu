@@ -1,4 +1,5 @@
-// AdamW on the device (kernels/cpu/adamw.cpp is the reference): fp32 master weights and moments,
+// AdamW on the device (kernels/cpu/adamw.cpp is the reference): fp32 master weights, fp32 or bf16
+// moments (bf16: each read into fp32 and stored rounded to nearest even, as the CPU does),
 // gradients in any storage dtype, the step's constants computed once on the host exactly as the
 // CPU computes them, each element updated by the CPU's own function (kernels/adamw_math.h: the
 // same bits). Memory-bound: 16 bytes read and 12 written per element with fp32 gradients and no
@@ -16,10 +17,10 @@ namespace {
 // start has the same alignment (the common case: offsets equal, or equal modulo 4), the row is
 // walked in groups of 4 (16-byte fp32 accesses) after a scalar head and before a scalar tail;
 // otherwise element by element. The arithmetic per element is the same either way.
-template <class G, class R>
-__global__ void adamw_rows_kernel(float* __restrict__ p, const G* __restrict__ g, float* __restrict__ m,
-                                  float* __restrict__ v, R* __restrict__ rounded, const int64_t* __restrict__ rows,
-                                  AdamWConstants c, float decay) {
+template <class G, class R, class M>
+__global__ void adamw_rows_kernel(float* __restrict__ p, const G* __restrict__ g, M* __restrict__ m, M* __restrict__ v,
+                                  R* __restrict__ rounded, const int64_t* __restrict__ rows, AdamWConstants c,
+                                  float decay) {
   const int64_t* row = rows + 6 * int64_t(blockIdx.x);
   const int64_t n = row[4];
   const float d = row[5] != 0 ? decay : 1.0f;
@@ -35,10 +36,10 @@ __global__ void adamw_rows_kernel(float* __restrict__ p, const G* __restrict__ g
   if (!grouped) head = n;
   const int64_t groups = (n - head) / 4, tail = head + 4 * groups;
   for (int64_t i = threadIdx.x; i < head; i += blockDim.x) {
-    float pi = p[i], mi = m[i], vi = v[i];
+    float pi = p[i], mi = load(m, i), vi = load(v, i);
     adamw_element(c, d, load(g, i), pi, mi, vi);
-    m[i] = mi;
-    v[i] = vi;
+    store(m, i, mi);
+    store(v, i, vi);
     p[i] = pi;
     if (rounded) store(rounded, i, pi);
   }
@@ -57,10 +58,10 @@ __global__ void adamw_rows_kernel(float* __restrict__ p, const G* __restrict__ g
     if (rounded) store4(rounded, i, pi);
   }
   for (int64_t i = tail + threadIdx.x; i < n; i += blockDim.x) {
-    float pi = p[i], mi = m[i], vi = v[i];
+    float pi = p[i], mi = load(m, i), vi = load(v, i);
     adamw_element(c, d, load(g, i), pi, mi, vi);
-    m[i] = mi;
-    v[i] = vi;
+    store(m, i, mi);
+    store(v, i, vi);
     p[i] = pi;
     if (rounded) store(rounded, i, pi);
   }
@@ -86,9 +87,12 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
     using G = decltype(gtag);
     with_storage(out, [&](auto rtag) {
       using R = decltype(rtag);
-      LT_LAUNCH(unsigned(r), 256, 0, compute_stream(), adamw_rows_kernel<G, R>)
-      (params.ptr<float>(), data<const G>(grads), m.ptr<float>(), v.ptr<float>(),
-       rounded.defined() ? data<R>(rounded) : nullptr, rows.ptr<int64_t>(), c, decay);
+      with_storage(m, [&](auto mtag) {  // fp32, or bf16 (optimizer.state_dtype)
+        using M = decltype(mtag);
+        LT_LAUNCH(unsigned(r), 256, 0, compute_stream(), adamw_rows_kernel<G, R, M>)
+        (params.ptr<float>(), data<const G>(grads), data<M>(m), data<M>(v),
+         rounded.defined() ? data<R>(rounded) : nullptr, rows.ptr<int64_t>(), c, decay);
+      });
     });
   });
   LT_CUDA_LAUNCHED("adamw_rows_kernel");

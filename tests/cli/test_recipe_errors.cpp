@@ -258,6 +258,8 @@ const Case kCases[] = {
     {"min_lr_over_lr", "lr: 1.0e-3", "  lr: 1.0e-3\n  min_lr: 0.1", "optimizer.min_lr", "min_lr", "larger than lr"},
     {"warmup_over_decay", "lr: 1.0e-3", "  lr: 1.0e-3\n  warmup: 50", "optimizer.warmup", "warmup",
      "longer than decay_steps 10"},
+    {"bf16_state_offloaded", "lr: 1.0e-3", "  lr: 1.0e-3\n  state_dtype: bf16", "optimizer.state_dtype",
+     "state_dtype", "not supported yet", "tp: 1", "  tp: 1\n  offload: nvme\n  offload_path: /scratch"},
     {"wsd_key_cosine", "lr: 1.0e-3", "  lr: 1.0e-3\n  wsd_shape: linear", "optimizer.wsd_shape", "wsd_shape",
      "optimizer.schedule is cosine"},
     {"wsd_decay_in_warmup", "lr: 1.0e-3", "  lr: 1.0e-3\n  schedule: wsd\n  warmup: 5\n  wsd_decay_steps: 6",

@@ -8,7 +8,12 @@
 #     and its checkpoint holds fp32 parameters; so do bf16 at tp 2 with sequence parallelism
 #     (16-bit activations across the tensor-parallel crossings) and at tp 2 × pp 2 × dp 2 with ZeRO 1
 #     and the bf16 gradient reduction (8 ranks: 16-bit stage messages too);
-#  4. --dry-run counts parameters and gradients in 16 bits and the master with the moments.
+#  4. --dry-run counts parameters and gradients in 16 bits and the master with the moments;
+#  5. the moments in bf16 (optimizer.state_dtype): 150 bf16 steps end within 3% of fp32's
+#     validation loss, the memory line counts 8 bytes an element of optimizer state (the fp32
+#     master and two bf16 moments) for 12, a run killed after its step-20 checkpoint resumes
+#     bitwise, dp 2 with ZeRO 3 takes one rank's steps within 1%, and a checkpoint crosses between
+#     fp32 and bf16 state only with --allow-change optimizer.state_dtype, converting on load.
 # fp16 starts at loss scale 1024 (the default 2^32 would spend its first ~40 steps backing off).
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
@@ -103,5 +108,54 @@ run_cmd "dry run bf16" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" -
 expect_status 0
 expect_out_re "parameters [0-9.]+ [KM]iB"
 grep -q "not supported" <<<"$out" && fail "dry run: $out" || pass "the bf16 plan has no 'not supported' note"
+
+# 5. bf16 moments.
+optimizer_mib() { grep -o "^memory per rank: .*optimizer [0-9.]* MiB" <<<"$1" | grep -o "[0-9.]* MiB$" | cut -d' ' -f1; }
+fp32_state=$(optimizer_mib "$out")
+run_cmd "dry run bf16 with bf16 moments" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+  --set train.precision=bf16 --set optimizer.state_dtype=bf16 --dry-run
+expect_status 0
+$PY -c "import sys; a, b = map(float, sys.argv[1:]); assert abs(b / a - 8 / 12) < 0.01, (a, b)" "$fp32_state" \
+  "$(optimizer_mib "$out")" && pass "bf16 moments: optimizer memory $(optimizer_mib "$out") MiB for $fp32_state (8 of 12 bytes)" ||
+  fail "bf16 moments' memory: $fp32_state and $(optimizer_mib "$out") MiB"
+run_cmd "bf16 with bf16 moments, 150 steps" train bf16m --set train.precision=bf16 --set optimizer.state_dtype=bf16
+expect_status 0
+echo "   bf16 with bf16 moments: validation loss $(val_loss bf16m 2>/dev/null)"
+$PY - "$(val_loss fp32)" "$(val_loss bf16m)" <<'PY' && pass "bf16 moments end within 3% of fp32's validation loss" ||
+a, b = float(__import__("sys").argv[1]), float(__import__("sys").argv[2])
+assert abs(b - a) <= 0.03 * a, (a, b)
+PY
+  fail "bf16 moments: validation loss $(val_loss bf16m) vs fp32 $(val_loss fp32)"
+run_cmd "bf16 moments uninterrupted" train M1 "${short[@]}" --set optimizer.state_dtype=bf16
+expect_status 0
+run_cmd "bf16 moments killed at 25" env LLMTRAIN_FAULT=kill@25 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+  --set log.dir=M2 "${short[@]}" --set optimizer.state_dtype=bf16
+expect_status 137
+run_cmd "bf16 moments resumed" train M2 "${short[@]}" --set optimizer.state_dtype=bf16
+expect_status 0
+diff <(losses M1) <(losses M2) >/dev/null && pass "bf16 moments: the resumed run's losses equal the uninterrupted run's, bitwise" ||
+  fail "bf16 moments' resume diverged: $(diff <(losses M1) <(losses M2) | head -6)"
+run_cmd "bf16 moments dp 2 zero 3" mpi_run 300 2 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+  --set log.dir=MD "${dp[@]}" --set parallel.dp=2 --set parallel.zero=3 --set optimizer.state_dtype=bf16
+expect_status 0
+$PY - D1 MD <<'PY' && pass "bf16 moments at dp 2 with ZeRO 3 take the steps of one rank's fp32 moments within 1%" ||
+import json, sys
+losses = lambda d: [r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 20 and all(abs(x - y) <= 0.01 * y for x, y in zip(b, a)), list(zip(a, b))
+PY
+  fail "bf16 moments at dp 2 ZeRO 3"
+# Across state dtypes: R1's fp32 moments (step 40) into bf16 moments, M1's bf16 ones into fp32.
+for pair in "R1 X1 bf16" "M1 X2 fp32"; do
+  read -r from to dtype <<<"$pair"
+  mkdir -p $to/ckpt && cp -r $from/ckpt/step_00000040 $to/ckpt/ && echo step_00000040 >$to/ckpt/latest
+  run_cmd "$from into $dtype moments, refused" train $to "${short[@]}" --set train.steps=44 --set optimizer.state_dtype=$dtype
+  expect_status 2
+  expect_out "optimizer.state_dtype"
+  run_cmd "$from into $dtype moments" train $to "${short[@]}" --set train.steps=44 --set optimizer.state_dtype=$dtype \
+    --allow-change optimizer.state_dtype,train.steps
+  expect_status 0
+  expect_out "accepted by --allow-change: "
+done
 
 finish

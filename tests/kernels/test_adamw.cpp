@@ -75,6 +75,74 @@ TEST(AdamW, StepsMatchDoubleReference) {
   }
 }
 
+// optimizer.state_dtype bf16: moments stored in bf16 are the fp32 update's moments rounded to
+// nearest even after every step, bitwise, and the parameters follow from those rounded moments —
+// on the CPU, and on the (simulated) device, whose update is the same function.
+TEST(AdamW, Bf16MomentsAreTheFp32UpdateRoundedEachStep) {
+  std::mt19937_64 rng(1207);
+  std::normal_distribution<float> normal;
+  const int64_t n = 70001, split = 20011;
+  std::vector<int64_t> rows = adamw_table(n, split);
+  std::vector<float> p(n), g(n), rm(n, 0.0f), rv(n, 0.0f);
+  for (auto& x : p) x = normal(rng);
+  std::vector<float> rp = p;
+  Buffer m(DType::bf16, {n}), v(DType::bf16, {n});
+  fill_zero(m.tensor());
+  fill_zero(v.tensor());
+  const bool on_cuda = [] {
+    const CudaInfo c = cuda_info();
+    return c.built && !c.devices.empty();
+  }();
+  Buffer dp, dm, dv, drows;
+  if (on_cuda) {
+    dp = Buffer(DType::fp32, {n}, Device::cuda), dm = Buffer(DType::bf16, {n}, Device::cuda);
+    dv = Buffer(DType::bf16, {n}, Device::cuda), drows = Buffer(DType::int64, table_tensor(rows).shape, Device::cuda);
+    copy(dp.tensor(), host_tensor(p.data(), {n}));
+    fill_zero(dm.tensor());
+    fill_zero(dv.tensor());
+    copy(drows.tensor(), table_tensor(rows));
+  }
+  auto round_bf16 = [&](std::vector<float>& x) {
+    Buffer b(DType::bf16, {n});
+    convert(b.tensor(), host_tensor(x.data(), {n}));
+    convert(host_tensor(x.data(), {n}), b.tensor());
+  };
+  for (int64_t step = 1; step <= 4; ++step) {
+    for (auto& x : g) x = normal(rng);
+    const AdamWStep s{.lr = 3e-3f, .weight_decay = 0.1f, .step = step, .grad_scale = 0.37f};
+    adamw_rows(host_tensor(p.data(), {n}), host_tensor(g.data(), {n}), m.tensor(), v.tensor(), Tensor{},
+               table_tensor(rows), s);
+    adamw_rows(host_tensor(rp.data(), {n}), host_tensor(g.data(), {n}), host_tensor(rm.data(), {n}),
+               host_tensor(rv.data(), {n}), Tensor{}, table_tensor(rows), s);
+    round_bf16(rm);
+    round_bf16(rv);
+    if (on_cuda) {
+      Buffer dg(DType::fp32, {n}, Device::cuda);
+      copy(dg.tensor(), host_tensor(g.data(), {n}));
+      adamw_rows(dp.tensor(), dg.tensor(), dm.tensor(), dv.tensor(), Tensor{}, drows.tensor(), s);
+    }
+  }
+  std::vector<float> gm(n), gv(n);
+  convert(host_tensor(gm.data(), {n}), m.tensor());
+  convert(host_tensor(gv.data(), {n}), v.tensor());
+  EXPECT_EQ(gm, rm);
+  EXPECT_EQ(gv, rv);
+  EXPECT_EQ(p, rp);
+  if (!on_cuda) return;
+  // The device against the CPU, as OnTheCudaDeviceMatchesTheCpu compares fp32 moments.
+  std::vector<float> cp(n), cm(n), cv(n);
+  Buffer hm(DType::bf16, {n}), hv(DType::bf16, {n});
+  copy(host_tensor(cp.data(), {n}), dp.tensor());
+  copy(hm.tensor(), dm.tensor());
+  copy(hv.tensor(), dv.tensor());
+  convert(host_tensor(cm.data(), {n}), hm.tensor());
+  convert(host_tensor(cv.data(), {n}), hv.tensor());
+  auto wide = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  EXPECT_LE(rel_error(wide(cp), wide(p)), 1e-5);
+  EXPECT_LE(rel_error(wide(cm), wide(gm)), 1e-5);
+  EXPECT_LE(rel_error(wide(cv), wide(gv)), 1e-5);
+}
+
 // Σ x² of a host tensor, through the op's fp32 output.
 double host_sum_squares(Tensor x) {
   float out = 0;

@@ -405,7 +405,8 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
       const int64_t at = opt->state_offset(lo);
       auto state = [&](TensorRole role, AdamW::State which) {
         CheckpointSlice s{p.spec.name, role, p.spec.shape, part, {}, write};
-        if (opt->offload_store()) {
+        // Offloaded, or bf16 moments: through read_state / write_state, which convert to fp32.
+        if (opt->offload_store() || (which != AdamW::State::master && opt->state_dtype() != kernels::DType::fp32)) {
           s.data = kernels::Tensor(nullptr, kernels::DType::fp32, {hi - lo});
           s.fetch = [opt, which, at](int64_t begin, kernels::Tensor host) { opt->read_state(which, at + begin, host); };
           s.store = [opt, which, at](int64_t begin, kernels::Tensor host) {

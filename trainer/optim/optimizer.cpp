@@ -57,6 +57,8 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
            "offloaded parameters without offload or with a 16-bit master");
   LT_CHECK(!offload.cpu_update || (offload.kind == OffloadKind::host && device == kernels::Device::cuda),
            "a CPU update without host offload on a device");
+  LT_CHECK(offload.kind == OffloadKind::none || config.state_dtype == StateDtype::fp32,
+           "bf16 optimizer state offloaded");  // recipe_check refuses it by key
   for (size_t i = 1; i < owned_.size(); ++i)
     LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
              owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);
@@ -64,8 +66,9 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
     store_ = std::make_unique<OffloadStore>(offload, has_master_ ? 3 : 2, numel_);
     return;
   }
-  m_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
-  v_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
+  const kernels::DType moments = state_dtype();
+  m_ = kernels::Buffer(moments, {numel_}, device, kernels::MemoryKind::optimizer);
+  v_ = kernels::Buffer(moments, {numel_}, device, kernels::MemoryKind::optimizer);
   if (has_master_) master_ = kernels::Buffer(kernels::DType::fp32, {numel_}, device, kernels::MemoryKind::optimizer);
 }
 
@@ -174,18 +177,40 @@ kernels::Tensor AdamW::exp_avg() const { return state_tensor(State::exp_avg); }
 kernels::Tensor AdamW::exp_avg_sq() const { return state_tensor(State::exp_avg_sq); }
 kernels::Tensor AdamW::master() const { return state_tensor(State::master); }
 
+kernels::DType AdamW::state_dtype() const {
+  return config_.state_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32;
+}
+
+// bf16 moments travel to and from the host's fp32 through a bf16 copy on the host: widened exactly,
+// or rounded to nearest even.
 void AdamW::read_state(State which, int64_t at, kernels::Tensor host) const {
-  if (store_)
+  if (store_) {
     store_->read(int(which), at, host);
-  else
-    kernels::copy(host, state_tensor(which).flat(at, host.numel()));
+    return;
+  }
+  const kernels::Tensor state = state_tensor(which).flat(at, host.numel());
+  if (state.dtype == host.dtype) {
+    kernels::copy(host, state);
+    return;
+  }
+  kernels::Buffer staged(state.dtype, {host.numel()}, kernels::Device::cpu, kernels::MemoryKind::other);
+  kernels::copy(staged.tensor(), state);
+  kernels::convert(host, staged.tensor());
 }
 
 void AdamW::write_state(State which, int64_t at, kernels::Tensor host) const {
-  if (store_)
+  if (store_) {
     store_->write(int(which), at, host);
-  else
-    kernels::copy(state_tensor(which).flat(at, host.numel()), host);
+    return;
+  }
+  const kernels::Tensor state = state_tensor(which).flat(at, host.numel());
+  if (state.dtype == host.dtype) {
+    kernels::copy(state, host);
+    return;
+  }
+  kernels::Buffer staged(state.dtype, {host.numel()}, kernels::Device::cpu, kernels::MemoryKind::other);
+  kernels::convert(staged.tensor(), host);
+  kernels::copy(state, staged.tensor());
 }
 
 template <typename Fn>

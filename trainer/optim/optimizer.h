@@ -8,6 +8,8 @@
 //    corrections 1 - β^k, exactly as torch.optim.AdamW.
 //  - Clipping multiplies the gradient inside the update (grad_scale); the gradient buffer itself
 //    is not modified.
+//  - optimizer.state_dtype bf16: the moments are bf16 arrays, each element read into fp32, updated
+//    there and stored rounded to nearest even (kernels::adamw_rows); the master stays fp32.
 //  - 16-bit parameters (train.precision bf16/fp16): AdamW keeps an fp32 MASTER copy of the owned
 //    ranges, packed like the moments (so ZeRO 1 shards it with them). step() updates the master
 //    from the gradients (16-bit or fp32) and writes it, rounded once, into the owned ranges of the
@@ -85,6 +87,9 @@ class AdamW {
   void set_steps(int64_t steps) { steps_ = steps; }  // when restoring a checkpoint
   kernels::Tensor exp_avg() const;                   // first moment, [owned_numel()], compact (not offloaded)
   kernels::Tensor exp_avg_sq() const;                // second moment
+  // The moments' dtype in memory (optimizer.state_dtype): fp32, or bf16 (read_state and write_state
+  // convert to and from fp32).
+  kernels::DType state_dtype() const;
   const std::vector<parallel::FlatRange>& owned() const { return owned_; }
   int64_t owned_numel() const { return numel_; }
   // 16-bit parameters: the fp32 master of the owned ranges, [owned_numel()] packed as the moments.

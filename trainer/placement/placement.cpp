@@ -156,7 +156,8 @@ Placement place(const Recipe& r, const Layout& layout, const parallel::MeshCoord
   p.activation_bytes = model.activations();
   p.head_logit_bytes = model.head_logits;
 
-  // AdamW keeps two fp32 moments (and, with 16-bit parameters, their fp32 master) over the ranges
+  // AdamW keeps two moments (fp32, or bf16 with optimizer.state_dtype; with 16-bit parameters also
+  // their fp32 master) over the ranges
   // the gradient sync gives this rank to own: the whole stage at ZeRO stage 0; at stages 1-3 this
   // rank's chunk of every sharding unit (parameter groups merged as buckets are, in bytes of the
   // parameters' dtype). The sync's gradient pool (and stage 3's gathered-parameter pool), in that
@@ -216,7 +217,8 @@ Placement place(const Recipe& r, const Layout& layout, const parallel::MeshCoord
   }
   // Moments, and a master for 16-bit parameters (at ZeRO 3 the owned values are the master and
   // count as parameters).
-  p.moments = {Residence::device, kernels::DType::fp32, p.owned, 2};
+  p.moments = {Residence::device,
+               r.optimizer.state_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32, p.owned, 2};
   if (layout.fp32_master()) p.master = {Residence::device, kernels::DType::fp32, p.owned};
 
   if (r.parallel.offload != OffloadKind::none) {

@@ -84,8 +84,9 @@ struct Placement {
   int64_t owned = 0;  // elements this rank updates
 
   // The state. values/grads: the model's flat buffers, or at ZeRO 3 / ZeRO 2 the gradient sync's
-  // owned fp32 values / gradients (the model then holds none). moments: AdamW's two fp32 arrays;
-  // master: its fp32 copy of 16-bit values (none at ZeRO 3, whose owned values are fp32).
+  // owned fp32 values / gradients (the model then holds none). moments: AdamW's two arrays (fp32,
+  // or bf16 with optimizer.state_dtype); master: its fp32 copy of 16-bit values (none at ZeRO 3,
+  // whose owned values are fp32).
   Held values, grads, moments, master;
   // The values' chunk a ZeRO-3 rank holds at a time when the owned values are offloaded
   // (offload_params: the store keeps them; `values` then is that chunk).

@@ -71,6 +71,31 @@ TEST(Optimizer, ShardedUpdateEqualsTheWhole) {
   EXPECT_EQ(whole.steps(), 4);
 }
 
+// optimizer.state_dtype bf16: the moments are bf16 arrays of half the bytes; fp32 state written in
+// (a checkpoint of fp32 moments) is rounded to nearest even, and read back out widened exactly (a
+// checkpoint holds fp32), so bf16 → fp32 → bf16 is the identity.
+TEST(Optimizer, Bf16StateConvertsOnTheWayInAndOut) {
+  OptimizerConfig cfg;
+  cfg.state_dtype = StateDtype::bf16;
+  const int64_t n = 1000;
+  AdamW adamw(cfg, {{0, n, true}}, {{0, n}});
+  EXPECT_EQ(adamw.state_dtype(), kernels::DType::bf16);
+  EXPECT_EQ(adamw.exp_avg().dtype, kernels::DType::bf16);
+  EXPECT_EQ(adamw.exp_avg_sq().bytes(), size_t(n) * 2);
+  std::vector<float> in(n), out(n), again(n);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (auto& x : in) x = nd(rng);
+  in[0] = 1.0f + 1.5f / 128.0f;  // halfway between bf16 neighbours 1 + 1/128 and 1 + 2/128: to the even one
+  adamw.write_state(AdamW::State::exp_avg, 0, kernels::host_tensor(in.data(), {n}));
+  adamw.read_state(AdamW::State::exp_avg, 0, kernels::host_tensor(out.data(), {n}));
+  EXPECT_EQ(out[0], 1.0f + 2.0f / 128.0f);
+  for (int64_t i = 0; i < n; ++i) ASSERT_LE(std::abs(out[i] - in[i]), std::abs(in[i]) / 256.0f) << i;
+  adamw.write_state(AdamW::State::exp_avg, 0, kernels::host_tensor(out.data(), {n}));
+  adamw.read_state(AdamW::State::exp_avg, 0, kernels::host_tensor(again.data(), {n}));
+  EXPECT_EQ(again, out);
+}
+
 TEST(Optimizer, WeightDecayOnlyWhereTheSpecSaysSo) {
   auto tp = parallel::make_local_comm("tp");
   Model model(gpt2_small(), ModelOptions{}, *tp);
