@@ -16,7 +16,8 @@
 #  5. the llama family's variants (q/k/v biases, q/k norms, head_dim, a sliding window, attention
 #     sinks, llama3 RoPE) on cuda take the CPU's 2 fp32 steps;
 #  6. MoE blocks on cuda take the CPU's 2 fp32 steps; gpt-oss's and Gemma 3's blocks take them too,
-#     and their 2 bf16 steps (Gemma 3's with selective recomputation) within 2e-2;
+#     and their 2 bf16 steps (Gemma 3's with selective recomputation) within 2e-2; with bf16
+#     moments (optimizer.state_dtype) 2 fp32 steps take the CPU's;
 #  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes;
 #  8. the GPT-2 family on cuda (its MLP's GELU and the bias gradients in cuBLASLt's epilogues) takes
 #     the CPU's 2 fp32 steps, and with selective recomputation (act recomputed by gelu_forward).
@@ -176,6 +177,14 @@ for d in cpu cuda; do
 done
 compare "gpt-oss's block: cuda takes the cpu's 2 steps" gptoss-cuda gptoss-cpu --last 2 --tol 1e-5
 compare "gpt-oss's block in bf16: cuda within 2e-2 of the cpu's" gptoss-bf16-cuda gptoss-bf16-cpu --last 2 --tol 2e-2
+# 6c. bf16 moments (optimizer.state_dtype) on cuda: adamw_rows' bf16 loads and rounded stores;
+#    2 fp32 steps take the CPU's.
+for d in cpu cuda; do
+  run_cmd "bf16 moments on $d" train bf16m-$d --set train.device=$d --set optimizer.state_dtype=bf16 --set train.steps=2 \
+    --set checkpoint.resume=none --set checkpoint.every=2
+  expect_status 0
+done
+compare "bf16 moments: cuda takes the cpu's 2 steps" bf16m-cuda bf16m-cpu --last 2 --tol 1e-5
 # 6b. Gemma 3's block on cuda (per-layer windows and RoPE tables, the softmax scale, GeGLU, the
 #    post-norms, scaled embeddings, soft-capped logits): 2 fp32 steps take the CPU's, and so do 2 in
 #    bf16 with selective recomputation (the tensor-core attention kernels with the scale and window).
