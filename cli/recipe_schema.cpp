@@ -494,6 +494,8 @@ std::vector<RecipeKey> make_schema() {
            {"number > 0", "1e-8", "Adam's ε"}),
     choice("optimizer.state_dtype", [](auto& r) -> auto& { return r.optimizer.state_dtype; },
            {"`fp32` \\| `bf16`", "`fp32`", "AdamW's moments in memory (bf16: half the bytes)"}),
+    boolean("optimizer.master", [](auto& r) -> auto& { return r.optimizer.master; },
+            {"bool", "true", "train.precision bf16: the optimizer's fp32 master copy (false: none)"}),
     number("optimizer.weight_decay", [](auto& r) -> auto& { return r.optimizer.weight_decay; }, kNonNegativeFloat,
            {"number ≥ 0", "0.1", "decoupled weight decay on matrices"}),
 

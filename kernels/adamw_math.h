@@ -9,7 +9,9 @@
 // on every device.
 #pragma once
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/host_device.h"
 
@@ -28,6 +30,50 @@ LT_HOST_DEVICE void adamw_element(const AdamWConstants& c, float decay, float g,
   v = fmaf(c.b2, v, ((1.0f - c.b2) * gi) * gi);
   const float step = c.step_size * m / fmaf(sqrtf(v), c.inv_sqrt_bc2, c.eps);
   p = fmaf(p, decay, -step);
+}
+
+// bf16 parameters without an fp32 master (optimizer.master false) take the update rounded
+// stochastically: up with probability (x − down) / (up − down), so that updates smaller than half
+// a bf16 ulp still move the parameter on average instead of vanishing. The 16 random bits of an
+// element are a counter-based hash (splitmix64's finalizer) of the step's key and the element's
+// index in the flat parameter buffer: the same bits for a given seed, step and layout on every
+// backend, whatever the threads' order.
+LT_HOST_DEVICE uint64_t splitmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The step's key, from the recipe's seed and the 1-based update count.
+LT_HOST_DEVICE uint64_t rounding_key(uint64_t seed, int64_t step) {
+  return splitmix64(seed * 0x9E3779B97F4A7C15ull + uint64_t(step));
+}
+
+LT_HOST_DEVICE uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return std::bit_cast<uint32_t>(x);
+#endif
+}
+
+// A bf16 bit pattern widened to fp32 (exact).
+LT_HOST_DEVICE float bf16_bits_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(uint32_t(h) << 16);
+#else
+  return std::bit_cast<float>(uint32_t(h) << 16);
+#endif
+}
+
+// x rounded to bf16 with element `index`'s random bits under `key`. Adding 16 random bits below the
+// kept 16 and truncating rounds the magnitude up with probability (dropped bits) / 2^16; ±inf and
+// NaN keep their pattern (NaN forced quiet).
+LT_HOST_DEVICE uint16_t fp32_to_bf16_stochastic(float x, uint64_t key, int64_t index) {
+  const uint32_t u = float_bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return uint16_t((u >> 16) | ((u & 0x7fffffu) != 0 ? 0x0040u : 0u));
+  const uint32_t r = uint32_t(splitmix64(key + uint64_t(index) * 0xD1B54A32D192ED03ull)) & 0xffffu;
+  return uint16_t((u + r) >> 16);
 }
 
 }  // namespace llmtrain::kernels

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "kernels/buffer.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/stored.h"
@@ -350,6 +351,20 @@ void copy(Tensor out, Tensor in) {
 #else
   no_cuda("copy");
 #endif
+}
+
+void copy_convert(Tensor out, Tensor in) {
+  if (out.dtype == in.dtype) return copy(out, in);
+  if (out.device == in.device) return convert(out, in);
+  const bool to_host = out.device == Device::cpu;
+  Buffer staged(to_host ? in.dtype : out.dtype, {in.numel()}, Device::cpu, MemoryKind::other);
+  if (to_host) {
+    copy(staged.tensor(), in);
+    convert(out, staged.tensor());
+  } else {
+    convert(staged.tensor(), in);
+    copy(out, staged.tensor());
+  }
 }
 
 }  // namespace llmtrain::kernels

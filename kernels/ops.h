@@ -51,6 +51,9 @@ struct AdamWStep {
   float weight_decay = 0;  // 0 for parameters that take none
   int64_t step = 1;        // 1-based: the bias corrections use β^step
   float grad_scale = 1;    // multiplies the gradient first (clipping factor, 1/loss-scale)
+  // bf16 parameters updated in place (no fp32 master): the step's stochastic-rounding key
+  // (kernels/adamw_math.h rounding_key(seed, step)).
+  uint64_t rounding_key = 0;
 };
 
 // How rope_table stretches the rotary frequencies for contexts beyond the pretrained one, as
@@ -125,6 +128,10 @@ struct AttentionSpec {
 // reads its loss back with it; a copy into host memory of a device tensor is a synchronization
 // point on that device (it waits for the work that produces `in`).
 void copy(Tensor out, Tensor in);
+// out = in between any two devices and any two float dtypes (convert's rounding): where both the
+// devices and the dtypes differ, through a host copy in the device side's dtype. Checkpoints move
+// 16-bit state (bf16 moments, bf16 parameters without a master) to and from host fp32 with it.
+void copy_convert(Tensor out, Tensor in);
 // Waits until every op queued on `device` is done: a no-op on the CPU, whose ops finish before they
 // return; on a GPU, where a launch returns at once, the step's phase timers call it so that each
 // phase's time is its ops' own.

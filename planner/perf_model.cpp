@@ -309,8 +309,10 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     }
   }
   // AdamW: about 32 bytes read and written per owned element (gradient, moments, master, parameter);
-  // 8 fewer with bf16 moments (optimizer.state_dtype: each read and written in 2 bytes, not 4).
-  const double update_bytes = r.optimizer.state_dtype == StateDtype::bf16 ? 24 : 32;
+  // 8 fewer with bf16 moments (optimizer.state_dtype: each read and written in 2 bytes, not 4), and 6
+  // fewer without a master (optimizer.master false: the bf16 parameter read and written, 4 bytes,
+  // in place of the master's 8 and the rounded copy's 2).
+  const double update_bytes = (r.optimizer.state_dtype == StateDtype::bf16 ? 24 : 32) - (r.optimizer.master ? 0 : 6);
   out.optimizer =
       stage_params / shard * update_bytes / (dev.shares_host ? dev.memory_bandwidth / per_node : dev.memory_bandwidth);
   // Where and when the busiest stage's update runs, as the run places it (trainer/placement/placement.h).

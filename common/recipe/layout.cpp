@@ -25,6 +25,7 @@ Layout layout_of(const Recipe& r) {
   l.sequence_parallel = p.sequence_parallel;
   l.device = r.train.device;
   l.precision = r.train.precision;
+  l.master = r.optimizer.master;
   l.grad_reduce = p.grad_reduce_dtype;
   l.recompute = r.train.activation_checkpointing;
   l.bucket_mb = p.bucket_mb;

@@ -41,6 +41,7 @@ struct Layout {
 
   DeviceKind device = DeviceKind::cpu;
   Precision precision = Precision::fp32;
+  bool master = true;  // optimizer.master
   GradReduceDtype grad_reduce = GradReduceDtype::fp32;
   ActivationCheckpointing recompute = ActivationCheckpointing::none;
   double bucket_mb = 25.0;
@@ -59,7 +60,8 @@ struct Layout {
   int64_t local_seq(int64_t seq_len) const { return seq_len / cp; }
   // 16-bit parameters keep an fp32 master copy in the optimizer, except at ZeRO 3, where the owned
   // shard is fp32 and is the master.
-  bool fp32_master() const { return precision != Precision::fp32 && !parameters_sharded(); }
+  // optimizer.master false: none (bf16 parameters updated in place).
+  bool fp32_master() const { return precision != Precision::fp32 && !parameters_sharded() && master; }
   // Expert parallelism at ZeRO 0 and 1: each rank holds only its ep rank's E/ep experts of every MoE
   // block (weights, gradients, optimizer state), their gradients reduced (and at ZeRO 1 their
   // optimizer state sharded) over the expert-data-parallel group, the replicas() / ep ranks of the

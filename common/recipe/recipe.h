@@ -191,6 +191,9 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;
   StateDtype state_dtype = StateDtype::fp32;
+  // 16-bit training keeps an fp32 master copy of the parameters in the optimizer; false updates the
+  // bf16 parameters in place, rounded stochastically (seeded by train.seed).
+  bool master = true;
 
   // schedule wsd: the decay's length in steps (at least 1) and its first step (decay_steps − that).
   int64_t wsd_decay_length() const;

@@ -443,6 +443,20 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
   if (o.state_dtype == StateDtype::bf16 && r.parallel.offload != OffloadKind::none)
     problem("optimizer.state_dtype", "not supported yet: bf16 optimizer state with parallel.offload",
             "the offload store holds fp32 state: use state_dtype: fp32 with offload, or offload: none");
+  if (!o.master) {
+    if (r.train.precision != Precision::bf16)
+      problem("optimizer.master",
+              r.train.precision == Precision::fp32
+                  ? std::string("false with train.precision fp32 (fp32 parameters are their own master)")
+                  : std::string("not supported yet: false with train.precision fp16"),
+              "training without a master is bf16's: set train.precision: bf16, or remove optimizer.master");
+    else if (r.parallel.zero >= 3)
+      problem("optimizer.master", "not supported yet: false with parallel.zero 3",
+              "ZeRO 3's owned parameter shard is fp32 and is the master: use zero 1 or 2, or master: true");
+    else if (r.parallel.offload != OffloadKind::none)
+      problem("optimizer.master", "not supported yet: false with parallel.offload",
+              "the offload store updates an fp32 copy: use offload: none, or master: true");
+  }
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp16)
     problem("parallel.grad_reduce_dtype", "bf16 with train.precision fp16",
             "fp16 gradients (loss-scaled) would lose 3 mantissa bits as bf16: use grad_reduce_dtype: fp32, or "

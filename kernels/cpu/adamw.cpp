@@ -25,6 +25,38 @@ AdamWConstants constants(const AdamWStep& s) {
           .inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2))};
 }
 
+// bf16 parameters without a master (optimizer.master false): each read into fp32, updated there
+// with its moments (fp32, or bf16 rounded to nearest even) and stored rounded stochastically with
+// the row's rounding index (column 3) plus its place in the row.
+void bf16_params(Tensor params, Tensor grads, Tensor m, Tensor v, const int64_t* t, int64_t r, int64_t total,
+                 const AdamWConstants& c, const float (&decays)[2], uint64_t key) {
+  uint16_t* p = static_cast<uint16_t*>(params.data);
+  const bool bf16_state = m.dtype == DType::bf16;
+  uint16_t *m16 = static_cast<uint16_t*>(m.data), *v16 = static_cast<uint16_t*>(v.data);
+  float *m32 = static_cast<float*>(m.data), *v32 = static_cast<float*>(v.data);
+  with_stored(grads, [&](auto g) {
+#pragma omp parallel for schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < r; ++i) {
+      const int64_t* row = t + 6 * i;
+      const int64_t po = row[0], go = row[1], so = row[2], n = row[4];
+      for (int64_t j = 0; j < n; ++j) {
+        float pj = bf16_bits_to_float(p[po + j]);
+        float mj = bf16_state ? bf16_to_fp32(m16[so + j]) : m32[so + j];
+        float vj = bf16_state ? bf16_to_fp32(v16[so + j]) : v32[so + j];
+        adamw_element(c, decays[row[5]], g(go + j), pj, mj, vj);
+        p[po + j] = fp32_to_bf16_stochastic(pj, key, row[3] + j);
+        if (bf16_state) {
+          m16[so + j] = fp32_to_bf16(mj);
+          v16[so + j] = fp32_to_bf16(vj);
+        } else {
+          m32[so + j] = mj;
+          v32[so + j] = vj;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded, Tensor rows, const AdamWStep& s) {
@@ -44,8 +76,9 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
   }
   const AdamWConstants c = constants(s);
   const float decays[2] = {1.0f, 1.0f - s.lr * s.weight_decay};
-  float* p = params.ptr<float>();
   const bool bf16_state = m.dtype == DType::bf16;
+  if (params.dtype == DType::bf16) return bf16_params(params, grads, m, v, t, r, total, c, decays, s.rounding_key);
+  float* p = params.ptr<float>();
   with_stored(grads, [&](auto g) {
 #pragma omp parallel for schedule(static) if (total > 65536)
     for (int64_t i = 0; i < r; ++i) {

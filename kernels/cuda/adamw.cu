@@ -1,5 +1,6 @@
-// AdamW on the device (kernels/cpu/adamw.cpp is the reference): fp32 master weights, fp32 or bf16
-// moments (bf16: each read into fp32 and stored rounded to nearest even, as the CPU does),
+// AdamW on the device (kernels/cpu/adamw.cpp is the reference): fp32 master weights (or bf16
+// parameters without one, rounded stochastically: optimizer.master false), fp32 or bf16 moments
+// (bf16: each read into fp32 and stored rounded to nearest even, as the CPU does),
 // gradients in any storage dtype, the step's constants computed once on the host exactly as the
 // CPU computes them, each element updated by the CPU's own function (kernels/adamw_math.h: the
 // same bits). Memory-bound: 16 bytes read and 12 written per element with fp32 gradients and no
@@ -67,6 +68,28 @@ __global__ void adamw_rows_kernel(float* __restrict__ p, const G* __restrict__ g
   }
 }
 
+// bf16 parameters without a master (optimizer.master false): block b updates row b element by
+// element, each parameter read into fp32 and stored rounded stochastically (kernels/adamw_math.h:
+// the CPU's bits).
+template <class G, class M>
+__global__ void adamw_bf16_params_kernel(uint16_t* __restrict__ p, const G* __restrict__ g, M* __restrict__ m,
+                                         M* __restrict__ v, const int64_t* __restrict__ rows, AdamWConstants c,
+                                         float decay, uint64_t key) {
+  const int64_t* row = rows + 6 * int64_t(blockIdx.x);
+  const int64_t po = row[0], index = row[3], n = row[4];
+  const float d = row[5] != 0 ? decay : 1.0f;
+  g += row[1];
+  m += row[2];
+  v += row[2];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float pi = bf16_bits_to_float(p[po + i]), mi = load(m, i), vi = load(v, i);
+    adamw_element(c, d, load(g, i), pi, mi, vi);
+    store(m, i, mi);
+    store(v, i, vi);
+    p[po + i] = fp32_to_bf16_stochastic(pi, key, index + i);
+  }
+}
+
 }  // namespace
 
 void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded, Tensor rows, const AdamWStep& s) {
@@ -81,6 +104,19 @@ void adamw_rows(Tensor params, Tensor grads, Tensor m, Tensor v, Tensor rounded,
                          .step_size = float(double(s.lr) / bc1),
                          .inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2))};
   const float decay = 1.0f - s.lr * s.weight_decay;
+  if (params.dtype == DType::bf16) {
+    with_storage(grads, [&](auto gtag) {
+      using G = decltype(gtag);
+      with_storage(m, [&](auto mtag) {
+        using M = decltype(mtag);
+        LT_LAUNCH(unsigned(r), 256, 0, compute_stream(), adamw_bf16_params_kernel<G, M>)
+        (static_cast<uint16_t*>(params.data), data<const G>(grads), data<M>(m), data<M>(v), rows.ptr<int64_t>(), c,
+         decay, s.rounding_key);
+      });
+    });
+    LT_CUDA_LAUNCHED("adamw_bf16_params_kernel");
+    return;
+  }
   // Without rounded parameters the kernel's R is float and its pointer null.
   const Tensor out = rounded.defined() ? rounded : params;
   with_storage(grads, [&](auto gtag) {

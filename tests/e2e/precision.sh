@@ -13,7 +13,12 @@
 #     validation loss, the memory line counts 8 bytes an element of optimizer state (the fp32
 #     master and two bf16 moments) for 12, a run killed after its step-20 checkpoint resumes
 #     bitwise, dp 2 with ZeRO 3 takes one rank's steps within 1%, and a checkpoint crosses between
-#     fp32 and bf16 state only with --allow-change optimizer.state_dtype, converting on load.
+#     fp32 and bf16 state only with --allow-change optimizer.state_dtype, converting on load;
+#  6. bf16 without the fp32 master (optimizer.master false, stochastic rounding): the memory line
+#     counts 8 bytes an element of optimizer state for 12, 150 steps end within 3% of fp32's
+#     validation loss, a run killed after its step-20 checkpoint resumes bitwise, dp 2 with ZeRO 1
+#     and pp 2 (a tied embedding on both stages) take one rank's steps within 1%, and a checkpoint
+#     of a run with a master loads into one without only with --allow-change optimizer.master.
 # fp16 starts at loss scale 1024 (the default 2^32 would spend its first ~40 steps backing off).
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
@@ -157,5 +162,56 @@ for pair in "R1 X1 bf16" "M1 X2 fp32"; do
   expect_status 0
   expect_out "accepted by --allow-change: "
 done
+
+# 6. No master.
+nm=(--set train.precision=bf16 --set optimizer.master=false)
+run_cmd "dry run bf16 without a master" "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" "${nm[@]}" --dry-run
+expect_status 0
+$PY -c "import sys; a, b = map(float, sys.argv[1:]); assert abs(b / a - 8 / 12) < 0.01, (a, b)" "$fp32_state" \
+  "$(optimizer_mib "$out")" && pass "no master: optimizer memory $(optimizer_mib "$out") MiB for $fp32_state (8 of 12 bytes)" ||
+  fail "no master's memory: $fp32_state and $(optimizer_mib "$out") MiB"
+run_cmd "bf16 without a master, 150 steps" train nomaster "${nm[@]}"
+expect_status 0
+echo "   bf16 without a master: validation loss $(val_loss nomaster 2>/dev/null)"
+$PY - "$(val_loss fp32)" "$(val_loss nomaster)" <<'PY' && pass "bf16 without a master ends within 3% of fp32's validation loss" ||
+a, b = float(__import__("sys").argv[1]), float(__import__("sys").argv[2])
+assert abs(b - a) <= 0.03 * a, (a, b)
+PY
+  fail "no master: validation loss $(val_loss nomaster) vs fp32 $(val_loss fp32)"
+run_cmd "no master uninterrupted" train N1 "${short[@]}" "${nm[@]}"
+expect_status 0
+run_cmd "no master killed at 25" env LLMTRAIN_FAULT=kill@25 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+  --set log.dir=N2 "${short[@]}" "${nm[@]}"
+expect_status 137
+run_cmd "no master resumed" train N2 "${short[@]}" "${nm[@]}"
+expect_status 0
+diff <(losses N1) <(losses N2) >/dev/null && pass "no master: the resumed run's losses equal the uninterrupted run's, bitwise" ||
+  fail "no master's resume diverged: $(diff <(losses N1) <(losses N2) | head -6)"
+run_cmd "no master dp 1" train ND1 "${dp[@]}" "${nm[@]}"
+expect_status 0
+run_cmd "no master dp 2 zero 1" mpi_run 300 2 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+  --set log.dir=ND2 "${dp[@]}" "${nm[@]}" --set parallel.dp=2 --set parallel.zero=1
+expect_status 0
+run_cmd "no master pp 2" mpi_run 300 2 "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" \
+  --set log.dir=NP2 "${dp[@]}" "${nm[@]}" --set parallel.pp=2
+expect_status 0
+for d in ND2 NP2; do
+$PY - ND1 $d <<'PY' && pass "no master at dp 2 ZeRO 1 or pp 2 ($d) takes the steps of one rank within 1%" ||
+import json, sys
+losses = lambda d: [r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 20 and all(abs(x - y) <= 0.01 * y for x, y in zip(b, a)), list(zip(a, b))
+PY
+  fail "no master $d against one rank"
+done
+# R1's checkpoint (bf16 with a master, step 40) into a run without one.
+mkdir -p X3/ckpt && cp -r R1/ckpt/step_00000040 X3/ckpt/ && echo step_00000040 >X3/ckpt/latest
+run_cmd "a master's checkpoint without a master, refused" train X3 "${short[@]}" "${nm[@]}" --set train.steps=44
+expect_status 2
+expect_out "optimizer.master"
+run_cmd "a master's checkpoint without a master" train X3 "${short[@]}" "${nm[@]}" --set train.steps=44 \
+  --allow-change optimizer.master,train.steps
+expect_status 0
+expect_out "accepted by --allow-change: "
 
 finish

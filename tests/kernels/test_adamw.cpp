@@ -3,12 +3,16 @@
 // against double sums, and the CUDA kernels against the CPU's.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <tuple>
 
+#include "kernels/adamw_math.h"
 #include "kernels/backend_info.h"
 #include "kernels/buffer.h"
+#include "kernels/dtype_convert.h"
 #include "kernels/ops.h"
 #include "op_harness.h"
 
@@ -141,6 +145,107 @@ TEST(AdamW, Bf16MomentsAreTheFp32UpdateRoundedEachStep) {
   EXPECT_LE(rel_error(wide(cp), wide(p)), 1e-5);
   EXPECT_LE(rel_error(wide(cm), wide(gm)), 1e-5);
   EXPECT_LE(rel_error(wide(cv), wide(gv)), 1e-5);
+}
+
+// optimizer.master false: bf16 parameters updated in place, rounded stochastically. Each result is
+// one of the two bf16 neighbours of the fp32 update computed from the widened parameter; an update
+// of a fifth of an ulp, which rounding to nearest would drop, moves the mean as the fp32 update
+// does; the bits depend on the key (seed and step) and the element only, so a rerun is bitwise the
+// same and another seed differs; the (simulated) device rounds as the CPU does.
+TEST(AdamW, Bf16ParamsWithoutMasterRoundStochastically) {
+  const int64_t n = 65537, split = 20011;
+  std::vector<int64_t> rows = adamw_table(n, split);
+  auto bf16_of = [](const std::vector<float>& x) {
+    std::vector<uint16_t> out(x.size());
+    convert(Tensor(out.data(), DType::bf16, {int64_t(x.size())}),
+            host_tensor(const_cast<float*>(x.data()), {int64_t(x.size())}));
+    return out;
+  };
+  auto widen = [](const std::vector<uint16_t>& x) {
+    std::vector<float> out(x.size());
+    convert(host_tensor(out.data(), {int64_t(x.size())}),
+            Tensor(const_cast<uint16_t*>(x.data()), DType::bf16, {int64_t(x.size())}));
+    return out;
+  };
+  // Steps 1..steps on bf16 parameters p (and fp32 moments) with gradients g, under seed `seed`.
+  auto run = [&](std::vector<uint16_t> p, const std::vector<float>& g, float lr, uint64_t seed, int64_t steps) {
+    std::vector<float> m(size_t(n), 0.0f), v(size_t(n), 0.0f);
+    for (int64_t step = 1; step <= steps; ++step) {
+      const AdamWStep s{.lr = lr, .weight_decay = 0.1f, .step = step, .rounding_key = rounding_key(seed, step)};
+      adamw_rows(Tensor(p.data(), DType::bf16, {n}), host_tensor(const_cast<float*>(g.data()), {n}),
+                 host_tensor(m.data(), {n}), host_tensor(v.data(), {n}), Tensor{}, table_tensor(rows), s);
+    }
+    return p;
+  };
+  std::mt19937_64 rng(1211);
+  std::normal_distribution<float> normal;
+  std::vector<float> g(static_cast<size_t>(n)), x(static_cast<size_t>(n));
+  for (auto& e : g) e = normal(rng);
+  for (auto& e : x) e = normal(rng);
+  const std::vector<uint16_t> p0 = bf16_of(x);
+
+  // One step: each result a neighbour of the fp32 update of the widened value.
+  const std::vector<uint16_t> p1 = run(p0, g, 3e-3f, 7, 1);
+  std::vector<float> want = widen(p0), m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
+  adamw_rows(host_tensor(want.data(), {n}), host_tensor(g.data(), {n}), host_tensor(m.data(), {n}),
+             host_tensor(v.data(), {n}), Tensor{}, table_tensor(rows),
+             AdamWStep{.lr = 3e-3f, .weight_decay = 0.1f, .step = 1});
+  const std::vector<float> got = widen(p1);
+  int64_t up = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t toward_zero = uint16_t(std::bit_cast<uint32_t>(want[i]) >> 16);
+    const float lo = bf16_to_fp32(toward_zero), hi = bf16_to_fp32(uint16_t(toward_zero + 1));
+    ASSERT_TRUE(got[i] == lo || got[i] == hi) << i << ": " << got[i] << " for " << want[i];
+    up += got[i] != lo;
+  }
+  EXPECT_GT(up, n / 4) << "rounded away from zero about half the time";
+  EXPECT_LT(up, 3 * n / 4);
+
+  // A fifth of an ulp a step below 1.0 (ulp 2^-8 there): nearest rounding keeps 1.0 for ever; the
+  // stochastic mean follows the fp32 parameter within 5 standard errors (each step's rounding adds
+  // a variance of at most ulp²/4).
+  const int64_t steps = 5;
+  const float small_lr = 0.2f / 256;
+  const std::vector<float> ones(size_t(n), 1.0f), unit(size_t(n), 1.0f);
+  const std::vector<float> moved = widen(run(bf16_of(ones), unit, small_lr, 11, steps));
+  std::vector<float> fp32 = ones;
+  std::fill(m.begin(), m.end(), 0.0f);
+  std::fill(v.begin(), v.end(), 0.0f);
+  for (int64_t step = 1; step <= steps; ++step)
+    adamw_rows(host_tensor(fp32.data(), {n}), host_tensor(const_cast<float*>(unit.data()), {n}),
+               host_tensor(m.data(), {n}), host_tensor(v.data(), {n}), Tensor{}, table_tensor(rows),
+               AdamWStep{.lr = small_lr, .weight_decay = 0.1f, .step = step});
+  for (const auto& [b, e] : {std::pair{int64_t(0), split}, std::pair{split, n}}) {  // with and without decay
+    double mean = 0, target = 0;
+    for (int64_t i = b; i < e; ++i) mean += moved[i], target += fp32[i];
+    mean /= double(e - b), target /= double(e - b);
+    EXPECT_GT(1.0 - target, 0.0035) << "the fp32 parameter moved about one bf16 ulp";
+    EXPECT_NEAR(mean, target, 5 * std::sqrt(double(steps)) * (1.0 / 256) * 0.5 / std::sqrt(double(e - b)))
+        << "[" << b << ", " << e << ")";
+  }
+
+  // Bits by key and element: the same run again, then another seed.
+  EXPECT_EQ(run(p0, g, 3e-3f, 7, 3), run(p0, g, 3e-3f, 7, 3));
+  const std::vector<uint16_t> a = run(p0, g, 3e-3f, 7, 3), c = run(p0, g, 3e-3f, 8, 3);
+  EXPECT_GT(std::inner_product(a.begin(), a.end(), c.begin(), int64_t(0), std::plus<>(), std::not_equal_to<>()),
+            n / 10);
+
+  const CudaInfo info = cuda_info();
+  if (!info.built || info.devices.empty()) return;
+  // The device: the same key and table, the CPU's bits.
+  Buffer dp(DType::bf16, {n}, Device::cuda), dg(DType::fp32, {n}, Device::cuda), dm(DType::fp32, {n}, Device::cuda),
+      dv(DType::fp32, {n}, Device::cuda), drows(DType::int64, table_tensor(rows).shape, Device::cuda);
+  copy(dp.tensor(), Tensor(const_cast<uint16_t*>(p0.data()), DType::bf16, {n}));
+  copy(dg.tensor(), host_tensor(g.data(), {n}));
+  fill_zero(dm.tensor());
+  fill_zero(dv.tensor());
+  copy(drows.tensor(), table_tensor(rows));
+  for (int64_t step = 1; step <= 3; ++step)
+    adamw_rows(dp.tensor(), dg.tensor(), dm.tensor(), dv.tensor(), Tensor{}, drows.tensor(),
+               AdamWStep{.lr = 3e-3f, .weight_decay = 0.1f, .step = step, .rounding_key = rounding_key(7, step)});
+  std::vector<uint16_t> device(static_cast<size_t>(n));
+  copy(Tensor(device.data(), DType::bf16, {n}), dp.tensor());
+  EXPECT_EQ(device, a);
 }
 
 // Σ x² of a host tensor, through the op's fp32 output.

@@ -372,8 +372,18 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
     if (master) {
       // The fp32 master of the owned ranges (below, with the moments).
     } else if (!model.options().external_params) {
-      out.push_back({p.spec.name, TensorRole::param, p.spec.shape, block, p.value,
-                     write_params && !p.tied_copy && !p.tp_replica});
+      CheckpointSlice s{p.spec.name, TensorRole::param, p.spec.shape,
+                        block,       p.value,           write_params && !p.tied_copy && !p.tp_replica};
+      if (p.value.dtype != DType::fp32) {  // bf16 without a master (optimizer.master false): widened
+        s.data = kernels::Tensor(nullptr, DType::fp32, p.value.shape);
+        s.fetch = [v = p.value](int64_t begin, kernels::Tensor host) {
+          kernels::copy_convert(host, v.flat(begin, host.numel()));
+        };
+        s.store = [v = p.value](int64_t begin, kernels::Tensor host) {
+          kernels::copy_convert(v.flat(begin, host.numel()), host);
+        };
+      }
+      out.push_back(std::move(s));
     } else {
       // ZeRO 3: the values of the owned element ranges, from the param shard, written by the ranks
       // that write the moments.

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "kernels/adamw_math.h"
 #include "kernels/backend_info.h"
 #include "kernels/device_select.h"
 #include "kernels/device_stream.h"
@@ -26,6 +27,18 @@ std::vector<DecayRange> decay_ranges(const std::vector<ModelParam>& params) {
     else
       out.push_back({b, e, p.spec.weight_decay});
   }
+  return out;
+}
+
+std::vector<RoundingRange> rounding_ranges(const std::vector<ModelParam>& params) {
+  std::vector<RoundingRange> out;
+  for (const ModelParam& p : params) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, then the shard's first index mixed in
+    for (const unsigned char c : p.spec.name) h = (h ^ c) * 0x100000001b3ull;
+    out.push_back(
+        {p.offset, p.offset + p.numel(), kernels::splitmix64(h ^ kernels::splitmix64(uint64_t(p.shard_begin)))});
+  }
+  std::sort(out.begin(), out.end(), [](const RoundingRange& a, const RoundingRange& b) { return a.begin < b.begin; });
   return out;
 }
 
@@ -48,7 +61,7 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
       ranges_(std::move(ranges)),
       owned_(std::move(owned)),
       numel_(total_numel(owned_)),
-      has_master_(param_dtype != kernels::DType::fp32 || offload.params || offload.cpu_update),
+      has_master_((param_dtype != kernels::DType::fp32 && config.master) || offload.params || offload.cpu_update),
       params_offloaded_(offload.params),
       cpu_update_(offload.cpu_update),
       timeout_s_(offload.timeout_s),
@@ -59,6 +72,8 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
            "a CPU update without host offload on a device");
   LT_CHECK(offload.kind == OffloadKind::none || config.state_dtype == StateDtype::fp32,
            "bf16 optimizer state offloaded");  // recipe_check refuses it by key
+  LT_CHECK(has_master_ || param_dtype == kernels::DType::fp32 || param_dtype == kernels::DType::bf16,
+           "optimizer.master false with {} parameters", kernels::to_string(param_dtype));  // and this
   for (size_t i = 1; i < owned_.size(); ++i)
     LT_CHECK(owned_[i - 1].end <= owned_[i].begin, "AdamW ranges [{}, {}) and [{}, {}) not ascending",
              owned_[i - 1].begin, owned_[i - 1].end, owned_[i].begin, owned_[i].end);
@@ -182,35 +197,19 @@ kernels::DType AdamW::state_dtype() const {
 }
 
 // bf16 moments travel to and from the host's fp32 through a bf16 copy on the host: widened exactly,
-// or rounded to nearest even.
+// or rounded to nearest even (kernels::copy_convert).
 void AdamW::read_state(State which, int64_t at, kernels::Tensor host) const {
-  if (store_) {
+  if (store_)
     store_->read(int(which), at, host);
-    return;
-  }
-  const kernels::Tensor state = state_tensor(which).flat(at, host.numel());
-  if (state.dtype == host.dtype) {
-    kernels::copy(host, state);
-    return;
-  }
-  kernels::Buffer staged(state.dtype, {host.numel()}, kernels::Device::cpu, kernels::MemoryKind::other);
-  kernels::copy(staged.tensor(), state);
-  kernels::convert(host, staged.tensor());
+  else
+    kernels::copy_convert(host, state_tensor(which).flat(at, host.numel()));
 }
 
 void AdamW::write_state(State which, int64_t at, kernels::Tensor host) const {
-  if (store_) {
+  if (store_)
     store_->write(int(which), at, host);
-    return;
-  }
-  const kernels::Tensor state = state_tensor(which).flat(at, host.numel());
-  if (state.dtype == host.dtype) {
-    kernels::copy(state, host);
-    return;
-  }
-  kernels::Buffer staged(state.dtype, {host.numel()}, kernels::Device::cpu, kernels::MemoryKind::other);
-  kernels::convert(staged.tensor(), host);
-  kernels::copy(state, staged.tensor());
+  else
+    kernels::copy_convert(state_tensor(which).flat(at, host.numel()), host);
 }
 
 template <typename Fn>
@@ -270,6 +269,12 @@ void AdamW::params_from_master(kernels::Tensor params) {
   });
 }
 
+void AdamW::set_rounding(uint64_t seed, std::vector<RoundingRange> ranges) {
+  rounding_seed_ = seed;
+  rounding_ = std::move(ranges);
+  rows_for_ = -1;
+}
+
 int64_t AdamW::state_offset(int64_t at) const {
   int64_t base = 0;
   for (const auto& r : owned_) {
@@ -287,16 +292,28 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
   for (const parallel::FlatRange& own : owned_) {
     for (const DecayRange& r : ranges_) {
       const int64_t b = std::max(r.begin, own.begin), e = std::min(r.end, own.end);
-      for (int64_t at = b; at < e; at += kernels::kSquaresChunk) {
-        const int64_t count = std::min(kernels::kSquaresChunk, e - at), state = base + (at - own.begin);
+      for (int64_t at = b, count = 0; at < e; at += count) {
+        count = std::min(kernels::kSquaresChunk, e - at);
         // With a master the update goes to it (at the moments' offset) and, rounded, to the 16-bit
-        // parameters at their flat offset.
+        // parameters at their flat offset (column 3). Without one, column 3 is the first element's
+        // stochastic-rounding index: rows are cut at the parameters' rounding ranges.
+        int64_t index = at;
+        if (!has_master() && !rounding_.empty()) {
+          auto it = std::upper_bound(rounding_.begin(), rounding_.end(), at,
+                                     [](int64_t x, const RoundingRange& r) { return x < r.begin; });
+          LT_CHECK(it != rounding_.begin() && at < std::prev(it)->end, "AdamW element {} outside the rounding ranges",
+                   at);
+          --it;
+          count = std::min(count, it->end - at);
+          index = int64_t(it->base + uint64_t(at - it->begin));
+        }
+        const int64_t state = base + (at - own.begin);
         const int64_t param = has_master() ? state : compact_params ? state : at;
         const int64_t grad = compact_grads ? state : at;
         LT_CHECK(grad + count <= grads_numel &&
                      (params_offloaded_ || (has_master() ? at + count <= params_numel : param + count <= params_numel)),
                  "AdamW range [{}, +{}) beyond {} gradients / {} parameters", at, count, grads_numel, params_numel);
-        table.insert(table.end(), {param, grad, state, at, count, r.decay ? 1 : 0});
+        table.insert(table.end(), {param, grad, state, index, count, r.decay ? 1 : 0});
       }
     }
     base += own.numel();
@@ -380,7 +397,8 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
                              .eps = float(config_.eps),
                              .weight_decay = float(config_.weight_decay),
                              .step = steps_,
-                             .grad_scale = grad_scale};
+                             .grad_scale = grad_scale,
+                             .rounding_key = kernels::rounding_key(rounding_seed_, steps_)};
   const kernels::Buffer& table = rows(compact_grads, compact_params, params.numel(), grads.numel());
   if (owned_numel() == 0) return;
   if (cpu_update_) return cpu_step(params, grads, s);

@@ -10,6 +10,12 @@
 //    is not modified.
 //  - optimizer.state_dtype bf16: the moments are bf16 arrays, each element read into fp32, updated
 //    there and stored rounded to nearest even (kernels::adamw_rows); the master stays fp32.
+//  - optimizer.master false (bf16 parameters only, not at ZeRO 3 nor offloaded): no master; the
+//    update reads each bf16 parameter into fp32 and stores it back rounded stochastically, with
+//    random bits hashed from the seed (set_rounding: train.seed), the update count and the
+//    element's index (RoundingRange: by parameter name, so every copy of a value rounds alike;
+//    kernels/adamw_math.h), so a run is the same bits for a given recipe and layout and resumes
+//    bitwise. Checkpoints hold the bf16 values widened to fp32.
 //  - 16-bit parameters (train.precision bf16/fp16): AdamW keeps an fp32 MASTER copy of the owned
 //    ranges, packed like the moments (so ZeRO 1 shards it with them). step() updates the master
 //    from the gradients (16-bit or fp32) and writes it, rounded once, into the owned ranges of the
@@ -61,12 +67,24 @@ struct DecayRange {
 // The model's parameters as maximal decay ranges, in flat-buffer order, covering every element.
 std::vector<DecayRange> decay_ranges(const std::vector<ModelParam>& params);
 
+// optimizer.master false: where each parameter's stochastic-rounding indices start. Element
+// `begin + i` of the flat buffer rounds with index `base + i`, `base` hashed from the parameter's
+// name and its tensor-parallel shard, so that every copy of a value — data-parallel and
+// tensor-parallel replicas, and a tied embedding's copy on the last pipeline stage, which sits at
+// another flat offset — takes the same random bits and the copies stay equal.
+struct RoundingRange {
+  int64_t begin = 0, end = 0;
+  uint64_t base = 0;
+};
+std::vector<RoundingRange> rounding_ranges(const std::vector<ModelParam>& params);
+
 class AdamW {
  public:
   // Owns the moments of the `owned` ranges of the flat buffers (ascending, disjoint), kept compact:
   // the moments of owned[0], then of owned[1], ... `ranges` describe the whole buffer (from
   // decay_ranges).
-  // `param_dtype`: the parameter buffer's dtype; a 16-bit one gets an fp32 master copy.
+  // `param_dtype`: the parameter buffer's dtype; a 16-bit one gets an fp32 master copy (unless
+  // config.master is false: then it is bf16, updated in place).
   // `device`: where the moments and the master live (the parameters' and gradients' device).
   // `offload`: where the moments and the master live instead (kind none: `device`).
   AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std::vector<parallel::FlatRange> owned,
@@ -83,6 +101,9 @@ class AdamW {
   void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads = false,
             bool compact_params = false);
 
+  // optimizer.master false: the seed of the bf16 parameters' stochastic rounding, and where each
+  // parameter's indices start (without ranges, an element's index is its flat offset).
+  void set_rounding(uint64_t seed, std::vector<RoundingRange> ranges);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }  // when restoring a checkpoint
   kernels::Tensor exp_avg() const;                   // first moment, [owned_numel()], compact (not offloaded)
@@ -141,6 +162,8 @@ class AdamW {
   std::vector<DecayRange> ranges_;
   std::vector<parallel::FlatRange> owned_;
   int64_t steps_ = 0, numel_ = 0;
+  uint64_t rounding_seed_ = 0;
+  std::vector<RoundingRange> rounding_;  // ascending by begin
   bool has_master_ = false, params_offloaded_ = false, cpu_update_ = false;
   double timeout_s_ = 300;
   struct HostUpdate;

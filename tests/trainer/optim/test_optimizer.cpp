@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/ops.h"
 #include "parallel/comm/comm.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
@@ -94,6 +95,59 @@ TEST(Optimizer, Bf16StateConvertsOnTheWayInAndOut) {
   adamw.write_state(AdamW::State::exp_avg, 0, kernels::host_tensor(out.data(), {n}));
   adamw.read_state(AdamW::State::exp_avg, 0, kernels::host_tensor(again.data(), {n}));
   EXPECT_EQ(again, out);
+}
+
+// optimizer.master false: the tied embedding's copy on the last pipeline stage sits at another
+// flat offset than the first stage's embedding; rounding indices by parameter name keep the two
+// copies bitwise equal through stochastically rounded updates (by flat offset they drift apart).
+TEST(Optimizer, WithoutAMasterEveryCopyOfATiedEmbeddingRoundsAlike) {
+  ModelConfig m = gpt2_small();
+  m.tie_embeddings = true;
+  auto tp = parallel::make_local_comm("tp");
+  const ModelOptions bf16{.dtype = kernels::DType::bf16};
+  ModelOptions first_options = bf16, last_options = bf16;
+  first_options.stage = pipeline_stage_layout(m, 0, 2);
+  last_options.stage = pipeline_stage_layout(m, 1, 2);
+  Model first(m, first_options, *tp), last(m, last_options, *tp);
+  auto embedding = [](const Model& model) {
+    for (const ModelParam& p : model.parameters())
+      if (p.spec.role == ParamRole::token_embedding) return p;
+    ADD_FAILURE() << "no token embedding";
+    return model.parameters()[0];
+  };
+  const ModelParam a = embedding(first), b = embedding(last);
+  ASSERT_TRUE(b.tied_copy);
+  ASSERT_NE(a.offset, b.offset) << "the test needs the copies at different flat offsets";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::vector<float> values(size_t(a.numel())), grads(size_t(a.numel()));
+  auto bits = [](const ModelParam& p) {
+    const uint16_t* v = static_cast<const uint16_t*>(p.value.data);
+    return std::vector<uint16_t>(v, v + p.numel());
+  };
+  for (const bool by_name : {true, false}) {
+    for (auto& x : values) x = 0.02f * nd(rng);
+    for (const ModelParam* p : {&a, &b})
+      kernels::convert(p->value.flat(0, a.numel()), kernels::host_tensor(values.data(), {a.numel()}));
+    OptimizerConfig cfg;
+    cfg.master = false;
+    AdamW on_first(cfg, decay_ranges(first.parameters()), {{0, first.numel()}}, kernels::DType::bf16);
+    AdamW on_last(cfg, decay_ranges(last.parameters()), {{0, last.numel()}}, kernels::DType::bf16);
+    EXPECT_FALSE(on_first.has_master());
+    on_first.set_rounding(7, by_name ? rounding_ranges(first.parameters()) : std::vector<RoundingRange>{});
+    on_last.set_rounding(7, by_name ? rounding_ranges(last.parameters()) : std::vector<RoundingRange>{});
+    for (int step = 0; step < 3; ++step) {
+      for (auto& x : grads) x = nd(rng);
+      for (const ModelParam* p : {&a, &b})
+        kernels::convert(p->grad.flat(0, a.numel()), kernels::host_tensor(grads.data(), {a.numel()}));
+      on_first.step(first.params(), first.grads(), 1e-3, 1.0f);
+      on_last.step(last.params(), last.grads(), 1e-3, 1.0f);
+    }
+    if (by_name)
+      EXPECT_EQ(bits(a), bits(b)) << "the tied copies rounded apart";
+    else
+      EXPECT_NE(bits(a), bits(b)) << "by flat offset the copies should round apart: the test cannot fail";
+  }
 }
 
 TEST(Optimizer, WeightDecayOnlyWhereTheSpecSaysSo) {
