@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <set>
 #include <string_view>
 
@@ -200,6 +202,38 @@ std::optional<std::string> emit_data_train(const Recipe& r) {
   for (const DataSource& src : r.data.train)
     y += fmt::format("\n    - {{path: {}, weight: {}}}", str(src.path), num(src.weight));
   return y;
+}
+
+void parse_ns_coefficients(Section& s, Recipe& r) {
+  const YamlValue* v = s.get("ns_coefficients");
+  if (!v) return;
+  std::array<double, 3> c{};
+  bool ok = v->kind == Kind::sequence && v->items.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i)
+    ok = v->items[i].kind == Kind::scalar && !v->items[i].quoted && parse_float(v->items[i].scalar, c[i]) &&
+         std::isfinite(c[i]) && std::abs(c[i]) <= 1e3;
+  if (!ok)
+    s.error(
+        v->where, "optimizer.muon.ns_coefficients",
+        fmt::format("expected a list of three finite numbers [a, b, c] (each within ±1000), found {}", v->describe()),
+        "the quintic Newton–Schulz coefficients, e.g. PyTorch's [3.4445, -4.775, 2.0315]");
+  else
+    r.optimizer.muon.ns_coefficients = c;
+}
+
+// A number, or `auto` (unset: the value another key gives).
+template <typename Get>
+RecipeKey optional_number(const char* key, Get get, FloatRule rule, Doc d) {
+  return custom(
+      key, d,
+      [get, rule, name = leaf(key)](Section& s, Recipe& r) {
+        const YamlValue* v = s.get(name);
+        if (!v || (v->kind == Kind::scalar && !v->quoted && v->scalar == "auto")) return;
+        double x = 0;
+        s.number(name, x, rule);
+        get(r) = x;
+      },
+      [get](const Recipe& r) -> std::optional<std::string> { return get(r) ? num(*get(r)) : std::string("auto"); });
 }
 
 void parse_betas(Section& s, Recipe& r) {
@@ -469,7 +503,9 @@ std::vector<RecipeKey> make_schema() {
       return k;
     }(),
 
-    section("optimizer", {"map", "{}", "AdamW and the learning-rate schedule"}),
+    section("optimizer", {"map", "{}", "AdamW or Muon and the learning-rate schedule"}),
+    choice("optimizer.name", [](auto& r) -> auto& { return r.optimizer.name; },
+           {"`adamw` \\| `muon`", "`adamw`", "the optimizer (muon: Muon for hidden matrices, AdamW for the rest)"}),
     number("optimizer.lr", [](auto& r) -> auto& { return r.optimizer.lr; }, kPositiveFloat,
            {"number > 0", "1e-3", "peak learning rate"}),
     number("optimizer.min_lr", [](auto& r) -> auto& { return r.optimizer.min_lr; }, kNonNegativeFloat,
@@ -498,6 +534,28 @@ std::vector<RecipeKey> make_schema() {
             {"bool", "true", "train.precision bf16: the optimizer's fp32 master copy (false: none)"}),
     number("optimizer.weight_decay", [](auto& r) -> auto& { return r.optimizer.weight_decay; }, kNonNegativeFloat,
            {"number ≥ 0", "0.1", "decoupled weight decay on matrices"}),
+    section("optimizer.muon", {"map", "{}", "optimizer.name muon: Muon's settings"}),
+    number("optimizer.muon.momentum", [](auto& r) -> auto& { return r.optimizer.muon.momentum; },
+           FloatRule{0.0, false, 1.0, true}, {"number in [0, 1)", "0.95", "Muon's momentum μ"}),
+    boolean("optimizer.muon.nesterov", [](auto& r) -> auto& { return r.optimizer.muon.nesterov; },
+            {"bool", "true", "Nesterov momentum"}),
+    integer("optimizer.muon.ns_steps", [](auto& r) -> auto& { return r.optimizer.muon.ns_steps; }, IntRule{1, 100},
+            {"int in 1..100", "5", "Newton–Schulz iterations"}),
+    custom("optimizer.muon.ns_coefficients", {"[number, number, number]", "[3.4445, -4.775, 2.0315]", "the quintic iteration's a, b, c"},
+           parse_ns_coefficients,
+           [](const Recipe& r) -> std::optional<std::string> {
+             const auto& c = r.optimizer.muon.ns_coefficients;
+             return fmt::format("[{}, {}, {}]", num(c[0]), num(c[1]), num(c[2]));
+           }),
+    choice("optimizer.muon.ns_dtype", [](auto& r) -> auto& { return r.optimizer.muon.ns_dtype; },
+           {"`bf16` \\| `fp32`", "`bf16`", "the Newton–Schulz products' dtype"}),
+    choice("optimizer.muon.adjust_lr", [](auto& r) -> auto& { return r.optimizer.muon.adjust_lr; },
+           {"`original` \\| `match_rms_adamw`", "`original`", "the matrix's step size from its shape"}),
+    optional_number("optimizer.muon.adamw_lr", [](auto& r) -> auto& { return r.optimizer.muon.adamw_lr; },
+                    kPositiveFloat, {"number > 0 or auto", "auto = optimizer.lr", "the AdamW part's peak lr"}),
+    optional_number("optimizer.muon.adamw_weight_decay",
+                    [](auto& r) -> auto& { return r.optimizer.muon.adamw_weight_decay; }, kNonNegativeFloat,
+                    {"number ≥ 0 or auto", "auto = optimizer.weight_decay", "the AdamW part's weight decay"}),
 
     section("parallel", {"map", "{}", "the layout over ranks"}),
     integer("parallel.tp", [](auto& r) -> auto& { return r.parallel.tp; }, kRankCount,

@@ -52,7 +52,7 @@ setsid nice -n 10 scripts/setup_hf5.sh >"$build/hf5-setup.log" 2>&1 &
 hf5_setup=$!
 background+=("$hf5_setup")
 sim_targets=(test_cuda_sim test_step_sync_sim test_comm_staged_sim test_comm_nccl_sim test_kernels test_device_select device_rates
-  ranks_in_process llmtrain)
+  ranks_in_process llmtrain muon_driver)
 # Each build writes its exit status to <log>.rc when it ends (the tests that need it wait for that).
 if (($# == 0)); then
   rm -f "$build/sim-build.log.rc" "$build/asan-build.log.rc"

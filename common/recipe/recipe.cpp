@@ -24,6 +24,9 @@ constexpr EnumName<LrSchedule> kLrSchedule[] = {{"cosine", LrSchedule::cosine},
                                                 {"wsd", LrSchedule::wsd}};
 constexpr EnumName<WsdShape> kWsdShape[] = {{"linear", WsdShape::linear}, {"1-sqrt", WsdShape::one_minus_sqrt}};
 constexpr EnumName<StateDtype> kStateDtype[] = {{"fp32", StateDtype::fp32}, {"bf16", StateDtype::bf16}};
+constexpr EnumName<OptimizerName> kOptimizerName[] = {{"adamw", OptimizerName::adamw}, {"muon", OptimizerName::muon}};
+constexpr EnumName<MuonAdjustLr> kMuonAdjustLr[] = {{"original", MuonAdjustLr::original},
+                                                    {"match_rms_adamw", MuonAdjustLr::match_rms_adamw}};
 constexpr EnumName<PipelineSchedule> kPipelineSchedule[] = {{"gpipe", PipelineSchedule::gpipe},
                                                             {"1f1b", PipelineSchedule::one_f_one_b},
                                                             {"interleaved", PipelineSchedule::interleaved},
@@ -66,6 +69,8 @@ std::span<const EnumName<NonFiniteAction>> enum_names(NonFiniteAction) { return 
 std::span<const EnumName<LrSchedule>> enum_names(LrSchedule) { return kLrSchedule; }
 std::span<const EnumName<WsdShape>> enum_names(WsdShape) { return kWsdShape; }
 std::span<const EnumName<StateDtype>> enum_names(StateDtype) { return kStateDtype; }
+std::span<const EnumName<OptimizerName>> enum_names(OptimizerName) { return kOptimizerName; }
+std::span<const EnumName<MuonAdjustLr>> enum_names(MuonAdjustLr) { return kMuonAdjustLr; }
 std::span<const EnumName<PipelineSchedule>> enum_names(PipelineSchedule) { return kPipelineSchedule; }
 std::span<const EnumName<CpComm>> enum_names(CpComm) { return kCpComm; }
 std::span<const EnumName<RopeScalingType>> enum_names(RopeScalingType) { return kRopeScalingType; }

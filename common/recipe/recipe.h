@@ -6,7 +6,9 @@
 // rejects an explicit 0 for those fields, so 0 always means "the user said auto or nothing".
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +28,12 @@ enum class LrSchedule { cosine, linear, constant, wsd };
 enum class WsdShape { linear, one_minus_sqrt };
 // The optimizer's state (AdamW's moments) in memory: fp32, or bf16 (updated in fp32, stored rounded).
 enum class StateDtype { fp32, bf16 };
+// optimizer.name: AdamW for everything, or Muon for the hidden matrices (AdamW for the rest).
+enum class OptimizerName { adamw, muon };
+// Muon's step size for an [m, n] matrix, named as torch.optim.Muon's adjust_lr_fn names them:
+// lr·√max(1, m/n) (Keller Jordan's original), or lr·0.2·√max(m, n) (Moonshot's, matching AdamW's
+// update RMS).
+enum class MuonAdjustLr { original, match_rms_adamw };
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
 // Context parallelism's attention: K/V blocks around a ring, or Ulysses' heads ↔ sequence all-to-all.
 enum class CpComm { ring, all_to_all };
@@ -175,7 +183,21 @@ struct TrainConfig {
   int threads = 0;             // 0 = auto: usable cores / local ranks
 };
 
+// optimizer.muon: Muon's settings (torch.optim.Muon's defaults), and the AdamW part's own lr and
+// weight decay (unset: optimizer.lr and optimizer.weight_decay).
+struct MuonConfig {
+  double momentum = 0.95;
+  bool nesterov = true;
+  int64_t ns_steps = 5;
+  std::array<double, 3> ns_coefficients = {3.4445, -4.7750, 2.0315};
+  StateDtype ns_dtype = StateDtype::bf16;  // the Newton–Schulz products' dtype: bf16 or fp32
+  MuonAdjustLr adjust_lr = MuonAdjustLr::original;
+  std::optional<double> adamw_lr, adamw_weight_decay;
+};
+
 struct OptimizerConfig {
+  OptimizerName name = OptimizerName::adamw;
+  MuonConfig muon;
   double lr = 1e-3;
   double min_lr = 0.0;
   int64_t warmup = 0;
@@ -312,6 +334,8 @@ struct Recipe {
 // recipe parser (cli/recipe_parse.cpp) reads and to_string writes from.
 std::span<const EnumName<ModelFamily>> enum_names(ModelFamily);
 std::span<const EnumName<DeviceKind>> enum_names(DeviceKind);
+std::span<const EnumName<OptimizerName>> enum_names(OptimizerName);
+std::span<const EnumName<MuonAdjustLr>> enum_names(MuonAdjustLr);
 std::span<const EnumName<Precision>> enum_names(Precision);
 std::span<const EnumName<GradReduceDtype>> enum_names(GradReduceDtype);
 std::span<const EnumName<ActivationCheckpointing>> enum_names(ActivationCheckpointing);

@@ -32,9 +32,11 @@ constexpr std::array<const char*, 12> kHarmless = {
 constexpr std::array<const char*, 2> kByContents = {"data.train", "data.valid"};
 
 // Keys whose auto value is another key's: {derived, source}.
-constexpr std::array<std::pair<const char*, const char*>, 2> kFollows = {{
+constexpr std::array<std::pair<const char*, const char*>, 4> kFollows = {{
     {"optimizer.decay_steps", "train.steps"},
     {"model.max_positions", "model.seq_len"},
+    {"optimizer.muon.adamw_lr", "optimizer.lr"},
+    {"optimizer.muon.adamw_weight_decay", "optimizer.weight_decay"},
 }};
 
 bool covers(const std::string& pattern, const std::string& key) {
@@ -99,10 +101,17 @@ bool change_allowed(const std::string& key, const std::vector<std::string>& allo
   });
 }
 
+constexpr const char* kOptimizerNameKey = "optimizer.name";
+
 ResumeChanges classify_resume_changes(const std::string& saved_yaml, const std::string& this_yaml,
                                       const std::vector<std::string>& allowed) {
   ResumeChanges out;
   std::vector<RecipeChange> changes = recipe_changes(saved_yaml, this_yaml);
+  // A checkpoint from before optimizer.name existed is AdamW's.
+  if (const auto now = recipe_yaml_values(this_yaml); now.contains(kOptimizerNameKey) &&
+                                                      !recipe_yaml_values(saved_yaml).contains(kOptimizerNameKey) &&
+                                                      now.at(kOptimizerNameKey) != "adamw")
+    changes.push_back({kOptimizerNameKey, "adamw", now.at(kOptimizerNameKey), ""});
   // A resolved auto value that follows another key in both recipes is not a change of its own: the
   // other key's change carries it.
   for (const auto& [derived, source] : kFollows) {
@@ -117,7 +126,9 @@ ResumeChanges classify_resume_changes(const std::string& saved_yaml, const std::
   }
   for (RecipeChange& c : changes) {
     const ChangeKind kind = change_kind(c.key);
-    if (kind == ChangeKind::harmless)
+    if (c.key == kOptimizerNameKey)  // the state is another optimizer's: no --allow-change takes it
+      out.refused.push_back(std::move(c));
+    else if (kind == ChangeKind::harmless)
       out.harmless.push_back(std::move(c));
     else if (change_allowed(c.key, allowed))
       out.allowed.push_back(std::move(c));
@@ -130,6 +141,14 @@ ResumeChanges classify_resume_changes(const std::string& saved_yaml, const std::
 
 void require_resume_changes_allowed(const ResumeChanges& changes, const std::string& checkpoint) {
   if (changes.refused.empty()) return;
+  for (const RecipeChange& c : changes.refused)
+    if (c.key == kOptimizerNameKey)
+      throw Error(fmt::format("resuming {}: optimizer.name is {} there and {} in this recipe: the checkpoint's "
+                              "optimizer state is {}'s, which {} cannot continue",
+                              checkpoint, c.saved, c.now, c.saved, c.now),
+                  fmt::format("resume it with optimizer.name: {}, or set checkpoint.load_weights_only: true to start "
+                              "{} from its weights (a new run: step, optimizer state and data position start fresh)",
+                              c.saved, c.now));
   std::vector<std::string> texts, keys;
   for (const RecipeChange& c : changes.refused) {
     texts.push_back(c.text());

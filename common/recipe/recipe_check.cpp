@@ -106,6 +106,9 @@ std::vector<RecipeProblem> recipe_resolve(Recipe& r, const WorldInfo& world, con
   if (r.train.global_batch == 0)
     r.train.global_batch = r.train.micro_batch * p.dp;  // each at most 2^20 and 2^16: no wrap
   if (r.optimizer.decay_steps == 0) r.optimizer.decay_steps = r.train.steps;
+  // Muon's AdamW part: optimizer.lr and weight_decay unless set (recipe_changes: they follow them).
+  if (!r.optimizer.muon.adamw_lr) r.optimizer.muon.adamw_lr = r.optimizer.lr;
+  if (!r.optimizer.muon.adamw_weight_decay) r.optimizer.muon.adamw_weight_decay = r.optimizer.weight_decay;
 
   if (r.log.dir.empty()) r.log.dir = "runs/" + r.name;
   r.log.dir = absolute_path(r.log.dir, cwd);
@@ -456,6 +459,44 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
     else if (r.parallel.offload != OffloadKind::none)
       problem("optimizer.master", "not supported yet: false with parallel.offload",
               "the offload store updates an fp32 copy: use offload: none, or master: true");
+  }
+  if (o.name == OptimizerName::muon) {
+    // Newton–Schulz needs whole matrices: built where every rank's matrices are whole (tp 1, no
+    // ZeRO sharding of the optimizer); the gathered update of split matrices is not.
+    auto later = [&](const std::string& what, const std::string& hint) {
+      problem("optimizer.name", fmt::format("not supported yet: muon with {}", what), hint);
+    };
+    if (r.parallel.tp > 1)
+      later(fmt::format("parallel.tp {} (Newton–Schulz needs whole matrices; the gathered update of tp-split "
+                        "matrices is not built yet)",
+                        r.parallel.tp),
+            "use tp: 1 with Muon (dp, pp, cp and ep keep whole matrices), or optimizer.name: adamw");
+    else if (r.parallel.zero >= 1)
+      later(fmt::format("parallel.zero {} (ZeRO's flat shards cut the matrices; their gathered update is not "
+                        "built yet)",
+                        r.parallel.zero),
+            "use zero: 0 with Muon, or optimizer.name: adamw");
+    else if (r.parallel.offload != OffloadKind::none)
+      later("parallel.offload", "use offload: none with Muon, or optimizer.name: adamw");
+    else if (!o.master)
+      later("optimizer.master false", "keep the fp32 master with Muon (master: true), or optimizer.name: adamw");
+  } else {
+    const MuonConfig plain;
+    const MuonConfig& m = o.muon;
+    const std::pair<const char*, bool> muon_only[] = {
+        {"momentum", m.momentum != plain.momentum},
+        {"nesterov", m.nesterov != plain.nesterov},
+        {"ns_steps", m.ns_steps != plain.ns_steps},
+        {"ns_coefficients", m.ns_coefficients != plain.ns_coefficients},
+        {"ns_dtype", m.ns_dtype != plain.ns_dtype},
+        {"adjust_lr", m.adjust_lr != plain.adjust_lr},
+        {"adamw_lr", m.adamw_lr && *m.adamw_lr != o.lr},
+        {"adamw_weight_decay", m.adamw_weight_decay && *m.adamw_weight_decay != o.weight_decay}};
+    for (const auto& [key, set] : muon_only)
+      if (set)
+        problem(fmt::format("optimizer.muon.{}", key),
+                fmt::format("{} belongs to Muon, and optimizer.name is {}", key, to_string(o.name)),
+                "set optimizer.name: muon, or remove the key");
   }
   if (r.parallel.grad_reduce_dtype == GradReduceDtype::bf16 && r.train.precision == Precision::fp16)
     problem("parallel.grad_reduce_dtype", "bf16 with train.precision fp16",

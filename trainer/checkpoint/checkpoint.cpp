@@ -431,6 +431,10 @@ std::vector<CheckpointSlice> checkpoint_slices(const Model& model, const AdamW* 
       };
       if (master) state(TensorRole::param, AdamW::State::master);
       if (!moments) continue;
+      if (opt->muon_owns(lo)) {  // a hidden matrix of Muon's: its momentum only
+        state(TensorRole::muon_momentum, AdamW::State::exp_avg);
+        continue;
+      }
       state(TensorRole::adam_m, AdamW::State::exp_avg);
       state(TensorRole::adam_v, AdamW::State::exp_avg_sq);
     }

@@ -23,7 +23,8 @@ namespace {
 constexpr EnumName<TensorRole> kTensorRoles[] = {{"param", TensorRole::param},
                                                  {"master", TensorRole::master},
                                                  {"adam_m", TensorRole::adam_m},
-                                                 {"adam_v", TensorRole::adam_v}};
+                                                 {"adam_v", TensorRole::adam_v},
+                                                 {"muon_momentum", TensorRole::muon_momentum}};
 }  // namespace
 
 const char* to_string(TensorRole role) { return enum_name(kTensorRoles, role); }

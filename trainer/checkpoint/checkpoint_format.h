@@ -32,7 +32,8 @@ inline constexpr int64_t kChecksumChunkBytes = int64_t(1) << 20;
 std::string checkpoint_shard_file(int world_rank);
 
 // What a tensor entry is.
-enum class TensorRole { param, master, adam_m, adam_v };
+// muon_momentum: Muon's momentum buffer of a hidden matrix (optimizer.name muon), in adam_m's place.
+enum class TensorRole { param, master, adam_m, adam_v, muon_momentum };
 const char* to_string(TensorRole role);
 TensorRole tensor_role_from_string(const std::string& s);  // throws llmtrain::Error
 

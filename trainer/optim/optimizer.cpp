@@ -378,7 +378,53 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
   if (n > 0)
     kernels::copy(rows_.tensor().flat(0, 6 * n), kernels::Tensor(table.data(), kernels::DType::int64, {6 * n}));
   rows_for_ = key;
+  row_count_ = n;
   return rows_;
+}
+
+void AdamW::set_muon(const MuonSettings& settings, std::vector<MuonMatrix> matrices, double adamw_lr_ratio,
+                     double adamw_weight_decay) {
+  LT_CHECK(!store_ && !cpu_update_, "Muon with offloaded optimizer state");
+  for (const MuonMatrix& mat : matrices)
+    LT_CHECK(state_offset(mat.begin) >= 0 &&
+                 state_offset(mat.begin + mat.numel() - 1) == state_offset(mat.begin) + mat.numel() - 1,
+             "Muon matrix [{}, +{}) not inside one owned range", mat.begin, mat.numel());
+  muon_settings_ = settings;
+  muon_ = std::move(matrices);
+  adamw_lr_ratio_ = adamw_lr_ratio;
+  adamw_weight_decay_ = adamw_weight_decay;
+  workspace_ = std::make_unique<MuonWorkspace>(device_);
+  // AdamW's rows leave the matrices out: the decay ranges less every matrix.
+  std::vector<DecayRange> rest;
+  size_t next = 0;
+  for (const DecayRange& r : ranges_) {
+    int64_t at = r.begin;
+    while (next < muon_.size() && muon_[next].begin + muon_[next].numel() <= at) ++next;
+    for (size_t i = next; i < muon_.size() && muon_[i].begin < r.end; ++i) {
+      if (muon_[i].begin > at) rest.push_back({at, muon_[i].begin, r.decay});
+      at = std::max(at, muon_[i].begin + muon_[i].numel());
+    }
+    if (at < r.end) rest.push_back({at, r.end, r.decay});
+  }
+  ranges_ = std::move(rest);
+  rows_for_ = -1;
+}
+
+bool AdamW::muon_owns(int64_t at) const {
+  auto it =
+      std::upper_bound(muon_.begin(), muon_.end(), at, [](int64_t x, const MuonMatrix& m) { return x < m.begin; });
+  return it != muon_.begin() && at < std::prev(it)->begin + std::prev(it)->numel();
+}
+
+void AdamW::muon_step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads) {
+  for (const MuonMatrix& mat : muon_) {
+    const int64_t at = state_offset(mat.begin), n = mat.numel();
+    const kernels::Tensor p =
+        (has_master() ? master_.tensor().flat(at, n) : params.flat(mat.begin, n)).view({mat.rows, mat.cols});
+    muon_matrix_step(p, grads.flat(compact_grads ? at : mat.begin, n), m_.tensor().flat(at, n), lr,
+                     config_.weight_decay, grad_scale, muon_settings_, *workspace_);
+    if (has_master()) kernels::convert(params.flat(mat.begin, n), p.flat(0, n));  // rounded once
+  }
 }
 
 void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads,
@@ -391,11 +437,13 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
   LT_CHECK(!has_master() || master_set_, "AdamW step before its fp32 master was set (master_from_params)");
   LT_CHECK(!has_master() || params_offloaded_ || !compact_params, "AdamW master weights with compact parameters");
   ++steps_;
-  const kernels::AdamWStep s{.lr = float(lr),
+  // With Muon's matrices (set_muon) AdamW updates the rest at its own lr and weight decay.
+  const bool muon = !muon_.empty();
+  const kernels::AdamWStep s{.lr = float(muon ? lr * adamw_lr_ratio_ : lr),
                              .beta1 = float(config_.beta1),
                              .beta2 = float(config_.beta2),
                              .eps = float(config_.eps),
-                             .weight_decay = float(config_.weight_decay),
+                             .weight_decay = float(muon ? adamw_weight_decay_ : config_.weight_decay),
                              .step = steps_,
                              .grad_scale = grad_scale,
                              .rounding_key = kernels::rounding_key(rounding_seed_, steps_)};
@@ -417,7 +465,9 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
         /*write_back=*/true);
     return;
   }
-  const int64_t n = table.tensor().shape[0];
+  if (muon) muon_step(params, grads, lr, grad_scale, compact_grads);
+  const int64_t n = row_count_;
+  if (n == 0) return;
   const kernels::Tensor t = table.tensor().flat(0, 6 * n).view({n, 6});
   // The fp32 master takes the update and the 16-bit parameters get it rounded once; without one
   // the parameters are updated in place.

@@ -50,6 +50,7 @@
 #include "kernels/buffer.h"
 #include "parallel/grad_sync.h"
 #include "trainer/model/model.h"
+#include "trainer/optim/muon.h"
 #include "trainer/optim/offload.h"
 
 namespace llmtrain::kernels {
@@ -101,6 +102,16 @@ class AdamW {
   void step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads = false,
             bool compact_params = false);
 
+  // optimizer.name muon: these matrices (ascending, each inside one owned range, whole) take Muon's
+  // update (trainer/optim/muon.h) at step()'s lr and optimizer.weight_decay, their momentum in
+  // exp_avg() at their state offsets (and their fp32 master in master()); the other ranges take
+  // AdamW's at lr · adamw_lr_ratio and adamw_weight_decay. exp_avg_sq() still spans the matrices
+  // (4 bytes an element of fp32 state Muon does not use: its compaction is not built yet).
+  void set_muon(const MuonSettings& settings, std::vector<MuonMatrix> matrices, double adamw_lr_ratio,
+                double adamw_weight_decay);
+  // Whether flat element `at` belongs to one of Muon's matrices.
+  bool muon_owns(int64_t at) const;
+  bool uses_muon() const { return !muon_.empty(); }
   // optimizer.master false: the seed of the bf16 parameters' stochastic rounding, and where each
   // parameter's indices start (without ranges, an element's index is its flat offset).
   void set_rounding(uint64_t seed, std::vector<RoundingRange> ranges);
@@ -174,6 +185,11 @@ class AdamW {
   bool master_set_ = false;              // by master_from_params or params_from_master, before the first step
   kernels::Buffer rows_;                 // adamw_rows' table, int64 [rows, 6] on the moments' device
   int rows_for_ = -1;                    // the compact flags it was built for (compact_grads + 2 · compact_params)
+  int64_t row_count_ = 0;                // its rows (the buffer holds at least one)
+  std::vector<MuonMatrix> muon_;         // set_muon's matrices, ascending
+  MuonSettings muon_settings_;
+  double adamw_lr_ratio_ = 1, adamw_weight_decay_ = 0;
+  std::unique_ptr<MuonWorkspace> workspace_;
   // Offloaded: rows_ cut at the store's units, unit u's rows from unit_first_[u] to unit_first_[u+1],
   // their state (and master) offsets counted from the unit's first element.
   std::vector<int64_t> unit_first_;
@@ -186,6 +202,7 @@ class AdamW {
   void copy_down(int64_t u, kernels::Tensor grads);  // unit u's gradients, on the compute stream
   void end_cpu_update();
   void eager_step_end(kernels::Tensor grads, const kernels::AdamWStep& s);
+  void muon_step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads);
   // fn(state offset, flat offset, n) for the owned elements whose state lies in [begin, end).
   template <typename Fn>
   void for_each_owned(int64_t begin, int64_t end, Fn&& fn) const;

@@ -1,0 +1,181 @@
+#include "trainer/optim/muon.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+
+namespace llmtrain::trainer {
+
+namespace k = kernels;
+
+MuonSettings muon_settings(const MuonConfig& c) {
+  MuonSettings s;
+  s.momentum = c.momentum;
+  s.nesterov = c.nesterov;
+  s.ns_steps = int(c.ns_steps);
+  s.ns_coefficients = c.ns_coefficients;
+  s.ns_dtype = c.ns_dtype == StateDtype::bf16 ? k::DType::bf16 : k::DType::fp32;
+  s.adjust_lr = c.adjust_lr;
+  return s;
+}
+
+std::vector<MuonMatrix> muon_matrices(const std::vector<ModelParam>& params) {
+  std::vector<MuonMatrix> out;
+  for (const ModelParam& p : params) {
+    switch (p.spec.role) {
+      case ParamRole::qkv_weight:  // [3, d, d]: three matrices
+        LT_CHECK(p.shape.size() == 3, "{}: qkv weight of rank {}", p.spec.name, p.shape.size());
+        for (int64_t i = 0; i < p.shape[0]; ++i)
+          out.push_back({p.offset + i * p.shape[1] * p.shape[2], p.shape[1], p.shape[2]});
+        break;
+      case ParamRole::q_weight:
+      case ParamRole::k_weight:
+      case ParamRole::v_weight:
+      case ParamRole::attn_out_weight:
+      case ParamRole::mlp_in_weight:
+      case ParamRole::mlp_gate_weight:
+      case ParamRole::mlp_up_weight:
+      case ParamRole::mlp_out_weight:
+      case ParamRole::moe_gate_weight:
+      case ParamRole::moe_up_weight:
+      case ParamRole::moe_down_weight:
+        LT_CHECK(p.shape.size() == 2, "{}: a hidden matrix of rank {}", p.spec.name, p.shape.size());
+        out.push_back({p.offset, p.shape[0], p.shape[1]});
+        break;
+      default:
+        break;
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const MuonMatrix& a, const MuonMatrix& b) { return a.begin < b.begin; });
+  return out;
+}
+
+double muon_adjusted_lr(double lr, int64_t rows, int64_t cols, MuonAdjustLr adjust) {
+  const double m = double(rows), n = double(cols);
+  if (adjust == MuonAdjustLr::match_rms_adamw) return lr * 0.2 * std::sqrt(std::max(m, n));
+  return lr * std::sqrt(std::max(1.0, m / n));
+}
+
+size_t MuonWorkspace::bytes() const {
+  size_t total = 0;
+  for (const k::Buffer* b :
+       {&f32_a_, &f32_b_, &f32_m_, &x_, &product_, &gram_a_, &gram_b_, &poly_, &f32_gram_a_, &f32_gram_b_, &norm_})
+    total += b->bytes();
+  return total;
+}
+
+void MuonWorkspace::reserve(int64_t rows, int64_t cols, k::DType ns_dtype) {
+  const int64_t matrix = rows * cols, small = std::min(rows, cols), gram = small * small;
+  if (matrix <= matrix_ && gram <= gram_ && ns_dtype == ns_dtype_) return;
+  matrix_ = std::max(matrix, matrix_);
+  gram_ = std::max(gram, gram_);
+  ns_dtype_ = ns_dtype;
+  auto make = [&](k::DType dtype, int64_t n) { return k::Buffer(dtype, {n}, device_, k::MemoryKind::optimizer); };
+  f32_a_ = make(k::DType::fp32, matrix_);
+  f32_b_ = make(k::DType::fp32, matrix_);
+  f32_m_ = k::Buffer{};  // made when a bf16 momentum first needs it
+  x_ = make(ns_dtype, matrix_);
+  product_ = make(ns_dtype, matrix_);
+  gram_a_ = make(ns_dtype, gram_);
+  gram_b_ = make(ns_dtype, gram_);
+  poly_ = make(ns_dtype, gram_);
+  f32_gram_a_ = ns_dtype == k::DType::fp32 ? k::Buffer{} : make(k::DType::fp32, gram_);
+  f32_gram_b_ = ns_dtype == k::DType::fp32 ? k::Buffer{} : make(k::DType::fp32, gram_);
+  k::fill_zero(poly_.tensor());  // read (not used) as the unneeded weight of a tall matrix's Gram product
+  norm_ = make(k::DType::fp32, 1);
+}
+
+void newton_schulz(k::Tensor x, const MuonSettings& s, MuonWorkspace& ws) {
+  LT_CHECK(x.shape.rank() == 2, "newton_schulz of a {}-D tensor", x.shape.rank());
+  const int64_t m = x.shape[0], n = x.shape[1], small = std::min(m, n), count = m * n;
+  ws.reserve(m, n, x.dtype);
+  float norm = 0;
+  k::sum_squares(ws.norm_.tensor(), x);
+  k::copy(k::host_tensor(&norm, {1}), ws.norm_.tensor());
+  k::scale(x, float(1.0 / std::max(std::sqrt(double(norm)), s.eps)));
+  const auto [a, b, c] = s.ns_coefficients;
+  auto square_view = [&](const k::Buffer& buf) { return buf.tensor().flat(0, small * small).view({small, small}); };
+  const k::Tensor gram = square_view(ws.gram_a_), square = square_view(ws.gram_b_), poly = square_view(ws.poly_);
+  const k::Tensor product = ws.product_.tensor().flat(0, count).view({m, n});
+  // The sums a·X + … and b·G + c·G² in fp32, rounded once into the iteration's dtype, as PyTorch's
+  // addmm rounds them (in bf16 the products' outputs are bf16: the one rounding more).
+  const bool wide = x.dtype == k::DType::fp32;
+  const k::Tensor gram32 = wide ? gram : square_view(ws.f32_gram_a_),
+                  square32 = wide ? square : square_view(ws.f32_gram_b_);
+  const k::Tensor x32 = wide ? x.flat(0, count) : ws.f32_a_.tensor().flat(0, count),
+                  product32 = wide ? product.flat(0, count) : ws.f32_b_.tensor().flat(0, count);
+  for (int step = 0; step < s.ns_steps; ++step) {
+    if (m <= n) {
+      k::linear_forward(gram, x, x, k::Tensor{});  // X·Xᵀ [m, m]
+    } else {
+      k::fill_zero(gram);  // XᵀX [n, n]: the weight gradient of a linear whose input and output are X
+      k::linear_backward(k::Tensor{}, gram, k::Tensor{}, x, x, poly);
+    }
+    k::linear_forward(square, gram, gram, k::Tensor{});  // the Gram matrix is symmetric: G·Gᵀ = G²
+    if (!wide) {
+      k::convert(gram32, gram);
+      k::convert(square32, square);
+    }
+    k::scale(gram32, float(b));
+    k::scale(square32, float(c));
+    k::residual_forward(wide ? poly : gram32, gram32, square32, k::Tensor{});  // b·G + c·G²
+    if (!wide) k::convert(poly, gram32);
+    if (m <= n)
+      k::linear_backward_input(product, poly, x);  // P·X
+    else
+      k::linear_forward(product, x, poly, k::Tensor{});  // X·Pᵀ = X·P
+    if (!wide) {
+      k::convert(x32, x.flat(0, count));
+      k::convert(product32, product.flat(0, count));
+    }
+    k::scale(x32, float(a));
+    k::residual_forward(x32, x32, product32, k::Tensor{});
+    if (!wide) k::convert(x.flat(0, count), x32);
+  }
+}
+
+void muon_matrix_step(k::Tensor param, k::Tensor grad, k::Tensor momentum, double lr, double weight_decay,
+                      float grad_scale, const MuonSettings& s, MuonWorkspace& ws) {
+  LT_CHECK(param.shape.rank() == 2 && param.dtype == k::DType::fp32 &&
+               (momentum.dtype == k::DType::fp32 || momentum.dtype == k::DType::bf16) &&
+               grad.numel() == param.numel() && momentum.numel() == param.numel(),
+           "muon_matrix_step: param {} {}, grad {}, momentum {} {}", k::to_string(param.dtype), param.numel(),
+           grad.numel(), k::to_string(momentum.dtype), momentum.numel());
+  LT_CHECK(param.device == ws.device() && grad.device == ws.device() && momentum.device == ws.device(),
+           "muon_matrix_step: tensors and workspace on different devices");
+  const int64_t m = param.shape[0], n = param.shape[1], count = m * n;
+  ws.reserve(m, n, s.ns_dtype);
+  const float mu = float(s.momentum);
+  const k::Tensor g = ws.f32_a_.tensor().flat(0, count), u = ws.f32_b_.tensor().flat(0, count);
+  k::Tensor buf = momentum.flat(0, count);
+  if (momentum.dtype != k::DType::fp32) {
+    if (ws.f32_m_.numel() < ws.matrix_)
+      ws.f32_m_ = k::Buffer(k::DType::fp32, {ws.matrix_}, ws.device_, k::MemoryKind::optimizer);
+    buf = ws.f32_m_.tensor().flat(0, count);
+    k::convert(buf, momentum.flat(0, count));
+  }
+  k::convert(g, grad.flat(0, count));
+  k::scale(g, grad_scale * (1.0f - mu));  // (1 − μ)·g
+  k::scale(buf, mu);
+  k::residual_forward(buf, buf, g, k::Tensor{});                                   // B = μ·B + (1 − μ)·g
+  if (momentum.dtype != k::DType::fp32) k::convert(momentum.flat(0, count), buf);  // rounded once
+  k::Tensor update = buf;
+  if (s.nesterov) {
+    k::copy(u, buf);
+    k::scale(u, mu);
+    k::residual_forward(u, u, g, k::Tensor{});  // (1 − μ)·g + μ·B
+    update = u;
+  }
+  const k::Tensor x = ws.x_.tensor().flat(0, count).view({m, n});
+  k::convert(x.flat(0, count), update);
+  newton_schulz(x, s, ws);
+  k::convert(u, x.flat(0, count));
+  k::scale(u, float(-muon_adjusted_lr(lr, m, n, s.adjust_lr)));
+  const k::Tensor p = param.flat(0, count);
+  if (weight_decay != 0) k::scale(p, float(1.0 - lr * weight_decay));
+  k::residual_forward(p, p, u, k::Tensor{});
+}
+
+}  // namespace llmtrain::trainer

@@ -1,0 +1,95 @@
+// Muon's update of one whole 2-D matrix (Jordan et al. 2024; PyTorch's torch.optim.Muon): the
+// momentum, the quintic Newton–Schulz orthogonalization and the shape-adjusted step, built from
+// the kernel table's ops, so that the products run where the matrix lives (the CPU's GEMMs, or
+// cuBLASLt on a device, the simulator's model of it included) and nothing here is backend code.
+//
+// One step of a matrix W [m, n] with gradient g, momentum buffer B (zero at the start), as
+// torch.optim.Muon takes it:
+//   B = μ·B + (1 − μ)·g                      (torch: B.lerp_(g, 1 − μ))
+//   U = nesterov ? (1 − μ)·g + μ·B : B        (torch: g.lerp(B, μ))
+//   X = U / max(‖U‖_F, eps)  in ns_dtype (bf16 as PyTorch, or fp32)
+//   ns_steps times: A = X·Xᵀ;  X = a·X + (b·A + c·A²)·X
+//   W = W·(1 − lr·wd) − lr'·X,   lr' = lr·√max(1, m / n) (adjust_lr original)
+//                                    or lr·0.2·√max(m, n) (match_rms_adamw, Moonshot's)
+// Rules a reader could get wrong:
+//  - PyTorch transposes a tall matrix (m > n) so that the Gram matrix is the small one; here a tall
+//    X iterates as X = a·X + X·(b·G + c·G²) with G = XᵀX, the same polynomial ((XXᵀ)ᵏX = X(XᵀX)ᵏ)
+//    without a transpose.
+//  - The decay uses the unadjusted lr, as PyTorch's does; only the orthogonalized step is scaled.
+//  - The Frobenius norm is summed in double and read back to the host: one synchronization per
+//    matrix and step on a device.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common/recipe/recipe.h"
+#include "kernels/buffer.h"
+#include "kernels/tensor.h"
+#include "trainer/model/model.h"
+
+namespace llmtrain::trainer {
+
+struct MuonSettings {
+  double momentum = 0.95;
+  bool nesterov = true;
+  int ns_steps = 5;
+  std::array<double, 3> ns_coefficients = {3.4445, -4.7750, 2.0315};  // torch.optim.Muon's defaults
+  kernels::DType ns_dtype = kernels::DType::bf16;                     // bf16 or fp32
+  MuonAdjustLr adjust_lr = MuonAdjustLr::original;
+  double eps = 1e-7;
+};
+
+MuonSettings muon_settings(const MuonConfig& config);
+
+// A matrix Muon updates: [rows, cols] at flat offset `begin` of the parameter buffer.
+struct MuonMatrix {
+  int64_t begin = 0, rows = 0, cols = 0;
+  int64_t numel() const { return rows * cols; }
+};
+// The hidden matrices among `params`, in flat order: the attention's query, key, value and output
+// weights (GPT-2's fused [3, d, d] c_attn as its three [d, d] matrices, as Megatron-Core's Muon
+// splits QKV), the MLP's and every expert's weights, a shared expert's too. Embeddings, the output
+// head, norms, biases, the router and the shared expert's gate stay AdamW's, as in PyTorch's,
+// Megatron-Core's and Moonshot's recipes.
+std::vector<MuonMatrix> muon_matrices(const std::vector<ModelParam>& params);
+
+// The step size of an [rows, cols] matrix for the base learning rate `lr`.
+double muon_adjusted_lr(double lr, int64_t rows, int64_t cols, MuonAdjustLr adjust);
+
+// The scratch one matrix's update needs, sized for the largest matrix it is given (grown on demand)
+// and kept on `device` between steps.
+class MuonWorkspace {
+ public:
+  explicit MuonWorkspace(kernels::Device device = kernels::Device::cpu) : device_(device) {}
+  kernels::Device device() const { return device_; }
+  // The bytes it holds now (MemoryKind::optimizer).
+  size_t bytes() const;
+
+ private:
+  friend void muon_matrix_step(kernels::Tensor, kernels::Tensor, kernels::Tensor, double, double, float,
+                               const MuonSettings&, MuonWorkspace&);
+  friend void newton_schulz(kernels::Tensor, const MuonSettings&, MuonWorkspace&);
+  void reserve(int64_t rows, int64_t cols, kernels::DType ns_dtype);
+  kernels::Device device_;
+  int64_t matrix_ = 0, gram_ = 0;
+  kernels::DType ns_dtype_ = kernels::DType::fp32;
+  kernels::Buffer f32_a_, f32_b_, f32_m_;    // [m·n] fp32: the gradient, the update, bf16 momentum widened
+  kernels::Buffer x_, product_;              // [m·n] in ns_dtype: X and its product with the polynomial
+  kernels::Buffer gram_a_, gram_b_, poly_;   // [k·k] in ns_dtype, k = min(m, n)
+  kernels::Buffer f32_gram_a_, f32_gram_b_;  // [k·k] fp32 (bf16 ns_dtype): the polynomial's sum
+  kernels::Buffer norm_;                     // [1] fp32
+};
+
+// X [m, n] (ns_dtype) orthogonalized in place: scaled to unit Frobenius norm, then the iteration.
+void newton_schulz(kernels::Tensor x, const MuonSettings& s, MuonWorkspace& ws);
+
+// One Muon step of the fp32 matrix `param` [m, n] (in place) with its gradient `grad` ([m, n], any
+// float dtype, multiplied by grad_scale first: clipping, 1 / loss scale) and momentum `momentum`
+// [m, n] (fp32, or bf16: widened, updated in fp32 and stored rounded to nearest even), at
+// learning rate `lr` and decoupled weight decay `weight_decay`.
+void muon_matrix_step(kernels::Tensor param, kernels::Tensor grad, kernels::Tensor momentum, double lr,
+                      double weight_decay, float grad_scale, const MuonSettings& s, MuonWorkspace& ws);
+
+}  // namespace llmtrain::trainer
