@@ -10,6 +10,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "trainer/model/model.h"
 #include "trainer/model/model_spec.h"
+#include "trainer/optim/muon.h"
 #include "trainer/placement/placement.h"
 
 namespace llmtrain::planner {
@@ -317,6 +318,19 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
       stage_params / shard * update_bytes / (dev.shares_host ? dev.memory_bandwidth / per_node : dev.memory_bandwidth);
   // Where and when the busiest stage's update runs, as the run places it (trainer/placement/placement.h).
   const trainer::Placement placed = trainer::place(r, p, {int(busiest), 0, 0});
+  if (r.optimizer.name == OptimizerName::muon) {
+    // Muon: each hidden matrix [m, n] (k = min, K = max) orthogonalized in ns_steps iterations of
+    // X·Xᵀ, G² and P·X: 4k²K + 2k³ FLOPs each, at the products' rate in ns_dtype (trainer/optim/muon.h).
+    const MuonConfig& mc = r.optimizer.muon;
+    double flops = 0;
+    for (const trainer::MuonMatrix& mat : trainer::muon_matrices(placed.params)) {
+      const double k = double(std::min(mat.rows, mat.cols)), kk = double(std::max(mat.rows, mat.cols));
+      flops += double(mc.ns_steps) * (4 * k * k * kk + 2 * k * k * k);
+    }
+    double ns_rate = mc.ns_dtype == StateDtype::bf16 ? dev.achievable_bf16 : dev.achievable_fp32;
+    if (dev.shares_host) ns_rate = host_rank_rate(r, dev, ns_rate, per_node);
+    if (ns_rate > 0) out.optimizer += flops / ns_rate;
+  }
   if (placed.offload != OffloadKind::none) {
     // docs/offload.md. host's CPU update: the owned gradients down and the values up over the host
     // link, the update at the host's memory bandwidth, pipelined. Otherwise the state crosses to the

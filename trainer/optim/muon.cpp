@@ -66,23 +66,52 @@ size_t MuonWorkspace::bytes() const {
   return total;
 }
 
-void MuonWorkspace::reserve(int64_t rows, int64_t cols, k::DType ns_dtype) {
-  const int64_t matrix = rows * cols, small = std::min(rows, cols), gram = small * small;
-  if (matrix <= matrix_ && gram <= gram_ && ns_dtype == ns_dtype_) return;
+int64_t MuonWorkspace::bytes_for(int64_t matrix, int64_t gram, k::DType ns_dtype, k::DType momentum_dtype) {
+  const int64_t ns = int64_t(k::dtype_size(ns_dtype)), wide = ns_dtype == k::DType::fp32 ? 0 : 2;
+  return matrix * (4 * (momentum_dtype == k::DType::fp32 ? 2 : 3) + 2 * ns) + gram * (3 * ns + 4 * wide) + 4;
+}
+
+void MuonWorkspace::reserve(const std::vector<MuonMatrix>& matrices, k::DType ns_dtype, k::DType momentum_dtype) {
+  int64_t matrix = 0, gram = 0;
+  for (const MuonMatrix& m : matrices) {
+    matrix = std::max(matrix, m.numel());
+    gram = std::max(gram, std::min(m.rows, m.cols) * std::min(m.rows, m.cols));
+  }
+  reserve(matrix, gram, ns_dtype, momentum_dtype);
+}
+
+int64_t muon_workspace_bytes(const std::vector<MuonMatrix>& matrices, k::DType ns_dtype, k::DType momentum_dtype) {
+  int64_t matrix = 0, gram = 0;
+  for (const MuonMatrix& m : matrices) {
+    matrix = std::max(matrix, m.numel());
+    gram = std::max(gram, std::min(m.rows, m.cols) * std::min(m.rows, m.cols));
+  }
+  return matrices.empty() ? 0 : MuonWorkspace::bytes_for(matrix, gram, ns_dtype, momentum_dtype);
+}
+
+void MuonWorkspace::reserve(int64_t matrix, int64_t gram, k::DType ns_dtype, k::DType momentum_dtype) {
+  const bool widen_momentum = momentum_dtype != k::DType::fp32;
+  if (matrix <= matrix_ && gram <= gram_ && ns_dtype == ns_dtype_ && (!widen_momentum || f32_m_.numel() > 0)) return;
   matrix_ = std::max(matrix, matrix_);
   gram_ = std::max(gram, gram_);
   ns_dtype_ = ns_dtype;
+  // Released first, so that the peak is the new size (the memory account counts bytes_for).
+  for (k::Buffer* b : {&f32_a_, &f32_b_, &f32_m_, &x_, &product_, &gram_a_, &gram_b_, &poly_, &f32_gram_a_,
+                       &f32_gram_b_, &norm_})
+    *b = k::Buffer{};
   auto make = [&](k::DType dtype, int64_t n) { return k::Buffer(dtype, {n}, device_, k::MemoryKind::optimizer); };
   f32_a_ = make(k::DType::fp32, matrix_);
   f32_b_ = make(k::DType::fp32, matrix_);
-  f32_m_ = k::Buffer{};  // made when a bf16 momentum first needs it
+  if (widen_momentum) f32_m_ = make(k::DType::fp32, matrix_);
   x_ = make(ns_dtype, matrix_);
   product_ = make(ns_dtype, matrix_);
   gram_a_ = make(ns_dtype, gram_);
   gram_b_ = make(ns_dtype, gram_);
   poly_ = make(ns_dtype, gram_);
-  f32_gram_a_ = ns_dtype == k::DType::fp32 ? k::Buffer{} : make(k::DType::fp32, gram_);
-  f32_gram_b_ = ns_dtype == k::DType::fp32 ? k::Buffer{} : make(k::DType::fp32, gram_);
+  if (ns_dtype != k::DType::fp32) {
+    f32_gram_a_ = make(k::DType::fp32, gram_);
+    f32_gram_b_ = make(k::DType::fp32, gram_);
+  }
   k::fill_zero(poly_.tensor());  // read (not used) as the unneeded weight of a tall matrix's Gram product
   norm_ = make(k::DType::fp32, 1);
 }
@@ -90,7 +119,7 @@ void MuonWorkspace::reserve(int64_t rows, int64_t cols, k::DType ns_dtype) {
 void newton_schulz(k::Tensor x, const MuonSettings& s, MuonWorkspace& ws) {
   LT_CHECK(x.shape.rank() == 2, "newton_schulz of a {}-D tensor", x.shape.rank());
   const int64_t m = x.shape[0], n = x.shape[1], small = std::min(m, n), count = m * n;
-  ws.reserve(m, n, x.dtype);
+  ws.reserve(m * n, small * small, x.dtype, ws.f32_m_.numel() > 0 ? k::DType::bf16 : k::DType::fp32);
   float norm = 0;
   k::sum_squares(ws.norm_.tensor(), x);
   k::copy(k::host_tensor(&norm, {1}), ws.norm_.tensor());
@@ -146,13 +175,11 @@ void muon_matrix_step(k::Tensor param, k::Tensor grad, k::Tensor momentum, doubl
   LT_CHECK(param.device == ws.device() && grad.device == ws.device() && momentum.device == ws.device(),
            "muon_matrix_step: tensors and workspace on different devices");
   const int64_t m = param.shape[0], n = param.shape[1], count = m * n;
-  ws.reserve(m, n, s.ns_dtype);
+  ws.reserve(count, std::min(m, n) * std::min(m, n), s.ns_dtype, momentum.dtype);
   const float mu = float(s.momentum);
   const k::Tensor g = ws.f32_a_.tensor().flat(0, count), u = ws.f32_b_.tensor().flat(0, count);
   k::Tensor buf = momentum.flat(0, count);
   if (momentum.dtype != k::DType::fp32) {
-    if (ws.f32_m_.numel() < ws.matrix_)
-      ws.f32_m_ = k::Buffer(k::DType::fp32, {ws.matrix_}, ws.device_, k::MemoryKind::optimizer);
     buf = ws.f32_m_.tensor().flat(0, count);
     k::convert(buf, momentum.flat(0, count));
   }

@@ -58,7 +58,7 @@ std::vector<MuonMatrix> muon_matrices(const std::vector<ModelParam>& params);
 // The step size of an [rows, cols] matrix for the base learning rate `lr`.
 double muon_adjusted_lr(double lr, int64_t rows, int64_t cols, MuonAdjustLr adjust);
 
-// The scratch one matrix's update needs, sized for the largest matrix it is given (grown on demand)
+// The scratch one matrix's update needs, sized for the largest matrix (reserve, or grown on demand)
 // and kept on `device` between steps.
 class MuonWorkspace {
  public:
@@ -66,12 +66,19 @@ class MuonWorkspace {
   kernels::Device device() const { return device_; }
   // The bytes it holds now (MemoryKind::optimizer).
   size_t bytes() const;
+  // Sized at once for the largest of `matrices` (optimizer.muon.ns_dtype, the momentum's dtype): the
+  // bytes muon_workspace_bytes counts, allocated before the first step.
+  void reserve(const std::vector<MuonMatrix>& matrices, kernels::DType ns_dtype, kernels::DType momentum_dtype);
+  // For a largest matrix of `matrix` elements and a largest Gram matrix of `gram`: two fp32 matrices
+  // (the gradient, the update; three with a bf16 momentum, widened), X and its product in ns_dtype,
+  // three Gram-sized ns_dtype arrays (two fp32 more in bf16: the polynomial's sum) and the norm.
+  static int64_t bytes_for(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype);
 
  private:
   friend void muon_matrix_step(kernels::Tensor, kernels::Tensor, kernels::Tensor, double, double, float,
                                const MuonSettings&, MuonWorkspace&);
   friend void newton_schulz(kernels::Tensor, const MuonSettings&, MuonWorkspace&);
-  void reserve(int64_t rows, int64_t cols, kernels::DType ns_dtype);
+  void reserve(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype);
   kernels::Device device_;
   int64_t matrix_ = 0, gram_ = 0;
   kernels::DType ns_dtype_ = kernels::DType::fp32;
@@ -81,6 +88,10 @@ class MuonWorkspace {
   kernels::Buffer f32_gram_a_, f32_gram_b_;  // [k·k] fp32 (bf16 ns_dtype): the polynomial's sum
   kernels::Buffer norm_;                     // [1] fp32
 };
+
+// The workspace of a rank whose Muon matrices are `matrices` (0 without any): the memory account's.
+int64_t muon_workspace_bytes(const std::vector<MuonMatrix>& matrices, kernels::DType ns_dtype,
+                             kernels::DType momentum_dtype);
 
 // X [m, n] (ns_dtype) orthogonalized in place: scaled to unit Frobenius norm, then the iteration.
 void newton_schulz(kernels::Tensor x, const MuonSettings& s, MuonWorkspace& ws);

@@ -394,6 +394,7 @@ void AdamW::set_muon(const MuonSettings& settings, std::vector<MuonMatrix> matri
   adamw_lr_ratio_ = adamw_lr_ratio;
   adamw_weight_decay_ = adamw_weight_decay;
   workspace_ = std::make_unique<MuonWorkspace>(device_);
+  workspace_->reserve(muon_, settings.ns_dtype, state_dtype());
   // AdamW's rows leave the matrices out: the decay ranges less every matrix.
   std::vector<DecayRange> rest;
   size_t next = 0;

@@ -14,7 +14,7 @@ MemoryAccount memory_account(const Placement& p) {
   out.gradients = p.grads.bytes();
   out.activations = p.activation_bytes;
   out.head_logits = p.head_logit_bytes;
-  out.optimizer = p.moments.bytes() + p.master.bytes();
+  out.optimizer = p.moments.bytes() + p.master.bytes() + p.muon_workspace_bytes;
   if (p.offload != OffloadKind::none) {
     // The state is in the offload store: here only its staging slots (the compute device's, or on
     // a cpu rank the host's) and, beside a cuda rank's device, the page-locked store (host) and

@@ -12,6 +12,7 @@
 #include "common/recipe/recipe_check.h"
 #include "parallel/pipeline_executor.h"
 #include "trainer/model/model_spec.h"
+#include "trainer/optim/muon.h"
 #include "trainer/optim/offload.h"
 
 namespace llmtrain::trainer {
@@ -220,6 +221,12 @@ Placement place(const Recipe& r, const Layout& layout, const parallel::MeshCoord
   p.moments = {Residence::device,
                r.optimizer.state_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32, p.owned, 2};
   if (layout.fp32_master()) p.master = {Residence::device, kernels::DType::fp32, p.owned};
+  // Muon's scratch, sized for the stage's largest matrix (trainer/optim/muon.h; its momentum is in
+  // `moments`' first array, and the second still spans the matrices).
+  if (r.optimizer.name == OptimizerName::muon)
+    p.muon_workspace_bytes = muon_workspace_bytes(
+        muon_matrices(p.params), r.optimizer.muon.ns_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32,
+        p.moments.dtype);
 
   if (r.parallel.offload != OffloadKind::none) {
     const kernels::Device device = p.model.device;

@@ -88,6 +88,8 @@ struct Placement {
   // or bf16 with optimizer.state_dtype); master: its fp32 copy of 16-bit values (none at ZeRO 3,
   // whose owned values are fp32).
   Held values, grads, moments, master;
+  // optimizer.name muon: the Newton–Schulz workspace (MuonWorkspace::bytes_for its largest matrix).
+  int64_t muon_workspace_bytes = 0;
   // The values' chunk a ZeRO-3 rank holds at a time when the owned values are offloaded
   // (offload_params: the store keeps them; `values` then is that chunk).
   bool values_offloaded = false;
