@@ -319,17 +319,21 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   // Where and when the busiest stage's update runs, as the run places it (trainer/placement/placement.h).
   const trainer::Placement placed = trainer::place(r, p, {int(busiest), 0, 0});
   if (r.optimizer.name == OptimizerName::muon) {
-    // Muon: each hidden matrix [m, n] (k = min, K = max) orthogonalized in ns_steps iterations of
-    // X·Xᵀ, G² and P·X: 4k²K + 2k³ FLOPs each, at the products' rate in ns_dtype (trainer/optim/muon.h).
+    // Muon: each hidden matrix (this rank's block [m, n], its Gram side k — the unsplit side under
+    // tp, else the smaller — and K = m·n / k) orthogonalized in ns_steps iterations of the Gram
+    // matrix, its square and the polynomial's product: 4k²K + 2k³ FLOPs each, at the products' rate
+    // in ns_dtype (trainer/optim/muon.h); under tp each Gram matrix (k², fp32) is all-reduced.
     const MuonConfig& mc = r.optimizer.muon;
-    double flops = 0;
+    double flops = 0, reduced = 0;
     for (const trainer::MuonMatrix& mat : trainer::muon_matrices(placed.params)) {
-      const double k = double(std::min(mat.rows, mat.cols)), kk = double(std::max(mat.rows, mat.cols));
+      const double k = double(mat.gram_side()), kk = double(mat.numel()) / k;
       flops += double(mc.ns_steps) * (4 * k * k * kk + 2 * k * k * k);
+      if (mat.split >= 0) reduced += double(mc.ns_steps) * k * k * 4;
     }
     double ns_rate = mc.ns_dtype == StateDtype::bf16 ? dev.achievable_bf16 : dev.achievable_fp32;
     if (dev.shares_host) ns_rate = host_rank_rate(r, dev, ns_rate, per_node);
     if (ns_rate > 0) out.optimizer += flops / ns_rate;
+    if (tp > 1 && reduced > 0) out.optimizer += 2.0 * (tp - 1) / tp * reduced / tp_bw;
   }
   if (placed.offload != OffloadKind::none) {
     // docs/offload.md. host's CPU update: the owned gradients down and the values up over the host

@@ -461,21 +461,16 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
               "the offload store updates an fp32 copy: use offload: none, or master: true");
   }
   if (o.name == OptimizerName::muon) {
-    // Newton–Schulz needs whole matrices: built where every rank's matrices are whole (tp 1, no
-    // ZeRO sharding of the optimizer); the gathered update of split matrices is not.
+    // Newton–Schulz needs whole matrices: built where every rank holds whole matrices or tensor-
+    // parallel blocks of them (their Gram matrices summed over tp); ZeRO's flat shards are not.
     auto later = [&](const std::string& what, const std::string& hint) {
       problem("optimizer.name", fmt::format("not supported yet: muon with {}", what), hint);
     };
-    if (r.parallel.tp > 1)
-      later(fmt::format("parallel.tp {} (Newton–Schulz needs whole matrices; the gathered update of tp-split "
-                        "matrices is not built yet)",
-                        r.parallel.tp),
-            "use tp: 1 with Muon (dp, pp, cp and ep keep whole matrices), or optimizer.name: adamw");
-    else if (r.parallel.zero >= 1)
+    if (r.parallel.zero >= 1)
       later(fmt::format("parallel.zero {} (ZeRO's flat shards cut the matrices; their gathered update is not "
                         "built yet)",
                         r.parallel.zero),
-            "use zero: 0 with Muon, or optimizer.name: adamw");
+            "use zero: 0 with Muon (any tp, dp, pp, cp and ep), or optimizer.name: adamw");
     else if (r.parallel.offload != OffloadKind::none)
       later("parallel.offload", "use offload: none with Muon, or optimizer.name: adamw");
     else if (!o.master)

@@ -2,12 +2,14 @@
 # Muon (optimizer.name: muon) end to end under real `mpirun`: a llama model with MoE blocks trains
 # with Muon on its hidden matrices (the experts' too) and AdamW on the rest, and every layout Muon
 # is built for takes the one-rank run's losses and final parameters within 1e-5 over 10 steps in
-# fp32: dp 2, pp 2, cp 2, ep 2; GPT-2's fused QKV (three matrices) at pp 2 too; ep 2's and pp 2's
-# checkpoints resume at one rank on the one-rank trajectory. A run killed after
+# fp32: dp 2, pp 2, cp 2, ep 2, tp 2 with sequence parallelism, tp 4 (key/value heads replicated:
+# whole on two ranks each), tp 2 × ep 2; GPT-2's fused QKV (three matrices) at pp 2 and tp 2 too;
+# ep 2's, pp 2's and tp 2's checkpoints resume at one rank on the one-rank trajectory. A run killed after
 # its step-5 checkpoint resumes bitwise; its checkpoint holds Muon's momentum (role
 # muon_momentum) for the matrices and Adam's moments for the rest; an AdamW checkpoint into a Muon
 # run (and back) is refused by name, and loads with load_weights_only; bf16 with Muon's products in
-# bf16 trains; layouts not built yet (tp 2, ZeRO 1) and Muon's keys with AdamW are refused by key.
+# bf16 trains, and so does a bf16 momentum at dp 2; ZeRO 1 (not built yet) and Muon's keys with
+# AdamW are refused by key.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 use_python
@@ -39,7 +41,8 @@ for l in open(sys.argv[1] + "/metrics.jsonl"):
 run_cmd one mpi_run 180 1 "$LLMTRAIN" run r.yaml --set log.dir=one
 expect_status 0
 for cfg in "dp2 2 --set parallel.dp=2" "pp2 2 --set parallel.pp=2" "cp2 2 --set parallel.cp=2" \
-  "ep2 2 --set parallel.ep=2"; do
+  "ep2 2 --set parallel.ep=2" "tp2-sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true" \
+  "tp4 4 --set parallel.tp=4" "tp2-ep2 4 --set parallel.tp=2 --set parallel.ep=2"; do
   set -- $cfg
   name=$1 n=$2
   shift 2
@@ -51,9 +54,14 @@ done
 sed -e 's/family: llama/family: gpt2/' -e '/kv_heads:/d' -e '/moe:/d' r.yaml >g.yaml
 run_cmd gpt-one mpi_run 180 1 "$LLMTRAIN" run g.yaml --set log.dir=gpt-one
 expect_status 0
-run_cmd gpt-pp2 mpi_run 180 2 "$LLMTRAIN" run g.yaml --set log.dir=gpt-pp2 --set parallel.pp=2
-expect_status 0
-out=$(compare gpt-pp2 gpt-one 2>&1) && pass "muon gpt2 pp2 matches one rank: $out" || fail "muon gpt2 pp2: $out"
+for cfg in "pp2 --set parallel.pp=2" "tp2 --set parallel.tp=2"; do
+  set -- $cfg
+  name=$1
+  shift
+  run_cmd gpt-$name mpi_run 180 2 "$LLMTRAIN" run g.yaml --set log.dir=gpt-$name "$@"
+  expect_status 0
+  out=$(compare gpt-$name gpt-one 2>&1) && pass "muon gpt2 $name matches one rank: $out" || fail "muon gpt2 $name: $out"
+done
 
 # The checkpoint: Muon's momentum for the matrices, Adam's moments for the rest.
 $PY - one/ckpt/step_00000010/manifest.json <<'PY' && pass "the checkpoint holds muon_momentum for the hidden matrices, adam_m/adam_v for the rest" ||
@@ -70,7 +78,7 @@ PY
   fail "the Muon checkpoint's roles"
 
 # Another layout's checkpoint: ep 2's and pp 2's step 5 resume at one rank, on one rank's trajectory.
-for from in ep2 pp2; do
+for from in ep2 pp2 tp2-sp; do
   mkdir -p X-$from/ckpt && cp -r $from/ckpt/step_00000005 X-$from/ckpt/ && echo step_00000005 >X-$from/ckpt/latest
   run_cmd "$from at one rank" "$LLMTRAIN" run r.yaml --set log.dir=X-$from
   expect_status 0
@@ -114,10 +122,17 @@ a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert len(a) == len(b) == 10 and all(abs(x - y) <= 0.02 * x for x, y in zip(a, b)), list(zip(a, b))
 PY
 
+# The momentum in bf16 (optimizer.state_dtype: widened, updated in fp32, stored rounded), at dp 2.
+run_cmd bf16-state mpi_run 180 2 "$LLMTRAIN" run r.yaml --set log.dir=S --set optimizer.state_dtype=bf16 --set parallel.dp=2
+expect_status 0
+$PY - one S <<'PY' && pass "Muon with bf16 momentum at dp 2 stays within 1% of fp32 momentum's losses" || fail "bf16 momentum"
+import json, sys
+losses = lambda d: [r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 10 and all(abs(x - y) <= 0.01 * x for x, y in zip(a, b)), list(zip(a, b))
+PY
+
 # Not built yet, or a mistake: refused by key before any rank starts.
-run_cmd tp2 "$LLMTRAIN" run r.yaml --dry-run --nproc 2 --set parallel.tp=2
-expect_status 2
-expect_out "not supported yet: muon with parallel.tp 2"
 run_cmd zero1 "$LLMTRAIN" run r.yaml --dry-run --nproc 2 --set parallel.dp=2 --set parallel.zero=1
 expect_status 2
 expect_out "not supported yet: muon with parallel.zero 1"

@@ -25,10 +25,12 @@ std::vector<MuonMatrix> muon_matrices(const std::vector<ModelParam>& params) {
   std::vector<MuonMatrix> out;
   for (const ModelParam& p : params) {
     switch (p.spec.role) {
-      case ParamRole::qkv_weight:  // [3, d, d]: three matrices
+      case ParamRole::qkv_weight:  // [3, d, d]: three matrices, split over tp along dimension 1 (rows)
         LT_CHECK(p.shape.size() == 3, "{}: qkv weight of rank {}", p.spec.name, p.shape.size());
         for (int64_t i = 0; i < p.shape[0]; ++i)
-          out.push_back({p.offset + i * p.shape[1] * p.shape[2], p.shape[1], p.shape[2]});
+          out.push_back({p.offset + i * p.shape[1] * p.shape[2], p.shape[1], p.shape[2],
+                         p.shape[1] != p.spec.shape[1] ? 0 : -1, p.spec.shape[1], p.spec.shape[2],
+                         int(p.spec.shape[1] / p.shape[1])});
         break;
       case ParamRole::q_weight:
       case ParamRole::k_weight:
@@ -40,10 +42,13 @@ std::vector<MuonMatrix> muon_matrices(const std::vector<ModelParam>& params) {
       case ParamRole::mlp_out_weight:
       case ParamRole::moe_gate_weight:
       case ParamRole::moe_up_weight:
-      case ParamRole::moe_down_weight:
+      case ParamRole::moe_down_weight: {
         LT_CHECK(p.shape.size() == 2, "{}: a hidden matrix of rank {}", p.spec.name, p.shape.size());
-        out.push_back({p.offset, p.shape[0], p.shape[1]});
+        const int split = p.shape[0] != p.spec.shape[0] ? 0 : p.shape[1] != p.spec.shape[1] ? 1 : -1;
+        out.push_back({p.offset, p.shape[0], p.shape[1], split, p.spec.shape[0], p.spec.shape[1],
+                       split < 0 ? 1 : int(p.spec.shape[size_t(split)] / p.shape[size_t(split)])});
         break;
+      }
       default:
         break;
     }
@@ -75,7 +80,7 @@ void MuonWorkspace::reserve(const std::vector<MuonMatrix>& matrices, k::DType ns
   int64_t matrix = 0, gram = 0;
   for (const MuonMatrix& m : matrices) {
     matrix = std::max(matrix, m.numel());
-    gram = std::max(gram, std::min(m.rows, m.cols) * std::min(m.rows, m.cols));
+    gram = std::max(gram, m.gram_side() * m.gram_side());
   }
   reserve(matrix, gram, ns_dtype, momentum_dtype);
 }
@@ -84,7 +89,7 @@ int64_t muon_workspace_bytes(const std::vector<MuonMatrix>& matrices, k::DType n
   int64_t matrix = 0, gram = 0;
   for (const MuonMatrix& m : matrices) {
     matrix = std::max(matrix, m.numel());
-    gram = std::max(gram, std::min(m.rows, m.cols) * std::min(m.rows, m.cols));
+    gram = std::max(gram, m.gram_side() * m.gram_side());
   }
   return matrices.empty() ? 0 : MuonWorkspace::bytes_for(matrix, gram, ns_dtype, momentum_dtype);
 }
@@ -96,8 +101,8 @@ void MuonWorkspace::reserve(int64_t matrix, int64_t gram, k::DType ns_dtype, k::
   gram_ = std::max(gram, gram_);
   ns_dtype_ = ns_dtype;
   // Released first, so that the peak is the new size (the memory account counts bytes_for).
-  for (k::Buffer* b : {&f32_a_, &f32_b_, &f32_m_, &x_, &product_, &gram_a_, &gram_b_, &poly_, &f32_gram_a_,
-                       &f32_gram_b_, &norm_})
+  for (k::Buffer* b :
+       {&f32_a_, &f32_b_, &f32_m_, &x_, &product_, &gram_a_, &gram_b_, &poly_, &f32_gram_a_, &f32_gram_b_, &norm_})
     *b = k::Buffer{};
   auto make = [&](k::DType dtype, int64_t n) { return k::Buffer(dtype, {n}, device_, k::MemoryKind::optimizer); };
   f32_a_ = make(k::DType::fp32, matrix_);
@@ -116,57 +121,80 @@ void MuonWorkspace::reserve(int64_t matrix, int64_t gram, k::DType ns_dtype, k::
   norm_ = make(k::DType::fp32, 1);
 }
 
-void newton_schulz(k::Tensor x, const MuonSettings& s, MuonWorkspace& ws) {
+void newton_schulz(k::Tensor x, const MuonSettings& s, MuonWorkspace& ws, int split, const MuonGroup& group,
+                   int blocks) {
   LT_CHECK(x.shape.rank() == 2, "newton_schulz of a {}-D tensor", x.shape.rank());
-  const int64_t m = x.shape[0], n = x.shape[1], small = std::min(m, n), count = m * n;
-  ws.reserve(m * n, small * small, x.dtype, ws.f32_m_.numel() > 0 ? k::DType::bf16 : k::DType::fp32);
+  const bool shared = split >= 0 && group.tensors != nullptr && group.tensors->size() > 1;
+  LT_CHECK(!shared || group.control != nullptr, "newton_schulz of a split matrix without its control group");
+  const int size = shared ? group.tensors->size() : 1;
+  if (blocks <= 0) blocks = size;
+  LT_CHECK(!shared || (blocks <= size && size % blocks == 0), "newton_schulz: {} blocks over {} ranks", blocks, size);
+  const float once = float(blocks) / float(size);  // a replicated block's share of each sum (a power of 2)
+  const int64_t m = x.shape[0], n = x.shape[1], count = m * n;
+  // A[k, k] over the unsplit side: X·Xᵀ (the wide form) when the columns are split or, whole, when
+  // m ≤ n; else XᵀX (the tall form).
+  const bool wide_form = shared ? split == 1 : m <= n;
+  const int64_t side = wide_form ? m : n;
+  ws.reserve(count, side * side, x.dtype, ws.f32_m_.numel() > 0 ? k::DType::bf16 : k::DType::fp32);
   float norm = 0;
   k::sum_squares(ws.norm_.tensor(), x);
   k::copy(k::host_tensor(&norm, {1}), ws.norm_.tensor());
+  if (shared) {
+    group.control->all_reduce(k::host_tensor(&norm, {1}), parallel::ReduceOp::sum);
+    norm *= once;
+  }
   k::scale(x, float(1.0 / std::max(std::sqrt(double(norm)), s.eps)));
   const auto [a, b, c] = s.ns_coefficients;
-  auto square_view = [&](const k::Buffer& buf) { return buf.tensor().flat(0, small * small).view({small, small}); };
+  auto square_view = [&](const k::Buffer& buf) { return buf.tensor().flat(0, side * side).view({side, side}); };
   const k::Tensor gram = square_view(ws.gram_a_), square = square_view(ws.gram_b_), poly = square_view(ws.poly_);
   const k::Tensor product = ws.product_.tensor().flat(0, count).view({m, n});
   // The sums a·X + … and b·G + c·G² in fp32, rounded once into the iteration's dtype, as PyTorch's
-  // addmm rounds them (in bf16 the products' outputs are bf16: the one rounding more).
-  const bool wide = x.dtype == k::DType::fp32;
-  const k::Tensor gram32 = wide ? gram : square_view(ws.f32_gram_a_),
-                  square32 = wide ? square : square_view(ws.f32_gram_b_);
-  const k::Tensor x32 = wide ? x.flat(0, count) : ws.f32_a_.tensor().flat(0, count),
-                  product32 = wide ? product.flat(0, count) : ws.f32_b_.tensor().flat(0, count);
+  // addmm rounds them (in bf16 the products' outputs are bf16: the one rounding more). A split
+  // matrix's Gram partials are summed in fp32 too.
+  const bool fp32 = x.dtype == k::DType::fp32;
+  const k::Tensor gram32 = fp32 ? gram : square_view(ws.f32_gram_a_),
+                  square32 = fp32 ? square : square_view(ws.f32_gram_b_);
+  const k::Tensor x32 = fp32 ? x.flat(0, count) : ws.f32_a_.tensor().flat(0, count),
+                  product32 = fp32 ? product.flat(0, count) : ws.f32_b_.tensor().flat(0, count);
   for (int step = 0; step < s.ns_steps; ++step) {
-    if (m <= n) {
+    if (wide_form) {
       k::linear_forward(gram, x, x, k::Tensor{});  // X·Xᵀ [m, m]
     } else {
       k::fill_zero(gram);  // XᵀX [n, n]: the weight gradient of a linear whose input and output are X
       k::linear_backward(k::Tensor{}, gram, k::Tensor{}, x, x, poly);
     }
+    if (shared) {
+      if (!fp32) k::convert(gram32, gram);
+      group.tensors->all_reduce(gram32, parallel::ReduceOp::sum);
+      if (once != 1.0f) k::scale(gram32, once);
+      if (!fp32) k::convert(gram, gram32);
+    }
     k::linear_forward(square, gram, gram, k::Tensor{});  // the Gram matrix is symmetric: G·Gᵀ = G²
-    if (!wide) {
+    if (!fp32) {
       k::convert(gram32, gram);
       k::convert(square32, square);
     }
     k::scale(gram32, float(b));
     k::scale(square32, float(c));
-    k::residual_forward(wide ? poly : gram32, gram32, square32, k::Tensor{});  // b·G + c·G²
-    if (!wide) k::convert(poly, gram32);
-    if (m <= n)
+    k::residual_forward(fp32 ? poly : gram32, gram32, square32, k::Tensor{});  // b·G + c·G²
+    if (!fp32) k::convert(poly, gram32);
+    if (wide_form)
       k::linear_backward_input(product, poly, x);  // P·X
     else
       k::linear_forward(product, x, poly, k::Tensor{});  // X·Pᵀ = X·P
-    if (!wide) {
+    if (!fp32) {
       k::convert(x32, x.flat(0, count));
       k::convert(product32, product.flat(0, count));
     }
     k::scale(x32, float(a));
     k::residual_forward(x32, x32, product32, k::Tensor{});
-    if (!wide) k::convert(x.flat(0, count), x32);
+    if (!fp32) k::convert(x.flat(0, count), x32);
   }
 }
 
 void muon_matrix_step(k::Tensor param, k::Tensor grad, k::Tensor momentum, double lr, double weight_decay,
-                      float grad_scale, const MuonSettings& s, MuonWorkspace& ws) {
+                      float grad_scale, const MuonSettings& s, MuonWorkspace& ws, const MuonMatrix* matrix,
+                      const MuonGroup& group) {
   LT_CHECK(param.shape.rank() == 2 && param.dtype == k::DType::fp32 &&
                (momentum.dtype == k::DType::fp32 || momentum.dtype == k::DType::bf16) &&
                grad.numel() == param.numel() && momentum.numel() == param.numel(),
@@ -175,7 +203,9 @@ void muon_matrix_step(k::Tensor param, k::Tensor grad, k::Tensor momentum, doubl
   LT_CHECK(param.device == ws.device() && grad.device == ws.device() && momentum.device == ws.device(),
            "muon_matrix_step: tensors and workspace on different devices");
   const int64_t m = param.shape[0], n = param.shape[1], count = m * n;
-  ws.reserve(count, std::min(m, n) * std::min(m, n), s.ns_dtype, momentum.dtype);
+  const int split = matrix ? matrix->split : -1;
+  const int64_t side = split == 0 ? n : split == 1 ? m : std::min(m, n);
+  ws.reserve(count, side * side, s.ns_dtype, momentum.dtype);
   const float mu = float(s.momentum);
   const k::Tensor g = ws.f32_a_.tensor().flat(0, count), u = ws.f32_b_.tensor().flat(0, count);
   k::Tensor buf = momentum.flat(0, count);
@@ -197,9 +227,11 @@ void muon_matrix_step(k::Tensor param, k::Tensor grad, k::Tensor momentum, doubl
   }
   const k::Tensor x = ws.x_.tensor().flat(0, count).view({m, n});
   k::convert(x.flat(0, count), update);
-  newton_schulz(x, s, ws);
+  newton_schulz(x, s, ws, split, group, matrix ? matrix->blocks : 0);
   k::convert(u, x.flat(0, count));
-  k::scale(u, float(-muon_adjusted_lr(lr, m, n, s.adjust_lr)));
+  const int64_t rows = matrix && matrix->global_rows > 0 ? matrix->global_rows : m,
+                cols = matrix && matrix->global_cols > 0 ? matrix->global_cols : n;
+  k::scale(u, float(-muon_adjusted_lr(lr, rows, cols, s.adjust_lr)));
   const k::Tensor p = param.flat(0, count);
   if (weight_decay != 0) k::scale(p, float(1.0 - lr * weight_decay));
   k::residual_forward(p, p, u, k::Tensor{});

@@ -20,6 +20,7 @@
 //    matrix and step on a device.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "common/recipe/recipe.h"
 #include "kernels/buffer.h"
 #include "kernels/tensor.h"
+#include "parallel/comm/comm.h"
 #include "trainer/model/model.h"
 
 namespace llmtrain::trainer {
@@ -44,13 +46,30 @@ struct MuonSettings {
 MuonSettings muon_settings(const MuonConfig& config);
 
 // A matrix Muon updates: [rows, cols] at flat offset `begin` of the parameter buffer.
+// Under tensor parallelism (split 0: its rows over the tp group, 1: its columns) the local block
+// of a [global_rows, global_cols] matrix.
 struct MuonMatrix {
   int64_t begin = 0, rows = 0, cols = 0;
+  int split = -1;
+  int64_t global_rows = 0, global_cols = 0;
+  // The distinct blocks along the split (tp, or fewer where blocks are replicated: key/value heads
+  // when tp exceeds kv_heads, each held by tp / blocks ranks).
+  int blocks = 1;
   int64_t numel() const { return rows * cols; }
+  // The side of the Gram matrix its iteration forms: the unsplit dimension (the sums over the split
+  // one are all-reduced), else the smaller one.
+  int64_t gram_side() const { return split == 0 ? cols : split == 1 ? rows : std::min(rows, cols); }
 };
-// The hidden matrices among `params`, in flat order: the attention's query, key, value and output
-// weights (GPT-2's fused [3, d, d] c_attn as its three [d, d] matrices, as Megatron-Core's Muon
-// splits QKV), the MLP's and every expert's weights, a shared expert's too. Embeddings, the output
+
+// Where a split matrix's partial sums are reduced: its Gram matrices over `tensors` (the tp group's
+// device communicator), its squared norm over `control` (the tp group's host one). Null: whole.
+struct MuonGroup {
+  parallel::Comm* tensors = nullptr;
+  parallel::Comm* control = nullptr;
+};
+// The hidden matrices among `params` (this rank's shards; replicated key/value heads whole), in flat order: the
+// attention's query, key, value and output weights (GPT-2's fused [3, d, d] c_attn as its three [d, d] matrices, as
+// Megatron-Core's Muon splits QKV), the MLP's and every expert's weights, a shared expert's too. Embeddings, the output
 // head, norms, biases, the router and the shared expert's gate stay AdamW's, as in PyTorch's,
 // Megatron-Core's and Moonshot's recipes.
 std::vector<MuonMatrix> muon_matrices(const std::vector<ModelParam>& params);
@@ -76,8 +95,8 @@ class MuonWorkspace {
 
  private:
   friend void muon_matrix_step(kernels::Tensor, kernels::Tensor, kernels::Tensor, double, double, float,
-                               const MuonSettings&, MuonWorkspace&);
-  friend void newton_schulz(kernels::Tensor, const MuonSettings&, MuonWorkspace&);
+                               const MuonSettings&, MuonWorkspace&, const MuonMatrix*, const MuonGroup&);
+  friend void newton_schulz(kernels::Tensor, const MuonSettings&, MuonWorkspace&, int, const MuonGroup&, int);
   void reserve(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype);
   kernels::Device device_;
   int64_t matrix_ = 0, gram_ = 0;
@@ -94,13 +113,22 @@ int64_t muon_workspace_bytes(const std::vector<MuonMatrix>& matrices, kernels::D
                              kernels::DType momentum_dtype);
 
 // X [m, n] (ns_dtype) orthogonalized in place: scaled to unit Frobenius norm, then the iteration.
-void newton_schulz(kernels::Tensor x, const MuonSettings& s, MuonWorkspace& ws);
+// With split 0 or 1 and a group, x is this rank's rows or columns of the matrix: the norm and each
+// Gram matrix (over the unsplit side) are summed over the group and the iteration's products stay
+// local, so every rank ends with its block of the whole matrix's result (to rounding).
+// `blocks`: the distinct blocks the group holds (MuonMatrix::blocks); each sum over the group counts
+// a replicated block once.
+void newton_schulz(kernels::Tensor x, const MuonSettings& s, MuonWorkspace& ws, int split = -1,
+                   const MuonGroup& group = {}, int blocks = 0);
 
 // One Muon step of the fp32 matrix `param` [m, n] (in place) with its gradient `grad` ([m, n], any
 // float dtype, multiplied by grad_scale first: clipping, 1 / loss scale) and momentum `momentum`
 // [m, n] (fp32, or bf16: widened, updated in fp32 and stored rounded to nearest even), at
 // learning rate `lr` and decoupled weight decay `weight_decay`.
+// `matrix` (optional): the split and global shape of a tensor-parallel block (the step size is the
+// whole matrix's), its partial sums reduced over `group`.
 void muon_matrix_step(kernels::Tensor param, kernels::Tensor grad, kernels::Tensor momentum, double lr,
-                      double weight_decay, float grad_scale, const MuonSettings& s, MuonWorkspace& ws);
+                      double weight_decay, float grad_scale, const MuonSettings& s, MuonWorkspace& ws,
+                      const MuonMatrix* matrix = nullptr, const MuonGroup& group = {});
 
 }  // namespace llmtrain::trainer

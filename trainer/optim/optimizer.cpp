@@ -383,13 +383,14 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
 }
 
 void AdamW::set_muon(const MuonSettings& settings, std::vector<MuonMatrix> matrices, double adamw_lr_ratio,
-                     double adamw_weight_decay) {
+                     double adamw_weight_decay, const MuonGroup& tp) {
   LT_CHECK(!store_ && !cpu_update_, "Muon with offloaded optimizer state");
   for (const MuonMatrix& mat : matrices)
     LT_CHECK(state_offset(mat.begin) >= 0 &&
                  state_offset(mat.begin + mat.numel() - 1) == state_offset(mat.begin) + mat.numel() - 1,
              "Muon matrix [{}, +{}) not inside one owned range", mat.begin, mat.numel());
   muon_settings_ = settings;
+  muon_tp_ = tp;
   muon_ = std::move(matrices);
   adamw_lr_ratio_ = adamw_lr_ratio;
   adamw_weight_decay_ = adamw_weight_decay;
@@ -423,7 +424,7 @@ void AdamW::muon_step(kernels::Tensor params, kernels::Tensor grads, double lr, 
     const kernels::Tensor p =
         (has_master() ? master_.tensor().flat(at, n) : params.flat(mat.begin, n)).view({mat.rows, mat.cols});
     muon_matrix_step(p, grads.flat(compact_grads ? at : mat.begin, n), m_.tensor().flat(at, n), lr,
-                     config_.weight_decay, grad_scale, muon_settings_, *workspace_);
+                     config_.weight_decay, grad_scale, muon_settings_, *workspace_, &mat, muon_tp_);
     if (has_master()) kernels::convert(params.flat(mat.begin, n), p.flat(0, n));  // rounded once
   }
 }

@@ -107,8 +107,9 @@ class AdamW {
   // exp_avg() at their state offsets (and their fp32 master in master()); the other ranges take
   // AdamW's at lr · adamw_lr_ratio and adamw_weight_decay. exp_avg_sq() still spans the matrices
   // (4 bytes an element of fp32 state Muon does not use: its compaction is not built yet).
+  // `tp`: where the partial sums of tensor-parallel matrices are reduced (MuonMatrix::split).
   void set_muon(const MuonSettings& settings, std::vector<MuonMatrix> matrices, double adamw_lr_ratio,
-                double adamw_weight_decay);
+                double adamw_weight_decay, const MuonGroup& tp = {});
   // Whether flat element `at` belongs to one of Muon's matrices.
   bool muon_owns(int64_t at) const;
   bool uses_muon() const { return !muon_.empty(); }
@@ -188,6 +189,7 @@ class AdamW {
   int64_t row_count_ = 0;                // its rows (the buffer holds at least one)
   std::vector<MuonMatrix> muon_;         // set_muon's matrices, ascending
   MuonSettings muon_settings_;
+  MuonGroup muon_tp_;
   double adamw_lr_ratio_ = 1, adamw_weight_decay_ = 0;
   std::unique_ptr<MuonWorkspace> workspace_;
   // Offloaded: rows_ cut at the store's units, unit u's rows from unit_first_[u] to unit_first_[u+1],

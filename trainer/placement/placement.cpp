@@ -225,8 +225,8 @@ Placement place(const Recipe& r, const Layout& layout, const parallel::MeshCoord
   // `moments`' first array, and the second still spans the matrices).
   if (r.optimizer.name == OptimizerName::muon)
     p.muon_workspace_bytes = muon_workspace_bytes(
-        muon_matrices(p.params), r.optimizer.muon.ns_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32,
-        p.moments.dtype);
+        muon_matrices(p.params),
+        r.optimizer.muon.ns_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32, p.moments.dtype);
 
   if (r.parallel.offload != OffloadKind::none) {
     const kernels::Device device = p.model.device;
