@@ -17,7 +17,8 @@
 #     sinks, llama3 RoPE) on cuda take the CPU's 2 fp32 steps;
 #  6. MoE blocks on cuda take the CPU's 2 fp32 steps; gpt-oss's and Gemma 3's blocks take them too,
 #     and their 2 bf16 steps (Gemma 3's with selective recomputation) within 2e-2; with bf16
-#     moments (optimizer.state_dtype) 2 fp32 steps take the CPU's;
+#     moments (optimizer.state_dtype) 2 fp32 steps take the CPU's, and with Muon (its Newton–Schulz
+#     products through cuBLASLt) too, and 2 bf16 steps of Muon run;
 #  7. tests/bench/device_rates writes a rates file on the simulated device that `plan --rates` takes;
 #  8. the GPT-2 family on cuda (its MLP's GELU and the bias gradients in cuBLASLt's epilogues) takes
 #     the CPU's 2 fp32 steps, and with selective recomputation (act recomputed by gelu_forward).
@@ -185,6 +186,17 @@ for d in cpu cuda; do
   expect_status 0
 done
 compare "bf16 moments: cuda takes the cpu's 2 steps" bf16m-cuda bf16m-cpu --last 2 --tol 1e-5
+# 6d. Muon (optimizer.name muon) on cuda: Newton–Schulz through the simulated cuBLASLt on the
+#    compute stream, its products in fp32 (2 steps take the CPU's) and in bf16 training.
+for d in cpu cuda; do
+  run_cmd "muon on $d" train muon-$d --set train.device=$d --set optimizer.name=muon --set optimizer.lr=0.02 \
+    --set optimizer.muon.ns_dtype=fp32 --set train.steps=2 --set checkpoint.resume=none --set checkpoint.every=2
+  expect_status 0
+done
+compare "muon: cuda takes the cpu's 2 steps" muon-cuda muon-cpu --last 2 --tol 1e-5
+run_cmd "muon bf16 on cuda" train muon-bf16-cuda --set train.device=cuda --set optimizer.name=muon \
+  --set train.precision=bf16 --set train.steps=2 --set checkpoint.resume=none --set checkpoint.every=2
+expect_status 0
 # 6b. Gemma 3's block on cuda (per-layer windows and RoPE tables, the softmax scale, GeGLU, the
 #    post-norms, scaled embeddings, soft-capped logits): 2 fp32 steps take the CPU's, and so do 2 in
 #    bf16 with selective recomputation (the tensor-core attention kernels with the scale and window).
