@@ -18,7 +18,12 @@ from safetensors.torch import load_file
 
 import model as ref
 
-TOL = {"logits": 1e-5, "loss": 1e-5, "grad": 1e-5, "train_loss": 1e-5, "final": 1e-4}
+# "final": the worst tensor's relative difference after the AdamW steps. A zero-initialised key bias
+# holds only its updates from a small gradient (with RoPE it does not vanish as GPT-2's does, below,
+# but stays small), where Adam's m/√v amplifies fp32 rounding: llama_moe_shared's k_proj bias
+# measured 1.06e-4 on a 2-core AMD EPYC (another OpenBLAS kernel, another summation order), below
+# 1e-4 on the Xeons before. 2e-4 leaves that room; a real difference is orders larger.
+TOL = {"logits": 1e-5, "loss": 1e-5, "grad": 1e-5, "train_loss": 1e-5, "final": 2e-4}
 
 
 def rel(a, b):
