@@ -64,6 +64,7 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<DecayRange> ranges, std:
       has_master_((param_dtype != kernels::DType::fp32 && config.master) || offload.params || offload.cpu_update),
       params_offloaded_(offload.params),
       cpu_update_(offload.cpu_update),
+      rounds_stochastically_(param_dtype == kernels::DType::bf16 && !has_master_),
       timeout_s_(offload.timeout_s),
       device_(device) {
   LT_CHECK(!offload.params || (offload.kind != OffloadKind::none && param_dtype == kernels::DType::fp32),
@@ -298,7 +299,7 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
         // parameters at their flat offset (column 3). Without one, column 3 is the first element's
         // stochastic-rounding index: rows are cut at the parameters' rounding ranges.
         int64_t index = at;
-        if (!has_master() && !rounding_.empty()) {
+        if (rounds_stochastically_ && !rounding_.empty()) {
           auto it = std::upper_bound(rounding_.begin(), rounding_.end(), at,
                                      [](int64_t x, const RoundingRange& r) { return x < r.begin; });
           LT_CHECK(it != rounding_.begin() && at < std::prev(it)->end, "AdamW element {} outside the rounding ranges",

@@ -177,6 +177,7 @@ class AdamW {
   uint64_t rounding_seed_ = 0;
   std::vector<RoundingRange> rounding_;  // ascending by begin
   bool has_master_ = false, params_offloaded_ = false, cpu_update_ = false;
+  bool rounds_stochastically_ = false;  // bf16 parameters without a master: rows cut at rounding_
   double timeout_s_ = 300;
   struct HostUpdate;
   std::unique_ptr<HostUpdate> host_;  // cpu_update: the page-locked gradients and values, and their copies
