@@ -255,6 +255,21 @@ class GradShardSync final : public GradSync {
   const std::vector<FlatRange>& owned() const override { return owned_; }
   bool shards_over_dp() const override { return true; }
   bool first_copy() const override { return first_copy_; }
+  UnitShards shards_at(int64_t offset) const override {
+    const int n = shard_->size();
+    if (n <= 1) return {};
+    for (const Unit& s : state_) {
+      if (offset < s.range.begin || offset >= s.range.end) continue;
+      UnitShards out{shard_.get(), {}};
+      for (int q = 0; q < n; ++q) {  // as the constructor cuts the unit
+        const int64_t b = std::min(s.range.end, s.range.begin + q * s.chunk_numel);
+        out.chunks.push_back({b, std::min(s.range.end, b + s.chunk_numel)});
+      }
+      return out;
+    }
+    LT_CHECK(false, "flat element {} is in none of the {} sharding units", offset, state_.size());
+    return {};
+  }
   Tensor owned_grads() const override { return owned_grads_; }
   bool grads_compact() const override { return stage_ >= 2; }
   Tensor owned_params() const override { return owned_params_; }
@@ -737,10 +752,10 @@ class ExpertGradSync final : public GradSync {
   bool shards_over_dp() const override { return true; }
   bool first_copy() const override { return dense_->first_copy(); }
   bool first_copy_at(int64_t offset) const override {
-    const auto at = std::upper_bound(expert_ranges_.begin(), expert_ranges_.end(), offset,
-                                     [](int64_t x, const FlatRange& r) { return x < r.end; });
-    const bool expert = at != expert_ranges_.end() && at->begin <= offset;
-    return expert ? experts_->first_copy() : dense_->first_copy();
+    return in_experts(offset) ? experts_->first_copy() : dense_->first_copy();
+  }
+  UnitShards shards_at(int64_t offset) const override {
+    return (in_experts(offset) ? experts_ : dense_)->shards_at(offset);
   }
   void gather_params() override {
     dense_->gather_params();
@@ -764,6 +779,11 @@ class ExpertGradSync final : public GradSync {
   }
 
  private:
+  bool in_experts(int64_t offset) const {
+    const auto at = std::upper_bound(expert_ranges_.begin(), expert_ranges_.end(), offset,
+                                     [](int64_t x, const FlatRange& r) { return x < r.end; });
+    return at != expert_ranges_.end() && at->begin <= offset;
+  }
   std::unique_ptr<GradSync> dense_, experts_;
   std::vector<FlatRange> expert_ranges_;
   Tensor grads_;

@@ -71,6 +71,18 @@ class GradSync {
     return first_copy();
   }
   virtual void gather_params() = 0;
+  // Under ZeRO, the sharding unit holding flat element `offset`: the shard group whose ranks own its
+  // chunks, and each rank's chunk of it (rank order; together the unit), whether this rank owns any
+  // of `offset`'s or not. Group null where this rank owns its units whole (stage 0, a shard group of
+  // one). Muon gathers a cut matrix's update over it (trainer/optim/muon.h).
+  struct UnitShards {
+    Comm* group = nullptr;
+    std::vector<FlatRange> chunks;
+  };
+  virtual UnitShards shards_at(int64_t offset) const {
+    (void)offset;
+    return {};
+  }
 
   // Stage 2: a zeroed view of pooled scratch, in the parameter buffer's dtype (fp32, or 16-bit:
   // reduced as 16-bit, widened into the fp32 owned shard), covering group g's flat range (its first to its

@@ -322,13 +322,19 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
     // Muon: each hidden matrix (this rank's block [m, n], its Gram side k — the unsplit side under
     // tp, else the smaller — and K = m·n / k) orthogonalized in ns_steps iterations of the Gram
     // matrix, its square and the polynomial's product: 4k²K + 2k³ FLOPs each, at the products' rate
-    // in ns_dtype (trainer/optim/muon.h); under tp each Gram matrix (k², fp32) is all-reduced.
+    // in ns_dtype (trainer/optim/muon.h); under tp each Gram matrix (k², fp32) is all-reduced. Under
+    // ZeRO (a shard group of S ranks) each matrix is orthogonalized on one owner, S matrices at once
+    // (the work 1/S of it on each rank), its update's pieces sent to the owner and the result's back:
+    // (S − 1)/S of its fp32 elements each way, and a latency per piece.
     const MuonConfig& mc = r.optimizer.muon;
+    const double owners = p.zero >= 1 ? double(std::max(shard, 1)) : 1.0;
     double flops = 0, reduced = 0;
     for (const trainer::MuonMatrix& mat : trainer::muon_matrices(placed.params)) {
       const double k = double(mat.gram_side()), kk = double(mat.numel()) / k;
-      flops += double(mc.ns_steps) * (4 * k * k * kk + 2 * k * k * k);
-      if (mat.split >= 0) reduced += double(mc.ns_steps) * k * k * 4;
+      flops += double(mc.ns_steps) * (4 * k * k * kk + 2 * k * k * k) / owners;
+      if (mat.split >= 0) reduced += double(mc.ns_steps) * k * k * 4 / owners;
+      if (owners > 1)
+        out.optimizer += 2 * ((owners - 1) / owners * double(mat.numel()) * 4 / dp_bw + (owners - 1) * dp_lat);
     }
     double ns_rate = mc.ns_dtype == StateDtype::bf16 ? dev.achievable_bf16 : dev.achievable_fp32;
     if (dev.shares_host) ns_rate = host_rank_rate(r, dev, ns_rate, per_node);

@@ -461,17 +461,12 @@ std::vector<RecipeProblem> recipe_check(const Recipe& r, const WorldInfo& world)
               "the offload store updates an fp32 copy: use offload: none, or master: true");
   }
   if (o.name == OptimizerName::muon) {
-    // Newton–Schulz needs whole matrices: built where every rank holds whole matrices or tensor-
-    // parallel blocks of them (their Gram matrices summed over tp); ZeRO's flat shards are not.
+    // Under ZeRO each matrix's update is gathered over its shard group (muon_matrix_step); the
+    // offload store and the no-master path update element by element and are not built for it.
     auto later = [&](const std::string& what, const std::string& hint) {
       problem("optimizer.name", fmt::format("not supported yet: muon with {}", what), hint);
     };
-    if (r.parallel.zero >= 1)
-      later(fmt::format("parallel.zero {} (ZeRO's flat shards cut the matrices; their gathered update is not "
-                        "built yet)",
-                        r.parallel.zero),
-            "use zero: 0 with Muon (any tp, dp, pp, cp and ep), or optimizer.name: adamw");
-    else if (r.parallel.offload != OffloadKind::none)
+    if (r.parallel.offload != OffloadKind::none)
       later("parallel.offload", "use offload: none with Muon, or optimizer.name: adamw");
     else if (!o.master)
       later("optimizer.master false", "keep the fp32 master with Muon (master: true), or optimizer.name: adamw");

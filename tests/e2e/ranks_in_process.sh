@@ -7,8 +7,8 @@
 # report naming the communicator each rank used.
 #
 #   ranks_in_process.sh BUILD SRC ci     dp 2 through NCCL
-#   ranks_in_process.sh BUILD SRC full   also tp 2 + sequence parallelism, pp 2 (1F1B) and ZeRO 3 at dp 2
-#                                        through NCCL, dp 2 staged
+#   ranks_in_process.sh BUILD SRC full   also tp 2 + sequence parallelism, pp 2 (1F1B), ZeRO 3 at dp 2
+#                                        and Muon at ZeRO 2 through NCCL, dp 2 staged
 #
 # tiny at seq 64, micro-batch 1, global batch 2, 2 steps, a checkpoint at the end.
 source "$(dirname "$0")/lib.sh"
@@ -40,7 +40,7 @@ layout() {
   said=$(grep -cE "^rank [0-9]+: .*device communication: $comm" <<<"$out")
   ((said == n)) && pass "$name: every rank says it used $comm" || fail "$name: expected $n ranks on $comm; output:
 $out"
-  compare "$name as threads on cuda takes the one-rank cpu run's steps" "$name" cpu --last 2 --tol 1e-5
+  compare "$name as threads on cuda takes the one-rank cpu run's steps" "$name" "${against:-cpu}" --last 2 --tol 1e-5
 }
 
 run_cmd cpu "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" --set log.dir=cpu --set train.device=cpu
@@ -52,6 +52,13 @@ if [[ $mode == full ]]; then
   layout pp2-nccl nccl 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b
   layout zero3-nccl nccl 2 --set parallel.zero=3
   layout dp2-staged staged 2
+  # Muon at ZeRO 2, its units cut inside matrices: each cut matrix's update summed over the shard
+  # group through NCCL, Newton–Schulz through the simulated cuBLASLt on each rank's stream.
+  muon=(--set optimizer.name=muon --set optimizer.lr=0.02 --set optimizer.muon.ns_dtype=fp32)
+  run_cmd muon-cpu "$LLMTRAIN" run "$SRC/recipes/tiny.yaml" "${common[@]}" --set log.dir=muon-cpu \
+    --set train.device=cpu "${muon[@]}"
+  expect_status 0
+  against=muon-cpu layout muon-zero2-nccl nccl 2 --set parallel.zero=2 --set parallel.bucket_mb=0.01 "${muon[@]}"
 fi
 
 # A bad argument is named.

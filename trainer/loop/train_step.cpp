@@ -255,10 +255,14 @@ TrainStep::TrainStep(const Recipe& recipe, const Placement& placement, Model& mo
       std::make_unique<AdamW>(recipe.optimizer, decay_ranges(model.parameters()), sync_->owned(),
                               sync_->params_compact() ? DType::fp32 : model.options().dtype, model.device(), offload);
   optimizer_->set_rounding(recipe.train.seed, rounding_ranges(model.parameters()));  // optimizer.master false
-  if (const OptimizerConfig& oc = recipe.optimizer; oc.name == OptimizerName::muon)
-    optimizer_->set_muon(muon_settings(oc.muon), muon_matrices(model.parameters()),
-                         oc.muon.adamw_lr.value_or(oc.lr) / oc.lr, oc.muon.adamw_weight_decay.value_or(oc.weight_decay),
-                         MuonGroup{comms.tp.get(), comms.control.tp.get()});
+  if (const OptimizerConfig& oc = recipe.optimizer; oc.name == OptimizerName::muon) {
+    std::vector<MuonMatrix> matrices = muon_matrices(model.parameters());
+    std::vector<parallel::GradSync::UnitShards> shards;  // under ZeRO: where each matrix's pieces are
+    for (const MuonMatrix& mat : matrices) shards.push_back(sync_->shards_at(mat.begin));
+    optimizer_->set_muon(muon_settings(oc.muon), std::move(matrices), oc.muon.adamw_lr.value_or(oc.lr) / oc.lr,
+                         oc.muon.adamw_weight_decay.value_or(oc.weight_decay),
+                         MuonGroup{comms.tp.get(), comms.control.tp.get()}, std::move(shards));
+  }
   // The gradient norm's parts: only where this rank's elements count (each element once per model
   // replica: where data-parallel ranks hold shards, or with sharded experts other experts, only the
   // first copy of each owned range counts, and the squares are summed over the world).

@@ -85,23 +85,32 @@ class MuonWorkspace {
   kernels::Device device() const { return device_; }
   // The bytes it holds now (MemoryKind::optimizer).
   size_t bytes() const;
-  // Sized at once for the largest of `matrices` (optimizer.muon.ns_dtype, the momentum's dtype): the
-  // bytes muon_workspace_bytes counts, allocated before the first step.
-  void reserve(const std::vector<MuonMatrix>& matrices, kernels::DType ns_dtype, kernels::DType momentum_dtype);
+  // Sized at once for the largest of `matrices` (optimizer.muon.ns_dtype, the momentum's dtype;
+  // `sharded`: some matrix is cut by ZeRO, muon_sharded_step's): the bytes muon_workspace_bytes
+  // counts, allocated before the first step.
+  void reserve(const std::vector<MuonMatrix>& matrices, kernels::DType ns_dtype, kernels::DType momentum_dtype,
+               bool sharded = false);
   // For a largest matrix of `matrix` elements and a largest Gram matrix of `gram`: two fp32 matrices
-  // (the gradient, the update; three with a bf16 momentum, widened), X and its product in ns_dtype,
-  // three Gram-sized ns_dtype arrays (two fp32 more in bf16: the polynomial's sum) and the norm.
-  static int64_t bytes_for(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype);
+  // (the gradient, the update; three with a bf16 momentum, widened; one more `sharded`: a piece of
+  // another rank's matrix on its way), X and its product in ns_dtype, three Gram-sized ns_dtype
+  // arrays (two fp32 more in bf16: the polynomial's sum) and the norm.
+  static int64_t bytes_for(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype,
+                           bool sharded = false);
 
  private:
-  friend void muon_matrix_step(kernels::Tensor, kernels::Tensor, kernels::Tensor, double, double, float,
-                               const MuonSettings&, MuonWorkspace&, const MuonMatrix*, const MuonGroup&);
+  friend struct MuonSteps;
+  friend void muon_matrix_step(const MuonMatrix&, kernels::Tensor, kernels::Tensor, kernels::Tensor, double, double,
+                               float, const MuonSettings&, MuonWorkspace&, const MuonGroup&);
+  friend void muon_sharded_step(const std::vector<struct MuonPiece>&, parallel::Comm&, double, double, float,
+                                const MuonSettings&, MuonWorkspace&, const MuonGroup&);
   friend void newton_schulz(kernels::Tensor, const MuonSettings&, MuonWorkspace&, int, const MuonGroup&, int);
-  void reserve(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype);
+  void reserve(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype, bool sharded);
   kernels::Device device_;
   int64_t matrix_ = 0, gram_ = 0;
   kernels::DType ns_dtype_ = kernels::DType::fp32;
+  bool sharded_ = false;
   kernels::Buffer f32_a_, f32_b_, f32_m_;    // [m·n] fp32: the gradient, the update, bf16 momentum widened
+  kernels::Buffer f32_c_;                    // [m·n] fp32, sharded: a piece sent to or received from its owner
   kernels::Buffer x_, product_;              // [m·n] in ns_dtype: X and its product with the polynomial
   kernels::Buffer gram_a_, gram_b_, poly_;   // [k·k] in ns_dtype, k = min(m, n)
   kernels::Buffer f32_gram_a_, f32_gram_b_;  // [k·k] fp32 (bf16 ns_dtype): the polynomial's sum
@@ -110,7 +119,7 @@ class MuonWorkspace {
 
 // The workspace of a rank whose Muon matrices are `matrices` (0 without any): the memory account's.
 int64_t muon_workspace_bytes(const std::vector<MuonMatrix>& matrices, kernels::DType ns_dtype,
-                             kernels::DType momentum_dtype);
+                             kernels::DType momentum_dtype, bool sharded = false);
 
 // X [m, n] (ns_dtype) orthogonalized in place: scaled to unit Frobenius norm, then the iteration.
 // With split 0 or 1 and a group, x is this rank's rows or columns of the matrix: the norm and each
@@ -121,14 +130,34 @@ int64_t muon_workspace_bytes(const std::vector<MuonMatrix>& matrices, kernels::D
 void newton_schulz(kernels::Tensor x, const MuonSettings& s, MuonWorkspace& ws, int split = -1,
                    const MuonGroup& group = {}, int blocks = 0);
 
-// One Muon step of the fp32 matrix `param` [m, n] (in place) with its gradient `grad` ([m, n], any
-// float dtype, multiplied by grad_scale first: clipping, 1 / loss scale) and momentum `momentum`
-// [m, n] (fp32, or bf16: widened, updated in fp32 and stored rounded to nearest even), at
-// learning rate `lr` and decoupled weight decay `weight_decay`.
-// `matrix` (optional): the split and global shape of a tensor-parallel block (the step size is the
-// whole matrix's), its partial sums reduced over `group`.
-void muon_matrix_step(kernels::Tensor param, kernels::Tensor grad, kernels::Tensor momentum, double lr,
-                      double weight_decay, float grad_scale, const MuonSettings& s, MuonWorkspace& ws,
-                      const MuonMatrix* matrix = nullptr, const MuonGroup& group = {});
+// One Muon step of `matrix` [rows, cols] held whole here (its split and global shape: a tensor-
+// parallel block's partial sums are reduced over `group` and its step size is the whole matrix's):
+// `param` (fp32, in place), its gradient `grad` (any float dtype, multiplied by grad_scale first:
+// clipping, 1 / loss scale) and momentum `momentum` (fp32, or bf16: widened, updated in fp32 and
+// stored rounded to nearest even), flat, at learning rate `lr` and decoupled weight decay
+// `weight_decay`.
+void muon_matrix_step(const MuonMatrix& matrix, kernels::Tensor param, kernels::Tensor grad, kernels::Tensor momentum,
+                      double lr, double weight_decay, float grad_scale, const MuonSettings& s, MuonWorkspace& ws,
+                      const MuonGroup& group = {});
+
+// A matrix ZeRO cuts over a shard group: every rank's elements of it, and this rank's state there.
+struct MuonPiece {
+  const MuonMatrix* matrix = nullptr;
+  // Rank q's elements of the matrix, [begin, end) in its row-major order (empty: none); in rank order
+  // they are the whole matrix (ZeRO's chunks are consecutive).
+  std::vector<parallel::FlatRange> pieces;
+  kernels::Tensor param, grad, momentum;  // this rank's piece, as muon_matrix_step's (undefined: none)
+};
+
+// One Muon step of the matrices `batch` (at most shards.size()), cut over the shard group `shards`,
+// matrix j computed on rank j of it: each rank updates its pieces' momentum and sends each piece of
+// the update to the matrix's owner; each owner orthogonalizes its whole matrix (a tensor-parallel
+// block's sums over `group`, its tp peers owning the same matrix) at the same time as the others, and
+// sends every rank its piece of the result, which each applies. The values are muon_matrix_step's;
+// the work is spread over the group (Megatron-Core's and TorchTitan's distributed Muon): each matrix
+// crosses the group twice as fp32, once to its owner and once back. Every rank of the group calls it
+// with the same matrices.
+void muon_sharded_step(const std::vector<MuonPiece>& batch, parallel::Comm& shards, double lr, double weight_decay,
+                       float grad_scale, const MuonSettings& s, MuonWorkspace& ws, const MuonGroup& group = {});
 
 }  // namespace llmtrain::trainer

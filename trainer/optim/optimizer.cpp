@@ -384,19 +384,45 @@ const kernels::Buffer& AdamW::rows(bool compact_grads, bool compact_params, int6
 }
 
 void AdamW::set_muon(const MuonSettings& settings, std::vector<MuonMatrix> matrices, double adamw_lr_ratio,
-                     double adamw_weight_decay, const MuonGroup& tp) {
+                     double adamw_weight_decay, const MuonGroup& tp,
+                     std::vector<parallel::GradSync::UnitShards> shards) {
   LT_CHECK(!store_ && !cpu_update_, "Muon with offloaded optimizer state");
-  for (const MuonMatrix& mat : matrices)
-    LT_CHECK(state_offset(mat.begin) >= 0 &&
-                 state_offset(mat.begin + mat.numel() - 1) == state_offset(mat.begin) + mat.numel() - 1,
-             "Muon matrix [{}, +{}) not inside one owned range", mat.begin, mat.numel());
+  if (shards.empty()) shards.resize(matrices.size());
+  LT_CHECK(shards.size() == matrices.size(), "{} shard groups for {} Muon matrices", shards.size(), matrices.size());
+  muon_sharded_.clear();
+  muon_cut_.assign(matrices.size(), false);
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    const MuonMatrix& mat = matrices[i];
+    const int64_t end = mat.begin + mat.numel();
+    if (shards[i].group == nullptr) {
+      LT_CHECK(owned_piece(mat.begin, end).numel() == mat.numel(), "Muon matrix [{}, +{}) not inside one owned range",
+               mat.begin, mat.numel());
+      continue;
+    }
+    auto it = std::find_if(muon_sharded_.begin(), muon_sharded_.end(),
+                           [&](const MuonShardGroup& g) { return g.group == shards[i].group; });
+    if (it == muon_sharded_.end()) it = muon_sharded_.insert(muon_sharded_.end(), {shards[i].group, {}, {}});
+    std::vector<parallel::FlatRange> pieces;
+    for (const parallel::FlatRange& c : shards[i].chunks) {
+      const int64_t b = std::max(mat.begin, c.begin), e = std::min(end, c.end);
+      pieces.push_back(b < e ? parallel::FlatRange{b - mat.begin, e - mat.begin} : parallel::FlatRange{});
+    }
+    const parallel::FlatRange own = owned_piece(mat.begin, end);
+    const parallel::FlatRange said = pieces[size_t(shards[i].group->rank())];
+    LT_CHECK(own.numel() == said.numel() && (own.numel() == 0 || own.begin - mat.begin == said.begin),
+             "Muon matrix [{}, +{}): owned [{}, {}), its shard chunk [{}, {})", mat.begin, mat.numel(), own.begin,
+             own.end, said.begin + mat.begin, said.end + mat.begin);
+    it->matrices.push_back(i);
+    it->pieces.push_back(std::move(pieces));
+    muon_cut_[i] = true;
+  }
   muon_settings_ = settings;
   muon_tp_ = tp;
   muon_ = std::move(matrices);
   adamw_lr_ratio_ = adamw_lr_ratio;
   adamw_weight_decay_ = adamw_weight_decay;
   workspace_ = std::make_unique<MuonWorkspace>(device_);
-  workspace_->reserve(muon_, settings.ns_dtype, state_dtype());
+  workspace_->reserve(muon_, settings.ns_dtype, state_dtype(), !muon_sharded_.empty());
   // AdamW's rows leave the matrices out: the decay ranges less every matrix.
   std::vector<DecayRange> rest;
   size_t next = 0;
@@ -419,14 +445,54 @@ bool AdamW::muon_owns(int64_t at) const {
   return it != muon_.begin() && at < std::prev(it)->begin + std::prev(it)->numel();
 }
 
-void AdamW::muon_step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads) {
-  for (const MuonMatrix& mat : muon_) {
-    const int64_t at = state_offset(mat.begin), n = mat.numel();
-    const kernels::Tensor p =
-        (has_master() ? master_.tensor().flat(at, n) : params.flat(mat.begin, n)).view({mat.rows, mat.cols});
-    muon_matrix_step(p, grads.flat(compact_grads ? at : mat.begin, n), m_.tensor().flat(at, n), lr,
-                     config_.weight_decay, grad_scale, muon_settings_, *workspace_, &mat, muon_tp_);
-    if (has_master()) kernels::convert(params.flat(mat.begin, n), p.flat(0, n));  // rounded once
+parallel::FlatRange AdamW::owned_piece(int64_t lo, int64_t hi) const {
+  parallel::FlatRange piece{lo, lo};
+  for (const parallel::FlatRange& r : owned_) {
+    const int64_t b = std::max(lo, r.begin), e = std::min(hi, r.end);
+    if (b >= e) continue;
+    LT_CHECK(piece.numel() == 0, "flat range [{}, {}) meets two owned ranges", lo, hi);
+    piece = {b, e};
+  }
+  return piece;
+}
+
+void AdamW::muon_step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads,
+                      bool compact_params) {
+  // This rank's piece of matrix i: its values (the master's, with one), gradient and momentum.
+  auto piece = [&](size_t i, MuonPiece& out) {
+    const MuonMatrix& mat = muon_[i];
+    const parallel::FlatRange own = owned_piece(mat.begin, mat.begin + mat.numel());
+    const int64_t n = own.numel(), at = n > 0 ? state_offset(own.begin) : 0;
+    out.matrix = &mat;
+    if (n == 0) return own;
+    out.param = has_master() ? master_.tensor().flat(at, n) : params.flat(compact_params ? at : own.begin, n);
+    out.grad = grads.flat(compact_grads ? at : own.begin, n);
+    out.momentum = m_.tensor().flat(at, n);
+    return own;
+  };
+  auto round_into_params = [&](const MuonPiece& p, parallel::FlatRange own) {  // the 16-bit values, rounded once
+    if (has_master() && own.numel() > 0) kernels::convert(params.flat(own.begin, own.numel()), p.param);
+  };
+  for (size_t i = 0; i < muon_.size(); ++i) {  // the whole ones
+    if (muon_cut_[i]) continue;
+    MuonPiece p;
+    const parallel::FlatRange own = piece(i, p);
+    muon_matrix_step(muon_[i], p.param, p.grad, p.momentum, lr, config_.weight_decay, grad_scale, muon_settings_,
+                     *workspace_, muon_tp_);
+    round_into_params(p, own);
+  }
+  for (const MuonShardGroup& g : muon_sharded_) {  // the cut ones, a matrix per rank of the group at a time
+    const size_t size = size_t(g.group->size());
+    for (size_t first = 0; first < g.matrices.size(); first += size) {
+      std::vector<MuonPiece> batch(std::min(size, g.matrices.size() - first));
+      std::vector<parallel::FlatRange> owns;
+      for (size_t j = 0; j < batch.size(); ++j) {
+        owns.push_back(piece(g.matrices[first + j], batch[j]));
+        batch[j].pieces = g.pieces[first + j];
+      }
+      muon_sharded_step(batch, *g.group, lr, config_.weight_decay, grad_scale, muon_settings_, *workspace_, muon_tp_);
+      for (size_t j = 0; j < batch.size(); ++j) round_into_params(batch[j], owns[j]);
+    }
   }
 }
 
@@ -451,6 +517,8 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
                              .grad_scale = grad_scale,
                              .rounding_key = kernels::rounding_key(rounding_seed_, steps_)};
   const kernels::Buffer& table = rows(compact_grads, compact_params, params.numel(), grads.numel());
+  // Muon's steps first, on every rank: under ZeRO one owning none of a matrix still takes part.
+  if (muon) muon_step(params, grads, lr, grad_scale, compact_grads, compact_params);
   if (owned_numel() == 0) return;
   if (cpu_update_) return cpu_step(params, grads, s);
   if (store_) {
@@ -468,7 +536,6 @@ void AdamW::step(kernels::Tensor params, kernels::Tensor grads, double lr, float
         /*write_back=*/true);
     return;
   }
-  if (muon) muon_step(params, grads, lr, grad_scale, compact_grads);
   const int64_t n = row_count_;
   if (n == 0) return;
   const kernels::Tensor t = table.tensor().flat(0, 6 * n).view({n, 6});

@@ -108,8 +108,13 @@ class AdamW {
   // AdamW's at lr · adamw_lr_ratio and adamw_weight_decay. exp_avg_sq() still spans the matrices
   // (4 bytes an element of fp32 state Muon does not use: its compaction is not built yet).
   // `tp`: where the partial sums of tensor-parallel matrices are reduced (MuonMatrix::split).
+  // `shards` (empty, or one per matrix): under ZeRO the shard group and chunks of matrix i's sharding
+  // unit (GradSync::shards_at; group null: owned whole). Such a matrix may meet the owned ranges in
+  // one piece or none; each shard group's cut matrices take muon_sharded_step in batches of the
+  // group's size, every rank of it taking part in each.
   void set_muon(const MuonSettings& settings, std::vector<MuonMatrix> matrices, double adamw_lr_ratio,
-                double adamw_weight_decay, const MuonGroup& tp = {});
+                double adamw_weight_decay, const MuonGroup& tp = {},
+                std::vector<parallel::GradSync::UnitShards> shards = {});
   // Whether flat element `at` belongs to one of Muon's matrices.
   bool muon_owns(int64_t at) const;
   bool uses_muon() const { return !muon_.empty(); }
@@ -189,6 +194,15 @@ class AdamW {
   int rows_for_ = -1;                    // the compact flags it was built for (compact_grads + 2 · compact_params)
   int64_t row_count_ = 0;                // its rows (the buffer holds at least one)
   std::vector<MuonMatrix> muon_;         // set_muon's matrices, ascending
+  // And the cut ones by shard group, in the order of their first matrix: the group, and the matrices
+  // (indices into muon_) with every rank's piece of each.
+  struct MuonShardGroup {
+    parallel::Comm* group = nullptr;
+    std::vector<size_t> matrices;
+    std::vector<std::vector<parallel::FlatRange>> pieces;
+  };
+  std::vector<MuonShardGroup> muon_sharded_;
+  std::vector<bool> muon_cut_;  // per matrix of muon_: in muon_sharded_
   MuonSettings muon_settings_;
   MuonGroup muon_tp_;
   double adamw_lr_ratio_ = 1, adamw_weight_decay_ = 0;
@@ -205,7 +219,10 @@ class AdamW {
   void copy_down(int64_t u, kernels::Tensor grads);  // unit u's gradients, on the compute stream
   void end_cpu_update();
   void eager_step_end(kernels::Tensor grads, const kernels::AdamWStep& s);
-  void muon_step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads);
+  void muon_step(kernels::Tensor params, kernels::Tensor grads, double lr, float grad_scale, bool compact_grads,
+                 bool compact_params);
+  // The flat elements [begin, end) of [lo, hi) this rank owns: one piece of at most one owned range.
+  parallel::FlatRange owned_piece(int64_t lo, int64_t hi) const;
   // fn(state offset, flat offset, n) for the owned elements whose state lies in [begin, end).
   template <typename Fn>
   void for_each_owned(int64_t begin, int64_t end, Fn&& fn) const;

@@ -222,11 +222,16 @@ Placement place(const Recipe& r, const Layout& layout, const parallel::MeshCoord
                r.optimizer.state_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32, p.owned, 2};
   if (layout.fp32_master()) p.master = {Residence::device, kernels::DType::fp32, p.owned};
   // Muon's scratch, sized for the stage's largest matrix (trainer/optim/muon.h; its momentum is in
-  // `moments`' first array, and the second still spans the matrices).
-  if (r.optimizer.name == OptimizerName::muon)
+  // `moments`' first array, and the second still spans the matrices), with a piece's more where ZeRO
+  // cuts matrices over a shard group of more than one rank.
+  if (r.optimizer.name == OptimizerName::muon) {
+    const bool sharded = layout.zero >= 1 && (layout.shard_group > 1 ||
+                                              (layout.experts_sharded() && layout.expert_replicas() > 1));
     p.muon_workspace_bytes = muon_workspace_bytes(
         muon_matrices(p.params),
-        r.optimizer.muon.ns_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32, p.moments.dtype);
+        r.optimizer.muon.ns_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32, p.moments.dtype,
+        sharded);
+  }
 
   if (r.parallel.offload != OffloadKind::none) {
     const kernels::Device device = p.model.device;
