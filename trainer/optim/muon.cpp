@@ -103,8 +103,8 @@ int64_t muon_workspace_bytes(const std::vector<MuonMatrix>& matrices, k::DType n
 }
 
 void MuonWorkspace::reserve(int64_t matrix, int64_t gram, k::DType ns_dtype, k::DType momentum_dtype, bool sharded) {
-  const bool widen_momentum = momentum_dtype != k::DType::fp32 || f32_m_.numel() > 0;
-  if (matrix <= matrix_ && gram <= gram_ && ns_dtype == ns_dtype_ && (!widen_momentum || f32_m_.numel() > 0) &&
+  const bool widen_momentum = momentum_dtype != k::DType::fp32 || f32_m_.bytes() > 0;
+  if (matrix <= matrix_ && gram <= gram_ && ns_dtype == ns_dtype_ && (!widen_momentum || f32_m_.bytes() > 0) &&
       (!sharded || sharded_))
     return;
   matrix_ = std::max(matrix, matrix_);
@@ -147,7 +147,7 @@ void newton_schulz(k::Tensor x, const MuonSettings& s, MuonWorkspace& ws, int sp
   // m ≤ n; else XᵀX (the tall form).
   const bool wide_form = shared ? split == 1 : m <= n;
   const int64_t side = wide_form ? m : n;
-  ws.reserve(count, side * side, x.dtype, ws.f32_m_.numel() > 0 ? k::DType::bf16 : k::DType::fp32, false);
+  ws.reserve(count, side * side, x.dtype, ws.f32_m_.bytes() > 0 ? k::DType::bf16 : k::DType::fp32, false);
   float norm = 0;
   k::sum_squares(ws.norm_.tensor(), x);
   k::copy(k::host_tensor(&norm, {1}), ws.norm_.tensor());
