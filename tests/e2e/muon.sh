@@ -5,7 +5,7 @@
 # fp32: dp 2, pp 2, cp 2, ep 2, tp 2 with sequence parallelism, tp 4 (key/value heads replicated:
 # whole on two ranks each), tp 2 × ep 2; GPT-2's fused QKV (three matrices) at pp 2 and tp 2 too;
 # ep 2's, pp 2's, tp 2's, ZeRO 3's and hybrid ZeRO 2's checkpoints resume at one rank on the one-rank trajectory. A run killed after
-# its step-5 checkpoint resumes bitwise; its checkpoint holds Muon's momentum (role
+# its step-5 checkpoint resumes bitwise, and one rank's resumes at ZeRO 3; its checkpoint holds Muon's momentum (role
 # muon_momentum) for the matrices and Adam's moments for the rest; an AdamW checkpoint into a Muon
 # run (and back) is refused by name, and loads with load_weights_only; bf16 with Muon's products in
 # bf16 trains, and so does a bf16 momentum at dp 2. ZeRO 1, 2 and 3 (pure and hybrid, with sharded
@@ -58,6 +58,11 @@ for cfg in "dp2 2 --set parallel.dp=2" "pp2 2 --set parallel.pp=2" "cp2 2 --set 
   shift 2
   run_cmd $name mpi_run 180 $n "$LLMTRAIN" run r.yaml --set log.dir=$name "$@"
   expect_status 0
+  # The memory account counts Muon's workspace (with ZeRO's piece buffer) as the run allocates it.
+  plan=$(grep -o 'memory per rank: .*' <<<"$out" | head -1 | sed 's/memory per rank: //')
+  measured=$(grep -o 'measured after the first step: .*' <<<"$out" | head -1 | sed 's/.*first step: //')
+  [[ -n $plan && $plan == "$measured" ]] && pass "muon $name: measured memory is the plan ($plan)" ||
+    fail "muon $name: plan '$plan', measured '$measured'"
   out=$(compare $name one 2>&1) && pass "muon $name matches one rank: $out" || fail "muon $name differs from one rank: $out"
 done
 # GPT-2: c_attn [3, d, d] is three matrices.
@@ -96,6 +101,15 @@ for from in ep2 pp2 tp2-sp z3 z2-hybrid; do
   out=$($PY "$SRC/tests/e2e/compare_runs.py" X-$from one --first 6 --last 10 --val 2>&1) &&
     pass "muon $from's checkpoint resumes at one rank on its trajectory: $out" || fail "muon $from resumed at one rank: $out"
 done
+
+# And one rank's step 5 resumes at ZeRO 3 over dp 2 (each rank reading its pieces of the momentum).
+mkdir -p X-to-z3/ckpt && cp -r one/ckpt/step_00000005 X-to-z3/ckpt/ && echo step_00000005 >X-to-z3/ckpt/latest
+run_cmd "one rank's checkpoint at ZeRO 3" mpi_run 180 2 "$LLMTRAIN" run r.yaml --set log.dir=X-to-z3 \
+  --set parallel.dp=2 --set parallel.zero=3 $units
+expect_status 0
+expect_out "resuming from"
+out=$($PY "$SRC/tests/e2e/compare_runs.py" X-to-z3 one --first 6 --last 10 --val 2>&1) &&
+  pass "muon: one rank's checkpoint resumes at ZeRO 3 on its trajectory: $out" || fail "muon one rank at ZeRO 3: $out"
 
 # Bitwise resume: killed after step 7, resumed from step 5.
 run_cmd killed env LLMTRAIN_FAULT=kill@7 "$LLMTRAIN" run r.yaml --set log.dir=R
