@@ -154,6 +154,25 @@ TEST(PerfModel, AttentionFollowsTheKernelTheRunTakes) {
   EXPECT_NE(read.source.find("measured on NVIDIA H200"), std::string::npos) << read.source;
 }
 
+// Under ZeRO each Muon matrix is orthogonalized on one owner of the shard group (trainer/optim/
+// muon.h: muon_sharded_step): the products' time is shared over the 16 ranks, and the pieces'
+// transfers to the owners and back are added.
+TEST(PerfModel, MuonUnderZeroSpreadsTheOrthogonalizationOverTheShardGroup) {
+  Recipe r = gpt(24, 2048, 16, 2048, 1, 1, 16, 1, 64);
+  const DeviceSpec dev = device_lookup("a100-80g");
+  auto muon_time = [&](int zero) {  // what Muon adds to the update over AdamW's
+    r.parallel.zero = zero;
+    r.optimizer.name = OptimizerName::adamw;
+    const double adamw = predict_step(r, {dev, 16, 16, 25e9}).optimizer;
+    r.optimizer.name = OptimizerName::muon;
+    return predict_step(r, {dev, 16, 16, 25e9}).optimizer - adamw;
+  };
+  const double whole = muon_time(0), spread = muon_time(1);
+  EXPECT_GT(whole, 0);
+  EXPECT_LT(spread, whole / 4);
+  EXPECT_GT(spread, whole / 16);
+}
+
 TEST(PerfModel, ZeroAndNodesChangeOnlyTheDataParallelTime) {
   Recipe r = gpt(24, 2048, 16, 2048, 1, 1, 16, 1, 64);
   // Attention at the products' rate (a tensor-core kernel): with llmtrain's CUDA-core attention at

@@ -22,6 +22,7 @@ struct OrderLayout {
   int virtual_stages = 1;
   CpComm cp_comm = CpComm::ring;
   bool moe = false;
+  bool muon = false;  // optimizer.name muon: under ZeRO its pieces' sends and receives, under tp its Gram sums
 };
 
 class CollectiveOrder : public TrainStepTest {
@@ -35,6 +36,7 @@ class CollectiveOrder : public TrainStepTest {
     r.parallel.zero = l.zero, r.parallel.sequence_parallel = l.sp, r.parallel.pp_schedule = l.schedule;
     r.parallel.virtual_stages = l.virtual_stages, r.parallel.cp_comm = l.cp_comm;
     r.parallel.bucket_mb = 0.01;  // several buckets and ZeRO units
+    if (l.muon) r.optimizer.name = OptimizerName::muon;
     if (l.moe)
       r.model.moe = {.experts = 4, .top_k = 2, .ffn_hidden = 32, .first_dense = 1, .aux_loss = 0.1, .z_loss = 0.01};
     const int world = l.tp * l.pp * l.dp * l.cp;
@@ -69,6 +71,9 @@ TEST_F(CollectiveOrder, EveryLayoutRunsUnderNcclsRules) {
       {.name = "moe ep 2", .dp = 2, .ep = 2, .moe = true},
       {.name = "moe ep 2 zero 1", .dp = 2, .ep = 2, .zero = 1, .moe = true},
       {.name = "moe ep 2 x tp 2 sp", .tp = 2, .dp = 2, .ep = 2, .sp = true, .moe = true},
+      {.name = "muon dp 2 zero 2", .dp = 2, .zero = 2, .muon = true},
+      {.name = "muon tp 2 x dp 2 zero 1", .tp = 2, .dp = 2, .zero = 1, .muon = true},
+      {.name = "muon moe dp 4 ep 2 zero 1", .dp = 4, .ep = 2, .zero = 1, .moe = true, .muon = true},
   };
   for (const OrderLayout& l : layouts) {
     size_t operations = 0;
