@@ -225,8 +225,8 @@ Placement place(const Recipe& r, const Layout& layout, const parallel::MeshCoord
   // `moments`' first array, and the second still spans the matrices), with a piece's more where ZeRO
   // cuts matrices over a shard group of more than one rank.
   if (r.optimizer.name == OptimizerName::muon) {
-    const bool sharded = layout.zero >= 1 && (layout.shard_group > 1 ||
-                                              (layout.experts_sharded() && layout.expert_replicas() > 1));
+    const bool sharded =
+        layout.zero >= 1 && (layout.shard_group > 1 || (layout.experts_sharded() && layout.expert_replicas() > 1));
     p.muon_workspace_bytes = muon_workspace_bytes(
         muon_matrices(p.params),
         r.optimizer.muon.ns_dtype == StateDtype::bf16 ? kernels::DType::bf16 : kernels::DType::fp32, p.moments.dtype,

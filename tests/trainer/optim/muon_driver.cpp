@@ -53,8 +53,7 @@ int main(int argc, char** argv) try {
   k::fill_zero(momentum.tensor());
   for (int step = 0; step < steps; ++step) {
     k::copy(grad.tensor(), k::host_tensor(in.data() + size_t(n) * size_t(step + 1), {rows, cols}));
-    llmtrain::trainer::muon_matrix_step(whole, param.tensor(), grad.tensor(), momentum.tensor(), lr, wd, 1.0f, s,
-                                        ws);
+    llmtrain::trainer::muon_matrix_step(whole, param.tensor(), grad.tensor(), momentum.tensor(), lr, wd, 1.0f, s, ws);
     k::copy(k::host_tensor(out.data() + size_t(n) * size_t(step), {rows, cols}), param.tensor());
   }
   FILE* o = std::fopen(argv[12], "wb");
