@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # Muon (optimizer.name: muon) end to end under real `mpirun`: a llama model with MoE blocks trains
-# with Muon on its hidden matrices (the experts' too) and AdamW on the rest, and every layout Muon
-# is built for takes the one-rank run's losses and final parameters within 1e-5 over 10 steps in
-# fp32: dp 2, pp 2, cp 2, ep 2, tp 2 with sequence parallelism, tp 4 (key/value heads replicated:
-# whole on two ranks each), tp 2 × ep 2; GPT-2's fused QKV (three matrices) at pp 2 and tp 2 too;
-# ep 2's, pp 2's, tp 2's, ZeRO 3's and hybrid ZeRO 2's checkpoints resume at one rank on the one-rank trajectory. A run killed after
-# its step-5 checkpoint resumes bitwise, and one rank's resumes at ZeRO 3; its checkpoint holds Muon's momentum (role
-# muon_momentum) for the matrices and Adam's moments for the rest; an AdamW checkpoint into a Muon
-# run (and back) is refused by name, and loads with load_weights_only; bf16 with Muon's products in
-# bf16 trains, and so does a bf16 momentum at dp 2. ZeRO 1, 2 and 3 (pure and hybrid, with sharded
-# experts, with tp), their units cut inside matrices, take the one-rank run's values too (each cut
-# matrix's update gathered over its shard group); ZeRO 3's and hybrid ZeRO 2's checkpoints resume at
-# one rank; bf16 at ZeRO 2 and 3 stays near bf16 at dp 2. Offload (not built yet) and Muon's keys
-# with AdamW are refused by key.
+# with Muon on its hidden matrices (the experts' too) and AdamW on the rest, and every layout takes
+# the one-rank run's losses and final parameters within 1e-5 over 10 steps in fp32, its memory line
+# the plan's: dp 2, pp 2, cp 2, ep 2, tp 2 with sequence parallelism, tp 4 (key/value heads
+# replicated: whole on two ranks each), tp 2 × ep 2, and ZeRO 1, 2 and 3 (pure and hybrid, with
+# sharded experts, with tp), their units cut inside matrices (each matrix orthogonalized on one
+# owner of its shard group); GPT-2's fused QKV (three matrices) at pp 2 and tp 2 too. ep 2's, pp 2's,
+# tp 2's, ZeRO 3's and hybrid ZeRO 2's checkpoints resume at one rank on the one-rank trajectory, and
+# one rank's at ZeRO 3. A run killed after its step-5 checkpoint resumes bitwise; its checkpoint
+# holds Muon's momentum (role muon_momentum) for the matrices and Adam's moments for the rest; an
+# AdamW checkpoint into a Muon run (and back) is refused by name, and loads with load_weights_only;
+# bf16 with Muon's products in bf16 trains, and so does a bf16 momentum at dp 2; bf16 at ZeRO 2 and
+# 3 stays near bf16 at dp 2. Offload (not built yet) and Muon's keys with AdamW are refused by key.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/tests/parallel/mpi_env.sh"
 use_python
