@@ -111,9 +111,27 @@ int cmd_generate(const GenerateArgs& args) {
       tok = trainer::load_tokenizer_from_bytes(manifest.tokenizer_kind, read_file(file), file);
     }
     std::vector<int32_t> prompt = args.prompt_ids_given ? prompt_ids : tok->encode(args.prompt);
+    // The ids the tokenizer can decode: the only ones sampled (a model's vocabulary may be padded
+    // past the tokenizer's ids) and the only ones a prompt may hold, so that the text never stops
+    // half-way at one it cannot.
+    std::vector<bool> decodable(size_t(cfg.vocab), false);
+    int64_t can_decode = 0;
+    for (int32_t id = 0; id < cfg.vocab; ++id) {
+      if (id >= tok->vocab_size()) break;
+      try {
+        tok->decode(std::span<const int32_t>(&id, 1));
+        decodable[size_t(id)] = true;
+        ++can_decode;
+      } catch (const Error&) {
+      }
+    }
+    if (can_decode == 0)
+      throw Error(fmt::format("the checkpoint's tokenizer decodes none of the model's {} ids", cfg.vocab),
+                  "the checkpoint's tokenizer and model do not belong together");
     for (int32_t id : prompt)
-      if (id < 0 || id >= cfg.vocab)
-        throw Error(fmt::format("--prompt-ids: {} is not a token id of this model (0..{})", id, cfg.vocab - 1),
+      if (id < 0 || id >= cfg.vocab || !decodable[size_t(id)])
+        throw Error(fmt::format("--prompt-ids: {} is not a token id of this model that its tokenizer decodes (0..{})",
+                                id, std::min<int64_t>(cfg.vocab, tok->vocab_size()) - 1),
                     "give ids of the checkpoint's tokenizer");
     if (prompt.empty()) {
       if (tok->eod_id() < 0)
@@ -162,6 +180,10 @@ int cmd_generate(const GenerateArgs& args) {
     o.sampling = {args.temperature, args.top_k, args.top_p};
     o.seed = args.seed;
     o.stop_at_eod = !args.ignore_eod;
+    if (can_decode < cfg.vocab && !args.ids) {  // --ids decodes nothing: every id, as transformers' generate
+      o.allowed = std::move(decodable);
+      log_info("sampling among the {} of the model's {} ids its tokenizer decodes", can_decode, cfg.vocab);
+    }
     if (!args.ids) std::fputs(args.prompt_ids_given ? tok->decode(prompt).c_str() : args.prompt.c_str(), stdout);
     std::fflush(stdout);
     bool first = true;

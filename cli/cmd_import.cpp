@@ -18,6 +18,7 @@
 #include "common/host.h"
 #include "common/json_depth.h"
 #include "common/log.h"
+#include "common/recipe/recipe_check.h"
 #include "common/strings.h"
 #include "kernels/dtype_convert.h"
 #include "parallel/comm/comm.h"
@@ -308,6 +309,19 @@ int cmd_import(const ImportArgs& args) {
     recipe_yaml = recipe_derived_yaml(cfg, run_name(dir), tokenizer, out.string(), config_path.string());
     ParsedRecipe parsed = recipe_parse_text(recipe_yaml, "the derived recipe", {});
     if (!parsed.diags.empty()) throw RecipeError(std::move(parsed.diags));
+    // What `llmtrain validate` will say of its model, before anything is written: a config.json
+    // transformers takes may still describe a model the recipe refuses (an odd head_dim, which RoPE
+    // cannot rotate). The rest (data.train) is the user's to fill in.
+    const WorldInfo one{1, "one rank", false};
+    const int vocab = tok->vocab_size();
+    std::vector<RecipeProblem> problems =
+        recipe_resolve(parsed.recipe, one, fs::current_path().string(), [vocab](const std::string&) { return vocab; });
+    if (problems.empty()) problems = recipe_check(parsed.recipe, one);
+    std::vector<Diagnostic> diags;
+    for (const RecipeProblem& p : problems)
+      if (p.key.rfind("model.", 0) == 0)
+        diags.push_back({config_path.string() + " (its derived recipe)", p.key, p.message, p.hint});
+    if (!diags.empty()) throw RecipeError(std::move(diags));
   }
 
   // The weights, in our layout: every tensor's shape is checked against config.json (and its bytes

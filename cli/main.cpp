@@ -2,6 +2,7 @@
 // catch llmtrain::Error (the other is a rank's top level): the message and hint go to stderr
 // and the process exits with the error's status (2 for user mistakes). Every other exception ends
 // in a message and status 1 too, never in std::terminate's abort.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/recipe_parse.h"
+#include "cli/recipe_section.h"
 #include "common/error.h"
 #include "common/host.h"
 #include "common/strings.h"
@@ -23,6 +25,23 @@ namespace {
 // Counts of ranks, nodes, CPUs (the recipe's own bound): CLI11's PositiveNumber would say "not in
 // range 2.2250738585072014e-308 to 1.7976931348623157e+308" for a 0.
 constexpr int kMaxCount = 1 << 16;
+
+// A floating-point option's values (every one of them: tests/e2e/cli_numbers.sh finds each FLOAT
+// option in the help and feeds it NaN, infinities and subnormals): a decimal number, finite, zero
+// or normal (cli::parse_float: no option means a subnormal such as 1e-320, whose reciprocal is
+// infinite), in [lo, hi] (lo excluded with `above_lo`, hi with `below_hi`). CLI11's Range passes
+// NaN, for which every comparison is false.
+CLI::Validator finite_in(double lo, double hi, bool above_lo = false, bool below_hi = false) {
+  const std::string range = fmt::format("{}{}, {}{}", above_lo ? "(" : "[", lo, hi, below_hi ? ")" : "]");
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (llmtrain::cli::parse_float(text, v) && (above_lo ? v > lo : v >= lo) && (below_hi ? v < hi : v <= hi))
+          return "";
+        return fmt::format("{} is not a finite number in {}", llmtrain::printable(text), range);
+      },
+      "finite in " + range, "finite");
+}
 
 std::string version_text() {
   std::string cuda = LLMTRAIN_HAVE_CUDA ? std::string("CUDA (") + LLMTRAIN_CUDA_ARCHS + ")" : "CPU only";
@@ -75,7 +94,7 @@ void add_prep_args(CLI::App* cmd, llmtrain::cli::PrepArgs& a) {
   cmd->add_option("--workers,-j", o.workers, "Tokenizer threads (default: the usable cores)")->type_name("N");
   cmd->add_option("--valid-fraction", o.valid_fraction,
                   "Send this fraction of the documents (whole, evenly spread) to a validation dataset")
-      ->type_name("F");
+      ->check(finite_in(0, 1, false, true));
   cmd->add_flag("--skip-bad", o.skip_bad,
                 "Skip bad documents (malformed JSON, missing key, invalid UTF-8 for BPE, too large), count and "
                 "report them, instead of stopping at the first");
@@ -86,9 +105,9 @@ void add_prep_args(CLI::App* cmd, llmtrain::cli::PrepArgs& a) {
                   "auto: a progress bar on a terminal, plain lines otherwise; bar; lines; none")
       ->capture_default_str()
       ->type_name("auto|bar|lines|none");
-  cmd->add_option("--progress-interval", o.progress_interval_s, "Seconds between plain progress lines")
-      ->capture_default_str()
-      ->type_name("S");
+  cmd->add_option("--progress-interval", o.progress_interval_s, "Seconds between plain progress lines (0 = none)")
+      ->check(finite_in(0, 604800))
+      ->capture_default_str();
   cmd->footer(
       "Output: Megatron-LM's indexed dataset (docs/indexed-dataset-format.md), uint16 tokens when the vocabulary\n"
       "has fewer than 65500 ids, else int32; written under temporary names and renamed when complete, so a\n"
@@ -205,7 +224,7 @@ int main(int argc, char** argv) {
         ->group("");
   run->add_option("--stop-grace", run_args.stop_grace_s,
                   "Seconds the ranks get to write a checkpoint and exit after SIGTERM/SIGINT before they are killed")
-      ->check(CLI::Range(0.001, 604800.0))
+      ->check(finite_in(0.001, 604800.0))
       ->capture_default_str();
   run->footer(
       "Usage: llmtrain run RECIPE [--set KEY=VALUE]... [--nproc N] [-- PROGRAM ARGS...]\n"
@@ -272,11 +291,11 @@ int main(int argc, char** argv) {
   gen->add_option("--max-tokens", gen_args.max_tokens, "Tokens to generate (default 200)")
       ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max()));
   gen->add_option("--temperature", gen_args.temperature, "Softmax temperature; 0 = greedy (default 1.0)")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(finite_in(0.0, 100.0));
   gen->add_option("--top-k", gen_args.top_k, "Sample among the K likeliest tokens; 0 = all (default 0)")
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   gen->add_option("--top-p", gen_args.top_p, "Nucleus sampling: the smallest set of probability >= P (default 1.0)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(finite_in(0.0, 1.0));
   gen->add_option("--seed", gen_args.seed, "Random seed; the same seed gives the same text (default 0)");
   gen->add_option_function<std::string>(
          "--prompt-ids",
@@ -401,6 +420,7 @@ int main(int argc, char** argv) {
   plan->add_option("--gpus-per-node", plan_args.gpus_per_node, "GPUs per node (one NVLink domain)")
       ->capture_default_str();
   plan->add_option("--inter-node-gbps", plan_args.inter_node_gbps, "Network bandwidth per GPU between nodes, Gb/s")
+      ->check(finite_in(0.001, 1e6))
       ->capture_default_str();
   plan->add_option("--apply", plan_args.apply,
                    "Write a copy of the recipe with the best layout (parallel.*, train.micro_batch, "

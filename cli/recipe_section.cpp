@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "cli/recipe_schema.h"
 
@@ -80,7 +81,9 @@ bool parse_float(const std::string& s, double& out) {
   if (!is_decimal(s)) return false;
   const char* b = s.data() + (s[0] == '+' ? 1 : 0);
   auto [p, ec] = std::from_chars(b, s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size() && std::isfinite(out);
+  // Finite, and zero or normal: no value means a subnormal such as 1e-320 (its reciprocal is infinite).
+  return ec == std::errc() && p == s.data() + s.size() && std::isfinite(out) &&
+         (out == 0 || std::fabs(out) >= std::numeric_limits<double>::min());
 }
 
 std::string leaf(const std::string& key) { return key.substr(key.rfind('.') + 1); }

@@ -39,7 +39,8 @@ std::string range_text(const FloatRule& r);
 
 // A whole number as YAML and people write it (no "inf", no hexadecimal); false when it is not one.
 bool parse_int(const std::string& s, int64_t& out);
-// A finite decimal number ([+-]digits[.digits][e[+-]digits]); false when it is not one.
+// A finite decimal number ([+-]digits[.digits][e[+-]digits]), zero or normal (a subnormal such as
+// 1e-320 is refused: no value means one); false when it is not one.
 bool parse_float(const std::string& s, double& out);
 
 class Section {

@@ -215,6 +215,22 @@ TEST(RecipeParse, EveryShippedRecipeValidatesAndRoundTrips) {
   EXPECT_GE(n, 6);
 }
 
+// Every number key of the schema (not a list by hand): NaN, infinities, a subnormal and an
+// overflow are refused by key, whatever the key's range — a range check alone passes NaN.
+TEST(RecipeParse, EveryNumberKeyRefusesNanInfinitiesAndSubnormals) {
+  int keys = 0;
+  for (const cli::RecipeKey& k : cli::recipe_schema()) {
+    if (k.section || k.type.rfind("number", 0) != 0 || k.key.find('[') != std::string::npos) continue;
+    ++keys;
+    for (const char* bad : {"nan", "-nan", "inf", "-inf", "1e-320", "-4e-310", "1e999", "0x1p3"}) {
+      const std::vector<cli::Diagnostic> d = load_errors(kRecipe, {k.key + "=" + bad});
+      ASSERT_FALSE(d.empty()) << k.key << "=" << bad << " was accepted";
+      EXPECT_EQ(d[0].key, k.key) << k.key << "=" << bad << ": " << d[0].message;
+    }
+  }
+  EXPECT_GE(keys, 20);  // the walk found the schema's number keys
+}
+
 TEST(RecipeParse, DocsDescribeEverySchemaKey) {
   std::ifstream in(fs::path(LLMTRAIN_SOURCE_DIR) / "docs/recipe.md");
   ASSERT_TRUE(in) << "docs/recipe.md is missing";

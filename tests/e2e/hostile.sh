@@ -8,7 +8,9 @@
 #    directory's path added keys to the derived recipe;
 #  - names with terminal control sequences were printed raw (ckpt inspect, import's errors);
 #  - generate --max-tokens near 2^63 overflowed, --prompt-ids 1,,2 dropped the empty element;
-#  - plot never finished on a subnormal value; plan --gpus 0 named a range of doubles.
+#  - plot never finished on a subnormal value; plan --gpus 0 named a range of doubles;
+#  - (issue 65) import wrote a recipe `validate` refuses (an odd head_dim); generate on a vocabulary
+#    padded past its tokenizer's ids stopped half-way at an id the tokenizer cannot decode.
 source "$(dirname "$0")/lib.sh"
 py() { python3 - "$@"; }
 esc=$'\e'
@@ -86,6 +88,37 @@ grep -q '^parallel' imported/recipe.yaml && fail "a key was added: $(cat importe
   pass "the path stays in its comment"
 run_cmd derived-recipe-validates "$LLMTRAIN" validate imported/recipe.yaml --set data.train=data/train
 expect_status 0
+
+# --- outputs that accept what the next step refuses ---------------------------------------------
+# import applies the recipe's model checks before it writes: an odd head_dim (RoPE rotates pairs)
+# is refused naming the field, and nothing is written.
+cp -r out oddhead
+py oddhead/config.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["head_dim"] = 15
+json.dump(c, open(sys.argv[1], "w"))
+PY
+run_cmd import-odd-head-dim "$LLMTRAIN" import oddhead --out oddimport
+expect_status 2
+expect_out "model.head_dim"
+[[ ! -e oddimport ]] && pass "import wrote nothing for a model its recipe would refuse" || fail "oddimport: $(ls oddimport)"
+# generate on a model whose vocabulary (300) is padded past its tokenizer's 257 ids: only ids the
+# tokenizer decodes are sampled, so the text never stops half-way at one it cannot (before, 200
+# near-uniform draws met one of the 43 others at once). --ids decodes nothing and samples every id,
+# as transformers' generate does (the parity tools compare them).
+run_cmd train-padded-vocab "$LLMTRAIN" run r.yaml --set log.dir=P --set model.vocab=300 --set model.max_positions=256
+expect_status 0
+run_cmd generate-padded-vocab bash -c '"$0" generate P --max-tokens 200 --temperature 100 --seed 1 --ignore-eod >text.out' \
+  "$LLMTRAIN"
+expect_status 0
+expect_out "sampling among the 257 of the model's 300 ids its tokenizer decodes"
+expect_out "stopped after 200 tokens"
+run_cmd generate-padded-vocab-ids "$LLMTRAIN" generate P --max-tokens 200 --temperature 100 --seed 1 --ignore-eod --ids
+expect_status 0
+ids=$(grep -E '^[0-9 ]+$' <<<"$out" | tail -1)
+awk -v s="$ids" 'BEGIN { n = split(s, a, " "); for (i = 1; i <= n; ++i) if (a[i] > 256) exit 0; exit 1 }' &&
+  pass "--ids samples every id of the model (one past the tokenizer's among them)" || fail "--ids: $ids"
 
 # --- terminal control sequences from files -------------------------------------------------------
 cp -r "$step" esc

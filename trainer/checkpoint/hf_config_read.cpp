@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "common/error.h"
@@ -38,6 +39,15 @@ const std::set<std::string> kHarmless = {
 const std::set<std::string> kDropout = {"resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout",
                                         "summary_first_dropout"};
 
+// A JSON integer in [lo, hi], checked in the type it arrives in (an unsigned 2^64 − 1 is not −1),
+// or nothing: a float such as 1.9 is no integer, whatever it would be cast to.
+std::optional<int64_t> integer_in(const json& v, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))) return {};
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) return {};
+  return x;
+}
+
 class ConfigReader {
  public:
   ConfigReader(const json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
@@ -49,11 +59,12 @@ class ConfigReader {
       if (required) problem(key, "missing", "a positive integer");
       return static_cast<int>(fallback);
     }
-    if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
+    const std::optional<int64_t> v = integer_in(*it, lo, hi);
+    if (!v) {
       problem(key, it->dump(), fmt::format("an integer in [{}, {}]", lo, hi));
       return static_cast<int>(fallback);
     }
-    return static_cast<int>(it->get<int64_t>());
+    return static_cast<int>(*v);
   }
   double number(const std::string& key, double fallback, double lo, double hi) {
     used_.insert(key);
@@ -185,7 +196,10 @@ void read_rope(ConfigReader& r, const json& j, ModelConfig& m) {
     } else if (key == "high_freq_factor" && llama3) {
       s.high_freq_factor = number(1e-6, 1e6);
     } else if (key == "original_max_position_embeddings" && (llama3 || yarn)) {
-      s.original_max_positions = int(number(1.0, double(kMaxPositions)));
+      if (const std::optional<int64_t> v = integer_in(value, 1, kMaxPositions))
+        s.original_max_positions = int(*v);
+      else
+        r.problem(name, value.dump().substr(0, 80), fmt::format("an integer in [1, {}]", kMaxPositions));
     } else if (key == "beta_fast" && yarn) {
       optional(s.beta_fast, 1e-6, 1e6);
     } else if (key == "beta_slow" && yarn) {
@@ -264,9 +278,8 @@ void read_qwen_moe(ConfigReader& r, const json& j, ModelConfig& m, bool qwen2) {
   r.use("mlp_only_layers");
   if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
     const bool ok =
-        it->is_array() && it->size() <= dense.size() && std::all_of(it->begin(), it->end(), [&](const json& l) {
-          return l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < m.layers;
-        });
+        it->is_array() && it->size() <= dense.size() &&
+        std::all_of(it->begin(), it->end(), [&](const json& l) { return integer_in(l, 0, m.layers - 1).has_value(); });
     if (!ok) {
       r.problem("mlp_only_layers", it->dump().substr(0, 80), fmt::format("a list of layers in [0, {})", m.layers));
       return;
@@ -558,9 +571,10 @@ HfImportedConfig hf_read_model_config(const json& j, const std::string& origin) 
               fmt::format("a divisor of the attention heads {}", m.heads));
   auto id = [&](const char* key) {
     auto it = j.find(key);
-    if (it == j.end() || !it->is_number_integer()) return int32_t(-1);
-    int64_t v = it->get<int64_t>();
-    return v >= 0 && v < m.vocab ? int32_t(v) : int32_t(-1);
+    if (it == j.end() || it->is_null() || it->is_array()) return int32_t(-1);  // a list of ids: none taken
+    const std::optional<int64_t> v = integer_in(*it, INT64_MIN, INT64_MAX);
+    if (!v) r.problem(key, it->dump().substr(0, 80), "an integer token id, a list of them or null");
+    return v && *v >= 0 && *v < m.vocab ? int32_t(*v) : int32_t(-1);
   };
   out.bos = id("bos_token_id");
   out.eos = id("eos_token_id");

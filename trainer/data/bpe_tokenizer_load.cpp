@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/json_depth.h"
+#include "common/json_integer.h"
 #include "common/strings.h"
 #include "trainer/data/bpe_tokenizer.h"
 #include "trainer/data/utf8.h"
@@ -264,14 +265,15 @@ BpeAddedToken parse_added_token(const json& t, std::string_view origin) {
     throw Error(
         fmt::format("{}: added_tokens entry {} needs an integer \"id\" and a string \"content\"", origin, t.dump()));
   BpeAddedToken a;
-  a.id = t["id"].get<int32_t>();
+  // Checked in the type it arrives in: 2^32 + 339 is refused, not cut to 339.
+  a.id = int32_t(json_integer(t["id"], fmt::format("{}: added token {}'s id", origin, brief(t["content"])),
+                              "token ids are 0 to 2^31 - 1, as in Hugging Face's tokenizers", 0, INT32_MAX));
   a.content = t["content"].get<std::string>();
   a.special = flag(t, "special", false, origin);
   a.normalized = flag(t, "normalized", !a.special, origin);
   a.lstrip = flag(t, "lstrip", false, origin);
   a.rstrip = flag(t, "rstrip", false, origin);
   a.single_word = flag(t, "single_word", false, origin);
-  if (a.id < 0) throw Error(fmt::format("{}: added token {} has negative id {}", origin, a.content, a.id));
   return a;
 }
 
@@ -290,7 +292,9 @@ void read_vocab_object(const json& v, std::string_view origin, BpeSpec& spec) {
     if (!it.value().is_number_integer())
       throw Error(fmt::format("{}: vocabulary entry {:?} maps to {}, expected an integer id", origin, it.key(),
                               it.value().dump()));
-    spec.vocab.emplace_back(it.key(), it.value().get<int32_t>());
+    spec.vocab.emplace_back(
+        it.key(), int32_t(json_integer(it.value(), fmt::format("{}: vocabulary entry {:?}'s id", origin, it.key()),
+                                       "token ids are 0 to 2^31 - 1, as in Hugging Face's tokenizers", 0, INT32_MAX)));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include "common/error.h"
@@ -40,9 +41,19 @@ std::vector<int32_t> generate(KvCacheDecoder& decoder, std::span<const int32_t> 
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<int32_t> out;
+  const size_t vocab = static_cast<size_t>(decoder.vocab());
+  LT_CHECK(o.allowed.empty() ||
+               (o.allowed.size() == vocab && std::find(o.allowed.begin(), o.allowed.end(), true) != o.allowed.end()),
+           "generation allowing {} ids of a vocabulary of {}", o.allowed.size(), vocab);
+  std::vector<float> masked(o.allowed.empty() ? 0 : vocab);
   std::span<const float> logits = decoder.append(prompt);
   while (static_cast<int64_t>(out.size()) < o.max_tokens) {
-    int32_t next = sample_token(logits.first(static_cast<size_t>(decoder.vocab())), o.sampling, uniform(rng));
+    std::span<const float> row = logits.first(vocab);
+    if (!o.allowed.empty()) {
+      for (size_t i = 0; i < vocab; ++i) masked[i] = o.allowed[i] ? row[i] : -std::numeric_limits<float>::infinity();
+      row = masked;
+    }
+    int32_t next = sample_token(row, o.sampling, uniform(rng));
     if (o.stop_at_eod && next == eod) break;
     out.push_back(next);
     emit(next);

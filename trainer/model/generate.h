@@ -44,6 +44,10 @@ struct GenerateOptions {
   SamplingParams sampling;
   uint64_t seed = 0;
   bool stop_at_eod = true;  // stop when the end-of-document token is sampled
+  // The ids that may be sampled (empty: every id of the model): a model's vocabulary is often padded
+  // past its tokenizer's ids (Qwen2.5's), and a sampled id the tokenizer cannot decode would end the
+  // text half-way. The others' logits are taken as −∞, as transformers' users mask them.
+  std::vector<bool> allowed;
 };
 
 // Samples up to max_tokens after `prompt`, calling `emit` with each token as it is produced.

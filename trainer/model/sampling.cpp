@@ -51,7 +51,11 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, dou
     cum += prob[i];
     if (uniform < cum) return ids[i];
   }
-  return ids[prob.size() - 1];  // uniform within rounding of 1
+  // uniform within rounding of 1: the last candidate that can be drawn (a masked id's logit is −∞,
+  // its probability 0).
+  size_t last = prob.size() - 1;
+  while (last > 0 && prob[last] == 0) --last;
+  return ids[last];
 }
 
 }  // namespace llmtrain::trainer

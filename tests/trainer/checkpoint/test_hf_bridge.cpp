@@ -807,6 +807,22 @@ TEST(HfBridge, HostileValuesAreErrorsNotCrashes) {
     j[key] = value;
     EXPECT_NE(refusal(j).find(key), std::string::npos) << key << " = " << value.dump();
   }
+  // Integers checked in the type they arrive in: a float is no integer (1.9 is not 1), and an
+  // unsigned 2^64 − 1 is not −1.
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"num_hidden_layers", 2.0},
+                                                 {"vocab_size", uint64_t(-1)},
+                                                 {"bos_token_id", 1.5},
+                                                 {"eos_token_id", uint64_t(1) << 63},
+                                                 {"rope_scaling", json{{"rope_type", "llama3"},
+                                                                       {"factor", 8.0},
+                                                                       {"low_freq_factor", 1.0},
+                                                                       {"high_freq_factor", 4.0},
+                                                                       {"original_max_position_embeddings", 1.9}}}}) {
+    json j = llama;
+    j[key] = value;
+    EXPECT_NE(refusal(j).find(key), std::string::npos) << key << " = " << value.dump();
+  }
   json missing = llama;
   missing.erase("hidden_size");
   EXPECT_NE(refusal(missing).find("hidden_size: found missing"), std::string::npos);

@@ -235,6 +235,28 @@ TEST_F(TokenizerTest, FindsFilesByDirectoryVocabOrMerges) {
             std::string::npos);
 }
 
+// Ids are checked in the type they arrive in (Hugging Face refuses both): 2^32 + 339 is not 339,
+// and an added token's 2^32 is not 0.
+TEST_F(TokenizerTest, IdsThatWouldWrapAreRefused) {
+  expect_refused(
+      tiny_bpe(),
+      {
+          {"vocab_id_wraps", [](json& j) { j["model"]["vocab"]["h"] = (int64_t(1) << 32) + 339; },
+           "vocabulary entry \"h\"'s id 4294967635 is outside [0, 2147483647]"},
+          {"vocab_id_float", [](json& j) { j["model"]["vocab"]["h"] = 104.5; }, "expected an integer id"},
+          {"added_id_wraps",
+           [](json& j) {
+             j["added_tokens"] = json::array({{{"id", int64_t(1) << 32}, {"content", "<x>"}, {"special", true}}});
+           },
+           "added token \"<x>\"'s id 4294967296 is outside [0, 2147483647]"},
+          {"added_id_unsigned_max",
+           [](json& j) {
+             j["added_tokens"] = json::array({{{"id", uint64_t(-1)}, {"content", "<x>"}}});
+           },
+           "not an integer"},
+      });
+}
+
 TEST_F(TokenizerTest, OtherKindsAreRefusedAsNotSupportedYet) {
   expect_refused(
       tiny_bpe(),

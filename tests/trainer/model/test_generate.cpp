@@ -5,6 +5,7 @@
 // reproduces a generation; the context limit stops it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -145,6 +146,35 @@ TEST_P(Generate, FixedSeedReproduces) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   for (int32_t t : a) EXPECT_LT(t, cfg.vocab);  // never a padding column
+}
+
+// A vocabulary padded past the tokenizer's ids (Qwen2.5's): only the allowed ids are sampled, at
+// every temperature, greedy included, whatever the model's logits prefer.
+TEST_P(Generate, SamplesOnlyTheAllowedIds) {
+  auto comm = parallel::make_local_comm();
+  ModelConfig cfg = this->cfg();
+  Model model(cfg, ModelOptions{.kv_cache_tokens = cfg.max_positions}, *comm);
+  model.init_parameters(3);
+  std::vector<int32_t> prompt{1, 2, 3};
+  GenerateOptions o;
+  o.max_tokens = 25;
+  o.stop_at_eod = false;
+  for (double temperature : {0.0, 1.0, 5.0}) {
+    // What the model picks unmasked: forbid every one of those, and keep a few others.
+    o.sampling.temperature = temperature;
+    o.allowed.clear();
+    KvCacheDecoder free_run(model);
+    const std::vector<int32_t> unmasked = generate(free_run, prompt, -1, o, [](int32_t) {});
+    o.allowed.assign(size_t(cfg.vocab), false);
+    int allowed = 0;
+    for (int32_t id = cfg.vocab - 1; id >= 0 && allowed < 3; --id)
+      if (std::find(unmasked.begin(), unmasked.end(), id) == unmasked.end()) o.allowed[size_t(id)] = true, ++allowed;
+    ASSERT_EQ(allowed, 3);
+    KvCacheDecoder dec(model);
+    const std::vector<int32_t> out = generate(dec, prompt, -1, o, [](int32_t) {});
+    EXPECT_EQ(out.size(), 25u);
+    for (int32_t id : out) EXPECT_TRUE(o.allowed[size_t(id)]) << "temperature " << temperature << ": id " << id;
+  }
 }
 
 TEST_P(Generate, StopsAtTheContextLimit) {

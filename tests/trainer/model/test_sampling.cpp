@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -74,6 +75,11 @@ TEST(Sampling, UniformWalksTheCumulativeDistribution) {
   EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, p1 + 1e-6), 2);
   EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, p1 + p2 + 1e-6), 3);
   EXPECT_EQ(sample_token(l, {1.0, 0, 1.0}, 0.999999), 0);
+  // A masked id (logit −∞, probability 0) is never drawn, not even by a uniform within rounding of 1.
+  const float masked = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(sample_token(std::vector<float>{0.1f, masked, 0.3f, masked}, {1.0, 0, 1.0}, 1.0), 0);
+  EXPECT_EQ(sample_token(std::vector<float>{masked, 2.0f, masked}, {1.0, 0, 1.0}, 1.0), 1);
+  EXPECT_EQ(sample_token(std::vector<float>{masked, 2.0f, masked}, {0.0, 0, 1.0}, 0.5), 1);
 }
 
 }  // namespace
