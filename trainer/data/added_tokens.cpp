@@ -2,7 +2,6 @@
 #include "trainer/data/added_tokens.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "trainer/data/utf8.h"
 
@@ -43,33 +42,51 @@ uint32_t white_space_end(std::string_view s, uint32_t begin) {
 }  // namespace
 
 void AddedMatcher::finish() {
-  for (size_t i = 0; i < tokens_.size(); ++i) by_first_[uint8_t(tokens_[i].content[0])].push_back(uint32_t(i));
-  for (auto& v : by_first_)
-    std::stable_sort(v.begin(), v.end(),
-                     [&](uint32_t a, uint32_t b) { return tokens_[a].content.size() > tokens_[b].content.size(); });
+  edges_.clear();
+  token_at_.assign(1, -1);
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    uint32_t node = 0;
+    for (char c : tokens_[i].content) {
+      const uint64_t key = uint64_t(node) * 256 + uint8_t(c);
+      auto it = edges_.find(key);
+      if (it == edges_.end()) {
+        it = edges_.emplace(key, uint32_t(token_at_.size())).first;
+        token_at_.push_back(-1);
+      }
+      node = it->second;
+    }
+    if (token_at_[node] < 0) token_at_[node] = int32_t(i);  // equal contents: the first added
+  }
+}
+
+int32_t AddedMatcher::longest_at(std::string_view seg, uint32_t p, uint32_t& end, uint64_t& steps) const {
+  int32_t best = -1;
+  uint32_t node = 0;
+  for (uint32_t q = p; q < seg.size(); ++q) {
+    ++steps;
+    const auto it = edges_.find(uint64_t(node) * 256 + uint8_t(seg[q]));
+    if (it == edges_.end()) break;
+    node = it->second;
+    if (token_at_[node] >= 0) best = token_at_[node], end = q + 1;
+  }
+  return best;
 }
 
 void AddedMatcher::split(std::string_view text, uint32_t b, uint32_t e, const RegexSplitter& word_char,
-                         std::vector<Segment>& out) const {
+                         std::vector<Segment>& out, uint64_t* steps) const {
   if (tokens_.empty()) {
     out.push_back({b, e, -1});
     return;
   }
   std::string_view seg = text.substr(b, e - b);
   uint32_t start_offset = 0, pos = 0, n = uint32_t(seg.size());
+  uint64_t walked = 0;
   while (pos < n) {
     uint32_t ms = 0, me = 0;
     const BpeAddedToken* t = nullptr;
     for (uint32_t p = pos; p < n && !t; ++p) {
-      for (uint32_t idx : by_first_[uint8_t(seg[p])]) {
-        const std::string& c = tokens_[idx].content;
-        if (c.size() <= n - p && std::memcmp(seg.data() + p, c.data(), c.size()) == 0) {
-          t = &tokens_[idx];
-          ms = p;
-          me = p + uint32_t(c.size());
-          break;
-        }
-      }
+      const int32_t idx = longest_at(seg, p, me, walked);
+      if (idx >= 0) t = &tokens_[size_t(idx)], ms = p;
     }
     if (!t) break;
     pos = me;
@@ -86,6 +103,7 @@ void AddedMatcher::split(std::string_view text, uint32_t b, uint32_t e, const Re
     start_offset = stop;
   }
   if (start_offset < n) out.push_back({b + start_offset, e, -1});
+  if (steps) *steps += walked;
 }
 
 }  // namespace llmtrain::trainer

@@ -269,6 +269,10 @@ BpeAddedToken parse_added_token(const json& t, std::string_view origin) {
   a.id = int32_t(json_integer(t["id"], fmt::format("{}: added token {}'s id", origin, brief(t["content"])),
                               "token ids are 0 to 2^31 - 1, as in Hugging Face's tokenizers", 0, INT32_MAX));
   a.content = t["content"].get<std::string>();
+  if (a.content.size() > kMaxAddedTokenBytes)  // the matcher's cost per byte of text (added_tokens.h)
+    throw Error(fmt::format("{}: added token {} is {} bytes, more than the {} llmtrain accepts", origin, a.id,
+                            a.content.size(), kMaxAddedTokenBytes),
+                "real added tokens are tens of bytes: this tokenizer.json is not one a model ships");
   a.special = flag(t, "special", false, origin);
   a.normalized = flag(t, "normalized", !a.special, origin);
   a.lstrip = flag(t, "lstrip", false, origin);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "trainer/data/added_tokens.h"
 #include "trainer/data/bpe_decoder.h"
 #include "trainer/data/bpe_normalizer.h"
 #include "trainer/data/bpe_tokenizer.h"
@@ -235,6 +236,44 @@ TEST_F(TokenizerTest, FindsFilesByDirectoryVocabOrMerges) {
             std::string::npos);
 }
 
+// The added-token matcher's cost is linear in the text whatever the number of tokens (issue 65:
+// 200,000 added tokens on 150,000 '<' compared every token at every position and never finished):
+// its trie steps, counted (no timing), double with the text and stay within the text's length ×
+// the longest token; the matches are still leftmost-longest.
+TEST(AddedTokens, MatchingCostIsLinearInTheText) {
+  const RegexSplitter word_char(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}])", "the test");
+  auto split = [&](const AddedMatcher& m, const std::string& text, uint64_t& steps) {
+    std::vector<Segment> out;
+    steps = 0;
+    m.split(text, 0, uint32_t(text.size()), word_char, out, &steps);
+    return out;
+  };
+  uint64_t a = 0, b = 0;
+  AddedMatcher many;
+  for (int i = 0; i < 200000; ++i) many.add({.id = 1000 + i, .content = "<t" + std::to_string(i) + ">"});
+  many.finish();
+  split(many, std::string(150000, '<'), a);
+  split(many, std::string(300000, '<'), b);
+  EXPECT_EQ(a, 2u * 150000 - 1);  // each '<' one step in, one step out (the last: the text's end)
+  EXPECT_EQ(b, 2u * 300000 - 1);
+  const std::vector<Segment> found = split(many, "a<t7><t123456>x<t", a);
+  ASSERT_EQ(found.size(), 4u);
+  EXPECT_EQ(found[0].id, -1);
+  EXPECT_EQ(found[1].id, 1007);
+  EXPECT_EQ(found[2].id, 124456);
+  EXPECT_EQ(found[3].id, -1);
+  // Tokens nested in one another ('<', '<<', ... 64 of them): the longest wins, at most 65 steps a byte.
+  AddedMatcher nested;
+  for (int k = 1; k <= 64; ++k) nested.add({.id = k, .content = std::string(size_t(k), '<')});
+  nested.finish();
+  const std::vector<Segment> runs = split(nested, std::string(64 * 2000, '<'), a);
+  EXPECT_EQ(runs.size(), 2000u);
+  EXPECT_EQ(runs[0].id, 64);
+  split(nested, std::string(64 * 4000, '<'), b);
+  EXPECT_EQ(a, 65u * 2000 - 1);  // 64 steps along each match and one out of it
+  EXPECT_EQ(b, 65u * 4000 - 1);
+}
+
 // Ids are checked in the type they arrive in (Hugging Face refuses both): 2^32 + 339 is not 339,
 // and an added token's 2^32 is not 0.
 TEST_F(TokenizerTest, IdsThatWouldWrapAreRefused) {
@@ -254,6 +293,11 @@ TEST_F(TokenizerTest, IdsThatWouldWrapAreRefused) {
              j["added_tokens"] = json::array({{{"id", uint64_t(-1)}, {"content", "<x>"}}});
            },
            "not an integer"},
+          {"added_token_too_long",
+           [](json& j) {
+             j["added_tokens"] = json::array({{{"id", 300}, {"content", std::string(kMaxAddedTokenBytes + 1, '<')}}});
+           },
+           "added token 300 is 4097 bytes, more than the 4096 llmtrain accepts"},
       });
 }
 
