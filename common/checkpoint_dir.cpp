@@ -20,6 +20,7 @@
 #include "common/file_io.h"
 #include "common/host.h"
 #include "common/json_depth.h"
+#include "common/json_integer.h"
 #include "common/log.h"
 #include "common/strings.h"
 
@@ -111,13 +112,15 @@ std::optional<CheckpointLockHolder> read_holder(const std::string& path) {
     if (json_nesting_depth(text) > kMaxJsonDepth) return CheckpointLockHolder{};  // damaged, like a parse error
     auto j = nlohmann::json::parse(text);
     h.host = j.at("host").get<std::string>();
-    // Integers as JSON integers: a float (1e300) cast to int64_t would be undefined behaviour.
-    if (!j.at("pid").is_number_integer() || !j.at("renewed_unix").is_number_integer()) return CheckpointLockHolder{};
-    h.pid = j.at("pid").get<int64_t>();
+    // Integers checked as the file gives them: a float (1e300) cast to int64_t would be undefined
+    // behaviour, and an unsigned 2^64 − 1 read as −1 would make kill(pid, 0) ask about every process.
+    h.pid = json_integer(j.at("pid"), "pid", "", 1, INT32_MAX);
     h.job = j.at("job").get<std::string>();
-    h.renewed_unix = j.at("renewed_unix").get<int64_t>();
+    h.renewed_unix = json_integer(j.at("renewed_unix"), "renewed_unix", "", 0, INT64_MAX);
     h.nonce = j.at("nonce").get<std::string>();
   } catch (const nlohmann::json::exception&) {
+    return CheckpointLockHolder{};
+  } catch (const Error&) {  // an integer out of its range: damaged, like a parse error
     return CheckpointLockHolder{};
   }
   return h;

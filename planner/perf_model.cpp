@@ -1,6 +1,10 @@
 #include "planner/perf_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -386,6 +390,24 @@ StepPrediction predict_step(const Recipe& r, const Cluster& c) {
   const Named* worst = std::max_element(std::begin(parts), std::end(parts),
                                         [](const Named& a, const Named& b) { return a.seconds < b.seconds; });
   out.limit = worst->seconds >= 0.1 * out.total ? worst->name : "compute";
+  // Every figure finite and non-negative: the inputs are bounded where they are read (rates from
+  // 1e6 FLOP/s, bandwidths from 1 Mb/s, counts by the recipe), so one that is not is a fault of
+  // the model, said as such rather than printed as inf, -nan or JSON's null.
+  for (const auto& [value, name] : {std::pair{out.compute, "compute"},
+                                    {out.bubble, "bubble"},
+                                    {out.tp_comm, "tp_comm"},
+                                    {out.pp_comm, "pp_comm"},
+                                    {out.dp_comm, "dp_comm"},
+                                    {out.optimizer, "optimizer"},
+                                    {out.total, "total"},
+                                    {out.tp_bytes, "tp_bytes"},
+                                    {out.model_flops, "model_flops"},
+                                    {out.flops_with_recompute, "flops_with_recompute"}})
+    if (!std::isfinite(value) || value < 0)
+      throw Error(fmt::format("the performance model predicts {} = {} for tp {} pp {} dp {} cp {} on {} ({} GPUs, "
+                              "{} Gb/s between nodes)",
+                              name, value, tp, pp, dp, cp, dev.name, c.gpus, c.inter_node_bandwidth * 8 / 1e9),
+                  "an input is out of the range the model was built for: report the command");
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/log.h"
 #include "common/recipe/recipe_changes.h"
 #include "common/strings.h"
@@ -26,10 +27,14 @@ std::string describe_data(const nlohmann::json& data) {
   std::vector<std::string> parts;
   try {
     for (const auto& s : data)
-      parts.push_back(fmt::format("{} documents, {} tokens, lengths CRC-32C {:#010x}", s.at("documents").get<int64_t>(),
-                                  s.at("tokens").get<int64_t>(), s.at("lengths_crc32c").get<uint32_t>()));
+      parts.push_back(fmt::format("{} documents, {} tokens, lengths CRC-32C {:#010x}",
+                                  json_integer(s.at("documents"), "documents", "", 0),
+                                  json_integer(s.at("tokens"), "tokens", "", 0),
+                                  json_integer(s.at("lengths_crc32c"), "lengths_crc32c", "", 0, UINT32_MAX)));
   } catch (const nlohmann::json::exception&) {
-    return data.dump();
+    return printable(data.dump().substr(0, 400));
+  } catch (const Error&) {  // a count that is no integer in its range: shown as the file has it
+    return printable(data.dump().substr(0, 400));
   }
   return fmt::format("{} source(s): {}", parts.size(), join(parts, "; "));
 }
