@@ -195,6 +195,10 @@ int cmd_generate(const GenerateArgs& args) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     });
+    if (stream) {  // a character whose last byte never came: its U+FFFDs, as the whole text has them
+      const std::string rest = stream->finish();
+      std::fwrite(rest.data(), 1, rest.size(), stdout);
+    }
     std::fputs("\n", stdout);
     std::fflush(stdout);
     // Why it stopped, after the text (on stderr, so that stdout is the text alone).

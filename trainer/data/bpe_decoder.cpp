@@ -16,7 +16,7 @@ int hex_digit(char c) {
 }
 
 // Consecutive "<0xNN>" tokens become one piece holding their bytes when those are valid UTF-8, else
-// one piece per byte.
+// one U+FFFD per byte token, as Hugging Face's ByteFallback writes them (never raw invalid UTF-8).
 std::vector<std::string> byte_fallback(std::vector<std::string> tokens) {
   std::vector<std::string> out;
   out.reserve(tokens.size());
@@ -27,7 +27,7 @@ std::vector<std::string> byte_fallback(std::vector<std::string> tokens) {
     if (utf8_invalid_offset(run) == std::string::npos) {
       out.push_back(std::move(run));
     } else {
-      for (char c : run) out.emplace_back(1, c);
+      out.insert(out.end(), run_tokens, std::string(kReplacementCharacter));
     }
     run.clear();
     run_tokens = 0;

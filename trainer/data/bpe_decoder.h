@@ -6,18 +6,21 @@
 // Metaspace at which one is first), so the chain runs over the list and the pieces are
 // concatenated at the end, as Hugging Face does.
 //
-// Rule a reader could get wrong: ByteFallback turns a run of "<0xNN>" tokens into their bytes.
-// Hugging Face writes U+FFFD for a run that is not valid UTF-8; here the bytes themselves come out
-// (one piece per byte, as Hugging Face's replacement characters would be), so that a stream of
-// tokens ending inside a character (generation) concatenates into the right text. For every run
-// that is valid UTF-8 — every run that encoding text produces — the result is Hugging Face's.
+// Rule a reader could get wrong: ByteFallback turns a run of "<0xNN>" tokens into their bytes when
+// the whole run is valid UTF-8, and otherwise into one U+FFFD per token, as Hugging Face does, so
+// the text is always UTF-8. A stream of tokens ending inside a character (generation) therefore
+// ends in U+FFFD until the character's last byte comes: DecodeStream (tokenizer.h) holds such an
+// end back, as Hugging Face's DecodeStream does.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llmtrain::trainer {
+
+inline constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
 
 struct BpeDecoderStage {
   enum class Kind { replace, byte_fallback, fuse, strip, metaspace };

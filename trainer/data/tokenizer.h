@@ -88,20 +88,26 @@ class Tokenizer {
   TokenizerSource source_;
 };
 
-// Text as ids arrive (streaming generation): next(id) is what decode(ids so far + id) adds to
-// decode(ids so far). Decodes the whole sequence each time (linear in its length), which is what
-// makes it right for every decoder chain.
+// Text as ids arrive (streaming generation): next(id) is what the text of the ids so far gains,
+// as Hugging Face's DecodeStream finds it. It decodes the ids since the last text it returned
+// together with those that produced that text (the window's prefix: a decoder may treat a text's
+// first token differently, Metaspace strips its space), returns what the window's text adds to the
+// prefix's, and holds back a text that ends in U+FFFD — a byte-fallback character whose last byte
+// has not come yet — until it does (finish() gives what is still held, at the end).
 class DecodeStream {
  public:
   // `context`: the ids before the first next() (the prompt), whose text is not returned.
   DecodeStream(const Tokenizer& tokenizer, std::vector<int32_t> context);
   // Throws llmtrain::Error as Tokenizer::decode does.
   std::string next(int32_t id);
+  // The text still held back (an incomplete character at the end: its U+FFFDs), once no id follows.
+  std::string finish();
 
  private:
+  std::string gained() const;  // what the pending ids add to the prefix's text
   const Tokenizer& tokenizer_;
-  std::vector<int32_t> ids_;
-  size_t done_ = 0;  // bytes of decode(ids_) returned, or in the context
+  std::vector<int32_t> prefix_, pending_;  // the ids of the last text returned, and those since
+  std::string prefix_text_;                // decode(prefix_)
 };
 
 }  // namespace llmtrain::trainer

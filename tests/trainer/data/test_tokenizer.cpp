@@ -486,6 +486,16 @@ TEST_F(TokenizerTest, DecodeStreamGivesWhatTheTextGains) {
   std::string text = "ab";
   for (int32_t id : {264, 3 + 0xc3, 3 + 0xa9, 2, 263}) text += stream.next(id);
   EXPECT_EQ(text, "ab ab\xc3\xa9</s>ab");
+  // A character in byte-fallback tokens: nothing until its last byte (the text would end in U+FFFD),
+  // then the character; one that never completes comes out as U+FFFD at the end.
+  DecodeStream chars(*t, {264});
+  EXPECT_EQ(chars.next(3 + 0xc3), "");
+  EXPECT_EQ(chars.next(3 + 0xa9), "\xc3\xa9");
+  EXPECT_EQ(chars.next(3 + 0xc3), "");
+  EXPECT_EQ(chars.finish(), "\xef\xbf\xbd");
+  DecodeStream broken(*t, {264});  // a character cut short by another token: U+FFFD, then the token
+  EXPECT_EQ(broken.next(3 + 0xc3), "");
+  EXPECT_EQ(broken.next(263), "\xef\xbf\xbd" "ab");
   EXPECT_EQ(text, t->decode(std::vector<int32_t>{264, 264, 3 + 0xc3, 3 + 0xa9, 2, 263}));
   // Byte-level: the same as decoding each token.
   auto b = load_tokenizer("byte");
@@ -525,9 +535,10 @@ TEST(TokenizerSteps, NormalizersAndDecodersAsHuggingFace) {
   EXPECT_EQ(decode_token_strings({meta}, true, {"a" + kSpace + "b" + kSpace, kSpace + "c"}), "ab c");
   meta.strip_first = false;  // prepend_scheme never
   EXPECT_EQ(decode_token_strings({meta}, true, {kSpace + kSpace + "a"}), "  a");
-  // Hugging Face writes U+FFFD for bytes that are not UTF-8; here they are the bytes.
+  // A run that is not UTF-8 is one U+FFFD per byte token, as Hugging Face writes it (never raw bytes).
   EXPECT_EQ(decode_token_strings({fallback}, true, {"<0x41>", "<0xE4>", "<0xB8>", "<0xAD>", "x", "<0xE4>"}),
-            "A\xe4\xb8\xadx\xe4");
+            "A\xe4\xb8\xadx\xef\xbf\xbd");
+  EXPECT_EQ(decode_token_strings({fallback}, true, {"<0xE4>", "<0xB8>", "y"}), "\xef\xbf\xbd\xef\xbf\xbdy");
   EXPECT_EQ(decode_token_strings({}, false, {"a", "b"}), "a b");  // no decoder: joined by spaces
   EXPECT_EQ(byte_fallback_value("<0x4a>"), 0x4a);
   EXPECT_EQ(byte_fallback_value("<0x+F>"), 15);  // Rust's from_str_radix takes a '+'
