@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,12 +134,73 @@ double progress_interval_s(const SupervisorOptions& o) {
   return o.hang_timeout_s > 0 ? std::clamp(o.hang_timeout_s / 4, 0.25, 30.0) : 30.0;
 }
 
+// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot ("" when it is
+// gone). With the boot's id it tells a live owner from a later process that took its pid.
+std::string process_start_ticks(long pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  if (!std::getline(in, text)) return "";
+  const auto close = text.rfind(')');  // comm may hold spaces and parentheses
+  if (close == std::string::npos) return "";
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+  }
+  return field;
+}
+
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return trim(id);
+}
+
+// A scratch directory's owner, written into it: "host boot-id pid start-ticks". A killed launcher
+// (SIGKILL, a timeout's kill) cannot remove its scratch, so the next launch on the host removes
+// every llmtrain-launch.* directory of this user whose owner is provably dead: same host and boot,
+// and no process with that pid, or one that started at another time (the pid reused). Anything
+// else — another host's (a shared TMPDIR), a record that cannot be read — is left alone.
+constexpr const char* kScratchOwner = "owner";
+
+std::string scratch_owner_line() {
+  return fmt::format("{} {} {} {}\n", host_info().hostname, boot_id(), long(getpid()), process_start_ticks(getpid()));
+}
+
+bool scratch_owner_dead(const std::filesystem::path& dir) {
+  std::ifstream in(dir / kScratchOwner);
+  std::string host, boot, start;
+  long pid = 0;
+  if (!(in >> host >> boot >> pid >> start) || pid <= 0) return false;
+  if (host != host_info().hostname || boot != boot_id()) return false;
+  if (::kill(pid_t(pid), 0) == 0 || errno == EPERM) return process_start_ticks(pid) != start;
+  return errno == ESRCH;
+}
+
+void remove_dead_scratch(const std::string& base) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::directory_iterator it(base, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("llmtrain-launch.", 0) != 0) continue;
+    struct stat st {};
+    // A real directory of ours (never through a link), whose owner is provably dead.
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) continue;
+    if (!scratch_owner_dead(it->path())) continue;
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+  }
+}
+
 std::string make_scratch_dir() {
   const char* tmpdir = std::getenv("TMPDIR");
   for (const char* base : {"/dev/shm", tmpdir, "/tmp"}) {
     if (!base || !*base) continue;
+    remove_dead_scratch(base);
     std::string templ = std::string(base) + "/llmtrain-launch.XXXXXX";
-    if (mkdtemp(templ.data())) return templ;
+    if (!mkdtemp(templ.data())) continue;
+    std::ofstream(std::filesystem::path(templ) / kScratchOwner) << scratch_owner_line();
+    return templ;
   }
   return "";
 }

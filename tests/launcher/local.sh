@@ -11,8 +11,25 @@ RUN_JOB=("$LLMTRAIN" run "$RECIPE" --set log.dir="$RUN")  # an array, not a func
 reset_run() { rm -rf "$RUN"; }
 
 # --- a 4-rank job: tagged output, per-rank logs, settings -------------------------------------
-run_bounded ok-4 "${RUN_JOB[@]}" --nproc 4 -- "$JOB" --steps 3 --ckpt-dir "$CKPT"
+# Scratch of a launcher that was killed (its owner provably dead: this host and boot, its pid gone)
+# is removed by the next launch; a live owner's is left alone.
+boot=$(cat /proc/sys/kernel/random/boot_id)
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+self_stat=$(cat /proc/$$/stat)
+self_start=$(awk '{ print $20 }' <<<"${self_stat##*) }")
+stale=/dev/shm/llmtrain-launch.stale$$ live=/dev/shm/llmtrain-launch.live$$
+mkdir -p "$stale" "$live"
+echo "$(hostname) $boot $dead 12345" >"$stale/owner"
+echo "$(hostname) $boot $$ $self_start" >"$live/owner"
+start_job ok-4 "${RUN_JOB[@]}" --nproc 4 -- "$JOB" --steps 3 --ckpt-dir "$CKPT"
+launcher_pid=$job_pid
+finish_job ok-4 90
 expect_status 0
+[[ ! -e $stale ]] && pass "ok-4: a dead launcher's scratch was removed" || fail "ok-4: $stale is still there"
+[[ -f $live/owner ]] && pass "ok-4: a live launcher's scratch was left alone" || fail "ok-4: $live was removed"
+rm -rf "$stale" "$live"
 for r in 0 1 2 3; do expect_out "[rank $r] rank $r of 4: local $r of 4"; done
 expect_out "[rank 0] finished 3 steps"
 threads=$(($(nproc) / 4)); ((threads < 1)) && threads=1
@@ -27,7 +44,9 @@ for r in 0 1 2 3; do
 done
 grep -q "mpirun -np 4" "$RUN/logs/launcher.log" && grep -q "the job finished" "$RUN/logs/launcher.log" &&
   pass "ok-4: launcher.log has the command and the outcome" || fail "ok-4: launcher.log: $(cat "$RUN/logs/launcher.log")"
-ls /dev/shm/llmtrain-launch.* >/dev/null 2>&1 && fail "ok-4: Open MPI scratch left in /dev/shm" || pass "ok-4: no scratch left"
+# Only this job's scratch (its owner record names the launcher's pid): other jobs' may be running.
+left=$(grep -lsE "^[^ ]+ [^ ]+ $launcher_pid " /dev/shm/llmtrain-launch.*/owner /tmp/llmtrain-launch.*/owner)
+[[ -z $left ]] && pass "ok-4: no scratch of this job left" || fail "ok-4: Open MPI scratch left: $left"
 
 run_bounded dry-run-4 "$LLMTRAIN" run "$RECIPE" --nproc 4 --dry-run
 expect_status 2; expect_out "cannot run: "  # the recipe's data is not here: the plan is printed, the run would stop
