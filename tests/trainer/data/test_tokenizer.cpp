@@ -495,7 +495,9 @@ TEST_F(TokenizerTest, DecodeStreamGivesWhatTheTextGains) {
   EXPECT_EQ(chars.finish(), "\xef\xbf\xbd");
   DecodeStream broken(*t, {264});  // a character cut short by another token: U+FFFD, then the token
   EXPECT_EQ(broken.next(3 + 0xc3), "");
-  EXPECT_EQ(broken.next(263), "\xef\xbf\xbd" "ab");
+  EXPECT_EQ(broken.next(263),
+            "\xef\xbf\xbd"
+            "ab");
   EXPECT_EQ(text, t->decode(std::vector<int32_t>{264, 264, 3 + 0xc3, 3 + 0xa9, 2, 263}));
   // Byte-level: the same as decoding each token.
   auto b = load_tokenizer("byte");
