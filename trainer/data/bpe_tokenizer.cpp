@@ -278,8 +278,8 @@ struct BpeTokenizer::Impl {
   std::string boundary;
   std::string summary;
 
-  void encode_segment(std::string_view text, uint32_t b, uint32_t e, bool at_origin, std::vector<int32_t>& ids,
-                      ThreadState& ts) const;
+  void encode_segment(const BpeTokenizer& self, std::string_view text, uint32_t b, uint32_t e, bool at_origin,
+                      std::vector<int32_t>& ids, ThreadState& ts) const;
   void metaspace_stage(const Stage& st, bool at_origin, std::string_view& cur, ThreadState& ts) const;
   void encode_word(std::string_view w, std::vector<int32_t>& ids, ThreadState& ts) const;
   void char_symbols(std::string_view w, std::vector<int32_t>& sym) const;
@@ -511,7 +511,7 @@ void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& id
       if (t.id >= 0)
         ids.push_back(t.id);
       else if (t.end > t.begin)  // at the text's first byte: what Metaspace's prepend_scheme "first" asks
-        m.encode_segment(part, t.begin, t.end, s.begin == 0 && t.begin == b, ids, ts);
+        m.encode_segment(*this, part, t.begin, t.end, s.begin == 0 && t.begin == b, ids, ts);
     }
   }
 }
@@ -523,8 +523,8 @@ static std::string& rewrite_buffer(std::string_view cur, ThreadState& ts) {
   return out;
 }
 
-void BpeTokenizer::Impl::encode_segment(std::string_view text, uint32_t b, uint32_t e, bool at_origin,
-                                        std::vector<int32_t>& ids, ThreadState& ts) const {
+void BpeTokenizer::Impl::encode_segment(const BpeTokenizer& self, std::string_view text, uint32_t b, uint32_t e,
+                                        bool at_origin, std::vector<int32_t>& ids, ThreadState& ts) const {
   std::string_view cur = text;
   auto& pieces = ts.pieces;
   auto& next = ts.next;
@@ -554,8 +554,11 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, uint32_t b, uint3
     }
   }
   // encode_word may not reuse ts.pieces: copy nothing, just walk them.
-  for (const Piece& p : pieces)
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    if ((k & 1023) == 0) self.check_interrupt();  // a stop between words (set_interrupt)
+    const Piece& p = pieces[k];
     if (p.end > p.begin) encode_word(cur.substr(p.begin, p.end - p.begin), ids, ts);
+  }
 }
 
 // Metaspace: in each piece ' ' becomes the replacement, which is also put in front of the piece

@@ -316,6 +316,7 @@ PrepSummary prep_run(const PrepOptions& o, const std::atomic<bool>* stop) {
   if (o.jsonl_key.empty()) throw Error("--jsonl-key is empty");
   std::vector<InputFile> inputs = prep_resolve_inputs(o.inputs, o.format);
   auto tok = load_tokenizer(o.tokenizer);
+  tok->set_interrupt(stop);  // a stop (SIGTERM) ends a huge document's tokenization too, between words
   if (o.append_eod && tok->eod_id() < 0)
     throw Error(fmt::format("tokenizer {} has no end-of-document token to append", o.tokenizer),
                 "pass --no-append-eod, or use a tokenizer with <|endoftext|>, <|end_of_text|>, </s> or <eos>");

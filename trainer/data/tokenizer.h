@@ -29,12 +29,15 @@
 //    token's leading space goes): stream with DecodeStream.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/error.h"
 
 namespace llmtrain::trainer {
 
@@ -62,6 +65,10 @@ class Tokenizer {
   }
   // Appends the ids of `text` to `ids` (what prep's workers call, reusing one vector).
   virtual void encode_append(std::string_view text, std::vector<int32_t>& ids) const = 0;
+  // While `flag` (which must outlive the tokenizer's use) is true, encoding stops between words
+  // with llmtrain::Error "interrupted", so that one huge document does not hold a stop up (prep's
+  // SIGTERM). Set before the encoding threads start.
+  void set_interrupt(const std::atomic<bool>* flag) { interrupt_ = flag; }
 
   // The bytes the ids stand for, concatenated; special tokens as their text. Throws
   // llmtrain::Error for an id outside [0, vocab_size()) or one the vocabulary does not define.
@@ -83,9 +90,14 @@ class Tokenizer {
 
  protected:
   explicit Tokenizer(TokenizerSource source) : source_(std::move(source)) {}
+  // Throws the interruption set_interrupt asked for, when its flag is up.
+  void check_interrupt() const {
+    if (interrupt_ && interrupt_->load(std::memory_order_relaxed)) throw Error("interrupted while tokenizing");
+  }
 
  private:
   TokenizerSource source_;
+  const std::atomic<bool>* interrupt_ = nullptr;
 };
 
 // Text as ids arrive (streaming generation): next(id) is what the text of the ids so far gains,

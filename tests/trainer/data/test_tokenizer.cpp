@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -475,6 +476,18 @@ TEST_F(TokenizerTest, SentencePieceWordsInPartsGiveTheWholeWordsIds) {
   text += "</s>" + text;
   EXPECT_EQ(cut->encode(text), whole->encode(text));
   EXPECT_GT(cut->encode(text).size(), 100u);
+}
+
+// A stop (prep's SIGTERM) ends the tokenization of one huge text between words, not after it.
+TEST_F(TokenizerTest, AnInterruptStopsEncodingBetweenWords) {
+  auto t = load_tokenizer(write("tokenizer.json", tiny_bpe().dump()));
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text += " the he";
+  std::atomic<bool> stop{true};
+  t->set_interrupt(&stop);
+  EXPECT_NE(error_of([&] { t->encode(text); }).find("interrupted while tokenizing"), std::string::npos);
+  stop = false;
+  EXPECT_EQ(t->encode(text), load_tokenizer(write("plain.json", tiny_bpe().dump()))->encode(text));
 }
 
 // Streaming generation: decode([id]) of "▁ab" after other tokens would lose its space (the decoder
