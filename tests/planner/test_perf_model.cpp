@@ -152,6 +152,20 @@ TEST(PerfModel, AttentionFollowsTheKernelTheRunTakes) {
   EXPECT_EQ(read.forward, 2e14);
   EXPECT_EQ(read.backward, 1e14);
   EXPECT_NE(read.source.find("measured on NVIDIA H200"), std::string::npos) << read.source;
+  // A rate no device has (a subnormal 5e-324 made every predicted step infinite) is refused by key.
+  for (const char* bad : {"5e-324", "0", "-1e13", "1e5", "1e19"}) {
+    DeviceSpec d = h100.device;
+    const std::string text = std::string(R"({"llmtrain_device_rates": 1, "device": "x", "date": "d", "commit": "c",
+        "attention_forward_rate": )") +
+                             bad + R"(, "attention_backward_rate": 1e13, "products_bf16": 6e14,
+        "products_fp32": 5e13})";
+    try {
+      apply_measured_rates_text(d, text, "rates.json");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("attention_forward_rate"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Under ZeRO each Muon matrix is orthogonalized on one owner of the shard group (trainer/optim/
