@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <tuple>
 
@@ -53,6 +54,19 @@ std::vector<int32_t> random_tokens(const ModelConfig& cfg, int64_t n, uint32_t s
 class Generate : public ::testing::TestWithParam<std::tuple<ModelFamily, bool>> {
  protected:
   ModelConfig cfg() const { return config(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+  // The model with a KV cache of its whole context, initialised (seed 3), and sampling options
+  // that do not stop at end-of-document.
+  std::unique_ptr<Model> cached_model(parallel::Comm& comm) const {
+    auto model = std::make_unique<Model>(cfg(), ModelOptions{.kv_cache_tokens = cfg().max_positions}, comm);
+    model->init_parameters(3);
+    return model;
+  }
+  static GenerateOptions options(int64_t max_tokens) {
+    GenerateOptions o;
+    o.max_tokens = max_tokens;
+    o.stop_at_eod = false;
+    return o;
+  }
 };
 
 TEST_P(Generate, CachedLogitsEqualTheFullForward) {
@@ -125,16 +139,13 @@ TEST_P(Generate, APromptLongerThanTheTrainingSequenceIsFedInChunks) {
 
 TEST_P(Generate, FixedSeedReproduces) {
   auto comm = parallel::make_local_comm();
-  ModelConfig cfg = this->cfg();
-  Model model(cfg, ModelOptions{.kv_cache_tokens = cfg.max_positions}, *comm);
-  model.init_parameters(3);
+  const ModelConfig cfg = this->cfg();
+  const std::unique_ptr<Model> model = cached_model(*comm);
   std::vector<int32_t> prompt{1, 2, 3};
-  GenerateOptions o;
-  o.max_tokens = 20;
+  GenerateOptions o = options(20);
   o.sampling.temperature = 1.0;
-  o.stop_at_eod = false;
   auto run = [&](uint64_t seed) {
-    KvCacheDecoder dec(model);
+    KvCacheDecoder dec(*model);
     o.seed = seed;
     std::vector<int32_t> emitted;
     auto out = generate(dec, prompt, -1, o, [&](int32_t t) { emitted.push_back(t); });
@@ -152,25 +163,22 @@ TEST_P(Generate, FixedSeedReproduces) {
 // every temperature, greedy included, whatever the model's logits prefer.
 TEST_P(Generate, SamplesOnlyTheAllowedIds) {
   auto comm = parallel::make_local_comm();
-  ModelConfig cfg = this->cfg();
-  Model model(cfg, ModelOptions{.kv_cache_tokens = cfg.max_positions}, *comm);
-  model.init_parameters(3);
+  const ModelConfig cfg = this->cfg();
+  const std::unique_ptr<Model> model = cached_model(*comm);
   std::vector<int32_t> prompt{1, 2, 3};
-  GenerateOptions o;
-  o.max_tokens = 25;
-  o.stop_at_eod = false;
+  GenerateOptions o = options(25);
   for (double temperature : {0.0, 1.0, 5.0}) {
     // What the model picks unmasked: forbid every one of those, and keep a few others.
     o.sampling.temperature = temperature;
     o.allowed.clear();
-    KvCacheDecoder free_run(model);
+    KvCacheDecoder free_run(*model);
     const std::vector<int32_t> unmasked = generate(free_run, prompt, -1, o, [](int32_t) {});
     o.allowed.assign(size_t(cfg.vocab), false);
     int allowed = 0;
     for (int32_t id = cfg.vocab - 1; id >= 0 && allowed < 3; --id)
       if (std::find(unmasked.begin(), unmasked.end(), id) == unmasked.end()) o.allowed[size_t(id)] = true, ++allowed;
     ASSERT_EQ(allowed, 3);
-    KvCacheDecoder dec(model);
+    KvCacheDecoder dec(*model);
     const std::vector<int32_t> out = generate(dec, prompt, -1, o, [](int32_t) {});
     EXPECT_EQ(out.size(), 25u);
     for (int32_t id : out) EXPECT_TRUE(o.allowed[size_t(id)]) << "temperature " << temperature << ": id " << id;
