@@ -38,9 +38,12 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step) {
     while (std::getline(in, line)) {
       json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded()) continue;  // a line cut short by a crash
-      // (Steps as JSON integers: another type, or a float cast, is not a record of ours.)
+      // (Steps as JSON integers in [0, 2^63): another type, a float cast, or an unsigned 2^64 − 1
+      // read as −1, is not a record of ours.)
       const auto step = j.is_object() ? j.find("step") : j.end();
-      if (step != j.end() && step->is_number_integer() && step->get<int64_t>() <= resume_step) kept += line + "\n";
+      const bool integer = step != j.end() && step->is_number_integer() &&
+                           !(step->is_number_unsigned() && step->get<uint64_t>() > uint64_t(INT64_MAX));
+      if (integer && step->get<int64_t>() >= 0 && step->get<int64_t>() <= resume_step) kept += line + "\n";
     }
     write_file_atomic(default_file_system(), path_, kept);
   }
