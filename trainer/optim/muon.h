@@ -77,6 +77,8 @@ std::vector<MuonMatrix> muon_matrices(const std::vector<ModelParam>& params);
 // The step size of an [rows, cols] matrix for the base learning rate `lr`.
 double muon_adjusted_lr(double lr, int64_t rows, int64_t cols, MuonAdjustLr adjust);
 
+struct MuonPiece;  // below: a matrix ZeRO cuts, as muon_sharded_step takes it
+
 // The scratch one matrix's update needs, sized for the largest matrix (reserve, or grown on demand)
 // and kept on `device` between steps.
 class MuonWorkspace {
@@ -101,7 +103,7 @@ class MuonWorkspace {
   friend struct MuonSteps;
   friend void muon_matrix_step(const MuonMatrix&, kernels::Tensor, kernels::Tensor, kernels::Tensor, double, double,
                                float, const MuonSettings&, MuonWorkspace&, const MuonGroup&);
-  friend void muon_sharded_step(const std::vector<struct MuonPiece>&, parallel::Comm&, double, double, float,
+  friend void muon_sharded_step(const std::vector<MuonPiece>&, parallel::Comm&, double, double, float,
                                 const MuonSettings&, MuonWorkspace&, const MuonGroup&);
   friend void newton_schulz(kernels::Tensor, const MuonSettings&, MuonWorkspace&, int, const MuonGroup&, int);
   void reserve(int64_t matrix, int64_t gram, kernels::DType ns_dtype, kernels::DType momentum_dtype, bool sharded);
